@@ -1,0 +1,63 @@
+"""The serving catalog: every upstream recipe target as data (see ``model.Target``).
+
+``recipe_objects(target)`` builds the target's ConfigMap and DynamoGraphDeployment
+from its family base plus its deltas; ``cache_objects`` builds the model-cache
+PVC and the download/validate Jobs the target needs. Both are pure.
+"""
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+
+from . import k8s
+from .model import AXES, SELECT_ORDER, ModelFamily, Perf, Target
+from .ops import apply_all
+
+
+@lru_cache(maxsize=1)
+def families() -> dict[str, ModelFamily]:
+    from . import lightning, motif, ultra
+
+    return {f.id: f for f in (lightning.FAMILY, ultra.FAMILY, motif.FAMILY)}
+
+
+@lru_cache(maxsize=1)
+def targets() -> dict[str, Target]:
+    out: dict[str, Target] = {}
+    for fam in families().values():
+        for t in fam.targets:
+            if t.id in out:
+                raise ValueError(f"duplicate catalog target id {t.id!r}")
+            out[t.id] = t
+    return out
+
+
+def family_of(t: Target) -> ModelFamily:
+    return families()[t.model]
+
+
+def recipe_objects(t: Target) -> list[dict]:
+    """ConfigMap(s) and the DGD for one target, exactly as its upstream file has them."""
+    docs = family_of(t).builders[t.family](t)
+    return apply_all(docs, t.ops)
+
+
+def cache_objects(t: Target, size: str | None = None) -> list[dict]:
+    """Model-cache PVC plus the Jobs that fill (and validate) it, in run order."""
+    fam = family_of(t)
+    objs = [k8s.pvc(k8s.CACHE_PVC, size or fam.cache_size)]
+    objs += [fam.cache_job_builders[name]() for name in t.cache_jobs]
+    return objs
+
+
+def gpus_needed(dgd: dict) -> int:
+    """Total GPUs the DGD requests: replicas x nvidia.com/gpu over all components."""
+    total = 0
+    for c in dgd["spec"]["components"]:
+        for ctr in c["podTemplate"]["spec"]["containers"]:
+            req = (ctr.get("resources") or {}).get("limits") or (ctr.get("resources") or {}).get("requests") or {}
+            total += int(c.get("replicas", 1)) * int(req.get("nvidia.com/gpu", 0))
+    return total
+
+
+__all__ = ["AXES", "SELECT_ORDER", "Perf", "Target", "ModelFamily", "targets", "families", "recipe_objects", "cache_objects", "gpus_needed"]

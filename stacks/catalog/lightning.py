@@ -1,0 +1,462 @@
+"""Nemotron-3.5-Lightning: vLLM (agg/disagg, MTP/DFlash/DSpark) and TensorRT-LLM (agg) targets.
+
+Two vLLM bases (the H100 aggregated and H100 disaggregated recipes), then layers
+per GPU, precision, fabric and speculative method, then small per-target deltas
+where upstream files differ in flag order or carry one-off settings.
+"""
+from __future__ import annotations
+
+import json
+
+from .. import versions
+from . import k8s
+from .model import ModelFamily, Perf, Target
+from .ops import (
+    ALL,
+    FRONTEND,
+    WORKERS,
+    Append,
+    ArgSet,
+    ArgsInsert,
+    ArgsRemove,
+    ArgsReplace,
+    Delete,
+    EnvRemove,
+    EnvSet,
+    Op,
+    Set,
+    env_insert,
+)
+
+MODEL = "nemotron-3.5-lightning"
+REPO = {"nvfp4": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", "bf16": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16"}
+DRAFT_SUFFIX = {"dflash": "-DFlash", "dspark": "-DSpark"}
+PRODUCT = {"h100": "NVIDIA-H100-80GB-HBM3", "h200": "NVIDIA-H200", "b200": "NVIDIA-B200", "gb200": "NVIDIA-GB200"}
+PERF_MAIN = "nemotron-3.5-lightning/perf/README.md@b08b769"
+PERF_FIRST = "nemotron-3.5-lightning/perf/README.md@70d2ef4"
+
+
+# --------------------------------------------------------------------------- speculative config
+
+def spec_config(method: str, precision: str, tokens: int, synthetic_al: float, synthetic: bool, draft_triton_attn: bool = False) -> str:
+    """The vLLM ``--speculative-config`` JSON, formatted as upstream (2-space indent).
+
+    ``draft_triton_attn``: the PR #13021 Blackwell DFlash recipes pin the draft's attention backend.
+    """
+    cfg: dict = {"method": method}
+    if method in DRAFT_SUFFIX:
+        cfg["model"] = REPO[precision] + DRAFT_SUFFIX[method]
+    if draft_triton_attn:
+        cfg["attention_backend"] = "TRITON_ATTN"
+    cfg["num_speculative_tokens"] = tokens
+    if synthetic:
+        cfg["rejection_sample_method"] = "synthetic"
+        cfg["synthetic_acceptance_length"] = synthetic_al
+    if method == "dspark":
+        cfg["attention_backend"] = "TRITON_ATTN"
+    return json.dumps(cfg, indent=2)
+
+
+# --------------------------------------------------------------------------- vLLM bases
+
+FRONTEND_ENV = {
+    "POD_UID": {"valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    "DYN_HTTP_BODY_LIMIT_MB": "200",
+    "HF_HOME": "/model-cache",
+    "HF_HUB_OFFLINE": "1",
+    "HF_MODULES_CACHE": "/tmp/hf_modules",
+}
+
+
+def frontend(image: str, args: list[str]) -> dict:
+    return {
+        "name": "Frontend",
+        "type": "frontend",
+        "replicas": 1,
+        "podTemplate": {
+            "spec": {
+                "imagePullSecrets": k8s.pull_secrets(),
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["python3"],
+                        "args": args,
+                        "env": k8s.envs(FRONTEND_ENV),
+                        "resources": {},
+                        "startupProbe": k8s.http_probe("/health", 8000, 10, 60, 60),
+                        "volumeMounts": [k8s.mount(k8s.CACHE_PVC, "/model-cache")],
+                    }
+                ],
+                "volumes": [k8s.pvc_volume()],
+            }
+        },
+    }
+
+
+def gpu_worker(name: str, kind: str, image: str, product: str, command: list[str], args: list[str], env: list[dict], *, shm: str = "40Gi", memory: str = "128Gi") -> dict:
+    """A one-GPU Lightning worker: GPU affinity and taint toleration, model cache, /dev/shm."""
+    return {
+        "name": name,
+        "type": kind,
+        "replicas": 1,
+        "sharedMemorySize": shm,
+        "podTemplate": {
+            "spec": {
+                "imagePullSecrets": k8s.pull_secrets(),
+                "affinity": k8s.gpu_affinity(product),
+                "tolerations": [dict(k8s.GPU_TOLERATION)],
+                "volumes": [k8s.pvc_volume(), k8s.shm_volume(shm)],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "workingDir": "/workspace/",
+                        "command": command,
+                        "args": args,
+                        "env": env,
+                        "resources": {"requests": {"memory": memory, "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+                        "securityContext": {"runAsUser": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}},
+                        "startupProbe": k8s.http_probe("/live", 9090, 30, 20, 120),
+                        "volumeMounts": [k8s.mount(k8s.CACHE_PVC, "/model-cache"), k8s.mount("dshm", "/dev/shm")],
+                    }
+                ],
+            }
+        },
+    }
+
+
+PARSERS = ["--dyn-tool-call-parser", "nemotron_nano", "--dyn-reasoning-parser", "nemotron_nano", "--reasoning-parser", "nemotron_v3"]
+MAMBA = ["--mamba-backend", "flashinfer", "--mamba-ssm-cache-dtype", "float16"]
+KV_EVENTS = '{"publisher":"zmq","topic":"kv-events","endpoint":"tcp://*:20080","enable_kv_cache_events":true}'
+
+# Per-GPU engine settings shared by every Lightning vLLM target on that GPU.
+GPU_PROFILE = {
+    "h100": {"agg_batched_tokens": "32768", "disagg_batched_tokens": "32768", "disagg_autotune_off": False, "agg_autotune_off": False},
+    "h200": {"agg_batched_tokens": "32768", "disagg_batched_tokens": None, "disagg_autotune_off": True, "agg_autotune_off": False},
+    "b200": {"agg_batched_tokens": None, "disagg_batched_tokens": None, "disagg_autotune_off": True, "agg_autotune_off": True},
+    "gb200": {"agg_batched_tokens": "10240", "disagg_batched_tokens": None, "disagg_autotune_off": False, "agg_autotune_off": False},
+}
+DISABLED_KERNELS = {"VLLM_DISABLED_KERNELS": "FlashInferFP8ScaledMMLinearKernel"}
+GB200_AGG_ENV = {
+    "LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/nvidia/lib:/usr/local/cuda/compat",
+    "VLLM_ENGINE_READY_TIMEOUT_S": "3600",
+    "VLLM_OMNI_USE_QUACK_FP8": "0",
+    "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+    "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "1",
+}
+GB200_DISAGG_ENV = {"VLLM_OMNI_USE_QUACK_FP8": "0", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+
+
+def _engine(repo: str, max_seqs: str, batched_tokens: str | None) -> list[str]:
+    args = ["--model", repo, "--served-model-name", repo, "--trust-remote-code", "--tensor-parallel-size", "1", "--max-num-seqs", max_seqs]
+    if batched_tokens:
+        args += ["--max-num-batched-tokens", batched_tokens]
+    return args
+
+
+def _rounding(rounds: int) -> list[str]:
+    return ["--enable-mamba-cache-stochastic-rounding", "--mamba-cache-philox-rounds", str(rounds)]
+
+
+def _configmap(t: Target) -> dict:
+    p = t.params
+    return k8s.configmap(
+        f"{t.dgd_name}-config",
+        {
+            "speculative-config": spec_config(t.spec, t.precision, p["spec_tokens"], p["synthetic_al"], False, p.get("draft_triton_attn", False)),
+            "speculative-config-synthetic": spec_config(t.spec, t.precision, p["spec_tokens"], p["synthetic_al"], True, p.get("draft_triton_attn", False)),
+        },
+    )
+
+
+def _quantization(t: Target) -> list[str]:
+    """NVFP4 checkpoints on Blackwell name the quantization explicitly (the PR #13021 recipes)."""
+    return ["--quantization", "modelopt_fp4"] if t.params.get("explicit_quantization", t.precision == "nvfp4" and t.gpu in ("b200", "gb200")) else []
+
+
+def _worker_env(cm_name: str, *, before_spec: dict | None = None, after_spec: dict | None = None, tail: dict | None = None) -> list[dict]:
+    pairs: dict = {
+        "POD_UID": {"valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        "HF_HOME": "/model-cache",
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": "/tmp/hf_modules",
+        "TRITON_CACHE_DIR": "/tmp/.triton-cache",
+        "VLLM_CONFIG_ROOT": "/tmp/vllm-config",
+        "VLLM_CACHE_ROOT": "/tmp/vllm-cache",
+    }
+    pairs.update(before_spec or {})
+    pairs["SPECULATIVE_CONFIG"] = {"valueFrom": {"configMapKeyRef": {"name": cm_name, "key": "speculative-config"}}}
+    pairs.update(after_spec or {})
+    pairs["NCCL_IB_DISABLE"] = "1"
+    pairs.update(tail or {})
+    pairs["PYTHONHASHSEED"] = "0"
+    return k8s.envs(pairs)
+
+
+def vllm_agg(t: Target) -> list[dict]:
+    gpu, p = GPU_PROFILE[t.gpu], t.params
+    image, repo, cm = t.image, REPO[t.precision], f"{t.dgd_name}-config"
+    kv = t.routing == "kv"
+    mamba = MAMBA + (["--mamba-cache-mode", "align"] if t.spec == "dspark" else []) + _rounding(5)
+    spec = ["--speculative-config=$(SPECULATIVE_CONFIG)"]
+    args = (
+        _engine(repo, "512", gpu["agg_batched_tokens"])
+        + ["--enable-prefix-caching"]
+        + (["--block-size", "64"] if kv else [])
+        + ["--async-scheduling"]
+        + (["--no-enable-flashinfer-autotune"] if gpu["agg_autotune_off"] else [])
+        + _quantization(t)
+        + (PARSERS + spec + mamba if p.get("parsers_first") else mamba + PARSERS + spec)
+        + (["--kv-events-config", KV_EVENTS] if kv else [])
+        + ["--disaggregation-mode", "agg"]
+    )
+    env = _worker_env(
+        cm,
+        before_spec=GB200_AGG_ENV if t.gpu == "gb200" else None,
+        after_spec=DISABLED_KERNELS if t.gpu == "b200" else None,
+    )
+    if t.gpu == "gb200":
+        env.append(k8s.env("PYTHONUNBUFFERED", "1"))
+    worker = gpu_worker("agg", "worker", image, PRODUCT[t.gpu], ["python3", "-m", "dynamo.vllm"], args, env)
+    if kv:
+        worker["replicas"] = 4
+    fe_args = ["-m", "dynamo.frontend"] + (["--router-mode", "kv", "--router-kv-events", "--kv-cache-block-size", "64"] if kv else []) + ["--trust-remote-code"]
+    return [_configmap(t), k8s.dgd(t.dgd_name, "vllm", [frontend(image, fe_args), worker])]
+
+
+def _kv_transfer(role: str, backends: list[str] | None) -> str:
+    cfg: dict = {"kv_connector": "NixlConnector", "kv_role": role}
+    if backends:
+        cfg["kv_connector_extra_config"] = {"backends": backends}
+    return json.dumps(cfg, separators=(",", ":"))
+
+
+EFA_ENV = {
+    "FI_PROVIDER": "efa",
+    "FI_EFA_USE_DEVICE_RDMA": "1",
+    "FI_EFA_FORK_SAFE": "1",
+    "FI_EFA_ENABLE_SHM_TRANSFER": "0",
+    "FI_HMEM_CUDA_USE_DMABUF": "1",
+    "NIXL_LIBFABRIC_USE_DEVICE_RDMA": "1",
+    "UCX_RCACHE_MAX_UNRELEASED": "1024",
+}
+UCX_ENV = {"UCX_TLS": "^cuda_ipc", "UCX_RNDV_SCHEME": "get_zcopy", "UCX_MAX_RNDV_RAILS": "4"}
+# Fabric profiles for the KV transfer between prefill and decode workers.
+FABRIC = {
+    "aws-efa": {"backends": ["LIBFABRIC"], "env": EFA_ENV, "nccl_ib_disable": "1", "resources": {"vpc.amazonaws.com/efa": "4"}},
+    "infiniband": {"backends": None, "env": UCX_ENV, "nccl_ib_disable": "0", "resources": {"rdma/ib": "1"}},
+    "none": {"backends": None, "env": UCX_ENV, "nccl_ib_disable": "0", "resources": {}},
+}
+
+
+def vllm_disagg(t: Target) -> list[dict]:
+    """1P1D: prefill and decode workers joined by NIXL over the target's fabric."""
+    gpu, p, fabric = GPU_PROFILE[t.gpu], t.params, FABRIC[t.fabric]
+    image, repo, cm = t.image, REPO[t.precision], f"{t.dgd_name}-config"
+    mamba = MAMBA + _rounding(p.get("philox_rounds", 5))
+    spec = ["--speculative-config", "$(SPECULATIVE_CONFIG)"] if p.get("spec_flag_split") else ["--speculative-config=$(SPECULATIVE_CONFIG)"]
+    module = ["-m", "dynamo.vllm"]
+    comps = [frontend(image, ["-m", "dynamo.frontend", "--trust-remote-code"])]
+    for name, kind, role in (("VllmPrefillWorker", "prefill", "kv_producer"), ("VllmDecodeWorker", "decode", "kv_consumer")):
+        in_command = kind in p.get("module_in_command", ())
+        args = (
+            ([] if in_command else module)
+            + _engine(repo, p.get("max_num_seqs", "32"), gpu["disagg_batched_tokens"])
+            + ["--async-scheduling"]
+            + (["--no-enable-flashinfer-autotune"] if gpu["disagg_autotune_off"] else [])
+            + _quantization(t)
+            + ["--enable-prefix-caching", "--mamba-cache-mode", "align", "--no-disable-hybrid-kv-cache-manager"]
+            + (PARSERS + mamba if p.get("parsers_first") else mamba + PARSERS)
+            + spec
+            + ["--kv-transfer-config", _kv_transfer(role, fabric["backends"]), "--disaggregation-mode", kind]
+        )
+        layout = {"VLLM_SSM_CONV_STATE_LAYOUT": "DS"}
+        tail = {"NIXL_LOG_LEVEL": "INFO"}
+        if p.get("fabric_env_before_layout"):
+            tail.update(fabric["env"])
+            tail.update(layout)
+        else:
+            tail.update(layout)
+        env = _worker_env(
+            cm,
+            before_spec=GB200_DISAGG_ENV if t.gpu == "gb200" else None,
+            after_spec=DISABLED_KERNELS if t.gpu in ("b200", "gb200") else None,
+            tail=tail,
+        )
+        env[[e["name"] for e in env].index("NCCL_IB_DISABLE")]["value"] = fabric["nccl_ib_disable"]
+        if not p.get("fabric_env_before_layout"):
+            env += k8s.envs(fabric["env"])
+        command = ["python3"] + (module if in_command else [])
+        worker = gpu_worker(name, kind, image, PRODUCT[t.gpu], command, args, env)
+        res = worker["podTemplate"]["spec"]["containers"][0]["resources"]
+        for k, v in fabric["resources"].items():
+            res["requests"][k] = v
+            res["limits"][k] = v
+        comps.append(worker)
+    return [_configmap(t), k8s.dgd(t.dgd_name, "vllm", comps)]
+
+
+# --------------------------------------------------------------------------- placement layers
+
+GB200_WORKER_TOLERATIONS = (
+    k8s.toleration("kubernetes.io/arch", "arm64"),
+    k8s.toleration("dedicated"),
+    k8s.toleration("skyhook.nvidia.com"),
+)
+
+
+def gb200_placement(frontend_tolerations: int) -> tuple[Op, ...]:
+    """GB200 (arm64) nodes: the frontend follows the GPU nodes; workers tolerate the arm64/dedicated taints."""
+    fe_tol = [k8s.toleration("nvidia.com/gpu"), *GB200_WORKER_TOLERATIONS][:frontend_tolerations]
+    return (
+        Set("nodeSelector", {"nvidia.com/gpu.product": PRODUCT["gb200"]}, scope="pod", on=FRONTEND),
+        Set("tolerations", fe_tol, scope="pod", on=FRONTEND),
+        Append("tolerations", GB200_WORKER_TOLERATIONS, scope="pod", on=WORKERS),
+    )
+
+
+# --------------------------------------------------------------------------- catalog entries
+
+def _vllm(dirname: str, gpu: str, topology: str, spec: str, precision: str, tokens: int, al: float, *, routing: str = "single",
+          dgd: str | None = None, perf: tuple | None = None, perf_source: str = PERF_MAIN, fabric: str | None = None, **params) -> Target:
+    """One Lightning vLLM target; ``params`` are the few upstream quirks of that file."""
+    fabric = fabric or ({"h100": "aws-efa", "gb200": "none"}.get(gpu, "infiniband") if topology == "disagg" else "none")
+    ops: tuple[Op, ...] = gb200_placement(4 if topology == "agg" else 2) if gpu == "gb200" else ()
+    return Target(
+        id=f"lightning-vllm-{dirname}",
+        upstream=f"nemotron-3.5-lightning/vllm/{dirname}/deploy.yaml",
+        model=MODEL, runtime="vllm", gpu=gpu, topology=topology, spec=spec, routing=routing, precision=precision, fabric=fabric,
+        shape="1P1D" if topology == "disagg" else None,
+        profile="current" if perf_source == PERF_MAIN else "legacy",
+        dgd_name=dgd or f"vllm-{dirname}", family=f"vllm-{topology}",
+        params={"spec_tokens": tokens, "synthetic_al": al, **params}, ops=ops,
+        perf=Perf(*perf, source=perf_source) if perf else None,
+        cache_jobs=("model-download-bf16" if precision == "bf16" else "model-download",),
+        image=versions.image("lightning-vllm"),
+    )
+
+
+VLLM_TARGETS = (
+    # H100 / H200, NVFP4
+    _vllm("agg-h100-mtp", "h100", "agg", "mtp", "nvfp4", 7, 3.687, parsers_first=True, perf=(12, 241.21, 1275.37, 106.28)),
+    _vllm("agg-h100-dflash", "h100", "agg", "dflash", "nvfp4", 5, 3.18, parsers_first=True, perf=(16, 216.44, 1757.75, 109.86)),
+    _vllm("agg-h100-dspark", "h100", "agg", "dspark", "nvfp4", 7, 3.69, perf=(20, 238.64, 1878.11, 93.91)),
+    _vllm("agg-h100-dspark-kv-router", "h100", "agg", "dspark", "nvfp4", 7, 3.69, routing="kv", perf=(80, 303.84, 2037.43, 101.87)),
+    _vllm("agg-h200-mtp", "h200", "agg", "mtp", "nvfp4", 7, 3.687, parsers_first=True, perf=(12, 250.66, 1478.67, 123.22)),
+    _vllm("agg-h200-dflash", "h200", "agg", "dflash", "nvfp4", 5, 3.18, parsers_first=True, perf=(16, 243.30, 1744.04, 109.00)),
+    _vllm("agg-h200-dspark", "h200", "agg", "dspark", "nvfp4", 7, 3.69, perf=(20, 243.97, 2193.59, 109.68)),
+    _vllm("agg-h200-dspark-kv-router", "h200", "agg", "dspark", "nvfp4", 7, 3.69, routing="kv", perf=(80, 286.67, 2171.00, 108.55)),
+    _vllm("disagg-h100-mtp", "h100", "disagg", "mtp", "nvfp4", 5, 3.421, parsers_first=True, spec_flag_split=True, explicit_quantization=True,
+          fabric_env_before_layout=True, perf=(12, 493.52, 1055.68, 175.95), perf_source=PERF_FIRST),
+    _vllm("disagg-h100-dflash", "h100", "disagg", "dflash", "nvfp4", 3, 2.73, parsers_first=True, spec_flag_split=True, perf=(12, 542.71, 1117.29, 186.21)),
+    _vllm("disagg-h100-dspark", "h100", "disagg", "dspark", "nvfp4", 1, 1.83, spec_flag_split=True, perf=(24, 2028.23, 1445.29, 120.44)),
+    _vllm("disagg-h200-mtp", "h200", "disagg", "mtp", "nvfp4", 5, 3.421, explicit_quantization=True, fabric_env_before_layout=True,
+          module_in_command=("prefill", "decode"), perf=(12, 424.66, 1203.97, 200.66), perf_source=PERF_FIRST),
+    _vllm("disagg-h200-dflash", "h200", "disagg", "dflash", "nvfp4", 3, 2.73, philox_rounds=1, module_in_command=("prefill", "decode"), perf=(12, 408.30, 1277.86, 212.98)),
+    _vllm("disagg-h200-dspark", "h200", "disagg", "dspark", "nvfp4", 1, 1.83, perf=(24, 834.80, 1656.90, 138.08)),
+    # B200 / GB200, BF16 (current main)
+    _vllm("agg-b200-mtp-bf16", "b200", "agg", "mtp", "bf16", 3, 2.874, perf=(18, 165.43, 2454.72, 136.37)),
+    _vllm("agg-b200-dspark-bf16", "b200", "agg", "dspark", "bf16", 7, 3.69, perf=(50, 221.49, 4005.48, 80.11)),
+    _vllm("agg-b200-dspark-kv-router-bf16", "b200", "agg", "dspark", "bf16", 7, 3.69, routing="kv", dgd="vllm-agg-b200-dspark-kvr-bf16",
+          perf=(192, 254.26, 4162.09, 86.71)),
+    _vllm("disagg-b200-dspark-bf16", "b200", "disagg", "dspark", "bf16", 1, 1.83, max_num_seqs="80", perf=(80, 1059.12, 3711.37, 92.78)),
+    _vllm("agg-gb200-mtp-bf16", "gb200", "agg", "mtp", "bf16", 3, 2.874, perf=(18, 228.77, 2289.75, 127.21)),
+    _vllm("agg-gb200-dspark-bf16", "gb200", "agg", "dspark", "bf16", 7, 3.69, perf=(58, 307.73, 4327.90, 74.62)),
+    _vllm("disagg-gb200-dflash-bf16", "gb200", "disagg", "dflash", "bf16", 7, 3.41, philox_rounds=1, module_in_command=("prefill", "decode"),
+          perf=(24, 10641.10, 1148.33, 95.69)),
+    _vllm("disagg-gb200-dspark-bf16", "gb200", "disagg", "dspark", "bf16", 1, 1.83, perf=(8, 569.70, 802.30, 200.58)),
+    # B200 / GB200, NVFP4 (first published layout, PR #13021; renamed or deleted upstream since)
+    _vllm("agg-b200-mtp", "b200", "agg", "mtp", "nvfp4", 3, 2.874, perf=(18, 217.12, 1829.94, 101.66), perf_source=PERF_FIRST),
+    _vllm("agg-b200-dflash", "b200", "agg", "dflash", "nvfp4", 5, 3.18, draft_triton_attn=True, perf=(20, 212.57, 2004.06, 100.20), perf_source=PERF_FIRST),
+    _vllm("agg-b200-dspark", "b200", "agg", "dspark", "nvfp4", 7, 3.69, perf=(24, 207.44, 2471.12, 102.96), perf_source=PERF_FIRST),
+    _vllm("agg-b200-dspark-kv-router", "b200", "agg", "dspark", "nvfp4", 7, 3.69, routing="kv", perf=(96, 295.03, 2507.70, 104.49), perf_source=PERF_FIRST),
+    _vllm("disagg-b200-dspark", "b200", "disagg", "dspark", "nvfp4", 1, 1.83, perf=(8, 236.43, 904.03, 226.01), perf_source=PERF_FIRST),
+    _vllm("agg-gb200-mtp", "gb200", "agg", "mtp", "nvfp4", 3, 2.874, perf=(18, 402.99, 1758.22, 97.68), perf_source=PERF_FIRST),
+    _vllm("agg-gb200-dflash", "gb200", "agg", "dflash", "nvfp4", 5, 3.18, draft_triton_attn=True, perf=(20, 429.97, 842.42, 42.12), perf_source=PERF_FIRST),
+    _vllm("agg-gb200-dspark", "gb200", "agg", "dspark", "nvfp4", 7, 3.69, perf=(24, 296.82, 2860.20, 119.18), perf_source=PERF_FIRST),
+    _vllm("disagg-gb200-dflash", "gb200", "disagg", "dflash", "nvfp4", 7, 3.41, philox_rounds=1, module_in_command=("prefill", "decode"),
+          perf=(4, 491.40, 584.85, 292.43), perf_source=PERF_FIRST),
+    _vllm("disagg-gb200-dspark", "gb200", "disagg", "dspark", "nvfp4", 1, 1.83, perf=(8, 599.17, 939.28, 234.82), perf_source=PERF_FIRST),
+)
+
+
+# --------------------------------------------------------------------------- model cache
+
+DOWNLOAD_SCRIPT = """import os
+from pathlib import Path
+from huggingface_hub import snapshot_download
+
+for env_name in ("BASE_MODEL", "DFLASH_MODEL", "DSPARK_MODEL"):
+    repo_id = os.environ[env_name]
+    print(f"Downloading {repo_id}", flush=True)
+    snapshot_download(repo_id=repo_id)
+
+for path in Path("/model-cache/hub").glob("*/snapshots"):
+    print(path)
+"""
+
+
+def download_job(name: str, precision: str) -> dict:
+    """Fills the shared HF cache with the base checkpoint and both draft models for one precision."""
+    repo = REPO[precision]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": 3,
+            "completions": 1,
+            "parallelism": 1,
+            "activeDeadlineSeconds": 3600,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "imagePullSecrets": k8s.pull_secrets(),
+                    "containers": [
+                        {
+                            "name": name,
+                            "image": versions.image("lightning-vllm"),
+                            "command": ["python3", "-c"],
+                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                            "envFrom": [{"secretRef": {"name": k8s.HF_SECRET}}],
+                            "env": k8s.envs(
+                                {
+                                    "BASE_MODEL": repo,
+                                    "DFLASH_MODEL": repo + DRAFT_SUFFIX["dflash"],
+                                    "DSPARK_MODEL": repo + DRAFT_SUFFIX["dspark"],
+                                    "HF_HOME": "/model-cache",
+                                    "HF_XET_HIGH_PERFORMANCE": "1",
+                                }
+                            ),
+                            "args": [DOWNLOAD_SCRIPT],
+                            "volumeMounts": [k8s.mount(k8s.CACHE_PVC, "/model-cache")],
+                        }
+                    ],
+                    "volumes": [k8s.pvc_volume()],
+                },
+            },
+        },
+    }
+
+
+from .lightning_trtllm import TRTLLM_TARGETS, trtllm_agg  # noqa: E402  (uses the helpers above)
+
+FAMILY = ModelFamily(
+    id=MODEL,
+    short="lightning",
+    served_model=REPO["nvfp4"],
+    cache_size="140Gi",
+    cache_mount="/model-cache",
+    builders={"vllm-agg": vllm_agg, "vllm-disagg": vllm_disagg, "trtllm-agg": trtllm_agg},
+    cache_job_builders={
+        "model-download": lambda: download_job("model-download", "nvfp4"),
+        "model-download-bf16": lambda: download_job("model-download-bf16", "bf16"),
+    },
+    defaults={"runtime": "vllm", "topology": "agg", "spec": "dspark", "routing": "single", "profile": "current",
+              "precision": {"h100": "nvfp4", "h200": "nvfp4", "b200": "bf16", "gb200": "bf16"}},
+    targets=VLLM_TARGETS + TRTLLM_TARGETS,
+)

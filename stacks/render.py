@@ -1,0 +1,60 @@
+"""Multi-document YAML for people: key order kept, multi-line strings as block literals."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from .config import NS, ConfigError, parse
+from .serving import build_plan
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper: yaml.SafeDumper, s: str):
+    if "\n" in s:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", s, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", s)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(objs: Iterable[dict]) -> str:
+    return yaml.dump_all(list(objs), Dumper=_Dumper, sort_keys=False, width=4096, default_flow_style=False)
+
+
+def stack_file(name: str, root: Path = REPO_ROOT) -> Path:
+    return root / f"Pulumi.{name}.yaml"
+
+
+def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The ``dynamo:`` keys of a committed stack, namespace stripped; secure values left encrypted."""
+    path = stack_file(name, root)
+    if not path.is_file():
+        stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+        raise ConfigError(f"stack {name!r} has no {path.name}; committed stacks: {', '.join(stacks)}")
+    data = yaml.safe_load(path.read_text()) or {}
+    cfg = data.get("config") or {}
+    out = {}
+    for k, v in cfg.items():
+        if k.startswith(NS + ":"):
+            out[k[len(NS) + 1:]] = v
+    return out
+
+
+def render_config(raw: dict[str, Any]) -> list[dict]:
+    return build_plan(parse(raw)).objects()
+
+
+def render_target(target_id: str) -> list[dict]:
+    return render_config({"target": target_id})
+
+
+def render_stack(name: str, root: Path = REPO_ROOT) -> list[dict]:
+    return render_config(stack_raw_config(name, root))

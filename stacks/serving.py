@@ -1,0 +1,160 @@
+"""Pure builder for the serving layer: config in, Kubernetes objects out.
+
+The Pulumi components (components/serving.py) and ``python -m stacks render``
+both call ``build_plan``, so what the command shows is what ``pulumi up`` creates.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
+
+from . import catalog
+from .catalog import k8s
+from .catalog.model import Target
+from .config import NS, ConfigError, StackConfig, select_target
+
+REDACTED = "<redacted: Pulumi secret>"
+HF_TOKEN_KEY = "HF_TOKEN"
+
+WAIT_FOR_READY = "pulumi.com/waitFor"
+TIMEOUT = "pulumi.com/timeoutSeconds"
+SKIP_AWAIT = "pulumi.com/skipAwait"
+
+
+@dataclass
+class ServingPlan:
+    target: Target
+    namespace: Optional[dict]
+    hf_secret: Optional[dict]  # token value is REDACTED here; the component injects the secret Output
+    cache_pvc: Optional[dict]
+    jobs: list[dict]  # in run order: download(s), then validate
+    configmaps: list[dict]
+    dgd: dict
+    hf_secret_name: str = k8s.HF_SECRET
+    claim_name: str = k8s.CACHE_PVC
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def objects(self) -> list[dict]:
+        out = [o for o in (self.namespace, self.hf_secret, self.cache_pvc) if o]
+        return out + self.jobs + self.configmaps + [self.dgd]
+
+
+def _walk(x: Any) -> Iterator[dict]:
+    if isinstance(x, dict):
+        yield x
+        for v in x.values():
+            yield from _walk(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _walk(v)
+
+
+def _set_pull_secrets(obj: dict, names: tuple[str, ...]) -> None:
+    for d in _walk(obj):
+        if d.get("imagePullSecrets") == [{"name": k8s.PLACEHOLDER_PULL_SECRET}]:
+            if names:
+                d["imagePullSecrets"] = [{"name": n} for n in names]
+            else:
+                del d["imagePullSecrets"]
+
+
+def _rename_refs(obj: dict, *, claim: str, hf_secret: str) -> None:
+    for d in _walk(obj):
+        pvc = d.get("persistentVolumeClaim")
+        if isinstance(pvc, dict) and pvc.get("claimName") == k8s.CACHE_PVC:
+            pvc["claimName"] = claim
+        ref = d.get("secretRef")
+        if isinstance(ref, dict) and ref.get("name") == k8s.HF_SECRET:
+            ref["name"] = hf_secret
+        skr = d.get("secretKeyRef")
+        if isinstance(skr, dict) and skr.get("name") == k8s.HF_SECRET:
+            skr["name"] = hf_secret
+
+
+def _duration_seconds(text: str, key: str) -> int:
+    import re
+
+    m = re.fullmatch(r"(\d+)(s|m|h)", text)
+    if not m:
+        raise ConfigError(f"{NS}:{key}: {text!r} is not a duration like 90s, 60m or 2h")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def component_names(dgd: dict) -> list[str]:
+    return [c["name"] for c in dgd["spec"]["components"]]
+
+
+def build_plan(cfg: StackConfig) -> ServingPlan:
+    t = select_target(cfg)
+    ns = cfg.namespace
+    recipe = copy.deepcopy(catalog.recipe_objects(t))
+    cache = copy.deepcopy(catalog.cache_objects(t, cfg.storage.size))
+    pvc, jobs = cache[0], cache[1:]
+    configmaps = [d for d in recipe if d["kind"] == "ConfigMap"]
+    dgd = next(d for d in recipe if d["kind"] == "DynamoGraphDeployment")
+
+    claim = cfg.storage.existing_claim or k8s.CACHE_PVC
+    hf_name = cfg.hf_token_secret_name or k8s.HF_SECRET
+    pvc["spec"]["accessModes"] = [cfg.storage.access_mode]
+    if cfg.storage.class_name:
+        pvc["spec"]["storageClassName"] = cfg.storage.class_name
+    else:
+        pvc["spec"].pop("storageClassName", None)  # the cluster's default StorageClass
+
+    # Component overrides: images and replicas, by DGD component name.
+    names = component_names(dgd)
+    for key in list(cfg.images) + list(cfg.replicas):
+        if key != "*" and key not in names:
+            raise ConfigError(f"{NS}:images/replicas: component {key!r} is not in {t.id}; components: {', '.join(names)} (or '*' for images)")
+    for comp in dgd["spec"]["components"]:
+        image = cfg.images.get(comp["name"], cfg.images.get("*"))
+        if image:
+            for c in comp["podTemplate"]["spec"]["containers"]:
+                c["image"] = image
+        if comp["name"] in cfg.replicas:
+            comp["replicas"] = cfg.replicas[comp["name"]]
+
+    wait = cfg.wait
+    job_timeout = _duration_seconds(wait.job_timeout, "wait.jobTimeout")
+    dgd_timeout = _duration_seconds(wait.dgd_timeout, "wait.dgdTimeout")
+    for job in jobs:
+        ann = job["metadata"].setdefault("annotations", {})
+        if wait.enabled:
+            ann[TIMEOUT] = str(job_timeout)
+        else:
+            ann[SKIP_AWAIT] = "true"
+    dgd_ann = dgd["metadata"].setdefault("annotations", {})
+    if wait.enabled:
+        dgd_ann[WAIT_FOR_READY] = "condition=Ready"
+        dgd_ann[TIMEOUT] = str(dgd_timeout)
+    else:
+        dgd_ann[SKIP_AWAIT] = "true"
+
+    namespaced = jobs + configmaps + [dgd] + ([] if cfg.storage.existing_claim else [pvc])
+    for obj in namespaced:
+        obj["metadata"]["namespace"] = ns
+        _set_pull_secrets(obj, cfg.image_pull_secrets)
+        _rename_refs(obj, claim=claim, hf_secret=hf_name)
+
+    secret = None
+    if not cfg.hf_token_secret_name:
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": k8s.HF_SECRET, "namespace": ns},
+            "type": "Opaque",
+            "stringData": {HF_TOKEN_KEY: REDACTED},
+        }
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} if cfg.create_namespace else None
+    return ServingPlan(
+        target=t,
+        namespace=namespace,
+        hf_secret=secret,
+        cache_pvc=None if cfg.storage.existing_claim else pvc,
+        jobs=jobs,
+        configmaps=configmaps,
+        dgd=dgd,
+        hf_secret_name=hf_name,
+        claim_name=claim,
+    )
