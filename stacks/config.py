@@ -104,7 +104,7 @@ class StackConfig(_Model):
 
 # Keys the serving layer owns; other namespaces' keys (aws:, kubernetes:) are not ours to check.
 SECRET_KEYS = {"hfToken"}
-CLUSTER_KEYS = {"cluster"}
+CLUSTER_KEYS = {"cluster", "kubeconfig"}
 
 
 def _fmt_loc(loc: tuple) -> str:

@@ -1,0 +1,55 @@
+"""Stack outputs that tell the user what to do next (pure, from the serving plan)."""
+from __future__ import annotations
+
+from . import catalog
+from .serving import ServingPlan
+
+
+def next_steps(plan: ServingPlan) -> dict:
+    t, dgd = plan.target, plan.dgd
+    ns, name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
+    svc = f"{name}-frontend"
+    model = _served_model(dgd)
+    concurrency = t.perf.concurrency if t.perf else 1
+    out = {
+        "target": t.id,
+        "upstreamRecipe": t.upstream or "-",
+        "experimental": t.experimental,
+        "namespace": ns,
+        "dgdName": name,
+        "frontendService": f"{svc}.{ns}.svc.cluster.local:8000",
+        "portForward": f"kubectl -n {ns} port-forward svc/{svc} 8000:8000",
+        "smokeTest": (
+            "curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' "
+            f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}], \"max_tokens\": 64}}'"
+        ),
+        "aiperf": (
+            f"aiperf profile --model {model} --url http://localhost:8000 --endpoint-type chat --streaming "
+            f"--concurrency {concurrency} --request-count {max(concurrency * 10, 100)}"
+        ),
+        "gpusNeeded": catalog.gpus_needed(dgd),
+    }
+    if t.perf:
+        out["expectedPerf"] = {
+            "concurrency": t.perf.concurrency,
+            "ttftP50Ms": t.perf.ttft_p50_ms,
+            "outputTokPerSecPerGpu": t.perf.output_tok_s_per_gpu,
+            "tokPerSecPerUser": t.perf.tok_s_per_user,
+            "source": t.perf.source,
+        }
+    return out
+
+
+def _served_model(dgd: dict) -> str:
+    for c in dgd["spec"]["components"]:
+        if c.get("type") == "frontend":
+            continue
+        for ctr in c["podTemplate"]["spec"]["containers"]:
+            for flag in ("--served-model-name", "--model"):
+                args = (ctr.get("command") or []) + (ctr.get("args") or [])
+                if flag in args:
+                    return args[args.index(flag) + 1]
+    for e in dgd["spec"].get("env") or []:
+        if e.get("name") == "SERVED_MODEL_NAME":
+            return e.get("value", "")
+    return ""

@@ -1,0 +1,30 @@
+"""Reads the ``dynamo:`` stack config from the Pulumi runtime as one plain mapping.
+
+Secret keys are left out: they are only read through ``pulumi.Config.get_secret``
+so they stay Pulumi secrets.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pulumi.runtime import config as rc
+
+from .config import NS
+
+
+def raw_config() -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    merged.update(rc.get_config_env())
+    merged.update(rc.CONFIG.get())
+    out: dict[str, Any] = {}
+    for key, value in merged.items():
+        if not key.startswith(NS + ":") or rc.is_config_secret(key) or key in rc.get_config_secret_keys_env():
+            continue
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value[:1] in "[{" or value in ("true", "false") or value.lstrip("-").isdigit() else value
+            except json.JSONDecodeError:
+                pass
+        out[key[len(NS) + 1:]] = value
+    return out

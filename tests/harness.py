@@ -1,0 +1,153 @@
+"""Run the real Pulumi program (``__main__.py``) under ``pulumi.runtime.set_mocks`` and
+record what the engine would receive for every resource: type, name, parent, dependencies,
+options, and the raw (still secret-wrapped) inputs."""
+from __future__ import annotations
+
+import json
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pmocks
+from pulumi.runtime import config as rc
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET_SIG = "4dabf18193072939515e22adb298388d"
+
+
+@dataclass
+class Registration:
+    type: str
+    name: str
+    urn: str
+    parent: str
+    dependencies: list[str]
+    retain_on_delete: bool
+    protect: bool
+    additional_secret_outputs: list[str]
+    raw_inputs: dict
+    inputs: dict
+
+
+@dataclass
+class Run:
+    resources: list[Registration] = field(default_factory=list)
+    outputs: dict = field(default_factory=dict)
+    raw_outputs: list[dict] = field(default_factory=list)
+
+    def by_type(self, typ: str) -> list[Registration]:
+        return [r for r in self.resources if r.type == typ]
+
+    def one(self, typ: str) -> Registration:
+        found = self.by_type(typ)
+        assert len(found) == 1, f"expected one {typ}, got {[r.name for r in found]}"
+        return found[0]
+
+    def urn_of(self, typ: str) -> str:
+        return self.one(typ).urn
+
+
+class Mocks(pmocks.Mocks):
+    def new_resource(self, args):
+        state = dict(args.inputs)
+        if args.typ == "kubernetes:core/v1:Secret" and "stringData" in state:
+            state.pop("stringData")
+        return (f"{args.name}-id", state)
+
+    def call(self, args):
+        return ({}, None)
+
+
+class RecordingMonitor(pmocks.MockMonitor):
+    def __init__(self, mocks, run: Run):
+        super().__init__(mocks)
+        self.run = run
+
+    def RegisterResource(self, request):
+        resp = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            raw = json_format.MessageToDict(request.object)
+            self.run.resources.append(
+                Registration(
+                    type=request.type,
+                    name=request.name,
+                    urn=resp.urn,
+                    parent=request.parent,
+                    dependencies=list(request.dependencies),
+                    retain_on_delete=bool(request.retainOnDelete),
+                    protect=bool(request.protect),
+                    additional_secret_outputs=list(request.additionalSecretOutputs),
+                    raw_inputs=raw,
+                    inputs=unwrap(raw),
+                )
+            )
+        return resp
+
+    def RegisterResourceOutputs(self, request):
+        raw = json_format.MessageToDict(request.outputs)
+        self.run.raw_outputs.append(raw)
+        return super().RegisterResourceOutputs(request)
+
+
+def unwrap(x: Any) -> Any:
+    if isinstance(x, dict):
+        if x.get(SECRET_SIG) == "1b47061264138c4ac30d75fd1eb44270":
+            return unwrap(x.get("value"))
+        return {k: unwrap(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [unwrap(v) for v in x]
+    return x
+
+
+def plain_occurrences(x: Any, needle: str) -> list[str]:
+    """Paths where ``needle`` appears outside a Pulumi secret envelope."""
+    hits: list[str] = []
+
+    def walk(v, path):
+        if isinstance(v, dict):
+            if v.get(SECRET_SIG) == "1b47061264138c4ac30d75fd1eb44270":
+                return
+            for k, w in v.items():
+                walk(w, f"{path}.{k}")
+        elif isinstance(v, list):
+            for i, w in enumerate(v):
+                walk(w, f"{path}[{i}]")
+        elif isinstance(v, str) and needle in v:
+            hits.append(path)
+
+    walk(x, "")
+    return hits
+
+
+def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, stack: str = "test") -> Run:
+    """Run __main__.py with ``dynamo:`` config (plain values) and secret config."""
+    run = Run()
+    secrets = secrets or {}
+    all_cfg = {f"dynamo:{k}": (json.dumps(v) if not isinstance(v, str) else v) for k, v in config.items()}
+    all_cfg.update({f"dynamo:{k}": v for k, v in secrets.items()})
+    rc.set_all_config(all_cfg, [f"dynamo:{k}" for k in secrets])
+    monitor = RecordingMonitor(Mocks(), run)
+    pmocks.set_mocks(Mocks(), project="dynamo", stack=stack, preview=False, monitor=monitor)
+
+    exported: dict[str, Any] = {}
+
+    def _export(name, value):
+        exported[name] = pulumi.Output.from_input(value)
+
+    @pulumi.runtime.test
+    def _go():
+        original = pulumi.export
+        pulumi.export = _export
+        try:
+            runpy.run_path(str(ROOT / "__main__.py"), run_name="__pulumi_main__")
+        finally:
+            pulumi.export = original
+        return pulumi.Output.all(**exported).apply(lambda v: run.outputs.update(v))
+
+    _go()
+    for raw in run.raw_outputs:
+        run.outputs.update(unwrap(raw))
+    return run

@@ -1,0 +1,90 @@
+"""Mock tests (pulumi.runtime.set_mocks) pinning the serving wiring."""
+import pytest
+
+from harness import plain_occurrences, run_program
+
+CANARY = "hf_CANARY_5f0c9e1d7a"
+BASE = {"target": "lightning-vllm-disagg-h100-dspark", "cluster": {"mode": "render", "renderDir": "/tmp/dynamo-mock-render"}}
+
+
+@pytest.fixture(scope="module")
+def run():
+    return run_program(BASE, {"hfToken": CANARY})
+
+
+def test_every_child_has_its_component_parent(run):
+    comps = {r.urn: r for r in run.resources if r.type.startswith("dynamo:serving:")}
+    serving = run.one("dynamo:serving:Serving")
+    for r in run.resources:
+        if r.type.startswith("dynamo:serving:") and r is not serving:
+            assert r.parent == serving.urn, r.name
+        elif r.type.startswith("kubernetes:") and r.type != "pulumi:providers:kubernetes":
+            assert r.parent in comps, f"{r.type} {r.name} parent {r.parent}"
+
+
+def test_type_tokens_follow_dynamo_module_type():
+    run = run_program(BASE, {"hfToken": CANARY})
+    tokens = {r.type for r in run.resources if r.type.startswith("dynamo:")}
+    assert tokens == {
+        "dynamo:serving:Serving", "dynamo:serving:Namespace", "dynamo:serving:HfTokenSecret",
+        "dynamo:serving:ModelCache", "dynamo:serving:ModelDownload", "dynamo:serving:DynamoGraph",
+    }
+
+
+def test_dgd_depends_on_download_job_and_configmap(run):
+    dgd = run.one("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
+    job = run.one("kubernetes:batch/v1:Job")
+    cm = run.one("kubernetes:core/v1:ConfigMap")
+    assert job.urn in dgd.dependencies
+    assert cm.urn in dgd.dependencies
+
+
+def test_download_job_waits_for_pvc_and_secret(run):
+    job = run.one("kubernetes:batch/v1:Job")
+    assert run.urn_of("kubernetes:core/v1:PersistentVolumeClaim") in job.dependencies
+    assert run.urn_of("kubernetes:core/v1:Secret") in job.dependencies
+
+
+def test_cache_pvc_is_retained_on_destroy_by_default(run):
+    assert run.one("kubernetes:core/v1:PersistentVolumeClaim").retain_on_delete is True
+
+
+def test_cache_pvc_opt_out_removes_it_on_destroy():
+    r = run_program({**BASE, "storage": {"protect": False}}, {"hfToken": CANARY})
+    assert r.one("kubernetes:core/v1:PersistentVolumeClaim").retain_on_delete is False
+
+
+def test_hf_token_is_secret_in_inputs_and_never_plain(run):
+    secret = run.one("kubernetes:core/v1:Secret")
+    assert secret.inputs["stringData"]["HF_TOKEN"] == CANARY  # it is there ...
+    for r in run.resources:  # ... but only inside a secret envelope
+        assert plain_occurrences(r.raw_inputs, CANARY) == [], r.name
+    assert "stringData" in secret.additional_secret_outputs
+
+
+def test_hf_token_never_in_stack_outputs(run):
+    assert run.outputs, "the program exports next steps"
+    for raw in run.raw_outputs:
+        assert CANARY not in str(raw)
+
+
+def test_existing_secret_name_creates_no_secret_and_is_referenced():
+    r = run_program({**BASE, "hfTokenSecretName": "team-hf"})
+    assert r.by_type("kubernetes:core/v1:Secret") == []
+    job = r.one("kubernetes:batch/v1:Job")
+    assert job.inputs["spec"]["template"]["spec"]["containers"][0]["envFrom"] == [{"secretRef": {"name": "team-hf"}}]
+
+
+def test_second_run_registers_identical_inputs(run):
+    again = run_program(BASE, {"hfToken": CANARY})
+    first = {(r.type, r.name): r.inputs for r in run.resources}
+    second = {(r.type, r.name): r.inputs for r in again.resources}
+    assert first == second
+
+
+def test_outputs_say_what_to_do_next(run):
+    o = run.outputs
+    assert o["portForward"] == "kubectl -n dynamo port-forward svc/vllm-disagg-h100-dspark-frontend 8000:8000"
+    assert "--concurrency 24" in o["aiperf"]
+    assert o["gpusNeeded"] == 2
+    assert o["expectedPerf"]["ttftP50Ms"] == 2028.23
