@@ -56,6 +56,21 @@ class WaitConfig(_Model):
     job_timeout: str = "60m"
     dgd_timeout: str = "60m"
 
+    @field_validator("job_timeout", "dgd_timeout")
+    @classmethod
+    def _duration(cls, v):
+        duration_seconds(v)
+        return v
+
+
+def duration_seconds(text: str) -> int:
+    import re
+
+    m = re.fullmatch(r"(\d+)(s|m|h)", text)
+    if not m:
+        raise ValueError(f"{text!r} is not a duration like 90s, 60m or 2h")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+
 
 class StackConfig(_Model):
     target: Optional[str] = None
@@ -132,11 +147,14 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     return cfg
 
 
-def _default(fam_defaults: dict, axis: str, chosen: dict) -> Any:
+def _defaults(fam_defaults: dict, axis: str, chosen: dict) -> tuple:
+    """Preferred values for an axis, best first: a value, a tuple of values, or a per-GPU mapping."""
     d = fam_defaults.get(axis)
     if isinstance(d, dict):
-        return d.get(chosen.get("gpu"))
-    return d
+        d = d.get(chosen.get("gpu"))
+    if d is None:
+        return ()
+    return tuple(d) if isinstance(d, (tuple, list)) else (d,)
 
 
 def select_target(cfg: StackConfig) -> Target:
@@ -152,30 +170,34 @@ def select_target(cfg: StackConfig) -> Target:
                 raise ConfigError(f"{NS}:{axis}: {v!r} contradicts target {t.id} ({axis}={t.axis(axis)})")
         return t
     fam = next(f for f in families().values() if f.id == cfg.model)
+    explicit = {a: getattr(cfg, a) for a in SELECT_ORDER[1:] if getattr(cfg, a) is not None}
     pool = list(fam.targets)
     chosen: dict[str, str] = {"model": cfg.model}
     for axis in SELECT_ORDER[1:]:
         values = sorted({t.axis(axis) for t in pool if t.axis(axis) is not None})
-        want = getattr(cfg, axis)
+        want = explicit.get(axis)
         if want is not None:
             narrowed = [t for t in pool if t.axis(axis) == want]
             if not narrowed:
                 where = ", ".join(f"{k}={v}" for k, v in chosen.items())
-                hint = _hint(axis, chosen, values)
                 raise ConfigError(
-                    f"{NS}:{axis}: {want!r} is not qualified for {where}; qualified choices: {', '.join(values) or 'none'}{hint}"
+                    f"{NS}:{axis}: {want!r} is not qualified for {where}; qualified choices: {', '.join(values) or 'none'}{_hint(axis, chosen, values)}"
                 )
             pool = narrowed
             chosen[axis] = want
             continue
-        if len(values) <= 1:
-            if values:
-                chosen[axis] = values[0]
-            continue
-        d = _default(fam.defaults, axis, chosen)
-        if d in values:
-            pool = [t for t in pool if t.axis(axis) == d]
-            chosen[axis] = d
+        # Defaults only choose among targets that still honour every key the user did set.
+        compatible = [t for t in pool if all(t.axis(a) == v for a, v in explicit.items())]
+        options = sorted({t.axis(axis) for t in (compatible or pool) if t.axis(axis) is not None})
+        for d in _defaults(fam.defaults, axis, chosen):
+            if d in options:
+                pool = [t for t in pool if t.axis(axis) == d]
+                chosen[axis] = d
+                break
+        else:
+            if len(options) == 1:
+                pool = [t for t in pool if t.axis(axis) == options[0]]
+                chosen[axis] = options[0]
     if len(pool) != 1:
         ids = ", ".join(sorted(t.id for t in pool))
         raise ConfigError(f"{NS}: config matches {len(pool)} targets ({ids}); set more of {', '.join(SELECT_ORDER)} or dynamo:target")

@@ -47,8 +47,11 @@ def _served_model(dgd: dict) -> str:
         for ctr in c["podTemplate"]["spec"]["containers"]:
             for flag in ("--served-model-name", "--model"):
                 args = (ctr.get("command") or []) + (ctr.get("args") or [])
-                if flag in args:
-                    return args[args.index(flag) + 1]
+                for i, a in enumerate(args):
+                    if a == flag and i + 1 < len(args):
+                        return args[i + 1]
+                    if isinstance(a, str) and a.startswith(flag + "="):
+                        return a.split("=", 1)[1]
     for e in dgd["spec"].get("env") or []:
         if e.get("name") == "SERVED_MODEL_NAME":
             return e.get("value", "")

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Optional
 from . import catalog
 from .catalog import k8s
 from .catalog.model import Target
-from .config import NS, ConfigError, StackConfig, select_target
+from .config import NS, ConfigError, StackConfig, duration_seconds, select_target
 
 REDACTED = "<redacted: Pulumi secret>"
 HF_TOKEN_KEY = "HF_TOKEN"
@@ -72,15 +72,6 @@ def _rename_refs(obj: dict, *, claim: str, hf_secret: str) -> None:
             skr["name"] = hf_secret
 
 
-def _duration_seconds(text: str, key: str) -> int:
-    import re
-
-    m = re.fullmatch(r"(\d+)(s|m|h)", text)
-    if not m:
-        raise ConfigError(f"{NS}:{key}: {text!r} is not a duration like 90s, 60m or 2h")
-    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
-
-
 def component_names(dgd: dict) -> list[str]:
     return [c["name"] for c in dgd["spec"]["components"]]
 
@@ -116,8 +107,8 @@ def build_plan(cfg: StackConfig) -> ServingPlan:
             comp["replicas"] = cfg.replicas[comp["name"]]
 
     wait = cfg.wait
-    job_timeout = _duration_seconds(wait.job_timeout, "wait.jobTimeout")
-    dgd_timeout = _duration_seconds(wait.dgd_timeout, "wait.dgdTimeout")
+    job_timeout = duration_seconds(wait.job_timeout)
+    dgd_timeout = duration_seconds(wait.dgd_timeout)
     for job in jobs:
         ann = job["metadata"].setdefault("annotations", {})
         if wait.enabled:

@@ -456,7 +456,7 @@ FAMILY = ModelFamily(
         "model-download": lambda: download_job("model-download", "nvfp4"),
         "model-download-bf16": lambda: download_job("model-download-bf16", "bf16"),
     },
-    defaults={"runtime": "vllm", "topology": "agg", "spec": "dspark", "routing": "single", "profile": "current",
+    defaults={"gpu": "h100", "runtime": "vllm", "topology": "agg", "spec": ("dspark", "mtp"), "routing": "single", "profile": "current",
               "precision": {"h100": "nvfp4", "h200": "nvfp4", "b200": "bf16", "gb200": "bf16"}},
     targets=VLLM_TARGETS + TRTLLM_TARGETS,
 )

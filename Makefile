@@ -1,0 +1,57 @@
+# The README's two commands: `make up` (set-up, then `pulumi up --stack dev`) and `make test` (set-up, then every test).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+CACHE        ?= $(HOME)/.cache/dynamo-pulumi-toolchain
+UV_VERSION   := 0.13.9
+UV           := $(CACHE)/uv-$(UV_VERSION)/bin/uv
+PY           := .venv/bin/python
+
+# Local, credential-free Pulumi: pinned binaries from tools/toolchain.sh, file backend in the clone,
+# no plugin downloads. The passphrase only protects the local dev/test stacks (no real secrets in them).
+export PATH := $(CURDIR)/.tools/bin:$(PATH)
+export PULUMI_SKIP_UPDATE_CHECK := true
+export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION := true
+export PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
+export PULUMI_CONFIG_PASSPHRASE ?= dynamo-local-dev
+export DYNAMO_TOOLCHAIN_CACHE ?= $(CACHE)
+
+.PHONY: help setup python toolchain up test unit engine bench fidelity clean
+
+help:
+	@echo "make up    - set-up, then pulumi up --stack dev (renders manifests to ./rendered, no cloud account)"
+	@echo "make test  - set-up, then every test (unit, mock, fidelity, engine against a local kube-apiserver)"
+
+$(UV):
+	python3 -m venv $(CACHE)/uv-$(UV_VERSION)
+	$(CACHE)/uv-$(UV_VERSION)/bin/pip install --quiet uv==$(UV_VERSION)
+
+python: $(UV)
+	$(UV) sync --locked
+
+toolchain:
+	tools/toolchain.sh
+	tools/kube-local.sh build
+
+setup: python toolchain
+
+up: setup
+	mkdir -p .pulumi-state
+	pulumi stack select dev --create --non-interactive
+	pulumi up --stack dev --yes --non-interactive --skip-preview
+	pulumi stack output --stack dev
+
+test: setup
+	$(PY) -m pytest
+
+unit: python
+	$(PY) -m pytest -m "not engine"
+
+bench: python
+	$(PY) benchmarks/render_all.py
+
+fidelity: python
+	$(PY) -m stacks fidelity
+
+clean:
+	rm -rf .venv .tools .pulumi-state rendered

@@ -1,0 +1,39 @@
+"""Benchmark: time and object count of `render --all` over the whole catalog (aim: under 2 s here).
+
+Prints figures; it asserts nothing (speed targets are measured, not tested).
+"""
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from stacks import catalog  # noqa: E402
+from stacks.render import render_target, to_yaml  # noqa: E402
+
+
+def once(out: Path) -> tuple[float, int]:
+    start = time.perf_counter()
+    objects = 0
+    for tid in sorted(catalog.targets()):
+        objs = render_target(tid)
+        objects += len(objs)
+        (out / f"{tid}.yaml").write_text(to_yaml(objs))
+    return time.perf_counter() - start, objects
+
+
+def main() -> None:
+    t0 = time.perf_counter()
+    n = len(catalog.targets())
+    load = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as d:
+        runs = [once(Path(d)) for _ in range(5)]
+    times = [r[0] for r in runs]
+    print(f"targets: {n}  objects per render --all: {runs[0][1]}  catalog load: {load * 1000:.1f} ms")
+    print(f"render --all: median {statistics.median(times):.3f} s  min {min(times):.3f} s  max {max(times):.3f} s  (5 runs)")
+
+
+if __name__ == "__main__":
+    main()
