@@ -149,7 +149,10 @@ class Serving(pulumi.ComponentResource):
     namespace: pulumi.Output[str]
 
     def __init__(self, name: str, plan: ServingPlan, hf_token: Optional[pulumi.Input[str]], protect_cache: bool,
-                 opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = ()):
+                 opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
+                 graph_depends_on: Sequence[pulumi.Resource] = ()):
+        """``depends_on``: what the cache and download need (storage, system nodes);
+        ``graph_depends_on``: what only the DGD needs (GPU nodes, device plugins, the Dynamo platform)."""
         super().__init__(f"{PKG}:serving:Serving", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         ns_name = _meta(plan.dgd)["namespace"]
@@ -159,7 +162,7 @@ class Serving(pulumi.ComponentResource):
         self.cache = ModelCache(f"{name}-model-cache", plan.cache_pvc, plan.claim_name, protect_cache, opts=child, depends_on=base)
         ready = base + [r for r in (self.secret.resource, self.cache.resource) if r]
         self.download = ModelDownload(f"{name}-model-download", plan.jobs, opts=child, depends_on=ready)
-        self.graph = DynamoGraph(f"{name}-graph", plan, opts=child, depends_on=base + self.download.jobs)
+        self.graph = DynamoGraph(f"{name}-graph", plan, opts=child, depends_on=base + list(graph_depends_on) + self.download.jobs)
         self.dgd_name = self.graph.dgd_name
         self.namespace = self.ns.name
         self.register_outputs({"dgdName": self.dgd_name, "namespace": self.namespace})

@@ -87,6 +87,9 @@ def main(argv=None) -> int:
     f.add_argument("--target")
     f.add_argument("-v", "--verbose", action="store_true")
     f.set_defaults(fn=cmd_fidelity)
+    from .preflight import add_subparser as add_preflight
+
+    add_preflight(sub)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

@@ -1,20 +1,28 @@
-"""Where the serving objects go: a directory of YAML (no cluster), an existing cluster, or a new EKS cluster."""
+"""Where the serving objects go (``dynamo:cluster``): a directory of YAML, an existing cluster, or a new EKS cluster."""
 from __future__ import annotations
 
-import os
 from typing import Any, Literal, Optional
 
 from pydantic import ValidationError
 
-from .config import NS, ConfigError, _Model, _error_text
+from .cluster import EksConfig
+from .config import ConfigError, _error_text
 
 
-class ClusterConfig(_Model):
-    # render: write manifests to render_dir (no cluster, no credentials); kubeconfig: an existing cluster.
+class ClusterConfig(EksConfig):
+    # render: write manifests to render_dir (no cluster, no credentials); kubeconfig: an existing cluster
+    # (secret dynamo:kubeconfig, or kubeconfigPath/KUBECONFIG, and context); eks: create the cluster (EKS keys).
     mode: Literal["render", "kubeconfig", "eks"] = "render"
     render_dir: str = "rendered"
     kubeconfig_path: Optional[str] = None
     context: Optional[str] = None
+    # Device plugins for the target's fabric and the NVIDIA stack on an existing cluster (EKS always installs them).
+    install_device_plugins: bool = False
+    # Dynamo platform: default on for eks, off for existing clusters (they usually have it).
+    install_platform: Optional[bool] = None  # type: ignore[assignment]
+
+    def platform_wanted(self) -> bool:
+        return self.mode == "eks" if self.install_platform is None else bool(self.install_platform)
 
 
 def cluster_config(raw: dict[str, Any]) -> ClusterConfig:
@@ -23,21 +31,3 @@ def cluster_config(raw: dict[str, Any]) -> ClusterConfig:
     except ValidationError as e:
         errs = [dict(x, loc=("cluster",) + tuple(x["loc"])) for x in e.errors()]
         raise ConfigError("invalid stack config:\n  " + "\n  ".join(_error_text(x) for x in errs)) from None
-
-
-def kubernetes_provider(raw: dict[str, Any], dynamo_config):
-    import pulumi
-    import pulumi_kubernetes as k8s
-
-    cc = cluster_config(raw)
-    if cc.mode == "render":
-        return k8s.Provider("render", render_yaml_to_directory=cc.render_dir)
-    if cc.mode == "kubeconfig":
-        kubeconfig = dynamo_config.get_secret("kubeconfig")  # content, kept secret
-        if kubeconfig is None:
-            path = cc.kubeconfig_path or os.environ.get("KUBECONFIG")
-            if not path:
-                raise pulumi.RunError(f"{NS}:cluster.mode is kubeconfig but neither {NS}:kubeconfig (secret) nor {NS}:cluster.kubeconfigPath nor KUBECONFIG is set")
-            kubeconfig = pulumi.Output.secret(open(os.path.expanduser(path)).read())
-        return k8s.Provider("cluster", kubeconfig=kubeconfig, context=cc.context)
-    raise pulumi.RunError(f"{NS}:cluster.mode 'eks' needs the cluster layer, which this program does not build yet")

@@ -76,7 +76,9 @@ def component_names(dgd: dict) -> list[str]:
     return [c["name"] for c in dgd["spec"]["components"]]
 
 
-def build_plan(cfg: StackConfig) -> ServingPlan:
+def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None, job_node_selector: Optional[dict] = None) -> ServingPlan:
+    """``default_storage_class``: the class the cluster layer created (used when storage.className is unset);
+    ``job_node_selector``: where the download Jobs run (the EKS system node group)."""
     t = select_target(cfg)
     ns = cfg.namespace
     recipe = copy.deepcopy(catalog.recipe_objects(t))
@@ -88,8 +90,8 @@ def build_plan(cfg: StackConfig) -> ServingPlan:
     claim = cfg.storage.existing_claim or k8s.CACHE_PVC
     hf_name = cfg.hf_token_secret_name or k8s.HF_SECRET
     pvc["spec"]["accessModes"] = [cfg.storage.access_mode]
-    if cfg.storage.class_name:
-        pvc["spec"]["storageClassName"] = cfg.storage.class_name
+    if cfg.storage.class_name or default_storage_class:
+        pvc["spec"]["storageClassName"] = cfg.storage.class_name or default_storage_class
     else:
         pvc["spec"].pop("storageClassName", None)  # the cluster's default StorageClass
 
@@ -110,6 +112,8 @@ def build_plan(cfg: StackConfig) -> ServingPlan:
     job_timeout = duration_seconds(wait.job_timeout)
     dgd_timeout = duration_seconds(wait.dgd_timeout)
     for job in jobs:
+        if job_node_selector:
+            job["spec"]["template"]["spec"]["nodeSelector"] = dict(job_node_selector)
         ann = job["metadata"].setdefault("annotations", {})
         if wait.enabled:
             ann[TIMEOUT] = str(job_timeout)

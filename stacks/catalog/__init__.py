@@ -46,6 +46,8 @@ def cache_objects(t: Target, size: str | None = None) -> list[dict]:
     """Model-cache PVC plus the Jobs that fill (and validate) it, in run order."""
     fam = family_of(t)
     objs = [k8s.pvc(k8s.CACHE_PVC, size or fam.cache_size)]
+    if fam.cache_labels:
+        objs[0]["metadata"]["labels"] = dict(fam.cache_labels)
     objs += [fam.cache_job_builders[name]() for name in t.cache_jobs]
     return objs
 

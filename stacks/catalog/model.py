@@ -76,5 +76,6 @@ class ModelFamily:
     cache_mount: str
     builders: dict[str, Callable[[Target], list[dict]]]
     cache_job_builders: dict[str, Callable[[Any], dict]]
-    defaults: dict[str, Any]  # per-axis default, or callable(gpu)->value
+    defaults: dict[str, Any]  # per-axis default: a value, preferred values, or a per-GPU mapping
     targets: tuple[Target, ...] = ()
+    cache_labels: dict[str, str] = field(default_factory=dict)  # labels on the model-cache PVC

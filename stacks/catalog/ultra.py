@@ -1,7 +1,670 @@
-"""Placeholder family: filled in by the catalog work for this model."""
+"""Nemotron-3-Ultra (550B-A55B NVFP4): the Dynamo 1.4.0 Refresh profiles and the Day-0 256K profiles.
+
+Upstream has no shared base: every profile is a hand-kept manifest whose
+workers run a bash preflight and then ``exec python3 -m dynamo.vllm`` with the
+flags written one per line. Here three builders produce them:
+
+* ``vllm-refresh-agg``   -- two KV-routed aggregated workers (B200/GB200 TP4, H200 TP8), 256K or 1M;
+* ``vllm-refresh-disagg`` -- 1P2D (256K) or 1P1D (1M) over UCX/RDMA, InfiniBand (B200/H200) or GKE RDMA (GB200);
+* ``vllm-day0``          -- the first published profiles (one worker, expert parallel, MTP 1 or none; 1P1D disagg).
+
+The engine flags come in two upstream orders (``_flags_a``: Blackwell agg, GKE
+disagg, Day-0; ``_flags_b``: H200 agg and the InfiniBand disagg files, which
+were derived from each other). Embedded scripts are module constants with
+``@NAME@`` placeholders, kept byte-identical to upstream.
+"""
 from __future__ import annotations
 
-from .model import ModelFamily
+import json
 
-FAMILY = ModelFamily(id="ultra-pending", short="ultra", served_model="", cache_size="1Gi", cache_mount="/model-cache",
-                     builders={}, cache_job_builders={}, defaults={}, targets=())
+from .. import versions
+from . import k8s
+from .model import ModelFamily, Target
+from .ops import FRONTEND, WORKERS, Delete, EnvRemove, Op, Set
+
+MODEL = "nemotron-3-ultra"
+REPO = "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"
+CACHE_MOUNT = "/opt/models"
+MODEL_PATH = f"{CACHE_MOUNT}/patched/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"
+PRODUCT = {"b200": "NVIDIA-B200", "h200": "NVIDIA-H200", "gb200": "NVIDIA-GB200"}
+GPUS = {"b200": 4, "gb200": 4, "h200": 8}  # one worker = one node's GPUs (TP4 Blackwell, TP8 Hopper)
+MAX_LEN = {"256k": 262144, "1m": 1048576}
+REFRESH_LABEL = "nemotron-ultra-refresh.nvidia.com"
+DAY0_LABEL = "nemotron-ultra.nvidia.com"
+PART_OF = {"refresh": "nemotron-3-ultra", "day0": "nemotron-ultra"}
+CUBINS = "/usr/local/lib/python3.12/dist-packages/flashinfer_cubin/cubins/flashinfer"
+ARTIFACTS_PVC = "nemotron-ultra-aiperf-artifacts"  # Day-0 disagg writes NIXL transfer traces here
+
+# Per-GPU engine settings of the Refresh profiles.
+REFRESH_GPU = {
+    "b200": {"batched": {"256k": 32768, "1m": 49152}, "util": "0.9", "hopper": False},
+    "gb200": {"batched": {"256k": 32768, "1m": 49152}, "util": "0.9", "hopper": False},
+    "h200": {"batched": {"256k": 24576, "1m": 24576}, "util": "0.95", "hopper": True},
+}
+DAY0_UTIL = {"b200": "0.9", "h200": "0.85"}
+
+# --------------------------------------------------------------------------- embedded scripts (verbatim upstream)
+
+MODEL_PREFLIGHT = """set -Eeuo pipefail
+test -r "${MODEL_PATH}/config.json" || { echo "MODEL_PREFLIGHT_FAIL class=model_config_missing path=${MODEL_PATH}/config.json"; exit 42; }
+test -r "${MODEL_PATH}/ultra_v3_reasoning_parser.py" || { echo "MODEL_PREFLIGHT_FAIL class=reasoning_parser_missing path=${MODEL_PATH}/ultra_v3_reasoning_parser.py"; exit 43; }
+"""
+
+# Refresh disagg workers name the reasoning-parser plugin once as ${PLUGIN}.
+PLUGIN_PREFLIGHT = """set -Eeuo pipefail
+test -r "${MODEL_PATH}/config.json" || { echo "MODEL_PREFLIGHT_FAIL class=model_config_missing path=${MODEL_PATH}"; exit 42; }
+PLUGIN="${MODEL_PATH}/ultra_v3_reasoning_parser.py"
+test -r "${PLUGIN}" || { echo "MODEL_PREFLIGHT_FAIL class=reasoning_parser_missing path=${PLUGIN}"; exit 43; }
+"""
+
+# B200/H200 disagg: count GPUs, then derive UCX_NET_DEVICES from the RDMA devices the pod was given.
+IB_GUARD = """echo "PRESTART_GPU_GUARD_BEGIN role=@ROLE@"
+visible_count="$(nvidia-smi -L | grep -c '^GPU ')"
+test "${visible_count}" -eq @GPUS@ || { echo "PRESTART_GPU_GUARD_FAIL class=gpu_visibility_count_mismatch role=@ROLE@ visible_count=${visible_count}"; exit 96; }
+nvidia-smi --query-gpu=index,uuid,memory.total,memory.used,memory.free,utilization.gpu --format=csv,noheader,nounits
+ls -l /dev/infiniband
+UCX_NET_DEVICES=""
+for uverbs in /dev/infiniband/uverbs*; do
+  [ -e "${uverbs}" ] || continue
+  index="${uverbs##*uverbs}"
+  UCX_NET_DEVICES="${UCX_NET_DEVICES:+${UCX_NET_DEVICES},}mlx5_${index}:1"
+done
+test -n "${UCX_NET_DEVICES}" || { echo "RDMA_PREFLIGHT_FAIL class=no_uverbs role=@ROLE@"; exit 98; }
+export UCX_NET_DEVICES
+echo "RDMA_PREFLIGHT_PASS role=@ROLE@ UCX_NET_DEVICES=${UCX_NET_DEVICES}"
+"""
+
+# GB200 on GKE: clean GPUs, the four GKE RDMA interfaces/devices, and a NIXL UCX plugin.
+GKE_GUARD = r"""echo "PRESTART_GPU_GUARD_BEGIN role=@ROLE@"
+nvidia-smi -L
+visible_count="$(nvidia-smi -L | grep -c '^GPU ')"
+if [ "${visible_count}" -ne @GPUS@ ]; then
+  echo "PRESTART_GPU_GUARD_FAIL class=gpu_visibility_count_mismatch role=@ROLE@ visible_count=${visible_count}"
+  exit 96
+fi
+mem_rows="$(nvidia-smi --query-gpu=index,uuid,memory.used,utilization.gpu --format=csv,noheader,nounits)"
+echo "${mem_rows}"
+dirty_count="$(printf '%s\n' "${mem_rows}" | awk -F',' '{gsub(/ /,"",$3); if (($3+0)>1024) c++} END{print c+0}')"
+if [ "${dirty_count}" -ne 0 ]; then
+  echo "PRESTART_GPU_GUARD_FAIL class=gpu_memory_dirty role=@ROLE@ dirty_count=${dirty_count}"
+  exit 97
+fi
+rdma_ifaces=""
+for iface in rdma0 rdma1 rdma2 rdma3; do
+  test -e "/sys/class/net/${iface}" || { echo "RDMA_PREFLIGHT_FAIL class=missing_gke_rdma_interface role=@ROLE@ interface=${iface}"; exit 98; }
+  rdma_ifaces="${rdma_ifaces}${iface} "
+done
+for ibdev in mlx5_0 mlx5_1 mlx5_2 mlx5_3; do
+  test -e "/sys/class/infiniband/${ibdev}" || { echo "RDMA_PREFLIGHT_FAIL class=missing_infiniband_device role=@ROLE@ device=${ibdev}"; exit 99; }
+done
+test -c /dev/infiniband/rdma_cm || { echo "RDMA_PREFLIGHT_FAIL class=missing_rdma_cm role=@ROLE@"; exit 100; }
+for uverbs in uverbs0 uverbs1 uverbs2 uverbs3; do
+  test -c "/dev/infiniband/${uverbs}" || { echo "RDMA_PREFLIGHT_FAIL class=missing_uverbs_device role=@ROLE@ device=${uverbs}"; exit 101; }
+done
+python3 -c 'import nixl; a=nixl.nixl_agent("ucx_preflight_@ROLE@"); assert "UCX" in a.get_plugin_list()'
+unset UCX_NET_DEVICES
+echo "TRANSPORT_PREFLIGHT_PASS role=@ROLE@ backend=UCX path=rdma platform=gcp attachment=extended-resource interfaces=${rdma_ifaces}"
+echo "PRESTART_GPU_GUARD_PASS role=@ROLE@"
+"""
+
+# Day-0: refuse to start on GPUs that are missing, dirty or still running something.
+DAY0_GUARD = r"""echo "PRESTART_GPU_GUARD_BEGIN @TAG@ ts=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+nvidia-smi -L
+nvidia-smi --query-gpu=index,uuid,memory.total,memory.used,memory.free,utilization.gpu --format=csv,noheader,nounits
+visible_count="$(nvidia-smi -L | grep -c '^GPU ')"
+if [ "${visible_count}" -ne @GPUS@ ]; then
+  echo "PRESTART_GPU_GUARD_FAIL class=prestart_gpu_visibility_count_mismatch @TAG@ visible_count=${visible_count}"
+  exit 96
+fi
+mem_rows="$(nvidia-smi --query-gpu=index,uuid,memory.used,utilization.gpu --format=csv,noheader,nounits)"
+echo "${mem_rows}"
+dirty_count="$(printf '%s\n' "${mem_rows}" | awk -F',' '{gsub(/ /,"",$3); if (($3+0)>1024) c++} END{print c+0}')"
+if [ "${dirty_count}" -ne 0 ]; then
+  echo "PRESTART_GPU_GUARD_FAIL class=prestart_gpu_memory_dirty @TAG@ dirty_count=${dirty_count}"
+  exit 97
+fi
+compute_apps="$(nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits || true)"
+if [ -n "${compute_apps}" ]; then
+  printf '%s\n' "${compute_apps}"
+  echo "PRESTART_GPU_GUARD_FAIL class=prestart_gpu_compute_apps_visible @TAG@"
+  exit 98
+fi
+"""
+
+DAY0_NIXL_DEBUG = """export ULTRA_NIXL_XFER_DEBUG_JSONL="/artifacts/runs/nemotron-ultra-1p1d/native/@ROLE@/${HOSTNAME}.jsonl"
+mkdir -p "$(dirname "${ULTRA_NIXL_XFER_DEBUG_JSONL}")"
+echo "ULTRA_NIXL_XFER_DEBUG_JSONL=${ULTRA_NIXL_XFER_DEBUG_JSONL} schema=${ULTRA_NIXL_XFER_DEBUG_SCHEMA}"
+"""
+
+# Day-0 frontends record the exact command line before exec.
+DAY0_FRONTEND = r"""set -Eeuo pipefail
+mkdir -p "${LOG_DIR:-/tmp/nemotron-ultra}/status"
+frontend_args=(
+  --router-mode kv
+  --router-kv-events
+  --kv-cache-block-size @BLOCK@
+  --http-host 0.0.0.0
+  --http-port 8000
+)
+printf '%q ' python3 -m dynamo.frontend "${frontend_args[@]}" >"${LOG_DIR:-/tmp/nemotron-ultra}/status/vllm_frontend_command.txt"
+printf '\n' >>"${LOG_DIR:-/tmp/nemotron-ultra}/status/vllm_frontend_command.txt"
+exec python3 -m dynamo.frontend "${frontend_args[@]}"
+"""
+
+ULIMIT = "ulimit -l unlimited\n"
+
+
+def _fill(template: str, **values) -> str:
+    for k, v in values.items():
+        template = template.replace(f"@{k.upper()}@", str(v))
+    return template
+
+
+def _exec(module: str, flags: list[str], style: str = "lines") -> str:
+    """``exec python3 -m <module>`` with upstream's layouts: one flag a line, first flag inline, or one line."""
+    head = f"exec python3 -m {module}"
+    if style == "oneline":
+        return "   ".join([head] + flags) + "\n"
+    if style == "inline-first":
+        return " \\\n  ".join([f"{head}   {flags[0]}"] + flags[1:]) + "\n"
+    return " \\\n  ".join([head] + flags) + "\n"
+
+
+# --------------------------------------------------------------------------- engine flags
+
+KV_EVENTS_LOCAL = "--kv-events-config '{\"enable_kv_cache_events\": true}'"
+KV_EVENTS_ZMQ = "--kv-events-config '" + json.dumps(
+    {"publisher": "zmq", "topic": "kv-events", "endpoint": "tcp://*:5571", "enable_kv_cache_events": True}, separators=(",", ":")) + "'"
+KV_TRANSFER = "--kv-transfer-config '" + json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":")) + "'"
+BLACKWELL_BACKENDS = ["--attention-backend FLASHINFER", "--linear-backend cutlass", "--moe-backend flashinfer_trtllm"]
+HOPPER_PARALLEL = ["--data-parallel-size 1", "--pipeline-parallel-size 1", "--decode-context-parallel-size 1"]
+HOPPER_COMPILE = ["-cc.pass_config.fuse_norm_quant=True", "-cc.pass_config.fuse_act_quant=True"]
+REFRESH_MAMBA = ["--mamba-cache-mode align", "--mamba-ssm-cache-dtype bfloat16"]
+FRONTEND_FLAGS = [
+    "--router-mode kv", "--router-kv-events", "--kv-cache-block-size 64", "--router-track-prefill-tokens",
+    "--router-kv-overlap-score-credit-decay 0.1", "--http-host 0.0.0.0", "--http-port 8000",
+]
+
+
+def _parsers(plugin: str) -> list[str]:
+    return ["--dyn-tool-call-parser qwen3_coder", "--dyn-reasoning-parser nemotron3", f'--reasoning-parser-plugin "{plugin}"', "--reasoning-parser nemotron_v3"]
+
+
+def _spec(t: Target) -> list[str]:
+    return ["--spec-method nemotron_h_mtp", f"--spec-tokens {t.params['spec_tokens']}"] if t.spec == "mtp" else []
+
+
+def _head(t: Target) -> list[str]:
+    return ['--model "${MODEL_PATH}"', '--served-model-name "${SERVED_MODEL_NAME}"', f"--tensor-parallel-size {GPUS[t.gpu]}"]
+
+
+def _sizes(t: Target) -> list[str]:
+    p = t.params
+    return [f"--max-model-len {MAX_LEN[t.context]}", f"--max-num-seqs {p['max_num_seqs']}",
+            f"--max-num-batched-tokens {p['batched']}", f"--gpu-memory-utilization {p['util']}"]
+
+
+def _blackwell_backends(t: Target) -> list[str]:
+    """Only the 256K Blackwell Refresh disagg profiles pin attention/linear/MoE backends."""
+    pinned = t.profile == "refresh" and t.topology == "disagg" and t.gpu != "h200" and t.context == "256k"
+    return BLACKWELL_BACKENDS if pinned else []
+
+
+def _flags_a(t: Target, role: str | None, plugin: str) -> list[str]:
+    """Blackwell Refresh agg, GB200 (GKE) disagg and every Day-0 profile."""
+    refresh = t.profile == "refresh"
+    f = _head(t) + ["--trust-remote-code"] + (["--kv-cache-dtype fp8"] if refresh else []) + _sizes(t)
+    f += _blackwell_backends(t) + ["--no-enable-flashinfer-autotune", f"--block-size {t.params.get('block', 64)}"]
+    if refresh:
+        f += ([KV_EVENTS_LOCAL] if role is None else []) + ["--no-enable-expert-parallel", "--enable-prefix-caching", "--async-scheduling"]
+        f += REFRESH_MAMBA + ["--mamba-backend triton"]
+    else:
+        f += ["--enable-expert-parallel", "--mamba-cache-mode align", "--enable-prefix-caching"]
+    f += _spec(t) + ([KV_TRANSFER] if role else []) + _parsers(plugin) + ["--no-disable-hybrid-kv-cache-manager"]
+    if role:
+        f.append(f"--disaggregation-mode {role}")
+    return f + ([KV_EVENTS_ZMQ] if role == "prefill" else [])
+
+
+def _flags_b(t: Target, role: str | None, plugin: str) -> list[str]:
+    """H200 Refresh agg and the B200/H200 (InfiniBand) Refresh disagg profiles."""
+    hopper = REFRESH_GPU[t.gpu]["hopper"]
+    f = _head(t) + (HOPPER_PARALLEL if hopper else []) + ["--no-enable-expert-parallel", "--trust-remote-code", "--kv-cache-dtype fp8"]
+    f += _sizes(t) + _blackwell_backends(t) + ["--block-size 64"] + ([KV_EVENTS_LOCAL] if role is None else [])
+    f += (["--attention-backend FLASH_ATTN"] if hopper else []) + ["--mamba-backend triton", "--no-enable-flashinfer-autotune"]
+    f += REFRESH_MAMBA + ["--enable-prefix-caching", "--no-disable-hybrid-kv-cache-manager"] + _spec(t) + ["--async-scheduling"]
+    f += (HOPPER_COMPILE if hopper else []) + ([KV_TRANSFER, f"--disaggregation-mode {role}"] if role else [])
+    return f + _parsers(plugin) + ([KV_EVENTS_ZMQ] if role == "prefill" else [])
+
+
+# --------------------------------------------------------------------------- shared fragments
+
+def _layout(t: Target) -> str:
+    """Which upstream file family the target belongs to (they differ in labels, env order and pod details)."""
+    if t.profile == "day0":
+        return "day0"
+    if t.topology == "agg":
+        return "agg-hopper" if REFRESH_GPU[t.gpu]["hopper"] else "agg-blackwell"
+    return "disagg-gke" if t.fabric == "gke-rdma" else "disagg-ib"
+
+
+HF_ENV = {"HF_HOME": CACHE_MOUNT, "HF_HUB_CACHE": f"{CACHE_MOUNT}/hub", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+MODEL_ENV = {"SERVED_MODEL_NAME": REPO, "MODEL_PATH": MODEL_PATH}
+SCRATCH_ENV = {
+    "HOME": "/tmp", "HF_MODULES_CACHE": "/tmp/hf_modules", "XDG_CACHE_HOME": "/tmp/cache", "TORCH_EXTENSIONS_DIR": "/tmp/torch_extensions",
+    "TRITON_CACHE_DIR": "/tmp/triton", "VLLM_CACHE_ROOT": "/tmp/vllm", "PYTHONHASHSEED": "0", "VLLM_LOGGING_LEVEL": "INFO",
+}
+RUNTIME_ENV = {"NCCL_IB_DISABLE": "1", "NCCL_CUMEM_ENABLE": "1", "NCCL_NVLS_ENABLE": "1", "NCCL_DEBUG": "WARN",
+               "DYN_LOG": "info,dynamo_kv_router=debug,dynamo_llm::kv_router=debug"}
+# Trailing DGD env (names from RUNTIME_ENV) per layout; B200 agg also disables NCCL IB (GB200 uses NVLink).
+ENV_TAIL = {
+    "agg-blackwell": ("NCCL_IB_DISABLE", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_DEBUG"),
+    "agg-hopper": ("NCCL_IB_DISABLE", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"),
+    "disagg-ib": ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_DEBUG", "DYN_LOG"),
+    "disagg-gke": ("DYN_LOG", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_DEBUG"),
+    "day0-agg": ("NCCL_IB_DISABLE", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "DYN_LOG"),
+    "day0-disagg": ("DYN_LOG",),
+}
+
+
+def _dgd_env(t: Target) -> list[dict]:
+    """DGD-level env: offline HF cache, model path, scratch dirs under /tmp, vLLM and NCCL settings."""
+    layout = _layout(t)
+    long_ctx = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"} if t.context == "1m" else {}
+    vllm = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
+            "VLLM_DISABLED_KERNELS": "FlashInferFP8ScaledMMLinearKernel",
+            "VLLM_SSM_CONV_STATE_LAYOUT": "SD" if t.topology == "agg" and t.profile == "refresh" else "DS"}
+    chunked = {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "1"}
+    append = {"DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS": "0"}
+    if layout == "agg-blackwell":  # the short list of the first Refresh files
+        env = {**HF_ENV, "HOME": "/tmp", **MODEL_ENV, "VLLM_CACHE_ROOT": "/tmp/vllm-cache", **long_ctx, **vllm, **chunked, **append}
+        tail = [n for n in ENV_TAIL[layout] if not (n == "NCCL_IB_DISABLE" and t.gpu == "gb200")]
+    else:
+        log_dir = {"LOG_DIR": "/artifacts/logs"} if layout in ("day0", "disagg-gke") else {}
+        env = {**HF_ENV, **MODEL_ENV, **log_dir, **SCRATCH_ENV, **vllm, **chunked, **long_ctx, **append}
+        tail = ENV_TAIL[f"day0-{t.topology}" if layout == "day0" else layout]
+    env.update({n: RUNTIME_ENV[n] for n in tail})
+    return k8s.envs(env)
+
+
+def _labels(t: Target) -> dict:
+    """DGD labels (Refresh and Day-0 use different label domains and keys)."""
+    layout, name = _layout(t), {"app.kubernetes.io/name": t.dgd_name}
+    part = {"app.kubernetes.io/part-of": PART_OF[t.profile]}
+    r = REFRESH_LABEL
+    if layout == "agg-blackwell":
+        return {**part, f"{r}/sku": t.gpu, f"{r}/context": t.context, f"{r}/topology": "agg-2worker", f"{r}/routing": "kv-aware"}
+    if layout == "agg-hopper":
+        return {**name, **part, f"{r}/backend": "vllm", f"{r}/topology": "agg-2worker", f"{r}/workload": t.workload, f"{r}/routing": "kv-aware"}
+    if layout == "day0":
+        d = DAY0_LABEL
+        return {**name, **part, f"{d}/backend": "vllm", f"{d}/topology": _topology_label(t), f"{d}/workload": t.workload, f"{d}/context": t.context}
+    return {**name, **part, f"{r}/sku": t.gpu, f"{r}/backend": "vllm", f"{r}/topology": _topology_label(t), f"{r}/context": t.context,
+            f"{r}/workload": t.workload}
+
+
+def _topology_label(t: Target) -> str:
+    tp = GPUS[t.gpu]
+    if t.topology == "agg":  # Day-0 only
+        return f"agg1-tp{tp}-" + ("mtp1" if t.spec == "mtp" else "nomtp")
+    shape = t.shape.lower()
+    return f"{shape}-tp{tp}" if _layout(t) == "disagg-ib" else f"{shape}-tp{tp}-tp{tp}"
+
+
+def _pod_labels(t: Target, role: str) -> dict:
+    layout = _layout(t)
+    prefix = DAY0_LABEL if layout == "day0" else REFRESH_LABEL
+    out = {f"{prefix}/role": role}
+    if t.topology == "disagg":
+        out[f"{prefix}/topology"] = _topology_label(t)
+        if layout != "disagg-gke":
+            out[f"{prefix}/recipe"] = t.dgd_name
+        return out
+    if layout != "agg-blackwell" or role != "frontend":
+        out[f"{prefix}/workload"] = t.workload
+    if layout != "day0":
+        out[f"{prefix}/routing"] = "kv-aware"
+    return out
+
+
+def _storage(t: Target, *extra: str, shm: str | None = None) -> tuple[list[dict], list[dict]]:
+    """Mounts and volumes: read-only model cache at /opt/models, /tmp scratch, plus ``extra`` by name."""
+    layout = _layout(t)
+    ro = True if layout in ("agg-blackwell", "disagg-ib") else None  # only those files mark the claim read-only
+    names = (["artifact-root"] if layout == "day0" else []) + ["runtime-tmp"] + list(extra)
+    mounts = [k8s.mount(k8s.CACHE_PVC, CACHE_MOUNT, read_only=True)]
+    vols = [k8s.pvc_volume(read_only=ro)]
+    paths = {"artifact-root": "/artifacts", "runtime-tmp": "/tmp", "dshm": "/dev/shm", "flashinfer-cubins": CUBINS}
+    for n in names:
+        mounts.append(k8s.mount(n, paths[n]))
+        if n == "dshm":
+            vols.append(k8s.shm_volume(shm))
+        elif n == "flashinfer-cubins":
+            vols.append({"name": n, "emptyDir": {"medium": "Memory"}})
+        elif n == "artifact-root" and t.topology == "disagg":
+            vols.append(k8s.pvc_volume(n, ARTIFACTS_PVC))
+        else:
+            vols.append({"name": n, "emptyDir": {}})
+    return mounts, vols
+
+
+def _frontend(t: Target) -> dict:
+    layout = _layout(t)
+    if layout == "day0":
+        script = _fill(DAY0_FRONTEND, block=t.params.get("block", 64))
+    else:
+        script = "set -Eeuo pipefail\n" + _exec("dynamo.frontend", FRONTEND_FLAGS, "oneline" if layout == "disagg-ib" else "lines")
+    mounts, vols = _storage(t)
+    c: dict = {"name": "main", "image": t.image, "imagePullPolicy": "IfNotPresent"}
+    if layout == "agg-blackwell":
+        c["workingDir"] = "/workspace"
+    c.update({"command": ["/bin/bash", "-lc"], "args": [script], "ports": [{"name": "http", "containerPort": 8000}]})
+    if layout != "agg-blackwell":
+        c["startupProbe"] = k8s.http_probe("/health", "http", 10, 10, 360)
+    c["readinessProbe"] = k8s.http_probe("/health", "http", 10, 3, 3)
+    if layout == "agg-blackwell":
+        c["resources"] = {"requests": {"cpu": "4", "memory": "16Gi"}}
+    elif layout == "disagg-ib":
+        c["resources"] = FRONTEND_RESOURCES
+    c["volumeMounts"] = mounts
+    return {"name": "Frontend", "type": "frontend", "replicas": 1,
+            "podTemplate": {"metadata": {"labels": _pod_labels(t, "frontend")}, "spec": {"containers": [c], "volumes": vols}}}
+
+
+FRONTEND_RESOURCES = {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"cpu": "8", "memory": "32Gi"}}
+CAPS = {"capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}, "runAsUser": 0, "runAsGroup": 0}
+GKE_RDMA = {f"networking.gke.io.networks/rdma-{i}{ip}": "1" for i in range(4) for ip in ("", ".IP")}
+GKE_ANNOTATIONS = {
+    "networking.gke.io/default-interface": "eth0",
+    "networking.gke.io/interfaces": json.dumps(
+        [{"interfaceName": "eth0", "network": "default"}] + [{"interfaceName": f"rdma{i}", "network": f"rdma-{i}"} for i in range(4)],
+        separators=(",", ":")),
+}
+
+
+def _placement(t: Target) -> dict:
+    """nodeSelector + tolerations; GB200 nodes are arm64 and tainted ``nvidia.com/gpu=present``."""
+    spec: dict = {}
+    if _layout(t) not in ("agg-blackwell", "disagg-gke"):
+        spec["runtimeClassName"] = "nvidia"
+    if t.gpu == "gb200":
+        spec["nodeSelector"] = {"nvidia.com/gpu.product": PRODUCT[t.gpu], "kubernetes.io/arch": "arm64"}
+        spec["tolerations"] = [k8s.toleration("nvidia.com/gpu", "present"), k8s.toleration("kubernetes.io/arch", "arm64")]
+    else:
+        spec["nodeSelector"] = {"nvidia.com/gpu.product": PRODUCT[t.gpu]}
+        spec["tolerations"] = [k8s.toleration("nvidia.com/gpu", "true")]
+    return spec
+
+
+UCX_ENV = {"UCX_TLS": "rc_x,rc,cuda_copy,cuda_ipc", "UCX_IB_ADDR_TYPE": "eth", "UCX_RNDV_SCHEME": "get_zcopy", "UCX_RNDV_THRESH": "0",
+           "UCX_RC_TIMEOUT": "600s", "UCX_KEEPALIVE_INTERVAL": "300s", "NCCL_IB_DISABLE": "0"}
+SOCKET_ENV = {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+NIXL_ENV = {"NCCL_STORE_TIMEOUT": "7200", "NIXL_LOG_LEVEL": "INFO"}
+
+
+def _transfer_env(t: Target, role: str) -> list[dict]:
+    """UCX over RDMA for the NIXL KV transfer (Day-0 pins one HCA; Refresh derives them at start-up)."""
+    layout = _layout(t)
+    if layout == "disagg-ib":
+        return k8s.envs({**UCX_ENV, **NIXL_ENV, **SOCKET_ENV})
+    env = dict(UCX_ENV)
+    if layout == "day0":
+        env = {"UCX_TLS": env.pop("UCX_TLS"), "UCX_NET_DEVICES": "mlx5_0:1", **env}
+    env.update({**SOCKET_ENV, **NIXL_ENV})
+    if layout == "day0":
+        env.update({"ULTRA_NIXL_XFER_DEBUG_SCHEMA": "ULTRA_NIXL_NATIVE_XFER_DEBUG_V1", "ULTRA_NIXL_XFER_DEBUG_ACTION_ID": "TURBO_NEMOTRON_ULTRA_1P1D_B200",
+                    "ULTRA_NIXL_XFER_DEBUG_ROLE": role, "ULTRA_NIXL_XFER_DEBUG_RUN_DIR": "nemotron-ultra-1p1d"})
+    return k8s.envs(env)
+
+
+def _worker_script(t: Target, role: str | None) -> str:
+    layout, gpus = _layout(t), GPUS[t.gpu]
+    if layout == "day0":
+        tag = f"role={role}" if role else f"role=agg workload={t.workload}"
+        pre = MODEL_PREFLIGHT + _fill(DAY0_GUARD, tag=tag, gpus=gpus)
+        if role:
+            pre += "ls -l /dev/infiniband || true\n"
+        pre += f'echo "PRESTART_GPU_GUARD_PASS {tag}"\n'
+        if role:
+            pre += _fill(DAY0_NIXL_DEBUG, role=role)
+        return pre + ULIMIT + _exec("dynamo.vllm", _flags_a(t, role, "${MODEL_PATH}/ultra_v3_reasoning_parser.py"))
+    if layout in ("agg-blackwell", "agg-hopper"):
+        flags = (_flags_a if layout == "agg-blackwell" else _flags_b)(t, None, "${MODEL_PATH}/ultra_v3_reasoning_parser.py")
+        return MODEL_PREFLIGHT + ULIMIT + _exec("dynamo.vllm", flags)
+    if layout == "disagg-gke":
+        return PLUGIN_PREFLIGHT + _fill(GKE_GUARD, role=role, gpus=gpus) + ULIMIT + _exec("dynamo.vllm", _flags_a(t, role, "${PLUGIN}"))
+    return PLUGIN_PREFLIGHT + _fill(IB_GUARD, role=role, gpus=gpus) + ULIMIT + _exec("dynamo.vllm", _flags_b(t, role, "${PLUGIN}"), "inline-first")
+
+
+def _worker(t: Target, name: str, kind: str, role: str | None, replicas: int) -> dict:
+    """One GPU worker; ``role`` is prefill/decode for disagg, None for aggregated."""
+    layout, gpus = _layout(t), str(GPUS[t.gpu])
+    shm = t.params.get("shm", "128Gi" if layout == "disagg-gke" else "64Gi")
+    extra = {"agg-blackwell": ("dshm",), "disagg-ib": ("dshm", "flashinfer-cubins")}.get(layout, ("flashinfer-cubins",))
+    mounts, vols = _storage(t, *extra, shm=shm)
+    fabric = {"infiniband": {"rdma/ib": gpus}, "gke-rdma": GKE_RDMA}.get(t.fabric, {})
+    c: dict = {"name": "main", "image": t.image, "imagePullPolicy": "IfNotPresent", "workingDir": "/workspace",
+               "command": ["/bin/bash", "-lc"], "args": [_worker_script(t, role)]}
+    if layout == "day0":
+        c["envFrom"] = [{"secretRef": {"name": k8s.HF_SECRET}}]
+    if role:
+        c["env"] = _transfer_env(t, role)
+    c["resources"] = {"requests": {"nvidia.com/gpu": gpus, **fabric, "memory": "750Gi", "ephemeral-storage": "20Gi"},
+                      "limits": {"nvidia.com/gpu": gpus, **fabric}}
+    c["securityContext"] = {"runAsUser": 0} if layout == "agg-blackwell" else dict(CAPS)
+    if not (layout == "day0" and role):
+        c["startupProbe"] = k8s.http_probe("/live", 9090, 60, 20, 60 if layout == "agg-blackwell" else 30)
+    c["volumeMounts"] = mounts
+    meta: dict = {"labels": _pod_labels(t, role or "aggregate-worker")}
+    if layout == "disagg-gke":
+        meta["annotations"] = dict(GKE_ANNOTATIONS)
+    return {"name": name, "type": kind, "replicas": replicas, "sharedMemorySize": shm,
+            "podTemplate": {"metadata": meta, "spec": {**_placement(t), "containers": [c], "volumes": vols}}}
+
+
+def _dgd(t: Target, workers: list[dict]) -> dict:
+    doc = k8s.dgd(t.dgd_name, "vllm", [_frontend(t)] + workers, with_labels=False, spec_env=_dgd_env(t))
+    md = doc["metadata"]
+    if t.profile == "refresh" and t.topology == "disagg":
+        r = REFRESH_LABEL
+        md["annotations"] = {f"{r}/mtp": "disabled", f"{r}/prefix-caching": "enabled",
+                             **({f"{r}/transport": "ucx-rdma-gke-extended-resources"} if t.fabric == "gke-rdma" else {}),
+                             f"{r}/async-scheduling": "enabled"}
+    md["labels"] = _labels(t)
+    return doc
+
+
+# --------------------------------------------------------------------------- builders
+
+def vllm_agg(t: Target) -> list[dict]:
+    """Aggregated: Refresh runs two KV-routed replicas, Day-0 a single worker."""
+    replicas = 2 if t.profile == "refresh" else 1
+    return [_dgd(t, [_worker(t, "VllmWorker", "worker", None, replicas)])]
+
+
+def vllm_disagg(t: Target) -> list[dict]:
+    """1PnD: one prefill worker (publishes KV events for the router) and n decode workers."""
+    decode = int(t.shape[2])
+    return [_dgd(t, [_worker(t, "VllmPrefillWorker", "prefill", "prefill", 1), _worker(t, "VllmDecodeWorker", "decode", "decode", decode)])]
+
+
+# --------------------------------------------------------------------------- catalog entries
+
+def _refresh(dirname: str, gpu: str, topology: str, context: str, ops: tuple[Op, ...] = (), **params) -> Target:
+    """One of the 12 Dynamo 1.4.0 Refresh profiles: MTP 5 at 256K aggregated only, 256 sequences."""
+    spec = "mtp" if topology == "agg" and context == "256k" else "none"
+    shape = None if topology == "agg" else ("1P2D" if context == "256k" else "1P1D")
+    fabric = "none" if topology == "agg" else ("gke-rdma" if gpu == "gb200" else "infiniband")
+    dgd = f"ultra-agg-{gpu}-{context}-2w-kv" if topology == "agg" else f"ultra-disagg-{gpu}-{context}-{shape.lower()}"
+    g = REFRESH_GPU[gpu]
+    return _target(dirname, gpu, topology, spec, "kv", fabric, dgd, "refresh", context, "agentic", shape, ops,
+                   {"spec_tokens": 5, "max_num_seqs": 256, "batched": g["batched"][context], "util": g["util"], **params},
+                   "ultra-vllm-refresh")
+
+
+def _day0(dirname: str, gpu: str, topology: str, workload: str, spec: str, max_num_seqs: int, batched: int = 32768,
+          ops: tuple[Op, ...] = (), **params) -> Target:
+    """A Day-0 256K profile (first published layout, kept upstream with explicit 256k ids)."""
+    if topology == "agg":
+        dgd, routing, fabric, shape = f"ultra-agg-{gpu}-{workload}-{'mtp' if spec == 'mtp' else 'nomtp'}", "single", "none", None
+    else:
+        dgd, routing, fabric, shape = f"ultra-disagg-{gpu}-1p1d-{workload}-nomtp", "kv", "infiniband", "1P1D"
+    return _target(dirname, gpu, topology, spec, routing, fabric, dgd, "day0", "256k", workload, shape, ops,
+                   {"spec_tokens": 1, "max_num_seqs": max_num_seqs, "batched": batched, "util": DAY0_UTIL[gpu], **params},
+                   "ultra-vllm-day0")
+
+
+def _target(dirname, gpu, topology, spec, routing, fabric, dgd, profile, context, workload, shape, ops, params, image_key) -> Target:
+    return Target(
+        id=f"ultra-vllm-{dirname}",
+        upstream=f"{MODEL}/vllm/{dirname}/deploy.yaml",
+        model=MODEL, runtime="vllm", gpu=gpu, topology=topology, spec=spec, routing=routing, precision="nvfp4", fabric=fabric,
+        dgd_name=dgd, family=f"vllm-{topology}", params=params, ops=ops, shape=shape, context=context, workload=workload,
+        profile=profile, cache_jobs=("nemotron-ultra-model-download", "nemotron-ultra-model-validate"),
+        image=versions.image(image_key),
+    )
+
+
+# H200 1M aggregated file: frontend gets CPU/memory bounds, the worker has no workingDir and a longer startup.
+H200_AGG_1M = (
+    Set("resources", FRONTEND_RESOURCES, on=FRONTEND),
+    Delete("workingDir", on=WORKERS),
+    Set("startupProbe/failureThreshold", 60, on=WORKERS),
+)
+NO_SOCKET_IFNAME = (EnvRemove(("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")),)  # the H200 disagg files leave NCCL/Gloo on defaults
+DAY0_H200_MTP_TOPOLOGY = (Set(f"metadata/labels/{DAY0_LABEL}~1topology", "agg1-tp8", scope="dgd"),)  # upstream label omits "-mtp1"
+
+TARGETS = (
+    # Refresh (Dynamo 1.4.0): aggregated, two KV-routed workers
+    _refresh("agg-b200-agentic-256k-2w-kv", "b200", "agg", "256k"),
+    _refresh("agg-b200-agentic-1m-2w-kv", "b200", "agg", "1m"),
+    _refresh("agg-gb200-agentic-256k-2w-kv", "gb200", "agg", "256k"),
+    _refresh("agg-gb200-agentic-1m-2w-kv", "gb200", "agg", "1m", shm="128Gi"),
+    _refresh("agg-h200-agentic-256k-2w-kv", "h200", "agg", "256k"),
+    _refresh("agg-h200-agentic-1m-2w-kv", "h200", "agg", "1m", ops=H200_AGG_1M),
+    # Refresh: disaggregated, 1P2D at 256K and 1P1D at 1M
+    _refresh("disagg-b200-agentic-256k-1p2d", "b200", "disagg", "256k"),
+    _refresh("disagg-b200-agentic-1m-1p1d", "b200", "disagg", "1m"),
+    _refresh("disagg-gb200-agentic-256k-1p2d", "gb200", "disagg", "256k"),
+    _refresh("disagg-gb200-agentic-1m-1p1d", "gb200", "disagg", "1m"),
+    _refresh("disagg-h200-agentic-256k-1p2d", "h200", "disagg", "256k", ops=NO_SOCKET_IFNAME),
+    _refresh("disagg-h200-agentic-1m-1p1d", "h200", "disagg", "1m", ops=NO_SOCKET_IFNAME),
+    # Day-0 (256K): one aggregated worker per profile, and the B200 1P1D
+    _day0("agg-b200-agentic-256k-mtp", "b200", "agg", "agentic", "mtp", 24),
+    _day0("agg-b200-agentic-256k-nomtp", "b200", "agg", "agentic", "none", 32, batched=65536),
+    _day0("agg-b200-chat-256k-mtp", "b200", "agg", "chat", "mtp", 64),
+    _day0("agg-b200-chat-256k-nomtp", "b200", "agg", "chat", "none", 40, block=32),
+    _day0("agg-h200-agentic-256k-mtp", "h200", "agg", "agentic", "mtp", 32, ops=DAY0_H200_MTP_TOPOLOGY),
+    _day0("agg-h200-agentic-256k-nomtp", "h200", "agg", "agentic", "none", 32),
+    _day0("agg-h200-chat-256k-mtp", "h200", "agg", "chat", "mtp", 16, ops=DAY0_H200_MTP_TOPOLOGY),
+    _day0("agg-h200-chat-256k-nomtp", "h200", "agg", "chat", "none", 32),
+    _day0("disagg-b200-agentic-256k", "b200", "disagg", "agentic", "none", 32),
+)
+
+
+# --------------------------------------------------------------------------- model cache
+
+DOWNLOAD_SCRIPT = """set -Eeuo pipefail
+python3 -m pip install --no-cache-dir -U huggingface_hub
+export HF_HOME=/opt/models
+python3 - <<'PY'
+import os
+from huggingface_hub import snapshot_download
+
+model_repo = "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"
+model_revision = os.environ.get("MODEL_REVISION", "main")
+
+model_path = "/opt/models/patched/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"
+os.makedirs(model_path, exist_ok=True)
+snapshot_download(
+    repo_id=model_repo,
+    revision=model_revision,
+    local_dir=model_path,
+)
+print(f"MODEL_DOWNLOAD_SNAPSHOT_DONE repo={model_repo} path={model_path}")
+PY
+MODEL_PATH="/opt/models/patched/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"
+test -r "${MODEL_PATH}/config.json"
+test -r "${MODEL_PATH}/tokenizer.json"
+test -r "${MODEL_PATH}/tokenizer_config.json"
+test -r "${MODEL_PATH}/generation_config.json"
+test -r "${MODEL_PATH}/ultra_v3_reasoning_parser.py"
+echo "MODEL_DOWNLOAD_PASS path=${MODEL_PATH}"
+"""
+
+VALIDATE_SCRIPT = """set -Eeuo pipefail
+required=(
+  config.json
+  tokenizer.json
+  tokenizer_config.json
+  generation_config.json
+  ultra_v3_reasoning_parser.py
+)
+MODEL_PATH="/opt/models/patched/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"
+if [ ! -d "${MODEL_PATH}" ]; then
+  echo "MODEL_VALIDATE_FAIL class=model_path_missing path=${MODEL_PATH}"
+  echo "Run model-download.yaml or bind a platform shared-model-cache PVC containing the patched Ultra model view."
+  exit 42
+fi
+for rel in "${required[@]}"; do
+  if [ ! -r "${MODEL_PATH}/${rel}" ]; then
+    echo "MODEL_VALIDATE_FAIL class=model_required_file_missing path=${MODEL_PATH}/${rel}"
+    echo "Run model-download.yaml or fix the platform shared-model-cache contents."
+    exit 43
+  fi
+done
+python3 - <<'PY'
+import json
+from pathlib import Path
+model_path = Path("/opt/models/patched/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4")
+config = json.loads((model_path / "config.json").read_text())
+print(
+    "MODEL_VALIDATE_PASS",
+    "hf_model=nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4",
+    "model_type=" + str(config.get("model_type")),
+    "path=" + str(model_path),
+)
+PY
+"""
+
+
+def cache_job(name: str, container: str, script: str, *, backoff: int, hf_token: bool, read_only: bool) -> dict:
+    """A no-GPU Job on the shared cache: download (needs the HF token, writes) or validate (read-only)."""
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "nemotron-ultra"}
+    c: dict = {"name": container, "image": versions.image("ultra-model-cache"), "imagePullPolicy": "IfNotPresent",
+               "command": ["/bin/bash", "-lc"], "args": [script]}
+    if hf_token:
+        c["envFrom"] = [{"secretRef": {"name": k8s.HF_SECRET}}]
+    c["volumeMounts"] = [k8s.mount(k8s.CACHE_PVC, CACHE_MOUNT, read_only=True if read_only else None)]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "backoffLimit": backoff,
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {"restartPolicy": "Never", "containers": [c], "volumes": [k8s.pvc_volume()]},
+            },
+        },
+    }
+
+
+FAMILY = ModelFamily(
+    id=MODEL,
+    short="ultra",
+    served_model=REPO,
+    cache_size="1200Gi",
+    cache_mount=CACHE_MOUNT,
+    cache_labels={"app.kubernetes.io/name": "nemotron-ultra-model-cache", "app.kubernetes.io/part-of": "nemotron-ultra"},
+    builders={"vllm-agg": vllm_agg, "vllm-disagg": vllm_disagg},
+    cache_job_builders={
+        "nemotron-ultra-model-download": lambda: cache_job("nemotron-ultra-model-download", "download", DOWNLOAD_SCRIPT,
+                                                           backoff=1, hf_token=True, read_only=False),
+        "nemotron-ultra-model-validate": lambda: cache_job("nemotron-ultra-model-validate", "validate", VALIDATE_SCRIPT,
+                                                           backoff=0, hf_token=False, read_only=True),
+    },
+    # model + gpu + topology alone picks the Refresh 256K agentic profile (MTP and KV routing when aggregated).
+    defaults={"runtime": "vllm", "topology": "agg", "profile": "refresh", "context": "256k", "workload": "agentic", "spec": "mtp", "routing": "kv"},
+    targets=TARGETS,
+)

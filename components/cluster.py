@@ -1,0 +1,173 @@
+"""EKS cluster with a system and a GPU node group, EFA, placement and capacity options, model-cache storage.
+
+Thin shell over ``stacks.cluster.build_cluster_plan``: every setting comes from the plan.
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import pulumi
+import pulumi_aws as aws
+
+from stacks.cluster import ClusterPlan
+
+ASSUME_EKS = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]})
+ASSUME_EC2 = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]})
+ASSUME_POD_IDENTITY = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]})
+NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy", "AmazonSSMManagedInstanceCore")
+CSI = {
+    "aws-efs-csi-driver": ("efs-csi-controller-sa", "service-role/AmazonEFSCSIDriverPolicy"),
+    "aws-fsx-csi-driver": ("fsx-csi-controller-sa", "AmazonFSxFullAccess"),
+}
+
+
+def kubeconfig_for(name: pulumi.Input[str], endpoint: pulumi.Input[str], ca: pulumi.Input[str], region: str) -> pulumi.Output[str]:
+    return pulumi.Output.all(name, endpoint, ca).apply(
+        lambda a: json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": a[0], "cluster": {"server": a[1], "certificate-authority-data": a[2]}}],
+                "contexts": [{"name": a[0], "context": {"cluster": a[0], "user": a[0]}}],
+                "current-context": a[0],
+                "users": [{"name": a[0], "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+                                                              "args": ["eks", "get-token", "--cluster-name", a[0], "--region", region]}}}],
+            }
+        )
+    )
+
+
+class EksGpuCluster(pulumi.ComponentResource):
+    """VPC, EKS control plane, add-ons, system and GPU node groups, and the model-cache file system."""
+
+    cluster_name: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    storage_class_name: pulumi.Output[str]
+
+    def __init__(self, name: str, plan: ClusterPlan, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("dynamo:cluster:EksGpuCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = {"dynamo.nvidia.com/cluster": plan.name}
+
+        # ---- network
+        self.vpc = aws.ec2.Vpc(f"{name}-vpc", **plan.vpc, tags={**tags, "Name": plan.name}, opts=child)
+        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child)
+        public_rt = aws.ec2.RouteTable(f"{name}-public", vpc_id=self.vpc.id, routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": igw.id}], tags=tags, opts=child)
+        self.public_subnets = []
+        for i, s in enumerate(plan.public_subnets):
+            sn = aws.ec2.Subnet(f"{name}-public-{i}", vpc_id=self.vpc.id, map_public_ip_on_launch=True, **s,
+                                tags={**tags, "kubernetes.io/role/elb": "1"}, opts=child)
+            aws.ec2.RouteTableAssociation(f"{name}-public-{i}", subnet_id=sn.id, route_table_id=public_rt.id, opts=child)
+            self.public_subnets.append(sn)
+        eip = aws.ec2.Eip(f"{name}-nat", domain="vpc", tags=tags, opts=child)
+        nat = aws.ec2.NatGateway(f"{name}-nat", subnet_id=self.public_subnets[0].id, allocation_id=eip.id, tags=tags, opts=child)
+        private_rt = aws.ec2.RouteTable(f"{name}-private", vpc_id=self.vpc.id, routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}], tags=tags, opts=child)
+        self.private_subnets = {}
+        for i, s in enumerate(plan.private_subnets):
+            sn = aws.ec2.Subnet(f"{name}-private-{i}", vpc_id=self.vpc.id, **s, tags={**tags, "kubernetes.io/role/internal-elb": "1"}, opts=child)
+            aws.ec2.RouteTableAssociation(f"{name}-private-{i}", subnet_id=sn.id, route_table_id=private_rt.id, opts=child)
+            self.private_subnets[s["availability_zone"]] = sn
+        private_ids = [sn.id for sn in self.private_subnets.values()]
+
+        # ---- control plane
+        cluster_role = aws.iam.Role(f"{name}-cluster", assume_role_policy=ASSUME_EKS, opts=child)
+        aws.iam.RolePolicyAttachment(f"{name}-cluster", role=cluster_role.name, policy_arn="arn:aws:iam::aws:policy/AmazonEKSClusterPolicy", opts=child)
+        self.cluster = aws.eks.Cluster(
+            f"{name}-eks",
+            name=plan.name,
+            version=plan.kubernetes_version,
+            role_arn=cluster_role.arn,
+            vpc_config={"subnet_ids": private_ids + [sn.id for sn in self.public_subnets], "endpoint_public_access": True, "endpoint_private_access": True},
+            access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
+            tags=tags,
+            opts=child,
+        )
+        for i, arn in enumerate(plan.admin_principal_arns):
+            entry = aws.eks.AccessEntry(f"{name}-admin-{i}", cluster_name=self.cluster.name, principal_arn=arn, opts=child)
+            aws.eks.AccessPolicyAssociation(f"{name}-admin-{i}", cluster_name=self.cluster.name, principal_arn=arn,
+                                            policy_arn="arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
+                                            access_scope={"type": "cluster"}, opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
+
+        # ---- nodes
+        node_role = aws.iam.Role(f"{name}-node", assume_role_policy=ASSUME_EC2, opts=child)
+        node_policies = [
+            aws.iam.RolePolicyAttachment(f"{name}-node-{p}", role=node_role.name, policy_arn=f"arn:aws:iam::aws:policy/{p}", opts=child)
+            for p in NODE_POLICIES
+        ]
+        efa_sg = aws.ec2.SecurityGroup(
+            f"{name}-efa",
+            vpc_id=self.vpc.id,
+            description="EFA: all traffic to and from itself; cluster traffic",
+            ingress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}, {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": [plan.vpc["cidr_block"]]}],
+            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}, {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
+            tags=tags,
+            opts=child,
+        )
+        self.placement_group = None
+        lt_args = dict(plan.launch_template)
+        lt_args["network_interfaces"] = [
+            {**ni, "security_groups": [efa_sg.id, self.cluster.vpc_config.cluster_security_group_id]} for ni in plan.launch_template["network_interfaces"]
+        ]
+        if plan.placement_group:
+            self.placement_group = aws.ec2.PlacementGroup(f"{name}-gpu", **plan.placement_group, tags=tags, opts=child)
+            lt_args["placement"] = {"group_name": self.placement_group.name}
+        self.launch_template = aws.ec2.LaunchTemplate(f"{name}-gpu", **lt_args, tags=tags, opts=child)
+        node_deps = pulumi.ResourceOptions(parent=self, depends_on=node_policies)
+        self.system_nodes = aws.eks.NodeGroup(
+            f"{name}-system", cluster_name=self.cluster.name, node_role_arn=node_role.arn, subnet_ids=private_ids, **plan.system_nodegroup, tags=tags, opts=node_deps
+        )
+        gpu = dict(plan.gpu_nodegroup)
+        zone = gpu.pop("availability_zone")
+        self.gpu_nodes = aws.eks.NodeGroup(
+            f"{name}-gpu",
+            cluster_name=self.cluster.name,
+            node_role_arn=node_role.arn,
+            subnet_ids=[self.private_subnets[zone].id],
+            launch_template={"id": self.launch_template.id, "version": self.launch_template.latest_version.apply(str)},
+            **gpu,
+            tags=tags,
+            opts=node_deps,
+        )
+
+        # ---- add-ons (the CSI driver gets its IAM role through EKS Pod Identity)
+        self.addons = []
+        for addon in plan.addons:
+            assoc = []
+            if addon in CSI:
+                sa, policy = CSI[addon]
+                role = aws.iam.Role(f"{name}-{addon}", assume_role_policy=ASSUME_POD_IDENTITY, opts=child)
+                aws.iam.RolePolicyAttachment(f"{name}-{addon}", role=role.name, policy_arn=f"arn:aws:iam::aws:policy/{policy}", opts=child)
+                assoc = [{"role_arn": role.arn, "service_account": sa}]
+            self.addons.append(
+                aws.eks.Addon(f"{name}-{addon}", cluster_name=self.cluster.name, addon_name=addon, pod_identity_associations=assoc or None,
+                              resolve_conflicts_on_create="OVERWRITE", opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_nodes]))
+            )
+
+        # ---- model-cache file system
+        st = dict(plan.storage)
+        kind = st.pop("kind")
+        nfs_sg = aws.ec2.SecurityGroup(f"{name}-cache", vpc_id=self.vpc.id, description="model cache from the VPC",
+                                       ingress=[{"protocol": "tcp", "from_port": 988 if kind == "fsx-lustre" else 2049,
+                                                 "to_port": 1023 if kind == "fsx-lustre" else 2049, "cidr_blocks": [plan.vpc["cidr_block"]]}],
+                                       egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}], tags=tags, opts=child)
+        if kind == "efs":
+            self.file_system = aws.efs.FileSystem(f"{name}-cache", **st, tags={**tags, "Name": f"{plan.name}-model-cache"},
+                                                  opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True))
+            self.mount_targets = [
+                aws.efs.MountTarget(f"{name}-cache-{i}", file_system_id=self.file_system.id, subnet_id=sn.id, security_groups=[nfs_sg.id], opts=child)
+                for i, sn in enumerate(self.private_subnets.values())
+            ]
+            self.storage_parameters = self.file_system.id.apply(lambda i: {"provisioningMode": "efs-ap", "directoryPerms": "700", "fileSystemId": i})
+        else:
+            zone = st.pop("availability_zone")
+            self.file_system = aws.fsx.LustreFileSystem(f"{name}-cache", subnet_ids=[self.private_subnets[zone].id], security_group_ids=[nfs_sg.id],
+                                                        **st, tags=tags, opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True))
+            self.mount_targets = []
+            self.storage_parameters = pulumi.Output.all(self.file_system.id, self.private_subnets[zone].id, nfs_sg.id).apply(
+                lambda a: {"fileSystemId": a[0], "subnetId": a[1], "securityGroupIds": a[2]})
+
+        self.cluster_name = self.cluster.name
+        self.kubeconfig = pulumi.Output.secret(kubeconfig_for(self.cluster.name, self.cluster.endpoint, self.cluster.certificate_authority.data, plan.region))
+        self.storage_class_name = pulumi.Output.from_input(plan.storage_class["metadata"]["name"])
+        self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig, "storageClassName": self.storage_class_name})
