@@ -90,6 +90,9 @@ def main(argv=None) -> int:
     from .preflight import add_subparser as add_preflight
 
     add_preflight(sub)
+    from .review import add_subparsers as add_review
+
+    add_review(sub)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

@@ -1,0 +1,319 @@
+"""``python -m stacks preflight``: can this AWS account place the stack's GPU nodes?
+
+Read-only boto3 checks before ``pulumi up`` spends an hour waiting on capacity:
+
+1. ``offering``    the instance type is offered in the chosen availability zone;
+2. ``efa``         the instance supports EFA with as many interfaces as the catalog attaches;
+3. ``reservation`` the capacity reservation is active, of that type, in that zone and big enough;
+4. ``quota``       the "Running On-Demand P instances" vCPU quota has room for the nodes.
+
+Every failure names the ``dynamo:`` config key to change and a value to put there.
+``run_checks`` is pure apart from the injected boto3 clients, so tests run it under moto.
+"""
+from __future__ import annotations
+
+import re
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from .gpus import DEFAULT_INSTANCE, INSTANCES, nodes_needed, shape_for
+
+NS = "dynamo"
+CLUSTER = f"{NS}:cluster"
+KEY_REGION = f"{CLUSTER}.region"
+KEY_AZ = f"{CLUSTER}.gpuAvailabilityZone"
+KEY_INSTANCE = f"{CLUSTER}.instanceType"
+KEY_RESERVATION = f"{CLUSTER}.capacityReservationId"
+KEY_MARKET = f"{CLUSTER}.marketType"
+KEY_EFA = f"{CLUSTER}.efa"
+KEY_NODES = f"{CLUSTER}.gpuNodes"
+
+P_INSTANCE_QUOTA = "L-417A185B"  # Running On-Demand P instances (vCPUs)
+CAPACITY_BLOCK = "capacity-block"
+
+PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
+
+
+@dataclass(frozen=True)
+class PreflightRequest:
+    region: str
+    availability_zone: Optional[str]
+    instance_type: str
+    nodes: int
+    efa: bool
+    capacity_reservation_id: Optional[str] = None
+    market_type: str = "on-demand"  # on-demand | capacity-block
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: str  # PASS | FAIL | WARN | SKIP
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status != FAIL
+
+    def line(self) -> str:
+        return f"{self.status:<4}  {self.name:<11}  {self.message}"
+
+
+# --------------------------------------------------------------------------- request from a stack
+
+
+def _config_error(msg: str):
+    from .config import ConfigError
+
+    return ConfigError(msg)
+
+
+def request_from_stack(name: str, root: Optional[Path] = None) -> PreflightRequest:
+    """The preflight request a committed ``Pulumi.<name>.yaml`` implies."""
+    import yaml
+
+    from . import render
+    from .catalog import gpus_needed
+    from .config import parse, select_target
+    from .serving import build_plan
+
+    root = root or render.REPO_ROOT
+    raw = render.stack_raw_config(name, root)
+    top = (yaml.safe_load(render.stack_file(name, root).read_text()) or {}).get("config") or {}
+    cluster: dict[str, Any] = raw.get("cluster") or {}
+    if not isinstance(cluster, dict):
+        raise _config_error(f"{CLUSTER}: must be a mapping, got {cluster!r}")
+
+    from .cluster import build_cluster_plan
+    from .providers import cluster_config
+
+    cfg = parse(raw)
+    target = select_target(cfg)
+    cc = cluster_config(raw)  # the same validated settings the program builds the node group from
+    plan = build_cluster_plan(name, cc, target)
+    region = cluster.get("region") or top.get("aws:region") or cc.region
+    return PreflightRequest(
+        region=region,
+        availability_zone=plan.gpu_nodegroup["availability_zone"] if (cc.gpu_availability_zone or cc.availability_zones) else None,
+        instance_type=plan.shape.instance_type,
+        nodes=int(plan.gpu_nodegroup["scaling_config"]["desired_size"]),
+        efa=plan.efa,
+        capacity_reservation_id=cc.capacity_reservation_id,
+        market_type=cc.market_type,
+    )
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _err(e: Exception) -> str:
+    code = getattr(e, "response", {}).get("Error", {}).get("Code") if hasattr(e, "response") else None
+    return f"{code}: {e}" if code else f"{type(e).__name__}: {e}"
+
+
+def _api_errors() -> tuple[type[Exception], ...]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return (ClientError, BotoCoreError)
+
+
+def _same_gpu_types(instance_type: str, pred=lambda s: True) -> list[str]:
+    shape = INSTANCES.get(instance_type)
+    return sorted(k for k, s in INSTANCES.items() if (shape is None or s.gpu == shape.gpu) and k != instance_type and pred(s))
+
+
+def check_offering(req: PreflightRequest, ec2) -> CheckResult:
+    name = "offering"
+    try:
+        pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+            LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [req.instance_type]}]
+        )
+        zones = sorted({o["Location"] for p in pages for o in p["InstanceTypeOfferings"]})
+    except _api_errors() as e:
+        return CheckResult(name, FAIL, f"describe_instance_type_offerings in {req.region} failed ({_err(e)})")
+    if not zones:
+        alts = ", ".join(_same_gpu_types(req.instance_type)) or "another region"
+        return CheckResult(
+            name, FAIL,
+            f"{req.instance_type} is not offered in any zone of {req.region}; set {KEY_REGION} to a region that offers it, "
+            f"or {KEY_INSTANCE} to one of: {alts}",
+        )
+    if not req.availability_zone:
+        return CheckResult(
+            name, WARN,
+            f"{req.instance_type} is offered in {req.region} zones {', '.join(zones)}, but {KEY_AZ} is not set; "
+            f"pin it, e.g. {KEY_AZ}: {zones[0]}",
+        )
+    if req.availability_zone in zones:
+        return CheckResult(name, PASS, f"{req.instance_type} is offered in {req.availability_zone}")
+    where = "" if req.availability_zone.startswith(req.region) else f" (that zone is not in region {req.region})"
+    return CheckResult(
+        name, FAIL,
+        f"{req.instance_type} is not offered in {req.availability_zone}{where}; set {KEY_AZ} to one of: {', '.join(zones)}",
+    )
+
+
+def _describe_type(ec2, instance_type: str) -> dict:
+    return ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"][0]
+
+
+def check_efa(req: PreflightRequest, info: Optional[dict], info_error: Optional[str]) -> CheckResult:
+    name = "efa"
+    if not req.efa:
+        return CheckResult(name, SKIP, f"EFA is off ({KEY_EFA}: false and the target's fabric is not aws-efa)")
+    if info is None:
+        return CheckResult(name, FAIL, f"describe_instance_types {req.instance_type} failed ({info_error}); check {KEY_INSTANCE}")
+    net = info.get("NetworkInfo") or {}
+    if not net.get("EfaSupported"):
+        alts = _same_gpu_types(req.instance_type, lambda s: s.efa_interfaces > 0)
+        hint = f"set {KEY_INSTANCE} to one of: {', '.join(alts)}" if alts else f"choose an EFA instance type for {KEY_INSTANCE}"
+        return CheckResult(name, FAIL, f"{req.instance_type} does not support EFA; {hint}, or set {KEY_EFA}: false with a target whose fabric is not aws-efa")
+    max_efa = int((net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0))
+    cards = len(net.get("NetworkCards") or []) or int(net.get("MaximumNetworkCards", 0))
+    shape = INSTANCES.get(req.instance_type)
+    if shape is None:
+        return CheckResult(name, WARN, f"{req.instance_type} supports {max_efa} EFA interfaces on {cards} network cards, but is not in stacks/gpus.py; "
+                                       f"set {KEY_INSTANCE} to one of: {', '.join(sorted(INSTANCES))}")
+    problems = []
+    if max_efa < shape.efa_interfaces:
+        problems.append(f"allows {max_efa} EFA interfaces but the launch template attaches {shape.efa_interfaces}")
+    if cards < shape.network_cards:
+        problems.append(f"has {cards} network cards but the catalog expects {shape.network_cards}")
+    if problems:
+        alts = _same_gpu_types(req.instance_type)
+        hint = f"set {KEY_INSTANCE} to one of: {', '.join(alts)}, " if alts else f"set {NS}:gpu to another GPU (no other {shape.gpu} type in stacks/gpus.py), "
+        return CheckResult(name, FAIL, f"{req.instance_type} " + " and ".join(problems)
+                           + f"; {hint}or correct {req.instance_type} efa_interfaces/network_cards in stacks/gpus.py")
+    return CheckResult(name, PASS, f"{req.instance_type} supports EFA: {max_efa} interfaces, {cards} network cards (catalog attaches {shape.efa_interfaces})")
+
+
+def check_reservation(req: PreflightRequest, ec2) -> tuple[CheckResult, Optional[dict]]:
+    name = "reservation"
+    rid = req.capacity_reservation_id
+    if not rid:
+        return CheckResult(name, SKIP, f"no {KEY_RESERVATION} set"), None
+    try:
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
+    except _api_errors() as e:
+        return CheckResult(name, FAIL, f"{rid} not found in {req.region} ({_err(e)}); set {KEY_RESERVATION} to a reservation id of that region (cr-...) or remove it"), None
+    if not found:
+        return CheckResult(name, FAIL, f"{rid} not found in {req.region}; set {KEY_RESERVATION} to a reservation id of that region (cr-...) or remove it"), None
+    cr = found[0]
+    problems = []
+    state = cr.get("State")
+    if state != "active":
+        when = f", starts {cr['StartDate']}" if cr.get("StartDate") and state in ("scheduled", "payment-pending", "pending") else ""
+        problems.append(f"state is {state}{when}, not active (wait for it, or set {KEY_RESERVATION} to an active reservation)")
+    if cr.get("InstanceType") != req.instance_type:
+        problems.append(f"it reserves {cr.get('InstanceType')}, not {req.instance_type}; set {KEY_INSTANCE}: {cr.get('InstanceType')}")
+    if cr.get("AvailabilityZone") != req.availability_zone:
+        problems.append(f"it is in {cr.get('AvailabilityZone')}, not {req.availability_zone}; pin {KEY_AZ}: {cr.get('AvailabilityZone')}")
+    avail = int(cr.get("AvailableInstanceCount", 0))
+    if avail < req.nodes:
+        missing = req.nodes - avail
+        problems.append(
+            f"it has {avail} of {req.nodes} needed instances available ({missing} missing); set {KEY_NODES}: {avail} "
+            f"or grow the reservation by {missing}"
+        )
+    if problems:
+        return CheckResult(name, FAIL, f"{rid}: " + "; ".join(problems)), cr
+    kind = cr.get("ReservationType") or "default"
+    return CheckResult(name, PASS, f"{rid} ({kind}) is active: {avail} x {req.instance_type} available in {req.availability_zone}, {req.nodes} needed"), cr
+
+
+def _running_p_vcpus(ec2) -> int:
+    """vCPUs of pending/running P instances. Filtered here, not with an instance-type 'p*' filter, and
+    vCPUs fall back to the type's default when CpuOptions is absent (moto supports neither)."""
+    used, defaults = 0, {}
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    for page in pages:
+        for r in page["Reservations"]:
+            for i in r["Instances"]:
+                it = i.get("InstanceType", "")
+                if not re.match(r"p\d", it):
+                    continue
+                cpu = i.get("CpuOptions") or {}
+                if cpu.get("CoreCount"):
+                    used += int(cpu["CoreCount"]) * int(cpu.get("ThreadsPerCore", 1))
+                else:
+                    if it not in defaults:
+                        defaults[it] = int(_describe_type(ec2, it)["VCpuInfo"]["DefaultVCpus"])
+                    used += defaults[it]
+    return used
+
+
+def check_quota(req: PreflightRequest, ec2, quotas, info: Optional[dict], reservation: Optional[dict]) -> CheckResult:
+    name = "quota"
+    if req.market_type == CAPACITY_BLOCK or (reservation or {}).get("ReservationType") == CAPACITY_BLOCK:
+        return CheckResult(name, WARN, f"skipped: capacity blocks do not draw on the On-Demand P quota ({KEY_MARKET}: {CAPACITY_BLOCK})")
+    if not req.instance_type.startswith("p"):
+        return CheckResult(name, SKIP, f"{req.instance_type} is not a P instance; quota {P_INSTANCE_QUOTA} does not apply")
+    if info is None:
+        return CheckResult(name, WARN, f"skipped: vCPUs of {req.instance_type} unknown (describe_instance_types failed)")
+    if quotas is None:
+        return CheckResult(name, WARN, "skipped: no service-quotas client")
+    try:
+        value = float(quotas.get_service_quota(ServiceCode="ec2", QuotaCode=P_INSTANCE_QUOTA)["Quota"]["Value"])
+    except _api_errors() as e:
+        return CheckResult(name, WARN, f"skipped: service-quotas unavailable ({_err(e)})")
+    vcpus = int(info["VCpuInfo"]["DefaultVCpus"])
+    needed = req.nodes * vcpus
+    try:
+        used = _running_p_vcpus(ec2)
+        used_note = f", {used} in use by running P instances"
+    except _api_errors():
+        used, used_note = 0, " (running P instances not counted: describe_instances failed)"
+    headroom = int(value) - used
+    if needed > headroom:
+        fit = max(0, headroom // vcpus)
+        return CheckResult(
+            name, FAIL,
+            f"quota {P_INSTANCE_QUOTA} (Running On-Demand P instances) is {int(value)} vCPUs{used_note}; "
+            f"{req.nodes} x {req.instance_type} need {needed}. Set {KEY_NODES}: {fit}, or {KEY_MARKET}: {CAPACITY_BLOCK}, or request "
+            f"{used + needed}: aws service-quotas request-service-quota-increase --region {req.region} --service-code ec2 "
+            f"--quota-code {P_INSTANCE_QUOTA} --desired-value {used + needed}",
+        )
+    return CheckResult(name, PASS, f"quota {P_INSTANCE_QUOTA} is {int(value)} vCPUs{used_note}; {req.nodes} x {req.instance_type} need {needed}")
+
+
+def run_checks(req: PreflightRequest, ec2_client, quotas_client) -> list[CheckResult]:
+    """All checks, in order; clients are injected (moto, Stubber or real boto3)."""
+    results = [check_offering(req, ec2_client)]
+    info, info_error = None, None
+    try:
+        info = _describe_type(ec2_client, req.instance_type)
+    except (*_api_errors(), IndexError) as e:
+        info_error = _err(e)
+    results.append(check_efa(req, info, info_error))
+    res_result, reservation = check_reservation(req, ec2_client)
+    results.append(res_result)
+    results.append(check_quota(req, ec2_client, quotas_client, info, reservation))
+    return results
+
+
+def format_results(req: PreflightRequest, results: list[CheckResult]) -> str:
+    head = (f"preflight {req.instance_type} x {req.nodes} in {req.availability_zone or req.region} "
+            f"(efa={'on' if req.efa else 'off'}, market={req.market_type}"
+            + (f", reservation={req.capacity_reservation_id}" if req.capacity_reservation_id else "") + ")")
+    return "\n".join([head] + [r.line() for r in results])
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def cmd(args) -> int:
+    import boto3
+
+    req = request_from_stack(args.stack)
+    session = boto3.session.Session(region_name=req.region)
+    results = run_checks(req, session.client("ec2"), session.client("service-quotas"))
+    print(format_results(req, results))
+    return 0 if all(r.ok for r in results) else 1
+
+
+def add_subparser(sub) -> None:
+    p = sub.add_parser("preflight", help="check AWS offering, EFA, capacity reservation and P-instance quota for a stack (read-only boto3)")
+    p.add_argument("--stack", required=True)
+    p.set_defaults(fn=cmd)
