@@ -67,7 +67,8 @@ else:
     pulumi.export("clusterName", eks.cluster_name)
     pulumi.export("kubeconfig", eks.kubeconfig)
 
-if cluster.mode == "eks" or cluster.install_device_plugins or cluster.platform_wanted():
+if cluster.mode != "render" and (cluster.mode == "eks" or cluster.install_device_plugins or cluster.platform_wanted()):
+    # Helm releases need a real cluster, so render mode shows the serving layer only.
     from components.platform import DevicePlugins, DynamoPlatform
 
     k8s_opts = pulumi.ResourceOptions(provider=provider)
@@ -75,7 +76,7 @@ if cluster.mode == "eks" or cluster.install_device_plugins or cluster.platform_w
         plugins = DevicePlugins(
             "device-plugins",
             fabric=plan.target.fabric if cluster.mode != "eks" else ("aws-efa" if cluster_plan.efa else "none"),
-            nvidia_stack=cluster.nvidia_stack,
+            nvidia=cluster.nvidia_stack,
             opts=pulumi.ResourceOptions(provider=provider, depends_on=graph_deps),
         )
         graph_deps = graph_deps + plugins.ready

@@ -55,6 +55,13 @@ class Mocks(pmocks.Mocks):
         state = dict(args.inputs)
         if args.typ == "kubernetes:core/v1:Secret" and "stringData" in state:
             state.pop("stringData")
+        # Outputs a real provider computes and the program reads.
+        if args.typ == "aws:eks/cluster:Cluster":
+            state.setdefault("endpoint", "https://mock.eks.example")
+            state["certificateAuthority"] = {"data": "bW9jaw=="}
+            state["vpcConfig"] = {**state.get("vpcConfig", {}), "clusterSecurityGroupId": "sg-cluster"}
+        if args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            state.setdefault("latestVersion", 1)
         return (f"{args.name}-id", state)
 
     def call(self, args):
