@@ -91,6 +91,7 @@ serving = Serving(
     opts=pulumi.ResourceOptions(provider=provider),
     depends_on=cache_deps,
     graph_depends_on=graph_deps,
+    redact_secrets=cluster.mode == "render",
 )
 for key, value in next_steps(plan).items():
     pulumi.export(key, value)

@@ -30,11 +30,14 @@ class Namespace(pulumi.ComponentResource):
 
     name: pulumi.Output[str]
 
-    def __init__(self, name: str, obj: Optional[dict], namespace: str, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, obj: Optional[dict], namespace: str, opts: Optional[pulumi.ResourceOptions] = None,
+                 retain_on_delete: bool = False):
+        """``retain_on_delete``: deleting a namespace deletes the PVCs in it, so a protected model
+        cache keeps its namespace too."""
         super().__init__(f"{PKG}:serving:Namespace", name, None, opts)
         self.resource = None
         if obj:
-            self.resource = k8s.core.v1.Namespace(name, metadata=_meta(obj), opts=_opts(self))
+            self.resource = k8s.core.v1.Namespace(name, metadata=_meta(obj), opts=_opts(self, retain_on_delete=retain_on_delete))
             self.name = self.resource.metadata.apply(lambda m: m["name"] if isinstance(m, dict) else m.name)
         else:
             self.name = pulumi.Output.from_input(namespace)
@@ -47,14 +50,17 @@ class HfTokenSecret(pulumi.ComponentResource):
     secret_name: pulumi.Output[str]
 
     def __init__(self, name: str, obj: Optional[dict], existing_name: str, token: Optional[pulumi.Input[str]],
-                 opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = ()):
+                 opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
+                 redact: bool = False):
+        """``redact``: render mode writes manifests to disk in plain text, so the Secret carries a
+        placeholder there instead of the token (create the real Secret in the cluster yourself)."""
         super().__init__(f"{PKG}:serving:HfTokenSecret", name, None, opts)
         self.resource = None
         if obj is not None:
             if token is None:
                 raise ValueError("dynamo:hfToken is not set: run `pulumi config set --secret dynamo:hfToken <token>` "
                                  "or set dynamo:hfTokenSecretName to an existing Secret")
-            secret_token = pulumi.Output.secret(token)
+            secret_token = pulumi.Output.secret(obj["stringData"][HF_TOKEN_KEY] if redact else token)
             self.resource = k8s.core.v1.Secret(
                 name,
                 metadata=_meta(obj),
@@ -150,15 +156,17 @@ class Serving(pulumi.ComponentResource):
 
     def __init__(self, name: str, plan: ServingPlan, hf_token: Optional[pulumi.Input[str]], protect_cache: bool,
                  opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
-                 graph_depends_on: Sequence[pulumi.Resource] = ()):
+                 graph_depends_on: Sequence[pulumi.Resource] = (), redact_secrets: bool = False):
         """``depends_on``: what the cache and download need (storage, system nodes);
         ``graph_depends_on``: what only the DGD needs (GPU nodes, device plugins, the Dynamo platform)."""
         super().__init__(f"{PKG}:serving:Serving", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         ns_name = _meta(plan.dgd)["namespace"]
-        self.ns = Namespace(f"{name}-namespace", plan.namespace, ns_name, opts=child)
+        self.ns = Namespace(f"{name}-namespace", plan.namespace, ns_name, opts=child,
+                            retain_on_delete=protect_cache and plan.cache_pvc is not None)
         base = list(depends_on) + ([self.ns.resource] if self.ns.resource else [])
-        self.secret = HfTokenSecret(f"{name}-hf-token", plan.hf_secret, plan.hf_secret_name, hf_token, opts=child, depends_on=base)
+        self.secret = HfTokenSecret(f"{name}-hf-token", plan.hf_secret, plan.hf_secret_name, hf_token, opts=child, depends_on=base,
+                                    redact=redact_secrets)
         self.cache = ModelCache(f"{name}-model-cache", plan.cache_pvc, plan.claim_name, protect_cache, opts=child, depends_on=base)
         ready = base + [r for r in (self.secret.resource, self.cache.resource) if r]
         self.download = ModelDownload(f"{name}-model-download", plan.jobs, opts=child, depends_on=ready)

@@ -111,6 +111,8 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
     wait = cfg.wait
     job_timeout = duration_seconds(wait.job_timeout)
     dgd_timeout = duration_seconds(wait.dgd_timeout)
+    if not wait.enabled and not cfg.storage.existing_claim:
+        pvc["metadata"].setdefault("annotations", {})[SKIP_AWAIT] = "true"  # no waiting for Bound either
     for job in jobs:
         if job_node_selector:
             job["spec"]["template"]["spec"]["nodeSelector"] = dict(job_node_selector)

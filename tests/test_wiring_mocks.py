@@ -47,17 +47,19 @@ def test_download_job_waits_for_pvc_and_secret(run):
 
 def test_cache_pvc_is_retained_on_destroy_by_default(run):
     assert run.one("kubernetes:core/v1:PersistentVolumeClaim").retain_on_delete is True
+    # deleting the namespace would delete the PVC in it, so it is kept too
+    assert run.one("kubernetes:core/v1:Namespace").retain_on_delete is True
 
 
 def test_cache_pvc_opt_out_removes_it_on_destroy():
     r = run_program({**BASE, "storage": {"protect": False}}, {"hfToken": CANARY})
     assert r.one("kubernetes:core/v1:PersistentVolumeClaim").retain_on_delete is False
+    assert r.one("kubernetes:core/v1:Namespace").retain_on_delete is False
 
 
-def test_hf_token_is_secret_in_inputs_and_never_plain(run):
+def test_hf_token_never_plain_in_registered_inputs(run):
     secret = run.one("kubernetes:core/v1:Secret")
-    assert secret.inputs["stringData"]["HF_TOKEN"] == CANARY  # it is there ...
-    for r in run.resources:  # ... but only inside a secret envelope
+    for r in run.resources:
         assert plain_occurrences(r.raw_inputs, CANARY) == [], r.name
     assert "stringData" in secret.additional_secret_outputs
 
@@ -88,3 +90,21 @@ def test_outputs_say_what_to_do_next(run):
     assert "--concurrency 24" in o["aiperf"]
     assert o["gpusNeeded"] == 2
     assert o["expectedPerf"]["ttftP50Ms"] == 2028.23
+
+
+def test_render_mode_never_writes_the_token_to_disk():
+    r = run_program({**BASE}, {"hfToken": CANARY})  # BASE renders to a directory
+    secret = r.one("kubernetes:core/v1:Secret")
+    assert CANARY not in str(secret.raw_inputs)
+    assert secret.inputs["stringData"]["HF_TOKEN"].startswith("<redacted")
+
+
+def test_cluster_mode_sends_the_token_as_a_secret(tmp_path, monkeypatch):
+    kc = tmp_path / "kubeconfig"
+    kc.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    monkeypatch.setenv("KUBECONFIG", str(kc))
+    r = run_program({**BASE, "cluster": {"mode": "kubeconfig"}}, {"hfToken": CANARY})
+    secret = r.one("kubernetes:core/v1:Secret")
+    assert secret.inputs["stringData"]["HF_TOKEN"] == CANARY
+    for res in r.resources:
+        assert plain_occurrences(res.raw_inputs, CANARY) == [], res.name
