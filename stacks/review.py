@@ -1,0 +1,480 @@
+"""Review and release: ``python -m stacks diff`` and ``python -m stacks promote``.
+
+``diff`` renders every committed stack (``Pulumi.<name>.yaml``) and every catalog target at
+two git refs, each with that ref's own code, and prints what changes per Kubernetes object
+(markdown, stable order, empty when nothing changes). The pure core is ``diff_objects``.
+
+``promote`` copies the release-pinned keys (target selection, images, model revisions,
+chart/plugin versions) from one stack file to another, keeping the destination's environment
+keys (namespace, cluster, replicas, storage, secrets...) and its comments, and refuses floating
+values (an image without a fixed tag or digest, a model revision that is a branch).
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import yaml
+
+from .config import NS, ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# --------------------------------------------------------------------------- semantic diff (pure)
+
+ABSENT = object()
+
+
+def _fmt(v: Any) -> str:
+    if v is ABSENT:
+        return "(absent)"
+    if isinstance(v, str):
+        return v if v and v.strip() == v and "\n" not in v else json.dumps(v)
+    return json.dumps(v, sort_keys=False, separators=(", ", ": "))
+
+
+def object_key(obj: dict) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{obj.get('kind', '?')}/{meta.get('name', '?')}"
+
+
+def _keyed(objs: list[dict]) -> dict[str, dict]:
+    """Objects by ``Kind/name`` (``Kind/namespace/name`` when a name repeats across namespaces)."""
+    out: dict[str, dict] = {}
+    counts: dict[str, int] = {}
+    for o in objs:
+        counts[object_key(o)] = counts.get(object_key(o), 0) + 1
+    for o in objs:
+        k = object_key(o)
+        if counts[k] > 1:
+            meta = o.get("metadata") or {}
+            k = f"{o.get('kind', '?')}/{meta.get('namespace', '')}/{meta.get('name', '?')}"
+        out[k] = o
+    return out
+
+
+def _named(items: list) -> Optional[dict[str, Any]]:
+    """A list of mappings with unique ``name`` keys (components, containers, env, volumes) by name."""
+    if not items or not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in items):
+        return None
+    names = [i["name"] for i in items]
+    return dict(zip(names, items)) if len(set(names)) == len(names) else None
+
+
+def _groups(args: list) -> list[str]:
+    """Scalars grouped as command-line options: ``--flag value...`` per group, other items alone."""
+    out: list[list[str]] = []
+    for a in args:
+        s = a if isinstance(a, str) else _fmt(a)
+        if s.startswith("-") and len(s) > 1 and not re.fullmatch(r"-[0-9.]+", s):
+            out.append([s])
+        elif out and out[-1][0].startswith("-") and len(out[-1]) < 2 and "=" not in out[-1][0]:
+            out[-1].append(s)
+        else:
+            out.append([s])
+    return [" ".join(g) for g in out]
+
+
+def _list_change(path: str, old: list, new: list) -> list[str]:
+    a, b = _groups(old), _groups(new)
+    sm = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    parts: list[str] = []
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal":
+            continue
+        parts += [f"- {x}" for x in a[i1:i2]] + [f"+ {x}" for x in b[j1:j2]]
+    if not parts:  # same groups, different grouping (rare): fall back to the whole values
+        return [f"{path}: {_fmt(old)} -> {_fmt(new)}"]
+    return [f"{path}: " + " ".join(parts)]
+
+
+def _text_change(path: str, old: str, new: str) -> list[str]:
+    lines = [f"{path}: (text changed)"]
+    for ln in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0):
+        if ln.startswith(("---", "+++", "@@")):
+            continue
+        lines.append(f"    {ln}")
+    return lines
+
+
+def diff_values(old: Any, new: Any, path: str = "") -> list[str]:
+    """``path: old -> new`` lines for every difference, named list items by name."""
+    if old == new:
+        return []
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in list(old) + [k for k in new if k not in old]:
+            sub = f"{path}.{k}" if path else str(k)
+            out += diff_values(old.get(k, ABSENT), new.get(k, ABSENT), sub)
+        return out
+    if isinstance(old, list) and isinstance(new, list):
+        on, nn = _named(old), _named(new)
+        if on is not None and nn is not None:
+            out = []
+            for k in list(on) + [k for k in nn if k not in on]:
+                out += diff_values(on.get(k, ABSENT), nn.get(k, ABSENT), f"{path}[{k}]")
+            return out
+        if all(not isinstance(x, (dict, list)) for x in old + new):
+            if len(old) == len(new) and any(isinstance(x, str) and "\n" in x for x in old + new):
+                out = []
+                for i, (x, y) in enumerate(zip(old, new)):
+                    out += diff_values(x, y, f"{path}[{i}]")
+                return out
+            return _list_change(path, old, new)
+        if len(old) == len(new):
+            out = []
+            for i, (x, y) in enumerate(zip(old, new)):
+                out += diff_values(x, y, f"{path}[{i}]")
+            return out
+    if isinstance(old, str) and isinstance(new, str) and ("\n" in old or "\n" in new):
+        return _text_change(path, old, new)
+    return [f"{path}: {_fmt(old)} -> {_fmt(new)}"]
+
+
+def diff_objects(old: dict[str, list[dict]], new: dict[str, list[dict]]) -> list[str]:
+    """Markdown lines: per group (``stack <name>`` / ``target <id>``, sorted), per ``Kind/name``,
+    added / removed objects and ``path: old -> new`` for changed fields. Empty when equal."""
+    lines: list[str] = []
+    for group in sorted(set(old) | set(new)):
+        before, after = old.get(group), new.get(group)
+        if before == after:
+            continue
+        body: list[str] = []
+        if before is None:
+            body.append("group added")
+        elif after is None:
+            body.append("group removed")
+        a, b = _keyed(before or []), _keyed(after or [])
+        for key in list(a) + [k for k in b if k not in a]:
+            if key not in b:
+                body.append(f"- **removed** `{key}`")
+            elif key not in a:
+                body.append(f"- **added** `{key}`")
+            elif a[key] != b[key]:
+                body.append(f"- **changed** `{key}`")
+                body += [f"  - `{ln}`" if not ln.startswith("    ") else ln for ln in diff_values(a[key], b[key])]
+        if body:
+            lines.append(f"### {group}")
+            lines += body
+            lines.append("")
+    return lines
+
+
+# --------------------------------------------------------------------------- rendering at a git ref
+
+def _git(repo: Path, *args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, **kw)
+
+
+def export_ref(repo: Path, ref: str, dest: Path) -> Path:
+    """The tree of ``ref`` extracted to ``dest`` (``git archive``: leaves no worktree behind)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    sha = _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").stdout.strip()
+    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest
+
+
+def stack_names(root: Path) -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+
+
+def _run_render(src: Path, args: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(src), PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run([sys.executable, "-m", "stacks", "render", *args], cwd=src, env=env, capture_output=True, text=True)
+
+
+def _load(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def render_tree(src: Path, out: Path) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """Every stack and every catalog target of the source tree ``src``, rendered by its own code.
+    Returns (objects by group, render errors by group)."""
+    objs: dict[str, list[dict]] = {}
+    errors: dict[str, str] = {}
+    tdir = out / "targets"
+    r = _run_render(src, ["--all", "--out", str(tdir)])
+    if r.returncode != 0:
+        text = (r.stderr or r.stdout).strip()
+        errors["targets"] = text.splitlines()[-1] if text else f"exit {r.returncode}"
+    else:
+        for f in sorted(tdir.glob("*.yaml")):
+            objs[f"target {f.stem}"] = _load(f)
+    sdir = out / "stacks"
+    sdir.mkdir(parents=True, exist_ok=True)
+
+    def one(name: str):
+        return name, _run_render(src, ["--stack", name, "--out", str(sdir / f"{name}.yaml")])
+
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:
+        for name, r in pool.map(one, stack_names(src)):
+            if r.returncode == 0:
+                objs[f"stack {name}"] = _load(sdir / f"{name}.yaml")
+            else:
+                text = (r.stderr or r.stdout).strip()
+                errors[f"stack {name}"] = text.splitlines()[-1] if text else f"exit {r.returncode}"
+    return objs, errors
+
+
+def render_ref(repo: Path, ref: Optional[str], work: Path) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """Render at ``ref`` (``None``: the working tree of ``repo``)."""
+    if ref is None:
+        return render_tree(repo, work / "out")
+    src = export_ref(repo, ref, work / "src")
+    return render_tree(src, work / "out")
+
+
+def diff_refs(repo: Path, base: str, head: Optional[str] = None) -> list[str]:
+    tmp = Path(tempfile.mkdtemp(prefix="stacks-diff-"))
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            fb = pool.submit(render_ref, repo, base, tmp / "base")
+            fh = pool.submit(render_ref, repo, head, tmp / "head")
+            (old, old_err), (new, new_err) = fb.result(), fh.result()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    lines: list[str] = []
+    for group in sorted(set(old_err) | set(new_err)):
+        if old_err.get(group) == new_err.get(group):
+            continue
+        lines.append(f"### {group}")
+        if group in old_err:
+            lines.append(f"- render failed at base `{base}`: {old_err[group]}")
+        if group in new_err:
+            lines.append(f"- render failed at head `{head or 'working tree'}`: {new_err[group]}")
+        lines.append("")
+    # A group that fails on one side only is reported above, not as "all objects removed/added".
+    for group in set(old_err) | set(new_err):
+        old.pop(group, None)
+        new.pop(group, None)
+        if group == "targets":
+            for side in (old, new):
+                for g in [g for g in side if g.startswith("target ")]:
+                    side.pop(g)
+    return lines + diff_objects(old, new)
+
+
+def cmd_diff(args) -> int:
+    repo = Path(args.repo or REPO_ROOT).resolve()
+    try:
+        lines = diff_refs(repo, args.base, args.head)
+    except subprocess.CalledProcessError as e:
+        print(f"error: {' '.join(map(str, e.cmd))}: {(e.stderr or b'').decode() if isinstance(e.stderr, bytes) else e.stderr}".strip(), file=sys.stderr)
+        return 2
+    if lines:
+        sys.stdout.write("\n".join(lines).rstrip("\n") + "\n")
+    return 0
+
+
+# --------------------------------------------------------------------------- promotion
+
+# Keys that belong to an environment and are never copied.
+ENV_KEYS = frozenset({"namespace", "createNamespace", "cluster", "replicas", "storage", "hfTokenSecretName",
+                      "imagePullSecrets", "kubeconfig", "hfToken", "wait"})
+# Keys a release pins and promotion copies.
+SELECTION_KEYS = ("target", "model", "runtime", "gpu", "topology", "shape", "spec", "routing", "precision",
+                  "context", "workload", "fabric", "profile")
+RELEASE_KEYS = frozenset(SELECTION_KEYS + ("images", "modelRevision", "chartVersions", "pluginVersions"))
+
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_VERSION_TAG = re.compile(r"(refs/tags/.+|v?\d+(\.\d+)+([-+.][0-9A-Za-z.-]+)?)")
+_FLOATING_VERSIONS = re.compile(r"(|\*|latest|stable|main|master|head|.*[\^~<>*xX].*)", re.IGNORECASE)
+
+
+class PromotionError(ValueError):
+    """A floating value or a stack that cannot be promoted; the message names the key and value."""
+
+
+def image_floating(ref: str) -> Optional[str]:
+    """Why an image reference floats (no tag, ``latest``), or None when it has a fixed tag or digest."""
+    if "@sha256:" in ref:
+        return None
+    last = ref.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return "no tag or digest"
+    tag = last.rsplit(":", 1)[1]
+    if tag.lower() == "latest" or not tag:
+        return f"tag {tag!r} floats"
+    return None
+
+
+def revision_floating(rev: Any) -> Optional[str]:
+    """Why a model revision floats, or None for a 40-hex commit or a version tag (``v1.2``, ``refs/tags/...``)."""
+    if not isinstance(rev, str):
+        return "not a string"
+    if _HEX40.fullmatch(rev) or _VERSION_TAG.fullmatch(rev):
+        return None
+    return "a branch or moving name; pin a 40-hex commit or a version tag"
+
+
+def floating_values(cfg: dict[str, Any]) -> list[str]:
+    """Messages for every floating release value in a ``dynamo:`` mapping (namespace stripped)."""
+    bad: list[str] = []
+    for comp, img in (cfg.get("images") or {}).items():
+        why = image_floating(str(img))
+        if why:
+            bad.append(f"{NS}:images.{comp} = {img!r}: {why}; pin a fixed tag or a digest (@sha256:...)")
+    rev = cfg.get("modelRevision")
+    if rev is not None:
+        for k, v in (rev.items() if isinstance(rev, dict) else [(None, rev)]):
+            why = revision_floating(v)
+            if why:
+                key = f"{NS}:modelRevision" + (f".{k}" if k is not None else "")
+                bad.append(f"{key} = {v!r} is floating: {why}")
+    for key in ("chartVersions", "pluginVersions"):
+        for name, ver in (cfg.get(key) or {}).items():
+            if _FLOATING_VERSIONS.fullmatch(str(ver)):
+                bad.append(f"{NS}:{key}.{name} = {ver!r} is floating; pin an exact version")
+    for key in sorted(RELEASE_KEYS):
+        v = cfg.get(key)
+        if isinstance(v, dict) and "secure" in v:
+            bad.append(f"{NS}:{key} is a secret (encrypted per stack) and cannot be copied; set it on the target stack")
+    return bad
+
+
+def _key_of(full: str) -> Optional[str]:
+    return full[len(NS) + 1:] if full.startswith(NS + ":") else None
+
+
+def _chunks(text: str) -> tuple[list[str], list[tuple[Optional[str], str]], list[str]]:
+    """Split a stack file into (lines before ``config:``, config entries as (full key, text), lines after).
+    Comments and blank lines before an entry belong to it."""
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if re.match(r"config:\s*(#.*)?$", ln)), None)
+    if start is None:
+        return lines, [], []
+    end = next((i for i in range(start + 1, len(lines)) if re.match(r"[^\s#]", lines[i])), len(lines))
+    head, body, tail = lines[: start + 1], lines[start + 1: end], lines[end:]
+    entries: list[tuple[Optional[str], str]] = []
+    pending = ""
+    for ln in body:
+        m = re.match(r"  ([^\s#-]\S*?):(\s|$)", ln)
+        if m:
+            entries.append((m.group(1).strip("'\""), pending + ln))
+            pending = ""
+        elif not ln.strip() or ln.lstrip().startswith("#"):
+            pending += ln
+        elif entries:
+            k, t = entries[-1]
+            entries[-1] = (k, t + pending + ln)
+            pending = ""
+        else:
+            pending += ln
+    if pending:
+        entries.append((None, pending))
+    return head, entries, tail
+
+
+def promoted_text(src_text: str, dst_text: str) -> str:
+    """The destination stack file with the source's release-pinned entries (verbatim) and its own
+    environment and other entries and comments."""
+    _, src_entries, _ = _chunks(src_text)
+    head, dst_entries, tail = _chunks(dst_text)
+    release = [(k, t) for k, t in src_entries if k and _key_of(k) in RELEASE_KEYS]
+    for _, t in release:
+        if not t.endswith("\n"):
+            raise PromotionError("source stack file does not end with a newline")
+    keep = [(k, t) for k, t in dst_entries if not (k and _key_of(k) in RELEASE_KEYS)]
+    out = "".join(head) + "".join(t for _, t in release) + "".join(t for _, t in keep) + "".join(tail)
+    return out
+
+
+def _config(text: str) -> dict[str, Any]:
+    return (yaml.safe_load(text) or {}).get("config") or {}
+
+
+def _dynamo(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {k[len(NS) + 1:]: v for k, v in cfg.items() if k.startswith(NS + ":")}
+
+
+def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str]:
+    """(old text, new text) of the destination stack file; raises PromotionError on floating values."""
+    from .render import stack_file
+
+    sp, dp = stack_file(src, root), stack_file(dst, root)
+    for name, p in ((src, sp), (dst, dp)):
+        if not p.is_file():
+            raise PromotionError(f"stack {name!r} has no {p.name}; committed stacks: {', '.join(stack_names(root))}")
+    if sp == dp:
+        raise PromotionError("--from and --to name the same stack")
+    src_text, dst_text = sp.read_text(), dp.read_text()
+    src_cfg = _dynamo(_config(src_text))
+    release = {k: v for k, v in src_cfg.items() if k in RELEASE_KEYS}
+    bad = floating_values(release)
+    if bad:
+        raise PromotionError(f"refusing to promote {src} -> {dst}:\n  " + "\n  ".join(bad))
+    new_text = promoted_text(src_text, dst_text)
+    # The text edit must mean exactly: destination's non-release keys + source's release keys.
+    want = {k: v for k, v in _config(dst_text).items() if not (_key_of(k) in RELEASE_KEYS)}
+    want.update({f"{NS}:{k}": v for k, v in release.items()})
+    got = _config(new_text)
+    if got != want:
+        raise PromotionError(f"internal: promoted {dp.name} does not parse to the expected config: {got!r} != {want!r}")
+    return dst_text, new_text
+
+
+def _render_raw(raw: dict[str, Any]) -> list[dict]:
+    from .render import render_config
+
+    return render_config(raw)
+
+
+def cmd_promote(args) -> int:
+    from .render import stack_file
+
+    root = Path(args.root or REPO_ROOT).resolve()
+    try:
+        old_text, new_text = plan_promotion(args.src, args.dst, root)
+    except PromotionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    path = stack_file(args.dst, root)
+    if old_text == new_text:
+        print(f"{path.name}: already at {args.src}'s release; nothing to promote")
+        return 0
+    print(f"## {path.name}\n```diff")
+    sys.stdout.writelines(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True), f"a/{path.name}", f"b/{path.name}"))
+    print("```\n")
+    try:
+        before = _render_raw(_dynamo(_config(old_text)))
+    except ConfigError as e:  # the destination may not render yet (e.g. a first promotion)
+        before = []
+        print(f"(the current {path.name} does not render: {e})")
+    try:
+        after = _render_raw(_dynamo(_config(new_text)))
+    except ConfigError as e:
+        print(f"error: promoted {path.name} would not render: {e}", file=sys.stderr)
+        return 2
+    lines = diff_objects({f"stack {args.dst}": before}, {f"stack {args.dst}": after})
+    print("## rendered objects")
+    print("\n".join(lines) if lines else "(no change to the rendered objects)")
+    if args.yes:
+        path.write_text(new_text)
+        print(f"\nwrote {path.name}")
+    else:
+        print(f"\ndry run: re-run with --yes to write {path.name}")
+    return 0
+
+
+def add_subparsers(sub) -> None:
+    d = sub.add_parser("diff", help="per-object diff of every stack and target between two git refs (markdown)")
+    d.add_argument("--base", required=True, help="git ref to compare against, e.g. origin/main")
+    d.add_argument("--head", default=None, help="git ref (default: the working tree)")
+    d.add_argument("--repo", default=None, help="git repository (default: this checkout)")
+    d.set_defaults(fn=cmd_diff)
+    p = sub.add_parser("promote", help="copy release-pinned config (selection, images, revisions) from one stack to another")
+    p.add_argument("--from", dest="src", required=True)
+    p.add_argument("--to", dest="dst", required=True)
+    p.add_argument("--yes", action="store_true", help="write the destination stack file (default: dry run)")
+    p.add_argument("--root", default=None, help="directory with the Pulumi.<stack>.yaml files (default: the repo)")
+    p.set_defaults(fn=cmd_promote)

@@ -1,0 +1,216 @@
+"""Engine tests: the real Pulumi engine (Automation API) against a real local kube-apiserver.
+
+They need the pinned toolchain (`tools/toolchain.sh`) and the local control plane
+(`tools/kube-local.sh`); `make test` provides both. Readiness waits are off through the
+one switch `dynamo:wait.enabled: false` (no nodes or controllers run pods here).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stacks.render import render_config
+
+ROOT = Path(__file__).resolve().parent.parent
+KUBE_LOCAL = ROOT / "tools" / "kube-local.sh"
+TOKEN = "hf_ENGINE_CANARY_9d1e"
+
+pytestmark = pytest.mark.engine
+
+TARGETS = [
+    "lightning-vllm-agg-h100-dspark",  # Lightning aggregated
+    "lightning-vllm-disagg-h100-dspark",  # disaggregated over AWS EFA
+    "lightning-vllm-disagg-h200-dspark",  # disaggregated over InfiniBand
+    "lightning-trtllm-agg-h100-mtp",  # TensorRT-LLM
+    "ultra-vllm-agg-b200-agentic-256k-2w-kv",  # Nemotron-3-Ultra
+    "motif3-vllm-disagg-b200-chat-generic-2p1d-kv",  # Motif-3
+]
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if not path:
+        pytest.skip(f"{tool} not on PATH: run `make test` (it builds the pinned toolchain) or tools/toolchain.sh")
+    return path
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory):
+    """Start the local control plane for this test session and stop it afterwards."""
+    _need("pulumi")
+    _need("kubectl")
+    state = tmp_path_factory.mktemp("kube")
+    env = {**os.environ, "KUBE_LOCAL_DIR": str(state)}
+    subprocess.run([str(KUBE_LOCAL), "start"], check=True, env=env, timeout=900)
+    kubeconfig = state / "kubeconfig"
+    yield {"kubeconfig": str(kubeconfig), "env": env}
+    subprocess.run([str(KUBE_LOCAL), "stop"], env=env, timeout=120)
+
+
+def kubectl(kube, *args, check=True, input=None) -> subprocess.CompletedProcess:
+    return subprocess.run(["kubectl", "--kubeconfig", kube["kubeconfig"], *args], capture_output=True, text=True, check=check, input=input)
+
+
+@pytest.fixture(scope="session")
+def workspace(tmp_path_factory):
+    """A copy of the project (sharing its .venv) so stack files land outside the repository."""
+    work = tmp_path_factory.mktemp("project")
+    for name in ("Pulumi.yaml", "__main__.py", "pyproject.toml"):
+        shutil.copy(ROOT / name, work / name)
+    for d in ("components", "stacks"):
+        shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
+    (work / ".venv").symlink_to(ROOT / ".venv")
+    backend = tmp_path_factory.mktemp("state")
+    return {"dir": work, "backend": backend}
+
+
+def make_stack(workspace, name: str, config: dict):
+    from pulumi import automation as auto
+
+    env = {
+        "PULUMI_BACKEND_URL": f"file://{workspace['backend']}",
+        "PULUMI_CONFIG_PASSPHRASE": "engine-tests",
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "DYNAMO_REFERENCE": str(ROOT.parent / "shared" / "reference"),
+    }
+    ws = auto.LocalWorkspaceOptions(work_dir=str(workspace["dir"]), env_vars=env)
+    stack = auto.create_or_select_stack(stack_name=name, work_dir=str(workspace["dir"]), opts=ws)
+    set_config(stack, config)
+    stack.set_config("dynamo:hfToken", auto.ConfigValue(value=TOKEN, secret=True))
+    return stack
+
+
+def set_config(stack, config: dict):
+    from pulumi import automation as auto
+
+    for k, v in config.items():
+        stack.set_config(f"dynamo:{k}", auto.ConfigValue(value=v if isinstance(v, str) else json.dumps(v)))
+
+
+def base_config(kube, target: str, ns: str, **extra) -> dict:
+    return {
+        "target": target,
+        "namespace": ns,
+        "wait": {"enabled": False},
+        "cluster": {"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"]},
+        **extra,
+    }
+
+
+SERVER_FIELDS = {"uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink"}
+
+
+def subset_diff(want, got, where="") -> list[str]:
+    """Fields of ``want`` that differ in ``got`` (the server may add defaulted fields)."""
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return [f"{where}: {want!r:.120} vs {got!r:.120}"]
+        out = []
+        for k, v in want.items():
+            if k not in got:
+                out.append(f"{where}.{k}: missing on the server")
+            else:
+                out += subset_diff(v, got[k], f"{where}.{k}")
+        return out
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(want) != len(got):
+            return [f"{where}: {str(want)[:160]} vs {str(got)[:160]}"]
+        return [d for i, (a, b) in enumerate(zip(want, got)) for d in subset_diff(a, b, f"{where}[{i}]")]
+    if want != got and str(want) != str(got):
+        return [f"{where}: rendered {want!r:.120} != server {got!r:.120}"]
+    return []
+
+
+def live(kube, obj: dict) -> dict:
+    kind = obj["kind"]
+    resource = {"DynamoGraphDeployment": "dynamographdeployments.nvidia.com"}.get(kind, kind.lower())
+    args = ["get", resource, obj["metadata"]["name"], "-o", "json"]
+    if kind != "Namespace":
+        args[1:1] = ["-n", obj["metadata"]["namespace"]]
+    return json.loads(kubectl(kube, *args).stdout)
+
+
+def comparable(obj: dict) -> dict:
+    obj = copy.deepcopy(obj)
+    if obj["kind"] == "Secret":
+        obj.pop("stringData", None)  # checked separately: the server stores it as data
+    return obj
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_engine_lifecycle(kube, workspace, target):
+    ns = "e-" + target.replace("lightning-", "l-").replace("motif3-vllm-disagg-b200-chat-", "m3-")[:50].rstrip("-")
+    config = base_config(kube, target, ns)
+    stack = make_stack(workspace, ns, config)
+    try:
+        up = stack.up(on_output=None)
+        assert up.summary.result == "succeeded"
+
+        # What the engine created equals what `python -m stacks render` shows for the same config.
+        rendered = render_config({k: v for k, v in config.items()})
+        problems = []
+        for obj in rendered:
+            server = live(kube, obj)
+            problems += [f"{obj['kind']}/{obj['metadata']['name']}{d}" for d in subset_diff(comparable(obj), server)]
+        assert problems == []
+        secret = live(kube, next(o for o in rendered if o["kind"] == "Secret"))
+        import base64
+
+        assert base64.b64decode(secret["data"]["HF_TOKEN"]).decode() == TOKEN
+
+        # No secret in plain text in the stack's state or outputs.
+        state = stack.export_stack()
+        assert TOKEN not in json.dumps(state.deployment)
+        assert TOKEN not in json.dumps({k: v.value for k, v in stack.outputs().items()})
+
+        # A second preview with unchanged config changes nothing.
+        pv = stack.preview(on_output=None)
+        assert set(pv.change_summary) <= {"same"}, pv.change_summary
+
+        # A replica change updates the DGD in place and never replaces the PVC.
+        dgd = next(o for o in rendered if o["kind"] == "DynamoGraphDeployment")
+        worker = next(c["name"] for c in dgd["spec"]["components"] if c["type"] != "frontend")
+        set_config(stack, {"replicas": {worker: 3}})
+        up2 = stack.up(on_output=None)
+        changes = up2.summary.resource_changes
+        assert changes.get("update") == 1 and not changes.get("replace") and not changes.get("create"), changes
+        live_dgd = live(kube, {**dgd, "metadata": {**dgd["metadata"], "namespace": ns}})
+        assert next(c for c in live_dgd["spec"]["components"] if c["name"] == worker)["replicas"] == 3
+
+        # destroy removes everything but the protected model cache (and the namespace holding it).
+        stack.destroy(on_output=None)
+        assert kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns, check=False).returncode == 0
+        for kind, name in (("dynamographdeployments.nvidia.com", dgd["metadata"]["name"]), ("jobs", None), ("configmap", f"{dgd['metadata']['name']}-config")):
+            out = kubectl(kube, "get", kind, *( [name] if name else []), "-n", ns, "-o", "name", check=False)
+            assert out.stdout.strip() in ("",) or out.returncode != 0, out.stdout
+    finally:
+        stack.workspace.remove_stack(stack.name, force=True)
+
+
+def test_cache_opt_out_destroys_the_pvc(kube, workspace):
+    ns = "e-optout"
+    stack = make_stack(workspace, ns, base_config(kube, TARGETS[0], ns, storage={"protect": False}))
+    try:
+        stack.up(on_output=None)
+        assert kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns).returncode == 0
+        stack.destroy(on_output=None)
+        assert kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns, check=False).returncode != 0
+    finally:
+        stack.workspace.remove_stack(stack.name, force=True)
+
+
+def test_crd_schema_rejects_an_invalid_dgd(kube):
+    """The DGDs above were admitted by the real CRD schema; the same schema refuses a bad one."""
+    objs = render_config({"target": TARGETS[0], "namespace": "default"})
+    dgd = copy.deepcopy(next(o for o in objs if o["kind"] == "DynamoGraphDeployment"))
+    dgd["metadata"]["name"] = "schema-check"
+    dgd["spec"]["components"][1]["replicas"] = "four"
+    r = kubectl(kube, "apply", "--server-side", "-f", "-", check=False, input=json.dumps(dgd))
+    assert r.returncode != 0 and "replicas" in r.stderr, r.stderr
