@@ -4,24 +4,33 @@ from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidati
 import dynamo_policies as p
 
 
+def plain(x):
+    """pulumi-policy hands props over as read-only proxies (not dict/list); the checks take plain data."""
+    if hasattr(x, "items"):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
+        return x
+    return [plain(v) for v in x]
+
+
 def _images(args, report):
-    p.check_images_pinned(args.props, report)
+    p.check_images_pinned(plain(args.props), report)
 
 
 def _hf(args, report):
-    p.check_hf_token_from_secret(args.props, report)
+    p.check_hf_token_from_secret(plain(args.props), report)
 
 
 def _efa(args, report):
-    p.check_efa_disagg(args.resource_type, args.props, args.get_config(), report)
+    p.check_efa_disagg(args.resource_type, plain(args.props), plain(args.get_config()), report)
 
 
 def _gpu(args, report):
-    p.check_gpu_fits_node(args.props, args.get_config(), report)
+    p.check_gpu_fits_node(plain(args.props), plain(args.get_config()), report)
 
 
 def _cache(args, report):
-    p.check_model_cache_retained_cfg(args.resource_type, args.name, bool(args.opts.protect), args.get_config(), report)
+    p.check_model_cache_retained_cfg(args.resource_type, args.name, bool(args.opts.protect), plain(args.get_config()), report)
 
 
 POLICIES = [

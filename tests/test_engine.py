@@ -214,3 +214,24 @@ def test_crd_schema_rejects_an_invalid_dgd(kube):
     dgd["spec"]["components"][1]["replicas"] = "four"
     r = kubectl(kube, "apply", "--server-side", "-f", "-", check=False, input=json.dumps(dgd))
     assert r.returncode != 0 and "replicas" in r.stderr, r.stderr
+
+
+def test_preview_with_policy_pack_rejects_a_violating_config(kube, workspace, tmp_path):
+    """The policy pack runs at preview in the real engine: a clean stack passes, a floating image is refused."""
+    from pulumi.automation import errors
+
+    ns = "e-policy"
+    stack = make_stack(workspace, ns, base_config(kube, TARGETS[1], ns))
+    pack_config = tmp_path / "policy-config.json"
+    pack_config.write_text(json.dumps({"efa-disagg-workers": {"fabric": "aws-efa"}, "gpu-fits-node": {"gpu": "h100"},
+                                       "model-cache-retained": {"storageProtect": True}}))
+    opts = {"policy_packs": [str(ROOT / "policy")], "policy_pack_configs": [str(pack_config)]}
+    try:
+        clean = stack.preview(on_output=None, **opts)
+        assert "images-pinned" not in clean.stdout
+        set_config(stack, {"images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"}})
+        with pytest.raises(errors.CommandError) as e:
+            stack.preview(on_output=None, **opts)
+        assert "images-pinned" in str(e.value) and ":latest" in str(e.value)
+    finally:
+        stack.workspace.remove_stack(stack.name, force=True)
