@@ -98,6 +98,9 @@ class StackConfig(_Model):
     # Replica overrides per DGD component name.
     replicas: dict[str, int] = Field(default_factory=dict)
     wait: WaitConfig = Field(default_factory=WaitConfig)
+    # Pin the downloaded checkpoint to a Hugging Face revision (a commit or tag), where the model's
+    # download Job supports it; promotion refuses floating revisions such as "main".
+    model_revision: Optional[str] = None
 
     @field_validator("namespace")
     @classmethod

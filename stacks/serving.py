@@ -108,6 +108,16 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         if comp["name"] in cfg.replicas:
             comp["replicas"] = cfg.replicas[comp["name"]]
 
+    if cfg.model_revision:
+        pinned = 0
+        for job in jobs:
+            for c in job["spec"]["template"]["spec"]["containers"]:
+                if any("MODEL_REVISION" in a for a in (c.get("args") or []) + (c.get("command") or [])):
+                    c.setdefault("env", []).append({"name": "MODEL_REVISION", "value": cfg.model_revision})
+                    pinned += 1
+        if not pinned:
+            raise ConfigError(f"{NS}:modelRevision: {cfg.model_revision!r} cannot be applied: the {t.model} download Job takes no revision "
+                              "(supported: nemotron-3-ultra)")
     wait = cfg.wait
     job_timeout = duration_seconds(wait.job_timeout)
     dgd_timeout = duration_seconds(wait.dgd_timeout)

@@ -71,3 +71,11 @@ def test_every_target_reachable_by_its_axes():
     for t in catalog.targets().values():
         raw = {a: t.axis(a) for a in SELECT_ORDER if t.axis(a) is not None}
         assert select_target(parse(raw)).id == t.id
+
+
+def test_model_revision_only_where_the_download_supports_it():
+    with pytest.raises(ConfigError, match=r"dynamo:modelRevision: 'v1' cannot be applied.*nemotron-3-ultra"):
+        render_config({"modelRevision": "v1"})
+    objs = render_config({"model": "nemotron-3-ultra", "gpu": "b200", "modelRevision": "a" * 40})
+    download = next(o for o in objs if o["kind"] == "Job" and o["metadata"]["name"] == "nemotron-ultra-model-download")
+    assert {"name": "MODEL_REVISION", "value": "a" * 40} in download["spec"]["template"]["spec"]["containers"][0]["env"]
