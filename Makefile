@@ -47,8 +47,9 @@ test: setup
 unit: python
 	$(PY) -m pytest -m "not engine"
 
-bench: python
+bench: setup
 	$(PY) benchmarks/render_all.py
+	$(PY) benchmarks/engine.py
 
 fidelity: python
 	$(PY) -m stacks fidelity
