@@ -18,9 +18,10 @@ try:  # every check runs before any resource is registered
     cluster = cluster_config(raw)
     cluster_plan = None
     if cluster.mode == "eks":
-        from stacks.cluster import POOL_LABEL, build_cluster_plan
+        from stacks.cluster import POOL_LABEL, build_cluster_plan, check_fabric_on_eks
         from stacks.serving import select_target
 
+        check_fabric_on_eks(select_target(cfg), cfg.fabric_profile)
         cluster_plan = build_cluster_plan(pulumi.get_stack(), cluster, select_target(cfg))
         plan = build_plan(cfg, default_storage_class=cluster_plan.storage_class["metadata"]["name"], job_node_selector={POOL_LABEL: "system"})
     else:
@@ -75,7 +76,7 @@ if cluster.mode != "render" and (cluster.mode == "eks" or cluster.install_device
     if cluster.mode == "eks" or cluster.install_device_plugins:
         plugins = DevicePlugins(
             "device-plugins",
-            fabric=plan.target.fabric if cluster.mode != "eks" else ("aws-efa" if cluster_plan.efa else "none"),
+            fabric=cfg.fabric_profile or plan.target.fabric if cluster.mode != "eks" else ("aws-efa" if cluster_plan.efa else "none"),
             nvidia=cluster.nvidia_stack,
             opts=pulumi.ResourceOptions(provider=provider, depends_on=graph_deps),
         )

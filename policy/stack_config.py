@@ -19,7 +19,7 @@ def policy_config(stack: str) -> dict:
     cluster = cluster_config(raw)
     node = {"gpu": t.gpu, "instanceType": cluster.instance_type} if cluster.instance_type else {"gpu": t.gpu}
     return {
-        "efa-disagg-workers": {"fabric": t.fabric},
+        "efa-disagg-workers": {"fabric": cfg.fabric_profile or t.fabric},
         "gpu-fits-node": {k: v for k, v in node.items() if v},
         "model-cache-retained": {"storageProtect": cfg.storage.protect},
     }

@@ -157,6 +157,23 @@ def network_interfaces(shape: InstanceShape, efa: bool) -> list[dict]:
     return out
 
 
+EKS_FABRICS = ("aws-efa", "none")
+
+
+def check_fabric_on_eks(target: Target, fabric_profile: Optional[str]) -> None:
+    """EKS offers EFA only: a recipe built for InfiniBand, GKE RDMA or Nscale needs the EFA profile."""
+    if target.topology == "disagg" and target.fabric == "none" and fabric_profile != "aws-efa":
+        raise ConfigError(
+            f"{NS}:fabricProfile: {target.id} names no RDMA fabric, so on EKS its NIXL KV transfer would fall back to TCP; "
+            f"set {NS}:fabricProfile: aws-efa"
+        )
+    if target.fabric not in EKS_FABRICS and fabric_profile != "aws-efa":
+        raise ConfigError(
+            f"{NS}:fabricProfile: {target.id} moves KV cache over {target.fabric}, which EKS does not have; "
+            f"set {NS}:fabricProfile: aws-efa (EFA devices and the LIBFABRIC backend) or use an existing {target.fabric} cluster (cluster.mode: kubeconfig)"
+        )
+
+
 def build_cluster_plan(stack: str, cfg: EksConfig, target: Target) -> ClusterPlan:
     try:
         shape = shape_for(target.gpu, cfg.instance_type)

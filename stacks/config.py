@@ -86,6 +86,9 @@ class StackConfig(_Model):
     workload: Optional[Literal["agentic", "chat"]] = None
     fabric: Optional[Literal["aws-efa", "infiniband", "gke-rdma", "nscale", "none"]] = None
     profile: Optional[Literal["refresh", "day0", "generic", "nscale", "current", "legacy"]] = None
+    # Move a disaggregated target's KV transfer onto another fabric than its recipe's (e.g. an
+    # InfiniBand recipe on EKS): see stacks/fabric.py.
+    fabric_profile: Optional[Literal["aws-efa"]] = None
 
     namespace: str = "dynamo"
     create_namespace: bool = True

@@ -97,12 +97,13 @@ def misfits(t: Target, pod: dict, node: NodeShape) -> list[str]:
     return why
 
 
-def check_target(t: Target, shapes: list[NodeShape] | None = None) -> list[str]:
-    """Problems scheduling every pod of the target's DGD on its shapes: '<target> <component>: <field> ...'."""
+def check_target(t: Target, shapes: list[NodeShape] | None = None, dgd: dict | None = None) -> list[str]:
+    """Problems scheduling every pod of the target's DGD (or the given, configured one) on its
+    shapes: '<target> <component>: <field> ...'."""
     shapes = shapes or default_shapes(t)
     problems: list[str] = []
     free = {s.name: [dict(s.capacity) for _ in range(s.count)] for s in shapes}
-    for comp in _dgd(t)["spec"]["components"]:
+    for comp in (dgd or _dgd(t))["spec"]["components"]:
         pod = comp["podTemplate"]["spec"]
         req = _requests(pod)
         fitting = [s for s in shapes if not misfits(t, pod, s)]

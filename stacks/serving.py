@@ -118,6 +118,13 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         if not pinned:
             raise ConfigError(f"{NS}:modelRevision: {cfg.model_revision!r} cannot be applied: the {t.model} download Job takes no revision "
                               "(supported: nemotron-3-ultra)")
+    if cfg.fabric_profile:
+        from .fabric import FabricError, apply_profile
+
+        try:
+            apply_profile(dgd, cfg.fabric_profile, t.id)
+        except FabricError as e:
+            raise ConfigError(f"{NS}:fabricProfile: {cfg.fabric_profile!r}: {e}") from None
     wait = cfg.wait
     job_timeout = duration_seconds(wait.job_timeout)
     dgd_timeout = duration_seconds(wait.dgd_timeout)

@@ -44,3 +44,23 @@ def test_too_few_nodes_is_reported():
     system, gpu = default_shapes(t)
     gpu.capacity["nvidia.com/gpu"] = 2
     assert any("replica 3 does not fit" in p for p in check_target(t, [system, gpu]))
+
+
+def _eks_fit(stack_cfg):
+    from stacks.cluster import build_cluster_plan
+    from stacks.config import parse
+    from stacks.providers import cluster_config
+    from stacks.scheduling import SYSTEM
+    from stacks.serving import build_plan
+
+    cfg = parse(stack_cfg)
+    plan = build_plan(cfg)
+    cplan = build_cluster_plan("t", cluster_config(stack_cfg), plan.target)
+    return check_target(plan.target, [SYSTEM, cplan.gpu_shape], dgd=plan.dgd)
+
+
+@pytest.mark.parametrize("gpu", ["h200", "b200"])
+def test_infiniband_recipe_fits_eks_with_the_efa_profile(gpu):
+    base = {"gpu": gpu, "topology": "disagg", "cluster": {"mode": "eks"}}
+    assert any("rdma/ib=1 > node capacity 0" in p for p in _eks_fit(base))
+    assert _eks_fit({**base, "fabricProfile": "aws-efa"}) == []

@@ -1,0 +1,73 @@
+"""The AWS EFA fabric profile applied to recipes built for other fabrics."""
+import json
+
+import pytest
+
+from stacks.config import ConfigError
+from stacks.render import render_config
+
+
+def workers(objs):
+    dgd = next(o for o in objs if o["kind"] == "DynamoGraphDeployment")
+    return [c for c in dgd["spec"]["components"] if c["type"] in ("prefill", "decode")]
+
+
+def kv_config(main):
+    args = main["args"]
+    for i, a in enumerate(args):
+        if a == "--kv-transfer-config":
+            return json.loads(args[i + 1])
+        if a.startswith("--kv-transfer-config="):
+            return json.loads(a.split("=", 1)[1])
+
+
+def test_efa_profile_on_an_infiniband_recipe():
+    objs = render_config({"gpu": "h200", "topology": "disagg", "fabricProfile": "aws-efa"})
+    for w in workers(objs):
+        main = w["podTemplate"]["spec"]["containers"][0]
+        for part in ("requests", "limits"):
+            assert main["resources"][part]["vpc.amazonaws.com/efa"] == "4"  # 4 per GPU, 1 GPU
+            assert "rdma/ib" not in main["resources"][part]
+        assert kv_config(main)["kv_connector_extra_config"]["backends"] == ["LIBFABRIC"]
+        env = {e["name"]: e.get("value") for e in main["env"]}
+        assert env["FI_PROVIDER"] == "efa" and env["DYN_KVBM_NIXL_BACKEND_LIBFABRIC"] == "true"
+        assert main["securityContext"]["privileged"] is True
+
+
+def test_efa_count_follows_the_workers_gpu_count():
+    objs = render_config({"model": "nemotron-3-ultra", "gpu": "h200", "topology": "disagg", "fabricProfile": "aws-efa"})
+    for w in workers(objs):
+        res = w["podTemplate"]["spec"]["containers"][0]["resources"]
+        assert res["limits"]["vpc.amazonaws.com/efa"] == str(4 * int(res["limits"]["nvidia.com/gpu"]))
+
+
+def test_profile_on_an_aggregated_target_is_a_config_error():
+    with pytest.raises(ConfigError, match="dynamo:fabricProfile: 'aws-efa'.*no disaggregated workers"):
+        render_config({"gpu": "h100", "fabricProfile": "aws-efa"})
+
+
+def test_eks_refuses_an_infiniband_recipe_without_the_profile():
+    from stacks.cluster import check_fabric_on_eks
+    from stacks.config import parse, select_target
+
+    t = select_target(parse({"gpu": "b200", "topology": "disagg"}))
+    with pytest.raises(ConfigError, match="set dynamo:fabricProfile: aws-efa"):
+        check_fabric_on_eks(t, None)
+    check_fabric_on_eks(t, "aws-efa")
+
+
+def test_efa_profile_on_motif_replaces_ucx():
+    objs = render_config({"model": "motif-3", "topology": "disagg", "fabricProfile": "aws-efa"})
+    dgd = next(o for o in objs if o["kind"] == "DynamoGraphDeployment")
+    ws = [c for c in dgd["spec"]["components"] if c["type"] != "frontend"]
+    assert len(ws) == 2
+    for w in ws:
+        main = w["podTemplate"]["spec"]["containers"][0]
+        assert kv_config(main)["kv_connector_extra_config"]["backends"] == ["LIBFABRIC"]
+
+
+def test_efa_profile_inside_ultra_launcher_script():
+    objs = render_config({"model": "nemotron-3-ultra", "gpu": "b200", "topology": "disagg", "fabricProfile": "aws-efa"})
+    for w in workers(objs):
+        script = w["podTemplate"]["spec"]["containers"][0]["args"][0]
+        assert '"backends":["LIBFABRIC"]' in script
