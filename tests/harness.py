@@ -129,9 +129,13 @@ def plain_occurrences(x: Any, needle: str) -> list[str]:
     return hits
 
 
+LAST_RUN: "Run | None" = None  # the run in progress, inspectable after run_program raised
+
+
 def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, stack: str = "test") -> Run:
     """Run __main__.py with ``dynamo:`` config (plain values) and secret config."""
-    run = Run()
+    global LAST_RUN
+    run = LAST_RUN = Run()
     secrets = secrets or {}
     all_cfg = {f"dynamo:{k}": (json.dumps(v) if not isinstance(v, str) else v) for k, v in config.items()}
     all_cfg.update({f"dynamo:{k}": v for k, v in secrets.items()})

@@ -41,17 +41,41 @@ def test_bad_duration():
         render_config({"wait": {"jobTimeout": "soon"}})
 
 
-@pytest.mark.parametrize("raw", [{"gpu": "a100"}, {"runtime": "trtllm", "topology": "disagg"}, {"storage": {"size": "x"}}])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"gpu": "a100"},
+        {"runtime": "trtllm", "topology": "disagg"},
+        {"storage": {"size": "x"}},
+        {"cluster": {"mode": "eks", "marketType": "capacity-block"}},
+        {"gpu": "b200", "topology": "disagg", "cluster": {"mode": "eks"}},  # InfiniBand recipe on EKS without the EFA profile
+        {"fabricProfile": "aws-efa"},  # profile on an aggregated target
+    ],
+)
 def test_program_registers_nothing_on_bad_config(raw):
+    import harness
+
     with pytest.raises(Exception) as e:
         run_program(raw, {"hfToken": "hf_x"})
     assert "dynamo:" in str(e.value)
+    assert harness.LAST_RUN.resources == []
 
 
 def test_registers_nothing_when_token_missing():
+    import harness
+
     with pytest.raises(Exception) as e:
         run_program({"target": "lightning-vllm-agg-h100-dspark"})
     assert "dynamo:hfToken" in str(e.value)
+    assert harness.LAST_RUN.resources == []
+
+
+def test_renders_never_carry_the_token():
+    from stacks.render import to_yaml
+
+    text = to_yaml(render_config({"target": "lightning-vllm-agg-h100-dspark", "hfToken": "hf_CANARY_render_77"}))
+    assert "hf_CANARY_render_77" not in text
+    assert "<redacted: Pulumi secret>" in text
 
 
 def test_defaults_pick_the_promoted_dspark_recipe_per_gpu():
