@@ -30,10 +30,11 @@ class Perf:
     """One row of the upstream perf table for this target."""
 
     concurrency: int
-    ttft_p50_ms: float
+    ttft_p50_ms: Optional[float]  # None where the upstream table has no TTFT column
     output_tok_s_per_gpu: float
     tok_s_per_user: float
     source: str  # perf README the row comes from
+    recipe: Optional[str] = None  # the table's recipe path, where upstream renamed the file since
 
 
 @dataclass(frozen=True)

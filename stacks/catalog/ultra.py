@@ -19,7 +19,7 @@ import json
 
 from .. import versions
 from . import k8s
-from .model import ModelFamily, Target
+from .model import ModelFamily, Perf, Target
 from .ops import FRONTEND, WORKERS, Delete, EnvRemove, Op, Set
 
 MODEL = "nemotron-3-ultra"
@@ -502,19 +502,24 @@ def _refresh(dirname: str, gpu: str, topology: str, context: str, ops: tuple[Op,
                    "ultra-vllm-refresh")
 
 
+DAY0_PERF = "nemotron-3-ultra/README.md@bd126e06"
+
+
 def _day0(dirname: str, gpu: str, topology: str, workload: str, spec: str, max_num_seqs: int, batched: int = 32768,
-          ops: tuple[Op, ...] = (), **params) -> Target:
+          ops: tuple[Op, ...] = (), perf: tuple | None = None, **params) -> Target:
     """A Day-0 256K profile (first published layout, kept upstream with explicit 256k ids)."""
     if topology == "agg":
         dgd, routing, fabric, shape = f"ultra-agg-{gpu}-{workload}-{'mtp' if spec == 'mtp' else 'nomtp'}", "single", "none", None
     else:
         dgd, routing, fabric, shape = f"ultra-disagg-{gpu}-1p1d-{workload}-nomtp", "kv", "infiniband", "1P1D"
+    # The README's Day-0 table names these recipes without "-256k" (renamed since) and has no TTFT column.
+    row = Perf(perf[0], None, perf[2], perf[1], DAY0_PERF, recipe=f"vllm/{dirname.replace('-256k', '')}/deploy.yaml") if perf else None
     return _target(dirname, gpu, topology, spec, routing, fabric, dgd, "day0", "256k", workload, shape, ops,
                    {"spec_tokens": 1, "max_num_seqs": max_num_seqs, "batched": batched, "util": DAY0_UTIL[gpu], **params},
-                   "ultra-vllm-day0")
+                   "ultra-vllm-day0", perf=row)
 
 
-def _target(dirname, gpu, topology, spec, routing, fabric, dgd, profile, context, workload, shape, ops, params, image_key) -> Target:
+def _target(dirname, gpu, topology, spec, routing, fabric, dgd, profile, context, workload, shape, ops, params, image_key, perf=None) -> Target:
     return Target(
         id=f"ultra-vllm-{dirname}",
         upstream=f"{MODEL}/vllm/{dirname}/deploy.yaml",
@@ -522,6 +527,7 @@ def _target(dirname, gpu, topology, spec, routing, fabric, dgd, profile, context
         dgd_name=dgd, family=f"vllm-{topology}", params=params, ops=ops, shape=shape, context=context, workload=workload,
         profile=profile, cache_jobs=("nemotron-ultra-model-download", "nemotron-ultra-model-validate"),
         image=versions.image(image_key),
+        perf=perf,
     )
 
 
@@ -550,15 +556,15 @@ TARGETS = (
     _refresh("disagg-h200-agentic-256k-1p2d", "h200", "disagg", "256k", ops=NO_SOCKET_IFNAME),
     _refresh("disagg-h200-agentic-1m-1p1d", "h200", "disagg", "1m", ops=NO_SOCKET_IFNAME),
     # Day-0 (256K): one aggregated worker per profile, and the B200 1P1D
-    _day0("agg-b200-agentic-256k-mtp", "b200", "agg", "agentic", "mtp", 24),
-    _day0("agg-b200-agentic-256k-nomtp", "b200", "agg", "agentic", "none", 32, batched=65536),
-    _day0("agg-b200-chat-256k-mtp", "b200", "agg", "chat", "mtp", 64),
-    _day0("agg-b200-chat-256k-nomtp", "b200", "agg", "chat", "none", 40, block=32),
-    _day0("agg-h200-agentic-256k-mtp", "h200", "agg", "agentic", "mtp", 32, ops=DAY0_H200_MTP_TOPOLOGY),
-    _day0("agg-h200-agentic-256k-nomtp", "h200", "agg", "agentic", "none", 32),
-    _day0("agg-h200-chat-256k-mtp", "h200", "agg", "chat", "mtp", 16, ops=DAY0_H200_MTP_TOPOLOGY),
-    _day0("agg-h200-chat-256k-nomtp", "h200", "agg", "chat", "none", 32),
-    _day0("disagg-b200-agentic-256k", "b200", "disagg", "agentic", "none", 32),
+    _day0("agg-b200-agentic-256k-mtp", "b200", "agg", "agentic", "mtp", 24, perf=(20, 80.6, 310.8)),
+    _day0("agg-b200-agentic-256k-nomtp", "b200", "agg", "agentic", "none", 32, batched=65536, perf=(8, 99.5, 175.9)),
+    _day0("agg-b200-chat-256k-mtp", "b200", "agg", "chat", "mtp", 64, perf=(18, 52.0, 201.4)),
+    _day0("agg-b200-chat-256k-nomtp", "b200", "agg", "chat", "none", 40, block=32, perf=(16, 51.0, 181.3)),
+    _day0("agg-h200-agentic-256k-mtp", "h200", "agg", "agentic", "mtp", 32, ops=DAY0_H200_MTP_TOPOLOGY, perf=(8, 53.2, 27.4)),
+    _day0("agg-h200-agentic-256k-nomtp", "h200", "agg", "agentic", "none", 32, perf=(8, 52.3, 26.5)),
+    _day0("agg-h200-chat-256k-mtp", "h200", "agg", "chat", "mtp", 16, ops=DAY0_H200_MTP_TOPOLOGY, perf=(10, 58.7, 46.8)),
+    _day0("agg-h200-chat-256k-nomtp", "h200", "agg", "chat", "none", 32, perf=(8, 54.2, 43.0)),
+    _day0("disagg-b200-agentic-256k", "b200", "disagg", "agentic", "none", 32, perf=(32, 61.6, 231.1)),
 )
 
 
