@@ -174,6 +174,20 @@ def check_fabric_on_eks(target: Target, fabric_profile: Optional[str]) -> None:
         )
 
 
+def _storage_class(name: str, provisioner: str, parameters: dict) -> dict:
+    """The model-cache StorageClass; ``<...>`` parameters are filled from the file system the cluster creates.
+    Retain: deleting the claim must not delete the cache's data."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+        "parameters": parameters,
+        "reclaimPolicy": "Retain",
+        "volumeBindingMode": "Immediate",
+    }
+
+
 def build_cluster_plan(stack: str, cfg: EksConfig, target: Target) -> ClusterPlan:
     try:
         shape = shape_for(target.gpu, cfg.instance_type)
@@ -231,28 +245,12 @@ def build_cluster_plan(stack: str, cfg: EksConfig, target: Target) -> ClusterPla
     }
     if cfg.cache_storage == "efs":
         storage = {"kind": "efs", "throughput_mode": cfg.efs_throughput_mode, "performance_mode": "generalPurpose", "encrypted": True}
-        sc = {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": "efs-model-cache"},
-            "provisioner": "efs.csi.aws.com",
-            "parameters": {"provisioningMode": "efs-ap", "directoryPerms": "700", "fileSystemId": "<efs-id>"},
-            "reclaimPolicy": "Retain",
-            "volumeBindingMode": "Immediate",
-        }
+        sc = _storage_class("efs-model-cache", "efs.csi.aws.com", {"provisioningMode": "efs-ap", "directoryPerms": "700", "fileSystemId": "<efs-id>"})
         csi = "aws-efs-csi-driver"
     else:
         storage = {"kind": "fsx-lustre", "deployment_type": "PERSISTENT_2", "storage_capacity": cfg.fsx_storage_capacity_gib,
                    "per_unit_storage_throughput": 250, "availability_zone": gpu_zone}
-        sc = {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": "fsx-model-cache"},
-            "provisioner": "fsx.csi.aws.com",
-            "parameters": {"fileSystemId": "<fsx-id>", "subnetId": "<subnet-id>", "securityGroupIds": "<sg-id>"},
-            "reclaimPolicy": "Retain",
-            "volumeBindingMode": "Immediate",
-        }
+        sc = _storage_class("fsx-model-cache", "fsx.csi.aws.com", {"fileSystemId": "<fsx-id>", "subnetId": "<subnet-id>", "securityGroupIds": "<sg-id>"})
         csi = "aws-fsx-csi-driver"
     return ClusterPlan(
         name=name,
