@@ -50,9 +50,12 @@ class StorageConfig(_Model):
 
 
 class WaitConfig(_Model):
-    """Readiness waits: the download Job's completion and the DGD's Ready condition."""
+    """Readiness waits: the download Job's completion and the DGD's Ready condition.
+    ``enabled: false`` turns every wait off (clusters without GPU nodes, tests); ``job``/``dgd`` one each."""
 
     enabled: bool = True
+    job: bool = True
+    dgd: bool = True
     job_timeout: str = "60m"
     dgd_timeout: str = "60m"
 

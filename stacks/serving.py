@@ -134,12 +134,12 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         if job_node_selector:
             job["spec"]["template"]["spec"]["nodeSelector"] = dict(job_node_selector)
         ann = job["metadata"].setdefault("annotations", {})
-        if wait.enabled:
+        if wait.enabled and wait.job:
             ann[TIMEOUT] = str(job_timeout)
         else:
             ann[SKIP_AWAIT] = "true"
     dgd_ann = dgd["metadata"].setdefault("annotations", {})
-    if wait.enabled:
+    if wait.enabled and wait.dgd:
         dgd_ann[WAIT_FOR_READY] = "condition=Ready"
         dgd_ann[TIMEOUT] = str(dgd_timeout)
     else:

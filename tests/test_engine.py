@@ -235,3 +235,67 @@ def test_preview_with_policy_pack_rejects_a_violating_config(kube, workspace, tm
         assert "images-pinned" in str(e.value) and ":latest" in str(e.value)
     finally:
         stack.workspace.remove_stack(stack.name, force=True)
+
+
+@pytest.fixture(scope="session")
+def wffc_storage_class(kube):
+    """A StorageClass that binds on first consumer, so Pulumi's PVC await does not wait for Bound."""
+    sc = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "local-wffc"},
+          "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"}
+    kubectl(kube, "apply", "-f", "-", input=json.dumps(sc))
+    return "local-wffc"
+
+
+def test_job_wait_times_out_when_the_download_never_completes(kube, workspace, wffc_storage_class):
+    """Waiting is real: no node runs the download here, so with waits on, `up` fails at the Job's timeout."""
+    from pulumi.automation import errors
+
+    ns = "e-wait-job"
+    cfg = base_config(kube, TARGETS[0], ns, storage={"className": wffc_storage_class},
+                      wait={"enabled": True, "dgd": False, "jobTimeout": "15s"})
+    stack = make_stack(workspace, ns, cfg)
+    try:
+        with pytest.raises(errors.CommandError) as e:
+            stack.up(on_output=None)
+        assert "model-download" in str(e.value)
+        assert kubectl(kube, "get", "dgd", "-n", ns, "-o", "name", check=False).stdout.strip() == ""  # the DGD waits for the Job
+    finally:
+        stack.destroy(on_output=None)
+        stack.workspace.remove_stack(stack.name, force=True)
+
+
+def test_dgd_wait_follows_the_ready_condition(kube, workspace, wffc_storage_class):
+    """With the DGD wait on, `up` returns only once the DGD reports Ready (set here as the operator would)."""
+    import threading
+    import time
+
+    ns = "e-wait-dgd"
+    cfg = base_config(kube, TARGETS[0], ns, storage={"className": wffc_storage_class},
+                      wait={"enabled": True, "job": False, "dgdTimeout": "180s"})
+    stack = make_stack(workspace, ns, cfg)
+    result: dict = {}
+
+    def run_up():
+        try:
+            result["up"] = stack.up(on_output=None)
+        except Exception as exc:  # reported below
+            result["error"] = exc
+
+    try:
+        t = threading.Thread(target=run_up)
+        t.start()
+        name = "vllm-agg-h100-dspark"
+        deadline = time.time() + 120
+        while time.time() < deadline and kubectl(kube, "get", "dgd", name, "-n", ns, check=False).returncode != 0:
+            time.sleep(1)
+        time.sleep(3)
+        assert t.is_alive(), f"up returned before the DGD was Ready: {result}"
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "AllReady", "message": "test", "lastTransitionTime": now}]}}
+        kubectl(kube, "patch", "dgd", name, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+        t.join(timeout=150)
+        assert not t.is_alive() and "error" not in result, result
+        assert result["up"].summary.result == "succeeded"
+    finally:
+        stack.destroy(on_output=None)
+        stack.workspace.remove_stack(stack.name, force=True)
