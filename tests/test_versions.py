@@ -1,0 +1,43 @@
+"""stacks/versions.yaml is the one manifest: the scripts, go.mod files and pyproject carry the same pins."""
+import re
+import tomllib
+from pathlib import Path
+
+from stacks.versions import versions
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = versions()["toolchain"]
+
+
+def _script_pin(path: str, var: str) -> str:
+    m = re.search(rf'^{var}="?(?:\$\{{{var}:-)?([^"}}\s#]+)', (ROOT / path).read_text(), re.M)
+    assert m, f"{var} not found in {path}"
+    return m.group(1)
+
+
+def _gomod(path: str, module: str) -> str:
+    m = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", (ROOT / path).read_text(), re.M)
+    assert m, f"{module} not in {path}"
+    return m.group(1)
+
+
+def test_toolchain_scripts_match_the_manifest():
+    assert _script_pin("tools/toolchain.sh", "PULUMI_VERSION") == TOOLS["pulumi"]
+    assert _script_pin("tools/toolchain.sh", "K8S_PROVIDER_VERSION") == TOOLS["pulumi-kubernetes"]
+    assert _script_pin("tools/actionlint.sh", "ACTIONLINT_VERSION") == TOOLS["actionlint"]
+    assert _gomod("tools/kube/go.mod", "k8s.io/kubernetes") == TOOLS["kubernetes"]
+    assert _gomod("tools/kube/etcd/go.mod", "go.etcd.io/etcd/server/v3") == TOOLS["etcd"]
+    assert _gomod("tools/pulumi/go.mod", "github.com/pulumi/pulumi/pkg/v3") == TOOLS["pulumi"]
+
+
+def test_python_sdk_matches_the_provider_binary():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert f"pulumi-kubernetes=={TOOLS['pulumi-kubernetes']}" in deps
+
+
+def test_every_catalog_image_comes_from_the_manifest():
+    from stacks import catalog
+
+    known = set(versions()["images"].values())
+    for t in catalog.targets().values():
+        assert t.image in known, t.id
