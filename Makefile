@@ -16,7 +16,7 @@ export PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_CONFIG_PASSPHRASE ?= dynamo-local-dev
 export DYNAMO_TOOLCHAIN_CACHE ?= $(CACHE)
 
-.PHONY: help setup python toolchain up test unit engine bench fidelity clean
+.PHONY: help setup python toolchain up local-up local-down test unit engine bench fidelity clean
 
 help:
 	@echo "make up    - set-up, then pulumi up --stack dev (renders manifests to ./rendered, no cloud account)"
@@ -40,6 +40,17 @@ up: setup
 	pulumi stack select dev --create --non-interactive
 	pulumi up --stack dev --yes --non-interactive --skip-preview
 	pulumi stack output --stack dev
+
+# The same program against the local kube-apiserver (stack `local`).
+local-up: setup
+	tools/kube-local.sh start
+	mkdir -p .pulumi-state
+	pulumi stack select local --create --non-interactive
+	pulumi up --stack local --yes --non-interactive --skip-preview
+
+local-down:
+	-pulumi destroy --stack local --yes --non-interactive
+	tools/kube-local.sh stop
 
 test: setup
 	$(PY) -m pytest

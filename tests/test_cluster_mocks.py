@@ -90,6 +90,8 @@ def test_every_committed_stack_runs_under_mocks(path, tmp_path, monkeypatch):
     kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     cfg = stack_config(path)
+    if (cfg.get("cluster") or {}).get("kubeconfigPath"):  # a path on the user's machine: point it at a test kubeconfig
+        cfg["cluster"] = {**cfg["cluster"], "kubeconfigPath": str(kubeconfig)}
     run = run_program(cfg, TOKEN, stack=path.name.split(".")[1])
     assert len(run.by_type(DGD)) == 1
     if (cfg.get("cluster") or {}).get("mode") == "eks":
