@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .catalog import AXES, SELECT_ORDER, Target, families, targets
+from .catalog import SELECT_ORDER, Target, families, targets
 
 NS = "dynamo"
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .gpus import DEFAULT_INSTANCE, INSTANCES, nodes_needed, shape_for
+from .config import NS
+from .gpus import INSTANCES
 
-NS = "dynamo"
 CLUSTER = f"{NS}:cluster"
 KEY_REGION = f"{CLUSTER}.region"
 KEY_AZ = f"{CLUSTER}.gpuAvailabilityZone"
@@ -75,9 +75,7 @@ def request_from_stack(name: str, root: Optional[Path] = None) -> PreflightReque
     import yaml
 
     from . import render
-    from .catalog import gpus_needed
     from .config import parse, select_target
-    from .serving import build_plan
 
     root = root or render.REPO_ROOT
     raw = render.stack_raw_config(name, root)

@@ -1,5 +1,4 @@
 """Every catalog target's workers fit its default cluster shape: GPU/EFA/RDMA requests, affinity, tolerations."""
-import copy
 
 import pytest
 

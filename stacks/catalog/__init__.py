@@ -6,7 +6,6 @@ PVC and the download/validate Jobs the target needs. Both are pure.
 """
 from __future__ import annotations
 
-import copy
 from functools import lru_cache
 
 from . import k8s

@@ -11,22 +11,7 @@ import json
 from .. import versions
 from . import k8s
 from .model import ModelFamily, Perf, Target
-from .ops import (
-    ALL,
-    FRONTEND,
-    WORKERS,
-    Append,
-    ArgSet,
-    ArgsInsert,
-    ArgsRemove,
-    ArgsReplace,
-    Delete,
-    EnvRemove,
-    EnvSet,
-    Op,
-    Set,
-    env_insert,
-)
+from .ops import FRONTEND, WORKERS, Append, Op, Set
 
 MODEL = "nemotron-3.5-lightning"
 REPO = {"nvfp4": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", "bf16": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16"}

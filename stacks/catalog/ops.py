@@ -13,7 +13,7 @@ component), ``prefill``, ``decode``, ``all``, or an exact component name.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 Doc = dict[str, Any]
