@@ -1,15 +1,38 @@
 """Typed stack configuration and target selection.
 
 Everything a stack may set lives under the ``dynamo:`` namespace of its
-``Pulumi.<stack>.yaml``. ``load`` validates the raw mapping (unknown keys, bad
+``Pulumi.<stack>.yaml``. ``parse`` validates the raw mapping (unknown keys, bad
 values and unqualified combinations all raise ``ConfigError`` naming the key,
 the value and the valid choices) before the program registers any resource.
+
+Value rules (each a pure function here, shared with ``stacks.review`` promotion):
+
+- Kubernetes names: ``namespace`` is a DNS-1123 label (63 chars); Secret, claim and
+  StorageClass names are DNS-1123 subdomains (253 chars)
+  (https://kubernetes.io/docs/concepts/overview/working-with-objects/names/).
+- Sizes use the Kubernetes quantity grammar (``140Gi``, ``1.5Ti``, ``10G``, ``2e11``;
+  k8s.io/apimachinery/pkg/api/resource/quantity.go); the model cache must be at least 1Gi.
+- Images (``dynamo:images``) must be a valid reference (distribution/reference grammar: lowercase
+  repository path, optional ``host[:port]/``, tag ``[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}``, digest
+  ``sha256:<64 hex>``) and pinned: a digest, or a tag that names a version. A tag is *moving*
+  (refused) when it has no digit at all (``latest``, ``nightly``, ``main``, ``dev``, ``stable``...)
+  or one of its ``-``/``_``/``.``-separated words is ``latest``, ``nightly``, ``edge``, ``head``,
+  ``main``, ``master``, ``trunk`` or ``snapshot`` (``cuda12-latest``). Release candidates and dated
+  pre-releases such as ``1.5.0-nemotron-3.5-lightning-dev.1`` are pinned.
+- ``modelRevision`` is a git revision Hugging Face accepts: a commit, a tag or a branch, as a
+  valid ref name (``git check-ref-format``: no ``..``, no component starting with ``.``, no
+  ``//``, no space, ``~^:?*[\\`` or control characters, no ``@{``, no trailing ``/``, ``.`` or
+  ``.lock``). Digits are accepted (``20250101``). Promotion additionally refuses branches.
 """
 from __future__ import annotations
 
+import difflib
+import json
+import re
+from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .catalog import SELECT_ORDER, Target, families, targets
 
@@ -26,7 +49,135 @@ def _camel(s: str) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=_camel, populate_by_name=True, frozen=True)
+    # Numbers given where a name or revision is expected (``namespace: 123`` in YAML) are the same
+    # value Pulumi passes as the string "123": accept both alike.
+    model_config = ConfigDict(extra="forbid", alias_generator=_camel, populate_by_name=True, frozen=True,
+                              coerce_numbers_to_str=True)
+
+
+def _key_error(key: str, message: str) -> ValueError:
+    """A validator error for the sub-key ``key`` of the model being validated (see ``_error_text``)."""
+    return ValueError(f"@{key}@{message}")
+
+
+# --------------------------------------------------------------------------- value rules (pure)
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def dns_label_problem(v: Any) -> Optional[str]:
+    if not isinstance(v, str):
+        return f"{v!r} is not a name"
+    if not v or len(v) > 63 or not _DNS_LABEL.fullmatch(v):
+        return f"{v!r} is not a valid DNS-1123 label (1-63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
+    return None
+
+
+def dns_subdomain_problem(v: Any) -> Optional[str]:
+    if not isinstance(v, str):
+        return f"{v!r} is not a name"
+    if not v or len(v) > 253 or not all(_DNS_LABEL.fullmatch(p) for p in v.split(".")):
+        return (f"{v!r} is not a valid DNS-1123 subdomain (up to 253 lowercase letters, digits, '-' and '.', "
+                "each part starting and ending with a letter or digit)")
+    return None
+
+
+_QUANTITY = re.compile(r"([+-]?)(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[mkMGTPE]?)")
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"m": Decimal("0.001"), "": Decimal(1), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
+            "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18}
+
+
+def quantity_bytes(text: Any) -> Decimal:
+    """The value of a Kubernetes quantity (``140Gi`` -> 150323855360); ValueError if it is not one."""
+    m = _QUANTITY.fullmatch(text) if isinstance(text, str) else None
+    if not m:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity like 140Gi, 1.5Ti or 10G")
+    sign, number, suffix = m.groups()
+    try:
+        n = Decimal(number)
+        if suffix in _BINARY:
+            n *= _BINARY[suffix]
+        elif suffix[:1] in ("e", "E"):
+            n = n.scaleb(int(suffix[1:]))
+        else:
+            n *= _DECIMAL[suffix]
+    except (InvalidOperation, OverflowError, ValueError):
+        raise ValueError(f"{text!r} is not a Kubernetes quantity like 140Gi, 1.5Ti or 10G") from None
+    if n > 2**63 - 1:
+        raise ValueError(f"{text!r} is larger than a Kubernetes quantity can be (2^63-1)")
+    return -n if sign == "-" else n
+
+
+MIN_CACHE_BYTES = 2**30
+
+
+_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
+_IMAGE = re.compile(
+    rf"(?P<name>(?:(?P<domain>{_DOMAIN})/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}))?",
+    re.ASCII,
+)
+MOVING_TAG_WORDS = frozenset({"latest", "nightly", "edge", "head", "main", "master", "trunk", "snapshot"})
+
+
+def image_problem(ref: Any) -> Optional[str]:
+    """Why an image reference is malformed or not pinned, or None (see the module docstring)."""
+    if not isinstance(ref, str) or not ref:
+        return "empty image reference"
+    if ref != ref.strip() or any(c.isspace() for c in ref):
+        return "contains whitespace"
+    m = _IMAGE.fullmatch(ref)
+    if not m:
+        return "not a valid image reference (registry/repository[:tag][@sha256:digest], lowercase repository)"
+    dom = m.group("domain")
+    if dom and not ("." in dom or ":" in dom or dom == "localhost") and not re.fullmatch(_PATH_COMPONENT, dom):
+        return "not a valid image reference (lowercase repository)"
+    if len(m.group("name")) > 255:
+        return "repository name longer than 255 characters"
+    if m.group("digest"):
+        return None
+    tag = m.group("tag")
+    if tag is None:
+        return "no tag or digest (floats to latest)"
+    words = {w.lower() for w in re.split(r"[-_.]", tag)}
+    if not any(c.isdigit() for c in tag) or words & MOVING_TAG_WORDS:
+        return f"tag {tag!r} is a moving tag"
+    return None
+
+
+_REF_BAD = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+
+
+def revision_problem(rev: Any) -> Optional[str]:
+    """Why a ``modelRevision`` is not a valid git revision name, or None (``git check-ref-format`` rules)."""
+    if not isinstance(rev, str) or not rev:
+        return "empty revision"
+    if len(rev) > 255:
+        return "longer than 255 characters"
+    if _REF_BAD.search(rev) or "@{" in rev or rev == "@" or "//" in rev or ".." in rev:
+        return "not a valid git revision name (no '..', '//', '@{', spaces or any of ~^:?*[\\)"
+    if rev.startswith("/") or rev.endswith(("/", ".", ".lock")):
+        return "not a valid git revision name (cannot start with '/' or end with '/', '.' or '.lock')"
+    if any(p.startswith(".") or p.endswith(".lock") for p in rev.split("/")):
+        return "not a valid git revision name (a path component starts with '.' or ends with '.lock')"
+    return None
+
+
+def duration_seconds(text: str) -> int:
+    m = re.fullmatch(r"(\d+)(s|m|h)", text) if isinstance(text, str) else None
+    if not m:
+        raise ValueError(f"{text!r} is not a duration like 90s, 60m or 2h")
+    n = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+    if not 1 <= n <= 7 * 24 * 3600:
+        raise ValueError(f"{text!r} is not between 1s and 168h")
+    return n
+
+
+# --------------------------------------------------------------------------- schema
+
+MAX_REPLICAS = 100
 
 
 class StorageConfig(_Model):
@@ -42,11 +193,27 @@ class StorageConfig(_Model):
     @field_validator("size")
     @classmethod
     def _size(cls, v):
-        import re
-
-        if v is not None and not re.fullmatch(r"[0-9]+(Ki|Mi|Gi|Ti|Pi)", v):
-            raise ValueError(f"{v!r} is not a Kubernetes quantity like 140Gi")
+        if v is not None:
+            if quantity_bytes(v) < MIN_CACHE_BYTES:
+                raise ValueError(f"{v!r} is smaller than the 1Gi a model cache needs (e.g. 140Gi, 1.5Ti, 10G)")
         return v
+
+    @field_validator("class_name", "existing_claim")
+    @classmethod
+    def _names(cls, v):
+        why = dns_subdomain_problem(v) if v is not None else None
+        if why:
+            raise ValueError(why)
+        return v
+
+    @model_validator(mode="after")
+    def _claim(self):
+        if self.existing_claim:
+            ignored = sorted(_camel(f) for f in self.model_fields_set & {"class_name", "size", "access_mode", "protect"})
+            if ignored:
+                raise _key_error(ignored[0], f"has no effect with storage.existingClaim {self.existing_claim!r} "
+                                             "(the stack does not own that claim); remove it")
+        return self
 
 
 class WaitConfig(_Model):
@@ -65,14 +232,13 @@ class WaitConfig(_Model):
         duration_seconds(v)
         return v
 
-
-def duration_seconds(text: str) -> int:
-    import re
-
-    m = re.fullmatch(r"(\d+)(s|m|h)", text)
-    if not m:
-        raise ValueError(f"{text!r} is not a duration like 90s, 60m or 2h")
-    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+    @model_validator(mode="after")
+    def _unused(self):
+        for wait, timeout in (("job", "job_timeout"), ("dgd", "dgd_timeout")):
+            if timeout in self.model_fields_set and not (self.enabled and getattr(self, wait)):
+                raise _key_error(_camel(timeout), f"{getattr(self, timeout)!r} has no effect: the {wait} wait is off "
+                                                  f"(wait.enabled={self.enabled}, wait.{wait}={getattr(self, wait)})")
+        return self
 
 
 class StackConfig(_Model):
@@ -102,32 +268,87 @@ class StackConfig(_Model):
     # Image overrides: key "*" for every container, or a component name (Frontend, agg, VllmDecodeWorker...).
     images: dict[str, str] = Field(default_factory=dict)
     # Replica overrides per DGD component name.
-    replicas: dict[str, int] = Field(default_factory=dict)
+    replicas: dict[str, Any] = Field(default_factory=dict)
     wait: WaitConfig = Field(default_factory=WaitConfig)
     # Pin the downloaded checkpoint to a Hugging Face revision (a commit or tag), where the model's
     # download Job supports it; promotion refuses floating revisions such as "main".
     model_revision: Optional[str] = None
 
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v):
+        if v is not None and not v.strip():
+            raise ValueError(f"{v!r} is empty; choose a catalog id (python -m stacks targets) or leave it out")
+        return v
+
     @field_validator("namespace")
     @classmethod
     def _ns(cls, v):
-        import re
+        why = dns_label_problem(v)
+        if why:
+            raise ValueError(f"{why}: not a valid Kubernetes namespace name")
+        return v
 
-        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", v):
-            raise ValueError(f"{v!r} is not a valid Kubernetes namespace name (lowercase letters, digits, '-')")
+    @field_validator("hf_token_secret_name")
+    @classmethod
+    def _secret_name(cls, v):
+        why = dns_subdomain_problem(v) if v is not None else None
+        if why:
+            raise ValueError(f"{why}: not a valid Kubernetes Secret name")
+        return v
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _pull_secrets(cls, v):
+        for name in v:
+            why = dns_subdomain_problem(name)
+            if why:
+                raise ValueError(f"{why}: not a valid Kubernetes Secret name")
+        dup = sorted({n for n in v if v.count(n) > 1})
+        if dup:
+            raise ValueError(f"{dup[0]!r} is listed twice")
+        return v
+
+    @field_validator("images")
+    @classmethod
+    def _images(cls, v):
+        for comp, ref in v.items():
+            if not comp or not comp.strip():
+                raise ValueError(f"component {comp!r} is empty; use a component name or '*' for every container")
+            why = image_problem(ref)
+            if why:
+                raise _key_error(comp, f"{ref!r}: {why}; use a pinned image such as "
+                                       "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0 or one with @sha256:<digest>")
         return v
 
     @field_validator("replicas")
     @classmethod
     def _replicas(cls, v):
+        out = {}
         for k, n in v.items():
-            if n < 0:
-                raise ValueError(f"replicas[{k}] must be >= 0, got {n}")
+            if isinstance(n, bool) or not isinstance(n, (int, float, str)):
+                raise _key_error(k, f"{n!r} is not a whole number between 0 and {MAX_REPLICAS}")
+            try:
+                num = Decimal(str(n).strip())
+            except InvalidOperation:
+                raise _key_error(k, f"{n!r} is not a whole number between 0 and {MAX_REPLICAS}") from None
+            if not num.is_finite() or num != num.to_integral_value() or not 0 <= num <= MAX_REPLICAS:
+                raise _key_error(k, f"{n!r} is not a whole number between 0 and {MAX_REPLICAS}")
+            out[k] = int(num)
+        return out
+
+    @field_validator("model_revision")
+    @classmethod
+    def _revision(cls, v):
+        why = revision_problem(v) if v is not None else None
+        if why:
+            raise ValueError(f"{v!r}: {why}; use a 40-hex commit or a tag such as v1.0")
         return v
 
 
-# Keys the serving layer owns; other namespaces' keys (aws:, kubernetes:) are not ours to check.
-SECRET_KEYS = {"hfToken"}
+# Keys the serving layer does not own here: secrets (read only through pulumi.Config.get_secret, checked by
+# stacks.program) and the cluster (stacks.providers). Other namespaces' keys (aws:, kubernetes:) are not ours.
+SECRET_KEYS = {"hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret"}
 CLUSTER_KEYS = {"cluster", "kubeconfig"}
 
 
@@ -135,23 +356,71 @@ def _fmt_loc(loc: tuple) -> str:
     return NS + ":" + ".".join(str(p) for p in loc)
 
 
-def _error_text(err: dict) -> str:
-    key = _fmt_loc(err["loc"])
+def _model_at(model: type[BaseModel], loc: tuple) -> Optional[type[BaseModel]]:
+    """The pydantic model that holds the last key of ``loc`` (for the valid-keys list)."""
+    for part in loc[:-1]:
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part or n == part), None)
+        ann = getattr(field, "annotation", None) if field else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _error_text(err: dict, root: Optional[type[BaseModel]] = None, skip: int = 0) -> str:
+    """One line per pydantic error: ``dynamo:<key>: <why>`` with the value and the valid choices.
+    ``root``/``skip``: the model validated and how many leading ``loc`` parts name where it sits."""
+    loc = tuple(err["loc"])
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    m = re.match(r"@([^@]*)@(.*)", msg, re.S)
+    if m:  # a model validator naming one of its keys
+        loc, msg = loc + (m.group(1),), m.group(2)
+    if msg.startswith(NS + ":"):  # the validator already named the key
+        return msg
+    key = _fmt_loc(loc)
     value = err.get("input")
-    if err["type"] == "extra_forbidden":
-        return f"{key}: unknown key (value {value!r})"
-    if err["type"] == "literal_error":
-        return f"{key}: {value!r} is not valid; choose one of {err['ctx']['expected']}"
-    return f"{key}: {err['msg']} (got {value!r})"
+    typ = err["type"]
+    if typ == "extra_forbidden":
+        model = _model_at(root or StackConfig, loc[skip:]) if loc[skip:] else None
+        valid = sorted((f.alias or n) for n, f in model.model_fields.items()) if model else []
+        hint = f"; valid keys here: {', '.join(valid)}{_did_you_mean(loc[-1], valid)}" if valid else ""
+        return f"{key}: unknown key{hint}"
+    if typ == "literal_error":
+        expected = re.findall(r"'([^']*)'", err["ctx"]["expected"])
+        return f"{key}: {_short(value)} is not valid; choose one of {err['ctx']['expected']}{_did_you_mean(value, expected)}"
+    if typ in ("missing",):
+        return f"{key}: required"
+    if m or typ == "value_error":
+        return f"{key}: {msg}"
+    return f"{key}: {msg} (got {_short(value)})"
+
+
+def validation_error(e: ValidationError, prefix: tuple = (), root: type[BaseModel] = None) -> ConfigError:
+    errs = [dict(x, loc=prefix + tuple(x["loc"])) for x in e.errors()]
+    return ConfigError("invalid stack config:\n  " + "\n  ".join(_error_text(x, root, len(prefix)) for x in errs))
 
 
 def parse(raw: dict[str, Any]) -> StackConfig:
     """Validate the ``dynamo:`` mapping (without the namespace prefix, secrets already removed)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{NS}: the stack config is a {type(raw).__name__}, not a mapping of dynamo: keys")
     data = {k: v for k, v in raw.items() if k not in SECRET_KEYS | CLUSTER_KEYS}
     try:
         cfg = StackConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError("invalid stack config:\n  " + "\n  ".join(_error_text(x) for x in e.errors())) from None
+        raise validation_error(e) from None
     select_target(cfg)  # unqualified combinations fail here, before any resource exists
     return cfg
 
@@ -171,12 +440,14 @@ def select_target(cfg: StackConfig) -> Target:
     cat = targets()
     if cfg.target:
         if cfg.target not in cat:
-            raise ConfigError(f"{NS}:target: {cfg.target!r} is not in the catalog; choose one of: {', '.join(sorted(cat))}")
+            raise ConfigError(f"{NS}:target: {cfg.target!r} is not in the catalog{_did_you_mean(cfg.target, cat).replace(';', ' -', 1)}; "
+                              f"choose one of: {', '.join(sorted(cat))}")
         t = cat[cfg.target]
         for axis in SELECT_ORDER:
             v = getattr(cfg, axis)
-            if v is not None and axis != "model" and t.axis(axis) != v:
-                raise ConfigError(f"{NS}:{axis}: {v!r} contradicts target {t.id} ({axis}={t.axis(axis)})")
+            if v is not None and (axis != "model" or "model" in cfg.model_fields_set) and t.axis(axis) != v:
+                raise ConfigError(f"{NS}:{axis}: {v!r} contradicts {NS}:target {t.id} ({axis}={t.axis(axis)}); "
+                                  f"remove {NS}:{axis} or the target (valid choice with this target: {t.axis(axis)!r})")
         return t
     fam = next(f for f in families().values() if f.id == cfg.model)
     explicit = {a: getattr(cfg, a) for a in SELECT_ORDER[1:] if getattr(cfg, a) is not None}

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import ValidationError
+from pydantic import ValidationError, field_validator, model_validator
 
 from .cluster import EksConfig
-from .config import ConfigError, _error_text
+from .config import NS, ConfigError, _camel, _key_error, validation_error
+
+MODES = ("render", "kubeconfig", "eks")
 
 
 class ClusterConfig(EksConfig):
@@ -21,13 +23,42 @@ class ClusterConfig(EksConfig):
     # Dynamo platform: default on for eks, off for existing clusters (they usually have it).
     install_platform: Optional[bool] = None  # type: ignore[assignment]
 
+    @field_validator("render_dir", "kubeconfig_path", "context")
+    @classmethod
+    def _not_blank(cls, v, info):
+        if v is not None and (not v.strip() or v != v.strip() or "\x00" in v):
+            extra = ("; a render stack writes its manifests to this directory and never talks to a cluster"
+                     if info.field_name == "render_dir" else "")
+            raise ValueError(f"{v!r} is empty or has surrounding whitespace{extra}")
+        return v
+
+    @model_validator(mode="after")
+    def _keys_for_mode(self):
+        """A key of another mode would be ignored silently (e.g. ``region`` on a render stack): refuse it."""
+        own = {
+            "render": {"render_dir"},
+            "kubeconfig": {"kubeconfig_path", "context", "install_device_plugins", "install_platform"},
+            "eks": set(EksConfig.model_fields) | {"install_platform"},
+        }
+        for key in sorted(self.model_fields_set - {"mode"}):
+            if key not in own[self.mode]:
+                modes = [m for m in MODES if key in own[m]]
+                raise _key_error(_camel(key), f"{getattr(self, key)!r} has no effect with cluster.mode {self.mode!r}; "
+                                              f"it applies to mode {' or '.join(repr(m) for m in modes)}")
+        return self
+
     def platform_wanted(self) -> bool:
         return self.mode == "eks" if self.install_platform is None else bool(self.install_platform)
 
 
 def cluster_config(raw: dict[str, Any]) -> ClusterConfig:
+    value = raw.get("cluster")
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{NS}:cluster: {value!r} is not a mapping; set cluster.mode to one of {', '.join(repr(m) for m in MODES)} "
+                          "with its keys, e.g. {mode: render, renderDir: rendered}")
     try:
-        return ClusterConfig.model_validate(raw.get("cluster") or {})
+        return ClusterConfig.model_validate(value)
     except ValidationError as e:
-        errs = [dict(x, loc=("cluster",) + tuple(x["loc"])) for x in e.errors()]
-        raise ConfigError("invalid stack config:\n  " + "\n  ".join(_error_text(x) for x in errs)) from None
+        raise validation_error(e, ("cluster",), ClusterConfig) from None

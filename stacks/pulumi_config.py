@@ -21,9 +21,11 @@ def raw_config() -> dict[str, Any]:
     for key, value in merged.items():
         if not key.startswith(NS + ":") or rc.is_config_secret(key) or key in rc.get_config_secret_keys_env():
             continue
+        # Objects, lists and booleans arrive JSON-encoded. Digit strings stay strings: `namespace: "123"` and a
+        # numeric modelRevision are names, and the schema turns a string into a number where it wants one.
         if isinstance(value, str):
             try:
-                value = json.loads(value) if value[:1] in "[{" or value in ("true", "false") or value.lstrip("-").isdigit() else value
+                value = json.loads(value) if value[:1] in "[{" or value in ("true", "false") else value
             except json.JSONDecodeError:
                 pass
         out[key[len(NS) + 1:]] = value
