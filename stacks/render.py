@@ -39,11 +39,19 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
     if not path.is_file():
         stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
         raise ConfigError(f"stack {name!r} has no {path.name}; committed stacks: {', '.join(stacks)}")
-    data = yaml.safe_load(path.read_text()) or {}
-    cfg = data.get("config") or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path.name} is not valid YAML: {e}") from None
+    cfg = data.get("config") if isinstance(data, dict) else data
+    if cfg is None:
+        cfg = {}
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path.name}: {'config' if isinstance(data, dict) else 'the file'} is a {type(cfg).__name__}, not a mapping; "
+                          f"write `config:` followed by `  {NS}:<key>: <value>` lines")
     out = {}
     for k, v in cfg.items():
-        if k.startswith(NS + ":"):
+        if isinstance(k, str) and k.startswith(NS + ":"):
             out[k[len(NS) + 1:]] = v
     return out
 
