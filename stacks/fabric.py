@@ -33,7 +33,7 @@ PROFILES = {
     "aws-efa": FabricProfile(
         name="aws-efa",
         device="vpc.amazonaws.com/efa",
-        devices_per_gpu=4,  # p5.48xlarge: 32 EFA interfaces for 8 GPUs
+        devices_per_gpu=4,  # fallback only: apply_profile takes the instance's figure from stacks/gpus.py
         env={"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_ENABLE_SHM_TRANSFER": "0", "FI_LOG_LEVEL": "warn"},
         engine_env={
             "vllm": {"DYN_KVBM_NIXL_BACKEND_LIBFABRIC": "true", "DYN_KVBM_NIXL_BACKEND_UCX": "false"},
@@ -85,9 +85,12 @@ def _role(comp: dict) -> str | None:
     return None
 
 
-def apply_profile(dgd: dict, profile_name: str, target_id: str) -> None:
-    """Rewrite the prefill/decode workers of ``dgd`` in place for the named fabric profile."""
+def apply_profile(dgd: dict, profile_name: str, target_id: str, devices_per_gpu: int | None = None) -> None:
+    """Rewrite the prefill/decode workers of ``dgd`` in place for the named fabric profile.
+    ``devices_per_gpu``: the instance's EFA devices per GPU (``stacks.gpus.InstanceShape.efa_per_gpu``:
+    p5/p5e 4, p5en 2, p6-b200 1); each worker requests its GPU count times that."""
     profile = PROFILES[profile_name]
+    per_gpu = profile.devices_per_gpu if devices_per_gpu is None else devices_per_gpu
     framework = dgd["spec"].get("backendFramework", "vllm")
     workers = [c for c in dgd["spec"]["components"] if c.get("type") in ("prefill", "decode")]
     if not workers:  # Motif-3 marks both roles as type worker and tells them apart by --disaggregation-mode
@@ -104,7 +107,7 @@ def apply_profile(dgd: dict, profile_name: str, target_id: str) -> None:
             section = res.setdefault(part, {})
             for k in [k for k in section if k.startswith(NATIVE_FABRIC_RESOURCES)]:
                 del section[k]
-            section[profile.device] = str(gpus * profile.devices_per_gpu)
+            section[profile.device] = str(gpus * per_gpu)
         sc = main.setdefault("securityContext", {})
         if profile.privileged:
             sc["privileged"] = True

@@ -1,9 +1,19 @@
 """GPU catalog: which EC2 instance serves each GPU, and what it offers the scheduler.
 
-Data only. ``product`` is the ``nvidia.com/gpu.product`` node label the catalog's
-DGDs select on; ``efa_interfaces`` is how many EFA interfaces the launch template
-attaches (one per network card: the first ``efa``, the rest ``efa-only``), which is
-also the ``vpc.amazonaws.com/efa`` capacity the EFA device plugin advertises.
+Data only, and the one place the EFA layout of an instance lives. ``product`` is the
+``nvidia.com/gpu.product`` node label the catalog's DGDs select on. ``efa_cards`` are the
+network cards that carry an EFA interface (one EFA device each, which is also the
+``vpc.amazonaws.com/efa`` capacity the EFA device plugin advertises); ``efa_per_gpu`` is
+what a worker requests per GPU (the fabric profile, the scheduling check and the node count
+all read it from here).
+
+Sources: EC2 user guide "Maximize network bandwidth on Amazon EC2 instances with multiple
+network cards" (efa-acc-inst-types: p5/p5e 32 EFA, p5en 16, p6-b200 8); amazon-vpc-cni-k8s
+``vpc_ip_resource_limit.go``; EKS "Use P6e-GB200 UltraServers with Amazon EKS"
+(ml-eks-nvidia-ultraserver). GB200: UNVERIFIED here (no DescribeInstanceTypes output for
+p6e-gb200.36xlarge was available): the layout follows aws-parallelcluster PR #6930 (17
+network cards, EFA on the odd cards 1..15 = 8 devices, 400 Gb/s each) and is checked at
+run time by ``python -m stacks preflight`` against ``NetworkInfo.NetworkCards``.
 """
 from __future__ import annotations
 
@@ -15,12 +25,24 @@ class InstanceShape:
     instance_type: str
     gpu: str
     gpus_per_node: int
-    efa_interfaces: int
+    efa_cards: tuple[int, ...]  # network card indexes with an EFA interface (first: efa, rest: efa-only)
     network_cards: int
     arch: str  # x86_64 | arm64
     product: str
     gpu_memory_gib: int
+    vcpus: int
     local_nvme: bool = True
+    verified: bool = True  # EFA layout confirmed against AWS documentation
+    ultraserver: bool = False  # sold only inside UltraServers, through Capacity Blocks
+
+    @property
+    def efa_interfaces(self) -> int:
+        return len(self.efa_cards)
+
+    @property
+    def efa_per_gpu(self) -> int:
+        """EFA devices a worker requests per GPU: the instance's EFA devices shared evenly by its GPUs."""
+        return self.efa_interfaces // self.gpus_per_node
 
     @property
     def kubernetes_arch(self) -> str:
@@ -30,12 +52,13 @@ class InstanceShape:
 INSTANCES: dict[str, InstanceShape] = {
     s.instance_type: s
     for s in (
-        InstanceShape("p5.48xlarge", "h100", 8, 32, 32, "x86_64", "NVIDIA-H100-80GB-HBM3", 80),
-        InstanceShape("p5e.48xlarge", "h200", 8, 32, 32, "x86_64", "NVIDIA-H200", 141),
-        InstanceShape("p5en.48xlarge", "h200", 8, 16, 16, "x86_64", "NVIDIA-H200", 141),
-        InstanceShape("p6-b200.48xlarge", "b200", 8, 8, 8, "x86_64", "NVIDIA-B200", 179),
-        # GB200 comes as p6e-gb200 UltraServers (9 or 18 of these instances); EFA on the even network cards.
-        InstanceShape("p6e-gb200.36xlarge", "gb200", 4, 8, 17, "arm64", "NVIDIA-GB200", 185),
+        InstanceShape("p5.48xlarge", "h100", 8, tuple(range(32)), 32, "x86_64", "NVIDIA-H100-80GB-HBM3", 80, 192),
+        InstanceShape("p5e.48xlarge", "h200", 8, tuple(range(32)), 32, "x86_64", "NVIDIA-H200", 141, 192),
+        InstanceShape("p5en.48xlarge", "h200", 8, tuple(range(16)), 16, "x86_64", "NVIDIA-H200", 141, 192),
+        InstanceShape("p6-b200.48xlarge", "b200", 8, tuple(range(8)), 8, "x86_64", "NVIDIA-B200", 179, 192),
+        # GB200: p6e-gb200 UltraServers (9 or 18 of these instances); see the module docstring (unverified layout).
+        InstanceShape("p6e-gb200.36xlarge", "gb200", 4, tuple(range(1, 17, 2)), 17, "arm64", "NVIDIA-GB200", 185, 144,
+                      verified=False, ultraserver=True),
     )
 }
 
@@ -55,6 +78,34 @@ def shape_for(gpu: str, instance_type: str | None = None) -> InstanceShape:
     return shape
 
 
+def efa_per_gpu(gpu: str, instance_type: str | None = None) -> int:
+    """EFA devices per GPU on the instance that serves ``gpu`` (the default instance unless named)."""
+    return shape_for(gpu, instance_type).efa_per_gpu
+
+
 def nodes_needed(gpus: int, shape: InstanceShape) -> int:
-    """GPU nodes for a target: whole nodes, at least one."""
+    """GPU nodes for a GPU count alone: whole nodes, at least one (see ``stacks.cluster.pack`` for the full fit)."""
     return max(1, -(-gpus // shape.gpus_per_node))
+
+
+@dataclass(frozen=True)
+class HostResources:
+    """What a node's kubelet starts from, for the simulated cluster (``stacks/simulate.py``)."""
+
+    vcpus: int
+    memory_gib: int
+    local_nvme_gb: int  # instance store; 0 = not counted (ephemeral storage is then the EBS root volume)
+    max_pods: int
+
+
+# Sources: EC2 "Accelerated computing instance specifications" (P5, P5e, P5en, P6-B200: 192 vCPU, 2,048 GiB,
+# 8 x 3.84 TB NVMe SSD; P6e-GB200: 144 vCPU, 960 GiB, its instance store not confirmed here, so not counted);
+# EC2 "General purpose instance specifications" (m7i.2xlarge, the default system node: 8 vCPU, 32 GiB, EBS
+# only). max_pods: the VPC CNI formula ENIs x (IPv4 addresses per ENI - 1) + 2 for m7i.2xlarge (4 x 14 + 2);
+# the kubelet default 110 for the GPU instances (nodeadm derives theirs from the ENI limits at boot).
+HOSTS: dict[str, HostResources] = {
+    **{it: HostResources(INSTANCES[it].vcpus, 2048, 8 * 3840, 110)
+       for it in ("p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge")},
+    "p6e-gb200.36xlarge": HostResources(INSTANCES["p6e-gb200.36xlarge"].vcpus, 960, 0, 110),
+    "m7i.2xlarge": HostResources(8, 32, 0, 58),
+}

@@ -15,6 +15,14 @@ SYSTEM = NodeShape("system", {POOL_LABEL: "system", "kubernetes.io/arch": "amd64
 EXTENDED_SKIP = {"cpu", "memory", "ephemeral-storage", "hugepages-2Mi"}
 
 
+def default_eks_config(t: Target) -> EksConfig:
+    """The EKS settings a target gets by default: on-demand, except UltraServer GPUs (GB200), which are sold
+    only as Capacity Blocks (a placeholder reservation id; stacks name their own)."""
+    if INSTANCES[DEFAULT_INSTANCE[t.gpu]].ultraserver:
+        return EksConfig(market_type="capacity-block", capacity_reservation_id="cr-00000000000000000")
+    return EksConfig()
+
+
 def _existing_gpu_shape(t: Target, per_node: int, arch: str, capacity: dict, extra_labels: dict) -> NodeShape:
     taint = gpu_taint_for(t)
     labels = {"nvidia.com/gpu.product": PRODUCT[t.gpu], "nvidia.com/gpu.present": "true", "kubernetes.io/arch": arch, **extra_labels}
@@ -25,8 +33,7 @@ def default_shapes(t: Target) -> list[NodeShape]:
     """The node shapes a target runs on by default: EKS for AWS fabrics, the fabric's own cluster otherwise."""
     gpus = catalog.gpus_needed(_dgd(t))
     if t.fabric in ("aws-efa", "none"):
-        gpu = build_cluster_plan("check", EksConfig(), t).gpu_shape
-        return [SYSTEM, gpu]
+        return [SYSTEM, build_cluster_plan("check", default_eks_config(t), t).gpu_shape]
     if t.fabric == "infiniband":
         shape = _existing_gpu_shape(t, 8, "amd64", {"rdma/ib": 1000}, {})
     elif t.fabric == "gke-rdma":

@@ -76,9 +76,11 @@ def component_names(dgd: dict) -> list[str]:
     return [c["name"] for c in dgd["spec"]["components"]]
 
 
-def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None, job_node_selector: Optional[dict] = None) -> ServingPlan:
+def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None, job_node_selector: Optional[dict] = None,
+               efa_per_gpu: Optional[int] = None) -> ServingPlan:
     """``default_storage_class``: the class the cluster layer created (used when storage.className is unset);
-    ``job_node_selector``: where the download Jobs run (the EKS system node group)."""
+    ``job_node_selector``: where the download Jobs run (the EKS system node group);
+    ``efa_per_gpu``: EFA devices per GPU of the cluster's instance type (default: the GPU's default instance, stacks/gpus.py)."""
     t = select_target(cfg)
     ns = cfg.namespace
     recipe = copy.deepcopy(catalog.recipe_objects(t))
@@ -120,9 +122,10 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
                               "(supported: nemotron-3-ultra)")
     if cfg.fabric_profile:
         from .fabric import FabricError, apply_profile
+        from .gpus import efa_per_gpu as _efa_per_gpu
 
         try:
-            apply_profile(dgd, cfg.fabric_profile, t.id)
+            apply_profile(dgd, cfg.fabric_profile, t.id, efa_per_gpu if efa_per_gpu is not None else _efa_per_gpu(t.gpu))
         except FabricError as e:
             raise ConfigError(f"{NS}:fabricProfile: {cfg.fabric_profile!r}: {e}") from None
     wait = cfg.wait

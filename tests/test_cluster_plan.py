@@ -1,18 +1,36 @@
-"""Pure cluster plan: GPU node groups shaped by the GPU catalog, EFA interfaces, placement, capacity."""
+"""Pure cluster plan: GPU node groups shaped by the GPU catalog and the final DGD, EFA interfaces, placement,
+capacity, storage, and the EKS settings refused before any resource (issue 9: each a ConfigError naming
+dynamo:cluster.<key>, the value and the valid choices)."""
 import base64
 
 import pytest
 
 from stacks import catalog
-from stacks.cluster import EksConfig, build_cluster_plan
-from stacks.config import ConfigError
+from stacks.cluster import EksConfig, build_cluster_plan, check_secrets_on_new_cluster, resolve_region
+from stacks.config import ConfigError, parse
 from stacks.providers import cluster_config
+from stacks.serving import build_plan
 
 T = catalog.targets()
+CB = {"market_type": "capacity-block", "capacity_reservation_id": "cr-0123456789abcdef0"}
+GB200_AGG = "lightning-vllm-agg-gb200-dspark-bf16"
 
 
-def plan(tid="lightning-vllm-disagg-h100-dspark", **kw):
-    return build_cluster_plan("t", EksConfig(**kw), T[tid])
+def plan(tid="lightning-vllm-disagg-h100-dspark", dgd=None, **kw):
+    if T[tid].gpu == "gb200" and "market_type" not in kw:
+        kw = {**CB, **kw}
+    return build_cluster_plan("t", EksConfig(**kw), T[tid], dgd=dgd)
+
+
+def final(stack_cfg: dict):
+    """Serving plan and cluster plan as the program builds them (final DGD after replicas and the fabric profile)."""
+    cfg = parse(stack_cfg)
+    cc = cluster_config(stack_cfg)
+    from stacks.config import select_target
+    from stacks.gpus import shape_for
+
+    sp = build_plan(cfg, efa_per_gpu=shape_for(select_target(cfg).gpu, cc.instance_type).efa_per_gpu)
+    return sp, build_cluster_plan("t", cc, sp.target, dgd=sp.dgd)
 
 
 @pytest.mark.parametrize(
@@ -32,29 +50,55 @@ def test_every_efa_interface_first_efa_rest_efa_only(tid, instance, efa):
     assert len({n["network_card_index"] for n in nis}) == efa
 
 
+def test_gb200_primary_interface_is_ena_and_efa_on_the_odd_cards():
+    nis = plan(GB200_AGG).launch_template["network_interfaces"]
+    assert nis[0] == {"device_index": 0, "network_card_index": 0, "delete_on_termination": True}
+    assert [n["network_card_index"] for n in nis[1:]] == [1, 3, 5, 7, 9, 11, 13, 15]
+    assert {n["interface_type"] for n in nis[1:]} == {"efa-only"}
+
+
+@pytest.mark.parametrize("instance, per_gpu", [("p5.48xlarge", 4), ("p5e.48xlarge", 4), ("p5en.48xlarge", 2), ("p6-b200.48xlarge", 1),
+                                                ("p6e-gb200.36xlarge", 2)])
+def test_efa_per_gpu_from_instance_data(instance, per_gpu):
+    from stacks.gpus import INSTANCES
+
+    assert INSTANCES[instance].efa_per_gpu == per_gpu
+
+
 def test_efa_off_leaves_one_plain_interface_and_no_efa_capacity():
-    p = plan(efa=False)
+    p = plan("lightning-vllm-agg-h100-dspark", efa=False)
     assert p.launch_template["network_interfaces"] == [{"device_index": 0, "network_card_index": 0, "delete_on_termination": True}]
     assert "vpc.amazonaws.com/efa" not in p.gpu_shape.capacity
 
 
-def test_placement_group_on_by_default_and_can_be_turned_off():
+def test_efa_off_on_an_efa_disaggregated_target_is_refused():
+    with pytest.raises(ConfigError, match=r"dynamo:cluster\.efa: false.*VllmPrefillWorker.*vpc.amazonaws.com/efa"):
+        plan("lightning-vllm-disagg-h100-dspark", efa=False)
+
+
+def test_placement_group_on_demand_only():
     assert plan().placement_group == {"strategy": "cluster"}
     assert plan(placement_group=False).placement_group is None
+    assert plan(capacity_reservation_id="cr-0123456789abcdef0").placement_group is None
+    assert plan(**CB).placement_group is None
+    with pytest.raises(ConfigError, match=r"dynamo:cluster\.placementGroup: true conflicts"):
+        cluster_config({"cluster": {"mode": "eks", "placementGroup": True, "capacityReservationId": "cr-0123456789abcdef0"}})
 
 
 def test_on_demand_capacity_reservation():
-    p = plan(capacity_reservation_id="cr-0123", availability_zones=("us-east-1a", "us-east-1b"), gpu_availability_zone="us-east-1b")
-    assert p.launch_template["capacity_reservation_specification"] == {"capacity_reservation_target": {"capacity_reservation_id": "cr-0123"}}
-    assert "instance_market_options" not in p.launch_template
-    assert p.gpu_nodegroup["capacity_type"] == "ON_DEMAND"
+    p = plan(capacity_reservation_id="cr-0123456789abcdef0", availability_zones=("us-east-1a", "us-east-1b"), gpu_availability_zone="us-east-1b")
+    assert p.launch_template["capacity_reservation_specification"] == {"capacity_reservation_target": {"capacity_reservation_id": "cr-0123456789abcdef0"}}
+    assert "instance_market_options" not in p.launch_template and "instance_type" not in p.launch_template
+    assert p.gpu_nodegroup["capacity_type"] == "ON_DEMAND" and p.gpu_nodegroup["instance_types"] == ["p5.48xlarge"]
     assert p.gpu_nodegroup["availability_zone"] == "us-east-1b"
 
 
-def test_capacity_block():
-    p = plan(market_type="capacity-block", capacity_reservation_id="cr-cb1")
+def test_capacity_block_instance_type_on_the_launch_template_not_the_node_group():
+    p = plan(**CB)
     assert p.launch_template["instance_market_options"] == {"market_type": "capacity-block"}
-    assert p.gpu_nodegroup["capacity_type"] == "CAPACITY_BLOCK"
+    assert p.launch_template["instance_type"] == "p5.48xlarge"
+    assert p.launch_template["capacity_reservation_specification"]["capacity_reservation_target"]["capacity_reservation_id"] == CB["capacity_reservation_id"]
+    assert p.gpu_nodegroup["capacity_type"] == "CAPACITY_BLOCK" and "instance_types" not in p.gpu_nodegroup
     assert p.gpu_nodegroup["scaling_config"]["min_size"] == 0
 
 
@@ -63,13 +107,47 @@ def test_capacity_block_without_reservation_is_a_config_error():
         cluster_config({"cluster": {"mode": "eks", "marketType": "capacity-block"}})
 
 
-def test_gpu_zone_must_be_a_cluster_zone():
+def test_gb200_needs_a_capacity_block():
+    with pytest.raises(ConfigError, match=r"dynamo:cluster\.marketType: 'on-demand'.*UltraServer Capacity Blocks"):
+        build_cluster_plan("t", EksConfig(), T[GB200_AGG])
+
+
+def test_gb200_in_a_local_zone_gets_a_gpu_only_subnet():
+    p = plan(GB200_AGG, availability_zones=("us-east-1a", "us-east-1b"), gpu_availability_zone="us-east-1-dfw-2a")
+    assert [s["availability_zone"] for s in p.private_subnets] == ["us-east-1a", "us-east-1b"]
+    assert p.gpu_subnet["availability_zone"] == "us-east-1-dfw-2a"
+    assert p.gpu_nodegroup["availability_zone"] == "us-east-1-dfw-2a"
+    cidrs = [s["cidr_block"] for s in p.private_subnets + p.public_subnets] + [p.gpu_subnet["cidr_block"]]
+    assert len(set(cidrs)) == len(cidrs)
+    assert p.dra_driver and p.compute_domain is None  # one node: nothing spans the NVLink domain
+
+
+def test_gb200_disagg_spanning_nodes_gets_a_compute_domain():
+    tid = "ultra-vllm-disagg-gb200-agentic-1m-1p1d"
+    sp, cp = final({"target": tid, "fabricProfile": "aws-efa", "cluster": {"mode": "eks", "marketType": "capacity-block",
+                                                                          "capacityReservationId": "cr-0123456789abcdef0"}})
+    assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 2
+    assert cp.compute_domain["kind"] == "ComputeDomain" and cp.compute_domain["spec"]["numNodes"] == 2
+    from stacks.cluster import COMPUTE_DOMAIN_CLAIM, apply_compute_domain
+
+    apply_compute_domain(sp.dgd, cp.compute_domain)
+    for comp in sp.dgd["spec"]["components"]:
+        pod = comp["podTemplate"]["spec"]
+        if comp["name"] == "Frontend":
+            assert "resourceClaims" not in pod
+        else:
+            assert pod["resourceClaims"] == [{"name": COMPUTE_DOMAIN_CLAIM, "resourceClaimTemplateName": cp.compute_domain["spec"]["channel"]["resourceClaimTemplate"]["name"]}]
+
+
+def test_gpu_zone_must_be_a_cluster_zone_or_a_local_zone_of_the_region():
     with pytest.raises(ConfigError, match="gpuAvailabilityZone"):
         cluster_config({"cluster": {"mode": "eks", "availabilityZones": ["us-east-1a", "us-east-1b"], "gpuAvailabilityZone": "us-east-1f"}})
+    with pytest.raises(ConfigError, match="gpuAvailabilityZone"):
+        cluster_config({"cluster": {"mode": "eks", "gpuAvailabilityZone": "us-west-2-lax-1a"}})
 
 
 def test_taints_labels_and_ami():
-    p = plan("lightning-vllm-agg-gb200-dspark-bf16")
+    p = plan(GB200_AGG)
     assert p.gpu_nodegroup["ami_type"] == "AL2023_ARM_64_NVIDIA"
     assert p.gpu_nodegroup["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert p.gpu_nodegroup["labels"]["nvidia.com/gpu.product"] == "NVIDIA-GB200"
@@ -91,13 +169,34 @@ def test_local_nvme_raid0_user_data():
     ],
 )
 def test_node_count_derived_from_target(tid, nodes):
-    p = plan(tid)
-    assert p.gpu_nodegroup["scaling_config"]["desired_size"] == nodes
+    assert plan(tid).gpu_nodegroup["scaling_config"]["desired_size"] == nodes
+
+
+def test_h100_with_9_decode_replicas_gets_2_gpu_nodes():
+    # 1 prefill + 9 decode workers, 1 GPU and 4 EFA each: 10 GPUs, 40 EFA > one p5 node (8 GPUs, 32 EFA)
+    _, cp = final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks"}})
+    assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 2
+
+
+def test_efa_not_gpus_can_be_what_fills_a_node():
+    # 8 one-GPU workers with 4 EFA each fit 8 GPUs but 32 EFA exactly: 1 node; 9 need 2
+    sp, cp = final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 7}, "cluster": {"mode": "eks"}})
+    assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 1
+
+
+def test_b200_disagg_with_3_decode_replicas_fits_one_node():
+    from stacks.scheduling import SYSTEM, check_target
+
+    sp, cp = final({"gpu": "b200", "topology": "disagg", "fabricProfile": "aws-efa", "replicas": {"VllmDecodeWorker": 3}, "cluster": {"mode": "eks"}})
+    assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 1
+    assert check_target(sp.target, [SYSTEM, cp.gpu_shape], dgd=sp.dgd) == []
 
 
 def test_too_few_gpu_nodes_is_a_config_error():
-    with pytest.raises(ConfigError, match="at least 2"):
+    with pytest.raises(ConfigError, match=r"dynamo:cluster\.gpuNodes: 1 .*use at least 2"):
         plan("ultra-vllm-agg-h200-agentic-256k-2w-kv", gpu_nodes=1)
+    with pytest.raises(ConfigError, match=r"dynamo:cluster\.gpuNodes: 1 .*use at least 2"):
+        final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks", "gpuNodes": 1}})
 
 
 def test_instance_type_must_carry_the_gpu():
@@ -106,6 +205,113 @@ def test_instance_type_must_carry_the_gpu():
 
 
 def test_storage_efs_or_fsx():
-    assert plan().storage_class["provisioner"] == "efs.csi.aws.com"
+    p = plan()
+    assert p.storage_class["provisioner"] == "efs.csi.aws.com" and p.static_pv is None
     p = plan(cache_storage="fsx-lustre")
-    assert p.storage_class["provisioner"] == "fsx.csi.aws.com" and "aws-fsx-csi-driver" in p.addons
+    assert p.storage_class is None and "aws-fsx-csi-driver" in p.addons
+    pv = p.static_pv
+    assert pv["spec"]["csi"]["driver"] == "fsx.csi.aws.com"
+    assert set(pv["spec"]["csi"]["volumeAttributes"]) == {"dnsname", "mountname"}
+    assert pv["spec"]["storageClassName"] == p.cache_class_name == "fsx-model-cache"
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+
+
+def test_fsx_default_is_not_slower_than_one_efs_client():
+    from stacks.cluster import EFS_CLIENT_MBPS
+
+    p = plan(cache_storage="fsx-lustre")
+    assert p.storage["storage_capacity"] == 2400 and p.storage["per_unit_storage_throughput"] == 1000
+    assert p.notes["fsx_mbps"] >= EFS_CLIENT_MBPS
+
+
+@pytest.mark.parametrize("gib", [1200, 2400, 4800, 9600])
+def test_fsx_capacity_steps_accepted(gib):
+    assert plan(cache_storage="fsx-lustre", fsx_storage_capacity_gib=gib).storage["storage_capacity"] == gib
+
+
+@pytest.mark.parametrize("gib", [1000, 1800, 3600, 0])
+def test_fsx_capacity_steps_refused(gib):
+    with pytest.raises(ConfigError, match=rf"fsxStorageCapacityGib: {gib} .*1200, 2400 or a multiple of 2400"):
+        cluster_config({"cluster": {"mode": "eks", "cacheStorage": "fsx-lustre", "fsxStorageCapacityGib": gib}})
+
+
+def test_efs_provisioned_needs_its_throughput():
+    with pytest.raises(ConfigError, match=r"efsThroughputMode: provisioned needs dynamo:cluster\.efsProvisionedThroughputMibps"):
+        cluster_config({"cluster": {"mode": "eks", "efsThroughputMode": "provisioned"}})
+    with pytest.raises(ConfigError, match="only applies with efsThroughputMode: provisioned"):
+        cluster_config({"cluster": {"mode": "eks", "efsProvisionedThroughputMibps": 512}})
+    p = plan(efs_throughput_mode="provisioned", efs_provisioned_throughput_mibps=1024)
+    assert p.storage["provisioned_throughput_in_mibps"] == 1024
+
+
+def test_kubernetes_version_defaults_to_standard_support_pin():
+    from stacks.versions import versions
+
+    pinned = versions()["eks"]["kubernetesVersion"]
+    assert plan().kubernetes_version == pinned
+    major, minor = map(int, pinned.split("."))
+    assert (major, minor) >= (1, 34)
+
+
+# ------------------------------------------------------------------ issue 9: bad EKS settings, refused by name
+
+BAD = [
+    ({"availabilityZones": ["us-west-2a", "us-west-2b"]}, "availabilityZones", "us-west-2a"),
+    ({"availabilityZones": ["us-east-1a", "us-east-1a"]}, "availabilityZones", "more than once"),
+    ({"availabilityZones": ["us-east-1a"]}, "availabilityZones", "at least two"),
+    ({"region": "mars-1"}, "region", "us-east-1"),
+    ({"region": ""}, "region", "us-east-1"),
+    ({"capacityReservationId": "banana"}, "capacityReservationId", "cr-0123456789abcdef0"),
+    ({"kubernetesVersion": "banana"}, "kubernetesVersion", "1.35"),
+    ({"kubernetesVersion": "1.29"}, "kubernetesVersion", "1.35"),
+    ({"gpuNodes": 0}, "gpuNodes", "greater than or equal to 1"),
+    ({"gpuNodes": 1000000}, "gpuNodes", "less than or equal to 450"),
+    ({"vpcCidr": "10.0.0.0/24"}, "vpcCidr", "/16 to /20"),
+    ({"availabilityZones": [f"us-east-1{c}" for c in "abcdefg"]}, "availabilityZones", "2 to 6"),
+]
+
+
+@pytest.mark.parametrize("cluster, key, hint", BAD, ids=[f"{b[1]}={list(b[0].values())[0]!r}" for b in BAD])
+def test_bad_eks_settings_are_refused_naming_the_key(cluster, key, hint):
+    with pytest.raises(ConfigError) as e:
+        cluster_config({"cluster": {"mode": "eks", **cluster}})
+    assert f"cluster.{key}" in str(e.value) or (key in str(e.value) and "dynamo:cluster" in str(e.value))
+    assert hint in str(e.value)
+
+
+@pytest.mark.parametrize("n", [2, 4, 5, 6])
+def test_many_zones_get_distinct_subnets(n):
+    zones = tuple(f"us-east-1{c}" for c in "abcdef"[:n])
+    p = plan(availability_zones=zones)
+    cidrs = [s["cidr_block"] for s in p.private_subnets + p.public_subnets]
+    assert len(p.private_subnets) == n and len(set(cidrs)) == 2 * n
+
+
+def test_aws_region_sets_or_must_match_the_cluster_region():
+    cc = cluster_config({"cluster": {"mode": "eks"}})
+    assert resolve_region(cc, {"mode": "eks"}, "us-west-2").region == "us-west-2"
+    assert resolve_region(cc, {"mode": "eks"}, None).region == "us-east-1"
+    with pytest.raises(ConfigError, match=r"dynamo:cluster\.region: 'us-east-1' contradicts aws:region 'us-west-2'"):
+        resolve_region(cluster_config({"cluster": {"mode": "eks", "region": "us-east-1"}}), {"mode": "eks", "region": "us-east-1"}, "us-west-2")
+    with pytest.raises(ConfigError, match="aws:region: 'mars-1'"):
+        resolve_region(cc, {"mode": "eks"}, "mars-1")
+
+
+def test_secrets_on_a_new_cluster():
+    check_secrets_on_new_cluster(None, ("ngc-secret",), {}, {"hfToken", "ngcApiKey"})
+    check_secrets_on_new_cluster(None, (), {}, {"hfToken"})
+    with pytest.raises(ConfigError, match=r"dynamo:hfTokenSecretName: 'hf-token-secret'.*dynamo:hfToken"):
+        check_secrets_on_new_cluster("hf-token-secret", (), {}, {"hfToken"})
+    with pytest.raises(ConfigError, match=r"dynamo:ngcApiKey is not set.*ngc-secret"):
+        check_secrets_on_new_cluster(None, ("ngc-secret",), {}, {"hfToken"})
+    with pytest.raises(ConfigError, match=r"dynamo:ngcApiKey is set in plain text"):
+        check_secrets_on_new_cluster(None, ("ngc-secret",), {"ngcApiKey": "k"}, {"hfToken"})
+
+
+def test_dockerconfigjson_for_nvcr():
+    import json
+
+    from stacks.cluster import dockerconfigjson
+
+    d = json.loads(dockerconfigjson("nvapi-x"))["auths"]["nvcr.io"]
+    assert d["username"] == "$oauthtoken" and base64.b64decode(d["auth"]).decode() == "$oauthtoken:nvapi-x"

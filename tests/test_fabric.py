@@ -26,7 +26,7 @@ def test_efa_profile_on_an_infiniband_recipe():
     for w in workers(objs):
         main = w["podTemplate"]["spec"]["containers"][0]
         for part in ("requests", "limits"):
-            assert main["resources"][part]["vpc.amazonaws.com/efa"] == "4"  # 4 per GPU, 1 GPU
+            assert main["resources"][part]["vpc.amazonaws.com/efa"] == "2"  # p5en.48xlarge (H200 default): 16 EFA / 8 GPU, 1 GPU
             assert "rdma/ib" not in main["resources"][part]
         assert kv_config(main)["kv_connector_extra_config"]["backends"] == ["LIBFABRIC"]
         env = {e["name"]: e.get("value") for e in main["env"]}
@@ -38,7 +38,18 @@ def test_efa_count_follows_the_workers_gpu_count():
     objs = render_config({"model": "nemotron-3-ultra", "gpu": "h200", "topology": "disagg", "fabricProfile": "aws-efa"})
     for w in workers(objs):
         res = w["podTemplate"]["spec"]["containers"][0]["resources"]
-        assert res["limits"]["vpc.amazonaws.com/efa"] == str(4 * int(res["limits"]["nvidia.com/gpu"]))
+        assert res["limits"]["vpc.amazonaws.com/efa"] == str(2 * int(res["limits"]["nvidia.com/gpu"]))
+
+
+@pytest.mark.parametrize("gpu, per_gpu", [("h200", 2), ("b200", 1)])
+def test_efa_devices_per_gpu_come_from_the_instance(gpu, per_gpu):
+    from stacks.gpus import efa_per_gpu
+
+    assert efa_per_gpu(gpu) == per_gpu
+    objs = render_config({"model": "nemotron-3-ultra", "gpu": gpu, "topology": "disagg", "fabricProfile": "aws-efa"})
+    for w in workers(objs):
+        res = w["podTemplate"]["spec"]["containers"][0]["resources"]
+        assert res["limits"]["vpc.amazonaws.com/efa"] == str(per_gpu * int(res["limits"]["nvidia.com/gpu"]))
 
 
 def test_profile_on_an_aggregated_target_is_a_config_error():
