@@ -5,32 +5,18 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.serving import Serving
-from stacks.config import NS, ConfigError, parse
+from stacks.config import NS, ConfigError
 from stacks.outputs import next_steps
-from stacks.providers import cluster_config
-from stacks.pulumi_config import raw_config
-from stacks.serving import build_plan
+from stacks.program import build_program, kubeconfig_path
+from stacks.pulumi_config import raw_config, secret_config_keys
 
 dynamo = pulumi.Config(NS)
-try:  # every check runs before any resource is registered
-    raw = raw_config()
-    cfg = parse(raw)
-    cluster = cluster_config(raw)
-    cluster_plan = None
-    if cluster.mode == "eks":
-        from stacks.cluster import POOL_LABEL, build_cluster_plan, check_fabric_on_eks
-        from stacks.serving import select_target
-
-        check_fabric_on_eks(select_target(cfg), cfg.fabric_profile)
-        cluster_plan = build_cluster_plan(pulumi.get_stack(), cluster, select_target(cfg))
-        plan = build_plan(cfg, default_storage_class=cluster_plan.storage_class["metadata"]["name"], job_node_selector={POOL_LABEL: "system"})
-    else:
-        plan = build_plan(cfg)
-    hf_token = None if cfg.hf_token_secret_name else dynamo.get_secret("hfToken")
-    if not cfg.hf_token_secret_name and hf_token is None:
-        raise ConfigError(f"{NS}:hfToken is not set: run `pulumi config set --secret {NS}:hfToken <token>` or set {NS}:hfTokenSecretName to an existing Secret")
+try:  # every check runs before any resource is registered, in the same function `render --stack` uses
+    program = build_program(raw_config(), pulumi.get_stack(), secret_config_keys(), env=dict(os.environ))
 except ConfigError as err:
     raise pulumi.RunError(str(err)) from None
+cfg, cluster, cluster_plan, plan = program.cfg, program.cluster, program.cluster_plan, program.serving
+hf_token = None if cfg.hf_token_secret_name else dynamo.get_secret("hfToken")
 
 cache_deps, graph_deps = [], []
 if cluster.mode == "render":
@@ -38,10 +24,7 @@ if cluster.mode == "render":
 elif cluster.mode == "kubeconfig":
     kubeconfig = dynamo.get_secret("kubeconfig")
     if kubeconfig is None:
-        path = cluster.kubeconfig_path or os.environ.get("KUBECONFIG")
-        if not path:
-            raise pulumi.RunError(f"{NS}:cluster.mode is kubeconfig but none of {NS}:kubeconfig (secret), {NS}:cluster.kubeconfigPath, KUBECONFIG is set")
-        with open(os.path.expanduser(path)) as f:
+        with open(kubeconfig_path(cluster, secret_config_keys(), dict(os.environ))) as f:
             kubeconfig = pulumi.Output.secret(f.read())
     provider = k8s.Provider("cluster", kubeconfig=kubeconfig, context=cluster.context)
 else:

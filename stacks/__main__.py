@@ -16,7 +16,7 @@ def cmd_targets(args) -> int:
 
 
 def cmd_render(args) -> int:
-    from .render import render_stack, render_target, to_yaml
+    from .render import render_target, to_yaml
 
     if args.all:
         if not args.out:
@@ -28,7 +28,16 @@ def cmd_render(args) -> int:
             (out / f"{tid}.yaml").write_text(to_yaml(render_target(tid)))
         print(f"wrote {len(catalog.targets())} targets to {out}", file=sys.stderr)
         return 0
-    objs = render_stack(args.stack) if args.stack else render_target(args.target)
+    if args.stack:
+        from .render import program_for_stack
+
+        program = program_for_stack(args.stack)
+        objs = program.objects()
+        if program.other_layers:
+            print(f"note: serving layer only; `pulumi up --stack {args.stack}` also creates: {', '.join(program.other_layers)} "
+                  f"(see `pulumi preview --stack {args.stack}`)", file=sys.stderr)
+    else:
+        objs = render_target(args.target)
     text = to_yaml(objs)
     if args.out:
         Path(args.out).write_text(text)
@@ -93,6 +102,9 @@ def main(argv=None) -> int:
     from .review import add_subparsers as add_review
 
     add_review(sub)
+    from .simulate import add_subparser as add_simulate
+
+    add_simulate(sub)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

@@ -30,3 +30,10 @@ def raw_config() -> dict[str, Any]:
                 pass
         out[key[len(NS) + 1:]] = value
     return out
+
+
+def secret_config_keys() -> frozenset[str]:
+    """The ``dynamo:`` keys set as Pulumi secrets (names only; values stay with ``get_secret``)."""
+    merged = set(rc.get_config_env()) | set(rc.CONFIG.get())
+    secret = set(rc.get_config_secret_keys_env())
+    return frozenset(k[len(NS) + 1:] for k in merged if k.startswith(NS + ":") and (rc.is_config_secret(k) or k in secret))

@@ -64,5 +64,20 @@ def render_target(target_id: str) -> list[dict]:
     return render_config({"target": target_id})
 
 
+def split_secrets(raw: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    """Stack-file keys as the Pulumi runtime sees them: ``{secure: ...}`` values are secret keys
+    (their ciphertext is never needed), the rest are plain config."""
+    secret = frozenset(k for k, v in raw.items() if isinstance(v, dict) and set(v) == {"secure"})
+    return {k: v for k, v in raw.items() if k not in secret}, secret
+
+
+def program_for_stack(name: str, root: Path = REPO_ROOT):
+    """The same ``build_program`` that ``pulumi up`` runs, from the committed stack file."""
+    from .program import build_program
+
+    plain, secret = split_secrets(stack_raw_config(name, root))
+    return build_program(plain, name, secret)
+
+
 def render_stack(name: str, root: Path = REPO_ROOT) -> list[dict]:
-    return render_config(stack_raw_config(name, root))
+    return program_for_stack(name, root).objects()

@@ -92,7 +92,11 @@ def test_every_committed_stack_runs_under_mocks(path, tmp_path, monkeypatch):
     cfg = stack_config(path)
     if (cfg.get("cluster") or {}).get("kubeconfigPath"):  # a path on the user's machine: point it at a test kubeconfig
         cfg["cluster"] = {**cfg["cluster"], "kubeconfigPath": str(kubeconfig)}
-    run = run_program(cfg, TOKEN, stack=path.name.split(".")[1])
+    secrets = {k: "mock-secret" for k, v in cfg.items() if isinstance(v, dict) and set(v) == {"secure"}}
+    cfg = {k: v for k, v in cfg.items() if k not in secrets}
+    if "hfTokenSecretName" not in cfg:
+        secrets.update(TOKEN)
+    run = run_program(cfg, secrets, stack=path.name.split(".")[1])
     assert len(run.by_type(DGD)) == 1
     if (cfg.get("cluster") or {}).get("mode") == "eks":
         assert run.by_type("aws:eks/cluster:Cluster")

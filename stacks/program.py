@@ -1,0 +1,116 @@
+"""The whole program as data: stack config in, every check done, the Kubernetes objects out.
+
+``__main__.py`` (``pulumi up``) and ``python -m stacks render --stack`` both call
+``build_program``, so they refuse the same configurations with the same message and
+show the same objects: what ``render`` shows is what ``up`` creates. Nothing here
+talks to a cluster or a cloud; the Pulumi components only wire the result.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .config import NS, ConfigError, StackConfig, parse
+from .providers import ClusterConfig, cluster_config
+from .serving import ServingPlan, build_plan, select_target
+
+# Secret keys the program reads (always through ``pulumi.Config.get_secret``), and where each is needed.
+SECRET_KEYS = frozenset({"hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret"})
+
+
+@dataclass
+class ProgramPlan:
+    """What one ``pulumi up`` of a stack creates, before any resource exists."""
+
+    stack: str
+    cfg: StackConfig
+    cluster: ClusterConfig
+    serving: ServingPlan
+    cluster_plan: Optional[Any] = None  # stacks.cluster.ClusterPlan for mode: eks
+    # Layers ``up`` creates besides the serving objects (render --stack shows the serving layer only).
+    other_layers: list[str] = field(default_factory=list)
+
+    def objects(self) -> list[dict]:
+        """The serving-layer Kubernetes objects, secrets redacted, exactly as ``up`` registers them."""
+        return self.serving.objects()
+
+
+def kubeconfig_path(cluster: ClusterConfig, secret_keys: frozenset[str], env: Optional[dict[str, str]]) -> Optional[str]:
+    """The kubeconfig file an existing-cluster stack uses (None: the secret ``dynamo:kubeconfig``).
+    ``env=None`` (render, review): the file is not looked for, since it belongs to the machine
+    that runs ``up`` (the local stack's kubeconfig exists only while the local control plane runs)."""
+    if "kubeconfig" in secret_keys or env is None:
+        return None
+    path = cluster.kubeconfig_path or (env or {}).get("KUBECONFIG")
+    if not path:
+        raise ConfigError(
+            f"{NS}:cluster.kubeconfigPath: cluster.mode is kubeconfig but none of {NS}:kubeconfig (secret), "
+            f"{NS}:cluster.kubeconfigPath, KUBECONFIG is set"
+        )
+    first = os.path.expanduser(path.split(os.pathsep)[0])
+    if not os.path.isfile(first):
+        key = f"{NS}:cluster.kubeconfigPath" if cluster.kubeconfig_path else "KUBECONFIG"
+        raise ConfigError(f"{key}: {path!r} is not a readable file; point it at a kubeconfig or set the secret {NS}:kubeconfig")
+    return first
+
+
+def check_secrets(raw: dict[str, Any], secret_keys: frozenset[str], cfg: StackConfig, cluster: ClusterConfig,
+                  require_present: bool = True) -> None:
+    """Secret keys must be Pulumi secrets, and the Secrets the serving objects name must be obtainable.
+    ``require_present=False`` (render for review): committed stacks often leave the token to the
+    environment that deploys them, so only its absence is not an error there."""
+    for key in sorted(SECRET_KEYS & set(raw)):
+        raise ConfigError(
+            f"{NS}:{key}: is set in plain text; it must be a Pulumi secret: "
+            f"`pulumi config rm {NS}:{key} && pulumi config set --secret {NS}:{key} <value>`"
+        )
+    has_token = "hfToken" in secret_keys
+    if cfg.hf_token_secret_name and has_token:
+        raise ConfigError(
+            f"{NS}:hfTokenSecretName: {cfg.hf_token_secret_name!r} together with the secret {NS}:hfToken; "
+            f"set one: the token (the stack creates the Secret) or the name of an existing Secret"
+        )
+    if require_present and not cfg.hf_token_secret_name and not has_token:
+        raise ConfigError(
+            f"{NS}:hfToken is not set: run `pulumi config set --secret {NS}:hfToken <token>` "
+            f"or set {NS}:hfTokenSecretName to an existing Secret with key HF_TOKEN"
+        )
+
+
+def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = frozenset(),
+                  env: Optional[dict[str, str]] = None) -> ProgramPlan:
+    """Validate everything (serving keys, cluster keys, secrets) and build the objects.
+
+    ``raw``: the plain ``dynamo:`` keys without the namespace; ``secret_keys``: the ``dynamo:``
+    keys that are set as Pulumi secrets (their values are never needed here); ``env``: the
+    environment of the ``up`` (None when rendering for review)."""
+    cfg = parse(raw)
+    cluster = cluster_config(raw)
+    check_secrets(raw, frozenset(secret_keys), cfg, cluster, require_present=env is not None)
+    if cluster.mode == "render" and not (cluster.render_dir or "").strip():
+        raise ConfigError(
+            f"{NS}:cluster.renderDir: {cluster.render_dir!r} is empty; a render stack writes manifests to a directory "
+            f"and never talks to a cluster: set it (default 'rendered') or choose cluster.mode kubeconfig or eks"
+        )
+    if cluster.mode == "kubeconfig":
+        kubeconfig_path(cluster, frozenset(secret_keys), env)
+    layers: list[str] = []
+    if cluster.mode == "eks":
+        from .cluster import POOL_LABEL, build_cluster_plan, check_fabric_on_eks
+
+        target = select_target(cfg)
+        check_fabric_on_eks(target, cfg.fabric_profile)
+        cluster_plan = build_cluster_plan(stack, cluster, target)
+        serving = build_plan(cfg, default_storage_class=cluster_plan.storage_class["metadata"]["name"],
+                             job_node_selector={POOL_LABEL: "system"})
+        layers = ["EKS cluster and node groups", "model-cache file system and StorageClass", "device plugins",
+                  "Dynamo platform" if cluster.platform_wanted() else ""]
+        return ProgramPlan(stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x])
+    serving = build_plan(cfg)
+    if cluster.mode == "kubeconfig":
+        if cluster.install_device_plugins:
+            layers.append("device plugins")
+        if cluster.platform_wanted():
+            layers.append("Dynamo platform")
+    return ProgramPlan(stack, cfg, cluster, serving, None, layers)
