@@ -16,7 +16,7 @@ export PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_CONFIG_PASSPHRASE ?= dynamo-local-dev
 export DYNAMO_TOOLCHAIN_CACHE ?= $(CACHE)
 
-.PHONY: help setup python toolchain up local-up local-down test unit engine bench fidelity clean
+.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain up local-up local-down test unit engine bench fidelity clean
 
 help:
 	@echo "make up    - set-up, then pulumi up --stack dev (renders manifests to ./rendered, no cloud account)"
@@ -29,20 +29,26 @@ $(UV):
 python: $(UV)
 	$(UV) sync --locked
 
-toolchain:
+# Pulumi CLI, language host and Kubernetes provider: all the dev stack (render mode) needs.
+pulumi-toolchain:
 	tools/toolchain.sh
+
+# The local control plane the engine tests run against (not needed by `make up`).
+kube-toolchain:
 	tools/kube-local.sh build
+
+toolchain: pulumi-toolchain kube-toolchain
 
 setup: python toolchain
 
-up: setup
+up: python pulumi-toolchain
 	mkdir -p .pulumi-state
 	pulumi stack select dev --create --non-interactive
 	pulumi up --stack dev --yes --non-interactive --skip-preview
 	pulumi stack output --stack dev
 
 # The same program against the local kube-apiserver (stack `local`).
-local-up: setup
+local-up: python toolchain
 	tools/kube-local.sh start
 	mkdir -p .pulumi-state
 	pulumi stack select local --create --non-interactive
