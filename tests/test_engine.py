@@ -299,3 +299,24 @@ def test_dgd_wait_follows_the_ready_condition(kube, workspace, wffc_storage_clas
     finally:
         stack.destroy(on_output=None)
         stack.workspace.remove_stack(stack.name, force=True)
+
+
+def test_render_stack_with_empty_render_dir_never_touches_the_cluster(kube, workspace):
+    """Issue 9 finding 2: with the current kubeconfig pointing at a live API server, a render stack
+    whose renderDir is empty fails before any resource and creates nothing there."""
+    from pulumi import automation as auto
+    from pulumi.automation import errors
+
+    ns = "e-render-leak"
+    stack = make_stack(workspace, ns, {"target": TARGETS[0], "namespace": ns, "cluster": {"mode": "render", "renderDir": ""}})
+    stack.workspace.env_vars["KUBECONFIG"] = kube["kubeconfig"]
+    try:
+        with pytest.raises(errors.CommandError) as e:
+            stack.up(on_output=None)
+        assert "dynamo:cluster.renderDir" in str(e.value) and "is empty" in str(e.value)
+        assert kubectl(kube, "get", "namespace", ns, check=False).returncode != 0
+        state = stack.export_stack().deployment
+        kinds = [r["type"] for r in (state.get("resources") or [])]
+        assert not any(k.startswith("kubernetes:") for k in kinds), kinds
+    finally:
+        stack.workspace.remove_stack(stack.name, force=True)
