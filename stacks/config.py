@@ -34,6 +34,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from . import registry
 from .catalog import SELECT_ORDER, Target, families, targets
 
 NS = "dynamo"
@@ -243,18 +244,19 @@ class WaitConfig(_Model):
 
 class StackConfig(_Model):
     target: Optional[str] = None
-    model: Literal["nemotron-3.5-lightning", "nemotron-3-ultra", "motif-3"] = "nemotron-3.5-lightning"
-    runtime: Optional[Literal["vllm", "trtllm"]] = None
-    gpu: Optional[Literal["h100", "h200", "b200", "gb200"]] = None
-    topology: Optional[Literal["agg", "disagg"]] = None
-    shape: Optional[Literal["1P1D", "1P2D", "2P1D", "3P1D"]] = None
-    spec: Optional[Literal["mtp", "dflash", "dspark", "none"]] = None
-    routing: Optional[Literal["single", "kv", "round-robin"]] = None
-    precision: Optional[Literal["nvfp4", "bf16"]] = None
-    context: Optional[Literal["256k", "1m"]] = None
-    workload: Optional[Literal["agentic", "chat"]] = None
-    fabric: Optional[Literal["aws-efa", "infiniband", "gke-rdma", "nscale", "none"]] = None
-    profile: Optional[Literal["refresh", "day0", "generic", "nscale", "current", "legacy"]] = None
+    # The choices of every axis come from stacks/registry.py (the one registry of choices).
+    model: registry.ModelId = registry.DEFAULT_MODEL
+    runtime: Optional[registry.RuntimeId] = None
+    gpu: Optional[registry.GpuId] = None
+    topology: Optional[registry.TopologyId] = None
+    shape: Optional[registry.ShapeId] = None
+    spec: Optional[registry.SpecId] = None
+    routing: Optional[registry.RoutingId] = None
+    precision: Optional[registry.PrecisionId] = None
+    context: Optional[registry.ContextId] = None
+    workload: Optional[registry.WorkloadId] = None
+    fabric: Optional[registry.FabricId] = None
+    profile: Optional[registry.ProfileId] = None
     # Move a disaggregated target's KV transfer onto another fabric than its recipe's (e.g. an
     # InfiniBand recipe on EKS): see stacks/fabric.py.
     fabric_profile: Optional[Literal["aws-efa"]] = None

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import registry
+
 
 @dataclass(frozen=True)
 class InstanceShape:
@@ -63,7 +65,8 @@ INSTANCES: dict[str, InstanceShape] = {
 }
 
 # The instance type a GPU gets unless the stack names another one of the same GPU.
-DEFAULT_INSTANCE = {"h100": "p5.48xlarge", "h200": "p5en.48xlarge", "b200": "p6-b200.48xlarge", "gb200": "p6e-gb200.36xlarge"}
+# (defined once, with each GPU, in stacks/registry.py GPUS).
+DEFAULT_INSTANCE = {g.id: g.instance for g in registry.GPUS.values()}
 
 
 def shape_for(gpu: str, instance_type: str | None = None) -> InstanceShape:

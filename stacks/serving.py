@@ -59,10 +59,12 @@ def _set_pull_secrets(obj: dict, names: tuple[str, ...]) -> None:
                 del d["imagePullSecrets"]
 
 
-def _rename_refs(obj: dict, *, claim: str, hf_secret: str) -> None:
+def _rename_refs(obj: dict, *, own_claim: str, claim: str, hf_secret: str) -> None:
+    """Point every reference to the model's own cache claim (``own_claim``, whatever the model calls it) at ``claim``,
+    and every reference to the HF token Secret at ``hf_secret``."""
     for d in _walk(obj):
         pvc = d.get("persistentVolumeClaim")
-        if isinstance(pvc, dict) and pvc.get("claimName") == k8s.CACHE_PVC:
+        if isinstance(pvc, dict) and pvc.get("claimName") == own_claim:
             pvc["claimName"] = claim
         ref = d.get("secretRef")
         if isinstance(ref, dict) and ref.get("name") == k8s.HF_SECRET:
@@ -89,7 +91,8 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
     configmaps = [d for d in recipe if d["kind"] == "ConfigMap"]
     dgd = next(d for d in recipe if d["kind"] == "DynamoGraphDeployment")
 
-    claim = cfg.storage.existing_claim or k8s.CACHE_PVC
+    own_claim = pvc["metadata"]["name"]  # the model's own cache PVC (per model: catalog.cache_claim)
+    claim = cfg.storage.existing_claim or own_claim
     hf_name = cfg.hf_token_secret_name or k8s.HF_SECRET
     pvc["spec"]["accessModes"] = [cfg.storage.access_mode]
     if cfg.storage.class_name or default_storage_class:
@@ -152,7 +155,7 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
     for obj in namespaced:
         obj["metadata"]["namespace"] = ns
         _set_pull_secrets(obj, cfg.image_pull_secrets)
-        _rename_refs(obj, claim=claim, hf_secret=hf_name)
+        _rename_refs(obj, own_claim=own_claim, claim=claim, hf_secret=hf_name)
 
     secret = None
     if not cfg.hf_token_secret_name:

@@ -6,18 +6,30 @@ PVC and the download/validate Jobs the target needs. Both are pure.
 """
 from __future__ import annotations
 
+import importlib
 from functools import lru_cache
 
-from . import k8s
+from .. import registry
 from .model import AXES, SELECT_ORDER, ModelFamily, Perf, Target
 from .ops import apply_all
 
 
 @lru_cache(maxsize=1)
 def families() -> dict[str, ModelFamily]:
-    from . import lightning, motif, ultra
+    """Every model family, from its data module named in ``stacks.registry.MODELS``."""
+    out: dict[str, ModelFamily] = {}
+    for model in registry.MODELS.values():
+        fam = importlib.import_module(model.module).FAMILY
+        if fam.id != model.id:
+            raise ValueError(f"{model.module}.FAMILY has id {fam.id!r}, but the registry names it {model.id!r}")
+        out[fam.id] = fam
+    return out
 
-    return {f.id: f for f in (lightning.FAMILY, ultra.FAMILY, motif.FAMILY)}
+
+def reload() -> None:
+    """Forget the loaded families and targets (after changing ``stacks.registry``, e.g. in a test)."""
+    families.cache_clear()
+    targets.cache_clear()
 
 
 @lru_cache(maxsize=1)
@@ -44,11 +56,12 @@ def recipe_objects(t: Target) -> list[dict]:
 def cache_objects(t: Target, size: str | None = None) -> list[dict]:
     """Model-cache PVC plus the Jobs that fill (and validate) it, in run order."""
     fam = family_of(t)
-    objs = [k8s.pvc(k8s.CACHE_PVC, size or fam.cache_size)]
-    if fam.cache_labels:
-        objs[0]["metadata"]["labels"] = dict(fam.cache_labels)
-    objs += [fam.cache_job_builders[name]() for name in t.cache_jobs]
-    return objs
+    return [fam.cache.pvc(size)] + [fam.cache_job_builders[name]() for name in t.cache_jobs]
+
+
+def cache_claim(t: Target) -> str:
+    """The name of the target's own model-cache PVC (per model: ``shared-model-cache`` for the seed models)."""
+    return family_of(t).cache.claim
 
 
 def gpus_needed(dgd: dict) -> int:
@@ -61,4 +74,5 @@ def gpus_needed(dgd: dict) -> int:
     return total
 
 
-__all__ = ["AXES", "SELECT_ORDER", "Perf", "Target", "ModelFamily", "targets", "families", "recipe_objects", "cache_objects", "gpus_needed"]
+__all__ = ["AXES", "SELECT_ORDER", "Perf", "Target", "ModelFamily", "targets", "families", "recipe_objects", "cache_objects", "cache_claim",
+           "gpus_needed", "reload"]

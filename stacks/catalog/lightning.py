@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import json
 
-from .. import versions
+from .. import registry, versions
 from . import k8s
+from .engine import DownloadJob
+from .lightning_base import CACHE, DRAFT_SUFFIX, MODEL, PERF_FIRST, PERF_MAIN, REPO, frontend, gpu_worker
+from .lightning_trtllm import TRTLLM_TARGETS, trtllm_agg
 from .model import ModelFamily, Perf, Target
 from .ops import FRONTEND, WORKERS, Append, Op, Set
-
-MODEL = "nemotron-3.5-lightning"
-REPO = {"nvfp4": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", "bf16": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16"}
-DRAFT_SUFFIX = {"dflash": "-DFlash", "dspark": "-DSpark"}
-PRODUCT = {"h100": "NVIDIA-H100-80GB-HBM3", "h200": "NVIDIA-H200", "b200": "NVIDIA-B200", "gb200": "NVIDIA-GB200"}
-PERF_MAIN = "nemotron-3.5-lightning/perf/README.md@b08b769"
-PERF_FIRST = "nemotron-3.5-lightning/perf/README.md@70d2ef4"
 
 
 # --------------------------------------------------------------------------- speculative config
@@ -44,86 +40,10 @@ def spec_config(method: str, precision: str, tokens: int, synthetic_al: float, s
 
 # --------------------------------------------------------------------------- vLLM bases
 
-FRONTEND_ENV = {
-    "POD_UID": {"valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-    "DYN_HTTP_BODY_LIMIT_MB": "200",
-    "HF_HOME": "/model-cache",
-    "HF_HUB_OFFLINE": "1",
-    "HF_MODULES_CACHE": "/tmp/hf_modules",
-}
-
-
-def frontend(image: str, args: list[str]) -> dict:
-    return {
-        "name": "Frontend",
-        "type": "frontend",
-        "replicas": 1,
-        "podTemplate": {
-            "spec": {
-                "imagePullSecrets": k8s.pull_secrets(),
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": image,
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": ["python3"],
-                        "args": args,
-                        "env": k8s.envs(FRONTEND_ENV),
-                        "resources": {},
-                        "startupProbe": k8s.http_probe("/health", 8000, 10, 60, 60),
-                        "volumeMounts": [k8s.mount(k8s.CACHE_PVC, "/model-cache")],
-                    }
-                ],
-                "volumes": [k8s.pvc_volume()],
-            }
-        },
-    }
-
-
-def gpu_worker(name: str, kind: str, image: str, product: str, command: list[str], args: list[str], env: list[dict], *, shm: str = "40Gi", memory: str = "128Gi") -> dict:
-    """A one-GPU Lightning worker: GPU affinity and taint toleration, model cache, /dev/shm."""
-    return {
-        "name": name,
-        "type": kind,
-        "replicas": 1,
-        "sharedMemorySize": shm,
-        "podTemplate": {
-            "spec": {
-                "imagePullSecrets": k8s.pull_secrets(),
-                "affinity": k8s.gpu_affinity(product),
-                "tolerations": [dict(k8s.GPU_TOLERATION)],
-                "volumes": [k8s.pvc_volume(), k8s.shm_volume(shm)],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": image,
-                        "imagePullPolicy": "IfNotPresent",
-                        "workingDir": "/workspace/",
-                        "command": command,
-                        "args": args,
-                        "env": env,
-                        "resources": {"requests": {"memory": memory, "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
-                        "securityContext": {"runAsUser": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}},
-                        "startupProbe": k8s.http_probe("/live", 9090, 30, 20, 120),
-                        "volumeMounts": [k8s.mount(k8s.CACHE_PVC, "/model-cache"), k8s.mount("dshm", "/dev/shm")],
-                    }
-                ],
-            }
-        },
-    }
-
-
 PARSERS = ["--dyn-tool-call-parser", "nemotron_nano", "--dyn-reasoning-parser", "nemotron_nano", "--reasoning-parser", "nemotron_v3"]
 MAMBA = ["--mamba-backend", "flashinfer", "--mamba-ssm-cache-dtype", "float16"]
 KV_EVENTS = '{"publisher":"zmq","topic":"kv-events","endpoint":"tcp://*:20080","enable_kv_cache_events":true}'
 
-# Per-GPU engine settings shared by every Lightning vLLM target on that GPU.
-GPU_PROFILE = {
-    "h100": {"agg_batched_tokens": "32768", "disagg_batched_tokens": "32768", "disagg_autotune_off": False, "agg_autotune_off": False},
-    "h200": {"agg_batched_tokens": "32768", "disagg_batched_tokens": None, "disagg_autotune_off": True, "agg_autotune_off": False},
-    "b200": {"agg_batched_tokens": None, "disagg_batched_tokens": None, "disagg_autotune_off": True, "agg_autotune_off": True},
-    "gb200": {"agg_batched_tokens": "10240", "disagg_batched_tokens": None, "disagg_autotune_off": False, "agg_autotune_off": False},
-}
 DISABLED_KERNELS = {"VLLM_DISABLED_KERNELS": "FlashInferFP8ScaledMMLinearKernel"}
 GB200_AGG_ENV = {
     "LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/nvidia/lib:/usr/local/cuda/compat",
@@ -133,6 +53,38 @@ GB200_AGG_ENV = {
     "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "1",
 }
 GB200_DISAGG_ENV = {"VLLM_OMNI_USE_QUACK_FP8": "0", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+
+# --------------------------------------------------------------------------- placement layers
+
+GB200_WORKER_TOLERATIONS = (
+    k8s.toleration("kubernetes.io/arch", "arm64"),
+    k8s.toleration("dedicated"),
+    k8s.toleration("skyhook.nvidia.com"),
+)
+
+
+def gb200_placement(frontend_tolerations: int) -> tuple[Op, ...]:
+    """GB200 (arm64) nodes: the frontend follows the GPU nodes; workers tolerate the arm64/dedicated taints."""
+    fe_tol = [k8s.toleration("nvidia.com/gpu"), *GB200_WORKER_TOLERATIONS][:frontend_tolerations]
+    return (
+        Set("nodeSelector", {"nvidia.com/gpu.product": registry.label("gb200")}, scope="pod", on=FRONTEND),
+        Set("tolerations", fe_tol, scope="pod", on=FRONTEND),
+        Append("tolerations", GB200_WORKER_TOLERATIONS, scope="pod", on=WORKERS),
+    )
+
+
+# Per-GPU engine settings shared by every Lightning vLLM target on that GPU: a new GPU adds its row here
+# (plus its entry in stacks/registry.py). Per topology: batched-token budget, FlashInfer autotune off, worker
+# env before/after the SPECULATIVE_CONFIG entry and at the end, the default KV-transfer fabric (disagg), and
+# placement ops (GB200's arm64 taints).
+GPU_PROFILE: dict[str, dict] = {
+    "h100": {"agg": {"batched_tokens": "32768"}, "disagg": {"batched_tokens": "32768", "fabric": "aws-efa"}},
+    "h200": {"agg": {"batched_tokens": "32768"}, "disagg": {"autotune_off": True, "fabric": "infiniband"}},
+    "b200": {"agg": {"autotune_off": True, "env_after_spec": DISABLED_KERNELS},
+             "disagg": {"autotune_off": True, "env_after_spec": DISABLED_KERNELS, "fabric": "infiniband"}},
+    "gb200": {"agg": {"batched_tokens": "10240", "env_before_spec": GB200_AGG_ENV, "env_end": {"PYTHONUNBUFFERED": "1"}, "ops": gb200_placement(4)},
+              "disagg": {"env_before_spec": GB200_DISAGG_ENV, "env_after_spec": DISABLED_KERNELS, "fabric": "none", "ops": gb200_placement(2)}},
+}
 
 
 def _engine(repo: str, max_seqs: str, batched_tokens: str | None) -> list[str]:
@@ -159,10 +111,11 @@ def _configmap(t: Target) -> dict:
 
 def _quantization(t: Target) -> list[str]:
     """NVFP4 checkpoints on Blackwell name the quantization explicitly (the PR #13021 recipes)."""
-    return ["--quantization", "modelopt_fp4"] if t.params.get("explicit_quantization", t.precision == "nvfp4" and t.gpu in ("b200", "gb200")) else []
+    return ["--quantization", "modelopt_fp4"] if t.params.get("explicit_quantization", t.precision == "nvfp4" and registry.gpu(t.gpu).blackwell) else []
 
 
-def _worker_env(cm_name: str, *, before_spec: dict | None = None, after_spec: dict | None = None, tail: dict | None = None) -> list[dict]:
+def _worker_env(cm_name: str, *, before_spec: dict | None = None, after_spec: dict | None = None, tail: dict | None = None,
+                end: dict | None = None) -> list[dict]:
     pairs: dict = {
         "POD_UID": {"valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         "HF_HOME": "/model-cache",
@@ -178,34 +131,29 @@ def _worker_env(cm_name: str, *, before_spec: dict | None = None, after_spec: di
     pairs["NCCL_IB_DISABLE"] = "1"
     pairs.update(tail or {})
     pairs["PYTHONHASHSEED"] = "0"
+    pairs.update(end or {})
     return k8s.envs(pairs)
 
 
 def vllm_agg(t: Target) -> list[dict]:
-    gpu, p = GPU_PROFILE[t.gpu], t.params
+    gpu, p = GPU_PROFILE[t.gpu]["agg"], t.params
     image, repo, cm = t.image, REPO[t.precision], f"{t.dgd_name}-config"
     kv = t.routing == "kv"
     mamba = MAMBA + (["--mamba-cache-mode", "align"] if t.spec == "dspark" else []) + _rounding(5)
     spec = ["--speculative-config=$(SPECULATIVE_CONFIG)"]
     args = (
-        _engine(repo, "512", gpu["agg_batched_tokens"])
+        _engine(repo, "512", gpu.get("batched_tokens"))
         + ["--enable-prefix-caching"]
         + (["--block-size", "64"] if kv else [])
         + ["--async-scheduling"]
-        + (["--no-enable-flashinfer-autotune"] if gpu["agg_autotune_off"] else [])
+        + (["--no-enable-flashinfer-autotune"] if gpu.get("autotune_off") else [])
         + _quantization(t)
         + (PARSERS + spec + mamba if p.get("parsers_first") else mamba + PARSERS + spec)
         + (["--kv-events-config", KV_EVENTS] if kv else [])
         + ["--disaggregation-mode", "agg"]
     )
-    env = _worker_env(
-        cm,
-        before_spec=GB200_AGG_ENV if t.gpu == "gb200" else None,
-        after_spec=DISABLED_KERNELS if t.gpu == "b200" else None,
-    )
-    if t.gpu == "gb200":
-        env.append(k8s.env("PYTHONUNBUFFERED", "1"))
-    worker = gpu_worker("agg", "worker", image, PRODUCT[t.gpu], ["python3", "-m", "dynamo.vllm"], args, env)
+    env = _worker_env(cm, before_spec=gpu.get("env_before_spec"), after_spec=gpu.get("env_after_spec"), end=gpu.get("env_end"))
+    worker = gpu_worker("agg", "worker", image, t.gpu, ["python3", "-m", "dynamo.vllm"], args, env)
     if kv:
         worker["replicas"] = 4
     fe_args = ["-m", "dynamo.frontend"] + (["--router-mode", "kv", "--router-kv-events", "--kv-cache-block-size", "64"] if kv else []) + ["--trust-remote-code"]
@@ -239,7 +187,7 @@ FABRIC = {
 
 def vllm_disagg(t: Target) -> list[dict]:
     """1P1D: prefill and decode workers joined by NIXL over the target's fabric."""
-    gpu, p, fabric = GPU_PROFILE[t.gpu], t.params, FABRIC[t.fabric]
+    gpu, p, fabric = GPU_PROFILE[t.gpu]["disagg"], t.params, FABRIC[t.fabric]
     image, repo, cm = t.image, REPO[t.precision], f"{t.dgd_name}-config"
     mamba = MAMBA + _rounding(p.get("philox_rounds", 5))
     spec = ["--speculative-config", "$(SPECULATIVE_CONFIG)"] if p.get("spec_flag_split") else ["--speculative-config=$(SPECULATIVE_CONFIG)"]
@@ -249,9 +197,9 @@ def vllm_disagg(t: Target) -> list[dict]:
         in_command = kind in p.get("module_in_command", ())
         args = (
             ([] if in_command else module)
-            + _engine(repo, p.get("max_num_seqs", "32"), gpu["disagg_batched_tokens"])
+            + _engine(repo, p.get("max_num_seqs", "32"), gpu.get("batched_tokens"))
             + ["--async-scheduling"]
-            + (["--no-enable-flashinfer-autotune"] if gpu["disagg_autotune_off"] else [])
+            + (["--no-enable-flashinfer-autotune"] if gpu.get("autotune_off") else [])
             + _quantization(t)
             + ["--enable-prefix-caching", "--mamba-cache-mode", "align", "--no-disable-hybrid-kv-cache-manager"]
             + (PARSERS + mamba if p.get("parsers_first") else mamba + PARSERS)
@@ -265,42 +213,13 @@ def vllm_disagg(t: Target) -> list[dict]:
             tail.update(layout)
         else:
             tail.update(layout)
-        env = _worker_env(
-            cm,
-            before_spec=GB200_DISAGG_ENV if t.gpu == "gb200" else None,
-            after_spec=DISABLED_KERNELS if t.gpu in ("b200", "gb200") else None,
-            tail=tail,
-        )
+        env = _worker_env(cm, before_spec=gpu.get("env_before_spec"), after_spec=gpu.get("env_after_spec"), tail=tail)
         env[[e["name"] for e in env].index("NCCL_IB_DISABLE")]["value"] = fabric["nccl_ib_disable"]
         if not p.get("fabric_env_before_layout"):
             env += k8s.envs(fabric["env"])
         command = ["python3"] + (module if in_command else [])
-        worker = gpu_worker(name, kind, image, PRODUCT[t.gpu], command, args, env)
-        res = worker["podTemplate"]["spec"]["containers"][0]["resources"]
-        for k, v in fabric["resources"].items():
-            res["requests"][k] = v
-            res["limits"][k] = v
-        comps.append(worker)
+        comps.append(gpu_worker(name, kind, image, t.gpu, command, args, env, devices=fabric["resources"]))
     return [_configmap(t), k8s.dgd(t.dgd_name, "vllm", comps)]
-
-
-# --------------------------------------------------------------------------- placement layers
-
-GB200_WORKER_TOLERATIONS = (
-    k8s.toleration("kubernetes.io/arch", "arm64"),
-    k8s.toleration("dedicated"),
-    k8s.toleration("skyhook.nvidia.com"),
-)
-
-
-def gb200_placement(frontend_tolerations: int) -> tuple[Op, ...]:
-    """GB200 (arm64) nodes: the frontend follows the GPU nodes; workers tolerate the arm64/dedicated taints."""
-    fe_tol = [k8s.toleration("nvidia.com/gpu"), *GB200_WORKER_TOLERATIONS][:frontend_tolerations]
-    return (
-        Set("nodeSelector", {"nvidia.com/gpu.product": PRODUCT["gb200"]}, scope="pod", on=FRONTEND),
-        Set("tolerations", fe_tol, scope="pod", on=FRONTEND),
-        Append("tolerations", GB200_WORKER_TOLERATIONS, scope="pod", on=WORKERS),
-    )
 
 
 # --------------------------------------------------------------------------- catalog entries
@@ -308,8 +227,9 @@ def gb200_placement(frontend_tolerations: int) -> tuple[Op, ...]:
 def _vllm(dirname: str, gpu: str, topology: str, spec: str, precision: str, tokens: int, al: float, *, routing: str = "single",
           dgd: str | None = None, perf: tuple | None = None, perf_source: str = PERF_MAIN, fabric: str | None = None, **params) -> Target:
     """One Lightning vLLM target; ``params`` are the few upstream quirks of that file."""
-    fabric = fabric or ({"h100": "aws-efa", "gb200": "none"}.get(gpu, "infiniband") if topology == "disagg" else "none")
-    ops: tuple[Op, ...] = gb200_placement(4 if topology == "agg" else 2) if gpu == "gb200" else ()
+    profile = GPU_PROFILE[gpu][topology]
+    fabric = fabric or profile.get("fabric", "none")
+    ops: tuple[Op, ...] = profile.get("ops", ())
     return Target(
         id=f"lightning-vllm-{dirname}",
         upstream=f"nemotron-3.5-lightning/vllm/{dirname}/deploy.yaml",
@@ -384,63 +304,25 @@ for path in Path("/model-cache/hub").glob("*/snapshots"):
 """
 
 
-def download_job(name: str, precision: str) -> dict:
+def download_job(name: str, precision: str) -> DownloadJob:
     """Fills the shared HF cache with the base checkpoint and both draft models for one precision."""
     repo = REPO[precision]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "backoffLimit": 3,
-            "completions": 1,
-            "parallelism": 1,
-            "activeDeadlineSeconds": 3600,
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "imagePullSecrets": k8s.pull_secrets(),
-                    "containers": [
-                        {
-                            "name": name,
-                            "image": versions.image("lightning-vllm"),
-                            "command": ["python3", "-c"],
-                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                            "envFrom": [{"secretRef": {"name": k8s.HF_SECRET}}],
-                            "env": k8s.envs(
-                                {
-                                    "BASE_MODEL": repo,
-                                    "DFLASH_MODEL": repo + DRAFT_SUFFIX["dflash"],
-                                    "DSPARK_MODEL": repo + DRAFT_SUFFIX["dspark"],
-                                    "HF_HOME": "/model-cache",
-                                    "HF_XET_HIGH_PERFORMANCE": "1",
-                                }
-                            ),
-                            "args": [DOWNLOAD_SCRIPT],
-                            "volumeMounts": [k8s.mount(k8s.CACHE_PVC, "/model-cache")],
-                        }
-                    ],
-                    "volumes": [k8s.pvc_volume()],
-                },
-            },
-        },
-    }
+    return DownloadJob(
+        name, versions.image("lightning-vllm"), DOWNLOAD_SCRIPT, CACHE, ("python3", "-c"),
+        env={"BASE_MODEL": repo, "DFLASH_MODEL": repo + DRAFT_SUFFIX["dflash"], "DSPARK_MODEL": repo + DRAFT_SUFFIX["dspark"],
+             "HF_HOME": "/model-cache", "HF_XET_HIGH_PERFORMANCE": "1"},
+        security={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        spec={"completions": 1, "parallelism": 1, "activeDeadlineSeconds": 3600}, pod_labels={"app": name}, pull_secrets=True,
+    )
 
-
-from .lightning_trtllm import TRTLLM_TARGETS, trtllm_agg  # noqa: E402  (uses the helpers above)
 
 FAMILY = ModelFamily(
     id=MODEL,
     short="lightning",
     served_model=REPO["nvfp4"],
-    cache_size="140Gi",
-    cache_mount="/model-cache",
+    cache=CACHE,
     builders={"vllm-agg": vllm_agg, "vllm-disagg": vllm_disagg, "trtllm-agg": trtllm_agg},
-    cache_job_builders={
-        "model-download": lambda: download_job("model-download", "nvfp4"),
-        "model-download-bf16": lambda: download_job("model-download-bf16", "bf16"),
-    },
+    cache_job_builders={"model-download": download_job("model-download", "nvfp4"), "model-download-bf16": download_job("model-download-bf16", "bf16")},
     defaults={"gpu": "h100", "runtime": "vllm", "topology": "agg", "spec": ("dspark", "mtp"), "routing": "single", "profile": "current",
               "precision": {"h100": "nvfp4", "h200": "nvfp4", "b200": "bf16", "gb200": "bf16"}},
     targets=VLLM_TARGETS + TRTLLM_TARGETS,

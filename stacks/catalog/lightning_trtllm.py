@@ -7,13 +7,10 @@ KV-cache manager v2 and a mamba snapshot) and by MTP draft length.
 """
 from __future__ import annotations
 
-from .. import versions
+from .. import registry, versions
 from . import k8s
-from .lightning import PERF_FIRST, PERF_MAIN, PRODUCT, REPO, frontend, gpu_worker
+from .lightning_base import MODEL, PERF_FIRST, PERF_MAIN, REPO, frontend, gpu_worker
 from .model import Perf, Target
-
-MODEL = "nemotron-3.5-lightning"
-BLACKWELL = ("b200", "gb200")
 
 ENGINE_CONFIG_HEAD = """backend: pytorch
 tensor_parallel_size: 1
@@ -56,7 +53,7 @@ TRTLLM_ENV_TAIL = {
 
 def engine_config(t: Target) -> str:
     """The ``agg.yaml`` text exactly as upstream writes it (comments included)."""
-    text = ENGINE_CONFIG_HEAD + (ENGINE_CONFIG_BLACKWELL_KV if t.gpu in BLACKWELL else "") + ENGINE_CONFIG_MOE
+    text = ENGINE_CONFIG_HEAD + (ENGINE_CONFIG_BLACKWELL_KV if registry.gpu(t.gpu).blackwell else "") + ENGINE_CONFIG_MOE
     if t.spec == "mtp":
         tokens, al = MTP_DRAFT[t.gpu]
         text += ENGINE_CONFIG_MTP.format(al=al, tokens=tokens, repo=REPO[t.precision])
@@ -81,10 +78,8 @@ def trtllm_agg(t: Target) -> list[dict]:
         "PYTHONHASHSEED": "0",
         **TRTLLM_ENV_TAIL,
     })
-    worker = gpu_worker("agg", "worker", image, PRODUCT[t.gpu], ["python3"], args, env)
-    pod = worker["podTemplate"]["spec"]
-    pod["containers"][0]["volumeMounts"].append(k8s.mount("trtllm-config", "/config", read_only=True))
-    pod["volumes"].append({"name": "trtllm-config", "configMap": {"name": cm}})
+    config = ({"name": "trtllm-config", "configMap": {"name": cm}}, k8s.mount("trtllm-config", "/config", read_only=True))
+    worker = gpu_worker("agg", "worker", image, t.gpu, ["python3"], args, env, volumes=(config,))
     return [k8s.configmap(cm, {"agg.yaml": engine_config(t)}), k8s.dgd(t.dgd_name, "trtllm", [fe, worker])]
 
 

@@ -4,23 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from .. import registry
+from .engine import Cache
 from .ops import Op
 
-# The axes a stack selects on, with the values the catalog may use.
-AXES: dict[str, tuple[str, ...]] = {
-    "model": ("nemotron-3.5-lightning", "nemotron-3-ultra", "motif-3"),
-    "runtime": ("vllm", "trtllm"),
-    "gpu": ("h100", "h200", "b200", "gb200"),
-    "topology": ("agg", "disagg"),
-    "shape": ("1P1D", "1P2D", "2P1D", "3P1D"),
-    "spec": ("mtp", "dflash", "dspark", "none"),
-    "routing": ("single", "kv", "round-robin"),
-    "precision": ("nvfp4", "bf16"),
-    "context": ("256k", "1m"),
-    "workload": ("agentic", "chat"),
-    "fabric": ("aws-efa", "infiniband", "gke-rdma", "nscale", "none"),
-    "profile": ("refresh", "day0", "generic", "nscale", "current", "legacy"),
-}
+# The axes a stack selects on, with the values the catalog may use (defined once, in stacks/registry.py).
+AXES: dict[str, tuple[str, ...]] = registry.axes()
 # Order in which selection narrows the catalog (and in which errors are reported).
 SELECT_ORDER = ("model", "runtime", "gpu", "topology", "shape", "precision", "context", "workload", "spec", "routing", "fabric", "profile")
 
@@ -73,10 +62,16 @@ class ModelFamily:
     id: str
     short: str
     served_model: str
-    cache_size: str
-    cache_mount: str
-    builders: dict[str, Callable[[Target], list[dict]]]
-    cache_job_builders: dict[str, Callable[[Any], dict]]
+    cache: Cache  # the model-cache PVC: its name, size, mount path, labels, storage-class placeholder
+    builders: dict[str, Callable[[Target], list[dict]]]  # Target.family -> recipe builder (a function or an engine.Recipe)
+    cache_job_builders: dict[str, Callable[[], dict]]  # Job name -> builder (an engine.DownloadJob is one)
     defaults: dict[str, Any]  # per-axis default: a value, preferred values, or a per-GPU mapping
     targets: tuple[Target, ...] = ()
-    cache_labels: dict[str, str] = field(default_factory=dict)  # labels on the model-cache PVC
+
+    @property
+    def cache_size(self) -> str:
+        return self.cache.size
+
+    @property
+    def cache_mount(self) -> str:
+        return self.cache.mount

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 
-from .. import versions
+from .. import registry, versions
 from . import k8s
+from .engine import Cache, Component, DownloadJob
 from .model import ModelFamily, Target
 from .ops import FRONTEND, WORKERS, Op, Set, env_insert
 
 MODEL = "motif-3"
 REPO = "Motif-Technologies/Motif-3-NVFP4"
 CACHE_MOUNT = "/shared-model-cache"
+CACHE = Cache(claim=k8s.CACHE_PVC, mount=CACHE_MOUNT, size="300Gi")
 RUNTIME_VERSION = "1.5.0"  # runtimeVersionOverride on every component
 SHM = "64Gi"
 TP = 2
@@ -84,37 +86,22 @@ def _dgd(t: Target, components: list[dict]) -> dict:
     return dgd
 
 
-def _component(name: str, kind: str, replicas: int, pod: dict, shm: str | None = None) -> dict:
-    c: dict = {"name": name, "type": kind, "replicas": replicas, "runtimeVersionOverride": RUNTIME_VERSION}
-    if shm:
-        c["sharedMemorySize"] = shm
-    c["podTemplate"] = {"spec": pod}
-    return c
-
-
-def _container(image: str, command: list[str], args: list[str], env: list[dict], resources: dict, **extra) -> dict:
-    return {
-        "name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": command, "args": args,
-        "env": env, "resources": resources, **extra, "volumeMounts": [k8s.mount(k8s.CACHE_PVC, CACHE_MOUNT)],
-    }
-
-
 def _frontend(t: Target) -> dict:
     kv = t.routing == "kv"
     env = {**OFFLINE_ENV, **(KV_EVENTS_ENV if kv else {}), "HF_HOME": CACHE_MOUNT, "DYN_ROUTER_MODE": t.routing}
     if kv:
         env["DYN_ROUTER_USE_KV_EVENTS"] = "true"
-    ctr = _container(t.image, ["python3"], list(FRONTEND_ARGS), k8s.envs(env), {})
-    return _component("Frontend", "frontend", 1, {"containers": [ctr], "volumes": [k8s.pvc_volume()]})
+    return Component("Frontend", "frontend", t.image, ("python3",), FRONTEND_ARGS, env, resources={}, cache=CACHE, pull_secrets=False,
+                     runtime_version=RUNTIME_VERSION).build()
+
+
+WORKER_SECURITY = {"runAsUser": 0, "runAsGroup": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"]}}
 
 
 def _worker(t: Target, name: str, replicas: int, command: list[str], args: list[str], env: dict) -> dict:
     """A TP2 worker: two GPUs, the GPU taint toleration, model cache; no probes or affinity upstream."""
-    gpus = {"nvidia.com/gpu": str(TP)}
-    security = {"runAsUser": 0, "runAsGroup": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"]}}
-    ctr = _container(t.image, command, args, k8s.envs(env), {"requests": dict(gpus), "limits": dict(gpus)}, securityContext=security)
-    pod = {"tolerations": [dict(k8s.GPU_TOLERATION)], "containers": [ctr], "volumes": [k8s.pvc_volume()]}
-    return _component(name, "worker", replicas, pod, SHM)
+    return Component(name, "worker", t.image, command, args, env, replicas=replicas, gpus=TP, shm=SHM, cache=CACHE, pull_secrets=False,
+                     security=WORKER_SECURITY, tolerations=(k8s.GPU_TOLERATION,), runtime_version=RUNTIME_VERSION).build()
 
 
 def _worker_env(t: Target) -> dict:
@@ -161,7 +148,7 @@ def vllm_disagg(t: Target) -> list[dict]:
 
 # --------------------------------------------------------------------------- cluster layers
 
-NSCALE_B200_NODES = {"kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "g.192.b200.8", "nvidia.com/gpu.product": "NVIDIA-B200"}
+NSCALE_B200_NODES = {"kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "g.192.b200.8", "nvidia.com/gpu.product": registry.label("b200")}
 
 
 def nscale_layer() -> tuple[Op, ...]:
@@ -214,49 +201,22 @@ hf download "$MODEL_NAME"
 """
 
 
-def download_job() -> dict:
-    """Job ``model-download``: the ``hf`` CLI fills ``HF_HOME`` on the shared PVC with the NVFP4 checkpoint."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "model-download"},
-        "spec": {
-            "backoffLimit": 3,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "model-download",
-                            "image": versions.image("motif3-download"),
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "capabilities": {"drop": ["ALL"]},
-                                "seccompProfile": {"type": "RuntimeDefault"},
-                            },
-                            "command": ["sh", "-c"],
-                            "envFrom": [{"secretRef": {"name": k8s.HF_SECRET}}],
-                            "env": k8s.envs({"MODEL_NAME": REPO, "HF_HOME": CACHE_MOUNT, "HF_XET_HIGH_PERFORMANCE": "1"}),
-                            "args": [DOWNLOAD_SCRIPT],
-                            "resources": {"requests": {"cpu": "4", "memory": "16Gi"}},
-                            "volumeMounts": [k8s.mount(k8s.CACHE_PVC, CACHE_MOUNT)],
-                        }
-                    ],
-                    "volumes": [k8s.pvc_volume()],
-                }
-            },
-        },
-    }
+# Job ``model-download``: the ``hf`` CLI fills ``HF_HOME`` on the shared PVC with the NVFP4 checkpoint.
+DOWNLOAD_JOB = DownloadJob(
+    "model-download", versions.image("motif3-download"), DOWNLOAD_SCRIPT, CACHE, ("sh", "-c"),
+    env={"MODEL_NAME": REPO, "HF_HOME": CACHE_MOUNT, "HF_XET_HIGH_PERFORMANCE": "1"},
+    security={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+    resources={"requests": {"cpu": "4", "memory": "16Gi"}},
+)
 
 
 FAMILY = ModelFamily(
     id=MODEL,
     short="motif",
     served_model=REPO,
-    cache_size="300Gi",
-    cache_mount=CACHE_MOUNT,
+    cache=CACHE,
     builders={"vllm-agg": vllm_agg, "vllm-disagg": vllm_disagg},
-    cache_job_builders={"model-download": download_job},
+    cache_job_builders={"model-download": DOWNLOAD_JOB},
     defaults={"gpu": "b200", "runtime": "vllm", "topology": "agg", "shape": "2P1D", "fabric": "none", "profile": "generic"},
     targets=TARGETS,
 )

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 
-from .. import versions
+from .. import registry, versions
 from . import k8s
+from .engine import Cache, Component, DownloadJob, empty_dir, shm
 from .model import ModelFamily, Perf, Target
 from .ops import FRONTEND, WORKERS, Delete, EnvRemove, Op, Set
 
@@ -26,8 +27,9 @@ MODEL = "nemotron-3-ultra"
 REPO = "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"
 CACHE_MOUNT = "/opt/models"
 MODEL_PATH = f"{CACHE_MOUNT}/patched/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"
-PRODUCT = {"b200": "NVIDIA-B200", "h200": "NVIDIA-H200", "gb200": "NVIDIA-GB200"}
-GPUS = {"b200": 4, "gb200": 4, "h200": 8}  # one worker = one node's GPUs (TP4 Blackwell, TP8 Hopper)
+CACHE = Cache(claim=k8s.CACHE_PVC, mount=CACHE_MOUNT, size="1200Gi",
+              labels={"app.kubernetes.io/name": "nemotron-ultra-model-cache", "app.kubernetes.io/part-of": "nemotron-ultra"})
+GPUS = {"b200": 4, "gb200": 4, "h200": 8}  # GPUs per worker (tensor parallel): TP4 Blackwell, TP8 Hopper
 MAX_LEN = {"256k": 262144, "1m": 1048576}
 REFRESH_LABEL = "nemotron-ultra-refresh.nvidia.com"
 DAY0_LABEL = "nemotron-ultra.nvidia.com"
@@ -37,9 +39,9 @@ ARTIFACTS_PVC = "nemotron-ultra-aiperf-artifacts"  # Day-0 disagg writes NIXL tr
 
 # Per-GPU engine settings of the Refresh profiles.
 REFRESH_GPU = {
-    "b200": {"batched": {"256k": 32768, "1m": 49152}, "util": "0.9", "hopper": False},
-    "gb200": {"batched": {"256k": 32768, "1m": 49152}, "util": "0.9", "hopper": False},
-    "h200": {"batched": {"256k": 24576, "1m": 24576}, "util": "0.95", "hopper": True},
+    "b200": {"batched": {"256k": 32768, "1m": 49152}, "util": "0.9"},
+    "gb200": {"batched": {"256k": 32768, "1m": 49152}, "util": "0.9"},
+    "h200": {"batched": {"256k": 24576, "1m": 24576}, "util": "0.95"},
 }
 DAY0_UTIL = {"b200": "0.9", "h200": "0.85"}
 
@@ -228,7 +230,7 @@ def _flags_a(t: Target, role: str | None, plugin: str) -> list[str]:
 
 def _flags_b(t: Target, role: str | None, plugin: str) -> list[str]:
     """H200 Refresh agg and the B200/H200 (InfiniBand) Refresh disagg profiles."""
-    hopper = REFRESH_GPU[t.gpu]["hopper"]
+    hopper = registry.gpu(t.gpu).hopper
     f = _head(t) + (HOPPER_PARALLEL if hopper else []) + ["--no-enable-expert-parallel", "--trust-remote-code", "--kv-cache-dtype fp8"]
     f += _sizes(t) + _blackwell_backends(t) + ["--block-size 64"] + ([KV_EVENTS_LOCAL] if role is None else [])
     f += (["--attention-backend FLASH_ATTN"] if hopper else []) + ["--mamba-backend triton", "--no-enable-flashinfer-autotune"]
@@ -244,7 +246,7 @@ def _layout(t: Target) -> str:
     if t.profile == "day0":
         return "day0"
     if t.topology == "agg":
-        return "agg-hopper" if REFRESH_GPU[t.gpu]["hopper"] else "agg-blackwell"
+        return "agg-hopper" if registry.gpu(t.gpu).hopper else "agg-blackwell"
     return "disagg-gke" if t.fabric == "gke-rdma" else "disagg-ib"
 
 
@@ -327,25 +329,26 @@ def _pod_labels(t: Target, role: str) -> dict:
     return out
 
 
-def _storage(t: Target, *extra: str, shm: str | None = None) -> tuple[list[dict], list[dict]]:
-    """Mounts and volumes: read-only model cache at /opt/models, /tmp scratch, plus ``extra`` by name."""
-    layout = _layout(t)
-    ro = True if layout in ("agg-blackwell", "disagg-ib") else None  # only those files mark the claim read-only
-    names = (["artifact-root"] if layout == "day0" else []) + ["runtime-tmp"] + list(extra)
-    mounts = [k8s.mount(k8s.CACHE_PVC, CACHE_MOUNT, read_only=True)]
-    vols = [k8s.pvc_volume(read_only=ro)]
-    paths = {"artifact-root": "/artifacts", "runtime-tmp": "/tmp", "dshm": "/dev/shm", "flashinfer-cubins": CUBINS}
+def _cache(t: Target) -> Cache:
+    """The model cache, mounted read-only at /opt/models; only some files also mark the claim read-only."""
+    ro = True if _layout(t) in ("agg-blackwell", "disagg-ib") else None
+    return Cache(CACHE.claim, CACHE.mount, CACHE.size, read_only_volume=ro)
+
+
+def _volumes(t: Target, *extra: str, shm_size: str | None = None) -> tuple[tuple[dict, dict], ...]:
+    """(volume, mount) pairs after the model cache: /tmp scratch, plus ``extra`` by name."""
+    names = (["artifact-root"] if _layout(t) == "day0" else []) + ["runtime-tmp"] + list(extra)
+    out = []
     for n in names:
-        mounts.append(k8s.mount(n, paths[n]))
         if n == "dshm":
-            vols.append(k8s.shm_volume(shm))
+            out.append(shm(shm_size))
         elif n == "flashinfer-cubins":
-            vols.append({"name": n, "emptyDir": {"medium": "Memory"}})
+            out.append(empty_dir(n, CUBINS, "Memory"))
         elif n == "artifact-root" and t.topology == "disagg":
-            vols.append(k8s.pvc_volume(n, ARTIFACTS_PVC))
+            out.append((k8s.pvc_volume(n, ARTIFACTS_PVC), k8s.mount(n, "/artifacts")))
         else:
-            vols.append({"name": n, "emptyDir": {}})
-    return mounts, vols
+            out.append(empty_dir(n, {"artifact-root": "/artifacts", "runtime-tmp": "/tmp"}[n]))
+    return tuple(out)
 
 
 def _frontend(t: Target) -> dict:
@@ -354,21 +357,13 @@ def _frontend(t: Target) -> dict:
         script = _fill(DAY0_FRONTEND, block=t.params.get("block", 64))
     else:
         script = "set -Eeuo pipefail\n" + _exec("dynamo.frontend", FRONTEND_FLAGS, "oneline" if layout == "disagg-ib" else "lines")
-    mounts, vols = _storage(t)
-    c: dict = {"name": "main", "image": t.image, "imagePullPolicy": "IfNotPresent"}
-    if layout == "agg-blackwell":
-        c["workingDir"] = "/workspace"
-    c.update({"command": ["/bin/bash", "-lc"], "args": [script], "ports": [{"name": "http", "containerPort": 8000}]})
-    if layout != "agg-blackwell":
-        c["startupProbe"] = k8s.http_probe("/health", "http", 10, 10, 360)
-    c["readinessProbe"] = k8s.http_probe("/health", "http", 10, 3, 3)
-    if layout == "agg-blackwell":
-        c["resources"] = {"requests": {"cpu": "4", "memory": "16Gi"}}
-    elif layout == "disagg-ib":
-        c["resources"] = FRONTEND_RESOURCES
-    c["volumeMounts"] = mounts
-    return {"name": "Frontend", "type": "frontend", "replicas": 1,
-            "podTemplate": {"metadata": {"labels": _pod_labels(t, "frontend")}, "spec": {"containers": [c], "volumes": vols}}}
+    resources = {"agg-blackwell": {"requests": {"cpu": "4", "memory": "16Gi"}}, "disagg-ib": FRONTEND_RESOURCES}.get(layout)
+    return Component(
+        "Frontend", "frontend", t.image, ("/bin/bash", "-lc"), (script,), resources=resources, cache=_cache(t), cache_read_only=True,
+        volumes=_volumes(t), working_dir="/workspace" if layout == "agg-blackwell" else None, ports=({"name": "http", "containerPort": 8000},),
+        startup_probe=None if layout == "agg-blackwell" else k8s.http_probe("/health", "http", 10, 10, 360),
+        readiness_probe=k8s.http_probe("/health", "http", 10, 3, 3), pull_secrets=False, pod_labels=_pod_labels(t, "frontend"),
+    ).build()
 
 
 FRONTEND_RESOURCES = {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"cpu": "8", "memory": "32Gi"}}
@@ -383,17 +378,15 @@ GKE_ANNOTATIONS = {
 
 
 def _placement(t: Target) -> dict:
-    """nodeSelector + tolerations; GB200 nodes are arm64 and tainted ``nvidia.com/gpu=present``."""
-    spec: dict = {}
-    if _layout(t) not in ("agg-blackwell", "disagg-gke"):
-        spec["runtimeClassName"] = "nvidia"
-    if t.gpu == "gb200":
-        spec["nodeSelector"] = {"nvidia.com/gpu.product": PRODUCT[t.gpu], "kubernetes.io/arch": "arm64"}
-        spec["tolerations"] = [k8s.toleration("nvidia.com/gpu", "present"), k8s.toleration("kubernetes.io/arch", "arm64")]
-    else:
-        spec["nodeSelector"] = {"nvidia.com/gpu.product": PRODUCT[t.gpu]}
-        spec["tolerations"] = [k8s.toleration("nvidia.com/gpu", "true")]
-    return spec
+    """runtimeClassName, nodeSelector and tolerations; arm64 (GB200) nodes are tainted ``nvidia.com/gpu=present``."""
+    g = registry.gpu(t.gpu)
+    arm = g.arch == "arm64"
+    return {
+        "runtime_class": None if _layout(t) in ("agg-blackwell", "disagg-gke") else "nvidia",
+        "node_selector": {"nvidia.com/gpu.product": g.label, **({"kubernetes.io/arch": "arm64"} if arm else {})},
+        "tolerations": (k8s.toleration("nvidia.com/gpu", "present"), k8s.toleration("kubernetes.io/arch", "arm64")) if arm
+        else (k8s.toleration("nvidia.com/gpu", "true"),),
+    }
 
 
 UCX_ENV = {"UCX_TLS": "rc_x,rc,cuda_copy,cuda_ipc", "UCX_IB_ADDR_TYPE": "eth", "UCX_RNDV_SCHEME": "get_zcopy", "UCX_RNDV_THRESH": "0",
@@ -438,28 +431,20 @@ def _worker_script(t: Target, role: str | None) -> str:
 
 def _worker(t: Target, name: str, kind: str, role: str | None, replicas: int) -> dict:
     """One GPU worker; ``role`` is prefill/decode for disagg, None for aggregated."""
-    layout, gpus = _layout(t), str(GPUS[t.gpu])
-    shm = t.params.get("shm", "128Gi" if layout == "disagg-gke" else "64Gi")
+    layout, gpus = _layout(t), GPUS[t.gpu]
+    shm_size = t.params.get("shm", "128Gi" if layout == "disagg-gke" else "64Gi")
     extra = {"agg-blackwell": ("dshm",), "disagg-ib": ("dshm", "flashinfer-cubins")}.get(layout, ("flashinfer-cubins",))
-    mounts, vols = _storage(t, *extra, shm=shm)
-    fabric = {"infiniband": {"rdma/ib": gpus}, "gke-rdma": GKE_RDMA}.get(t.fabric, {})
-    c: dict = {"name": "main", "image": t.image, "imagePullPolicy": "IfNotPresent", "workingDir": "/workspace",
-               "command": ["/bin/bash", "-lc"], "args": [_worker_script(t, role)]}
-    if layout == "day0":
-        c["envFrom"] = [{"secretRef": {"name": k8s.HF_SECRET}}]
-    if role:
-        c["env"] = _transfer_env(t, role)
-    c["resources"] = {"requests": {"nvidia.com/gpu": gpus, **fabric, "memory": "750Gi", "ephemeral-storage": "20Gi"},
-                      "limits": {"nvidia.com/gpu": gpus, **fabric}}
-    c["securityContext"] = {"runAsUser": 0} if layout == "agg-blackwell" else dict(CAPS)
-    if not (layout == "day0" and role):
-        c["startupProbe"] = k8s.http_probe("/live", 9090, 60, 20, 60 if layout == "agg-blackwell" else 30)
-    c["volumeMounts"] = mounts
-    meta: dict = {"labels": _pod_labels(t, role or "aggregate-worker")}
-    if layout == "disagg-gke":
-        meta["annotations"] = dict(GKE_ANNOTATIONS)
-    return {"name": name, "type": kind, "replicas": replicas, "sharedMemorySize": shm,
-            "podTemplate": {"metadata": meta, "spec": {**_placement(t), "containers": [c], "volumes": vols}}}
+    fabric = {"infiniband": {"rdma/ib": str(gpus)}, "gke-rdma": GKE_RDMA}.get(t.fabric, {})
+    return Component(
+        name, kind, t.image, ("/bin/bash", "-lc"), (_worker_script(t, role),), _transfer_env(t, role) if role else (),
+        replicas=replicas, gpus=gpus, devices=fabric, requests={"memory": "750Gi", "ephemeral-storage": "20Gi"}, shm=shm_size,
+        cache=_cache(t), cache_read_only=True, volumes=_volumes(t, *extra, shm_size=shm_size), working_dir="/workspace",
+        env_from_secret=k8s.HF_SECRET if layout == "day0" else None,
+        security={"runAsUser": 0} if layout == "agg-blackwell" else CAPS,
+        startup_probe=None if (layout == "day0" and role) else k8s.http_probe("/live", 9090, 60, 20, 60 if layout == "agg-blackwell" else 30),
+        pull_secrets=False, pod_labels=_pod_labels(t, role or "aggregate-worker"),
+        pod_annotations=GKE_ANNOTATIONS if layout == "disagg-gke" else None, **_placement(t),
+    ).build()
 
 
 def _dgd(t: Target, workers: list[dict]) -> dict:
@@ -634,42 +619,23 @@ PY
 """
 
 
-def cache_job(name: str, container: str, script: str, *, backoff: int, hf_token: bool, read_only: bool) -> dict:
-    """A no-GPU Job on the shared cache: download (needs the HF token, writes) or validate (read-only)."""
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "nemotron-ultra"}
-    c: dict = {"name": container, "image": versions.image("ultra-model-cache"), "imagePullPolicy": "IfNotPresent",
-               "command": ["/bin/bash", "-lc"], "args": [script]}
-    if hf_token:
-        c["envFrom"] = [{"secretRef": {"name": k8s.HF_SECRET}}]
-    c["volumeMounts"] = [k8s.mount(k8s.CACHE_PVC, CACHE_MOUNT, read_only=True if read_only else None)]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "backoffLimit": backoff,
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {"restartPolicy": "Never", "containers": [c], "volumes": [k8s.pvc_volume()]},
-            },
-        },
-    }
+CACHE_JOB_LABELS = {"app.kubernetes.io/part-of": "nemotron-ultra"}
+# No-GPU Jobs on the shared cache: download (needs the HF token, writes) and validate (read-only).
+DOWNLOAD_JOB = DownloadJob("nemotron-ultra-model-download", versions.image("ultra-model-cache"), DOWNLOAD_SCRIPT, CACHE, ("/bin/bash", "-lc"),
+                           container="download", backoff_limit=1, image_pull_policy="IfNotPresent",
+                           labels={"app.kubernetes.io/name": "nemotron-ultra-model-download", **CACHE_JOB_LABELS})
+VALIDATE_JOB = DownloadJob("nemotron-ultra-model-validate", versions.image("ultra-model-cache"), VALIDATE_SCRIPT, CACHE, ("/bin/bash", "-lc"),
+                           container="validate", hf_token=False, read_only=True, backoff_limit=0, image_pull_policy="IfNotPresent",
+                           labels={"app.kubernetes.io/name": "nemotron-ultra-model-validate", **CACHE_JOB_LABELS})
 
 
 FAMILY = ModelFamily(
     id=MODEL,
     short="ultra",
     served_model=REPO,
-    cache_size="1200Gi",
-    cache_mount=CACHE_MOUNT,
-    cache_labels={"app.kubernetes.io/name": "nemotron-ultra-model-cache", "app.kubernetes.io/part-of": "nemotron-ultra"},
+    cache=CACHE,
     builders={"vllm-agg": vllm_agg, "vllm-disagg": vllm_disagg},
-    cache_job_builders={
-        "nemotron-ultra-model-download": lambda: cache_job("nemotron-ultra-model-download", "download", DOWNLOAD_SCRIPT,
-                                                           backoff=1, hf_token=True, read_only=False),
-        "nemotron-ultra-model-validate": lambda: cache_job("nemotron-ultra-model-validate", "validate", VALIDATE_SCRIPT,
-                                                           backoff=0, hf_token=False, read_only=True),
-    },
+    cache_job_builders={DOWNLOAD_JOB.name: DOWNLOAD_JOB, VALIDATE_JOB.name: VALIDATE_JOB},
     # model + gpu + topology alone picks the Refresh 256K agentic profile (MTP and KV routing when aggregated).
     defaults={"runtime": "vllm", "topology": "agg", "profile": "refresh", "context": "256k", "workload": "agentic", "spec": "mtp", "routing": "kv"},
     targets=TARGETS,
