@@ -51,7 +51,11 @@ class EksGpuCluster(pulumi.ComponentResource):
         tags = {"dynamo.nvidia.com/cluster": plan.name}
 
         # ---- network
-        self.vpc = aws.ec2.Vpc(f"{name}-vpc", **plan.vpc, tags={**tags, "Name": plan.name}, opts=child)
+        # A protected FSx cache keeps the network it sits in (its ENIs hold the subnet, the security group and the VPC):
+        # retaining those lets `pulumi destroy` finish; EFS mount targets are deleted, so EFS needs nothing retained.
+        keep_network = plan.protect_cache and plan.storage["kind"] == "fsx-lustre"
+        kept = pulumi.ResourceOptions(parent=self, retain_on_delete=keep_network)
+        self.vpc = aws.ec2.Vpc(f"{name}-vpc", **plan.vpc, tags={**tags, "Name": plan.name}, opts=kept)
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child)
         public_rt = aws.ec2.RouteTable(f"{name}-public", vpc_id=self.vpc.id, routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": igw.id}], tags=tags, opts=child)
         self.public_subnets = []
@@ -64,11 +68,19 @@ class EksGpuCluster(pulumi.ComponentResource):
         nat = aws.ec2.NatGateway(f"{name}-nat", subnet_id=self.public_subnets[0].id, allocation_id=eip.id, tags=tags, opts=child)
         private_rt = aws.ec2.RouteTable(f"{name}-private", vpc_id=self.vpc.id, routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}], tags=tags, opts=child)
         self.private_subnets = {}
+        cache_zone = plan.storage.get("availability_zone")
         for i, s in enumerate(plan.private_subnets):
-            sn = aws.ec2.Subnet(f"{name}-private-{i}", vpc_id=self.vpc.id, **s, tags={**tags, "kubernetes.io/role/internal-elb": "1"}, opts=child)
+            keep = keep_network and s["availability_zone"] == cache_zone
+            sn = aws.ec2.Subnet(f"{name}-private-{i}", vpc_id=self.vpc.id, **s, tags={**tags, "kubernetes.io/role/internal-elb": "1"},
+                                opts=kept if keep else child)
             aws.ec2.RouteTableAssociation(f"{name}-private-{i}", subnet_id=sn.id, route_table_id=private_rt.id, opts=child)
             self.private_subnets[s["availability_zone"]] = sn
         private_ids = [sn.id for sn in self.private_subnets.values()]
+        # A GPU Local Zone (GB200 UltraServers) gets its own subnet, for the GPU node group only: never an EKS cluster subnet.
+        self.gpu_subnet = None
+        if plan.gpu_subnet:
+            self.gpu_subnet = aws.ec2.Subnet(f"{name}-gpu-local-zone", vpc_id=self.vpc.id, **plan.gpu_subnet, tags=tags, opts=child)
+            aws.ec2.RouteTableAssociation(f"{name}-gpu-local-zone", subnet_id=self.gpu_subnet.id, route_table_id=private_rt.id, opts=child)
 
         # ---- control plane
         cluster_role = aws.iam.Role(f"{name}-cluster", assume_role_policy=ASSUME_EKS, opts=child)
@@ -119,15 +131,19 @@ class EksGpuCluster(pulumi.ComponentResource):
         )
         gpu = dict(plan.gpu_nodegroup)
         zone = gpu.pop("availability_zone")
+        gpu_subnet = self.gpu_subnet if plan.gpu_subnet else self.private_subnets[zone]
+        # EKS scales Capacity Block node groups to zero before the block ends, and operators scale by hand
+        # (`aws eks update-nodegroup-config --scaling-config desiredSize=N`): Pulumi sets the desired size at create only,
+        # as terraform-aws-eks does (lifecycle ignore_changes = [scaling_config[0].desired_size]).
         self.gpu_nodes = aws.eks.NodeGroup(
             f"{name}-gpu",
             cluster_name=self.cluster.name,
             node_role_arn=node_role.arn,
-            subnet_ids=[self.private_subnets[zone].id],
+            subnet_ids=[gpu_subnet.id],
             launch_template={"id": self.launch_template.id, "version": self.launch_template.latest_version.apply(str)},
             **gpu,
             tags=tags,
-            opts=node_deps,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies, ignore_changes=["scalingConfig.desiredSize"]),
         )
 
         # ---- add-ons (the CSI driver gets its IAM role through EKS Pod Identity)
@@ -150,10 +166,14 @@ class EksGpuCluster(pulumi.ComponentResource):
         nfs_sg = aws.ec2.SecurityGroup(f"{name}-cache", vpc_id=self.vpc.id, description="model cache from the VPC",
                                        ingress=[{"protocol": "tcp", "from_port": 988 if kind == "fsx-lustre" else 2049,
                                                  "to_port": 1023 if kind == "fsx-lustre" else 2049, "cidr_blocks": [plan.vpc["cidr_block"]]}],
-                                       egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}], tags=tags, opts=child)
+                                       egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}], tags=tags,
+                                       opts=kept)
+        # The file system follows dynamo:storage.protect, like the claim on it.
+        fs_opts = pulumi.ResourceOptions(parent=self, retain_on_delete=plan.protect_cache)
+        self.storage_parameters = None
+        self.static_pv_source = None
         if kind == "efs":
-            self.file_system = aws.efs.FileSystem(f"{name}-cache", **st, tags={**tags, "Name": f"{plan.name}-model-cache"},
-                                                  opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True))
+            self.file_system = aws.efs.FileSystem(f"{name}-cache", **st, tags={**tags, "Name": f"{plan.name}-model-cache"}, opts=fs_opts)
             self.mount_targets = [
                 aws.efs.MountTarget(f"{name}-cache-{i}", file_system_id=self.file_system.id, subnet_id=sn.id, security_groups=[nfs_sg.id], opts=child)
                 for i, sn in enumerate(self.private_subnets.values())
@@ -161,13 +181,14 @@ class EksGpuCluster(pulumi.ComponentResource):
             self.storage_parameters = self.file_system.id.apply(lambda i: {"provisioningMode": "efs-ap", "directoryPerms": "700", "fileSystemId": i})
         else:
             zone = st.pop("availability_zone")
-            self.file_system = aws.fsx.LustreFileSystem(f"{name}-cache", subnet_ids=[self.private_subnets[zone].id], security_group_ids=[nfs_sg.id],
-                                                        **st, tags=tags, opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True))
+            # pulumi-aws 7.x: subnet_ids is one subnet id (a string): FSx for Lustre lives in one subnet.
+            self.file_system = aws.fsx.LustreFileSystem(f"{name}-cache", subnet_ids=self.private_subnets[zone].id, security_group_ids=[nfs_sg.id],
+                                                        **st, tags={**tags, "Name": f"{plan.name}-model-cache"}, opts=fs_opts)
             self.mount_targets = []
-            self.storage_parameters = pulumi.Output.all(self.file_system.id, self.private_subnets[zone].id, nfs_sg.id).apply(
-                lambda a: {"fileSystemId": a[0], "subnetId": a[1], "securityGroupIds": a[2]})
+            self.static_pv_source = pulumi.Output.all(self.file_system.id, self.file_system.dns_name, self.file_system.mount_name).apply(
+                lambda a: {"driver": "fsx.csi.aws.com", "volumeHandle": a[0], "volumeAttributes": {"dnsname": a[1], "mountname": a[2]}})
 
         self.cluster_name = self.cluster.name
         self.kubeconfig = pulumi.Output.secret(kubeconfig_for(self.cluster.name, self.cluster.endpoint, self.cluster.certificate_authority.data, plan.region))
-        self.storage_class_name = pulumi.Output.from_input(plan.storage_class["metadata"]["name"])
+        self.storage_class_name = pulumi.Output.from_input(plan.cache_class_name)
         self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig, "storageClassName": self.storage_class_name})

@@ -147,6 +147,22 @@ class EksConfig(_Model):
         return self.gpu_zone() not in self.zones()
 
 
+def apply_aws_region(raw: dict, aws_region: Optional[str]) -> dict:
+    """The ``dynamo:`` mapping with ``cluster.region`` taken from ``aws:region`` when the stack sets only that one
+    (before validation, so zones are checked against it); a contradiction is a ConfigError naming both keys."""
+    cluster = (raw or {}).get("cluster")
+    if not aws_region or not isinstance(cluster, dict) or cluster.get("mode") != "eks":
+        return raw
+    if "region" in cluster:
+        if cluster["region"] != aws_region:
+            raise ConfigError(f"{NS}:cluster.region: {cluster['region']!r} contradicts aws:region {aws_region!r}; "
+                              "set one of them (the cluster is created in dynamo:cluster.region)")
+        return raw
+    if aws_region not in AWS_REGIONS:
+        raise ConfigError(f"aws:region: {aws_region!r} is not an AWS Region; choose one of: {', '.join(AWS_REGIONS)}")
+    return {**raw, "cluster": {**cluster, "region": aws_region}}
+
+
 def resolve_region(cfg: EksConfig, cluster_raw: dict, aws_region: Optional[str]) -> EksConfig:
     """``aws:region`` and ``dynamo:cluster.region`` must agree; the program's AWS provider uses the result.
     Without ``dynamo:cluster.region``, ``aws:region`` sets it."""
@@ -573,3 +589,51 @@ def dockerconfigjson(api_key: str, registry: str = NGC_REGISTRY) -> str:
 
     auth = base64.b64encode(f"$oauthtoken:{api_key}".encode()).decode()
     return json.dumps({"auths": {registry: {"username": "$oauthtoken", "password": api_key, "auth": auth}}})
+
+
+# --------------------------------------------------------------------------- the EKS part of the program, as data
+
+def cache_class_name(cfg: EksConfig) -> str:
+    return "efs-model-cache" if cfg.cache_storage == "efs" else "fsx-model-cache"
+
+
+def _gib(quantity: str) -> float:
+    m = re.fullmatch(r"([0-9.]+)(Ki|Mi|Gi|Ti|Pi)?", str(quantity))
+    if not m:
+        return 0.0
+    return float(m[1]) * {"Ki": 2**-20, "Mi": 2**-10, "Gi": 1, "Ti": 2**10, "Pi": 2**20, None: 2**-30}[m[2]]
+
+
+def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_region: Optional[str] = None,
+             require_secrets: bool = True):
+    """Everything an EKS stack needs before any resource: region agreement with ``aws:region``, the fabric,
+    the Secrets only this stack can create, the serving objects (EFA per GPU of the cluster's instance), the
+    cluster plan sized from the final DGD, the GB200 ComputeDomain claims, the FSx claim binding and the
+    image pull secrets. Returns ``(cluster, cluster_plan, serving_plan)``; ``cluster`` may carry the region
+    from ``aws:region``. ``require_secrets=False`` (render for review) skips only the presence of ``ngcApiKey``."""
+    from .serving import build_plan, select_target
+
+    cluster = resolve_region(cluster, (raw or {}).get("cluster") or {}, aws_region)
+    target = select_target(cfg)
+    check_fabric_on_eks(target, cfg.fabric_profile)
+    check_secrets_on_new_cluster(cfg.hf_token_secret_name, cfg.image_pull_secrets if require_secrets else (), raw, set(secret_keys))
+    try:
+        shape = shape_for(target.gpu, cluster.instance_type)
+    except ValueError as e:
+        raise ConfigError(f"{NS}:cluster.instanceType: {e}") from None
+    serving = build_plan(cfg, default_storage_class=cache_class_name(cluster), job_node_selector={POOL_LABEL: "system"},
+                         efa_per_gpu=shape.efa_per_gpu)
+    cp = build_cluster_plan(stack, cluster, target, dgd=serving.dgd, protect_cache=cfg.storage.protect)
+    ns = serving.dgd["metadata"]["namespace"]
+    if cp.compute_domain:
+        cp.compute_domain["metadata"]["namespace"] = ns
+        apply_compute_domain(serving.dgd, cp.compute_domain)
+    if cp.static_pv:
+        cp.static_pv["spec"]["claimRef"] = {"namespace": ns, "name": serving.claim_name}
+        if serving.cache_pvc:
+            want = serving.cache_pvc["spec"]["resources"]["requests"]["storage"]
+            if _gib(want) > cluster.fsx_storage_capacity_gib:
+                raise ConfigError(f"{NS}:storage.size: {want} is larger than the FSx file system ({NS}:cluster.fsxStorageCapacityGib: "
+                                  f"{cluster.fsx_storage_capacity_gib}); raise fsxStorageCapacityGib (1200, 2400 or a multiple of 2400)")
+    cp.notes["pull_secrets"] = [pull_secret(n, ns) for n in cfg.image_pull_secrets]
+    return cluster, cp, serving

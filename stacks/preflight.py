@@ -4,8 +4,15 @@ Read-only boto3 checks before ``pulumi up`` spends an hour waiting on capacity:
 
 1. ``offering``    the instance type is offered in the chosen availability zone;
 2. ``efa``         the instance supports EFA with as many interfaces as the catalog attaches;
-3. ``reservation`` the capacity reservation is active, of that type, in that zone and big enough;
-4. ``quota``       the "Running On-Demand P instances" vCPU quota has room for the nodes.
+3. ``reservation`` the capacity reservation is active (a scheduled Capacity Block only warns), of that type,
+                   in that zone, big enough and not ending;
+4. ``quota``       the "Running On-Demand P instances" vCPU quota has room for the nodes;
+5. ``capacity``    on-demand P instances without a reservation can fail with InsufficientInstanceCapacity: a
+                   warning that points to Capacity Blocks and reservations.
+
+The zone is the one the program uses (``gpuAvailabilityZone``, else the first zone) even when it is not
+pinned. Render and kubeconfig stacks create no AWS resources: preflight skips them. Without AWS
+credentials it prints one line and exits non-zero.
 
 Every failure names the ``dynamo:`` config key to change and a value to put there.
 ``run_checks`` is pure apart from the injected boto3 clients, so tests run it under moto.
@@ -45,6 +52,7 @@ class PreflightRequest:
     efa: bool
     capacity_reservation_id: Optional[str] = None
     market_type: str = "on-demand"  # on-demand | capacity-block
+    zone_pinned: bool = True  # False: availability_zone is the program's default (the first zone), not gpuAvailabilityZone
 
 
 @dataclass(frozen=True)
@@ -70,12 +78,13 @@ def _config_error(msg: str):
     return ConfigError(msg)
 
 
-def request_from_stack(name: str, root: Optional[Path] = None) -> PreflightRequest:
-    """The preflight request a committed ``Pulumi.<name>.yaml`` implies."""
+def request_from_stack(name: str, root: Optional[Path] = None) -> Optional[PreflightRequest]:
+    """The preflight request a committed ``Pulumi.<name>.yaml`` implies (None: not an EKS stack, nothing to check).
+    Built from the same plan the program builds: final DGD (replicas included), zone, region with ``aws:region``."""
     import yaml
 
     from . import render
-    from .config import parse, select_target
+    from .config import parse
 
     root = root or render.REPO_ROOT
     raw = render.stack_raw_config(name, root)
@@ -83,23 +92,23 @@ def request_from_stack(name: str, root: Optional[Path] = None) -> PreflightReque
     cluster: dict[str, Any] = raw.get("cluster") or {}
     if not isinstance(cluster, dict):
         raise _config_error(f"{CLUSTER}: must be a mapping, got {cluster!r}")
+    if cluster.get("mode", "render") != "eks":
+        return None
 
-    from .cluster import build_cluster_plan
+    from .cluster import apply_aws_region, plan_eks
     from .providers import cluster_config
 
-    cfg = parse(raw)
-    target = select_target(cfg)
-    cc = cluster_config(raw)  # the same validated settings the program builds the node group from
-    plan = build_cluster_plan(name, cc, target)
-    region = cluster.get("region") or top.get("aws:region") or cc.region
+    raw = apply_aws_region(raw, top.get("aws:region"))
+    cc, plan, _ = plan_eks(name, parse(raw), cluster_config(raw), raw, frozenset(), aws_region=top.get("aws:region"), require_secrets=False)
     return PreflightRequest(
-        region=region,
-        availability_zone=plan.gpu_nodegroup["availability_zone"] if (cc.gpu_availability_zone or cc.availability_zones) else None,
+        region=cc.region,
+        availability_zone=plan.gpu_nodegroup["availability_zone"],
         instance_type=plan.shape.instance_type,
         nodes=int(plan.gpu_nodegroup["scaling_config"]["desired_size"]),
         efa=plan.efa,
         capacity_reservation_id=cc.capacity_reservation_id,
         market_type=cc.market_type,
+        zone_pinned=cc.gpu_availability_zone is not None,
     )
 
 
@@ -145,7 +154,8 @@ def check_offering(req: PreflightRequest, ec2) -> CheckResult:
             f"pin it, e.g. {KEY_AZ}: {zones[0]}",
         )
     if req.availability_zone in zones:
-        return CheckResult(name, PASS, f"{req.instance_type} is offered in {req.availability_zone}")
+        how = "" if req.zone_pinned else f" (the first zone, used because {KEY_AZ} is not set; pin it to keep it)"
+        return CheckResult(name, PASS, f"{req.instance_type} is offered in {req.availability_zone}{how}")
     where = "" if req.availability_zone.startswith(req.region) else f" (that zone is not in region {req.region})"
     return CheckResult(
         name, FAIL,
@@ -162,7 +172,9 @@ def check_efa(req: PreflightRequest, info: Optional[dict], info_error: Optional[
     if not req.efa:
         return CheckResult(name, SKIP, f"EFA is off ({KEY_EFA}: false and the target's fabric is not aws-efa)")
     if info is None:
-        return CheckResult(name, FAIL, f"describe_instance_types {req.instance_type} failed ({info_error}); check {KEY_INSTANCE}")
+        if info_error and ("InvalidInstanceType" in info_error or "IndexError" in info_error):
+            return CheckResult(name, FAIL, f"describe_instance_types {req.instance_type} failed ({info_error}); check {KEY_INSTANCE}")
+        return CheckResult(name, FAIL, f"describe_instance_types {req.instance_type} failed ({info_error})")
     net = info.get("NetworkInfo") or {}
     if not net.get("EfaSupported"):
         alts = _same_gpu_types(req.instance_type, lambda s: s.efa_interfaces > 0)
@@ -199,16 +211,33 @@ def check_reservation(req: PreflightRequest, ec2) -> tuple[CheckResult, Optional
     if not found:
         return CheckResult(name, FAIL, f"{rid} not found in {req.region}; set {KEY_RESERVATION} to a reservation id of that region (cr-...) or remove it"), None
     cr = found[0]
-    problems = []
+    problems, warnings = [], []
     state = cr.get("State")
-    if state != "active":
+    block = cr.get("ReservationType") == CAPACITY_BLOCK or req.market_type == CAPACITY_BLOCK
+    if state in ("scheduled", "payment-pending", "pending") and block:
+        # A Capacity Block bought for later: the node group is created now and its nodes launch when the block starts.
+        warnings.append(f"Capacity Block is {state}, starts {cr.get('StartDate')}: GPU nodes launch then, "
+                        "and `pulumi up` waits for them (set wait.dgdTimeout past the start, or run up after it)")
+    elif state != "active":
         when = f", starts {cr['StartDate']}" if cr.get("StartDate") and state in ("scheduled", "payment-pending", "pending") else ""
         problems.append(f"state is {state}{when}, not active (wait for it, or set {KEY_RESERVATION} to an active reservation)")
+    end = cr.get("EndDate")
+    if end is not None:
+        import datetime as _dt
+
+        now = _dt.datetime.now(_dt.timezone.utc)
+        end_utc = end if end.tzinfo else end.replace(tzinfo=_dt.timezone.utc)
+        if end_utc <= now:
+            problems.append(f"it ended {end_utc:%Y-%m-%d %H:%M} UTC; set {KEY_RESERVATION} to a current reservation")
+        elif end_utc - now < _dt.timedelta(hours=2):
+            warnings.append(f"it ends {end_utc:%Y-%m-%d %H:%M} UTC, in under 2 h (EKS drains Capacity Block nodes before the end)")
     if cr.get("InstanceType") != req.instance_type:
         problems.append(f"it reserves {cr.get('InstanceType')}, not {req.instance_type}; set {KEY_INSTANCE}: {cr.get('InstanceType')}")
     if cr.get("AvailabilityZone") != req.availability_zone:
-        problems.append(f"it is in {cr.get('AvailabilityZone')}, not {req.availability_zone}; pin {KEY_AZ}: {cr.get('AvailabilityZone')}")
-    avail = int(cr.get("AvailableInstanceCount", 0))
+        unpinned = "" if req.zone_pinned else f" (the default first zone, {KEY_AZ} is not set)"
+        problems.append(f"it is in {cr.get('AvailabilityZone')}, not {req.availability_zone}{unpinned}; pin {KEY_AZ}: {cr.get('AvailabilityZone')}")
+    # A scheduled block has no available instances yet: its size is TotalInstanceCount.
+    avail = int(cr.get("TotalInstanceCount" if warnings and state != "active" else "AvailableInstanceCount", 0))
     if avail < req.nodes:
         missing = req.nodes - avail
         problems.append(
@@ -216,8 +245,10 @@ def check_reservation(req: PreflightRequest, ec2) -> tuple[CheckResult, Optional
             f"or grow the reservation by {missing}"
         )
     if problems:
-        return CheckResult(name, FAIL, f"{rid}: " + "; ".join(problems)), cr
+        return CheckResult(name, FAIL, f"{rid}: " + "; ".join(problems + warnings)), cr
     kind = cr.get("ReservationType") or "default"
+    if warnings:
+        return CheckResult(name, WARN, f"{rid} ({kind}): " + "; ".join(warnings)), cr
     return CheckResult(name, PASS, f"{rid} ({kind}) is active: {avail} x {req.instance_type} available in {req.availability_zone}, {req.nodes} needed"), cr
 
 
@@ -276,8 +307,47 @@ def check_quota(req: PreflightRequest, ec2, quotas, info: Optional[dict], reserv
     return CheckResult(name, PASS, f"quota {P_INSTANCE_QUOTA} is {int(value)} vCPUs{used_note}; {req.nodes} x {req.instance_type} need {needed}")
 
 
+def check_capacity(req: PreflightRequest) -> CheckResult:
+    """On-demand P instances are often not there when asked for (InsufficientInstanceCapacity; a managed node group
+    then ends CREATE_FAILED). Source: aws/containers-roadmap #2204; EC2 "Capacity Blocks for ML"."""
+    name = "capacity"
+    if req.capacity_reservation_id or req.market_type == CAPACITY_BLOCK:
+        return CheckResult(name, PASS, f"nodes launch into reservation {req.capacity_reservation_id}")
+    if not req.instance_type.startswith("p"):
+        return CheckResult(name, SKIP, f"{req.instance_type} is not a P instance")
+    return CheckResult(
+        name, WARN,
+        f"on-demand {req.instance_type} can fail with InsufficientInstanceCapacity (the GPU node group then ends CREATE_FAILED); "
+        f"for a reliable launch buy a Capacity Block ({KEY_MARKET}: {CAPACITY_BLOCK} + {KEY_RESERVATION}) or use an "
+        f"On-Demand Capacity Reservation ({KEY_RESERVATION})",
+    )
+
+
+def _credentials_problem(e: Exception) -> Optional[str]:
+    """One line when the error is about credentials rather than the stack's settings."""
+    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError, TokenRetrievalError
+
+    if isinstance(e, (NoCredentialsError, PartialCredentialsError, TokenRetrievalError)):
+        return "no AWS credentials: set AWS_PROFILE (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), or run `aws sso login`; nothing was checked"
+    if isinstance(e, ClientError) and e.response.get("Error", {}).get("Code") in (
+            "AuthFailure", "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException", "RequestExpired"):
+        return f"AWS rejected the credentials ({e.response['Error']['Code']}): refresh them (`aws sso login`) and run preflight again; nothing was checked"
+    return None
+
+
+class CredentialsError(RuntimeError):
+    pass
+
+
 def run_checks(req: PreflightRequest, ec2_client, quotas_client) -> list[CheckResult]:
-    """All checks, in order; clients are injected (moto, Stubber or real boto3)."""
+    """All checks, in order; clients are injected (moto, Stubber or real boto3). Raises ``CredentialsError``
+    (one line) when the first call shows there are no usable credentials."""
+    try:
+        ec2_client.describe_availability_zones()
+    except Exception as e:  # noqa: BLE001 - only credentials problems stop here; the checks report the rest
+        line = _credentials_problem(e)
+        if line:
+            raise CredentialsError(line) from None
     results = [check_offering(req, ec2_client)]
     info, info_error = None, None
     try:
@@ -288,6 +358,7 @@ def run_checks(req: PreflightRequest, ec2_client, quotas_client) -> list[CheckRe
     res_result, reservation = check_reservation(req, ec2_client)
     results.append(res_result)
     results.append(check_quota(req, ec2_client, quotas_client, info, reservation))
+    results.append(check_capacity(req))
     return results
 
 
@@ -304,9 +375,24 @@ def format_results(req: PreflightRequest, results: list[CheckResult]) -> str:
 def cmd(args) -> int:
     import boto3
 
-    req = request_from_stack(args.stack)
-    session = boto3.session.Session(region_name=req.region)
-    results = run_checks(req, session.client("ec2"), session.client("service-quotas"))
+    from .config import ConfigError
+
+    try:
+        req = request_from_stack(args.stack)
+    except ConfigError as e:
+        print(f"FAIL  config       {e}")
+        return 1
+    if req is None:
+        print(f"SKIP  preflight    stack {args.stack} creates no AWS resources (dynamo:cluster.mode is not eks); nothing to check")
+        return 0
+    try:
+        session = boto3.session.Session(region_name=req.region)
+        if session.get_credentials() is None:
+            raise CredentialsError(_credentials_problem(__import__("botocore.exceptions").exceptions.NoCredentialsError()))
+        results = run_checks(req, session.client("ec2"), session.client("service-quotas"))
+    except CredentialsError as e:
+        print(f"FAIL  credentials  {e}")
+        return 1
     print(format_results(req, results))
     return 0 if all(r.ok for r in results) else 1
 

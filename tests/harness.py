@@ -30,6 +30,7 @@ class Registration:
     additional_secret_outputs: list[str]
     raw_inputs: dict
     inputs: dict
+    ignore_changes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -62,6 +63,9 @@ class Mocks(pmocks.Mocks):
             state["vpcConfig"] = {**state.get("vpcConfig", {}), "clusterSecurityGroupId": "sg-cluster"}
         if args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             state.setdefault("latestVersion", 1)
+        if args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            state.setdefault("dnsName", f"{args.name}.fsx.mock.amazonaws.com")
+            state.setdefault("mountName", "abcdefgh")
         return (f"{args.name}-id", state)
 
     def call(self, args):
@@ -89,6 +93,7 @@ class RecordingMonitor(pmocks.MockMonitor):
                     additional_secret_outputs=list(request.additionalSecretOutputs),
                     raw_inputs=raw,
                     inputs=unwrap(raw),
+                    ignore_changes=list(request.ignoreChanges),
                 )
             )
         return resp

@@ -273,19 +273,42 @@ def test_request_from_stack_disagg_h100_defaults(tmp_path):
     assert r.nodes >= 1 and r.capacity_reservation_id is None and r.market_type == "on-demand"
 
 
-def test_request_from_stack_cluster_keys_win(tmp_path):
-    name = _stack(tmp_path, "t", "config:\n  aws:region: us-west-2\n  dynamo:gpu: h200\n  dynamo:topology: agg\n"
-                                  "  dynamo:cluster:\n    region: us-east-1\n    availabilityZones: [us-east-1a, us-east-1c]\n    gpuAvailabilityZone: us-east-1c\n"
+def test_request_from_stack_cluster_keys(tmp_path):
+    name = _stack(tmp_path, "t", "config:\n  aws:region: us-east-1\n  dynamo:gpu: h200\n  dynamo:topology: agg\n"
+                                  "  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n    availabilityZones: [us-east-1a, us-east-1c]\n    gpuAvailabilityZone: us-east-1c\n"
                                   "    instanceType: p5e.48xlarge\n    gpuNodes: 3\n    efa: true\n"
-                                  "    capacityReservationId: cr-1\n    marketType: capacity-block\n")
+                                  "    capacityReservationId: cr-0123456789abcdef0\n    marketType: capacity-block\n")
     r = preflight.request_from_stack(name, tmp_path)
-    assert r == PreflightRequest("us-east-1", "us-east-1c", "p5e.48xlarge", 3, True, "cr-1", "capacity-block")
+    assert r == PreflightRequest("us-east-1", "us-east-1c", "p5e.48xlarge", 3, True, "cr-0123456789abcdef0", "capacity-block")
+
+
+def test_request_from_stack_refuses_contradicting_aws_region(tmp_path):
+    from stacks.config import ConfigError
+
+    name = _stack(tmp_path, "t", "config:\n  aws:region: us-west-2\n  dynamo:gpu: h200\n  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n")
+    with pytest.raises(ConfigError, match="contradicts aws:region 'us-west-2'"):
+        preflight.request_from_stack(name, tmp_path)
+
+
+def test_request_from_stack_resolves_the_unpinned_zone_and_final_node_count(tmp_path):
+    name = _stack(tmp_path, "t", "config:\n  dynamo:gpu: h100\n  dynamo:topology: disagg\n  dynamo:replicas:\n    VllmDecodeWorker: 9\n"
+                                  "  dynamo:cluster:\n    mode: eks\n    region: us-east-2\n")
+    r = preflight.request_from_stack(name, tmp_path)
+    assert (r.availability_zone, r.zone_pinned, r.nodes) == ("us-east-2a", False, 2)
+
+
+@pytest.mark.parametrize("mode", ["render", "kubeconfig"])
+def test_non_eks_stacks_skip_the_aws_checks(tmp_path, mode, capsys):
+    from stacks.__main__ import main
+
+    name = _stack(tmp_path, "t", f"config:\n  dynamo:gpu: h100\n  dynamo:cluster:\n    mode: {mode}\n")
+    assert preflight.request_from_stack(name, tmp_path) is None
 
 
 def test_request_from_stack_rejects_instance_of_other_gpu(tmp_path):
     from stacks.config import ConfigError
 
-    name = _stack(tmp_path, "t", "config:\n  aws:region: us-east-1\n  dynamo:gpu: h100\n  dynamo:cluster:\n    instanceType: p6-b200.48xlarge\n")
+    name = _stack(tmp_path, "t", "config:\n  aws:region: us-east-1\n  dynamo:gpu: h100\n  dynamo:cluster:\n    mode: eks\n    instanceType: p6-b200.48xlarge\n")
     with pytest.raises(ConfigError, match="dynamo:cluster.instanceType"):
         preflight.request_from_stack(name, tmp_path)
 
@@ -297,7 +320,79 @@ def test_cli_exit_codes(aws, monkeypatch, capsys):
     monkeypatch.setattr(preflight, "request_from_stack", lambda name: req(availability_zone=zone, nodes=1))
     assert main(["preflight", "--stack", "x"]) == 0  # quota WARNs under moto; WARN is not a failure
     out = capsys.readouterr().out.splitlines()
-    assert [l.split()[1] for l in out[1:]] == ["offering", "efa", "reservation", "quota"]
+    assert [l.split()[1] for l in out[1:]] == ["offering", "efa", "reservation", "quota", "capacity"]
     monkeypatch.setattr(preflight, "request_from_stack", lambda name: req(availability_zone="us-east-1z"))
     assert main(["preflight", "--stack", "x"]) == 1
     assert "FAIL  offering" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- issue 8 finding 12
+
+
+def test_scheduled_capacity_block_is_a_warning(aws):
+    client, rid = with_reservation(ec2(), count=2, state="scheduled", kind="capacity-block")
+    r = by_name(run_checks(req(nodes=2, efa=False, capacity_reservation_id=rid, market_type="capacity-block"), client, None))["reservation"]
+    assert r.status == WARN and r.ok and "scheduled" in r.message
+
+
+def test_scheduled_on_demand_reservation_still_fails(aws):
+    client, rid = with_reservation(ec2(), count=2, state="scheduled")
+    r = by_name(run_checks(req(nodes=2, efa=False, capacity_reservation_id=rid), client, None))["reservation"]
+    assert r.status == FAIL and "scheduled" in r.message
+
+
+def _reservation_client(**cr):
+    rid = "cr-0123456789abcdef0"
+    c = boto3.client("ec2", region_name="us-east-1")
+    s = Stubber(c)
+    base = {"CapacityReservationId": rid, "InstanceType": P5, "InstancePlatform": "Linux/UNIX", "AvailabilityZone": "us-east-1a",
+            "TotalInstanceCount": 2, "AvailableInstanceCount": 2, "State": "active", "ReservationType": "capacity-block"}
+    s.add_response("describe_capacity_reservations", {"CapacityReservations": [{**base, **cr}]}, {"CapacityReservationIds": [rid]})
+    s.activate()
+    return c, rid
+
+
+def test_ended_reservation_fails_and_ending_soon_warns(aws):
+    now = dt.datetime.now(dt.timezone.utc)
+    c, rid = _reservation_client(EndDate=now - dt.timedelta(hours=1))
+    r = preflight.check_reservation(req(nodes=2, capacity_reservation_id=rid), c)[0]
+    assert r.status == FAIL and "ended" in r.message and "dynamo:cluster.capacityReservationId" in r.message
+    c, rid = _reservation_client(EndDate=now + dt.timedelta(minutes=30))
+    r = preflight.check_reservation(req(nodes=2, capacity_reservation_id=rid), c)[0]
+    assert r.status == WARN and "under 2 h" in r.message
+
+
+def test_unpinned_zone_other_than_the_reservation_says_pin_it(aws):
+    c, rid = _reservation_client(AvailabilityZone="us-east-1d")
+    r = preflight.check_reservation(req(nodes=2, capacity_reservation_id=rid, zone_pinned=False), c)[0]
+    assert r.status == FAIL and "gpuAvailabilityZone is not set" in r.message and "dynamo:cluster.gpuAvailabilityZone: us-east-1d" in r.message
+
+
+def test_on_demand_p_instances_warn_about_insufficient_capacity(aws):
+    r = by_name(run_checks(req(efa=False), ec2(), None))["capacity"]
+    assert r.status == WARN and r.ok and "InsufficientInstanceCapacity" in r.message and "dynamo:cluster.marketType" in r.message
+    assert preflight.check_capacity(req(capacity_reservation_id="cr-0123456789abcdef0")).status == PASS
+
+
+def test_without_credentials_one_line_no_traceback(monkeypatch, capsys, tmp_path):
+    from stacks.__main__ import main
+
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setattr(preflight, "request_from_stack", lambda name: req(nodes=1))
+    assert main(["preflight", "--stack", "x"]) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("FAIL  credentials") and "instanceType" not in lines[0]
+    assert "Traceback" not in captured.out + captured.err
+
+
+def test_credentials_rejected_is_one_line(aws):
+    c = ec2()
+    s = Stubber(c)
+    s.add_client_error("describe_availability_zones", service_error_code="AuthFailure", http_status_code=401)
+    with s, pytest.raises(preflight.CredentialsError, match="AuthFailure"):
+        run_checks(req(), c, None)
