@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # kube-local.sh: a real, local Kubernetes control plane for engine tests.
 #
-# etcd + kube-apiserver + kube-controller-manager on 127.0.0.1, no kubelet and no
-# scheduler: objects are stored, validated (OpenAPI/CRD schemas, admission) and
-# garbage-collected, but no Pod ever runs.
+# etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok on 127.0.0.1, no
+# kubelet: objects are stored, validated (OpenAPI/CRD schemas, admission) and garbage-collected.
+# The cluster starts with no nodes, so no Pod is ever scheduled and no Job completes. Nodes are
+# only added on request (`python -m stacks simulate`, the simulated-cluster engine tests): KWOK
+# nodes, annotated kwok.x-k8s.io/node=fake, which the real kube-scheduler binds pods to and
+# kwok's default stages (from the pinned kwok release) move along: nodes Ready, bound pods
+# Running, Job pods Succeeded, deleted pods gone.
 #
 # Usage: tools/kube-local.sh build|start|stop|restart|status|env|reset
-#   build    build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager
+#   build    build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager,
+#            kube-scheduler and kwok (+ kwok's default stages)
 #   start    build if needed, start everything, write $KUBE_LOCAL_DIR/kubeconfig, install
 #            the Dynamo CRDs and wait until they are Established. No-op if already running.
-#   stop     stop all three processes (pid files), keeping the state (certs, etcd data)
+#   stop     stop all processes (pid files), keeping the state (certs, etcd data)
 #   restart  stop + start
 #   status   print what is running; exit 0 only if the apiserver is ready
 #   env      print `export KUBECONFIG=...` (use: eval "$(tools/kube-local.sh env)")
@@ -32,12 +37,15 @@
 #                           operator is down
 #   KUBE_LOCAL_NO_KCM=1     do not run kube-controller-manager (then namespace deletion,
 #                           PVC deletion and foreground deletion never finish)
+#   KUBE_LOCAL_NO_SIM=1     do not build or run kube-scheduler and kwok (the control plane of
+#                           before: nothing binds pods even when nodes exist)
 #   KUBE_LOCAL_PORT         apiserver port (default: a free port, kept across restarts)
 #   KUBE_LOCAL_START_TIMEOUT  seconds to wait for readiness (default 90)
 #   KUBECTL                 kubectl to use (default: kubectl on PATH)
 #
-# Versions are pinned by tools/kube/go.mod (k8s.io/kubernetes) and
-# tools/kube/etcd/go.mod (go.etcd.io/etcd/server/v3); both build from the Go module proxy.
+# Versions are pinned by tools/kube/go.mod (k8s.io/kubernetes), tools/kube/etcd/go.mod
+# (go.etcd.io/etcd/server/v3) and tools/kube/kwok/go.mod (sigs.k8s.io/kwok); all build from the
+# Go module proxy.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -61,11 +69,18 @@ mod_version() { # <go.mod> <module path>: the required version of a module
 
 K8S_VERSION="$(mod_version "$MOD_DIR/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(mod_version "$MOD_DIR/etcd/go.mod" go.etcd.io/etcd/server/v3)"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" ]] || die "cannot read pinned versions from $MOD_DIR/go.mod, $MOD_DIR/etcd/go.mod"
+KWOK_VERSION="$(mod_version "$MOD_DIR/kwok/go.mod" sigs.k8s.io/kwok)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" ]] \
+  || die "cannot read pinned versions from $MOD_DIR/go.mod, $MOD_DIR/etcd/go.mod, $MOD_DIR/kwok/go.mod"
 
 APISERVER_BIN="$CACHE_DIR/kube-apiserver-$K8S_VERSION/kube-apiserver"
 KCM_BIN="$CACHE_DIR/kube-controller-manager-$K8S_VERSION/kube-controller-manager"
 ETCD_BIN="$CACHE_DIR/etcd-$ETCD_VERSION/etcd"
+SCHED_BIN="$CACHE_DIR/kube-scheduler-$K8S_VERSION/kube-scheduler"
+KWOK_BIN="$CACHE_DIR/kwok-$KWOK_VERSION/kwok"
+# kwok's own default stages (kustomize/stage in the kwok module), copied next to the binary.
+KWOK_STAGES="$CACHE_DIR/kwok-$KWOK_VERSION/stages.yaml"
+sim_wanted() { [[ "${KUBE_LOCAL_NO_SIM:-0}" != 1 ]]; }
 
 # ---------------------------------------------------------------- build
 go_build() { # <module dir> <package> <output> [ldflags]
@@ -102,10 +117,31 @@ cmd_build() {
   if [[ "${KUBE_LOCAL_NO_KCM:-0}" != 1 ]]; then
     [[ -x "$KCM_BIN" ]] || go_build "$MOD_DIR" k8s.io/kubernetes/cmd/kube-controller-manager "$KCM_BIN" "$(k8s_ldflags)"
   fi
+  if sim_wanted; then
+    [[ -x "$SCHED_BIN" ]] || go_build "$MOD_DIR" k8s.io/kubernetes/cmd/kube-scheduler "$SCHED_BIN" "$(k8s_ldflags)"
+    [[ -x "$KWOK_BIN" ]] || go_build "$MOD_DIR/kwok" sigs.k8s.io/kwok/cmd/kwok "$KWOK_BIN" "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+    [[ -s "$KWOK_STAGES" ]] || copy_kwok_stages
+  fi
   flock -u 9
   log "etcd $ETCD_VERSION: $ETCD_BIN"
   log "kube-apiserver $K8S_VERSION: $APISERVER_BIN"
   [[ "${KUBE_LOCAL_NO_KCM:-0}" == 1 ]] || log "kube-controller-manager $K8S_VERSION: $KCM_BIN"
+  sim_wanted || return 0
+  log "kube-scheduler $K8S_VERSION: $SCHED_BIN"
+  log "kwok $KWOK_VERSION: $KWOK_BIN (stages: $KWOK_STAGES)"
+}
+
+copy_kwok_stages() { # kwok's default "fast" stages, as kwokctl configures them, from the pinned module
+  local dir tmp="$KWOK_STAGES.tmp.$$" f
+  dir="$(cd "$MOD_DIR/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)" && [[ -d "$dir/kustomize/stage" ]] \
+    || die "cannot find the sigs.k8s.io/kwok@$KWOK_VERSION module source"
+  : >"$tmp"
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    [[ -f "$dir/kustomize/stage/$f" ]] || { rm -f "$tmp"; die "kwok $KWOK_VERSION has no kustomize/stage/$f"; }
+    { echo "---"; echo "# sigs.k8s.io/kwok@$KWOK_VERSION kustomize/stage/$f"; cat "$dir/kustomize/stage/$f"; } >>"$tmp"
+  done
+  mv -f "$tmp" "$KWOK_STAGES"
 }
 
 # ---------------------------------------------------------------- pin
@@ -129,7 +165,7 @@ cmd_pin() { # <k8s version> [etcd version]: rewrite tools/kube/go.mod and tools/
 
   gover="$(awk '$1 == "go" { print $2; exit }' "$kmod")"
   {
-    echo "// Tools module that pins and builds kube-apiserver and kube-controller-manager for"
+    echo "// Tools module that pins and builds kube-apiserver, kube-controller-manager and kube-scheduler for"
     echo "// tools/kube-local.sh; not part of the product. Generated by: tools/kube-local.sh pin $k8s"
     echo "// k8s.io/kubernetes replaces its staging modules with ./staging paths; they are pinned"
     echo "// here to the published k8s.io/* v0.$minor.$patch modules instead."
@@ -140,6 +176,7 @@ cmd_pin() { # <k8s version> [etcd version]: rewrite tools/kube/go.mod and tools/
     echo "tool ("
     echo "	k8s.io/kubernetes/cmd/kube-apiserver"
     echo "	k8s.io/kubernetes/cmd/kube-controller-manager"
+    echo "	k8s.io/kubernetes/cmd/kube-scheduler"
     echo ")"
     echo
     echo "require k8s.io/kubernetes $k8s"
@@ -393,7 +430,8 @@ install_crds() {
 cmd_start() {
   T0US=${EPOCHREALTIME/./}
   if pid_alive etcd && pid_alive kube-apiserver && readyz; then
-    if [[ "${KUBE_LOCAL_NO_KCM:-0}" == 1 ]] || pid_alive kube-controller-manager; then
+    if { [[ "${KUBE_LOCAL_NO_KCM:-0}" == 1 ]] || pid_alive kube-controller-manager; } \
+      && { ! sim_wanted || { pid_alive kube-scheduler && pid_alive kwok; }; }; then
       log "already running: KUBECONFIG=$STATE_DIR/kubeconfig"
       return 0
     fi
@@ -403,6 +441,7 @@ cmd_start() {
 
   [[ -x "$ETCD_BIN" && -x "$APISERVER_BIN" ]] || cmd_build
   [[ "${KUBE_LOCAL_NO_KCM:-0}" == 1 || -x "$KCM_BIN" ]] || cmd_build
+  ! sim_wanted || [[ -x "$SCHED_BIN" && -x "$KWOK_BIN" && -s "$KWOK_STAGES" ]] || cmd_build
   command -v "$KUBECTL" >/dev/null || die "kubectl not found (set KUBECTL)"
 
   mkdir -p "$STATE_DIR/logs" "$STATE_DIR/etcd"
@@ -410,20 +449,23 @@ cmd_start() {
   gen_certs
 
   # Ports: reuse the previous ones when still free (etcd keeps its peer URL in its data).
-  local prev_api="" prev_client="" prev_peer=""
+  local prev_api="" prev_client="" prev_peer="" prev_sched=""
   if [[ -f "$STATE_DIR/ports.env" ]]; then
     # shellcheck disable=SC1091
     source "$STATE_DIR/ports.env"
     prev_api="$APISERVER_PORT" prev_client="$ETCD_CLIENT_PORT" prev_peer="$ETCD_PEER_PORT"
+    prev_sched="${SCHEDULER_PORT:-}"
   fi
   APISERVER_PORT="${KUBE_LOCAL_PORT:-$(pick_port "$prev_api")}"
   ETCD_CLIENT_PORT="$(pick_port "$prev_client")"
   ETCD_PEER_PORT="$(pick_port "$prev_peer")"
   while [[ "$ETCD_PEER_PORT" == "$ETCD_CLIENT_PORT" || "$ETCD_PEER_PORT" == "$APISERVER_PORT" ]]; do ETCD_PEER_PORT="$(free_port)"; done
   while [[ "$ETCD_CLIENT_PORT" == "$APISERVER_PORT" ]]; do ETCD_CLIENT_PORT="$(free_port)"; done
+  SCHEDULER_PORT="$(pick_port "$prev_sched")"
+  while [[ " $APISERVER_PORT $ETCD_CLIENT_PORT $ETCD_PEER_PORT " == *" $SCHEDULER_PORT "* ]]; do SCHEDULER_PORT="$(free_port)"; done
   port_free "$APISERVER_PORT" || die "port $APISERVER_PORT is in use"
-  printf 'APISERVER_PORT=%s\nETCD_CLIENT_PORT=%s\nETCD_PEER_PORT=%s\n' \
-    "$APISERVER_PORT" "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" >"$STATE_DIR/ports.env"
+  printf 'APISERVER_PORT=%s\nETCD_CLIENT_PORT=%s\nETCD_PEER_PORT=%s\nSCHEDULER_PORT=%s\n' \
+    "$APISERVER_PORT" "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$SCHEDULER_PORT" >"$STATE_DIR/ports.env"
   write_kubeconfig "$STATE_DIR/kubeconfig" "$APISERVER_PORT"
 
   local pki="$STATE_DIR/pki"
@@ -492,10 +534,46 @@ cmd_start() {
            fail_with_log kube-controller-manager "no ServiceAccount default/default after 60s"; }
   fi
 
+  if sim_wanted; then
+    # The real scheduler: with no nodes (the default) every pod stays Pending, as before.
+    start_proc kube-scheduler "$SCHED_BIN" \
+      --kubeconfig="$STATE_DIR/kubeconfig" \
+      --authentication-kubeconfig="$STATE_DIR/kubeconfig" \
+      --authorization-kubeconfig="$STATE_DIR/kubeconfig" \
+      --bind-address=127.0.0.1 \
+      --secure-port="$SCHEDULER_PORT" \
+      --cert-dir="$STATE_DIR/pki/kube-scheduler" \
+      --leader-elect=false \
+      --v=1
+    wait_for "kube-scheduler ready" 60 scheduler_ready \
+      || { pid_alive kube-scheduler || fail_with_log kube-scheduler "kube-scheduler exited"
+           fail_with_log kube-scheduler "kube-scheduler not ready after 60s"; }
+    # kwok manages only nodes annotated kwok.x-k8s.io/node=fake (none exist until asked for).
+    start_proc kwok "$KWOK_BIN" \
+      --kubeconfig="$STATE_DIR/kubeconfig" \
+      --config="$KWOK_STAGES" \
+      --manage-all-nodes=false \
+      --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+      --node-lease-duration-seconds=40 \
+      --cidr=10.244.0.0/16
+    wait_for "kwok running" 10 kwok_running || fail_with_log kwok "kwok exited"
+  fi
+
   log "ready in $(elapsed): export KUBECONFIG=$STATE_DIR/kubeconfig (logs: $STATE_DIR/logs)"
 }
 
+scheduler_ready() {
+  curl -fsSk --max-time 2 "https://127.0.0.1:$SCHEDULER_PORT/readyz" >/dev/null 2>&1
+}
+
+kwok_running() { # alive a moment after start (it exits at once on a bad flag or config)
+  sleep 0.3
+  pid_alive kwok
+}
+
 cmd_stop() {
+  stop_proc kwok
+  stop_proc kube-scheduler
   stop_proc kube-controller-manager
   stop_proc kube-apiserver
   stop_proc etcd
@@ -503,7 +581,7 @@ cmd_stop() {
 
 cmd_status() {
   local n rc=0
-  for n in etcd kube-apiserver kube-controller-manager; do
+  for n in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
     if pid_alive "$n"; then echo "$n: running (pid $(cat "$STATE_DIR/$n.pid"))"; else echo "$n: stopped"; fi
   done
   if pid_alive kube-apiserver && readyz; then
