@@ -66,12 +66,14 @@ INSTANCES: dict[str, InstanceShape] = {
 
 # The instance type a GPU gets unless the stack names another one of the same GPU.
 # (defined once, with each GPU, in stacks/registry.py GPUS).
-DEFAULT_INSTANCE = {g.id: g.instance for g in registry.GPUS.values()}
+DEFAULT_INSTANCE = {g.id: g.instance for g in registry.GPUS.values() if g.instance}
 
 
 def shape_for(gpu: str, instance_type: str | None = None) -> InstanceShape:
     """The instance shape for a GPU, checking that an explicit instance type carries that GPU."""
-    it = instance_type or DEFAULT_INSTANCE[gpu]
+    it = instance_type or DEFAULT_INSTANCE.get(gpu)
+    if it is None:
+        raise ValueError(f"GPU {gpu!r} has no default instance type (stacks/registry.py GPUS); name an instance type that carries it")
     if it not in INSTANCES:
         raise ValueError(f"instance type {it!r} is not in the GPU catalog; known: {', '.join(sorted(INSTANCES))}")
     shape = INSTANCES[it]

@@ -36,12 +36,13 @@ class Gpu:
     ``label``: the ``nvidia.com/gpu.product`` node label GPU Feature Discovery sets and the DGDs
     select on (https://github.com/NVIDIA/k8s-device-plugin, gpu-feature-discovery labels).
     ``instance``: the default EC2 instance type, a key of ``stacks.gpus.INSTANCES`` (its EFA layout,
-    GPUs per node and architecture live there, not here).
+    GPUs per node and architecture live there, not here); None for a GPU served only on existing
+    clusters (``cluster.mode: kubeconfig``), which the EKS plan then refuses by name.
     """
 
     id: str
     label: str
-    instance: str
+    instance: Optional[str]
     generation: Literal["hopper", "blackwell"]
     arch: Literal["amd64", "arm64"] = "amd64"
 
