@@ -6,13 +6,15 @@ download Job -> validate Job -> ConfigMap -> DGD), and ``register_outputs``.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pulumi.resource_hooks import ErrorHook, ResourceHookBinding
 
 from stacks.serving import HF_TOKEN_KEY, ServingPlan
 from stacks.catalog import gpus_needed
+from stacks import waits as _waits
 
 PKG = "dynamo"
 
@@ -23,6 +25,70 @@ def _meta(obj: dict) -> dict:
 
 def _opts(parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = (), **kw) -> pulumi.ResourceOptions:
     return pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on), **kw)
+
+
+Probe = Callable[[_waits.Wait], Optional[str]]
+
+
+def kubectl_probe(kubeconfig_path: Optional[str], context: Optional[str] = None) -> Optional[Probe]:
+    """What a failed wait saw last, read with ``kubectl get -o json`` (best effort, 20 s at most).
+    Only with a kubeconfig file (cluster.mode kubeconfig); None elsewhere, and the message then
+    carries the command to look instead."""
+    if not kubeconfig_path:
+        return None
+
+    def probe(wait: _waits.Wait) -> Optional[str]:
+        import json
+        import subprocess
+
+        cmd = ["kubectl", "--kubeconfig", kubeconfig_path, *(["--context", context] if context else []),
+               "get", f"{wait.resource}/{wait.name}", "-n", wait.namespace, "-o", "json"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+            if r.returncode != 0:
+                return f"kubectl get failed: {r.stderr.strip()[:200]}"
+            return _waits.seen_from_object(wait.kind, json.loads(r.stdout))
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            return f"kubectl get failed: {e}"
+
+    return probe
+
+
+def _wait_opts(wait: Optional[_waits.Wait], annotations: dict, probe: Optional[Probe], announce: bool) -> dict:
+    """Resource options for an awaited object: ``customTimeouts`` equal to its ``timeoutSeconds``
+    annotation and an error hook that says what was awaited, what was seen last and how to look."""
+    if wait is None:
+        return {}
+    if announce and not pulumi.runtime.is_dry_run():
+        pulumi.log.info(wait.announce())
+
+    def on_error(args) -> bool:
+        seen = probe(wait) if probe else None
+        pulumi.log.error(wait.failed(list(args.errors), seen))  # no resource: logged synchronously
+        return False  # never retry: the message is the point
+
+    kw: dict = {"hooks": ResourceHookBinding(on_error=[ErrorHook(f"wait-{wait.kind}-{wait.namespace}-{wait.name}", on_error)])}
+    timeout = _waits.custom_timeout(annotations)
+    if timeout:
+        kw["custom_timeouts"] = pulumi.CustomTimeouts(create=timeout, update=timeout)
+    return kw
+
+
+def _fail_if_job_failed(wait: Optional[_waits.Wait], job: dict, resource: pulumi.Resource) -> Optional[pulumi.Output]:
+    """An Output that raises once the Job's wait ended on ``Failed=True`` (the waitFor condition
+    accepts Complete or Failed), so what depends on it (the next Job, the DGD) is never created."""
+    if wait is None:
+        return None
+    md = _meta(job)
+
+    def check(args):
+        urn, status = args
+        msg = _waits.job_failure(wait, md["name"], md["namespace"], status, urn)
+        if msg:
+            raise pulumi.RunError(msg)
+        return None
+
+    return pulumi.Output.all(resource.urn, resource.status).apply(check)
 
 
 class Namespace(pulumi.ComponentResource):
@@ -72,6 +138,33 @@ class HfTokenSecret(pulumi.ComponentResource):
         self.register_outputs({"secretName": self.secret_name})
 
 
+def claim_spec_guard(obj: dict) -> Callable[..., None]:
+    """The ``before_update`` check of a protected cache claim: raises ConfigError with the migration
+    message when the previous inputs' immutable spec differs from ``obj``'s (stacks.config, issue 9 finding 6)."""
+    from stacks.config import ConfigError, cache_claim_changes, cache_migration_error
+
+    spec, md = obj["spec"], _meta(obj)
+
+    def refuse(args) -> None:
+        changes = cache_claim_changes((args.old_inputs or {}).get("spec"), spec)
+        if changes:
+            raise ConfigError(cache_migration_error(changes, md["name"], md.get("namespace", "")))
+
+    return refuse
+
+
+def protected_claim(name: str, obj: dict) -> tuple[dict, list[str], pulumi.ResourceHook]:
+    """A protected (retained) cache claim: (metadata with the requested immutable spec recorded, so that a
+    change is an update, the ``ignore_changes`` that keep the provider from planning a replacement, which
+    would fail on the retained claim, and the ``claim_spec_guard`` hook, which also runs on preview)."""
+    from stacks.config import CACHE_SPEC_ANNOTATION, IMMUTABLE_CLAIM_FIELDS, claim_spec_summary
+
+    md = _meta(obj)
+    meta = {**md, "annotations": {**(md.get("annotations") or {}), CACHE_SPEC_ANNOTATION: claim_spec_summary(obj["spec"])}}
+    hook = pulumi.ResourceHook(f"{name}-claim-spec", claim_spec_guard(obj), pulumi.ResourceHookOptions(on_dry_run=True))
+    return meta, [f"spec.{f}" for f in IMMUTABLE_CLAIM_FIELDS], hook
+
+
 class ModelCache(pulumi.ComponentResource):
     """The shared model-cache PVC. It is expensive to fill, so by default it is retained on
     destroy and on replacement (``dynamo:storage.protect: false`` opts out)."""
@@ -79,15 +172,22 @@ class ModelCache(pulumi.ComponentResource):
     claim_name: pulumi.Output[str]
 
     def __init__(self, name: str, obj: Optional[dict], claim_name: str, protect: bool,
-                 opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = ()):
+                 opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
+                 wait: Optional[_waits.Wait] = None, probe: Optional[Probe] = None, announce: bool = True):
         super().__init__(f"{PKG}:serving:ModelCache", name, None, opts)
         self.resource = None
         if obj is not None:
+            kw = _wait_opts(wait, _meta(obj).get("annotations") or {}, probe, announce)
+            meta = _meta(obj)
+            if protect:  # an immutable change would fail every `up` on the retained claim: refuse it instead
+                meta, kw["ignore_changes"], hook = protected_claim(name, obj)
+                binding = kw.setdefault("hooks", ResourceHookBinding())
+                binding.before_update = list(binding.before_update or []) + [hook]
             self.resource = k8s.core.v1.PersistentVolumeClaim(
                 name,
-                metadata=_meta(obj),
+                metadata=meta,
                 spec=obj["spec"],
-                opts=_opts(self, depends_on, retain_on_delete=protect),
+                opts=_opts(self, depends_on, retain_on_delete=protect, **kw),
             )
         self.claim_name = pulumi.Output.from_input(claim_name)
         self.register_outputs({"claimName": self.claim_name})
@@ -100,19 +200,26 @@ class ModelDownload(pulumi.ComponentResource):
     job_names: pulumi.Output[list]
 
     def __init__(self, name: str, jobs: list[dict], opts: Optional[pulumi.ResourceOptions] = None,
-                 depends_on: Sequence[pulumi.Resource] = ()):
+                 depends_on: Sequence[pulumi.Resource] = (), waits: Optional[dict] = None,
+                 probe: Optional[Probe] = None, announce: bool = True):
+        """``waits``: ``stacks.waits.waits_of`` for the plan; a Job with a wait fails `up` when it
+        ends Failed (``checks``: depend on them, not only on ``jobs``)."""
         super().__init__(f"{PKG}:serving:ModelDownload", name, None, opts)
         self.jobs: list[k8s.batch.v1.Job] = []
-        previous: list[pulumi.Resource] = list(depends_on)
+        self.checks: list[pulumi.Output] = []
+        previous: list = list(depends_on)
         for job in jobs:
+            wait = (waits or {}).get(("Job", _meta(job)["name"]))
             r = k8s.batch.v1.Job(
                 f"{name}-{_meta(job)['name']}",
                 metadata=_meta(job),
                 spec=job["spec"],
-                opts=_opts(self, previous),
+                opts=_opts(self, previous, **_wait_opts(wait, _meta(job).get("annotations") or {}, probe, announce)),
             )
             self.jobs.append(r)
-            previous = list(depends_on) + [r]
+            check = _fail_if_job_failed(wait, job, r)
+            self.checks += [check] if check is not None else []
+            previous = list(depends_on) + [r] + ([check] if check is not None else [])
         self.job_names = pulumi.Output.from_input([_meta(j)["name"] for j in jobs])
         self.register_outputs({"jobNames": self.job_names})
 
@@ -126,7 +233,8 @@ class DynamoGraph(pulumi.ComponentResource):
     gpus: pulumi.Output[int]
 
     def __init__(self, name: str, plan: ServingPlan, opts: Optional[pulumi.ResourceOptions] = None,
-                 depends_on: Sequence[pulumi.Resource] = ()):
+                 depends_on: Sequence[pulumi.Resource] = (), wait: Optional[_waits.Wait] = None,
+                 probe: Optional[Probe] = None, announce: bool = True):
         super().__init__(f"{PKG}:serving:DynamoGraph", name, None, opts)
         self.configmaps = [
             k8s.core.v1.ConfigMap(f"{name}-{_meta(cm)['name']}", metadata=_meta(cm), data=cm.get("data"), opts=_opts(self, depends_on))
@@ -139,7 +247,8 @@ class DynamoGraph(pulumi.ComponentResource):
             kind=dgd["kind"],
             metadata=_meta(dgd),
             spec=dgd["spec"],
-            opts=_opts(self, list(depends_on) + self.configmaps),
+            opts=_opts(self, list(depends_on) + self.configmaps,
+                       **_wait_opts(wait, _meta(dgd).get("annotations") or {}, probe, announce)),
         )
         ns = _meta(dgd)["namespace"]
         self.dgd_name = pulumi.Output.from_input(_meta(dgd)["name"])
@@ -156,9 +265,12 @@ class Serving(pulumi.ComponentResource):
 
     def __init__(self, name: str, plan: ServingPlan, hf_token: Optional[pulumi.Input[str]], protect_cache: bool,
                  opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
-                 graph_depends_on: Sequence[pulumi.Resource] = (), redact_secrets: bool = False):
+                 graph_depends_on: Sequence[pulumi.Resource] = (), redact_secrets: bool = False,
+                 probe: Optional[Probe] = None):
         """``depends_on``: what the cache and download need (storage, system nodes);
-        ``graph_depends_on``: what only the DGD needs (GPU nodes, device plugins, the Dynamo platform)."""
+        ``graph_depends_on``: what only the DGD needs (GPU nodes, device plugins, the Dynamo platform);
+        ``probe``: how a failed wait reads what it saw last (``kubectl_probe``; None: the message gives the command).
+        Render mode (``redact_secrets``) waits for nothing, so it announces no waits."""
         super().__init__(f"{PKG}:serving:Serving", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         ns_name = _meta(plan.dgd)["namespace"]
@@ -167,10 +279,16 @@ class Serving(pulumi.ComponentResource):
         base = list(depends_on) + ([self.ns.resource] if self.ns.resource else [])
         self.secret = HfTokenSecret(f"{name}-hf-token", plan.hf_secret, plan.hf_secret_name, hf_token, opts=child, depends_on=base,
                                     redact=redact_secrets)
-        self.cache = ModelCache(f"{name}-model-cache", plan.cache_pvc, plan.claim_name, protect_cache, opts=child, depends_on=base)
+        waits = _waits.waits_of(plan)
+        announce = not redact_secrets
+        self.cache = ModelCache(f"{name}-model-cache", plan.cache_pvc, plan.claim_name, protect_cache, opts=child, depends_on=base,
+                                wait=waits.get(("PersistentVolumeClaim", plan.claim_name)), probe=probe, announce=announce)
         ready = base + [r for r in (self.secret.resource, self.cache.resource) if r]
-        self.download = ModelDownload(f"{name}-model-download", plan.jobs, opts=child, depends_on=ready)
-        self.graph = DynamoGraph(f"{name}-graph", plan, opts=child, depends_on=base + list(graph_depends_on) + self.download.jobs)
+        self.download = ModelDownload(f"{name}-model-download", plan.jobs, opts=child, depends_on=ready, waits=waits,
+                                      probe=probe, announce=announce)
+        self.graph = DynamoGraph(f"{name}-graph", plan, opts=child,
+                                 depends_on=base + list(graph_depends_on) + self.download.jobs + self.download.checks,
+                                 wait=waits.get(("DynamoGraphDeployment", _meta(plan.dgd)["name"])), probe=probe, announce=announce)
         self.dgd_name = self.graph.dgd_name
         self.namespace = self.ns.name
         self.register_outputs({"dgdName": self.dgd_name, "namespace": self.namespace})

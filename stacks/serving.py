@@ -9,7 +9,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-from . import catalog
+from . import catalog, waits
 from .catalog import k8s
 from .catalog.model import Target
 from .config import NS, ConfigError, StackConfig, duration_seconds, select_target
@@ -141,13 +141,12 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
             job["spec"]["template"]["spec"]["nodeSelector"] = dict(job_node_selector)
         ann = job["metadata"].setdefault("annotations", {})
         if wait.enabled and wait.job:
-            ann[TIMEOUT] = str(job_timeout)
+            ann.update(waits.job_annotations(job_timeout))  # waitFor: a fixed deadline (see stacks/waits.py)
         else:
             ann[SKIP_AWAIT] = "true"
     dgd_ann = dgd["metadata"].setdefault("annotations", {})
     if wait.enabled and wait.dgd:
-        dgd_ann[WAIT_FOR_READY] = "condition=Ready"
-        dgd_ann[TIMEOUT] = str(dgd_timeout)
+        dgd_ann.update(waits.dgd_annotations(dgd_timeout))
     else:
         dgd_ann[SKIP_AWAIT] = "true"
 
