@@ -1,0 +1,33 @@
+"""Benchmark ComponentResource: the AIPerf Job of ``stacks.benchmark.build_benchmark``, after the DGD.
+
+``depends_on`` is the DGD (with the DGD wait on, Pulumi creates the Job only once the DGD is
+Ready); the Job carries ``pulumi.com/skipAwait`` so ``up`` does not wait for the run to finish.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from stacks.benchmark import BenchmarkPlan
+
+PKG = "dynamo"
+
+
+class Benchmark(pulumi.ComponentResource):
+    job_name: pulumi.Output[str]
+    parameters: pulumi.Output[dict]
+
+    def __init__(self, name: str, plan: BenchmarkPlan, opts: Optional[pulumi.ResourceOptions] = None,
+                 depends_on: Sequence[pulumi.Resource] = ()):
+        super().__init__(f"{PKG}:benchmark:Benchmark", name, None, opts)
+        self.job = k8s.batch.v1.Job(
+            f"{name}-{plan.job_name}",
+            metadata=plan.job["metadata"],
+            spec=plan.job["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(depends_on)),
+        )
+        self.job_name = pulumi.Output.from_input(plan.job_name)
+        self.parameters = pulumi.Output.from_input(plan.parameters())
+        self.register_outputs({"jobName": self.job_name, "parameters": self.parameters})

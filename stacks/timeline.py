@@ -1,0 +1,235 @@
+"""``python -m stacks timeline --stack NAME``: how long until the DGD is Ready, and why.
+
+The steps and their order are the program's own resource graph (``__main__.py`` and
+``components/cluster.py``): on EKS the VPC, then the control plane, then the system and GPU
+node groups side by side; the cache file system next to the control plane; the StorageClass
+after the add-ons; the model download Job as soon as the StorageClass and the system nodes
+exist (``cache_deps``), *not* after the GPU nodes; the DGD after the download, the GPU nodes,
+the device plugins and the platform (``graph_deps``); then image pull and worker start-up.
+``tests/test_timeline.py`` checks these edges against the dependencies the program registers.
+
+Durations (minutes, each with its source) live in ``stacks/durations.yaml``; the download is
+checkpoint size / throughput (+ pod start). The sequential recipe runbook (platform docs'
+install order: cluster and GPU nodes, GPU stack, platform, then secret, PVC, download Job, DGD)
+is the same graph with the download after the GPU nodes, plugins and platform; the difference is
+what running the download in parallel saves. All pure: no cloud, no cluster.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+DURATIONS = Path(__file__).with_name("durations.yaml")
+GB = 10**9
+
+
+@lru_cache(maxsize=1)
+def durations() -> dict:
+    return yaml.safe_load(DURATIONS.read_text())
+
+
+@dataclass
+class Step:
+    name: str
+    minutes: float
+    source: str
+    after: tuple[str, ...] = ()
+    basis: str = ""
+
+
+@dataclass
+class Timeline:
+    stack: str
+    target: str
+    mode: str
+    steps: dict[str, Step]
+    finish: dict[str, float] = field(default_factory=dict)  # earliest finish per step
+    critical: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return max(self.finish.values()) if self.finish else 0.0
+
+    def start(self, name: str) -> float:
+        return self.finish[name] - self.steps[name].minutes
+
+    def slack(self, name: str) -> float:
+        """How much later ``name`` could finish without delaying the end."""
+        latest = self.total
+        for s in self.steps.values():
+            if name in s.after:
+                latest = min(latest, self.start(s.name))
+        return latest - self.finish[name]
+
+
+def schedule(steps: dict[str, Step]) -> tuple[dict[str, float], list[str]]:
+    """Earliest finish of every step (all start as soon as their predecessors end) and the critical path."""
+    finish: dict[str, float] = {}
+
+    def fin(n: str, seen=()) -> float:
+        if n in seen:
+            raise ValueError(f"cycle in the step graph at {n}")
+        if n not in finish:
+            s = steps[n]
+            finish[n] = max((fin(a, seen + (n,)) for a in s.after), default=0.0) + s.minutes
+        return finish[n]
+
+    for n in steps:
+        fin(n)
+    end = max(finish, key=lambda n: (finish[n], n == "worker-startup"))
+    path = [end]
+    while steps[path[-1]].after:
+        path.append(max(steps[path[-1]].after, key=lambda a: finish[a]))
+    return finish, path[::-1]
+
+
+def _bytes(quantity: str) -> float:
+    from .config import quantity_bytes
+
+    return float(quantity_bytes(quantity))
+
+
+def checkpoint_gb(model: str, precision: Optional[str], cache_size: Optional[str]) -> tuple[float, str]:
+    """(GB, how it was obtained) for the checkpoint the download Job fetches."""
+    ck = durations()["checkpoints"]
+    params = ck["billions_of_params"].get(model)
+    per = ck["bytes_per_param"].get(precision or "")
+    if params is not None and per is not None:
+        return params * per, f"{params}B params x {per} B ({precision})"
+    if cache_size:
+        return _bytes(cache_size) / GB, f"model-cache PVC size {cache_size} (upper bound; parameter count not recorded)"
+    raise ValueError(f"no checkpoint size for {model}/{precision}: add it to {DURATIONS.name} checkpoints")
+
+
+def download_step(model: str, precision: Optional[str], cache_size: Optional[str], after: tuple[str, ...],
+                  storage_gb_s: Optional[tuple[float, str]] = None) -> Step:
+    """``storage_gb_s``: (GB/s, why) when the cache file system writes slower than the download stream."""
+    d = durations()["download"]
+    gb, how = checkpoint_gb(model, precision, cache_size)
+    rate, why = float(d["throughput_gb_per_s"]), "download stream"
+    if storage_gb_s and storage_gb_s[0] < rate:
+        rate, why = storage_gb_s[0], storage_gb_s[1]
+    minutes = d["overhead_minutes"] + gb / rate / 60
+    src = (f"{gb:.1f} GB ({how}) / {rate:.2f} GB/s ({why}) + {d['overhead_minutes']} min pod start; "
+           f"{d['source']}")
+    return Step("model-download", round(minutes, 2), src, after, d["basis"])
+
+
+def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: Optional[str], cache_storage: str = "efs",
+                device_plugins: bool = False, platform: bool = False, sequential: bool = False,
+                overrides: Optional[dict[str, float]] = None, storage_gb_s: Optional[tuple[float, str]] = None) -> dict[str, Step]:
+    """The step graph of one ``up`` (see the module docstring). ``sequential``: the recipe runbook's
+    order instead (download after the GPU nodes, plugins and platform). ``overrides``: minutes by step."""
+    table = durations()["steps"]
+
+    def step(name: str, after: tuple[str, ...], key: Optional[str] = None) -> Step:
+        row = table[key or name]
+        return Step(name, float(row["minutes"]), row["source"], after, row.get("basis", ""))
+
+    steps: list[Step] = []
+    if mode == "eks":
+        fs = "fsx-lustre" if cache_storage == "fsx-lustre" else "efs"
+        steps += [step("vpc", ()), step("eks-control-plane", ("vpc",)), step("system-node-group", ("eks-control-plane",)),
+                  step("gpu-node-group", ("eks-control-plane",)), step("eks-addons", ("system-node-group",)),
+                  step("cache-file-system", ("vpc",), fs), step("storage-class", ("eks-addons", "cache-file-system"))]
+        cache_deps: tuple[str, ...] = ("storage-class", "system-node-group")
+        graph_deps: tuple[str, ...] = ("gpu-node-group",)
+        device_plugins = True
+    else:
+        cache_deps, graph_deps = (), ()
+    if device_plugins:
+        steps.append(step("device-plugins", graph_deps))
+        graph_deps = graph_deps + ("device-plugins",)
+    if platform:
+        steps.append(step("dynamo-platform", cache_deps))
+        graph_deps = graph_deps + ("dynamo-platform",)
+    serving_after = tuple(dict.fromkeys(cache_deps + (graph_deps if sequential else ())))
+    steps.append(step("serving-objects", serving_after))
+    steps.append(download_step(model, precision, cache_size, ("serving-objects",), storage_gb_s))
+    steps.append(Step("dgd", 0.0, "the DynamoGraphDeployment object; its pods start once it exists", ("model-download",) + graph_deps, "documented"))
+    steps.append(step("image-pull", ("dgd",)))
+    steps.append(step("worker-startup", ("image-pull",)))
+    out = {s.name: s for s in steps}
+    for name, minutes in (overrides or {}).items():
+        if name not in out:
+            raise ValueError(f"no step {name!r}; steps: {', '.join(out)}")
+        out[name].minutes = float(minutes)
+    return out
+
+
+def timeline_for_program(program: Any, *, sequential: bool = False, overrides: Optional[dict[str, float]] = None) -> Timeline:
+    """The timeline of a ``stacks.program.ProgramPlan``."""
+    cluster, plan = program.cluster, program.serving
+    t = plan.target
+    size = (plan.cache_pvc or {}).get("spec", {}).get("resources", {}).get("requests", {}).get("storage")
+    storage = None
+    if cluster.mode == "eks" and getattr(cluster, "cache_storage", "efs") == "fsx-lustre":
+        # PERSISTENT_2 throughput is per TiB of storage (FSx for Lustre user guide; FACTS.md)
+        tib = cluster.fsx_storage_capacity_gib / 1024
+        storage = (tib * cluster.fsx_throughput_per_tib / 1000, f"FSx {cluster.fsx_storage_capacity_gib} GiB x "
+                                                                f"{cluster.fsx_throughput_per_tib} MB/s/TiB")
+    steps = build_steps(
+        storage_gb_s=storage, mode=cluster.mode, model=t.model, precision=t.precision, cache_size=size,
+        cache_storage=getattr(cluster, "cache_storage", "efs"),
+        device_plugins=bool(getattr(cluster, "install_device_plugins", False)), platform=cluster.platform_wanted(),
+        sequential=sequential, overrides=overrides,
+    )
+    finish, critical = schedule(steps)
+    return Timeline(program.stack, t.id, cluster.mode, steps, finish, critical)
+
+
+def _short(text: str, width: int = 110) -> str:
+    text = re.sub(r"\s+", " ", text)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def report(tl: Timeline, seq: Timeline, full: bool = False) -> str:
+    lines = [f"timeline: stack {tl.stack} (target {tl.target}, cluster.mode {tl.mode}); minutes, from an empty "
+             f"{'account' if tl.mode == 'eks' else 'namespace on the existing cluster'} to a Ready DGD",
+             "", "critical path:", f"  {'start':>6} {'end':>6} {'min':>6}  {'step':<20} basis/source"]
+    for n in tl.critical:
+        s = tl.steps[n]
+        src = s.source if full else _short(s.source)
+        lines.append(f"  {tl.start(n):6.1f} {tl.finish[n]:6.1f} {s.minutes:6.1f}  {n:<20} {s.basis}: {src}")
+    lines.append(f"total: {tl.total:.1f} min")
+    off = [n for n in tl.steps if n not in tl.critical]
+    if off:
+        lines += ["", "off the critical path (slack = how much longer it could take without delaying Ready):"]
+        for n in off:
+            s = tl.steps[n]
+            lines.append(f"  {n:<20} {s.minutes:6.1f} min, ends {tl.finish[n]:6.1f}, slack {tl.slack(n):6.1f}  "
+                         f"{s.basis}: {s.source if full else _short(s.source, 80)}")
+    saved = seq.total - tl.total
+    lines += ["", f"sequential recipe runbook (download after the GPU nodes, device plugins and platform): {seq.total:.1f} min; "
+                  f"running the download in parallel saves {saved:.1f} min"]
+    return "\n".join(lines)
+
+
+def cmd(args) -> int:
+    from .render import program_for_stack
+
+    program = program_for_stack(args.stack)
+    print(report(timeline_for_program(program), timeline_for_program(program, sequential=True), full=args.full))
+    return 0
+
+
+def add_subparser(sub) -> None:
+    p = sub.add_parser("timeline", help="critical path of `pulumi up` to a Ready DGD, with a duration and source per step")
+    p.add_argument("--stack", required=True)
+    p.add_argument("--full", action="store_true", help="print every source in full")
+    p.set_defaults(fn=cmd)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    add_subparser(ap.add_subparsers(dest="cmd", required=True))
+    a = ap.parse_args()
+    sys.exit(a.fn(a))
