@@ -10,8 +10,22 @@ from .config import ConfigError
 
 
 def cmd_targets(args) -> int:
-    for t in sorted(catalog.targets().values(), key=lambda t: t.id):
-        print(f"{t.id}\t{t.upstream or '-'}")
+    """Default: ``ID<TAB>UPSTREAM`` per line (scripts and the fidelity hook read it); ``--long``: a table with
+    model, GPU, topology, GPUs and nodes needed, instance type and published perf; ``--json``: the same as data."""
+    ts = sorted(catalog.targets().values(), key=lambda t: t.id)
+    if not (args.long or args.json):
+        for t in ts:
+            print(f"{t.id}\t{t.upstream or '-'}")
+        return 0
+    from .catalog import view
+
+    rows = [view.row(t) for t in ts]
+    if args.json:
+        import json
+
+        print(json.dumps(rows, indent=2))
+    else:
+        sys.stdout.write(view.table(rows))
     return 0
 
 
@@ -47,44 +61,49 @@ def cmd_render(args) -> int:
 
 
 def cmd_fidelity(args) -> int:
+    """Exit 0 only when every compared upstream file and model-cache object is exact; 1 on a difference, a target
+    whose upstream file is missing or an upstream file without a target; 2 when there is no upstream tree."""
     from . import fidelity
     from .render import render_target
 
-    ref = fidelity.recipes_dir()
-    by_upstream = {t.upstream: t for t in catalog.targets().values() if t.upstream}
-    bad = 0
-    scope = fidelity.in_scope_files(ref)
-    for path in scope:
-        t = by_upstream.get(path)
-        if args.target and (not t or t.id != args.target):
-            continue
-        if not t:
-            print(f"MISSING target for {path}")
-            bad += 1
-            continue
-        diffs = fidelity.compare_file(fidelity.load_docs(ref / path), render_target(t.id), storage_class=None, pull_secrets=())
-        if diffs:
-            bad += 1
-            print(f"DIFF {path} ({t.id}): {len(diffs)}")
-            for d in diffs[: None if args.verbose else 5]:
-                print("   ", d)
-    cache_bad, cache_total = 0, 0
-    for model, diffs in fidelity.compare_model_cache(ref, render_target).items():
-        for path, lines in diffs.items():
-            cache_total += 1
-            if lines:
-                cache_bad += 1
-                print(f"DIFF {path}: {len(lines)}")
-                for d in lines[: None if args.verbose else 5]:
-                    print("   ", d)
-    print(f"fidelity: {len(scope) - bad}/{len(scope)} upstream files exact; {cache_total - cache_bad}/{cache_total} model-cache files exact")
-    return 1 if bad or cache_bad else 0
+    if args.target and args.target not in catalog.targets():
+        raise ConfigError(_unknown_target(args.target))
+    try:
+        report = fidelity.check(render_target, only=args.target)
+    except fidelity.ReferenceMissing as e:
+        print(f"error: fidelity: {e}", file=sys.stderr)
+        return 2
+    shown = None if args.verbose else 5
+    for path in report.no_target:
+        print(f"MISSING target for {path}")
+    for tid, path in report.no_upstream:
+        print(f"MISSING upstream file {path} for target {tid}")
+    for path, (tid, diffs) in report.different.items():
+        print(f"DIFF {path} ({tid}): {len(diffs)}")
+        for d in diffs[:shown]:
+            print("   ", d)
+    for name, diffs in report.cache_different.items():
+        print(f"DIFF {name}: {len(diffs)}")
+        for d in diffs[:shown]:
+            print("   ", d)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+def _unknown_target(tid: str) -> str:
+    from .registry import did_you_mean
+
+    return f"--target: {tid!r} is not a catalog target{did_you_mean(tid, catalog.targets())} (see `python -m stacks targets`)"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m stacks")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("targets", help="one line per catalog target: ID<TAB>UPSTREAM").set_defaults(fn=cmd_targets)
+    tp = sub.add_parser("targets", help="one line per catalog target: ID<TAB>UPSTREAM (--long: a table, --json: data)")
+    tg = tp.add_mutually_exclusive_group()
+    tg.add_argument("-l", "--long", action="store_true", help="model, GPU, topology, GPUs and nodes needed, instance type, published perf")
+    tg.add_argument("--json", action="store_true", help="every target with those columns as JSON")
+    tp.set_defaults(fn=cmd_targets)
     r = sub.add_parser("render", help="print the Kubernetes objects a target or stack creates")
     g = r.add_mutually_exclusive_group(required=True)
     g.add_argument("--target")
@@ -92,8 +111,8 @@ def main(argv=None) -> int:
     g.add_argument("--stack")
     r.add_argument("--out")
     r.set_defaults(fn=cmd_render)
-    f = sub.add_parser("fidelity", help="compare every target with the upstream recipe files")
-    f.add_argument("--target")
+    f = sub.add_parser("fidelity", help="compare every target with the upstream recipe files (exit 1 on any difference, 2 without them)")
+    f.add_argument("--target", help="compare only this target (and the model-cache objects it renders)")
     f.add_argument("-v", "--verbose", action="store_true")
     f.set_defaults(fn=cmd_fidelity)
     from .preflight import add_subparser as add_preflight

@@ -12,8 +12,9 @@ from __future__ import annotations
 import copy
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 import yaml
 
@@ -35,6 +36,23 @@ def reference_root() -> Path:
 def recipes_dir() -> Path:
     env = os.environ.get("DYNAMO_RECIPES_DIR")
     return Path(env) if env else reference_root() / "dynamo-recipes"
+
+
+class ReferenceMissing(RuntimeError):
+    """The upstream recipe tree is not there: nothing can be compared (never a pass)."""
+
+
+def require_reference(ref: Path | None = None) -> Path:
+    """The upstream recipe tree, or ``ReferenceMissing`` saying where it was looked for and how to point at it."""
+    ref = ref or recipes_dir()
+    how = ("set DYNAMO_REFERENCE=/path/to/reference (with dynamo-recipes/) or DYNAMO_RECIPES_DIR=/path/to/dynamo/recipes; "
+           f"looked in {ref} (DYNAMO_RECIPES_DIR={os.environ.get('DYNAMO_RECIPES_DIR', '')!r}, "
+           f"DYNAMO_REFERENCE={os.environ.get('DYNAMO_REFERENCE', '')!r})")
+    if not ref.is_dir():
+        raise ReferenceMissing(f"no upstream recipe tree at {ref}: nothing to compare; {how}")
+    if not in_scope_files(ref):
+        raise ReferenceMissing(f"{ref} holds no upstream deploy file (*/vllm|trtllm/**/deploy*.yaml): nothing to compare; {how}")
+    return ref
 
 
 def index_status(ref: Path) -> dict[str, str]:
@@ -77,12 +95,13 @@ def obj_key(d: dict) -> tuple[str, str]:
 def substitute_placeholders(doc: Any, storage_class: str | None, pull_secrets: Iterable[str]) -> Any:
     """Upstream placeholders replaced by the configured values (None storage class drops the key)."""
     pulls = [{"name": n} for n in pull_secrets]
+    placeholders = storage_class_placeholders()
 
     def walk(x):
         if isinstance(x, dict):
             out = {}
             for k, v in x.items():
-                if k == "storageClassName" and v == k8s.PLACEHOLDER_STORAGE_CLASS:
+                if k == "storageClassName" and v in placeholders:
                     if storage_class is not None:
                         out[k] = storage_class
                     continue
@@ -151,6 +170,13 @@ def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: s
     return diffs
 
 
+def storage_class_placeholders() -> set[str]:
+    """Every model's storage-class placeholder (per model, as data: ``engine.Cache.storage_class``)."""
+    from .catalog import families
+
+    return {k8s.PLACEHOLDER_STORAGE_CLASS} | {f.cache.storage_class for f in families().values() if f.cache.storage_class}
+
+
 def compare_model_cache(ref: Path, render_target, storage_class: str | None = None, pull_secrets: Iterable[str] = ()) -> dict[str, dict[str, list[str]]]:
     """Per model, per ``model-cache/*.yaml``: differences against the union of that model's renders."""
     from .catalog import targets
@@ -166,3 +192,92 @@ def compare_model_cache(ref: Path, render_target, storage_class: str | None = No
         for f in sorted((ref / model / "model-cache").glob("*.yaml")):
             out[model][f"{model}/model-cache/{f.name}"] = compare_file(load_docs(f), rendered, storage_class=storage_class, pull_secrets=pull_secrets)
     return out
+
+
+# --------------------------------------------------------------------------- the whole check (python -m stacks fidelity)
+
+@dataclass
+class Report:
+    """What ``check`` compared and found. ``ok`` only when something was compared and nothing failed."""
+
+    only: Optional[str] = None
+    exact: list[str] = field(default_factory=list)  # upstream paths rendered exactly
+    different: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # path -> (target id, differences)
+    no_target: list[str] = field(default_factory=list)  # in-scope upstream files no target renders
+    no_upstream: list[tuple[str, str]] = field(default_factory=list)  # (target id, path) whose upstream file is missing
+    skipped: list[str] = field(default_factory=list)  # targets of our own (no upstream file): not compared
+    cache_exact: list[str] = field(default_factory=list)  # "path#Kind/name" of model-cache objects rendered exactly
+    cache_different: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def files(self) -> int:
+        return len(self.exact) + len(self.different) + len(self.no_target) + len(self.no_upstream)
+
+    @property
+    def ok(self) -> bool:
+        return self.files > 0 and self.files == len(self.exact) and not self.cache_different
+
+    def summary(self) -> str:
+        cache = len(self.cache_exact) + len(self.cache_different)
+        who = f" ({self.only})" if self.only else ""
+        skipped = f"; skipped {len(self.skipped)} target(s) without an upstream file: {', '.join(self.skipped)}" if self.skipped else "; skipped: none"
+        return (f"fidelity{who}: {len(self.exact)}/{self.files} upstream deploy files exact, "
+                f"{len(self.cache_exact)}/{cache} model-cache objects exact{skipped}")
+
+
+def check(render_target, ref: Path | None = None, only: Optional[str] = None, *, storage_class: Optional[str] = None,
+          pull_secrets: Iterable[str] = ()) -> Report:
+    """Compare every target (or only target ``only``) with its upstream file, and the model-cache objects.
+
+    Raises ``ReferenceMissing`` when there is no upstream tree. A target whose upstream file is missing
+    and an in-scope upstream file without a target are failures; targets of our own are skipped (listed).
+    With ``only``, the model-cache objects compared are those the target itself renders. ``storage_class`` and
+    ``pull_secrets``: what ``render_target`` configured in place of upstream's placeholders."""
+    from .catalog import targets
+
+    ref = require_reference(ref)
+    cat = targets()
+    report = Report(only=only)
+    picked = [cat[only]] if only else list(cat.values())
+    scope = [] if only else in_scope_files(ref)
+    rendered: dict[str, list[dict]] = {}
+
+    def render(tid: str) -> list[dict]:
+        if tid not in rendered:
+            rendered[tid] = render_target(tid)
+        return rendered[tid]
+
+    by_upstream = {t.upstream: t for t in picked if t.upstream}
+    for t in sorted(picked, key=lambda t: t.id):
+        if not t.upstream:
+            report.skipped.append(t.id)
+        elif not (ref / t.upstream).is_file():
+            report.no_upstream.append((t.id, t.upstream))
+    for path in sorted(set(scope) | {p for p in by_upstream if (ref / p).is_file()}):
+        t = by_upstream.get(path)
+        if t is None:
+            report.no_target.append(path)
+            continue
+        diffs = compare_file(load_docs(ref / path), render(t.id), storage_class=storage_class, pull_secrets=pull_secrets)
+        if diffs:
+            report.different[path] = (t.id, diffs)
+        else:
+            report.exact.append(path)
+
+    models = sorted({t.upstream.split("/")[0] for t in picked if t.upstream})
+    for model in models:
+        mine = [t for t in picked if t.upstream and t.upstream.split("/")[0] == model]
+        objs = [d for t in mine for d in render(t.id)]
+        keys = {obj_key(d) for d in objs}
+        for f in sorted((ref / model / "model-cache").glob("*.yaml")):
+            for d in load_docs(f):
+                k = obj_key(d)
+                name = f"{model}/model-cache/{f.name}#{k[0]}/{k[1]}"
+                if only and k not in keys:
+                    continue  # another target's cache object
+                diffs = compare_file([d], objs, storage_class=storage_class, pull_secrets=pull_secrets)
+                if diffs:
+                    report.cache_different[name] = diffs
+                else:
+                    report.cache_exact.append(name)
+    return report

@@ -84,3 +84,51 @@ def test_perf_row_matches_an_upstream_table_row(tid):
         for r in candidates
     )
     assert ok, f"{tid}: {t.perf} not among {candidates}"
+
+
+# --------------------------------------------------------------------------- python -m stacks targets
+
+def _targets_cli(capsys, *argv):
+    from stacks.__main__ import main
+
+    assert main(["targets", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_targets_default_output_is_id_tab_upstream(capsys):
+    """The fidelity hook and scripts split each line on the first tab: ID, then the upstream path."""
+    lines = _targets_cli(capsys).splitlines()
+    assert len(lines) == len(TARGETS)
+    for line in lines:
+        tid, up = line.split("\t", 1)
+        assert up == (TARGETS[tid].upstream or "-")
+
+
+def test_targets_long_and_json_show_what_a_target_needs(capsys):
+    import json
+
+    rows = {r["id"]: r for r in json.loads(_targets_cli(capsys, "--json"))}
+    assert set(rows) == set(TARGETS)
+    r = rows["ultra-vllm-disagg-h200-agentic-256k-1p2d"]
+    assert (r["model"], r["gpu"], r["topology"], r["shape"], r["gpus"], r["nodes"], r["instance_type"]) == \
+        ("nemotron-3-ultra", "h200", "disagg", "1P2D", 24, 3, "p5en.48xlarge")
+    r = rows["lightning-vllm-agg-h100-dspark"]
+    assert (r["gpus"], r["nodes"], r["instance_type"]) == (1, 1, "p5.48xlarge")
+    assert r["perf"]["concurrency"] == 20 and r["perf"]["output_tok_s_per_gpu"] == 1878.11
+    table = _targets_cli(capsys, "--long").splitlines()
+    assert table[0].split()[:4] == ["ID", "MODEL", "GPU", "TOPOLOGY"] and "PUBLISHED PERF" in table[0]
+    line = next(l for l in table if l.startswith("lightning-vllm-agg-h100-dspark "))
+    assert "p5.48xlarge" in line and "c=20 ttft 238.64ms 1878.11 tok/s/GPU 93.91 tok/s/user" in line
+
+
+def test_no_import_cycle_between_lightning_modules():
+    import ast
+    from pathlib import Path
+
+    src = Path(catalog.__file__).parent
+    imports = {}
+    for name in ("lightning", "lightning_trtllm", "lightning_base"):
+        tree = ast.parse((src / f"{name}.py").read_text())
+        imports[name] = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+    assert "lightning" not in imports["lightning_trtllm"] and "lightning" not in imports["lightning_base"]
+    assert "lightning_trtllm" not in imports["lightning_base"]

@@ -227,3 +227,22 @@ def test_registry_gpus_reference_the_instance_data():
         assert shape.gpu == g.id and shape.product == g.label, g
         assert shape.kubernetes_arch == g.arch, g
     assert gpus.DEFAULT_INSTANCE == {g.id: g.instance for g in registry.GPUS.values()}
+
+
+def test_readme_adding_a_model_example_builds():
+    """The README's "Adding a model" snippet is valid data for the same builders."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Adding a model"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    ns = {"Cache": Cache, "Component": Component, "DownloadJob": DownloadJob, "Recipe": Recipe, "Target": Target,
+          "ModelFamily": ModelFamily, "k8s": k8s, "registry": registry, "IMAGE": IMAGE}
+    exec(compile(code, "README.md", "exec"), ns)
+    fam = ns["FAMILY"]
+    t = fam.targets[0]
+    cm_and_dgd = fam.builders[t.family](t)
+    dgd = cm_and_dgd[-1]
+    assert dgd["metadata"]["name"] == "qwen3-agg-h100" and catalog.gpus_needed(dgd) == 1
+    assert fam.cache_job_builders["qwen3-model-download"]()["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"] == \
+        {"claimName": "qwen3-model-cache"}

@@ -54,3 +54,96 @@ def test_compare_reports_each_difference():
     diffs = fidelity.compare_file(up, got, storage_class=STORAGE_CLASS, pull_secrets=PULL)
     assert any("upstream '512' != rendered '256'" in d for d in diffs)
     assert any(".env: list length" in d for d in diffs)
+
+
+# --------------------------------------------------------------------------- the command tells the truth
+
+def _fidelity(monkeypatch, capsys, *argv, recipes=None, reference=None):
+    from stacks.__main__ import main
+
+    monkeypatch.delenv("DYNAMO_RECIPES_DIR", raising=False)
+    monkeypatch.delenv("DYNAMO_REFERENCE", raising=False)
+    if recipes is not None:
+        monkeypatch.setenv("DYNAMO_RECIPES_DIR", str(recipes))
+    if reference is not None:
+        monkeypatch.setenv("DYNAMO_REFERENCE", str(reference))
+    rc = main(["fidelity", *argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_missing_reference_tree_fails_with_a_clear_message(monkeypatch, capsys, tmp_path):
+    rc, out, err = _fidelity(monkeypatch, capsys, reference=tmp_path / "nonexistent")
+    assert rc == 2 and "exact" not in out
+    assert "no upstream recipe tree at" in err and "DYNAMO_REFERENCE" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rc, out, err = _fidelity(monkeypatch, capsys, recipes=empty)
+    assert rc == 2 and "holds no upstream deploy file" in err
+
+
+def test_nonexistent_reference_from_the_shell_exits_non_zero():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "DYNAMO_RECIPES_DIR"}
+    out = subprocess.run([sys.executable, "-m", "stacks", "fidelity"], cwd=root, capture_output=True, text=True,
+                         env={**env, "DYNAMO_REFERENCE": "/nonexistent"})
+    assert out.returncode != 0 and "no upstream recipe tree at /nonexistent/dynamo-recipes" in out.stderr
+
+
+def _partial_tree(tmp_path, keep: str):
+    """A reference tree holding one upstream deploy file (and that model's model-cache files)."""
+    import shutil
+
+    dst = tmp_path / "recipes"
+    (dst / keep).parent.mkdir(parents=True)
+    shutil.copy(REF / keep, dst / keep)
+    model = keep.split("/")[0]
+    shutil.copytree(REF / model / "model-cache", dst / model / "model-cache")
+    return dst
+
+
+def test_missing_upstream_file_of_a_target_fails_and_target_reports_only_that_target(monkeypatch, capsys, tmp_path):
+    keep = "nemotron-3.5-lightning/vllm/agg-h100-dspark/deploy.yaml"
+    tree = _partial_tree(tmp_path, keep)
+    rc, out, _ = _fidelity(monkeypatch, capsys, recipes=tree)
+    assert rc == 1
+    assert "MISSING upstream file nemotron-3-ultra/vllm/agg-b200-agentic-1m-2w-kv/deploy.yaml for target ultra-vllm-agg-b200-agentic-1m-2w-kv" in out
+    total = len(catalog.targets())
+    assert f"fidelity: 1/{total} upstream deploy files exact" in out
+
+    rc, out, _ = _fidelity(monkeypatch, capsys, "--target", "lightning-vllm-agg-h100-dspark", recipes=tree)
+    assert rc == 0, out
+    assert out.splitlines() == ["fidelity (lightning-vllm-agg-h100-dspark): 1/1 upstream deploy files exact, "
+                                "2/2 model-cache objects exact; skipped: none"]
+    rc, out, _ = _fidelity(monkeypatch, capsys, "--target", "lightning-vllm-agg-h200-dspark", recipes=tree)
+    assert rc == 1 and "lightning-vllm-agg-h100-dspark" not in out
+    assert out.splitlines()[0] == ("MISSING upstream file nemotron-3.5-lightning/vllm/agg-h200-dspark/deploy.yaml "
+                                   "for target lightning-vllm-agg-h200-dspark")
+    assert out.splitlines()[-1].startswith("fidelity (lightning-vllm-agg-h200-dspark): 0/1 upstream deploy files exact")
+
+
+def test_unknown_target_suggests_the_closest_id(monkeypatch, capsys):
+    rc, out, err = _fidelity(monkeypatch, capsys, "--target", "lightning-vllm-agg-h100-dspak")
+    assert rc == 2 and "did you mean 'lightning-vllm-agg-h100-dspark'?" in err
+
+
+def test_targets_of_our_own_are_reported_as_skipped_not_exact(monkeypatch):
+    from dataclasses import replace
+
+    t = catalog.targets()["lightning-vllm-agg-h100-dspark"]
+    own = replace(t, id="lightning-vllm-agg-h100-dspark-ours", upstream=None)
+    monkeypatch.setitem(catalog.targets(), own.id, own)
+    report = fidelity.check(lambda tid: _render(tid if tid != own.id else t.id), REF, storage_class=STORAGE_CLASS, pull_secrets=PULL)
+    assert report.skipped == [own.id] and own.id not in str(report.exact)
+    assert report.ok and "skipped 1 target(s) without an upstream file: lightning-vllm-agg-h100-dspark-ours" in report.summary()
+
+
+def test_full_check_is_exact():
+    report = fidelity.check(_render, REF, storage_class=STORAGE_CLASS, pull_secrets=PULL)
+    assert report.ok, report.summary()
+    assert len(report.exact) == len(SCOPE) and len(report.cache_exact) >= 8 and not report.skipped
