@@ -12,7 +12,8 @@ from stacks.pulumi_config import raw_config, secret_config_keys
 
 dynamo = pulumi.Config(NS)
 try:  # every check runs before any resource is registered, in the same function `render --stack` uses
-    program = build_program(raw_config(), pulumi.get_stack(), secret_config_keys(), env=dict(os.environ))
+    program = build_program(raw_config(), pulumi.get_stack(), secret_config_keys(), env=dict(os.environ),
+                            aws_region=pulumi.Config("aws").get("region"))
 except ConfigError as err:
     raise pulumi.RunError(str(err)) from None
 cfg, cluster, cluster_plan, plan = program.cfg, program.cluster, program.cluster_plan, program.serving
@@ -36,18 +37,32 @@ else:
     eks = EksGpuCluster("cluster", cluster_plan, opts=pulumi.ResourceOptions(provider=aws_provider))
     provider = k8s.Provider("eks", kubeconfig=eks.kubeconfig)
     sc = cluster_plan.storage_class
-    storage_class = k8s.storage.v1.StorageClass(
-        "model-cache",
-        metadata=sc["metadata"],
-        provisioner=sc["provisioner"],
-        parameters=eks.storage_parameters,
-        reclaim_policy=sc["reclaimPolicy"],
-        volume_binding_mode=sc["volumeBindingMode"],
-        opts=pulumi.ResourceOptions(provider=provider, depends_on=eks.addons + eks.mount_targets),
-    )
+    if sc:  # EFS: access points provisioned per claim
+        storage_class = k8s.storage.v1.StorageClass(
+            "model-cache",
+            metadata=sc["metadata"],
+            provisioner=sc["provisioner"],
+            parameters=eks.storage_parameters,
+            reclaim_policy=sc["reclaimPolicy"],
+            volume_binding_mode=sc["volumeBindingMode"],
+            opts=pulumi.ResourceOptions(provider=provider, depends_on=eks.addons + eks.mount_targets),
+        )
+    else:  # FSx for Lustre: the stack's file system, bound statically to the cache claim
+        pv = cluster_plan.static_pv
+        storage_class = k8s.core.v1.PersistentVolume(
+            "model-cache",
+            metadata=pv["metadata"],
+            spec=eks.static_pv_source.apply(lambda csi: {**pv["spec"], "csi": csi}),
+            opts=pulumi.ResourceOptions(provider=provider, depends_on=eks.addons, retain_on_delete=cluster_plan.protect_cache),
+        )
     # The download starts as soon as storage and the system nodes exist, in parallel with the GPU node group.
     cache_deps = [storage_class, eks.system_nodes]
     graph_deps = [eks.gpu_nodes]
+    if cluster_plan.dra_driver:  # GB200: ComputeDomains (IMEX) through the NVIDIA DRA driver
+        from components.platform import helm_release
+        from stacks.cluster import dra_driver_spec
+
+        graph_deps.append(helm_release("nvidia-dra-driver-gpu", dra_driver_spec(), pulumi.ResourceOptions(provider=provider, depends_on=[eks.gpu_nodes])))
     pulumi.export("clusterName", eks.cluster_name)
     pulumi.export("kubeconfig", eks.kubeconfig)
 
@@ -77,5 +92,20 @@ serving = Serving(
     graph_depends_on=graph_deps,
     redact_secrets=cluster.mode == "render",
 )
+if cluster.mode == "eks":
+    # Secrets and claims in the serving namespace that only this stack can create on its new cluster.
+    ns_deps = [serving.ns.resource] if serving.ns.resource else []
+    if cluster_plan.notes.get("pull_secrets"):
+        from stacks.cluster import dockerconfigjson
+
+        pull = dynamo.get_secret("imagePullSecret") or dynamo.get_secret("ngcApiKey").apply(dockerconfigjson)
+        for obj in cluster_plan.notes["pull_secrets"]:
+            k8s.core.v1.Secret(f"pull-secret-{obj['metadata']['name']}", metadata=obj["metadata"], type=obj["type"],
+                               string_data={".dockerconfigjson": pulumi.Output.secret(pull)},
+                               opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps, additional_secret_outputs=["stringData", "data"]))
+    if cluster_plan.compute_domain:
+        cd = cluster_plan.compute_domain
+        k8s.apiextensions.CustomResource("compute-domain", api_version=cd["apiVersion"], kind=cd["kind"], metadata=cd["metadata"], spec=cd["spec"],
+                                         opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps + graph_deps))
 for key, value in next_steps(plan).items():
     pulumi.export(key, value)

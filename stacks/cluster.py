@@ -556,7 +556,8 @@ def build_cluster_plan(stack: str, cfg: EksConfig, target: Target, dgd: Optional
 
 # --------------------------------------------------------------------------- secrets on a cluster this `up` creates
 
-NGC_KEY = "ngcApiKey"
+NGC_KEY = "ngcApiKey"  # NGC API key: the stack writes the nvcr.io .dockerconfigjson from it
+PULL_SECRET_KEY = "imagePullSecret"  # or a whole .dockerconfigjson (any registry)
 
 
 def check_secrets_on_new_cluster(hf_token_secret_name: Optional[str], image_pull_secrets: tuple[str, ...], raw: dict,
@@ -566,12 +567,13 @@ def check_secrets_on_new_cluster(hf_token_secret_name: Optional[str], image_pull
     if hf_token_secret_name:
         raise ConfigError(f"{NS}:hfTokenSecretName: {hf_token_secret_name!r} names a Secret in the EKS cluster this `pulumi up` creates, "
                           f"so nothing could have made it; remove it and run `pulumi config set --secret {NS}:hfToken <token>`")
-    if NGC_KEY in (raw or {}):
-        raise ConfigError(f"{NS}:{NGC_KEY} is set in plain text; set it as a secret: `pulumi config set --secret {NS}:{NGC_KEY} <key>`")
-    if image_pull_secrets and NGC_KEY not in secret_keys:
+    for key in (NGC_KEY, PULL_SECRET_KEY):
+        if key in (raw or {}):
+            raise ConfigError(f"{NS}:{key} is set in plain text; set it as a secret: `pulumi config set --secret {NS}:{key} <value>`")
+    if image_pull_secrets and not {NGC_KEY, PULL_SECRET_KEY} & set(secret_keys):
         raise ConfigError(f"{NS}:{NGC_KEY} is not set, but {NS}:imagePullSecrets names {list(image_pull_secrets)}, which this stack must create "
-                          f"on its new cluster; run `pulumi config set --secret {NS}:{NGC_KEY} <NGC API key>` (nvcr.io), "
-                          f"or remove {NS}:imagePullSecrets for public images")
+                          f"on its new cluster; run `pulumi config set --secret {NS}:{NGC_KEY} <NGC API key>` (nvcr.io), or set the secret "
+                          f"{NS}:{PULL_SECRET_KEY} to a whole .dockerconfigjson, or remove {NS}:imagePullSecrets for public images")
 
 
 NGC_REGISTRY = "nvcr.io"

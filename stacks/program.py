@@ -79,12 +79,16 @@ def check_secrets(raw: dict[str, Any], secret_keys: frozenset[str], cfg: StackCo
 
 
 def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = frozenset(),
-                  env: Optional[dict[str, str]] = None) -> ProgramPlan:
+                  env: Optional[dict[str, str]] = None, aws_region: Optional[str] = None) -> ProgramPlan:
     """Validate everything (serving keys, cluster keys, secrets) and build the objects.
 
     ``raw``: the plain ``dynamo:`` keys without the namespace; ``secret_keys``: the ``dynamo:``
     keys that are set as Pulumi secrets (their values are never needed here); ``env``: the
-    environment of the ``up`` (None when rendering for review)."""
+    environment of the ``up`` (None when rendering for review); ``aws_region``: the stack's ``aws:region``."""
+    if aws_region:
+        from .cluster import apply_aws_region
+
+        raw = apply_aws_region(raw, aws_region)
     cfg = parse(raw)
     cluster = cluster_config(raw)
     check_secrets(raw, frozenset(secret_keys), cfg, cluster, require_present=env is not None)
@@ -97,14 +101,17 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
         kubeconfig_path(cluster, frozenset(secret_keys), env)
     layers: list[str] = []
     if cluster.mode == "eks":
-        from .cluster import POOL_LABEL, build_cluster_plan, check_fabric_on_eks
+        from .cluster import plan_eks
 
-        target = select_target(cfg)
-        check_fabric_on_eks(target, cfg.fabric_profile)
-        cluster_plan = build_cluster_plan(stack, cluster, target)
-        serving = build_plan(cfg, default_storage_class=cluster_plan.storage_class["metadata"]["name"],
-                             job_node_selector={POOL_LABEL: "system"})
-        layers = ["EKS cluster and node groups", "model-cache file system and StorageClass", "device plugins",
+        # Region, fabric, Secrets only this stack can create, serving objects with the instance's EFA per GPU, node
+        # group sized from the final DGD, GB200 ComputeDomain claims, FSx claim binding (stacks/cluster.py).
+        cluster, cluster_plan, serving = plan_eks(stack, cfg, cluster, raw, frozenset(secret_keys), aws_region=aws_region,
+                                                  require_secrets=env is not None)
+        storage = "StorageClass" if cluster_plan.storage_class else "PersistentVolume"
+        layers = ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
+                  "image pull secrets" if cluster_plan.notes.get("pull_secrets") else "",
+                  "NVIDIA DRA driver" if cluster_plan.dra_driver else "",
+                  "ComputeDomain" if cluster_plan.compute_domain else "",
                   "Dynamo platform" if cluster.platform_wanted() else ""]
         return ProgramPlan(stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x])
     serving = build_plan(cfg)

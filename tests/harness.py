@@ -63,6 +63,8 @@ class Mocks(pmocks.Mocks):
             state["vpcConfig"] = {**state.get("vpcConfig", {}), "clusterSecurityGroupId": "sg-cluster"}
         if args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             state.setdefault("latestVersion", 1)
+        if args.typ == "aws:ec2/placementGroup:PlacementGroup":
+            state.setdefault("name", args.name)  # auto-named by the provider; the launch template reads it
         if args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             state.setdefault("dnsName", f"{args.name}.fsx.mock.amazonaws.com")
             state.setdefault("mountName", "abcdefgh")

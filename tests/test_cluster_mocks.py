@@ -38,12 +38,74 @@ def test_launch_template_carries_every_efa_interface(gpu, instance, interfaces):
 
 
 def test_placement_group_and_capacity_options():
-    run = eks("h100", capacityReservationId="cr-1", marketType="capacity-block")
+    run = eks("h100", capacityReservationId="cr-0123456789abcdef0", marketType="capacity-block")
     lt = run.one("aws:ec2/launchTemplate:LaunchTemplate").inputs
-    assert run.one("aws:ec2/placementGroup:PlacementGroup").inputs["strategy"] == "cluster"
-    assert lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == "cr-1"
-    assert lt["instanceMarketOptions"]["marketType"] == "capacity-block"
+    assert run.by_type("aws:ec2/placementGroup:PlacementGroup") == [] and "placement" not in lt
+    assert lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == "cr-0123456789abcdef0"
+    assert lt["instanceMarketOptions"]["marketType"] == "capacity-block" and lt["instanceType"] == "p5.48xlarge"
+    ng = [r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-gpu")][0]
+    assert ng.inputs["capacityType"] == "CAPACITY_BLOCK" and "instanceTypes" not in ng.inputs
+    assert "scalingConfig.desiredSize" in ng.ignore_changes
+    on_demand = eks("h100")
+    assert on_demand.one("aws:ec2/placementGroup:PlacementGroup").inputs["strategy"] == "cluster"
+    assert on_demand.one("aws:ec2/launchTemplate:LaunchTemplate").inputs["placement"]["groupName"] == "cluster-gpu"
     assert eks("h100", placementGroup=False).by_type("aws:ec2/placementGroup:PlacementGroup") == []
+
+
+def test_fsx_cache_is_one_file_system_bound_by_a_static_volume():
+    run = eks("h100", "disagg", cacheStorage="fsx-lustre")
+    fs = run.one("aws:fsx/lustreFileSystem:LustreFileSystem")
+    assert isinstance(fs.inputs["subnetIds"], str)  # pulumi-aws 7.x: one subnet id
+    assert fs.retain_on_delete  # dynamo:storage.protect defaults on
+    pv = run.one("kubernetes:core/v1:PersistentVolume").inputs["spec"]
+    assert pv["csi"] == {"driver": "fsx.csi.aws.com", "volumeHandle": f"{fs.name}-id",
+                         "volumeAttributes": {"dnsname": f"{fs.name}.fsx.mock.amazonaws.com", "mountname": "abcdefgh"}}
+    pvc = run.one("kubernetes:core/v1:PersistentVolumeClaim").inputs
+    assert pv["claimRef"] == {"namespace": pvc["metadata"]["namespace"], "name": pvc["metadata"]["name"]}
+    assert pvc["spec"]["storageClassName"] == pv["storageClassName"] == "fsx-model-cache"
+    assert run.by_type("kubernetes:storage.k8s.io/v1:StorageClass") == []
+    # the retained file system keeps its network so that destroy does not stop on DependencyViolation
+    kept = {r.type for r in run.resources if r.retain_on_delete and r.type.startswith("aws:")}
+    assert kept == {"aws:fsx/lustreFileSystem:LustreFileSystem", "aws:ec2/subnet:Subnet", "aws:ec2/securityGroup:SecurityGroup", "aws:ec2/vpc:Vpc"}
+
+
+def test_unprotected_cache_leaves_nothing_behind():
+    run = run_program({"gpu": "h100", "topology": "disagg", "storage": {"protect": False},
+                       "cluster": {"mode": "eks", "cacheStorage": "fsx-lustre"}}, TOKEN, stack="h100-disagg")
+    assert not [r.name for r in run.resources if r.retain_on_delete]
+
+
+def test_pull_secret_from_the_ngc_key_stays_secret():
+    from harness import SECRET_SIG
+
+    run = run_program({"gpu": "h100", "imagePullSecrets": ["ngc-secret"], "cluster": {"mode": "eks"}},
+                      {**TOKEN, "ngcApiKey": "nvapi-canary"}, stack="h100-agg")
+    sec = [r for r in run.by_type("kubernetes:core/v1:Secret") if r.inputs["metadata"]["name"] == "ngc-secret"][0]
+    assert sec.inputs["type"] == "kubernetes.io/dockerconfigjson"
+    assert "nvapi-canary" in sec.inputs["stringData"][".dockerconfigjson"]
+    assert SECRET_SIG in str(sec.raw_inputs["stringData"]) and "nvapi-canary" not in str(run.outputs)
+
+
+def test_missing_ngc_key_refused_before_any_resource():
+    import harness
+
+    with pytest.raises(Exception, match="dynamo:ngcApiKey is not set"):
+        run_program({"gpu": "h100", "imagePullSecrets": ["ngc-secret"], "cluster": {"mode": "eks"}}, TOKEN, stack="h100-agg")
+    assert harness.LAST_RUN.resources == []
+
+
+def test_gb200_local_zone_and_compute_domain():
+    run = run_program({"target": "ultra-vllm-disagg-gb200-agentic-1m-1p1d", "fabricProfile": "aws-efa",
+                       "cluster": {"mode": "eks", "marketType": "capacity-block", "capacityReservationId": "cr-0123456789abcdef0",
+                                   "gpuAvailabilityZone": "us-east-1-dfw-2a"}}, TOKEN, stack="gb200")
+    subnets = {r.name: r.inputs["availabilityZone"] for r in run.by_type("aws:ec2/subnet:Subnet")}
+    cluster_subnets = run.one("aws:eks/cluster:Cluster").inputs["vpcConfig"]["subnetIds"]
+    assert "cluster-gpu-local-zone-id" not in cluster_subnets and subnets["cluster-gpu-local-zone"] == "us-east-1-dfw-2a"
+    ng = [r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-gpu")][0]
+    assert ng.inputs["subnetIds"] == ["cluster-gpu-local-zone-id"]
+    assert any(r.inputs.get("chart") == "nvidia-dra-driver-gpu" for r in run.by_type("kubernetes:helm.sh/v3:Release"))
+    cd = run.one("kubernetes:resource.nvidia.com/v1beta1:ComputeDomain")
+    assert cd.inputs["spec"]["numNodes"] == 2
 
 
 def test_gpu_nodegroup_taints_and_labels(h100):
@@ -96,6 +158,8 @@ def test_every_committed_stack_runs_under_mocks(path, tmp_path, monkeypatch):
     cfg = {k: v for k, v in cfg.items() if k not in secrets}
     if "hfTokenSecretName" not in cfg:
         secrets.update(TOKEN)
+    if (cfg.get("cluster") or {}).get("mode") == "eks" and cfg.get("imagePullSecrets"):
+        secrets.setdefault("ngcApiKey", "nvapi-mock")  # `pulumi config set --secret dynamo:ngcApiKey ...` on a real stack
     run = run_program(cfg, secrets, stack=path.name.split(".")[1])
     assert len(run.by_type(DGD)) == 1
     if (cfg.get("cluster") or {}).get("mode") == "eks":
