@@ -492,3 +492,61 @@ def _hint(axis: str, chosen: dict, values: list[str]) -> str:
     if axis == "spec" and chosen.get("gpu") and chosen.get("topology"):
         return f" ({chosen['gpu'].upper()} {'disaggregated' if chosen['topology'] == 'disagg' else 'aggregated'} has {', '.join(values)} only)"
     return ""
+
+
+# --------------------------------------------------------------------------- the protected model cache (issue 9 finding 6)
+#
+# A PVC's spec is immutable after creation except ``resources.requests`` (which may only grow, and only where
+# the StorageClass allows expansion): https://kubernetes.io/docs/concepts/storage/persistent-volumes/. The
+# Kubernetes provider replaces a claim whose storageClassName, accessModes, selector or volumeName changes
+# (pulumi-kubernetes provider/pkg/provider/diff.go, forceNew "PersistentVolumeClaim"), deleting it first
+# because the name stays the same. On a protected cache (retainOnDelete) that delete leaves the claim in
+# the cluster, and the create that follows is a server-side apply onto it: the API server refuses the
+# changed spec, and every later ``up`` fails the same way. So components.serving.ModelCache ignores the
+# immutable fields of a protected claim (the provider plans an update, never a replacement), records
+# the requested ones in CACHE_SPEC_ANNOTATION (so a change does produce an update), and refuses that
+# update in a before_update resource hook (also on preview) with ``cache_migration_error``.
+
+CACHE_SPEC_ANNOTATION = "dynamo.nvidia.com/cache-claim-spec"
+IMMUTABLE_CLAIM_FIELDS = ("storageClassName", "accessModes", "volumeMode", "volumeName", "selector", "dataSource", "dataSourceRef")
+_CLAIM_KEYS = {"storageClassName": "storage.className", "accessModes": "storage.accessMode",
+               "resources.requests.storage": "storage.size"}
+
+
+def claim_spec_summary(spec: dict) -> str:
+    """The immutable part of a claim spec as stable text (the annotation's value)."""
+    return json.dumps({k: spec.get(k) for k in IMMUTABLE_CLAIM_FIELDS if spec.get(k) is not None}, sort_keys=True,
+                      separators=(",", ":"))
+
+
+def _size_of(spec: Any) -> Optional[Decimal]:
+    try:
+        return quantity_bytes(((spec or {}).get("resources") or {}).get("requests", {}).get("storage"))
+    except (ValueError, AttributeError):
+        return None
+
+
+def cache_claim_changes(old_spec: Optional[dict], new_spec: dict) -> list[tuple[str, Any, Any]]:
+    """(field, old, new) for every change the API server refuses on an existing claim: an immutable field,
+    or a smaller size. ``old_spec`` None (no previous claim): nothing."""
+    if not isinstance(old_spec, dict):
+        return []
+    out = [(f, old_spec.get(f), new_spec.get(f)) for f in IMMUTABLE_CLAIM_FIELDS if old_spec.get(f) != new_spec.get(f)]
+    old_size, new_size = _size_of(old_spec), _size_of(new_spec)
+    if old_size is not None and new_size is not None and new_size < old_size:
+        out.append(("resources.requests.storage", old_spec["resources"]["requests"]["storage"],
+                    new_spec["resources"]["requests"]["storage"]))
+    return out
+
+
+def cache_migration_error(changes: list[tuple[str, Any, Any]], claim: str, namespace: str) -> str:
+    """What to do instead of changing the protected cache's claim in place."""
+    what = "; ".join(f"{NS}:{_CLAIM_KEYS.get(f, 'storage (claim spec.' + f + ')')}: {old!r} -> {new!r}" for f, old, new in changes)
+    return (
+        f"{what}: the protected model-cache claim {namespace}/{claim} exists, and Kubernetes cannot change this on an "
+        "existing claim (its class, access modes and volume are fixed, and it can only grow). Nothing was changed. "
+        "To migrate: (1) new claim: keep the current value here, create the new claim yourself (and fill it, or let the "
+        f"download Job do it), then set {NS}:storage.existingClaim to its name; or (2) opt out of protection and "
+        f"start over: `pulumi config set --path {NS}:storage.protect false` with the current value, `pulumi up`, then "
+        "change the value and `pulumi up` again (the old claim and its cached model are deleted and downloaded again)."
+    )

@@ -251,18 +251,20 @@ def _fill(x: Any, ctx: Mapping[str, Any]) -> Any:
         return _PLACEHOLDER.sub(lambda m: str(ctx[m.group(1)]) if m.group(1) in ctx else m.group(0), x)
     if isinstance(x, Mapping):
         return {_fill(k, ctx): _fill(v, ctx) for k, v in x.items()}
-    if isinstance(x, tuple) and x and isinstance(x[0], dict) and len(x) == 2 and isinstance(x[1], dict):
-        return (_fill(x[0], ctx), _fill(x[1], ctx))
     if isinstance(x, (list, tuple)):
         return type(x)(_fill(v, ctx) for v in x)
     return x
 
 
 def context(t, **extra) -> dict[str, Any]:
-    """What a data recipe may name: every target field and param, ``dgd``, ``label``, ``gpu_arch``, ``image``."""
+    """What a data recipe may name: every target field and param, ``dgd``, ``label``, ``gpu_arch``, ``image``,
+    and for an xPyD ``shape`` ``prefill_replicas``/``decode_replicas``."""
     ctx = {f.name: getattr(t, f.name) for f in dataclasses.fields(t) if isinstance(getattr(t, f.name), (str, int, float))}
     g = registry.GPUS.get(t.gpu)
     ctx.update(dgd=t.dgd_name, label=g.label if g else t.gpu, gpu_arch=g.arch if g else "amd64", image=t.image or "")
+    m = re.fullmatch(r"(\d+)P(\d+)D", t.shape or "", re.I)
+    if m:  # xPyD: the prefill and decode replicas
+        ctx.update(prefill_replicas=int(m.group(1)), decode_replicas=int(m.group(2)))
     ctx.update(extra)
     ctx.update({k: v for k, v in t.params.items() if isinstance(v, (str, int, float))})
     return ctx
@@ -270,18 +272,21 @@ def context(t, **extra) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Recipe:
-    """A whole recipe as data: a ConfigMap (``{dgd}-config``, optional) and a DGD of ``components``.
+    """A whole recipe as data: a ConfigMap (``configmap``: its data, optional) and a DGD of ``components``.
 
-    Strings in the components and the ConfigMap may name ``{placeholders}`` (see ``context``);
+    Strings in the components, the ConfigMap and the labels may name ``{placeholders}`` (see ``context``);
     ``gpus`` and ``replicas`` may be placeholders too. ``vars``: family constants (``repo``...).
-    A target's ``params`` override ``vars``. Use it as a family builder: ``builders={"vllm-agg": Recipe(...)}``.
+    A target's ``params`` override ``vars``. ``dgd_labels``: True for the usual name/part-of labels,
+    or the labels. Use it as a family builder: ``builders={"vllm-agg": Recipe(...)}``.
     """
 
     framework: str
     components: Sequence[Component]
     configmap: Optional[Mapping[str, str]] = None
     vars: Mapping[str, Any] = field(default_factory=dict)
-    dgd_labels: bool = True
+    dgd_labels: Any = True
+    configmap_name: str = "{dgd}-config"
+    configmap_labels: Optional[Mapping[str, str]] = None
 
     def __call__(self, t) -> list[dict]:
         ctx = context(t, **self.vars)
@@ -293,6 +298,12 @@ class Recipe:
             comps.append(dataclasses.replace(c, **filled).build())
         out = []
         if self.configmap is not None:
-            out.append(k8s.configmap(f"{t.dgd_name}-config", _fill(dict(self.configmap), ctx)))
-        out.append(k8s.dgd(t.dgd_name, self.framework, comps, with_labels=self.dgd_labels))
+            cm = k8s.configmap(_fill(self.configmap_name, ctx), _fill(dict(self.configmap), ctx))
+            if self.configmap_labels is not None:
+                cm["metadata"]["labels"] = _fill(dict(self.configmap_labels), ctx)
+            out.append(cm)
+        dgd = k8s.dgd(t.dgd_name, self.framework, comps, with_labels=self.dgd_labels is True)
+        if isinstance(self.dgd_labels, Mapping):
+            dgd["metadata"]["labels"] = _fill(dict(self.dgd_labels), ctx)
+        out.append(dgd)
         return out

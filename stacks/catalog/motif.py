@@ -2,8 +2,8 @@
 
 Upstream keeps a kustomize base per deployment shape and renders the
 disaggregated variants from a matrix (topology x target cluster). Here the two
-bases are builders sharing the engine flags, the per-target topology comes
-from the ``shape`` axis, and the Nscale cluster component is an op layer.
+bases are data (``engine.Recipe``) sharing the engine flags, the per-target
+replicas come from the ``shape`` axis, and the Nscale cluster component is an op layer.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 
 from .. import registry, versions
 from . import k8s
-from .engine import Cache, Component, DownloadJob
+from .engine import Cache, Component, DownloadJob, Recipe
 from .model import ModelFamily, Target
 from .ops import FRONTEND, WORKERS, Op, Set, env_insert
 
@@ -55,95 +55,53 @@ KV_EVENTS_ENV = {"DYN_EVENT_PLANE": "zmq", "PYTHONHASHSEED": "0"}
 KV_EVENTS = {"enable_kv_cache_events": True, "publisher": "zmq", "topic": "kv-events", "endpoint": "tcp://*:20080"}
 # NIXL KV transfer between prefill and decode; UCX bundled by NIXL (not HPC-X), no NCCL net plugin.
 NIXL_ENV = {"UCX_RCACHE_MAX_UNRELEASED": "1024", "NCCL_NET_PLUGIN": "none"}
-ROLES = {"prefill": ("PrefillWorker", "kv_producer"), "decode": ("DecodeWorker", "kv_consumer")}
+SPEC = {"method": "mtp", "num_speculative_tokens": MTP_TOKENS}
+SPEC_SYNTHETIC = {**SPEC, "rejection_sample_method": "synthetic", "synthetic_acceptance_length": SYNTHETIC_AL}
+COMPACT = {"separators": (",", ":")}
+CONFIG = "{dgd}-{workload}-config"  # ConfigMap named after the app: the DGD name plus the workload (motif3-agg-b200-chat)
 
 
-def _app(t: Target) -> str:
-    """ConfigMap app name: the DGD name plus the workload (``motif3-agg-b200-chat``)."""
-    return f"{t.dgd_name}-{t.workload}"
-
-
-def _spec_configs(indent: int | None) -> dict[str, str]:
-    """MTP config as JSON: the agg base writes it indented, the rendered disagg manifests compact."""
-    dump = (lambda c: json.dumps(c, indent=indent)) if indent else (lambda c: json.dumps(c, separators=(",", ":")))
-    real = {"method": "mtp", "num_speculative_tokens": MTP_TOKENS}
-    synthetic = {**real, "rejection_sample_method": "synthetic", "synthetic_acceptance_length": SYNTHETIC_AL}
-    return {"speculative-config": dump(real), "speculative-config-synthetic": dump(synthetic)}
-
-
-def _configmap(t: Target) -> dict:
-    kv = t.routing == "kv"
-    data = {"kv-events-config": json.dumps(KV_EVENTS, separators=(",", ":"))} if kv else {}
-    data.update(_spec_configs(None if t.topology == "disagg" else 2))
-    cm = k8s.configmap(f"{_app(t)}-config", data)
-    cm["metadata"]["labels"] = k8s.labels(_app(t))
-    return cm
-
-
-def _dgd(t: Target, components: list[dict]) -> dict:
-    dgd = k8s.dgd(t.dgd_name, "vllm", components, with_labels=False)
-    dgd["metadata"]["labels"] = {"app.kubernetes.io/name": t.dgd_name}
-    return dgd
-
-
-def _frontend(t: Target) -> dict:
-    kv = t.routing == "kv"
-    env = {**OFFLINE_ENV, **(KV_EVENTS_ENV if kv else {}), "HF_HOME": CACHE_MOUNT, "DYN_ROUTER_MODE": t.routing}
-    if kv:
-        env["DYN_ROUTER_USE_KV_EVENTS"] = "true"
-    return Component("Frontend", "frontend", t.image, ("python3",), FRONTEND_ARGS, env, resources={}, cache=CACHE, pull_secrets=False,
-                     runtime_version=RUNTIME_VERSION).build()
-
-
-WORKER_SECURITY = {"runAsUser": 0, "runAsGroup": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"]}}
-
-
-def _worker(t: Target, name: str, replicas: int, command: list[str], args: list[str], env: dict) -> dict:
-    """A TP2 worker: two GPUs, the GPU taint toleration, model cache; no probes or affinity upstream."""
-    return Component(name, "worker", t.image, command, args, env, replicas=replicas, gpus=TP, shm=SHM, cache=CACHE, pull_secrets=False,
-                     security=WORKER_SECURITY, tolerations=(k8s.GPU_TOLERATION,), runtime_version=RUNTIME_VERSION).build()
-
-
-def _worker_env(t: Target) -> dict:
-    cm = f"{_app(t)}-config"
-    env = {
-        **(KV_EVENTS_ENV if t.routing == "kv" else {}),
-        "HF_HOME": CACHE_MOUNT,
-        "DYN_SELF_HOST_METADATA": "1",
-        **OFFLINE_ENV,
-        "VLLM_USE_V2_MODEL_RUNNER": "1",
-        "DYN_HEALTH_CHECK_REQUEST_TIMEOUT": "300",
-        "SPECULATIVE_CONFIG": {"valueFrom": {"configMapKeyRef": {"name": cm, "key": "speculative-config"}}},
-    }
-    if t.routing == "kv":
-        env["KV_EVENTS_CONFIG"] = {"valueFrom": {"configMapKeyRef": {"name": cm, "key": "kv-events-config"}}}
-    return env
-
-
-def vllm_agg(t: Target) -> list[dict]:
-    """The kustomize base ``agg-b200-chat/base``: one TP2 worker behind a round-robin frontend."""
-    worker = _worker(t, "Worker", 1, ["python3", "-m", "dynamo.vllm"], list(ENGINE_ARGS), _worker_env(t))
-    return [_configmap(t), _dgd(t, [_frontend(t), worker])]
+def _ref(key: str) -> dict:
+    return {"valueFrom": {"configMapKeyRef": {"name": CONFIG, "key": key}}}
 
 
 def _kv_transfer(role: str) -> str:
-    cfg = {"kv_connector": "NixlConnector", "kv_role": role, "kv_buffer_device": "cuda", "kv_connector_extra_config": {"backends": ["UCX"]}}
-    return json.dumps(cfg, separators=(",", ":"))
+    return json.dumps({"kv_connector": "NixlConnector", "kv_role": role, "kv_buffer_device": "cuda",
+                       "kv_connector_extra_config": {"backends": ["UCX"]}}, **COMPACT)
 
 
-def vllm_disagg(t: Target) -> list[dict]:
-    """xPyD: ``shape`` sets the prefill replicas; roles are chosen by ``--disaggregation-mode`` (both type ``worker``)."""
-    prefill_replicas, decode_replicas = (int(n) for n in t.shape.upper().rstrip("D").split("P"))
-    comps = [_frontend(t)]
-    for mode, replicas in (("prefill", prefill_replicas), ("decode", decode_replicas)):
-        name, role = ROLES[mode]
-        args = ["-m", "dynamo.vllm", *ENGINE_ARGS, f"--disaggregation-mode={mode}", f"--kv-transfer-config={_kv_transfer(role)}",
-                "--enable-prefix-caching", "--kv-events-config=$(KV_EVENTS_CONFIG)"]
-        env = {**_worker_env(t), **NIXL_ENV}
-        if mode == "prefill":
-            env["DYN_HEALTH_CHECK_ENABLED"] = "false"  # upstream disables health checks on prefill only
-        comps.append(_worker(t, name, replicas, ["python3"], args, env))
-    return [_configmap(t), _dgd(t, comps)]
+WORKER_ENV = {"HF_HOME": CACHE_MOUNT, "DYN_SELF_HOST_METADATA": "1", **OFFLINE_ENV, "VLLM_USE_V2_MODEL_RUNNER": "1",
+              "DYN_HEALTH_CHECK_REQUEST_TIMEOUT": "300", "SPECULATIVE_CONFIG": _ref("speculative-config")}
+KV_WORKER_ENV = {**KV_EVENTS_ENV, **WORKER_ENV, "KV_EVENTS_CONFIG": _ref("kv-events-config"), **NIXL_ENV}
+# Every component: runtimeVersionOverride, the model cache, no pull secrets; workers are TP2 with the GPU taint toleration
+# (no probes or affinity upstream).
+COMMON = {"cache": CACHE, "pull_secrets": False, "runtime_version": RUNTIME_VERSION}
+WORKER = {**COMMON, "gpus": TP, "shm": SHM, "security": {"runAsUser": 0, "runAsGroup": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"]}},
+          "tolerations": (k8s.GPU_TOLERATION,)}
+LABELS = {"dgd_labels": {"app.kubernetes.io/name": "{dgd}"}, "configmap_name": CONFIG,
+          "configmap_labels": {"app.kubernetes.io/name": "{dgd}-{workload}", "app.kubernetes.io/part-of": "dynamo"}}
+
+# The kustomize base ``agg-b200-chat/base``: one TP2 worker behind a round-robin frontend (MTP config written indented).
+AGG = Recipe("vllm", (
+    Component("Frontend", "frontend", "{image}", ("python3",), FRONTEND_ARGS, {**OFFLINE_ENV, "HF_HOME": CACHE_MOUNT, "DYN_ROUTER_MODE": "{routing}"},
+              resources={}, **COMMON),
+    Component("Worker", "worker", "{image}", ("python3", "-m", "dynamo.vllm"), ENGINE_ARGS, WORKER_ENV, **WORKER),
+), configmap={"speculative-config": json.dumps(SPEC, indent=2), "speculative-config-synthetic": json.dumps(SPEC_SYNTHETIC, indent=2)}, **LABELS)
+
+# xPyD with KV routing: ``shape`` sets the replicas; roles are chosen by ``--disaggregation-mode`` (both type ``worker``);
+# upstream disables health checks on prefill only. The rendered disagg manifests write the JSON compact.
+DISAGG = Recipe("vllm", (
+    Component("Frontend", "frontend", "{image}", ("python3",), FRONTEND_ARGS,
+              {**OFFLINE_ENV, **KV_EVENTS_ENV, "HF_HOME": CACHE_MOUNT, "DYN_ROUTER_MODE": "{routing}", "DYN_ROUTER_USE_KV_EVENTS": "true"},
+              resources={}, **COMMON),
+    *(Component(name, "worker", "{image}", ("python3",),
+                ("-m", "dynamo.vllm", *ENGINE_ARGS, f"--disaggregation-mode={mode}", f"--kv-transfer-config={_kv_transfer(role)}",
+                 "--enable-prefix-caching", "--kv-events-config=$(KV_EVENTS_CONFIG)"),
+                {**KV_WORKER_ENV, **({"DYN_HEALTH_CHECK_ENABLED": "false"} if mode == "prefill" else {})},
+                replicas="{%s_replicas}" % mode, **WORKER)
+      for mode, name, role in (("prefill", "PrefillWorker", "kv_producer"), ("decode", "DecodeWorker", "kv_consumer"))),
+), configmap={"kv-events-config": json.dumps(KV_EVENTS, **COMPACT), "speculative-config": json.dumps(SPEC, **COMPACT),
+              "speculative-config-synthetic": json.dumps(SPEC_SYNTHETIC, **COMPACT)}, **LABELS)
 
 
 # --------------------------------------------------------------------------- cluster layers
@@ -215,7 +173,7 @@ FAMILY = ModelFamily(
     short="motif",
     served_model=REPO,
     cache=CACHE,
-    builders={"vllm-agg": vllm_agg, "vllm-disagg": vllm_disagg},
+    builders={"vllm-agg": AGG, "vllm-disagg": DISAGG},
     cache_job_builders={"model-download": DOWNLOAD_JOB},
     defaults={"gpu": "b200", "runtime": "vllm", "topology": "agg", "shape": "2P1D", "fabric": "none", "profile": "generic"},
     targets=TARGETS,
