@@ -12,7 +12,7 @@ from .. import registry, versions
 from . import k8s
 from .engine import DownloadJob
 from .lightning_base import CACHE, DRAFT_SUFFIX, MODEL, PERF_FIRST, PERF_MAIN, REPO, frontend, gpu_worker
-from .lightning_trtllm import TRTLLM_TARGETS, trtllm_agg
+from .lightning_trtllm import AGG as TRTLLM_AGG, TRTLLM_TARGETS
 from .model import ModelFamily, Perf, Target
 from .ops import FRONTEND, WORKERS, Append, Op, Set
 
@@ -321,7 +321,7 @@ FAMILY = ModelFamily(
     short="lightning",
     served_model=REPO["nvfp4"],
     cache=CACHE,
-    builders={"vllm-agg": vllm_agg, "vllm-disagg": vllm_disagg, "trtllm-agg": trtllm_agg},
+    builders={"vllm-agg": vllm_agg, "vllm-disagg": vllm_disagg, "trtllm-agg": TRTLLM_AGG},
     cache_job_builders={"model-download": download_job("model-download", "nvfp4"), "model-download-bf16": download_job("model-download-bf16", "bf16")},
     defaults={"gpu": "h100", "runtime": "vllm", "topology": "agg", "spec": ("dspark", "mtp"), "routing": "single", "profile": "current",
               "precision": {"h100": "nvfp4", "h200": "nvfp4", "b200": "bf16", "gb200": "bf16"}},

@@ -25,19 +25,20 @@ FRONTEND_ENV = {
     "HF_MODULES_CACHE": "/tmp/hf_modules",
 }
 WORKER_SECURITY = {"runAsUser": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}}
+# The frontend: model cache mounted, HF offline, /health startup probe.
+FRONTEND = {"env": FRONTEND_ENV, "resources": {}, "startup_probe": k8s.http_probe("/health", 8000, 10, 60, 60), "cache": CACHE}
+# A one-GPU worker: GPU affinity (``affinity``: the GPU) and taint toleration, model cache, /dev/shm, 128Gi memory.
+SHM = "40Gi"
+WORKER = {"gpus": 1, "requests": {"memory": "128Gi"}, "shm": SHM, "cache": CACHE, "working_dir": "/workspace/", "security": WORKER_SECURITY,
+          "startup_probe": k8s.http_probe("/live", 9090, 30, 20, 120), "tolerations": (k8s.GPU_TOLERATION,)}
 
 
 def frontend(image: str, args: list[str]) -> dict:
-    """The Lightning frontend: model cache mounted, HF offline, /health startup probe."""
-    return Component("Frontend", "frontend", image, ("python3",), args, FRONTEND_ENV, resources={},
-                     startup_probe=k8s.http_probe("/health", 8000, 10, 60, 60), cache=CACHE).build()
+    return Component("Frontend", "frontend", image, ("python3",), args, **FRONTEND).build()
 
 
 def gpu_worker(name: str, kind: str, image: str, gpu: str, command: list[str], args: list[str], env: list[dict], *,
-               devices: dict | None = None, volumes: tuple = (), shm_size: str = "40Gi", memory: str = "128Gi") -> dict:
-    """A one-GPU Lightning worker: GPU affinity and taint toleration, model cache, /dev/shm; ``devices``: fabric resources."""
-    return Component(
-        name, kind, image, command, args, env, gpus=1, devices=devices or {}, requests={"memory": memory}, shm=shm_size,
-        cache=CACHE, volumes=(shm(shm_size),) + tuple(volumes), working_dir="/workspace/", security=WORKER_SECURITY,
-        startup_probe=k8s.http_probe("/live", 9090, 30, 20, 120), affinity=registry.label(gpu), tolerations=(k8s.GPU_TOLERATION,),
-    ).build()
+               devices: dict | None = None) -> dict:
+    """A Lightning worker on ``gpu``; ``devices``: the fabric's extended resources (EFA, RDMA)."""
+    return Component(name, kind, image, command, args, env, devices=devices or {}, volumes=(shm(SHM),), affinity=registry.label(gpu),
+                     **WORKER).build()

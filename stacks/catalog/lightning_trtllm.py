@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from .. import registry, versions
 from . import k8s
-from .lightning_base import MODEL, PERF_FIRST, PERF_MAIN, REPO, frontend, gpu_worker
+from .engine import Component, Recipe, shm
+from .lightning_base import FRONTEND, MODEL, PERF_FIRST, PERF_MAIN, REPO, SHM, WORKER
 from .model import Perf, Target
 
 ENGINE_CONFIG_HEAD = """backend: pytorch
@@ -51,36 +52,36 @@ TRTLLM_ENV_TAIL = {
 }
 
 
-def engine_config(t: Target) -> str:
+def engine_config(gpu: str, spec: str, precision: str) -> str:
     """The ``agg.yaml`` text exactly as upstream writes it (comments included)."""
-    text = ENGINE_CONFIG_HEAD + (ENGINE_CONFIG_BLACKWELL_KV if registry.gpu(t.gpu).blackwell else "") + ENGINE_CONFIG_MOE
-    if t.spec == "mtp":
-        tokens, al = MTP_DRAFT[t.gpu]
-        text += ENGINE_CONFIG_MTP.format(al=al, tokens=tokens, repo=REPO[t.precision])
+    text = ENGINE_CONFIG_HEAD + (ENGINE_CONFIG_BLACKWELL_KV if registry.gpu(gpu).blackwell else "") + ENGINE_CONFIG_MOE
+    if spec == "mtp":
+        tokens, al = MTP_DRAFT[gpu]
+        text += ENGINE_CONFIG_MTP.format(al=al, tokens=tokens, repo=REPO[precision])
     return text
 
 
-def trtllm_agg(t: Target) -> list[dict]:
-    image, repo, cm = t.image, REPO[t.precision], f"{t.dgd_name}-config"
-    fe = frontend(image, ["-m", "dynamo.frontend", "--router-mode", "round-robin", "--http-port", "8000"])
-    args = [
-        "-m", "dynamo.trtllm", "--model", repo, "--served-model-name", repo, "--tensor-parallel-size", "1",
+WORKER_ENV = {
+    "POD_UID": {"valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    "HF_HOME": "/model-cache",
+    "HF_HUB_OFFLINE": "1",
+    "HF_MODULES_CACHE": "/tmp/hf_modules",
+    "TRITON_CACHE_DIR": "/tmp/.triton-cache",
+    "NCCL_IB_DISABLE": "1",
+    "PYTHONHASHSEED": "0",
+    **TRTLLM_ENV_TAIL,
+}
+# The engine config (ConfigMap key agg.yaml) mounted read-only at /config.
+ENGINE_CONFIG_VOLUME = ({"name": "trtllm-config", "configMap": {"name": "{dgd}-config"}}, k8s.mount("trtllm-config", "/config", read_only=True))
+AGG = Recipe("trtllm", (
+    Component("Frontend", "frontend", "{image}", ("python3",), ("-m", "dynamo.frontend", "--router-mode", "round-robin", "--http-port", "8000"),
+              **FRONTEND),
+    Component("agg", "worker", "{image}", ("python3",), (
+        "-m", "dynamo.trtllm", "--model", "{repo}", "--served-model-name", "{repo}", "--tensor-parallel-size", "1",
         "--max-num-tokens", "32768", "--max-batch-size", "512", "--extra-engine-args", "/config/agg.yaml",
         "--disaggregation-mode", "agg", "--dyn-tool-call-parser", "nemotron_nano", "--dyn-reasoning-parser", "nemotron_nano",
-    ]
-    env = k8s.envs({
-        "POD_UID": {"valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-        "HF_HOME": "/model-cache",
-        "HF_HUB_OFFLINE": "1",
-        "HF_MODULES_CACHE": "/tmp/hf_modules",
-        "TRITON_CACHE_DIR": "/tmp/.triton-cache",
-        "NCCL_IB_DISABLE": "1",
-        "PYTHONHASHSEED": "0",
-        **TRTLLM_ENV_TAIL,
-    })
-    config = ({"name": "trtllm-config", "configMap": {"name": cm}}, k8s.mount("trtllm-config", "/config", read_only=True))
-    worker = gpu_worker("agg", "worker", image, t.gpu, ["python3"], args, env, volumes=(config,))
-    return [k8s.configmap(cm, {"agg.yaml": engine_config(t)}), k8s.dgd(t.dgd_name, "trtllm", [fe, worker])]
+    ), WORKER_ENV, volumes=(shm(SHM), ENGINE_CONFIG_VOLUME), affinity="{gpu}", **WORKER),
+), configmap={"agg.yaml": "{engine_config}"})
 
 
 def _trtllm(dirname: str, gpu: str, spec: str, precision: str, perf: tuple | None, perf_source: str, *, dgd: str | None = None) -> Target:
@@ -91,6 +92,7 @@ def _trtllm(dirname: str, gpu: str, spec: str, precision: str, perf: tuple | Non
         model=MODEL, runtime="trtllm", gpu=gpu, topology="agg", spec=spec, routing="round-robin", precision=precision, fabric="none",
         profile="current" if perf_source == PERF_MAIN else "legacy",
         dgd_name=dgd or f"trtllm-{dirname}", family="trtllm-agg",
+        params={"repo": REPO[precision], "engine_config": engine_config(gpu, spec, precision)},
         experimental=True,
         perf=Perf(*perf, source=perf_source) if perf else None,
         cache_jobs=("model-download-bf16" if precision == "bf16" else "model-download",),
