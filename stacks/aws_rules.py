@@ -1,0 +1,588 @@
+"""AWS rules suite: one function per documented AWS constraint, run on the resource graph a stack registers.
+
+Each rule takes a ``Graph`` (the recorded registrations: ``type``, ``name``, ``inputs``, ``retain_on_delete``,
+``ignore_changes``, ``dependencies``; tests/harness.py ``run_program`` records them under mocks, where a
+resource's id is ``<name>-id``) and returns violations, one line each. The mocks accept any request; these
+rules are what AWS would refuse or misbuild. Each docstring names the AWS page the constraint comes from.
+``check(graph)`` runs them all; ``RULES`` maps a rule to the issue-8 finding it guards.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Optional
+
+from .cluster import EFS_CLIENT_MBPS, kubernetes_versions, pack
+from .gpus import INSTANCES
+
+NODEGROUP = "aws:eks/nodeGroup:NodeGroup"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+PLACEMENT_GROUP = "aws:ec2/placementGroup:PlacementGroup"
+SUBNET = "aws:ec2/subnet:Subnet"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
+VPC = "aws:ec2/vpc:Vpc"
+EKS = "aws:eks/cluster:Cluster"
+FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
+EFS = "aws:efs/fileSystem:FileSystem"
+PV = "kubernetes:core/v1:PersistentVolume"
+PVC = "kubernetes:core/v1:PersistentVolumeClaim"
+SECRET = "kubernetes:core/v1:Secret"
+STORAGE_CLASS = "kubernetes:storage.k8s.io/v1:StorageClass"
+DGD = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
+JOB = "kubernetes:batch/v1:Job"
+HELM = "kubernetes:helm.sh/v3:Release"
+COMPUTE_DOMAIN = "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain"
+AZ = re.compile(r"[a-z]{2}(?:-gov)?-[a-z]+-\d[a-z]")
+
+
+@dataclass
+class Res:
+    type: str
+    name: str
+    inputs: dict
+    retain_on_delete: bool = False
+    ignore_changes: tuple = ()
+    dependencies: tuple = ()
+    urn: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}-id"  # the mocks' id for a resource
+
+
+class Graph:
+    """The registrations of one program run, with look-ups by type and by (mock) id."""
+
+    def __init__(self, resources: Iterable[Any]):
+        self.resources = [
+            r if isinstance(r, Res) else Res(r.type, r.name, r.inputs, bool(getattr(r, "retain_on_delete", False)),
+                                             tuple(getattr(r, "ignore_changes", ()) or ()), tuple(getattr(r, "dependencies", ()) or ()),
+                                             getattr(r, "urn", ""))
+            for r in resources
+        ]
+
+    def of(self, typ: str) -> list[Res]:
+        return [r for r in self.resources if r.type == typ]
+
+    def by_id(self, rid: Any, typ: str) -> Optional[Res]:
+        return next((r for r in self.of(typ) if r.id == rid), None)
+
+    def k8s(self, typ: str, name: str, namespace: Optional[str] = None) -> Optional[Res]:
+        for r in self.of(typ):
+            meta = r.inputs.get("metadata") or {}
+            if meta.get("name") == name and (namespace is None or meta.get("namespace") == namespace):
+                return r
+        return None
+
+
+Rule = Callable[[Graph], list[str]]
+RULES: dict[Rule, tuple[int, ...]] = {}
+
+
+def rule(*findings: int):
+    def deco(fn: Rule) -> Rule:
+        RULES[fn] = findings
+        return fn
+    return deco
+
+
+def check(graph: Graph, rules: Iterable[Rule] = ()) -> list[str]:
+    out = []
+    for fn in list(rules) or list(RULES):
+        out += [f"{fn.__name__}: {v}" for v in fn(graph)]
+    return out
+
+
+def _get(d: Any, *path, default=None):
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return default
+        d = d[p]
+    return d
+
+
+def _launch_template(g: Graph, ng: Res) -> Optional[Res]:
+    return g.by_id(_get(ng.inputs, "launchTemplate", "id"), LAUNCH_TEMPLATE)
+
+
+def _instance_type(g: Graph, ng: Res) -> Optional[str]:
+    lt = _launch_template(g, ng)
+    types = ng.inputs.get("instanceTypes") or []
+    return (lt.inputs.get("instanceType") if lt else None) or (types[0] if types else None)
+
+
+def _gpu_nodegroups(g: Graph) -> list[Res]:
+    return [ng for ng in g.of(NODEGROUP) if _instance_type(g, ng) in INSTANCES]
+
+
+def _efa_devices(lt: Optional[Res]) -> int:
+    nis = (lt.inputs.get("networkInterfaces") if lt else None) or []
+    return sum(1 for n in nis if n.get("interfaceType") in ("efa", "efa-only"))
+
+
+# --------------------------------------------------------------------------- finding 1: Capacity Blocks
+
+
+@rule(1)
+def capacity_block_launch_template(g: Graph) -> list[str]:
+    """A managed node group on a Capacity Block uses a launch template that carries ``InstanceType``,
+    ``InstanceMarketOptions.MarketType = capacity-block`` and ``CapacityReservationSpecification`` targeting the
+    block; the node group's capacity type is ``CAPACITY_BLOCK`` and it names no ``instanceTypes``.
+    Source: EKS user guide, "Create a managed node group with Capacity Blocks for ML" (capacity-blocks-mng);
+    the same launch template contract in AWS PCS "Configure a compute node group to use a Capacity Block"."""
+    out = []
+    for ng in g.of(NODEGROUP):
+        lt = _launch_template(g, ng)
+        cb_ng = ng.inputs.get("capacityType") == "CAPACITY_BLOCK"
+        cb_lt = bool(lt) and _get(lt.inputs, "instanceMarketOptions", "marketType") == "capacity-block"
+        if cb_lt and not cb_ng:
+            out.append(f"{ng.name}: launch template {lt.name} is capacity-block but capacityType is {ng.inputs.get('capacityType')!r}")
+        if not cb_ng:
+            continue
+        if lt is None:
+            out.append(f"{ng.name}: CAPACITY_BLOCK node group without a launch template")
+            continue
+        if not cb_lt:
+            out.append(f"{ng.name}: launch template {lt.name} has no instanceMarketOptions.marketType capacity-block")
+        if not lt.inputs.get("instanceType"):
+            out.append(f"{ng.name}: launch template {lt.name} has no instanceType")
+        if not _get(lt.inputs, "capacityReservationSpecification", "capacityReservationTarget", "capacityReservationId"):
+            out.append(f"{ng.name}: launch template {lt.name} targets no capacity reservation")
+        if ng.inputs.get("instanceTypes"):
+            out.append(f"{ng.name}: CAPACITY_BLOCK node group names instanceTypes {ng.inputs['instanceTypes']} (must be on the launch template only)")
+    return out
+
+
+@rule(1)
+def instance_type_in_one_place(g: Graph) -> list[str]:
+    """The instance type is set in the launch template or in the node group, not both.
+    Source: EKS user guide, "Customize managed nodes with launch templates" (launch-templates: instance types)."""
+    out = []
+    for ng in g.of(NODEGROUP):
+        lt = _launch_template(g, ng)
+        if lt and lt.inputs.get("instanceType") and ng.inputs.get("instanceTypes"):
+            out.append(f"{ng.name}: instance type both in launch template {lt.name} and in instanceTypes")
+        if not _instance_type(g, ng):
+            out.append(f"{ng.name}: no instance type in the node group or its launch template")
+    return out
+
+
+# --------------------------------------------------------------------------- finding 2: placement groups
+
+
+@rule(2)
+def no_placement_group_with_reservation(g: Graph) -> list[str]:
+    """No cluster placement group when a launch template targets a capacity reservation or block: instances
+    of a Capacity Block are already placed together in an UltraCluster, and a targeted On-Demand Capacity
+    Reservation launches only into the placement group it was created in.
+    Source: EC2 API reference ``CapacityBlock``; EC2 user guide "Placement group rules and limitations" and
+    "Capacity Reservations for cluster placement groups"."""
+    out = []
+    for lt in g.of(LAUNCH_TEMPLATE):
+        if _get(lt.inputs, "capacityReservationSpecification", "capacityReservationTarget") and _get(lt.inputs, "placement", "groupName"):
+            out.append(f"{lt.name}: targets a capacity reservation and places instances in placement group {_get(lt.inputs, 'placement', 'groupName')}")
+    return out
+
+
+@rule(2)
+def on_demand_efa_in_cluster_placement_group(g: Graph) -> list[str]:
+    """On-demand EFA nodes (no reservation) launch into a cluster placement group, for the lowest latency between
+    them. Source: EC2 user guide "Get started with EFA" (launch into a cluster placement group); EKS user guide
+    "Manage EFA devices on Amazon EKS" (placement groups)."""
+    out = []
+    for ng in _gpu_nodegroups(g):
+        lt = _launch_template(g, ng)
+        if _efa_devices(lt) and not _get(lt.inputs, "capacityReservationSpecification", "capacityReservationTarget"):
+            group = _get(lt.inputs, "placement", "groupName")
+            if not group or not any(pg.inputs.get("strategy") == "cluster" and pg.inputs.get("name", pg.name) == group for pg in g.of(PLACEMENT_GROUP)):
+                out.append(f"{ng.name}: on-demand EFA node group without a cluster placement group")
+    return out
+
+
+# --------------------------------------------------------------------------- finding 3: GB200 UltraServers, zones
+
+
+@rule(3)
+def ultraserver_only_as_capacity_block(g: Graph) -> list[str]:
+    """``p6e-gb200.36xlarge`` is sold only inside UltraServers (u-p6e-gb200x36: 9 instances, x72: 18), through
+    Capacity Blocks; EKS supports it from Kubernetes 1.33 with the AL2023 ARM NVIDIA AMI.
+    Source: EKS user guide "Use P6e-GB200 UltraServers with Amazon EKS" (ml-eks-nvidia-ultraserver)."""
+    out = []
+    for ng in g.of(NODEGROUP):
+        it = _instance_type(g, ng)
+        if it in INSTANCES and INSTANCES[it].ultraserver:
+            if ng.inputs.get("capacityType") != "CAPACITY_BLOCK":
+                out.append(f"{ng.name}: {it} with capacityType {ng.inputs.get('capacityType')!r}, not CAPACITY_BLOCK")
+            if ng.inputs.get("amiType") != "AL2023_ARM_64_NVIDIA":
+                out.append(f"{ng.name}: {it} with amiType {ng.inputs.get('amiType')!r}, not AL2023_ARM_64_NVIDIA")
+            if int(_get(ng.inputs, "scalingConfig", "maxSize", default=0)) > 18:
+                out.append(f"{ng.name}: {it} maxSize above 18 (the largest UltraServer)")
+    return out
+
+
+@rule(3)
+def capacity_block_in_one_zone(g: Graph) -> list[str]:
+    """Capacity Block instances launch only in subnets of the block's Availability Zone, so a CAPACITY_BLOCK node
+    group's subnets are all in one zone. Source: EC2 user guide "Launch instances using Capacity Blocks"
+    (capacity-blocks-launch); terraform-aws-eks-blueprints pattern ml-capacity-block."""
+    out = []
+    for ng in g.of(NODEGROUP):
+        if ng.inputs.get("capacityType") != "CAPACITY_BLOCK":
+            continue
+        zones = {(_s.inputs.get("availabilityZone") if (_s := g.by_id(sid, SUBNET)) else None) for sid in ng.inputs.get("subnetIds") or []}
+        if len(zones) != 1 or None in zones:
+            out.append(f"{ng.name}: CAPACITY_BLOCK node group subnets span zones {sorted(map(str, zones))}")
+    return out
+
+
+@rule(3)
+def eks_cluster_subnets_in_two_availability_zones(g: Graph) -> list[str]:
+    """The EKS cluster's subnets are in at least two Availability Zones, and none is in a Local Zone (a Local Zone
+    subnet serves node groups only). Source: EKS user guide "View Amazon EKS networking requirements for VPC and
+    subnets" (network-reqs); "Launch low-latency EKS clusters with AWS Local Zones"."""
+    out = []
+    for c in g.of(EKS):
+        zones = []
+        for sid in _get(c.inputs, "vpcConfig", "subnetIds", default=[]) or []:
+            sn = g.by_id(sid, SUBNET)
+            zone = sn.inputs.get("availabilityZone") if sn else None
+            if zone is None or not AZ.fullmatch(zone):
+                out.append(f"{c.name}: subnet {sid} in {zone!r} is not an Availability Zone subnet")
+            zones.append(zone)
+        if len({z for z in zones if z}) < 2:
+            out.append(f"{c.name}: subnets in {sorted({str(z) for z in zones})}: EKS needs two or more Availability Zones")
+    return out
+
+
+@rule(3)
+def gb200_nvlink_domain_has_dra_and_compute_domain(g: Graph) -> list[str]:
+    """GB200 nodes run the NVIDIA DRA driver (ComputeDomains, IMEX); when a ComputeDomain is registered every GPU
+    worker of the DGD claims its channel. Source: EKS user guide "Use P6e-GB200 UltraServers with Amazon EKS"
+    (DRA, NVIDIA DRA driver, ComputeDomain); NVIDIA "DRA Driver for GPUs" (ComputeDomains)."""
+    out = []
+    gb200 = [ng for ng in _gpu_nodegroups(g) if INSTANCES[_instance_type(g, ng)].ultraserver]
+    if not gb200:
+        return out
+    if not any(r.inputs.get("chart") == "nvidia-dra-driver-gpu" for r in g.of(HELM)):
+        out.append("GB200 node group without the nvidia-dra-driver-gpu release")
+    for cd in g.of(COMPUTE_DOMAIN):
+        template = _get(cd.inputs, "spec", "channel", "resourceClaimTemplate", "name")
+        for dgd in g.of(DGD):
+            for comp in _get(dgd.inputs, "spec", "components", default=[]):
+                pod = comp["podTemplate"]["spec"]
+                if not any("nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers", [])):
+                    continue
+                if not any(c.get("resourceClaimTemplateName") == template for c in pod.get("resourceClaims") or []):
+                    out.append(f"{comp['name']}: no claim on ComputeDomain channel {template}")
+    return out
+
+
+# --------------------------------------------------------------------------- finding 4: FSx for Lustre
+
+
+@lru_cache(maxsize=None)
+def _sdk_params(typ: str) -> dict[str, str]:
+    """``{camelCaseInput: annotation}`` of a pulumi-aws resource's Args class, from the installed SDK."""
+    import importlib
+
+    m = re.fullmatch(r"aws:([a-zA-Z0-9]+)/[a-zA-Z0-9]+:([A-Za-z0-9]+)", typ)
+    if not m:
+        return {}
+    try:
+        args = getattr(importlib.import_module(f"pulumi_aws.{m[1]}"), f"{m[2]}Args")
+    except (ImportError, AttributeError):
+        return {}
+    out = {}
+    for name, p in inspect.signature(args.__init__).parameters.items():
+        if name != "self":
+            head, *rest = name.split("_")
+            out[head + "".join(x.title() for x in rest)] = str(p.annotation)
+    return out
+
+
+@rule(4)
+def argument_types_match_the_installed_sdk(g: Graph) -> list[str]:
+    """Every pulumi-aws argument has the shape the installed SDK declares: a list where it takes a Sequence, a
+    single value where it does not (pulumi-aws 7.x ``aws.fsx.LustreFileSystem(subnet_ids=...)`` is one string).
+    Source: pulumi-aws SDK ``pulumi_aws/fsx/lustre_file_system.py``; FSx API ``CreateFileSystem`` SubnetIds
+    (Lustre: one subnet)."""
+    out = []
+    for r in g.resources:
+        params = _sdk_params(r.type)
+        for key, value in r.inputs.items():
+            ann = params.get(key)
+            if ann is None or "Mapping" in ann:
+                continue
+            top_sequence = ann.startswith("typing.Union[typing.Sequence") or ann.startswith("typing.Sequence")
+            if isinstance(value, list) and not top_sequence:
+                out.append(f"{r.name} ({r.type}): {key} is a list, the SDK takes one value ({ann[:60]}...)")
+            if isinstance(value, str) and top_sequence:
+                out.append(f"{r.name} ({r.type}): {key} is one value, the SDK takes a list")
+    return out
+
+
+@rule(4)
+def fsx_cache_is_bound_statically(g: Graph) -> list[str]:
+    """The FSx CSI driver provisions a new file system per PVC or binds statically; it has no StorageClass
+    parameter naming an existing file system. The stack's file system is bound by a PersistentVolume with
+    ``csi.volumeHandle`` (its id), ``volumeAttributes.dnsname`` and ``mountname``, reserved for the cache claim.
+    Source: kubernetes-sigs/aws-fsx-csi-driver examples/kubernetes/static_provisioning, pkg/driver/controller.go."""
+    out = []
+    for sc in g.of(STORAGE_CLASS):
+        if sc.inputs.get("provisioner") == "fsx.csi.aws.com" and "fileSystemId" in (sc.inputs.get("parameters") or {}):
+            out.append(f"{sc.name}: fsx.csi.aws.com StorageClass with a fileSystemId parameter (the driver ignores it and creates a new file system)")
+    for fs in g.of(FSX):
+        pvs = [pv for pv in g.of(PV) if _get(pv.inputs, "spec", "csi", "volumeHandle") == fs.id]
+        if not pvs:
+            out.append(f"{fs.name}: no PersistentVolume with volumeHandle {fs.id}")
+            continue
+        for pv in pvs:
+            attrs = _get(pv.inputs, "spec", "csi", "volumeAttributes", default={}) or {}
+            if not attrs.get("dnsname") or not attrs.get("mountname"):
+                out.append(f"{pv.name}: volumeAttributes lack dnsname/mountname ({sorted(attrs)})")
+            ref = _get(pv.inputs, "spec", "claimRef", default={}) or {}
+            claim = g.k8s(PVC, ref.get("name"), ref.get("namespace"))
+            if claim is None:
+                out.append(f"{pv.name}: claimRef {ref} names no registered claim")
+            elif _get(claim.inputs, "spec", "storageClassName") != _get(pv.inputs, "spec", "storageClassName"):
+                out.append(f"{pv.name}: claim {ref.get('name')} asks for class {_get(claim.inputs, 'spec', 'storageClassName')!r}, "
+                           f"the volume has {_get(pv.inputs, 'spec', 'storageClassName')!r}")
+    return out
+
+
+@rule(4)
+def fsx_capacity_and_throughput(g: Graph) -> list[str]:
+    """PERSISTENT_2 SSD capacity is 1200 GiB, 2400 GiB or a multiple of 2400 GiB, and throughput is per TiB
+    (125, 250, 500 or 1000 MB/s/TiB); the model cache must read at least as fast as one EFS client (~1.5 GiB/s).
+    Sources: FSx API ``CreateFileSystem`` StorageCapacity, ``PerUnitStorageThroughput``; FSx for Lustre user guide
+    "Performance"; EFS user guide "Amazon EFS performance"."""
+    out = []
+    for fs in g.of(FSX):
+        cap = int(fs.inputs.get("storageCapacity") or 0)
+        per = int(fs.inputs.get("perUnitStorageThroughput") or 0)
+        if cap not in (1200, 2400) and (cap <= 0 or cap % 2400):
+            out.append(f"{fs.name}: storageCapacity {cap} GiB is not 1200, 2400 or a multiple of 2400")
+        if fs.inputs.get("deploymentType") == "PERSISTENT_2" and per not in (125, 250, 500, 1000):
+            out.append(f"{fs.name}: perUnitStorageThroughput {per} is not one of 125, 250, 500, 1000")
+        if cap / 1024 * per < EFS_CLIENT_MBPS:
+            out.append(f"{fs.name}: {cap} GiB x {per} MB/s/TiB = {cap / 1024 * per:.0f} MB/s, slower than one EFS client ({EFS_CLIENT_MBPS:.0f} MB/s)")
+    return out
+
+
+# --------------------------------------------------------------------------- findings 5, 6: EFA per GPU, node count
+
+
+def _gpu_workers(g: Graph):
+    for dgd in g.of(DGD):
+        for comp in _get(dgd.inputs, "spec", "components", default=[]):
+            for c in comp["podTemplate"]["spec"].get("containers", []):
+                lim = (c.get("resources") or {}).get("limits") or {}
+                if "nvidia.com/gpu" in lim:
+                    yield comp, lim
+
+
+@rule(5)
+def efa_requests_follow_the_instance(g: Graph) -> list[str]:
+    """A worker that requests EFA devices requests its GPU count times the instance's EFA devices per GPU:
+    p5/p5e 32 EFA / 8 GPU = 4, p5en 16 / 8 = 2, p6-b200 8 / 8 = 1 (the EFA interfaces the launch template attaches).
+    Source: EC2 user guide "Maximize network bandwidth on Amazon EC2 instances with multiple network cards"
+    (efa-acc-inst-types); EKS user guide "Manage EFA devices on Amazon EKS"."""
+    out = []
+    for ng in _gpu_nodegroups(g):
+        shape = INSTANCES[_instance_type(g, ng)]
+        lt = _launch_template(g, ng)
+        devices = _efa_devices(lt)
+        if devices and devices != shape.efa_interfaces:
+            out.append(f"{ng.name}: launch template attaches {devices} EFA interfaces, {shape.instance_type} has {shape.efa_interfaces}")
+        for comp, lim in _gpu_workers(g):
+            if "vpc.amazonaws.com/efa" in lim:
+                want = int(lim["nvidia.com/gpu"]) * devices // shape.gpus_per_node
+                if int(lim["vpc.amazonaws.com/efa"]) != want:
+                    out.append(f"{comp['name']}: requests {lim['vpc.amazonaws.com/efa']} EFA for {lim['nvidia.com/gpu']} GPU(s); "
+                               f"{shape.instance_type} gives {devices // shape.gpus_per_node} per GPU ({want})")
+    return out
+
+
+@rule(6)
+def gpu_node_group_holds_the_dgd(g: Graph) -> list[str]:
+    """The GPU node group's size holds every GPU and EFA device the DGD requests (replicas included); otherwise
+    pods stay Pending and ``pulumi up`` waits out the DGD timeout. Capacity per node: the instance's GPUs and
+    the EFA interfaces its launch template attaches. Source: Kubernetes scheduling of extended resources
+    ("Resource Management for Pods and Containers"); EKS user guide "Manage EFA devices on Amazon EKS"."""
+    out = []
+    for ng in _gpu_nodegroups(g):
+        shape = INSTANCES[_instance_type(g, ng)]
+        cap = {"nvidia.com/gpu": shape.gpus_per_node}
+        devices = _efa_devices(_launch_template(g, ng))
+        if devices:
+            cap["vpc.amazonaws.com/efa"] = devices
+        size = int(_get(ng.inputs, "scalingConfig", "desiredSize", default=0))
+        for dgd in g.of(DGD):
+            needed, too_big = pack(dgd.inputs, cap)
+            out += [f"{ng.name}: {t}" for t in too_big]
+            if needed > size or needed > int(_get(ng.inputs, "scalingConfig", "maxSize", default=0)):
+                out.append(f"{ng.name}: desiredSize {size} < {needed} {shape.instance_type} nodes the DGD needs")
+    return out
+
+
+# --------------------------------------------------------------------------- finding 7: desired size after create
+
+
+@rule(7)
+def desired_size_not_managed_after_create(g: Graph) -> list[str]:
+    """EKS scales Capacity Block node groups to zero before the block ends, and the desired size must be set to 0
+    before upgrading such a group: Pulumi must not set it back on every ``up`` (``ignoreChanges`` on
+    ``scalingConfig.desiredSize``, as terraform-aws-eks does). Source: EKS user guide capacity-blocks-mng and
+    ml-eks-nvidia-ultraserver; terraform-aws-eks ``lifecycle { ignore_changes = [scaling_config[0].desired_size] }``."""
+    return [f"{ng.name}: scalingConfig.desiredSize is not in ignoreChanges" for ng in _gpu_nodegroups(g)
+            if "scalingConfig.desiredSize" not in ng.ignore_changes]
+
+
+# --------------------------------------------------------------------------- finding 8: retention and destroy
+
+
+@rule(8)
+def cache_file_system_follows_the_claim(g: Graph) -> list[str]:
+    """The cache file system is retained exactly when the cache claim is (``dynamo:storage.protect``): a protected
+    claim on a deleted file system is useless, and an unprotected stack must not leave a billed file system.
+    Source: EFS/FSx pricing (storage billed per GB-month until deleted); Kubernetes "Persistent Volumes" (Retain)."""
+    out = []
+    claims = g.of(PVC)
+    for fs in g.of(FSX) + g.of(EFS):
+        for c in claims:
+            if c.retain_on_delete != fs.retain_on_delete:
+                out.append(f"{fs.name}: retainOnDelete {fs.retain_on_delete}, cache claim {c.name} {c.retain_on_delete}")
+    return out
+
+
+_REFS = {"subnetId": SUBNET, "subnetIds": SUBNET, "securityGroupIds": SECURITY_GROUP, "securityGroups": SECURITY_GROUP, "vpcId": VPC}
+
+
+@rule(8)
+def retained_resources_keep_their_network(g: Graph) -> list[str]:
+    """A retained resource with network interfaces keeps the subnets, security groups and VPC they sit in: deleting
+    a subnet or security group that an ENI still uses fails with DependencyViolation, so ``pulumi destroy`` would
+    stop. EFS mount targets are deleted (their ENIs go with them); an FSx file system's ENIs stay with it.
+    Source: EC2 API ``DeleteSubnet``/``DeleteSecurityGroup`` (DependencyViolation); FSx user guide "File system
+    access control with Amazon VPC" (the file system's network interfaces)."""
+    out = []
+    pending = [r for r in g.resources if r.retain_on_delete and r.type.startswith("aws:")]
+    seen = set()
+    while pending:
+        r = pending.pop()
+        if r.name in seen:
+            continue
+        seen.add(r.name)
+        for key, typ in _REFS.items():
+            ids = r.inputs.get(key)
+            for rid in ids if isinstance(ids, list) else [ids] if ids else []:
+                dep = g.by_id(rid, typ)
+                if dep is None:
+                    continue
+                if not dep.retain_on_delete:
+                    out.append(f"{r.name} is retained but its {key} {dep.name} is not: destroy fails with DependencyViolation")
+                pending.append(dep)
+    return out
+
+
+# --------------------------------------------------------------------------- finding 9: Kubernetes version
+
+
+@rule(9)
+def kubernetes_version_in_standard_support(g: Graph) -> list[str]:
+    """The control plane runs a Kubernetes version in EKS standard support (14 months from release; extended
+    support costs extra per cluster hour): 1.34 or newer today, pinned in stacks/versions.yaml.
+    Source: EKS user guide "Understand the Kubernetes version lifecycle on EKS" (kubernetes-versions)."""
+    out = []
+    for c in g.of(EKS):
+        v = str(c.inputs.get("version"))
+        ok = re.fullmatch(r"1\.(\d+)", v)
+        if v not in kubernetes_versions() or not ok or int(ok[1]) < 34:
+            out.append(f"{c.name}: version {v!r} is not in standard support ({', '.join(kubernetes_versions())})")
+    return out
+
+
+# --------------------------------------------------------------------------- finding 10: Secrets on a new cluster
+
+
+def _pull_secret_refs(x: Any) -> Iterable[str]:
+    if isinstance(x, dict):
+        for s in x.get("imagePullSecrets") or [] if isinstance(x.get("imagePullSecrets"), list) else []:
+            yield s.get("name")
+        for k, v in x.items():
+            yield from _pull_secret_refs(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _pull_secret_refs(v)
+
+
+def _secret_refs(x: Any) -> Iterable[str]:
+    if isinstance(x, dict):
+        for key in ("secretRef", "secretKeyRef"):
+            if isinstance(x.get(key), dict) and x[key].get("name"):
+                yield x[key]["name"]
+        for v in x.values():
+            yield from _secret_refs(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _secret_refs(v)
+
+
+@rule(10)
+def secrets_exist_on_a_new_cluster(g: Graph) -> list[str]:
+    """On a cluster the same ``up`` creates, every Secret the workloads name (image pull secrets, the HF token)
+    must be created by the stack: nothing else could have made it, and pods would fail ErrImagePull or
+    CreateContainerConfigError. Pull secrets are ``kubernetes.io/dockerconfigjson``.
+    Source: Kubernetes "Pull an Image from a Private Registry"; EKS (a new cluster has no user Secrets)."""
+    if not g.of(EKS):
+        return []
+    out = []
+    for r in g.of(DGD) + g.of(JOB):
+        ns = _get(r.inputs, "metadata", "namespace")
+        for name in set(_pull_secret_refs(r.inputs.get("spec"))):
+            s = g.k8s(SECRET, name, ns)
+            if s is None:
+                out.append(f"{r.name}: imagePullSecret {name} is not created by the stack")
+            elif s.inputs.get("type") != "kubernetes.io/dockerconfigjson":
+                out.append(f"{r.name}: imagePullSecret {name} has type {s.inputs.get('type')!r}")
+        for name in set(_secret_refs(r.inputs.get("spec"))):
+            if g.k8s(SECRET, name, ns) is None:
+                out.append(f"{r.name}: Secret {name} is not created by the stack")
+    return out
+
+
+# --------------------------------------------------------------------------- finding 11: EFS throughput
+
+
+@rule(11)
+def efs_provisioned_throughput_has_its_value(g: Graph) -> list[str]:
+    """An EFS file system in provisioned throughput mode carries ``ProvisionedThroughputInMibps``.
+    Source: EFS API ``CreateFileSystem`` (ProvisionedThroughputInMibps: required with ThroughputMode provisioned);
+    EFS user guide "Amazon EFS performance"."""
+    out = []
+    for fs in g.of(EFS):
+        if fs.inputs.get("throughputMode") == "provisioned" and not fs.inputs.get("provisionedThroughputInMibps"):
+            out.append(f"{fs.name}: throughputMode provisioned without provisionedThroughputInMibps")
+    return out
+
+
+# --------------------------------------------------------------------------- EFA launch template shape
+
+
+@rule(5)
+def efa_only_is_never_the_primary_interface(g: Graph) -> list[str]:
+    """The primary network interface (network card 0, device 0) is ENA or EFA (with ENA), never EFA-only; each
+    network card carries at most one interface at device index 0. Source: EC2 user guide
+    "Maximize network bandwidth on Amazon EC2 instances with multiple network cards" (efa-acc-inst-types)."""
+    out = []
+    for lt in g.of(LAUNCH_TEMPLATE):
+        nis = lt.inputs.get("networkInterfaces") or []
+        primary = [n for n in nis if n.get("networkCardIndex", 0) == 0 and n.get("deviceIndex", 0) == 0]
+        if nis and (len(primary) != 1 or primary[0].get("interfaceType") == "efa-only"):
+            out.append(f"{lt.name}: primary interface is {primary}")
+        slots = [(n.get("networkCardIndex", 0), n.get("deviceIndex", 0)) for n in nis]
+        if len(slots) != len(set(slots)):
+            out.append(f"{lt.name}: two interfaces on the same network card and device index")
+    return out
