@@ -85,3 +85,33 @@ def test_actions_pinned_by_major_version():
                 if "uses" in step:
                     assert step["uses"].rsplit("@", 1)[1].startswith("v"), (wf.name, step["uses"])
                     assert "." not in step["uses"].rsplit("@", 1)[1], (wf.name, step["uses"])
+
+
+def test_a_push_never_deploys_a_gpu_stack():
+    """issue 8 finding 13: every `pulumi up` on a GPU (EKS) stack needs a manual run with deploy: true."""
+    wf = _load("main.yml")
+    assert "workflow_dispatch" in wf[True] and wf[True]["workflow_dispatch"]["inputs"]["deploy"]["type"] == "boolean"
+    manual = "github.event_name == 'workflow_dispatch' && inputs.deploy"
+    for name, job in wf["jobs"].items():
+        for step in job.get("steps", []):
+            if step.get("uses", "").startswith("pulumi/actions@") and step["with"]["command"] == "up":
+                cond = f"{job.get('if', '')} {step.get('if', '')}"
+                assert manual in cond, (name, cond)
+                if manual not in job.get("if", ""):  # the dev job: render stacks up on push, EKS stacks only by hand
+                    assert step["if"] == f"steps.kind.outputs.eks != 'true' || ({manual})", (name, step["if"])
+    for name in ("staging", "prod", "record"):
+        assert manual in wf["jobs"][name]["if"], name
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("Pulumi.*.yaml")), ids=lambda p: p.name)
+def test_the_eks_detection_step_reads_the_stack_file(path, tmp_path):
+    import os
+
+    step = next(s for s in _load("main.yml")["jobs"]["dev"]["steps"] if s.get("id") == "kind")
+    out = tmp_path / "out"
+    env = {**os.environ, "STACK": path.name.split(".")[1], "GITHUB_OUTPUT": str(out)}
+    r = subprocess.run(["bash", "-c", step["run"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    cfg = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    want = (cfg.get("dynamo:cluster") or {}).get("mode") == "eks"
+    assert out.read_text().strip() == f"eks={str(want).lower()}"
