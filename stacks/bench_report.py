@@ -46,6 +46,8 @@ class Measured:
     aiperf_version: Optional[str]
     schema_version: Optional[str]
     note: str = ""
+    concurrency: Optional[int] = None  # input_config.phases[profiling].concurrency
+    model: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,20 @@ def parse_export(data: Any) -> Measured:
         errors=float(errs["avg"]) if errs and errs.get("avg") is not None else 0.0,
         complete=complete, aiperf_version=data.get("aiperf_version"), schema_version=data.get("schema_version"),
         note=str(data.get("incomplete_reason") or ""),
+        concurrency=_profiling_concurrency(data), model=_model(data),
     )
+
+
+def _profiling_concurrency(data: dict) -> Optional[int]:
+    for phase in ((data.get("input_config") or {}).get("phases") or []):
+        if isinstance(phase, dict) and phase.get("kind") == "profiling" and isinstance(phase.get("concurrency"), int):
+            return phase["concurrency"]
+    return None
+
+
+def _model(data: dict) -> Optional[str]:
+    items = ((data.get("input_config") or {}).get("models") or {}).get("items") or []
+    return items[0].get("name") if items and isinstance(items[0], dict) else None
 
 
 def compare(m: Measured, perf: Any, gpus: int, tolerance: float) -> list[Row]:
@@ -141,8 +156,11 @@ def format_report(target: str, m: Measured, rows: list[Row], perf: Any, gpus: in
     lines = [f"bench-report: target {target}, {gpus} GPU(s), tolerance {tolerance:.0%}, "
              f"aiperf {m.aiperf_version or '?'} (export schema {m.schema_version or '?'})"]
     if parameters:
-        lines.append("run: " + ", ".join(f"{k}={v}" for k, v in parameters.items()))
-    lines.append(f"requests: {_fmt(m.requests)} valid, {_fmt(m.errors)} errors")
+        lines.append("benchmark Job of this stack: " + ", ".join(f"{k}={v}" for k, v in parameters.items()))
+    lines.append(f"measured run: model {m.model or '?'}, concurrency {m.concurrency or '?'}, "
+                 f"{'-' if m.requests is None else int(m.requests)} valid requests, {int(m.errors)} errors")
+    if perf is not None and m.concurrency is not None and m.concurrency != getattr(perf, "concurrency", None):
+        lines.append(f"warning: measured at concurrency {m.concurrency}, published at {perf.concurrency}: not like for like")
     lines.append(f"  {'metric':<22} {'measured':>12} {'published':>12} {'limit':>12}  result")
     for r in rows:
         res = "-" if r.ok is None else ("ok" if r.ok else "FAIL")

@@ -90,7 +90,7 @@ PY
 mkdir -p "$ARTIFACT_DIR"
 aiperf profile --model "$MODEL" --tokenizer "$MODEL" --url "$FRONTEND_URL" --endpoint-type chat --streaming \
   --concurrency "$CONCURRENCY" --request-count "$REQUEST_COUNT" \
-  --isl "$ISL" --isl-stddev 0 --osl "$OSL" --osl-stddev 0 --extra-inputs ignore_eos:true \
+  --isl "$ISL" --isl-stddev 0 --osl "$OSL" --osl-stddev 0 --extra-inputs ignore_eos:true --use-server-token-count \
   --random-seed 42 --request-timeout-seconds 1200 --ui-type none --artifact-dir "$ARTIFACT_DIR"
 echo "$RESULT_BEGIN"
 cat "$ARTIFACT_DIR/$RESULT_FILE"
