@@ -189,14 +189,13 @@ def _short(text: str, width: int = 110) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def report(tl: Timeline, seq: Timeline, full: bool = False) -> str:
+def report(tl: Timeline, seq: Timeline) -> str:
     lines = [f"timeline: stack {tl.stack} (target {tl.target}, cluster.mode {tl.mode}); minutes, from an empty "
              f"{'account' if tl.mode == 'eks' else 'namespace on the existing cluster'} to a Ready DGD",
              "", "critical path:", f"  {'start':>6} {'end':>6} {'min':>6}  {'step':<20} basis/source"]
     for n in tl.critical:
         s = tl.steps[n]
-        src = s.source if full else _short(s.source)
-        lines.append(f"  {tl.start(n):6.1f} {tl.finish[n]:6.1f} {s.minutes:6.1f}  {n:<20} {s.basis}: {src}")
+        lines.append(f"  {tl.start(n):6.1f} {tl.finish[n]:6.1f} {s.minutes:6.1f}  {n:<20} {s.basis}: {_short(s.source, 100000)}")
     lines.append(f"total: {tl.total:.1f} min")
     off = [n for n in tl.steps if n not in tl.critical]
     if off:
@@ -204,7 +203,7 @@ def report(tl: Timeline, seq: Timeline, full: bool = False) -> str:
         for n in off:
             s = tl.steps[n]
             lines.append(f"  {n:<20} {s.minutes:6.1f} min, ends {tl.finish[n]:6.1f}, slack {tl.slack(n):6.1f}  "
-                         f"{s.basis}: {s.source if full else _short(s.source, 80)}")
+                         f"{s.basis}: {_short(s.source, 100000)}")
     saved = seq.total - tl.total
     lines += ["", f"sequential recipe runbook (download after the GPU nodes, device plugins and platform): {seq.total:.1f} min; "
                   f"running the download in parallel saves {saved:.1f} min"]
@@ -215,14 +214,13 @@ def cmd(args) -> int:
     from .render import program_for_stack
 
     program = program_for_stack(args.stack)
-    print(report(timeline_for_program(program), timeline_for_program(program, sequential=True), full=args.full))
+    print(report(timeline_for_program(program), timeline_for_program(program, sequential=True)))
     return 0
 
 
 def add_subparser(sub) -> None:
     p = sub.add_parser("timeline", help="critical path of `pulumi up` to a Ready DGD, with a duration and source per step")
     p.add_argument("--stack", required=True)
-    p.add_argument("--full", action="store_true", help="print every source in full")
     p.set_defaults(fn=cmd)
 
 
