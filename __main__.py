@@ -109,3 +109,20 @@ if cluster.mode == "eks":
                                          opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps + graph_deps))
 for key, value in next_steps(plan).items():
     pulumi.export(key, value)
+
+# issue 13: commands to follow the `up` (logged now, before any resource is created, and exported), then the optional
+# observability layer and the benchmark Job (both off by default; stacks/program.py optional_layers builds them).
+from stacks.outputs import follow_commands  # noqa: E402
+
+for key, value in follow_commands(plan, cluster_plan, program.benchmark).items():
+    pulumi.log.info(f"{key}: {value}")
+    pulumi.export(key, value)
+if program.observability is not None:
+    from components.observability import Observability
+
+    Observability("observability", program.observability, opts=pulumi.ResourceOptions(provider=provider),
+                  depends_on=cache_deps + graph_deps)
+if program.benchmark is not None:
+    from components.benchmark import Benchmark
+
+    Benchmark("benchmark", program.benchmark, opts=pulumi.ResourceOptions(provider=provider), depends_on=[serving.graph.dgd])

@@ -124,6 +124,8 @@ def main(argv=None) -> int:
     from .simulate import add_subparser as add_simulate
 
     add_simulate(sub)
+    from .bench_report import add_subparser as add_bench_report; add_bench_report(sub)  # noqa: E702 (issue 13)
+    from .timeline import add_subparser as add_timeline; add_timeline(sub)  # noqa: E702 (issue 13)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

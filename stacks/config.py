@@ -242,6 +242,68 @@ class WaitConfig(_Model):
         return self
 
 
+# --- issue 13 (observability and benchmark helper): both optional, off by default; see stacks/observability.py, stacks/benchmark.py
+def _off_keys_unused(model: BaseModel, section: str) -> None:
+    """A key under a switched-off section would be ignored silently: refuse it."""
+    if not model.enabled:
+        extra = sorted(_camel(f) for f in model.model_fields_set - {"enabled"})
+        if extra:
+            raise _key_error(extra[0], f"has no effect: {section}.enabled is false; set {section}.enabled: true or remove it")
+
+
+class ObservabilityConfig(_Model):
+    """``prometheus: install`` (kube-prometheus-stack) or ``existing`` (``prometheusEndpoint``, and the
+    ``monitorLabels`` that Prometheus selects); ``dcgm`` defaults to the match for ``cluster.nvidiaStack``."""
+
+    enabled: bool = False
+    prometheus: Literal["install", "existing"] = "install"
+    prometheus_endpoint: Optional[str] = None
+    monitor_labels: dict[str, str] = Field(default_factory=dict)
+    namespace: str = "monitoring"
+    create_namespace: bool = True
+    dcgm: Optional[Literal["gpu-operator", "dcgm-exporter", "none"]] = None
+    dashboards: bool = True
+
+    @field_validator("namespace")
+    @classmethod
+    def _ns(cls, v):
+        why = dns_label_problem(v)
+        if why:
+            raise ValueError(f"{why}: not a valid Kubernetes namespace name")
+        return v
+
+    @field_validator("prometheus_endpoint")
+    @classmethod
+    def _url(cls, v):
+        if v is not None and not re.fullmatch(r"https?://[^\s/]+(:\d+)?(/\S*)?", v):
+            raise ValueError(f"{v!r} is not an http(s) URL like http://prometheus.monitoring.svc:9090")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self):
+        _off_keys_unused(self, "observability")
+        if self.enabled and self.prometheus == "existing" and not self.prometheus_endpoint:
+            raise _key_error("prometheusEndpoint", "required with prometheus: existing (the URL of your Prometheus, "
+                                                   "e.g. http://prometheus-operated.monitoring.svc:9090)")
+        if self.prometheus == "install" and self.prometheus_endpoint:
+            raise _key_error("prometheusEndpoint", f"{self.prometheus_endpoint!r} has no effect with prometheus: install "
+                                                   "(the stack's own Prometheus is used); set prometheus: existing")
+        return self
+
+
+class BenchmarkConfig(_Model):
+    """An AIPerf Job against the target's frontend once the DGD exists, with its perf row's concurrency."""
+
+    enabled: bool = False
+    request_count: Optional[int] = Field(default=None, ge=1, le=100000)  # default: max(10 x concurrency, 100)
+    tolerance: float = Field(default=0.10, gt=0, lt=1)  # relative; bench-report's pass/fail band
+
+    @model_validator(mode="after")
+    def _check(self):
+        _off_keys_unused(self, "benchmark")
+        return self
+
+
 class StackConfig(_Model):
     target: Optional[str] = None
     # The choices of every axis come from stacks/registry.py (the one registry of choices).
@@ -275,6 +337,8 @@ class StackConfig(_Model):
     # Pin the downloaded checkpoint to a Hugging Face revision (a commit or tag), where the model's
     # download Job supports it; promotion refuses floating revisions such as "main".
     model_revision: Optional[str] = None
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)  # issue 13
+    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)  # issue 13
 
     @field_validator("target")
     @classmethod

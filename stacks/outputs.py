@@ -56,3 +56,20 @@ def _served_model(dgd: dict) -> str:
         if e.get("name") == "SERVED_MODEL_NAME":
             return e.get("value", "")
     return ""
+
+
+def follow_commands(plan: ServingPlan, cluster_plan=None, benchmark=None) -> dict:
+    """Commands to follow a long ``up`` (issue 13). ``__main__.py`` logs them as soon as the program is
+    evaluated (before any resource is created) and exports them: the download Job's log, the DGD's
+    Ready column, and the benchmark Job's log when there is one. On EKS, the first command writes the
+    new cluster's kubeconfig (it works as soon as the control plane exists)."""
+    ns = plan.dgd["metadata"]["namespace"]
+    out: dict = {}
+    if cluster_plan is not None:
+        out["followKubeconfig"] = f"aws eks update-kubeconfig --region {cluster_plan.region} --name {cluster_plan.name}"
+    if plan.jobs:
+        out["followDownload"] = f"kubectl -n {ns} logs -f job/{plan.jobs[0]['metadata']['name']}"
+    out["watchDgd"] = f"kubectl -n {ns} get dgd {plan.dgd['metadata']['name']} -w"
+    if benchmark is not None:
+        out["followBenchmark"] = f"kubectl -n {benchmark.namespace} logs -f job/{benchmark.job_name}"
+    return out

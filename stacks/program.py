@@ -30,10 +30,14 @@ class ProgramPlan:
     cluster_plan: Optional[Any] = None  # stacks.cluster.ClusterPlan for mode: eks
     # Layers ``up`` creates besides the serving objects (render --stack shows the serving layer only).
     other_layers: list[str] = field(default_factory=list)
+    # issue 13: optional layers (None when off): stacks.observability.ObservabilityPlan, stacks.benchmark.BenchmarkPlan
+    observability: Optional[Any] = None
+    benchmark: Optional[Any] = None
 
     def objects(self) -> list[dict]:
         """The serving-layer Kubernetes objects, secrets redacted, exactly as ``up`` registers them."""
-        return self.serving.objects()
+        extra = (self.observability.objects() if self.observability else []) + ([self.benchmark.job] if self.benchmark else [])
+        return self.serving.objects() + extra
 
 
 def kubeconfig_path(cluster: ClusterConfig, secret_keys: frozenset[str], env: Optional[dict[str, str]]) -> Optional[str]:
@@ -113,11 +117,33 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
                   "NVIDIA DRA driver" if cluster_plan.dra_driver else "",
                   "ComputeDomain" if cluster_plan.compute_domain else "",
                   "Dynamo platform" if cluster.platform_wanted() else ""]
-        return ProgramPlan(stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x])
+        return optional_layers(ProgramPlan(stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x]))
     serving = build_plan(cfg)
     if cluster.mode == "kubeconfig":
         if cluster.install_device_plugins:
             layers.append("device plugins")
         if cluster.platform_wanted():
             layers.append("Dynamo platform")
-    return ProgramPlan(stack, cfg, cluster, serving, None, layers)
+    return optional_layers(ProgramPlan(stack, cfg, cluster, serving, None, layers))
+
+
+def optional_layers(program: ProgramPlan) -> ProgramPlan:
+    """issue 13: ``dynamo:observability`` and ``dynamo:benchmark`` plans, both off by default. Render mode
+    cannot install Helm charts, so there only the dashboards and monitors are registered (rendered)."""
+    cfg, cluster, serving = program.cfg, program.cluster, program.serving
+    if cfg.observability.enabled:
+        from .observability import build_observability
+
+        ours = cluster.mode == "eks" or (cluster.mode == "kubeconfig" and cluster.install_device_plugins)
+        obs = build_observability(cfg.observability, serving_namespace=serving.dgd["metadata"]["namespace"],
+                                  dgd_name=serving.dgd["metadata"]["name"], nvidia_stack=cluster.nvidia_stack if ours else None)
+        if cluster.mode == "render":
+            obs.charts = []  # a render provider cannot install Helm charts
+        elif obs.charts:
+            program.other_layers.append("observability charts (" + ", ".join(c.chart for c in obs.charts) + ")")
+        program.observability = obs
+    if cfg.benchmark.enabled:
+        from .benchmark import build_benchmark
+
+        program.benchmark = build_benchmark(serving, cfg.benchmark)
+    return program
