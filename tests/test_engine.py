@@ -320,3 +320,61 @@ def test_render_stack_with_empty_render_dir_never_touches_the_cluster(kube, work
         assert not any(k.startswith("kubernetes:") for k in kinds), kinds
     finally:
         stack.workspace.remove_stack(stack.name, force=True)
+
+
+# --------------------------------------------------------------------------- issue 13: observability and benchmark objects
+
+MONITORING_CRDS = ROOT.parent / "shared" / "reference" / "crds" / "monitoring"  # Prometheus Operator v0.93.0, kube-prometheus-stack 88.0.0's
+
+
+def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
+    """Dashboards (ConfigMaps), PodMonitors and the GPU Operator's DCGM ServiceMonitor pass the API server's CRD
+    schema; the AIPerf Job is created after the DGD. (Helm charts cannot be fetched here: they are covered by the
+    mock tests; this stack uses an existing Prometheus, so no chart is registered.)"""
+    from stacks.program import build_program
+
+    for crd in sorted(MONITORING_CRDS.glob("monitoring.coreos.com_*.yaml")):
+        kubectl(kube, "apply", "--server-side", "-f", str(crd))
+    kubectl(kube, "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/podmonitors.monitoring.coreos.com", "crd/servicemonitors.monitoring.coreos.com")
+    ns, mon = "e-obs", "e-obs-monitoring"
+    obs = {"enabled": True, "prometheus": "existing", "prometheusEndpoint": "http://prometheus-operated.monitoring.svc:9090",
+           "monitorLabels": {"release": "team-prometheus"}, "dcgm": "gpu-operator", "namespace": mon}
+    config = base_config(kube, TARGETS[0], ns, observability=obs, benchmark={"enabled": True})
+    stack = make_stack(workspace, ns, config)
+    try:
+        up = stack.up(on_output=None)
+        assert up.summary.result == "succeeded"
+        program = build_program(config, ns, frozenset({"hfToken"}))
+        extra = program.observability.objects() + [program.benchmark.job]
+        assert {o["kind"] for o in extra} == {"Namespace", "ConfigMap", "PodMonitor", "ServiceMonitor", "Job"}
+        problems = []
+        for obj in extra:
+            resource = {"PodMonitor": "podmonitors.monitoring.coreos.com", "ServiceMonitor": "servicemonitors.monitoring.coreos.com"}.get(obj["kind"])
+            if resource:
+                server = json.loads(kubectl(kube, "get", resource, obj["metadata"]["name"], "-n", obj["metadata"]["namespace"], "-o", "json").stdout)
+            else:
+                server = live(kube, obj)
+            problems += [f"{obj['kind']}/{obj['metadata']['name']}{d}" for d in subset_diff(obj, server)]
+        assert problems == []
+        dashboards = kubectl(kube, "get", "configmap", "-n", mon, "-l", "grafana_dashboard=1", "-o", "name").stdout.split()
+        assert sorted(dashboards) == ["configmap/dynamo-gpu-dashboard", "configmap/dynamo-serving-dashboard"]
+
+        # The benchmark Job comes after the DGD: in the engine's dependency graph and on the server's clock.
+        resources = stack.export_stack().deployment["resources"]
+        dgd_urn = next(r["urn"] for r in resources if r["type"] == "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
+        job = next(r for r in resources if r["type"] == "kubernetes:batch/v1:Job" and r["urn"].endswith("aiperf-vllm-agg-h100-dspark"))
+        assert dgd_urn in job.get("dependencies", [])
+        created = {kind: kubectl(kube, "get", kind, name, "-n", ns, "-o", "jsonpath={.metadata.creationTimestamp}").stdout.strip()
+                   for kind, name in (("job", "aiperf-vllm-agg-h100-dspark"), ("dgd", "vllm-agg-h100-dspark"))}
+        assert created["job"] >= created["dgd"], created  # RFC 3339 UTC timestamps compare as text
+
+        # The CRD schema is enforced: a malformed monitor is refused, so the admissions above mean something.
+        bad = json.loads(json.dumps(next(o for o in extra if o["kind"] == "PodMonitor")))
+        bad["metadata"]["name"] = "bad-interval"
+        bad["spec"]["podMetricsEndpoints"][0]["interval"] = "5 seconds"
+        r = kubectl(kube, "apply", "--server-side", "-f", "-", check=False, input=json.dumps(bad))
+        assert r.returncode != 0 and "interval" in r.stderr, r.stderr
+    finally:
+        stack.destroy(on_output=None)
+        stack.workspace.remove_stack(stack.name, force=True)
