@@ -59,13 +59,14 @@ class Timeline:
     def start(self, name: str) -> float:
         return self.finish[name] - self.steps[name].minutes
 
+    def latest_finish(self, name: str) -> float:
+        """The latest ``name`` may finish without delaying the end (backward pass over the graph)."""
+        succ = [s for s in self.steps.values() if name in s.after]
+        return min((self.latest_finish(s.name) - s.minutes for s in succ), default=self.total)
+
     def slack(self, name: str) -> float:
-        """How much later ``name`` could finish without delaying the end."""
-        latest = self.total
-        for s in self.steps.values():
-            if name in s.after:
-                latest = min(latest, self.start(s.name))
-        return latest - self.finish[name]
+        """How much longer ``name`` could take without delaying the end (total float)."""
+        return self.latest_finish(name) - self.finish[name]
 
 
 def schedule(steps: dict[str, Step]) -> tuple[dict[str, float], list[str]]:
