@@ -79,7 +79,11 @@ if cluster.mode != "render" and (cluster.mode == "eks" or cluster.install_device
             opts=pulumi.ResourceOptions(provider=provider, depends_on=graph_deps),
         )
         graph_deps = graph_deps + plugins.ready
-    platform = DynamoPlatform("dynamo-platform", skip=not cluster.platform_wanted(), opts=pulumi.ResourceOptions(provider=provider, depends_on=cache_deps))
+    from stacks.platform import dynamo_platform  # issue 13: the operator learns the Prometheus URL (Planner, autoscaling)
+
+    platform_spec = dynamo_platform(prometheus_endpoint=program.observability.prometheus_endpoint) if program.observability else None
+    platform = DynamoPlatform("dynamo-platform", skip=not cluster.platform_wanted(), opts=pulumi.ResourceOptions(provider=provider, depends_on=cache_deps),
+                              spec=platform_spec)
     graph_deps = graph_deps + platform.ready
 
 serving = Serving(

@@ -272,6 +272,20 @@ class ObservabilityConfig(_Model):
             raise ValueError(f"{why}: not a valid Kubernetes namespace name")
         return v
 
+    @field_validator("monitor_labels")
+    @classmethod
+    def _labels(cls, v):
+        # Kubernetes label syntax (concepts/overview/working-with-objects/labels): [prefix/]name, name and value
+        # at most 63 characters of alphanumerics, '-', '_', '.', starting and ending alphanumeric (value may be empty).
+        part = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)"
+        for key, value in v.items():
+            prefix, _, name = key.rpartition("/")
+            if (prefix and dns_subdomain_problem(prefix)) or not re.fullmatch(part, name):
+                raise _key_error(key, "is not a valid Kubernetes label key ([prefix/]name, name up to 63 alphanumerics, '-', '_', '.')")
+            if not re.fullmatch(f"{part}?", value):
+                raise _key_error(key, f"{value!r} is not a valid Kubernetes label value (up to 63 alphanumerics, '-', '_', '.')")
+        return v
+
     @field_validator("prometheus_endpoint")
     @classmethod
     def _url(cls, v):

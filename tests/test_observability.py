@@ -163,6 +163,17 @@ def test_charts_monitors_and_dashboards_are_registered_under_the_component(eks_r
     assert all(d.inputs["metadata"]["labels"][DASHBOARD_LABEL] == "1" and d.inputs["metadata"]["namespace"] == "monitoring" for d in dashboards)
 
 
+def test_platform_operator_gets_the_prometheus_url(eks_run):
+    platform = next(r for r in eks_run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"] == "dynamo-platform")
+    url = platform.inputs["values"]["dynamo-operator"]["dynamo"]["metrics"]["prometheusEndpoint"]
+    assert url == "http://kube-prometheus-stack-prometheus.monitoring.svc.cluster.local:9090"
+
+
+def test_bad_monitor_label_names_the_key():
+    with pytest.raises(ConfigError, match=r"dynamo:observability.monitorLabels.release: 'a b' is not a valid Kubernetes label value"):
+        parse({"target": TARGET, "observability": {"enabled": True, "monitorLabels": {"release": "a b"}}})
+
+
 def test_gpu_operator_stack_gets_its_exporter_monitored_not_a_second_exporter():
     run = run_program({**EKS, "cluster": {"mode": "eks", "nvidiaStack": "gpu-operator"}, "observability": {"enabled": True}}, {"hfToken": "hf_x"})
     charts = [r.inputs["chart"] for r in run.by_type("kubernetes:helm.sh/v3:Release")]
