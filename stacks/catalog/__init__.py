@@ -1,8 +1,10 @@
 """The serving catalog: every upstream recipe target as data (see ``model.Target``).
 
+The model families are the data modules named in ``stacks.registry.MODELS``; their pods,
+recipes and cache Jobs are built by the generic builders of ``engine.py``.
 ``recipe_objects(target)`` builds the target's ConfigMap and DynamoGraphDeployment
 from its family base plus its deltas; ``cache_objects`` builds the model-cache
-PVC and the download/validate Jobs the target needs. Both are pure.
+PVC (named per model: ``cache_claim``) and the download/validate Jobs the target needs. Both are pure.
 """
 from __future__ import annotations
 
