@@ -196,6 +196,10 @@ def check_efa(req: PreflightRequest, info: Optional[dict], info_error: Optional[
         hint = f"set {KEY_INSTANCE} to one of: {', '.join(alts)}, " if alts else f"set {NS}:gpu to another GPU (no other {shape.gpu} type in stacks/gpus.py), "
         return CheckResult(name, FAIL, f"{req.instance_type} " + " and ".join(problems)
                            + f"; {hint}or correct {req.instance_type} efa_interfaces/network_cards in stacks/gpus.py")
+    if not shape.verified:
+        return CheckResult(name, WARN, f"{req.instance_type} supports EFA: {max_efa} interfaces, {cards} network cards; the catalog attaches "
+                                       f"{shape.efa_interfaces} EFA on network cards {list(shape.efa_cards)}, a layout not confirmed by AWS documentation: "
+                                       f"compare with `aws ec2 describe-instance-types --instance-types {req.instance_type} --query 'InstanceTypes[0].NetworkInfo'`")
     return CheckResult(name, PASS, f"{req.instance_type} supports EFA: {max_efa} interfaces, {cards} network cards (catalog attaches {shape.efa_interfaces})")
 
 

@@ -76,7 +76,14 @@ def program_for_stack(name: str, root: Path = REPO_ROOT):
     from .program import build_program
 
     plain, secret = split_secrets(stack_raw_config(name, root))
-    return build_program(plain, name, secret)
+    return build_program(plain, name, secret, aws_region=stack_aws_region(name, root))
+
+
+def stack_aws_region(name: str, root: Path = REPO_ROOT):
+    """The stack's ``aws:region`` (the AWS provider's region), which ``dynamo:cluster.region`` must agree with."""
+    data = yaml.safe_load(stack_file(name, root).read_text()) or {}
+    cfg = data.get("config") if isinstance(data, dict) else None
+    return cfg.get("aws:region") if isinstance(cfg, dict) else None
 
 
 def render_stack(name: str, root: Path = REPO_ROOT) -> list[dict]:

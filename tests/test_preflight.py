@@ -396,3 +396,11 @@ def test_credentials_rejected_is_one_line(aws):
     s.add_client_error("describe_availability_zones", service_error_code="AuthFailure", http_status_code=401)
     with s, pytest.raises(preflight.CredentialsError, match="AuthFailure"):
         run_checks(req(), c, None)
+
+
+def test_unverified_gb200_efa_layout_is_a_warning_with_the_command_to_compare(aws):
+    gb = "p6e-gb200.36xlarge"
+    info = {"NetworkInfo": {"EfaSupported": True, "EfaInfo": {"MaximumEfaInterfaces": 17},
+                            "NetworkCards": [{"NetworkCardIndex": i} for i in range(17)]}}
+    r = preflight.check_efa(req(instance_type=gb, efa=True), info, None)
+    assert r.status == WARN and "describe-instance-types --instance-types p6e-gb200.36xlarge" in r.message
