@@ -52,7 +52,8 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
     out = {}
     for k, v in cfg.items():
         if isinstance(k, str) and k.startswith(NS + ":"):
-            out[k[len(NS) + 1:]] = v
+            # Pulumi hands a top-level number to the program as text ("3"); objects keep their JSON types.
+            out[k[len(NS) + 1:]] = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
     return out
 
 

@@ -4,10 +4,14 @@
 two git refs, each with that ref's own code, and prints what changes per Kubernetes object
 (markdown, stable order, empty when nothing changes). The pure core is ``diff_objects``.
 
-``promote`` copies the release-pinned keys (target selection, images, model revisions,
-chart/plugin versions) from one stack file to another, keeping the destination's environment
-keys (namespace, cluster, replicas, storage, secrets...) and its comments, and refuses floating
-values (an image without a fixed tag or digest, a model revision that is a branch).
+``promote`` copies the release-pinned keys (target selection, ``fabricProfile``, images, model
+revision) from one stack file to another, keeping the destination's environment keys (namespace,
+cluster, replicas, storage, secrets...) and its comments. It refuses floating or invalid values
+(an image that ``stacks.config.image_problem`` rejects: no tag, a moving tag such as ``latest``,
+``nightly`` or ``main``, whitespace; a model revision that is not a valid git name or is a branch)
+and a result the program would reject (``stacks.program.build_program``), before printing anything.
+Its output never carries a plain-text value of a secret-looking key (``hfToken``, ``kubeconfig``,
+``*token*``, ``*password*``...): such lines are shown redacted.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from typing import Any, Optional
 
 import yaml
 
-from .config import NS, ConfigError
+from .config import NS, SECRET_KEYS, ConfigError, image_problem, revision_problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -280,48 +284,115 @@ def cmd_diff(args) -> int:
 
 # Keys that belong to an environment and are never copied.
 ENV_KEYS = frozenset({"namespace", "createNamespace", "cluster", "replicas", "storage", "hfTokenSecretName",
-                      "imagePullSecrets", "kubeconfig", "hfToken", "wait"})
-# Keys a release pins and promotion copies.
+                      "imagePullSecrets", "kubeconfig", "hfToken", "wait", "observability", "benchmark"})
+# Keys a release pins and promotion copies: what selects and shapes the DGD. Every StackConfig key is
+# either here or in ENV_KEYS (a test keeps it so), and nothing else is copied: a key the program does
+# not know would make the destination fail.
 SELECTION_KEYS = ("target", "model", "runtime", "gpu", "topology", "shape", "spec", "routing", "precision",
                   "context", "workload", "fabric", "profile")
-RELEASE_KEYS = frozenset(SELECTION_KEYS + ("images", "modelRevision", "chartVersions", "pluginVersions"))
+RELEASE_KEYS = frozenset(SELECTION_KEYS + ("fabricProfile", "images", "modelRevision"))
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
-_VERSION_TAG = re.compile(r"(refs/tags/.+|v?\d+(\.\d+)+([-+.][0-9A-Za-z.-]+)?)")
-_FLOATING_VERSIONS = re.compile(r"(|\*|latest|stable|main|master|head|.*[\^~<>*xX].*)", re.IGNORECASE)
+# A version tag (v1.2, 1.2.0-rc1, refs/tags/v1.2) or a number (20250101): a name a release does not move.
+_VERSION_TAG = re.compile(r"(refs/tags/)?(v?\d+(\.\d+)*([-+.][0-9A-Za-z.-]+)?)")
+# Key names whose values are secrets wherever they appear (a plain-text value is never printed).
+_SECRET_NAME = re.compile(r"(token|secret|passw|credential|api[-_]?key|private[-_]?key|kubeconfig)", re.IGNORECASE)
+_NOT_SECRET = frozenset({"hfTokenSecretName", "imagePullSecrets"})
 
 
 class PromotionError(ValueError):
     """A floating value or a stack that cannot be promoted; the message names the key and value."""
 
 
-def image_floating(ref: str) -> Optional[str]:
-    """Why an image reference floats (no tag, ``latest``), or None when it has a fixed tag or digest."""
-    if "@sha256:" in ref:
-        return None
-    last = ref.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return "no tag or digest"
-    tag = last.rsplit(":", 1)[1]
-    if tag.lower() == "latest" or not tag:
-        return f"tag {tag!r} floats"
-    return None
+def image_floating(ref: Any) -> Optional[str]:
+    """Why an image reference floats or is invalid (no tag, a moving tag, whitespace), or None when it
+    is pinned: the same rule the program applies (``stacks.config.image_problem``)."""
+    return image_problem(ref)
 
 
 def revision_floating(rev: Any) -> Optional[str]:
-    """Why a model revision floats, or None for a 40-hex commit or a version tag (``v1.2``, ``refs/tags/...``)."""
-    if not isinstance(rev, str):
-        return "not a string"
+    """Why a model revision floats, or None for a 40-hex commit, a version tag (``v1.2``,
+    ``refs/tags/v1.2``) or a number (``20250101``)."""
+    if isinstance(rev, int) and not isinstance(rev, bool):
+        rev = str(rev)
+    why = revision_problem(rev)
+    if why:
+        return why
     if _HEX40.fullmatch(rev) or _VERSION_TAG.fullmatch(rev):
         return None
     return "a branch or moving name; pin a 40-hex commit or a version tag"
 
 
+def secret_like(key: str) -> bool:
+    """A key whose value must never be printed in plain text (``hfToken``, ``kubeconfig``, ``*password*``...)."""
+    last = str(key).rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    return last not in _NOT_SECRET and (last in SECRET_KEYS or bool(_SECRET_NAME.search(last)))
+
+
+def _is_secure(v: Any) -> bool:
+    return isinstance(v, dict) and set(v) == {"secure"}
+
+
+REDACTED_PLAIN = "<redacted: plain-text value of a secret key; store it with `pulumi config set --secret`>"
+
+
+def redact_text(text: str) -> str:
+    """The stack file with every plain-text value of a secret-looking key replaced (``secure:`` values kept)."""
+    head, entries, tail = _chunks(text)
+    out: list[str] = []
+    for key, chunk in entries:
+        if key and secret_like(key):
+            try:
+                value = (yaml.safe_load("config:\n" + chunk) or {}).get("config", {}).get(key)
+            except yaml.YAMLError:
+                value = None
+            if not _is_secure(value):
+                lines = chunk.splitlines(keepends=True)
+                first = next(i for i, ln in enumerate(lines) if ln.startswith("  ") and not ln.lstrip().startswith("#"))
+                out.append("".join(lines[:first]) + f"  {lines[first].split(':', 1)[0].strip()}: {REDACTED_PLAIN}\n")
+                continue
+        out.append(_redact_nested(chunk))
+    return "".join(head) + "".join(out) + "".join(_redact_nested(t) for t in tail)
+
+
+_LINE = re.compile(r"^(\s*-?\s*)(['\"]?)([^\s'\":#][^'\":]*)\2:(\s+)(\S.*)$")
+
+
+def _redact_nested(chunk: str) -> str:
+    """Line by line: ``key: value`` lines (at any depth) whose key is secret-looking and whose value is
+    not ``secure:`` get the value redacted; a following block (``|``) is dropped."""
+    out: list[str] = []
+    skip_indent: Optional[int] = None
+    for ln in chunk.splitlines(keepends=True):
+        indent = len(ln) - len(ln.lstrip())
+        if skip_indent is not None:
+            if ln.strip() and indent > skip_indent:
+                continue
+            skip_indent = None
+        m = _LINE.match(ln.rstrip("\n"))
+        if m and secret_like(m.group(3)) and not m.group(5).startswith(("secure:", "{secure:")):
+            if m.group(5).strip() in ("|", ">", "|-", ">-", "|+", ">+"):
+                skip_indent = indent
+            out.append(f"{m.group(1)}{m.group(2)}{m.group(3)}{m.group(2)}:{m.group(4)}{REDACTED_PLAIN}\n")
+        elif m is None and ln.rstrip().endswith(":") and _LINE_KEY.match(ln) and secret_like(_LINE_KEY.match(ln).group(1)):
+            skip_indent = indent  # a nested mapping under a secret-looking key: drop its lines
+            out.append(ln.rstrip("\n") + f" {REDACTED_PLAIN}\n")
+        else:
+            out.append(ln)
+    return "".join(out)
+
+
+_LINE_KEY = re.compile(r"^\s*-?\s*['\"]?([^\s'\":#][^'\":]*)['\"]?:\s*$")
+
+
 def floating_values(cfg: dict[str, Any]) -> list[str]:
     """Messages for every floating release value in a ``dynamo:`` mapping (namespace stripped)."""
     bad: list[str] = []
-    for comp, img in (cfg.get("images") or {}).items():
-        why = image_floating(str(img))
+    images = cfg.get("images") or {}
+    if not isinstance(images, dict):
+        return [f"{NS}:images = {images!r} is not a mapping of component to image"]
+    for comp, img in images.items():
+        why = image_floating(img)
         if why:
             bad.append(f"{NS}:images.{comp} = {img!r}: {why}; pin a fixed tag or a digest (@sha256:...)")
     rev = cfg.get("modelRevision")
@@ -331,10 +402,6 @@ def floating_values(cfg: dict[str, Any]) -> list[str]:
             if why:
                 key = f"{NS}:modelRevision" + (f".{k}" if k is not None else "")
                 bad.append(f"{key} = {v!r} is floating: {why}")
-    for key in ("chartVersions", "pluginVersions"):
-        for name, ver in (cfg.get(key) or {}).items():
-            if _FLOATING_VERSIONS.fullmatch(str(ver)):
-                bad.append(f"{NS}:{key}.{name} = {ver!r} is floating; pin an exact version")
     for key in sorted(RELEASE_KEYS):
         v = cfg.get(key)
         if isinstance(v, dict) and "secure" in v:
@@ -389,12 +456,22 @@ def promoted_text(src_text: str, dst_text: str) -> str:
     return out
 
 
-def _config(text: str) -> dict[str, Any]:
-    return (yaml.safe_load(text) or {}).get("config") or {}
+def _config(text: str, name: str = "stack file") -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise PromotionError(f"{name} is not valid YAML: {e}") from None
+    cfg = data.get("config") if isinstance(data, dict) else data
+    if cfg is None:
+        return {}
+    if not isinstance(cfg, dict):
+        raise PromotionError(f"{name}: {'config' if isinstance(data, dict) else 'the file'} is a {type(cfg).__name__}, "
+                             f"not a mapping of {NS}:<key> entries")
+    return cfg
 
 
 def _dynamo(cfg: dict[str, Any]) -> dict[str, Any]:
-    return {k[len(NS) + 1:]: v for k, v in cfg.items() if k.startswith(NS + ":")}
+    return {k[len(NS) + 1:]: v for k, v in cfg.items() if isinstance(k, str) and k.startswith(NS + ":")}
 
 
 def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str]:
@@ -408,7 +485,8 @@ def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str
     if sp == dp:
         raise PromotionError("--from and --to name the same stack")
     src_text, dst_text = sp.read_text(), dp.read_text()
-    src_cfg = _dynamo(_config(src_text))
+    src_cfg = _dynamo(_config(src_text, sp.name))
+    _config(dst_text, dp.name)
     release = {k: v for k, v in src_cfg.items() if k in RELEASE_KEYS}
     bad = floating_values(release)
     if bad:
@@ -423,10 +501,14 @@ def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str
     return dst_text, new_text
 
 
-def _render_raw(raw: dict[str, Any]) -> list[dict]:
-    from .render import render_config
+def _render_raw(raw: dict[str, Any], stack: str) -> list[dict]:
+    """The serving objects ``pulumi up`` of ``stack`` would create from this config, through the same
+    ``build_program`` (every serving, cluster and secret check) that ``up`` and ``render --stack`` run."""
+    from .program import build_program
+    from .render import split_secrets
 
-    return render_config(raw)
+    plain, secret = split_secrets(raw)
+    return build_program(plain, stack, secret).objects()
 
 
 def cmd_promote(args) -> int:
@@ -439,22 +521,24 @@ def cmd_promote(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     path = stack_file(args.dst, root)
+    # Refuse a result the program would reject before printing anything (a promotion that cannot deploy).
+    try:
+        after = _render_raw(_dynamo(_config(new_text)), args.dst)
+    except ConfigError as e:
+        print(f"error: promoted {path.name} would not deploy: {e}", file=sys.stderr)
+        return 2
     if old_text == new_text:
         print(f"{path.name}: already at {args.src}'s release; nothing to promote")
         return 0
     print(f"## {path.name}\n```diff")
-    sys.stdout.writelines(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True), f"a/{path.name}", f"b/{path.name}"))
+    old_shown, new_shown = redact_text(old_text), redact_text(new_text)
+    sys.stdout.writelines(difflib.unified_diff(old_shown.splitlines(True), new_shown.splitlines(True), f"a/{path.name}", f"b/{path.name}"))
     print("```\n")
     try:
-        before = _render_raw(_dynamo(_config(old_text)))
+        before = _render_raw(_dynamo(_config(old_text)), args.dst)
     except ConfigError as e:  # the destination may not render yet (e.g. a first promotion)
         before = []
         print(f"(the current {path.name} does not render: {e})")
-    try:
-        after = _render_raw(_dynamo(_config(new_text)))
-    except ConfigError as e:
-        print(f"error: promoted {path.name} would not render: {e}", file=sys.stderr)
-        return 2
     lines = diff_objects({f"stack {args.dst}": before}, {f"stack {args.dst}": after})
     print("## rendered objects")
     print("\n".join(lines) if lines else "(no change to the rendered objects)")

@@ -103,3 +103,87 @@ def test_model_revision_only_where_the_download_supports_it():
     objs = render_config({"model": "nemotron-3-ultra", "gpu": "b200", "modelRevision": "a" * 40})
     download = next(o for o in objs if o["kind"] == "Job" and o["metadata"]["name"] == "nemotron-ultra-model-download")
     assert {"name": "MODEL_REVISION", "value": "a" * 40} in download["spec"]["template"]["spec"]["containers"][0]["env"]
+
+
+# --------------------------------------------------------------------------- issue 9 finding 6: the protected cache's immutable spec
+
+from stacks.config import CACHE_SPEC_ANNOTATION, cache_claim_changes, cache_migration_error  # noqa: E402
+
+OLD_SPEC = {"accessModes": ["ReadWriteMany"], "storageClassName": "efs-sc", "resources": {"requests": {"storage": "400Gi"}}}
+
+
+@pytest.mark.parametrize("new, fields", [
+    ({**OLD_SPEC, "storageClassName": "gp3"}, ["storageClassName"]),
+    ({**OLD_SPEC, "accessModes": ["ReadWriteOnce"]}, ["accessModes"]),
+    ({k: v for k, v in OLD_SPEC.items() if k != "storageClassName"}, ["storageClassName"]),  # to the cluster default
+    ({**OLD_SPEC, "resources": {"requests": {"storage": "200Gi"}}}, ["resources.requests.storage"]),  # claims only grow
+    ({**OLD_SPEC, "storageClassName": "gp3", "resources": {"requests": {"storage": "1Ti"}}}, ["storageClassName"]),
+])
+def test_immutable_claim_changes_are_found(new, fields):
+    assert [f for f, _, _ in cache_claim_changes(OLD_SPEC, new)] == fields
+
+
+def test_allowed_claim_changes_pass():
+    assert cache_claim_changes(OLD_SPEC, {**OLD_SPEC, "resources": {"requests": {"storage": "1.5Ti"}}}) == []
+    assert cache_claim_changes(None, OLD_SPEC) == []  # first create
+    assert cache_claim_changes(OLD_SPEC, dict(OLD_SPEC)) == []
+
+
+def test_migration_message_names_key_values_and_ways_out():
+    msg = cache_migration_error(cache_claim_changes(OLD_SPEC, {**OLD_SPEC, "storageClassName": "gp3"}), "model-cache", "dynamo-prod")
+    for s in ("dynamo:storage.className: 'efs-sc' -> 'gp3'", "dynamo-prod/model-cache", "dynamo:storage.existingClaim",
+              "storage.protect false", "Nothing was changed"):
+        assert s in msg, s
+
+
+def _record_requests(monkeypatch):
+    import harness
+
+    seen = {}
+    original = harness.RecordingMonitor.RegisterResource
+
+    def register(self, request):
+        seen[request.name] = request
+        return original(self, request)
+
+    monkeypatch.setattr(harness.RecordingMonitor, "RegisterResource", register)
+    return seen
+
+
+MOCK_BASE = {"target": "lightning-vllm-agg-h100-dspark", "cluster": {"mode": "render", "renderDir": "/tmp/dynamo-mock-render"},
+             "storage": {"className": "efs-sc"}}
+
+
+def test_protected_claim_ignores_immutable_fields_and_guards_updates(monkeypatch):
+    seen = _record_requests(monkeypatch)
+    run = run_program(MOCK_BASE, {"hfToken": "hf_x"})
+    pvc = run.one("kubernetes:core/v1:PersistentVolumeClaim")
+    req = seen[pvc.name]
+    assert pvc.retain_on_delete is True
+    assert set(req.ignoreChanges) >= {"spec.storageClassName", "spec.accessModes", "spec.volumeName", "spec.selector"}
+    assert "spec.resources" not in " ".join(req.ignoreChanges)  # growing the cache stays an ordinary update
+    assert list(req.hooks.before_update) == [f"{pvc.name}-claim-spec"]
+    assert pvc.inputs["metadata"]["annotations"][CACHE_SPEC_ANNOTATION] == '{"accessModes":["ReadWriteMany"],"storageClassName":"efs-sc"}'
+
+
+def test_unprotected_claim_is_replaced_normally(monkeypatch):
+    seen = _record_requests(monkeypatch)
+    run = run_program({**MOCK_BASE, "storage": {"className": "efs-sc", "protect": False}}, {"hfToken": "hf_x"})
+    pvc = run.one("kubernetes:core/v1:PersistentVolumeClaim")
+    assert list(seen[pvc.name].ignoreChanges) == [] and list(seen[pvc.name].hooks.before_update) == []
+    assert CACHE_SPEC_ANNOTATION not in (pvc.inputs["metadata"].get("annotations") or {})
+
+
+def test_claim_guard_refuses_a_changed_class_with_the_migration_message():
+    from types import SimpleNamespace
+
+    from components.serving import claim_spec_guard
+    from stacks.render import render_config
+
+    pvc = next(o for o in render_config({**MOCK_BASE, "storage": {"className": "gp3"}}) if o["kind"] == "PersistentVolumeClaim")
+    guard = claim_spec_guard(pvc)
+    with pytest.raises(ConfigError) as e:
+        guard(SimpleNamespace(old_inputs={"spec": {**pvc["spec"], "storageClassName": "efs-sc"}}))
+    assert "dynamo:storage.className: 'efs-sc' -> 'gp3'" in str(e.value) and "storage.existingClaim" in str(e.value)
+    guard(SimpleNamespace(old_inputs={"spec": dict(pvc["spec"])}))  # same spec: the update goes ahead
+    guard(SimpleNamespace(old_inputs=None))

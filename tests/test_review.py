@@ -204,6 +204,15 @@ def test_clean_promotion_copies_release_keys_and_keeps_environment(stacks_dir, c
     ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"}, "dynamo:images.Frontend = 'nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest'"),
     ("images", {"*": "registry.example.com:5000/dynamo/vllm-runtime"}, "dynamo:images.* = 'registry.example.com:5000/dynamo/vllm-runtime': no tag or digest"),
     ("modelRevision", "main", "dynamo:modelRevision = 'main' is floating"),
+    # issue 9 finding 7: moving tags other than latest, trailing whitespace, a revision that escapes refs/tags
+    ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:nightly"}, "tag 'nightly' is a moving tag"),
+    ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:main"}, "tag 'main' is a moving tag"),
+    ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:dev"}, "tag 'dev' is a moving tag"),
+    ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:cuda12-latest"}, "tag 'cuda12-latest' is a moving tag"),
+    ("images", {"Frontend": '"nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest "'}, "contains whitespace"),
+    ("images", {"Frontend": '""'}, "empty image reference"),
+    ("modelRevision", "refs/tags/../heads/main", "dynamo:modelRevision = 'refs/tags/../heads/main' is floating: not a valid git revision name"),
+    ("modelRevision", "refs/heads/main", "dynamo:modelRevision = 'refs/heads/main' is floating"),
 ])
 def test_floating_value_is_refused(stacks_dir, capsys, key, value, needle):
     _set_release(stacks_dir / "Pulumi.h100-disagg.yaml", **{key: value})
@@ -219,9 +228,9 @@ def test_pinned_values_are_not_floating():
     assert floating_values({
         "images": {"a": "nvcr.io/x/y:1.4.0", "b": "nvcr.io/x/y@sha256:" + "b" * 64, "c": "host:5000/y:1.0"},
         "modelRevision": {"nvidia/m": "0123456789abcdef0123456789abcdef01234567", "nvidia/d": "v1.2.0"},
-        "chartVersions": {"dynamo-platform": "1.5.0"},
     }) == []
-    assert floating_values({"chartVersions": {"dynamo-platform": "^1.5"}}) != []
+    assert floating_values({"modelRevision": "20250101"}) == []  # a number names a tag, not a branch
+    assert floating_values({"modelRevision": 20250101}) == []
 
 
 def test_environment_keys_never_copied(stacks_dir):
@@ -245,3 +254,84 @@ def test_committed_promotion_examples_are_at_the_dev_release():
     for env in ("staging", "prod"):
         old, new = plan_promotion("h100-disagg", f"h100-disagg-{env}", ROOT)
         assert {k: v for k, v in yaml.safe_load(new)["config"].items()} == yaml.safe_load(old)["config"]
+
+
+# --------------------------------------------------------------------------- promotion edge cases (issue 9 finding 7)
+
+CANARY = "hf_CANARY_promote_4b1e"
+
+
+def test_every_config_key_is_release_or_environment():
+    from stacks.config import StackConfig
+
+    keys = {f.alias or n for n, f in StackConfig.model_fields.items()}
+    assert keys <= review.RELEASE_KEYS | review.ENV_KEYS, keys - (review.RELEASE_KEYS | review.ENV_KEYS)
+    assert review.RELEASE_KEYS <= keys  # nothing the program would reject as an unknown key is copied
+
+
+def test_chart_versions_are_not_copied_and_fabric_profile_is(stacks_dir, capsys):
+    dev, stg = stacks_dir / "Pulumi.h100-disagg.yaml", stacks_dir / "Pulumi.h100-disagg-staging.yaml"
+    _set_release(dev, chartVersions={"dynamo-platform": "1.5.0"}, fabricProfile="aws-efa")
+    # the h100 disagg recipe is on EFA already: the profile is accepted and changes nothing but the key
+    _, new = plan_promotion("h100-disagg", "h100-disagg-staging", stacks_dir)
+    got = {k.split(":", 1)[1]: v for k, v in yaml.safe_load(new)["config"].items()}
+    assert "chartVersions" not in got
+    assert got["fabricProfile"] == "aws-efa"
+    # and the other way round: a destination's fabricProfile the source no longer has is removed,
+    # so "already at release" means the same DGD
+    _set_release(stg, fabricProfile="aws-efa")
+    dev.write_text(dev.read_text().replace("  dynamo:fabricProfile: aws-efa\n", ""))
+    _, new = plan_promotion("h100-disagg", "h100-disagg-staging", stacks_dir)
+    assert "fabricProfile" not in new
+
+
+def test_promotion_the_program_would_reject_is_refused_before_printing(stacks_dir, capsys):
+    dev, stg = stacks_dir / "Pulumi.h100-disagg.yaml", stacks_dir / "Pulumi.h100-disagg-staging.yaml"
+    _set_release(dev, images={"NoSuchWorker": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0"})
+    before = stg.read_text()
+    rc = cli(["promote", "--from", "h100-disagg", "--to", "h100-disagg-staging", "--root", str(stacks_dir), "--yes"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "'NoSuchWorker'" in err and "would not deploy" in err
+    assert out == "" and stg.read_text() == before
+
+
+def test_plain_text_secret_in_destination_is_never_printed(stacks_dir, capsys):
+    dev, stg = stacks_dir / "Pulumi.h100-disagg.yaml", stacks_dir / "Pulumi.h100-disagg-staging.yaml"
+    _set_release(dev, images={"VllmDecodeWorker": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0"})
+    stg.write_text(stg.read_text() + f"  dynamo:hfToken: {CANARY}\n")
+    rc = cli(["promote", "--from", "h100-disagg", "--to", "h100-disagg-staging", "--root", str(stacks_dir)])
+    out, err = capsys.readouterr()
+    assert rc != 0 and "dynamo:hfToken" in err and "plain text" in err
+    assert CANARY not in out + err
+
+
+def test_redact_text_hides_plain_secret_values_and_keeps_secure_ones():
+    text = (
+        "# hfToken: comments are kept\n"
+        "config:\n"
+        f"  dynamo:hfToken: {CANARY}\n"
+        "  dynamo:kubeconfig: |\n"
+        f"    users: [{{name: a, user: {{token: {CANARY}}}}}]\n"
+        "  dynamo:ngcApiKey:\n"
+        "    secure: v1:abc\n"
+        "  dynamo:hfTokenSecretName: hf-token-secret\n"
+        "  dynamo:cluster:\n"
+        "    mode: eks\n"
+        f"    password: {CANARY}\n"
+        "  aws:secretKey:\n"
+        f"    nested: {CANARY}\n"
+    )
+    shown = review.redact_text(text)
+    assert CANARY not in shown
+    assert "secure: v1:abc" in shown and "dynamo:hfTokenSecretName: hf-token-secret" in shown and "mode: eks" in shown
+    assert shown.count(review.REDACTED_PLAIN) == 4
+    assert review.redact_text("config:\n  dynamo:gpu: h100\n") == "config:\n  dynamo:gpu: h100\n"
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "config:\n  - dynamo:gpu: h100\n", "config: [\n"])
+def test_stack_file_that_is_not_a_mapping_is_a_clean_error(stacks_dir, capsys, text):
+    (stacks_dir / "Pulumi.h100-disagg-staging.yaml").write_text(text)
+    for a, b in (("h100-disagg", "h100-disagg-staging"), ("h100-disagg-staging", "h100-disagg")):
+        rc = cli(["promote", "--from", a, "--to", b, "--root", str(stacks_dir)])
+        err = capsys.readouterr().err
+        assert rc == 1 and "Pulumi.h100-disagg-staging.yaml" in err and "Traceback" not in err

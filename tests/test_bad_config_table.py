@@ -1,0 +1,346 @@
+"""Issue 9: a table of bad stack configurations, every key, three paths that must agree.
+
+For each case:
+- ``stacks.program.build_program`` (what ``pulumi up`` runs) raises ``ConfigError`` and nothing else;
+- the message names the key (``dynamo:...``), the bad value and, for a finite set, the valid choices;
+- the real program (``__main__.py``) under mocks fails with that same message and registers no resource;
+- ``render --stack`` (a ``Pulumi.<stack>.yaml`` file read by ``stacks.render.program_for_stack``) refuses it
+  with the same message.
+Valid edge cases (quoted digits, ``1.5Ti``, ``10G``, numeric revisions, pinned pre-release tags) pass all three.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pulumi
+import pytest
+import yaml
+
+import harness
+from harness import run_program
+from stacks.config import ConfigError
+from stacks.program import build_program
+from stacks.render import program_for_stack
+
+TOKEN = "hf_TABLE_canary_93c1"
+AGG = {"target": "lightning-vllm-agg-h100-dspark"}
+ULTRA = {"model": "nemotron-3-ultra", "gpu": "b200"}
+EKS = {"gpu": "h100", "topology": "agg"}
+TARGETS_SAMPLE = "lightning-vllm-agg-h100-dspark"
+
+
+@dataclass
+class Case:
+    id: str
+    raw: dict
+    key: str  # the key the message must name, without "dynamo:"
+    shows: tuple = ()  # substrings the message must carry: the bad value and the valid choices
+    secrets: dict = field(default_factory=lambda: {"hfToken": TOKEN})
+    # The kubeconfig file belongs to the machine that runs `up`: render (review, CI) does not look for it.
+    machine: bool = False
+
+    def __post_init__(self):
+        self.shows = tuple(self.shows)
+
+
+def C(id, raw, key, *shows, base=None, secrets=None, machine=False) -> Case:
+    merged = {**copy.deepcopy(base if base is not None else AGG), **raw}
+    return Case(id, merged, key, shows, {"hfToken": TOKEN} if secrets is None else secrets, machine)
+
+
+def eks(**cluster) -> dict:
+    return {"cluster": {"mode": "eks", "region": "us-east-1", **cluster}}
+
+
+CASES = [
+    # ---- selection axes: unknown values (finite sets: the choices are listed)
+    C("model-unknown", {"model": "llama"}, "model", "'llama'", "nemotron-3.5-lightning", "motif-3", base={}),
+    C("model-empty", {"model": ""}, "model", "''", "nemotron-3-ultra", base={}),
+    C("model-case", {"model": "Motif-3"}, "model", "'Motif-3'", "did you mean 'motif-3'", base={}),
+    C("runtime-unknown", {"runtime": "sglang"}, "runtime", "'sglang'", "'vllm'", "'trtllm'", base={}),
+    C("gpu-unknown", {"gpu": "a100"}, "gpu", "'a100'", "'h100'", "'gb200'", base={}),
+    C("gpu-case", {"gpu": "H100"}, "gpu", "'H100'", "did you mean 'h100'", base={}),
+    C("gpu-number", {"gpu": 100}, "gpu", "100", "'h200'", base={}),
+    C("topology-unknown", {"topology": "disaggregated"}, "topology", "'disaggregated'", "'agg'", "'disagg'", base={}),
+    C("shape-case", {"shape": "1p1d"}, "shape", "'1p1d'", "'1P1D'", base={}),
+    C("spec-unknown", {"spec": "eagle"}, "spec", "'eagle'", "'dspark'", "'mtp'", base={}),
+    C("routing-unknown", {"routing": "random"}, "routing", "'random'", "'round-robin'", base={}),
+    C("precision-unknown", {"precision": "fp8"}, "precision", "'fp8'", "'nvfp4'", "'bf16'", base={}),
+    C("context-unknown", {"context": "2m"}, "context", "'2m'", "'256k'", "'1m'", base={}),
+    C("workload-unknown", {"workload": "batch"}, "workload", "'batch'", "'agentic'", "'chat'", base={}),
+    C("fabric-unknown", {"fabric": "roce"}, "fabric", "'roce'", "'aws-efa'", "'infiniband'", base={}),
+    C("profile-unknown", {"profile": "latest"}, "profile", "'latest'", "'current'", "'day0'", base={}),
+    C("fabricProfile-unknown", {"fabricProfile": "infiniband"}, "fabricProfile", "'infiniband'", "'aws-efa'", base={}),
+    C("fabricProfile-on-agg", {"fabricProfile": "aws-efa"}, "fabricProfile", "'aws-efa'"),
+    # ---- target
+    C("target-unknown", {"target": "nope"}, "target", "'nope'", TARGETS_SAMPLE, base={}),
+    C("target-typo", {"target": "lightning-vllm-agg-h100-dspak"}, "target", "did you mean 'lightning-vllm-agg-h100-dspark'", base={}),
+    C("target-empty", {"target": ""}, "target", "''", base={}),
+    C("target-list", {"target": ["a"]}, "target", "['a']", base={}),
+    C("target-vs-model", {"model": "motif-3"}, "model", "'motif-3'", "nemotron-3.5-lightning", TARGETS_SAMPLE),
+    C("target-vs-gpu", {"gpu": "h200"}, "gpu", "'h200'", "gpu=h100"),
+    C("target-vs-topology", {"topology": "disagg"}, "topology", "'disagg'", "topology=agg"),
+    C("target-vs-runtime", {"runtime": "trtllm"}, "runtime", "'trtllm'", "runtime=vllm"),
+    C("target-vs-spec", {"spec": "mtp"}, "spec", "'mtp'", "spec=dspark"),
+    C("target-vs-precision", {"precision": "bf16"}, "precision", "'bf16'", "precision=nvfp4"),
+    C("target-vs-context", {"context": "1m"}, "context", "'1m'", TARGETS_SAMPLE),
+    C("target-vs-routing", {"routing": "kv"}, "routing", "'kv'", "routing=single"),
+    # ---- combinations no target qualifies for
+    C("trtllm-disagg", {"runtime": "trtllm", "topology": "disagg"}, "topology", "'disagg'", "qualified choices: agg", base={}),
+    C("gb200-disagg-mtp", {"gpu": "gb200", "topology": "disagg", "spec": "mtp"}, "spec", "'mtp'", "dflash, dspark", base={}),
+    C("h100-kv-mtp", {"gpu": "h100", "routing": "kv", "spec": "mtp"}, "routing", "'kv'", "qualified choices: single", base={}),
+    C("ultra-on-h100", {"model": "nemotron-3-ultra", "gpu": "h100"}, "gpu", "'h100'", "b200", base={}),
+    C("motif-on-h100", {"model": "motif-3", "gpu": "h100"}, "gpu", "'h100'", "b200", base={}),
+    C("lightning-1m", {"context": "1m"}, "context", "'1m'", "qualified choices", base={}),
+    C("ultra-shape-3p1d", {"model": "nemotron-3-ultra", "shape": "3P1D"}, "shape", "'3P1D'", "qualified choices", base={}),
+    # ---- unknown keys: the valid keys, and a suggestion
+    C("unknown-modle", {"modle": "x"}, "modle", "unknown key", "did you mean 'model'"),
+    C("unknown-case", {"Namespace": "x"}, "Namespace", "unknown key", "did you mean 'namespace'"),
+    C("unknown-chartVersions", {"chartVersions": {"dynamo-platform": "1.5.0"}}, "chartVersions", "unknown key", "images"),
+    C("unknown-gpus", {"gpus": "h100"}, "gpus", "unknown key", "did you mean 'gpu'"),
+    C("unknown-storage-key", {"storage": {"clas": "efs"}}, "storage.clas", "unknown key", "did you mean 'className'"),
+    C("unknown-wait-key", {"wait": {"timeout": "5m"}}, "wait.timeout", "unknown key", "jobTimeout"),
+    C("unknown-cluster-key", {"cluster": {"mde": "eks"}}, "cluster.mde", "unknown key", "did you mean 'mode'"),
+    # ---- namespace (DNS-1123 label)
+    C("ns-underscore", {"namespace": "Bad_NS"}, "namespace", "'Bad_NS'", "DNS-1123 label"),
+    C("ns-empty", {"namespace": ""}, "namespace", "''", "DNS-1123 label"),
+    C("ns-leading-dash", {"namespace": "-dynamo"}, "namespace", "'-dynamo'"),
+    C("ns-too-long", {"namespace": "a" * 64}, "namespace", "'" + "a" * 64 + "'", "1-63"),
+    C("ns-dot", {"namespace": "dynamo.prod"}, "namespace", "'dynamo.prod'"),
+    C("ns-bool", {"namespace": True}, "namespace", "True"),
+    C("ns-space", {"namespace": "dynamo prod"}, "namespace", "'dynamo prod'"),
+    C("createNamespace-word", {"createNamespace": "maybe"}, "createNamespace", "'maybe'"),
+    # ---- the HF token and its Secret
+    C("hfTokenSecretName-underscore", {"hfTokenSecretName": "HF_Token"}, "hfTokenSecretName", "'HF_Token'", "DNS-1123", secrets={}),
+    C("hfTokenSecretName-empty", {"hfTokenSecretName": ""}, "hfTokenSecretName", "''", secrets={}),
+    C("hfTokenSecretName-space", {"hfTokenSecretName": "hf token"}, "hfTokenSecretName", "'hf token'", secrets={}),
+    C("hfTokenSecretName-with-token", {"hfTokenSecretName": "team-hf"}, "hfTokenSecretName", "'team-hf'", "hfToken"),
+    C("hfToken-plain-text", {"hfToken": TOKEN}, "hfToken", "plain text", "--secret", secrets={}),
+    C("kubeconfig-plain-text", {"kubeconfig": "apiVersion: v1\nkind: Config\n"}, "kubeconfig", "plain text", "--secret"),
+    # ---- imagePullSecrets
+    C("pullSecret-underscore", {"imagePullSecrets": ["NGC_Secret"]}, "imagePullSecrets", "'NGC_Secret'"),
+    C("pullSecret-empty", {"imagePullSecrets": [""]}, "imagePullSecrets", "''"),
+    C("pullSecret-duplicate", {"imagePullSecrets": ["ngc", "ngc"]}, "imagePullSecrets", "'ngc'", "twice"),
+    C("pullSecret-not-a-list", {"imagePullSecrets": "ngc-secret"}, "imagePullSecrets", "'ngc-secret'"),
+    # ---- images (pinned, valid references)
+    C("image-untagged", {"images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime"}}, "images.*", "vllm-runtime'", "no tag or digest"),
+    C("image-latest", {"images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"}}, "images.*", ":latest'", "moving tag"),
+    C("image-nightly", {"images": {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:nightly"}}, "images.Frontend", ":nightly'", "moving tag"),
+    C("image-main", {"images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:main"}}, "images.*", ":main'", "moving tag"),
+    C("image-dev", {"images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:dev"}}, "images.*", ":dev'", "moving tag"),
+    C("image-cuda-latest", {"images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:cuda12-latest"}}, "images.*", "cuda12-latest", "moving tag"),
+    C("image-trailing-space", {"images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0 "}}, "images.*", ":1.4.0 '", "whitespace"),
+    C("image-empty", {"images": {"*": ""}}, "images.*", "''", "empty image"),
+    C("image-uppercase-repo", {"images": {"*": "nvcr.io/NVIDIA/vllm:1.4.0"}}, "images.*", "'nvcr.io/NVIDIA/vllm:1.4.0'", "not a valid image reference"),
+    C("image-bad-digest", {"images": {"*": "nvcr.io/x/y:1.0@sha256:abc"}}, "images.*", "sha256:abc'", "not a valid image reference"),
+    C("image-double-slash", {"images": {"*": "nvcr.io//y:1.0"}}, "images.*", "'nvcr.io//y:1.0'"),
+    C("image-double-colon", {"images": {"*": "nvcr.io/x/y::1.0"}}, "images.*", "'nvcr.io/x/y::1.0'"),
+    C("image-null", {"images": {"*": None}}, "images.*", "None"),
+    C("image-unknown-component", {"images": {"NoSuchComp": "nvcr.io/x/y:1.0"}}, "images/replicas", "'NoSuchComp'", "Frontend, agg"),
+    C("image-empty-component", {"images": {"": "nvcr.io/x/y:1.0"}}, "images", "''"),
+    C("images-not-a-map", {"images": "nvcr.io/x/y:1.0"}, "images", "'nvcr.io/x/y:1.0'"),
+    # ---- replicas
+    C("replicas-negative", {"replicas": {"agg": -1}}, "replicas.agg", "-1", "0 and 100"),
+    C("replicas-huge", {"replicas": {"agg": 1000000}}, "replicas.agg", "1000000", "0 and 100"),
+    C("replicas-fraction", {"replicas": {"agg": 1.5}}, "replicas.agg", "1.5"),
+    C("replicas-word", {"replicas": {"agg": "two"}}, "replicas.agg", "'two'"),
+    C("replicas-bool", {"replicas": {"agg": True}}, "replicas.agg", "True"),
+    C("replicas-unknown-component", {"replicas": {"Decode": 2}}, "images/replicas", "'Decode'", "Frontend, agg"),
+    C("replicas-not-a-map", {"replicas": 3}, "replicas", "3"),
+    # ---- modelRevision
+    C("revision-escapes-tags", {"modelRevision": "refs/tags/../heads/main"}, "modelRevision", "'refs/tags/../heads/main'", "not a valid git revision", base=ULTRA),
+    C("revision-space", {"modelRevision": "main branch"}, "modelRevision", "'main branch'", base=ULTRA),
+    C("revision-empty", {"modelRevision": ""}, "modelRevision", "''", base=ULTRA),
+    C("revision-tilde", {"modelRevision": "v1.0~1"}, "modelRevision", "'v1.0~1'", base=ULTRA),
+    C("revision-hidden-component", {"modelRevision": "feature/.hidden"}, "modelRevision", "'feature/.hidden'", base=ULTRA),
+    C("revision-lock", {"modelRevision": "v1.lock"}, "modelRevision", "'v1.lock'", base=ULTRA),
+    C("revision-not-applicable", {"modelRevision": "a" * 40}, "modelRevision", "'" + "a" * 40 + "'", "nemotron-3-ultra"),
+    # ---- storage
+    C("size-word", {"storage": {"size": "lots"}}, "storage.size", "'lots'", "140Gi"),
+    C("size-zero", {"storage": {"size": "0Gi"}}, "storage.size", "'0Gi'", "1Gi"),
+    C("size-negative", {"storage": {"size": "-5Gi"}}, "storage.size", "'-5Gi'"),
+    C("size-tiny", {"storage": {"size": "100Mi"}}, "storage.size", "'100Mi'", "1Gi"),
+    C("size-space", {"storage": {"size": "10 Gi"}}, "storage.size", "'10 Gi'"),
+    C("size-two-dots", {"storage": {"size": "1.5.5Ti"}}, "storage.size", "'1.5.5Ti'"),
+    C("size-bare-number", {"storage": {"size": 100}}, "storage.size", "'100'", "1Gi"),
+    C("size-lowercase-unit", {"storage": {"size": "10gi"}}, "storage.size", "'10gi'"),
+    C("size-huge", {"storage": {"size": "99999999Ei"}}, "storage.size", "'99999999Ei'"),
+    C("class-bang", {"storage": {"className": "Bad_Class!"}}, "storage.className", "'Bad_Class!'", "DNS-1123"),
+    C("class-empty", {"storage": {"className": ""}}, "storage.className", "''"),
+    C("class-uppercase", {"storage": {"className": "EFS"}}, "storage.className", "'EFS'"),
+    C("accessMode-short", {"storage": {"accessMode": "RWX"}}, "storage.accessMode", "'RWX'", "'ReadWriteMany'", "'ReadWriteOncePod'"),
+    C("accessMode-space", {"storage": {"accessMode": "ReadWriteMany "}}, "storage.accessMode", "'ReadWriteMany '", "did you mean 'ReadWriteMany'"),
+    C("claim-underscore", {"storage": {"existingClaim": "My_Claim"}}, "storage.existingClaim", "'My_Claim'"),
+    C("claim-with-size", {"storage": {"existingClaim": "cache", "size": "10Gi"}}, "storage.size", "'cache'", "no effect"),
+    C("claim-with-class", {"storage": {"existingClaim": "cache", "className": "efs"}}, "storage.className", "'cache'", "no effect"),
+    C("claim-with-accessMode", {"storage": {"existingClaim": "cache", "accessMode": "ReadWriteOnce"}}, "storage.accessMode", "no effect"),
+    C("protect-word", {"storage": {"protect": "sometimes"}}, "storage.protect", "'sometimes'"),
+    C("storage-not-a-map", {"storage": "big"}, "storage", "'big'"),
+    # ---- wait
+    C("jobTimeout-word", {"wait": {"jobTimeout": "soon"}}, "wait.jobTimeout", "'soon'", "90s, 60m or 2h"),
+    C("jobTimeout-zero", {"wait": {"jobTimeout": "0s"}}, "wait.jobTimeout", "'0s'", "1s and 168h"),
+    C("dgdTimeout-days", {"wait": {"dgdTimeout": "10d"}}, "wait.dgdTimeout", "'10d'"),
+    C("dgdTimeout-negative", {"wait": {"dgdTimeout": "-5m"}}, "wait.dgdTimeout", "'-5m'"),
+    C("dgdTimeout-too-long", {"wait": {"dgdTimeout": "200h"}}, "wait.dgdTimeout", "'200h'", "168h"),
+    C("wait-enabled-word", {"wait": {"enabled": "perhaps"}}, "wait.enabled", "'perhaps'"),
+    C("wait-timeout-while-off", {"wait": {"enabled": False, "jobTimeout": "5m"}}, "wait.jobTimeout", "'5m'", "no effect"),
+    C("wait-dgd-timeout-while-off", {"wait": {"dgd": False, "dgdTimeout": "5m"}}, "wait.dgdTimeout", "'5m'", "no effect"),
+    C("wait-not-a-map", {"wait": False}, "wait", "False"),
+    # ---- cluster: mode and the non-EKS keys
+    C("mode-typo", {"cluster": {"mode": "rendr"}}, "cluster.mode", "'rendr'", "'render'", "'kubeconfig'", "'eks'"),
+    C("mode-empty", {"cluster": {"mode": ""}}, "cluster.mode", "''", "'render'"),
+    C("cluster-string", {"cluster": "eks"}, "cluster", "'eks'", "'render'", "'kubeconfig'"),
+    C("renderDir-empty", {"cluster": {"mode": "render", "renderDir": ""}}, "cluster.renderDir", "''", "never talks to a cluster"),
+    C("renderDir-blank", {"cluster": {"mode": "render", "renderDir": "  "}}, "cluster.renderDir", "'  '"),
+    C("render-with-region", {"cluster": {"mode": "render", "region": "us-east-1"}}, "cluster.region", "'us-east-1'", "'eks'"),
+    C("render-with-platform", {"cluster": {"mode": "render", "installPlatform": True}}, "cluster.installPlatform", "True", "'kubeconfig'"),
+    C("render-with-kubeconfigPath", {"cluster": {"mode": "render", "kubeconfigPath": "/tmp/kc"}}, "cluster.kubeconfigPath", "'/tmp/kc'"),
+    C("kubeconfig-with-renderDir", {"cluster": {"mode": "kubeconfig", "renderDir": "out"}}, "cluster.renderDir", "'out'", "'render'"),
+    C("kubeconfig-empty-context", {"cluster": {"mode": "kubeconfig", "context": ""}}, "cluster.context", "''"),
+    C("kubeconfig-plugins-word", {"cluster": {"mode": "kubeconfig", "installDevicePlugins": "yes please"}}, "cluster.installDevicePlugins", "'yes please'"),
+    C("kubeconfig-missing-file", {"cluster": {"mode": "kubeconfig", "kubeconfigPath": "/nonexistent/kubeconfig"}},
+      "cluster.kubeconfigPath", "'/nonexistent/kubeconfig'", "not a readable file", machine=True),
+    C("kubeconfig-nothing-set", {"cluster": {"mode": "kubeconfig"}}, "cluster.kubeconfigPath", "KUBECONFIG", machine=True),
+    C("eks-with-kubeconfigPath", {**eks(kubeconfigPath="/tmp/kc")}, "cluster.kubeconfigPath", "'/tmp/kc'", "'kubeconfig'", base=EKS),
+    C("eks-with-plugins", {**eks(installDevicePlugins=True)}, "cluster.installDevicePlugins", "True", base=EKS),
+    # ---- cluster: EKS keys (stacks/cluster.py EksConfig)
+    C("region-mars", eks(region="mars-1"), "cluster.region", "'mars-1'", "us-west-2", base=EKS),
+    C("region-empty", eks(region=""), "cluster.region", "''", "us-east-1", base=EKS),
+    C("zones-other-region", eks(availabilityZones=["us-west-2a", "us-west-2b"]), "cluster.availabilityZones", "us-west-2a", "us-east-1a", base=EKS),
+    C("zones-duplicate", eks(availabilityZones=["us-east-1a", "us-east-1a"]), "cluster.availabilityZones", "us-east-1a", "once", base=EKS),
+    C("zones-one", eks(availabilityZones=["us-east-1a"]), "cluster.availabilityZones", "us-east-1a", "two", base=EKS),
+    C("zones-seven", eks(availabilityZones=[f"us-east-1{c}" for c in "abcdefg"]), "cluster.availabilityZones", "7 zones", base=EKS),
+    C("zones-garbage", eks(availabilityZones=["banana", "us-east-1a"]), "cluster.availabilityZones", "banana", base=EKS),
+    C("gpuZone-outside", eks(gpuAvailabilityZone="us-west-2a"), "cluster.gpuAvailabilityZone", "'us-west-2a'", "us-east-1a", base=EKS),
+    C("reservation-banana", eks(capacityReservationId="banana"), "cluster.capacityReservationId", "'banana'", "cr-0123456789abcdef0", base=EKS),
+    C("k8s-version-banana", eks(kubernetesVersion="banana"), "cluster.kubernetesVersion", "'banana'", "choose one of", base=EKS),
+    C("gpuNodes-zero", eks(gpuNodes=0), "cluster.gpuNodes", "0", base=EKS),
+    C("gpuNodes-million", eks(gpuNodes=1000000), "cluster.gpuNodes", "1000000", "450", base=EKS),
+    C("systemNodes-zero", eks(systemNodes=0), "cluster.systemNodes", "0", base=EKS),
+    C("capacity-block-no-reservation", eks(marketType="capacity-block"), "cluster.marketType", "capacityReservationId", base=EKS),
+    C("marketType-spot", eks(marketType="spot"), "cluster.marketType", "'spot'", "'on-demand'", "'capacity-block'", base=EKS),
+    C("vpcCidr-banana", eks(vpcCidr="banana"), "cluster.vpcCidr", "'banana'", "10.0.0.0/16", base=EKS),
+    C("vpcCidr-too-big", eks(vpcCidr="10.0.0.0/8"), "cluster.vpcCidr", "'10.0.0.0/8'", "/16 to /20", base=EKS),
+    C("cacheStorage-s3", eks(cacheStorage="s3"), "cluster.cacheStorage", "'s3'", "'efs'", "'fsx-lustre'", base=EKS),
+    C("nvidiaStack-typo", eks(nvidiaStack="operator"), "cluster.nvidiaStack", "'operator'", "'gpu-operator'", base=EKS),
+    C("efsThroughput-typo", eks(efsThroughputMode="fast"), "cluster.efsThroughputMode", "'fast'", "'elastic'", base=EKS),
+    C("fsx-capacity-odd", eks(cacheStorage="fsx-lustre", fsxStorageCapacityGib=1000), "cluster.fsxStorageCapacityGib", "1000", "2400", base=EKS),
+    C("efa-off-on-efa-disagg", eks(efa=False), "cluster.efa", "false",
+      base={"gpu": "h100", "topology": "disagg"}),
+    C("eks-infiniband-recipe", eks(), "fabricProfile", "aws-efa", base={"gpu": "b200", "topology": "disagg"}),
+]
+assert len(CASES) >= 120, len(CASES)
+assert len({c.id for c in CASES}) == len(CASES)
+
+
+def as_pulumi(raw: dict) -> dict:
+    """The mapping as the Pulumi runtime hands it over (stacks.pulumi_config.raw_config): a top-level number
+    arrives as text, objects keep their JSON types."""
+    return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else copy.deepcopy(v) for k, v in raw.items()}
+
+
+def _program_error(case: Case, monkeypatch) -> ConfigError:
+    env = {k: v for k, v in __import__("os").environ.items() if k != "KUBECONFIG"}
+    with pytest.raises(Exception) as e:
+        build_program(as_pulumi(case.raw), "table", frozenset(case.secrets), env=env)
+    assert type(e.value) is ConfigError, f"{type(e.value).__name__}: {e.value}"
+    return e.value
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_refused_with_key_value_and_choices(case, monkeypatch):
+    msg = str(_program_error(case, monkeypatch))
+    assert f"dynamo:{case.key}" in msg, msg
+    for s in case.shows:
+        assert s in msg, f"{s!r} not in: {msg}"
+    assert "Traceback" not in msg
+    assert TOKEN not in msg  # a refused secret is never echoed
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_program_under_mocks_registers_nothing(case, monkeypatch):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    expected = str(_program_error(case, monkeypatch))
+    with pytest.raises(Exception) as e:
+        run_program(copy.deepcopy(case.raw), dict(case.secrets), stack="table")
+    assert isinstance(e.value, pulumi.RunError), f"{type(e.value).__name__}: {e.value}"
+    assert str(e.value) == expected
+    assert harness.LAST_RUN.resources == []
+
+
+def _stack_file(tmp_path: Path, raw: dict, secrets: dict) -> Path:
+    cfg = {f"dynamo:{k}": v for k, v in raw.items()}
+    cfg.update({f"dynamo:{k}": {"secure": "v1:AAAAAAAAAAAAAAAA:table"} for k in secrets})
+    (tmp_path / "Pulumi.table.yaml").write_text(yaml.safe_dump({"config": cfg}, sort_keys=False))
+    return tmp_path
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_render_stack_gives_the_same_verdict(case, tmp_path, monkeypatch):
+    root = _stack_file(tmp_path, case.raw, case.secrets)
+    if case.machine:
+        # The kubeconfig file is the deploying machine's, not the config's: render --stack (review, CI)
+        # accepts the stack, `up` on a machine without the file refuses it (test above).
+        assert program_for_stack("table", root).objects()
+        return
+    expected = str(_program_error(case, monkeypatch))
+    with pytest.raises(Exception) as e:
+        program_for_stack("table", root)
+    assert type(e.value) is ConfigError, f"{type(e.value).__name__}: {e.value}"
+    assert str(e.value) == expected
+
+
+# --------------------------------------------------------------------------- valid edge cases
+
+VALID = [
+    ("namespace-quoted-digits", {**AGG, "namespace": "123"}, {}),
+    ("namespace-digits-number", {**AGG, "namespace": 123}, {}),
+    ("size-1.5Ti", {**AGG, "storage": {"size": "1.5Ti"}}, {}),
+    ("size-10G", {**AGG, "storage": {"size": "10G"}}, {}),
+    ("size-exponent", {**AGG, "storage": {"size": "2e11"}}, {}),
+    ("revision-number", {**ULTRA, "modelRevision": 20250101}, {}),
+    ("revision-quoted-number", {**ULTRA, "modelRevision": "20250101"}, {}),
+    ("revision-tag", {**ULTRA, "modelRevision": "refs/tags/v1.0"}, {}),
+    ("image-prerelease-tag", {**AGG, "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0-nemotron-3.5-lightning-dev.1"}}, {}),
+    ("image-digest", {**AGG, "images": {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "a" * 64}}, {}),
+    ("image-registry-port", {**AGG, "images": {"agg": "registry.example.com:5000/dynamo/vllm-runtime:1.4.0"}}, {}),
+    ("replicas-zero", {**AGG, "replicas": {"agg": 0}}, {}),
+    ("replicas-quoted", {**AGG, "replicas": {"agg": "2"}}, {}),
+    ("target-and-matching-model", {**AGG, "model": "nemotron-3.5-lightning", "gpu": "h100"}, {}),
+    ("existing-secret-no-token", {**AGG, "hfTokenSecretName": "hf-token-secret"}, {"__no_token__": True}),
+    ("existing-claim", {**AGG, "storage": {"existingClaim": "shared-cache"}}, {}),
+    ("pull-secrets", {**AGG, "imagePullSecrets": ["ngc-secret", "team.registry"]}, {}),
+    ("eks-six-zones", {**EKS, **eks(availabilityZones=[f"us-east-1{c}" for c in "abcdef"])}, {}),
+    ("render-dir-set", {**AGG, "cluster": {"mode": "render", "renderDir": "out/x"}}, {}),
+]
+
+
+@pytest.mark.parametrize("raw, opts", [(r, o) for _, r, o in VALID], ids=[i for i, _, _ in VALID])
+def test_valid_edge_cases_are_accepted_everywhere(raw, opts, tmp_path):
+    secrets = {} if opts.get("__no_token__") else {"hfToken": TOKEN}
+    plan = build_program(as_pulumi(raw), "table", frozenset(secrets), env={})
+    run = run_program(copy.deepcopy(raw), secrets, stack="table")
+    assert run.by_type("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
+    rendered = program_for_stack("table", _stack_file(tmp_path, raw, secrets)).objects()
+    assert rendered == plan.objects()
+
+
+def test_numeric_revision_reaches_the_download_job_as_text():
+    objs = build_program({**ULTRA, "modelRevision": 20250101}, "table", frozenset({"hfToken"}), env={}).objects()
+    envs = [e for o in objs if o["kind"] == "Job" for c in o["spec"]["template"]["spec"]["containers"] for e in c.get("env") or []]
+    assert {"name": "MODEL_REVISION", "value": "20250101"} in envs
+
+
+def test_quoted_digits_from_pulumi_stay_strings():
+    run = run_program({**AGG, "namespace": "123"}, {"hfToken": TOKEN}, stack="table")
+    assert run.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"] == "123"
+
+
+@pytest.mark.parametrize("text", ["- dynamo:gpu: h100\n", "config:\n  - dynamo:gpu: h100\n", "config: h100\n", "config: [\n"])
+def test_stack_file_that_is_not_a_mapping_is_a_config_error(tmp_path, text):
+    (tmp_path / "Pulumi.table.yaml").write_text(text)
+    with pytest.raises(ConfigError, match="Pulumi.table.yaml"):
+        program_for_stack("table", tmp_path)
