@@ -164,3 +164,19 @@ def test_every_committed_stack_runs_under_mocks(path, tmp_path, monkeypatch):
     assert len(run.by_type(DGD)) == 1
     if (cfg.get("cluster") or {}).get("mode") == "eks":
         assert run.by_type("aws:eks/cluster:Cluster")
+
+
+
+def test_a_plan_that_cannot_fit_is_refused_before_any_resource():
+    import harness
+
+    with pytest.raises(Exception, match=r"dynamo:cluster\.gpuNodes: 1 .*use at least 2"):
+        run_program({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks", "gpuNodes": 1}},
+                    TOKEN, stack="h100-disagg")
+    assert harness.LAST_RUN.resources == []
+
+
+def test_h100_with_9_decode_replicas_gets_2_gpu_nodes():
+    run = run_program({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks"}}, TOKEN, stack="h100-disagg")
+    ng = [r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-gpu")][0]
+    assert ng.inputs["scalingConfig"]["desiredSize"] == 2

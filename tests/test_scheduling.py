@@ -52,9 +52,14 @@ def _eks_fit(stack_cfg):
     from stacks.scheduling import SYSTEM
     from stacks.serving import build_plan
 
+    from stacks.cluster import plan_eks
+
     cfg = parse(stack_cfg)
-    plan = build_plan(cfg)
-    cplan = build_cluster_plan("t", cluster_config(stack_cfg), plan.target)
+    if (stack_cfg.get("cluster") or {}).get("mode") == "eks" and cfg.fabric_profile:
+        _, cplan, plan = plan_eks("t", cfg, cluster_config(stack_cfg), stack_cfg, frozenset(), require_secrets=False)
+    else:
+        plan = build_plan(cfg)
+        cplan = build_cluster_plan("t", cluster_config(stack_cfg), plan.target, dgd=plan.dgd)
     return check_target(plan.target, [SYSTEM, cplan.gpu_shape], dgd=plan.dgd)
 
 
@@ -63,3 +68,12 @@ def test_infiniband_recipe_fits_eks_with_the_efa_profile(gpu):
     base = {"gpu": gpu, "topology": "disagg", "cluster": {"mode": "eks"}}
     assert any("rdma/ib=1 > node capacity 0" in p for p in _eks_fit(base))
     assert _eks_fit({**base, "fabricProfile": "aws-efa"}) == []
+
+
+
+def test_final_plan_fits_after_replica_overrides():
+    """issue 8 findings 5, 6: the node group is sized from the final DGD, with EFA per GPU from the instance."""
+    h100 = {"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks"}}
+    assert _eks_fit(h100) == []
+    b200 = {"gpu": "b200", "topology": "disagg", "fabricProfile": "aws-efa", "replicas": {"VllmDecodeWorker": 3}, "cluster": {"mode": "eks"}}
+    assert _eks_fit(b200) == []
