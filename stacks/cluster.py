@@ -623,6 +623,11 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
         shape = shape_for(target.gpu, cluster.instance_type)
     except ValueError as e:
         raise ConfigError(f"{NS}:cluster.instanceType: {e}") from None
+    own_class = cache_class_name(cluster)
+    if cfg.storage.class_name and cfg.storage.class_name != own_class and not cfg.storage.existing_claim:
+        raise ConfigError(f"{NS}:storage.className: {cfg.storage.class_name!r} does not exist on the EKS cluster this `pulumi up` creates, "
+                          f"so the cache claim would stay Pending; remove it (the stack's class is {own_class!r}, "
+                          f"from {NS}:cluster.cacheStorage: {cluster.cache_storage}) or set it to {own_class!r}")
     serving = build_plan(cfg, default_storage_class=cache_class_name(cluster), job_node_selector={POOL_LABEL: "system"},
                          efa_per_gpu=shape.efa_per_gpu)
     cp = build_cluster_plan(stack, cluster, target, dgd=serving.dgd, protect_cache=cfg.storage.protect)

@@ -315,3 +315,14 @@ def test_dockerconfigjson_for_nvcr():
 
     d = json.loads(dockerconfigjson("nvapi-x"))["auths"]["nvcr.io"]
     assert d["username"] == "$oauthtoken" and base64.b64decode(d["auth"]).decode() == "$oauthtoken:nvapi-x"
+
+
+
+def test_a_storage_class_the_new_cluster_does_not_have_is_refused():
+    from stacks.cluster import plan_eks
+
+    raw = {"gpu": "h100", "storage": {"className": "efs-sc"}, "cluster": {"mode": "eks", "cacheStorage": "fsx-lustre"}}
+    with pytest.raises(ConfigError, match=r"dynamo:storage\.className: 'efs-sc'.*'fsx-model-cache'"):
+        plan_eks("t", parse(raw), cluster_config(raw), raw, {"hfToken"})
+    raw["storage"] = {"className": "fsx-model-cache"}
+    plan_eks("t", parse(raw), cluster_config(raw), raw, {"hfToken"})
