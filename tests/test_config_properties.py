@@ -1,0 +1,212 @@
+"""Property-based tests (Hypothesis) over the stack config schema: whatever a stack sets, the program's
+one builder (``stacks.program.build_program``, run by ``pulumi up`` and ``render --stack``) either
+builds the objects or raises ``ConfigError``; never another exception (issue 9, "How to keep it fixed").
+
+The inputs mix the schema's own keys and choices (so that deep paths are reached: valid targets, EKS
+clusters, storage and waits) with wrong types, near-miss strings, huge numbers and unknown keys. The
+runs are derandomized (same examples on every run) and keep no example database in the repository.
+"""
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from stacks import catalog
+from stacks.config import ConfigError, StackConfig
+from stacks.program import build_program
+from stacks.providers import ClusterConfig
+from stacks.render import program_for_stack
+
+SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _aliases(model: type[BaseModel]) -> dict[str, Any]:
+    return {(f.alias or n): f for n, f in model.model_fields.items()}
+
+
+def _literals(annotation) -> list:
+    out = []
+    for a in typing.get_args(annotation) or ():
+        if typing.get_origin(a) is typing.Literal:
+            out += list(typing.get_args(a))
+        else:
+            out += _literals(a)
+    if typing.get_origin(annotation) is typing.Literal:
+        out += list(typing.get_args(annotation))
+    return out
+
+
+def _choices(model: type[BaseModel]) -> list:
+    vals: list = []
+    for f in model.model_fields.values():
+        vals += _literals(f.annotation)
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            vals += _choices(ann)
+    return vals
+
+
+INTERESTING = sorted({str(v) for v in _choices(StackConfig) + _choices(ClusterConfig)}) + [
+    "", " ", "-", "0", "-1", "1e400", "nan", "true", "null", "latest", "main", "refs/tags/../x", "a" * 300,
+    "140Gi", "1.5Ti", "10G", "0Gi", "-5Gi", "2e11", "60m", "0s", "99999h", "dynamo", "Bad_NS", "123",
+    "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0", "nvcr.io/x/y", "nvcr.io/x/y:latest ", "x@sha256:" + "a" * 64,
+    "us-east-1", "us-east-1a", "us-west-2b", "mars-1", "cr-0123456789abcdef0", "banana", "10.0.0.0/16", "10.0.0.0/8",
+    "1.33", "p5.48xlarge", "m7i.2xlarge", "/nonexistent/kc", "rendered", "Frontend", "agg", "*", "hf-token-secret",
+] + sorted(catalog.targets())[:12]
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(10**20), max_value=10**20),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(INTERESTING), st.text(max_size=20),
+)
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(INTERESTING) | st.text(max_size=8), inner, max_size=3), max_leaves=8)
+
+
+def _mapping(model: type[BaseModel], depth: int = 0) -> st.SearchStrategy:
+    """Dicts over the model's own keys (values: its choices, sub-models, or anything) plus the odd unknown key."""
+    fields = _aliases(model)
+    per_key = {}
+    for key, f in fields.items():
+        ann = f.annotation
+        options = [values, st.sampled_from(INTERESTING)]
+        lits = _literals(ann)
+        if lits:
+            options.append(st.sampled_from(lits))
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and depth < 2:
+            options.append(_mapping(ann, depth + 1))
+        per_key[key] = st.one_of(*options)
+    known = st.fixed_dictionaries({}, optional=per_key)
+    extra = st.dictionaries(st.text(min_size=1, max_size=10), values, max_size=1)
+    return st.builds(lambda a, b: {**b, **a}, known, extra)
+
+
+clusters = st.one_of(
+    _mapping(ClusterConfig),
+    st.builds(lambda m, c: {**c, "mode": m}, st.sampled_from(["render", "kubeconfig", "eks"]), _mapping(ClusterConfig)),
+    values,
+)
+configs = st.builds(lambda c, cl: {**c, **({"cluster": cl} if cl is not None else {})}, _mapping(StackConfig), st.none() | clusters)
+
+
+# Valid starting points (every committed stack, a sample of targets) with a few keys set to anything: this
+# reaches the checks that only run once the rest of the config is right (EKS plans, overrides, waits).
+def _committed_stacks() -> list[dict]:
+    from stacks.render import REPO_ROOT, split_secrets, stack_raw_config
+
+    out = []
+    for p in sorted(REPO_ROOT.glob("Pulumi.*.yaml")):
+        try:
+            out.append(split_secrets(stack_raw_config(p.name[len("Pulumi."):-len(".yaml")]))[0])
+        except ConfigError:
+            pass
+    return out
+
+
+BASES = _committed_stacks() + [{"target": t} for t in sorted(catalog.targets())[::5]]
+
+
+def _path_values(model: type[BaseModel], prefix: str = "") -> dict[str, st.SearchStrategy]:
+    out: dict[str, st.SearchStrategy] = {}
+    for key, f in _aliases(model).items():
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out.update(_path_values(ann, f"{prefix}{key}."))
+        lits = _literals(ann)
+        out[prefix + key] = st.one_of(values, st.sampled_from(INTERESTING), *( [st.sampled_from(lits)] if lits else []))
+    return out
+
+
+PATHS = {**_path_values(StackConfig), **_path_values(ClusterConfig, "cluster.")}
+for comp in ("*", "Frontend", "agg", "VllmDecodeWorker", "VllmPrefillWorker", "Nope"):
+    PATHS[f"images.{comp}"] = st.one_of(st.sampled_from(INTERESTING), values)
+    PATHS[f"replicas.{comp}"] = st.one_of(st.integers(-5, 200), values)
+PATHS["cluster.mode"] = st.sampled_from(["render", "kubeconfig", "eks", "bad"])
+
+
+def _set(raw: dict, path: str, value) -> dict:
+    import copy
+
+    out = copy.deepcopy(raw)
+    parts = path.split(".")
+    node = out
+    for p in parts[:-1]:
+        if not isinstance(node.get(p), dict):
+            node[p] = {}
+        node = node[p]
+    if value is _DELETE:
+        node.pop(parts[-1], None)
+    else:
+        node[parts[-1]] = value
+    return out
+
+
+_DELETE = object()
+mutation = st.sampled_from(sorted(PATHS)).flatmap(lambda p: st.tuples(st.just(p), st.one_of(PATHS[p], st.just(_DELETE))))
+
+
+def _mutate(base: dict, muts: list) -> dict:
+    for path, value in muts:
+        base = _set(base, path, value)
+    return base
+
+
+mutated = st.builds(_mutate, st.sampled_from(BASES), st.lists(mutation, min_size=0, max_size=3))
+
+
+secret_sets = st.sets(st.sampled_from(["hfToken", "kubeconfig", "ngcApiKey", "other"]), max_size=3)
+
+
+def _only_config_errors(fn, *args, **kw):
+    try:
+        return fn(*args, **kw)
+    except ConfigError:
+        return None
+    except Exception as e:  # noqa: BLE001 - the property: nothing but ConfigError escapes
+        pytest.fail(f"{type(e).__name__} escaped for input {args!r}: {e}")
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(raw=configs, secrets=secret_sets)
+def test_build_program_raises_only_config_errors(raw, secrets):
+    _only_config_errors(build_program, raw, "prop", frozenset(secrets), env={})
+
+
+@settings(max_examples=500, **SETTINGS)
+@given(raw=mutated, secrets=secret_sets, env=st.sampled_from([None, {}]))
+def test_valid_stacks_with_a_few_keys_changed_raise_only_config_errors(raw, secrets, env):
+    _only_config_errors(build_program, raw, "prop", frozenset(secrets | {"hfToken"}) if "hfTokenSecretName" not in raw else frozenset(secrets - {"hfToken"}), env=env)
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(raw=st.builds(lambda t, r: {"target": t, **r}, st.sampled_from(sorted(catalog.targets())), _mapping(StackConfig)))
+def test_any_target_with_any_overrides_raises_only_config_errors(raw):
+    raw["target"] = raw.get("target") if isinstance(raw.get("target"), str) else None
+    _only_config_errors(build_program, raw, "prop", frozenset({"hfToken"}), env=None)
+
+
+stack_docs = st.one_of(
+    st.builds(lambda c: {"config": {f"dynamo:{k}": v for k, v in c.items()}}, configs),
+    st.builds(lambda c: {"config": c}, values),
+    values,
+)
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(doc=stack_docs)
+def test_render_stack_file_raises_only_config_errors(doc, tmp_path_factory):
+    root = tmp_path_factory.mktemp("prop")
+    (root / "Pulumi.prop.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    _only_config_errors(program_for_stack, "prop", root)
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(text=st.text(max_size=200))
+def test_render_stack_file_of_any_text_raises_only_config_errors(text, tmp_path_factory):
+    root = tmp_path_factory.mktemp("prop")
+    (root / "Pulumi.prop.yaml").write_text(text)
+    _only_config_errors(program_for_stack, "prop", root)
