@@ -185,9 +185,8 @@ def timeline_for_program(program: Any, *, sequential: bool = False, overrides: O
     return Timeline(program.stack, t.id, cluster.mode, steps, finish, critical)
 
 
-def _short(text: str, width: int = 110) -> str:
-    text = re.sub(r"\s+", " ", text)
-    return text if len(text) <= width else text[: width - 3] + "..."
+def _oneline(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
 
 
 def report(tl: Timeline, seq: Timeline) -> str:
@@ -196,7 +195,7 @@ def report(tl: Timeline, seq: Timeline) -> str:
              "", "critical path:", f"  {'start':>6} {'end':>6} {'min':>6}  {'step':<20} basis/source"]
     for n in tl.critical:
         s = tl.steps[n]
-        lines.append(f"  {tl.start(n):6.1f} {tl.finish[n]:6.1f} {s.minutes:6.1f}  {n:<20} {s.basis}: {_short(s.source, 100000)}")
+        lines.append(f"  {tl.start(n):6.1f} {tl.finish[n]:6.1f} {s.minutes:6.1f}  {n:<20} {s.basis}: {_oneline(s.source)}")
     lines.append(f"total: {tl.total:.1f} min")
     off = [n for n in tl.steps if n not in tl.critical]
     if off:
@@ -204,7 +203,7 @@ def report(tl: Timeline, seq: Timeline) -> str:
         for n in off:
             s = tl.steps[n]
             lines.append(f"  {n:<20} {s.minutes:6.1f} min, ends {tl.finish[n]:6.1f}, slack {tl.slack(n):6.1f}  "
-                         f"{s.basis}: {_short(s.source, 100000)}")
+                         f"{s.basis}: {_oneline(s.source)}")
     saved = seq.total - tl.total
     lines += ["", f"sequential recipe runbook (download after the GPU nodes, device plugins and platform): {seq.total:.1f} min; "
                   f"running the download in parallel saves {saved:.1f} min"]
