@@ -66,6 +66,8 @@ def test_render_stack_is_what_up_registers(stack, tmp_path, monkeypatch):
     secrets = {k: "s3cret" for k in secret}
     if "hfTokenSecretName" not in plain:
         secrets.update(TOKEN)
+    if (plain.get("cluster") or {}).get("mode") == "eks" and plain.get("imagePullSecrets"):
+        secrets.setdefault("ngcApiKey", "nvapi-s3cret")  # an EKS stack creates its pull secret from this secret
     run = run_program(plain, secrets, stack=stack)
     rendered = {(o["kind"], o["metadata"]["name"]): o for o in render_stack(stack)}
     registered = {}
