@@ -86,6 +86,16 @@ if cluster.mode != "render" and (cluster.mode == "eks" or cluster.install_device
                               spec=platform_spec)
     graph_deps = graph_deps + platform.ready
 
+# The DGD waits for the image pull secrets (issue 8 finding 10). They need the namespace Serving creates, so each is
+# a dependency that resolves to the Secret registered just below: the program body runs to its end before any
+# registration is sent, so the Secret exists by then.
+created_pull_secrets: dict = {}
+if cluster.mode == "eks" and cluster_plan.notes.get("pull_secrets"):
+    async def _pull_secret(name):
+        return created_pull_secrets[name]
+
+    graph_deps = graph_deps + [pulumi.Output.from_input(_pull_secret(o["metadata"]["name"])) for o in cluster_plan.notes["pull_secrets"]]
+
 serving = Serving(
     "serving",
     plan,
@@ -104,9 +114,10 @@ if cluster.mode == "eks":
 
         pull = dynamo.get_secret("imagePullSecret") or dynamo.get_secret("ngcApiKey").apply(dockerconfigjson)
         for obj in cluster_plan.notes["pull_secrets"]:
-            k8s.core.v1.Secret(f"pull-secret-{obj['metadata']['name']}", metadata=obj["metadata"], type=obj["type"],
-                               string_data={".dockerconfigjson": pulumi.Output.secret(pull)},
-                               opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps, additional_secret_outputs=["stringData", "data"]))
+            created_pull_secrets[obj["metadata"]["name"]] = k8s.core.v1.Secret(
+                f"pull-secret-{obj['metadata']['name']}", metadata=obj["metadata"], type=obj["type"],
+                string_data={".dockerconfigjson": pulumi.Output.secret(pull)},
+                opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps, additional_secret_outputs=["stringData", "data"]))
     if cluster_plan.compute_domain:
         cd = cluster_plan.compute_domain
         k8s.apiextensions.CustomResource("compute-domain", api_version=cd["apiVersion"], kind=cd["kind"], metadata=cd["metadata"], spec=cd["spec"],

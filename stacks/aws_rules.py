@@ -534,7 +534,7 @@ def _secret_refs(x: Any) -> Iterable[str]:
 def secrets_exist_on_a_new_cluster(g: Graph) -> list[str]:
     """On a cluster the same ``up`` creates, every Secret the workloads name (image pull secrets, the HF token)
     must be created by the stack: nothing else could have made it, and pods would fail ErrImagePull or
-    CreateContainerConfigError. Pull secrets are ``kubernetes.io/dockerconfigjson``.
+    CreateContainerConfigError. Pull secrets are ``kubernetes.io/dockerconfigjson``, and the DGD waits for them.
     Source: Kubernetes "Pull an Image from a Private Registry"; EKS (a new cluster has no user Secrets)."""
     if not g.of(EKS):
         return []
@@ -547,6 +547,8 @@ def secrets_exist_on_a_new_cluster(g: Graph) -> list[str]:
                 out.append(f"{r.name}: imagePullSecret {name} is not created by the stack")
             elif s.inputs.get("type") != "kubernetes.io/dockerconfigjson":
                 out.append(f"{r.name}: imagePullSecret {name} has type {s.inputs.get('type')!r}")
+            elif r.type == DGD and s.urn and s.urn not in r.dependencies:
+                out.append(f"{r.name}: does not wait for imagePullSecret {name} (workers would start in ErrImagePull)")
         for name in set(_secret_refs(r.inputs.get("spec"))):
             if g.k8s(SECRET, name, ns) is None:
                 out.append(f"{r.name}: Secret {name} is not created by the stack")

@@ -238,6 +238,8 @@ def test_secrets_rule_fails_when_the_stack_does_not_create_them(block_fsx):
     assert only(R.secrets_exist_on_a_new_cluster, block_fsx) == []
     no_pull = mutate(block_fsx, lambda res: res.remove(next(r for r in res if r.type == R.SECRET and r.inputs["metadata"]["name"] == "ngc-secret")))
     assert any("imagePullSecret ngc-secret" in x for x in only(R.secrets_exist_on_a_new_cluster, no_pull))
+    unordered = mutate(block_fsx, lambda res: setattr(one(res, R.DGD), "dependencies", ()))
+    assert any("does not wait for imagePullSecret ngc-secret" in x for x in only(R.secrets_exist_on_a_new_cluster, unordered))
     no_token = mutate(block_fsx, lambda res: res.remove(next(r for r in res if r.type == R.SECRET and r.inputs["metadata"]["name"] != "ngc-secret")))
     assert any("is not created by the stack" in x for x in only(R.secrets_exist_on_a_new_cluster, no_token))
 
