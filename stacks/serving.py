@@ -102,9 +102,11 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
 
     # Component overrides: images and replicas, by DGD component name.
     names = component_names(dgd)
-    for key in list(cfg.images) + list(cfg.replicas):
-        if key != "*" and key not in names:
-            raise ConfigError(f"{NS}:images/replicas: component {key!r} is not in {t.id}; components: {', '.join(names)} (or '*' for images)")
+    for section, keys in (("images", list(cfg.images)), ("replicas", list(cfg.replicas))):
+        for key in keys:
+            if key not in names and not (key == "*" and section == "images"):
+                raise ConfigError(f"{NS}:{section}.{key}: component {key!r} is not in {t.id}; components: {', '.join(names)}"
+                                  + (" (or '*' for every container)" if section == "images" else ""))
     for comp in dgd["spec"]["components"]:
         image = cfg.images.get(comp["name"], cfg.images.get("*"))
         if image:

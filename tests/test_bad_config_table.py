@@ -139,7 +139,7 @@ CASES = [
     C("image-double-slash", {"images": {"*": "nvcr.io//y:1.0"}}, "images.*", "'nvcr.io//y:1.0'"),
     C("image-double-colon", {"images": {"*": "nvcr.io/x/y::1.0"}}, "images.*", "'nvcr.io/x/y::1.0'"),
     C("image-null", {"images": {"*": None}}, "images.*", "None"),
-    C("image-unknown-component", {"images": {"NoSuchComp": "nvcr.io/x/y:1.0"}}, "images/replicas", "'NoSuchComp'", "Frontend, agg"),
+    C("image-unknown-component", {"images": {"NoSuchComp": "nvcr.io/x/y:1.0"}}, "images.NoSuchComp", "'NoSuchComp'", "Frontend, agg"),
     C("image-empty-component", {"images": {"": "nvcr.io/x/y:1.0"}}, "images", "''"),
     C("images-not-a-map", {"images": "nvcr.io/x/y:1.0"}, "images", "'nvcr.io/x/y:1.0'"),
     # ---- replicas
@@ -148,7 +148,8 @@ CASES = [
     C("replicas-fraction", {"replicas": {"agg": 1.5}}, "replicas.agg", "1.5"),
     C("replicas-word", {"replicas": {"agg": "two"}}, "replicas.agg", "'two'"),
     C("replicas-bool", {"replicas": {"agg": True}}, "replicas.agg", "True"),
-    C("replicas-unknown-component", {"replicas": {"Decode": 2}}, "images/replicas", "'Decode'", "Frontend, agg"),
+    C("replicas-unknown-component", {"replicas": {"Decode": 2}}, "replicas.Decode", "'Decode'", "Frontend, agg"),
+    C("replicas-star", {"replicas": {"*": 2}}, "replicas.*", "'*'", "Frontend, agg"),
     C("replicas-not-a-map", {"replicas": 3}, "replicas", "3"),
     # ---- modelRevision
     C("revision-escapes-tags", {"modelRevision": "refs/tags/../heads/main"}, "modelRevision", "'refs/tags/../heads/main'", "not a valid git revision", base=ULTRA),
