@@ -425,6 +425,14 @@ class StackConfig(_Model):
             raise ValueError(f"{v!r}: {why}; use a 40-hex commit or a tag such as v1.0")
         return v
 
+    @model_validator(mode="after")
+    def _combinations(self):
+        if self.storage.access_mode == "ReadOnlyMany" and not self.storage.existing_claim:
+            raise _key_error("storage", "accessMode 'ReadOnlyMany': the download Job writes the model into the stack's own claim; "
+                                        "choose ReadWriteMany (default), ReadWriteOnce or ReadWriteOncePod, or point "
+                                        "storage.existingClaim at a filled read-only claim")
+        return self
+
 
 # Keys the serving layer does not own here: secrets (read only through pulumi.Config.get_secret, checked by
 # stacks.program) and the cluster (stacks.providers). Other namespaces' keys (aws:, kubernetes:) are not ours.
