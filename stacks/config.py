@@ -428,7 +428,7 @@ class StackConfig(_Model):
     @model_validator(mode="after")
     def _combinations(self):
         if self.storage.access_mode == "ReadOnlyMany" and not self.storage.existing_claim:
-            raise _key_error("storage", "accessMode 'ReadOnlyMany': the download Job writes the model into the stack's own claim; "
+            raise _key_error("storage.accessMode", "'ReadOnlyMany': the download Job writes the model into the stack's own claim; "
                                         "choose ReadWriteMany (default), ReadWriteOnce or ReadWriteOncePod, or point "
                                         "storage.existingClaim at a filled read-only claim")
         return self

@@ -173,7 +173,7 @@ CASES = [
     C("class-empty", {"storage": {"className": ""}}, "storage.className", "''"),
     C("class-uppercase", {"storage": {"className": "EFS"}}, "storage.className", "'EFS'"),
     C("accessMode-short", {"storage": {"accessMode": "RWX"}}, "storage.accessMode", "'RWX'", "'ReadWriteMany'", "'ReadWriteOncePod'"),
-    C("accessMode-read-only-own-claim", {"storage": {"accessMode": "ReadOnlyMany"}}, "storage", "'ReadOnlyMany'", "ReadWriteMany"),
+    C("accessMode-read-only-own-claim", {"storage": {"accessMode": "ReadOnlyMany"}}, "storage.accessMode", "'ReadOnlyMany'", "ReadWriteMany"),
     C("accessMode-space", {"storage": {"accessMode": "ReadWriteMany "}}, "storage.accessMode", "'ReadWriteMany '", "did you mean 'ReadWriteMany'"),
     C("claim-underscore", {"storage": {"existingClaim": "My_Claim"}}, "storage.existingClaim", "'My_Claim'"),
     C("claim-with-size", {"storage": {"existingClaim": "cache", "size": "10Gi"}}, "storage.size", "'cache'", "no effect"),
