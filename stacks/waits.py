@@ -106,9 +106,15 @@ class Wait:
 
 
 def _provider_reason(text: str) -> str:
-    """The provider's reason without its long URN preamble."""
+    """The provider's reasons on one line, without the engine's multierror framing
+    ("1 error occurred:" and "* " bullets) or the long URN preamble."""
+    import re
+
     marker = "failed to fully initialize or become live: "
-    return text.split(marker, 1)[1] if marker in text else text
+    lines = [ln.strip().removeprefix("* ").strip() for ln in text.splitlines()]
+    lines = [ln.split(marker, 1)[1] if marker in ln else ln for ln in lines
+             if ln and not re.fullmatch(r"\d+ errors? occurred:", ln)]
+    return "; ".join(lines) or text.strip()
 
 
 def waits_of(plan: Any) -> dict[tuple[str, str], Wait]:

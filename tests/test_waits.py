@@ -96,6 +96,12 @@ def test_timeout_message_says_what_was_awaited_what_was_seen_and_how_to_look():
     assert "next `pulumi up` waits for it again" in msg
 
 
+def test_engine_multierror_framing_is_removed():
+    framed = f"1 error occurred:\n\t* {PROVIDER_TIMEOUT}\n\n"
+    msg = _job_wait().failed([framed])
+    assert "provider: timed out waiting for the condition\n" in msg and "error occurred" not in msg
+
+
 def test_message_without_a_probe_points_at_the_command():
     msg = _job_wait().failed([PROVIDER_TIMEOUT])
     assert "last seen: not available here; the command below shows it" in msg
