@@ -187,3 +187,17 @@ def test_claim_guard_refuses_a_changed_class_with_the_migration_message():
     assert "dynamo:storage.className: 'efs-sc' -> 'gp3'" in str(e.value) and "storage.existingClaim" in str(e.value)
     guard(SimpleNamespace(old_inputs={"spec": dict(pvc["spec"])}))  # same spec: the update goes ahead
     guard(SimpleNamespace(old_inputs=None))
+
+
+def test_image_pull_secrets_reach_every_pod_of_every_target():
+    """Ultra and Motif-3 recipes name no pull secret; dynamo:imagePullSecrets must not be ignored there."""
+    import json
+
+    from stacks import catalog
+
+    for tid in sorted(catalog.targets()):
+        for o in render_config({"target": tid, "imagePullSecrets": ["zz-pull"]}):
+            if o["kind"] in ("Job", "DynamoGraphDeployment"):
+                text = json.dumps(o)
+                assert text.count('"zz-pull"') == text.count('"containers"'), (tid, o["metadata"]["name"])
+        assert "zz-pull" not in json.dumps(render_config({"target": tid}))
