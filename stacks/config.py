@@ -440,6 +440,16 @@ SECRET_KEYS = {"hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret"}
 CLUSTER_KEYS = {"cluster", "kubeconfig"}
 
 
+def check_secret_keys(secret_keys) -> None:
+    """A ``dynamo:`` key set as a Pulumi secret that the program never reads (a typo such as ``hfTokn``, or a
+    plain key stored with ``--secret``) would be ignored silently: refuse it, naming the key (never the value)."""
+    for key in sorted(set(secret_keys) - SECRET_KEYS):
+        plain = key in {(f.alias or n) for n, f in StackConfig.model_fields.items()} | CLUSTER_KEYS
+        why = (f"is not a secret setting; set it without --secret (`pulumi config set {NS}:{key} ...`)" if plain
+               else f"is not a setting{_did_you_mean(key, sorted(SECRET_KEYS))}")
+        raise ConfigError(f"{NS}:{key}: set as a Pulumi secret, but {why}; secret settings: {', '.join(sorted(SECRET_KEYS))}")
+
+
 def _fmt_loc(loc: tuple) -> str:
     return NS + ":" + ".".join(str(p) for p in loc)
 

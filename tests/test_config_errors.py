@@ -201,3 +201,13 @@ def test_image_pull_secrets_reach_every_pod_of_every_target():
                 text = json.dumps(o)
                 assert text.count('"zz-pull"') == text.count('"containers"'), (tid, o["metadata"]["name"])
         assert "zz-pull" not in json.dumps(render_config({"target": tid}))
+
+
+def test_unknown_or_misplaced_secret_keys_are_refused_without_their_value():
+    from stacks.config import check_secret_keys
+
+    check_secret_keys({"hfToken", "kubeconfig"})
+    with pytest.raises(ConfigError, match=r"dynamo:hfTokn: set as a Pulumi secret, but is not a setting; did you mean 'hfToken'"):
+        check_secret_keys({"hfToken", "hfTokn"})
+    with pytest.raises(ConfigError, match=r"dynamo:namespace: set as a Pulumi secret, but is not a secret setting"):
+        check_secret_keys({"namespace"})
