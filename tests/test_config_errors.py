@@ -189,20 +189,6 @@ def test_claim_guard_refuses_a_changed_class_with_the_migration_message():
     guard(SimpleNamespace(old_inputs=None))
 
 
-def test_image_pull_secrets_reach_every_pod_of_every_target():
-    """Ultra and Motif-3 recipes name no pull secret; dynamo:imagePullSecrets must not be ignored there."""
-    import json
-
-    from stacks import catalog
-
-    for tid in sorted(catalog.targets()):
-        for o in render_config({"target": tid, "imagePullSecrets": ["zz-pull"]}):
-            if o["kind"] in ("Job", "DynamoGraphDeployment"):
-                text = json.dumps(o)
-                assert text.count('"zz-pull"') == text.count('"containers"'), (tid, o["metadata"]["name"])
-        assert "zz-pull" not in json.dumps(render_config({"target": tid}))
-
-
 def test_unknown_or_misplaced_secret_keys_are_refused_without_their_value():
     from stacks.config import check_secret_keys
 
