@@ -17,7 +17,7 @@ try:  # every check runs before any resource is registered, in the same function
 except ConfigError as err:
     raise pulumi.RunError(str(err)) from None
 cfg, cluster, cluster_plan, plan = program.cfg, program.cluster, program.cluster_plan, program.serving
-hf_token = None if cfg.hf_token_secret_name else dynamo.get_secret("hfToken")
+hf_token = dynamo.get_secret("hfToken") if any(e.plan.hf_secret for e in program.entries) else None
 
 cache_deps, graph_deps = [], []
 if cluster.mode == "render":
@@ -91,38 +91,61 @@ if cluster.mode != "render" and (cluster.mode == "eks" or cluster.install_device
 # registration is sent, so the Secret exists by then.
 created_pull_secrets: dict = {}
 if cluster.mode == "eks" and cluster_plan.notes.get("pull_secrets"):
-    async def _pull_secret(name):
-        return created_pull_secrets[name]
+    async def _pull_secret(key):
+        return created_pull_secrets[key]
 
-    graph_deps = graph_deps + [pulumi.Output.from_input(_pull_secret(o["metadata"]["name"])) for o in cluster_plan.notes["pull_secrets"]]
+    graph_deps = graph_deps + [pulumi.Output.from_input(_pull_secret((o["metadata"]["namespace"], o["metadata"]["name"])))
+                               for o in cluster_plan.notes["pull_secrets"]]
 
-serving = Serving(
-    "serving",
-    plan,
-    hf_token=hf_token,
-    protect_cache=cfg.storage.protect,
-    opts=pulumi.ResourceOptions(provider=provider),
-    depends_on=cache_deps,
-    graph_depends_on=graph_deps,
-    redact_secrets=cluster.mode == "render",
-)
+# One Serving per namespace: its namespace, HF token Secret, model cache and download (built from the first entry
+# there; entries of one namespace share one checkpoint), and one DynamoGraph per entry. Names follow the namespace
+# and the entry, never the entries' order, so adding or removing an entry touches only its own objects. A
+# single-target stack keeps its one Serving named "serving"; the first namespace of a `dynamo:serve` list takes
+# over its URNs (aliases).
+spaces: dict[str, list] = {}
+for entry in program.entries:
+    spaces.setdefault(entry.plan.dgd["metadata"]["namespace"], []).append(entry)
+servings: dict[str, Serving] = {}
+for index, (ns, entries) in enumerate(spaces.items()):
+    first = entries[0]
+    servings[ns] = Serving(
+        f"serving-{ns}" if program.multi else "serving",
+        first.plan,
+        hf_token=hf_token,
+        protect_cache=first.cfg.storage.protect,
+        opts=pulumi.ResourceOptions(provider=provider, aliases=[pulumi.Alias(name="serving")] if program.multi and index == 0 else None),
+        depends_on=cache_deps,
+        graph_depends_on=graph_deps,
+        redact_secrets=cluster.mode == "render",
+        graphs=[(f"graph-{e.name}", e.plan) for e in entries] if program.multi else None,
+        first_graph_alias="serving-graph" if program.multi and index == 0 else None,
+    )
+serving = next(iter(servings.values()))
 if cluster.mode == "eks":
-    # Secrets and claims in the serving namespace that only this stack can create on its new cluster.
-    ns_deps = [serving.ns.resource] if serving.ns.resource else []
+    # Secrets and claims in the serving namespaces that only this stack can create on its new cluster.
+    def ns_deps(ns: str) -> list:
+        s = servings.get(ns)
+        return [s.ns.resource] if s is not None and s.ns.resource else []
+
     if cluster_plan.notes.get("pull_secrets"):
         from stacks.cluster import dockerconfigjson
 
         pull = dynamo.get_secret("imagePullSecret") or dynamo.get_secret("ngcApiKey").apply(dockerconfigjson)
         for obj in cluster_plan.notes["pull_secrets"]:
-            created_pull_secrets[obj["metadata"]["name"]] = k8s.core.v1.Secret(
-                f"pull-secret-{obj['metadata']['name']}", metadata=obj["metadata"], type=obj["type"],
+            md = obj["metadata"]
+            # The first namespace keeps the single-target name; others are named by namespace too.
+            rname = f"pull-secret-{md['name']}" if md["namespace"] == next(iter(servings)) else f"pull-secret-{md['namespace']}-{md['name']}"
+            created_pull_secrets[(md["namespace"], md["name"])] = k8s.core.v1.Secret(
+                rname, metadata=md, type=obj["type"],
                 string_data={".dockerconfigjson": pulumi.Output.secret(pull)},
-                opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps, additional_secret_outputs=["stringData", "data"]))
+                opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps(md["namespace"]), additional_secret_outputs=["stringData", "data"]))
     if cluster_plan.compute_domain:
         cd = cluster_plan.compute_domain
         k8s.apiextensions.CustomResource("compute-domain", api_version=cd["apiVersion"], kind=cd["kind"], metadata=cd["metadata"], spec=cd["spec"],
-                                         opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps + graph_deps))
-for key, value in next_steps(plan).items():
+                                         opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps(cd["metadata"]["namespace"]) + graph_deps))
+if program.multi:
+    pulumi.export("entries", {e.name: next_steps(e.plan) for e in program.entries})
+for key, value in (next_steps(plan).items() if not program.multi else ()):
     pulumi.export(key, value)
 
 # issue 13: commands to follow the `up` (logged now, before any resource is created, and exported), then the optional

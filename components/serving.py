@@ -266,9 +266,12 @@ class Serving(pulumi.ComponentResource):
     def __init__(self, name: str, plan: ServingPlan, hf_token: Optional[pulumi.Input[str]], protect_cache: bool,
                  opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
                  graph_depends_on: Sequence[pulumi.Resource] = (), redact_secrets: bool = False,
-                 probe: Optional[Probe] = None):
+                 probe: Optional[Probe] = None, graphs: Optional[Sequence[tuple[str, ServingPlan]]] = None,
+                 first_graph_alias: Optional[str] = None):
         """``depends_on``: what the cache and download need (storage, system nodes);
         ``graph_depends_on``: what only the DGD needs (GPU nodes, device plugins, the Dynamo platform);
+        ``graphs``: ``(suffix, plan)`` per DGD in this namespace (``dynamo:serve``); default: ``plan``'s own, as ``graph``;
+        ``first_graph_alias``: the name the first graph had before (a single-target stack's ``serving-graph``);
         ``probe``: how a failed wait reads what it saw last (``kubectl_probe``; None: the message gives the command).
         Render mode (``redact_secrets``) waits for nothing, so it announces no waits."""
         super().__init__(f"{PKG}:serving:Serving", name, None, opts)
@@ -286,9 +289,14 @@ class Serving(pulumi.ComponentResource):
         ready = base + [r for r in (self.secret.resource, self.cache.resource) if r]
         self.download = ModelDownload(f"{name}-model-download", plan.jobs, opts=child, depends_on=ready, waits=waits,
                                       probe=probe, announce=announce)
-        self.graph = DynamoGraph(f"{name}-graph", plan, opts=child,
-                                 depends_on=base + list(graph_depends_on) + self.download.jobs + self.download.checks,
-                                 wait=waits.get(("DynamoGraphDeployment", _meta(plan.dgd)["name"])), probe=probe, announce=announce)
+        self.graphs = []
+        for i, (suffix, p) in enumerate(graphs if graphs is not None else [("graph", plan)]):
+            alias = [pulumi.Alias(name=first_graph_alias)] if i == 0 and first_graph_alias else None
+            self.graphs.append(DynamoGraph(
+                f"{name}-{suffix}", p, opts=pulumi.ResourceOptions(parent=self, aliases=alias),
+                depends_on=base + list(graph_depends_on) + self.download.jobs + self.download.checks,
+                wait=_waits.waits_of(p).get(("DynamoGraphDeployment", _meta(p.dgd)["name"])), probe=probe, announce=announce))
+        self.graph = self.graphs[0]
         self.dgd_name = self.graph.dgd_name
         self.namespace = self.ns.name
         self.register_outputs({"dgdName": self.dgd_name, "namespace": self.namespace})

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .config import NS, ConfigError, StackConfig, parse
+from .serving import REDACTED
 from .providers import ClusterConfig, cluster_config
+from .serve import SERVE, Entry, build_entries
 from .serving import ServingPlan, build_plan, select_target
 
 # Secret keys the program reads (always through ``pulumi.Config.get_secret``), and where each is needed.
@@ -33,11 +35,36 @@ class ProgramPlan:
     # issue 13: optional layers (None when off): stacks.observability.ObservabilityPlan, stacks.benchmark.BenchmarkPlan
     observability: Optional[Any] = None
     benchmark: Optional[Any] = None
+    # One per serving entry (``dynamo:serve``); a single-target stack has one, keyed ``dynamo``.
+    entries: list[Entry] = field(default_factory=list)
+
+    @property
+    def multi(self) -> bool:
+        """A ``dynamo:serve`` stack (resources named by namespace and entry) rather than a single target."""
+        return bool(self.entries) and self.entries[0].key != NS
+
+    def cluster_objects(self) -> list[dict]:
+        """Kubernetes objects of the cluster layer that ``up`` creates for the serving namespaces: image pull
+        Secrets (value redacted), the FSx PersistentVolume (its CSI source comes from the file system), the
+        GB200 ComputeDomain."""
+        cp = self.cluster_plan
+        if cp is None:
+            return []
+        out = []
+        if getattr(cp, "static_pv", None):
+            out.append(cp.static_pv)
+        for obj in cp.notes.get("pull_secrets") or []:
+            out.append({**obj, "stringData": {".dockerconfigjson": REDACTED}})
+        if getattr(cp, "compute_domain", None):
+            out.append(cp.compute_domain)
+        return out
 
     def objects(self) -> list[dict]:
-        """The serving-layer Kubernetes objects, secrets redacted, exactly as ``up`` registers them."""
+        """The Kubernetes objects ``up`` registers (secrets redacted): the cluster layer's objects in the
+        serving namespaces, every entry's serving objects (those entries share appear once), the optional layers."""
         extra = (self.observability.objects() if self.observability else []) + ([self.benchmark.job] if self.benchmark else [])
-        return self.serving.objects() + extra
+        serving = [o for e in self.entries for o in e.plan.objects()] if self.entries else self.serving.objects()
+        return self.cluster_objects() + serving + extra
 
 
 def kubeconfig_path(cluster: ClusterConfig, secret_keys: frozenset[str], env: Optional[dict[str, str]]) -> Optional[str]:
@@ -59,18 +86,22 @@ def kubeconfig_path(cluster: ClusterConfig, secret_keys: frozenset[str], env: Op
     return first
 
 
-def check_secrets(raw: dict[str, Any], secret_keys: frozenset[str], cfg: StackConfig, cluster: ClusterConfig,
-                  require_present: bool = True) -> None:
-    """Secret keys must be Pulumi secrets, and the Secrets the serving objects name must be obtainable.
-    ``require_present=False`` (render for review): committed stacks often leave the token to the
-    environment that deploys them, so only its absence is not an error there."""
+def check_plain_secrets(raw: dict[str, Any]) -> None:
+    """Secret keys must be Pulumi secrets: a plain value is refused (its text is never repeated)."""
     for key in sorted(SECRET_KEYS & set(raw)):
         raise ConfigError(
             f"{NS}:{key}: is set in plain text; it must be a Pulumi secret: "
             f"`pulumi config rm {NS}:{key} && pulumi config set --secret {NS}:{key} <value>`"
         )
+
+
+def check_secrets(secret_keys: frozenset[str], cfg: StackConfig, require_present: bool = True, single: bool = True) -> None:
+    """The HF token Secret the serving objects name must be obtainable, one way only.
+    ``require_present=False`` (render for review): committed stacks often leave the token to the
+    environment that deploys them, so only its absence is not an error there. ``single``: in a
+    ``dynamo:serve`` stack one namespace may use an existing Secret while another gets the token."""
     has_token = "hfToken" in secret_keys
-    if cfg.hf_token_secret_name and has_token:
+    if single and cfg.hf_token_secret_name and has_token:
         raise ConfigError(
             f"{NS}:hfTokenSecretName: {cfg.hf_token_secret_name!r} together with the secret {NS}:hfToken; "
             f"set one: the token (the stack creates the Secret) or the name of an existing Secret"
@@ -84,47 +115,103 @@ def check_secrets(raw: dict[str, Any], secret_keys: frozenset[str], cfg: StackCo
 
 def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = frozenset(),
                   env: Optional[dict[str, str]] = None, aws_region: Optional[str] = None) -> ProgramPlan:
-    """Validate everything (serving keys, cluster keys, secrets) and build the objects.
+    """Validate everything (serving keys of every entry, cluster keys, secrets) and build the objects.
 
     ``raw``: the plain ``dynamo:`` keys without the namespace; ``secret_keys``: the ``dynamo:``
     keys that are set as Pulumi secrets (their values are never needed here); ``env``: the
     environment of the ``up`` (None when rendering for review); ``aws_region``: the stack's ``aws:region``."""
+    secret_keys = frozenset(secret_keys)
+    if not isinstance(raw, dict):
+        parse(raw)  # the ConfigError for a config that is not a mapping
     if aws_region:
         from .cluster import apply_aws_region
 
         raw = apply_aws_region(raw, aws_region)
-    cfg = parse(raw)
+    check_plain_secrets(raw)
     cluster = cluster_config(raw)
-    check_secrets(raw, frozenset(secret_keys), cfg, cluster, require_present=env is not None)
     if cluster.mode == "render" and not (cluster.render_dir or "").strip():
         raise ConfigError(
             f"{NS}:cluster.renderDir: {cluster.render_dir!r} is empty; a render stack writes manifests to a directory "
             f"and never talks to a cluster: set it (default 'rendered') or choose cluster.mode kubeconfig or eks"
         )
     if cluster.mode == "kubeconfig":
-        kubeconfig_path(cluster, frozenset(secret_keys), env)
-    layers: list[str] = []
-    if cluster.mode == "eks":
+        kubeconfig_path(cluster, secret_keys, env)
+    single, eks = SERVE not in raw, cluster.mode == "eks"
+    configs: list[StackConfig] = []
+    eks_plans: list[tuple] = []
+
+    def build_one(entry_raw: dict[str, Any]) -> ServingPlan:
+        cfg = parse(entry_raw)
+        check_secrets(secret_keys, cfg, require_present=env is not None, single=single)
+        configs.append(cfg)
+        if not eks:
+            return build_plan(cfg)
         from .cluster import plan_eks
 
         # Region, fabric, Secrets only this stack can create, serving objects with the instance's EFA per GPU, node
         # group sized from the final DGD, GB200 ComputeDomain claims, FSx claim binding (stacks/cluster.py).
-        cluster, cluster_plan, serving = plan_eks(stack, cfg, cluster, raw, frozenset(secret_keys), aws_region=aws_region,
-                                                  require_secrets=env is not None)
+        resolved, cluster_plan, serving = plan_eks(stack, cfg, cluster, entry_raw, secret_keys, aws_region=aws_region,
+                                                   require_secrets=env is not None)
+        eks_plans.append((resolved, cluster_plan))
+        return serving
+
+    entries = build_entries(raw, build_one)
+    for entry, entry_cfg in zip(entries, configs):
+        entry.cfg = entry_cfg
+    cfg, serving, layers, cluster_plan = configs[0], entries[0].plan, [], None
+    if eks:
+        cluster = eks_plans[0][0]
+        cluster_plan = eks_plans[0][1] if single else combined_cluster_plan(stack, cluster, entries, [cp for _, cp in eks_plans])
         storage = "StorageClass" if cluster_plan.storage_class else "PersistentVolume"
         layers = ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
-                  "image pull secrets" if cluster_plan.notes.get("pull_secrets") else "",
-                  "NVIDIA DRA driver" if cluster_plan.dra_driver else "",
-                  "ComputeDomain" if cluster_plan.compute_domain else "",
-                  "Dynamo platform" if cluster.platform_wanted() else ""]
-        return optional_layers(ProgramPlan(stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x]))
-    serving = build_plan(cfg)
-    if cluster.mode == "kubeconfig":
-        if cluster.install_device_plugins:
-            layers.append("device plugins")
-        if cluster.platform_wanted():
-            layers.append("Dynamo platform")
-    return optional_layers(ProgramPlan(stack, cfg, cluster, serving, None, layers))
+                  "NVIDIA DRA driver" if cluster_plan.dra_driver else ""]
+    elif cluster.mode == "kubeconfig" and cluster.install_device_plugins:
+        layers.append("device plugins")
+    if cluster.mode != "render" and cluster.platform_wanted():
+        layers.append("Dynamo platform")
+    program = ProgramPlan(stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries)
+    return optional_layers(program)
+
+
+def combined_dgd(entries: list[Entry]) -> dict:
+    """All entries' DGD components as one DGD, so the GPU node group is sized from the sum."""
+    comps = [{**c, "name": f"{e.name}/{c['name']}"} for e in entries for c in e.plan.dgd["spec"]["components"]]
+    first = entries[0].plan.dgd
+    return {**first, "spec": {**first["spec"], "components": comps}}
+
+
+def combined_cluster_plan(stack: str, cluster, entries: list[Entry], plans: list) -> Any:
+    """One EKS cluster for every entry: the GPU node group holds the sum of all entries' GPU and EFA requests
+    (after replicas and overrides); pull secrets in every serving namespace."""
+    from .cluster import build_cluster_plan
+
+    gpus = {e.plan.target.gpu for e in entries}
+    if len(gpus) > 1:
+        e = next(e for e in entries if e.plan.target.gpu != entries[0].plan.target.gpu)
+        raise ConfigError(f"{e.key}.gpu: {e.plan.target.gpu!r}: the stack's EKS cluster has one GPU node group, of "
+                          f"{entries[0].plan.target.gpu} ({entries[0].key}); serve other GPUs from another stack")
+    for e, cp in zip(entries, plans):
+        if cp.compute_domain:
+            raise ConfigError(f"{e.key}: {e.plan.target.id} spans GPU nodes of one NVLink domain (a ComputeDomain); "
+                              f"serve it from a stack of its own")
+    owners = [e for e in entries if e.plan.cache_pvc is not None]
+    if plans[0].static_pv and len(owners) > 1:
+        raise ConfigError(f"{owners[1].key}: FSx for Lustre binds the stack's file system to one cache claim; entries with "
+                          f"different checkpoints need {NS}:cluster.cacheStorage: efs")
+    merged = build_cluster_plan(stack, cluster, entries[0].plan.target, dgd=combined_dgd(entries),
+                                protect_cache=all(e.cfg.storage.protect for e in entries))
+    merged.compute_domain = None  # no entry's workers span nodes (checked above); the sum spanning nodes needs none
+    if merged.static_pv and owners:
+        merged.static_pv["spec"]["claimRef"] = {"namespace": owners[0].plan.dgd["metadata"]["namespace"], "name": owners[0].plan.claim_name}
+    seen, pulls = set(), []
+    for cp in plans:
+        for obj in cp.notes.get("pull_secrets") or []:
+            key = (obj["metadata"].get("namespace"), obj["metadata"]["name"])
+            if key not in seen:
+                seen.add(key)
+                pulls.append(obj)
+    merged.notes["pull_secrets"] = pulls
+    return merged
 
 
 def optional_layers(program: ProgramPlan) -> ProgramPlan:
