@@ -1,4 +1,7 @@
-"""Pulumi program: stack config -> (EKS cluster, device plugins, Dynamo platform) -> serving for one recipe target."""
+"""Pulumi program: stack config -> (EKS cluster, device plugins, Dynamo platform) -> serving for its recipe targets.
+
+A cluster-only stack (``dynamo:serve: []``) stops after the platform and exports what serving stacks on it read
+(``cluster.mode: stack``, a StackReference): kubeconfig (secret), nodePools, storageClassName, clusterName, region."""
 import os
 
 import pulumi
@@ -28,6 +31,30 @@ elif cluster.mode == "kubeconfig":
         with open(kubeconfig_path(cluster, secret_config_keys(), dict(os.environ))) as f:
             kubeconfig = pulumi.Output.secret(f.read())
     provider = k8s.Provider("cluster", kubeconfig=kubeconfig, context=cluster.context)
+elif cluster.mode == "stack":
+    from stacks.cluster import capacity_shortfall
+
+    # The cluster of a cluster-only stack: its kubeconfig (kept secret), storage class and GPU pools are Outputs, so the
+    # checks run when they resolve: a storage class other than the claim's fails before the claim, a shortfall of the
+    # pools before anything GPU-related (the DGDs depend on the check, as on the download's checks).
+    ref = pulumi.StackReference(cluster.stack)
+    provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.secret(ref.require_output("kubeconfig")))
+    refs = cluster_plan
+
+    def _storage_check(name):
+        if refs.storage_class and name != refs.storage_class:
+            raise pulumi.RunError(f"{NS}:storage.className: the cache claim asks for {refs.storage_class!r}, but the cluster of "
+                                  f"{refs.stack} has storage class {name!r} (its storageClassName output); set {NS}:storage.className: {name}")
+        return None
+
+    def _capacity_check(pools):
+        msg = capacity_shortfall(refs.requirements, pools, refs.stack)
+        if msg:
+            raise pulumi.RunError(msg)
+        return None
+
+    cache_deps = [ref.require_output("storageClassName").apply(_storage_check)]
+    graph_deps = [ref.require_output("nodePools").apply(_capacity_check)]
 else:
     import pulumi_aws as aws
 
@@ -57,7 +84,7 @@ else:
         )
     # The download starts as soon as storage and the system nodes exist, in parallel with the GPU node group.
     cache_deps = [storage_class, eks.system_nodes]
-    graph_deps = [eks.gpu_nodes]
+    graph_deps = list(eks.gpu_node_groups)
     if cluster_plan.dra_driver:  # GB200: ComputeDomains (IMEX) through the NVIDIA DRA driver
         from components.platform import helm_release
         from stacks.cluster import dra_driver_spec
@@ -65,6 +92,12 @@ else:
         graph_deps.append(helm_release("nvidia-dra-driver-gpu", dra_driver_spec(), pulumi.ResourceOptions(provider=provider, depends_on=[eks.gpu_nodes])))
     pulumi.export("clusterName", eks.cluster_name)
     pulumi.export("kubeconfig", eks.kubeconfig)
+    # What a serving stack on this cluster reads (cluster.mode: stack): the GPU pools and the cache storage class.
+    from stacks.cluster import node_pools
+
+    pulumi.export("nodePools", node_pools(cluster_plan))
+    pulumi.export("storageClassName", cluster_plan.cache_class_name)
+    pulumi.export("region", cluster_plan.region)
 
 if cluster.mode != "render" and (cluster.mode == "eks" or cluster.install_device_plugins or cluster.platform_wanted()):
     # Helm releases need a real cluster, so render mode shows the serving layer only.
@@ -90,7 +123,7 @@ if cluster.mode != "render" and (cluster.mode == "eks" or cluster.install_device
 # a dependency that resolves to the Secret registered just below: the program body runs to its end before any
 # registration is sent, so the Secret exists by then.
 created_pull_secrets: dict = {}
-if cluster.mode == "eks" and cluster_plan.notes.get("pull_secrets"):
+if cluster.mode in ("eks", "stack") and cluster_plan.notes.get("pull_secrets"):
     async def _pull_secret(key):
         return created_pull_secrets[key]
 
@@ -120,8 +153,8 @@ for index, (ns, entries) in enumerate(spaces.items()):
         graphs=[(f"graph-{e.name}", e.plan) for e in entries] if program.multi else None,
         first_graph_alias="serving-graph" if program.multi and index == 0 else None,
     )
-serving = next(iter(servings.values()))
-if cluster.mode == "eks":
+serving = next(iter(servings.values()), None)  # None: a cluster-only stack
+if cluster.mode in ("eks", "stack"):
     # Secrets and claims in the serving namespaces that only this stack can create on its new cluster.
     def ns_deps(ns: str) -> list:
         s = servings.get(ns)
@@ -139,20 +172,20 @@ if cluster.mode == "eks":
                 rname, metadata=md, type=obj["type"],
                 string_data={".dockerconfigjson": pulumi.Output.secret(pull)},
                 opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps(md["namespace"]), additional_secret_outputs=["stringData", "data"]))
-    if cluster_plan.compute_domain:
+    if getattr(cluster_plan, "compute_domain", None):
         cd = cluster_plan.compute_domain
         k8s.apiextensions.CustomResource("compute-domain", api_version=cd["apiVersion"], kind=cd["kind"], metadata=cd["metadata"], spec=cd["spec"],
                                          opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps(cd["metadata"]["namespace"]) + graph_deps))
 if program.multi:
     pulumi.export("entries", {e.name: next_steps(e.plan) for e in program.entries})
-for key, value in (next_steps(plan).items() if not program.multi else ()):
+for key, value in (next_steps(plan).items() if not program.multi and plan is not None else ()):
     pulumi.export(key, value)
 
 # issue 13: commands to follow the `up` (logged now, before any resource is created, and exported), then the optional
 # observability layer and the benchmark Job (both off by default; stacks/program.py optional_layers builds them).
 from stacks.outputs import follow_commands  # noqa: E402
 
-for key, value in follow_commands(plan, cluster_plan, program.benchmark).items():
+for key, value in (follow_commands(plan, cluster_plan if cluster.mode == "eks" else None, program.benchmark).items() if plan is not None else ()):
     pulumi.log.info(f"{key}: {value}")
     pulumi.export(key, value)
 if program.observability is not None:

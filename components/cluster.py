@@ -1,4 +1,4 @@
-"""EKS cluster with a system and a GPU node group, EFA, placement and capacity options, model-cache storage.
+"""EKS cluster with a system node group and one GPU node group per pool, EFA, placement and capacity options, model-cache storage.
 
 Thin shell over ``stacks.cluster.build_cluster_plan``: every setting comes from the plan.
 """
@@ -116,35 +116,46 @@ class EksGpuCluster(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        self.placement_group = None
-        lt_args = dict(plan.launch_template)
-        lt_args["network_interfaces"] = [
-            {**ni, "security_groups": [efa_sg.id, self.cluster.vpc_config.cluster_security_group_id]} for ni in plan.launch_template["network_interfaces"]
-        ]
-        if plan.placement_group:
-            self.placement_group = aws.ec2.PlacementGroup(f"{name}-gpu", **plan.placement_group, tags=tags, opts=child)
-            lt_args["placement"] = {"group_name": self.placement_group.name}
-        self.launch_template = aws.ec2.LaunchTemplate(f"{name}-gpu", **lt_args, tags=tags, opts=child)
         node_deps = pulumi.ResourceOptions(parent=self, depends_on=node_policies)
         self.system_nodes = aws.eks.NodeGroup(
             f"{name}-system", cluster_name=self.cluster.name, node_role_arn=node_role.arn, subnet_ids=private_ids, **plan.system_nodegroup, tags=tags, opts=node_deps
         )
-        gpu = dict(plan.gpu_nodegroup)
-        zone = gpu.pop("availability_zone")
-        gpu_subnet = self.gpu_subnet if plan.gpu_subnet else self.private_subnets[zone]
-        # EKS scales Capacity Block node groups to zero before the block ends, and operators scale by hand
-        # (`aws eks update-nodegroup-config --scaling-config desiredSize=N`): Pulumi sets the desired size at create only,
-        # as terraform-aws-eks does (lifecycle ignore_changes = [scaling_config[0].desired_size]).
-        self.gpu_nodes = aws.eks.NodeGroup(
-            f"{name}-gpu",
-            cluster_name=self.cluster.name,
-            node_role_arn=node_role.arn,
-            subnet_ids=[gpu_subnet.id],
-            launch_template={"id": self.launch_template.id, "version": self.launch_template.latest_version.apply(str)},
-            **gpu,
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies, ignore_changes=["scalingConfig.desiredSize"]),
-        )
+        # One GPU node group per pool (issue 11): the first keeps the single-target names (cluster-gpu), the others
+        # carry their GPU (cluster-gpu-b200).
+        self.gpu_node_groups: list[aws.eks.NodeGroup] = []
+        self.launch_templates: list[aws.ec2.LaunchTemplate] = []
+        self.placement_groups: list[aws.ec2.PlacementGroup] = []
+        for pool in plan.gpu_pools:
+            rname = f"{name}-{pool.name}"
+            lt_args = dict(pool.launch_template)
+            lt_args["network_interfaces"] = [
+                {**ni, "security_groups": [efa_sg.id, self.cluster.vpc_config.cluster_security_group_id]} for ni in pool.launch_template["network_interfaces"]
+            ]
+            if pool.placement_group:
+                pg = aws.ec2.PlacementGroup(rname, **pool.placement_group, tags=tags, opts=child)
+                self.placement_groups.append(pg)
+                lt_args["placement"] = {"group_name": pg.name}
+            lt = aws.ec2.LaunchTemplate(rname, **lt_args, tags=tags, opts=child)
+            self.launch_templates.append(lt)
+            gpu = dict(pool.nodegroup)
+            zone = gpu.pop("availability_zone")
+            gpu_subnet = self.gpu_subnet if (plan.gpu_subnet and pool is plan.gpu_pools[0]) else self.private_subnets[zone]
+            # EKS scales Capacity Block node groups to zero before the block ends, and operators scale by hand
+            # (`aws eks update-nodegroup-config --scaling-config desiredSize=N`): Pulumi sets the desired size at create only,
+            # as terraform-aws-eks does (lifecycle ignore_changes = [scaling_config[0].desired_size]).
+            self.gpu_node_groups.append(aws.eks.NodeGroup(
+                rname,
+                cluster_name=self.cluster.name,
+                node_role_arn=node_role.arn,
+                subnet_ids=[gpu_subnet.id],
+                launch_template={"id": lt.id, "version": lt.latest_version.apply(str)},
+                **gpu,
+                tags=tags,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies, ignore_changes=["scalingConfig.desiredSize"]),
+            ))
+        self.gpu_nodes = self.gpu_node_groups[0]
+        self.launch_template = self.launch_templates[0]
+        self.placement_group = self.placement_groups[0] if plan.gpu_pools[0].placement_group else None
 
         # ---- add-ons (the CSI driver gets its IAM role through EKS Pod Identity)
         self.addons = []

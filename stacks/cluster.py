@@ -56,6 +56,24 @@ def kubernetes_versions() -> tuple[str, ...]:
     return tuple(_eks_pin("kubernetesVersions"))
 
 
+POOL_KEYS = ("instance_type", "gpu_nodes", "efa", "placement_group", "market_type", "capacity_reservation_id", "gpu_availability_zone")
+
+
+class GpuPoolConfig(_Model):
+    """One GPU node group of the cluster (``dynamo:cluster.gpuPools[i]``): its GPU (stacks/registry.py GPUS with an
+    instance in stacks/gpus.py), node count and capacity options. A cluster-only stack names its pools here; a
+    serving stack on EKS may too (then each entry's GPU needs a pool, and ``nodes`` must hold that GPU's entries)."""
+
+    gpu: str
+    nodes: Optional[int] = Field(default=None, ge=1, le=MAX_NODES_PER_NODEGROUP)
+    instance_type: Optional[str] = None
+    efa: Optional[bool] = None
+    placement_group: Optional[bool] = None
+    market_type: Literal["on-demand", "capacity-block"] = "on-demand"
+    capacity_reservation_id: Optional[str] = None
+    availability_zone: Optional[str] = None
+
+
 class EksConfig(_Model):
     """``dynamo:cluster`` settings for ``mode: eks``. Every check raises before any resource is registered;
     the message names ``dynamo:cluster.<key>``, the value and the valid choices."""
@@ -82,6 +100,8 @@ class EksConfig(_Model):
     fsx_throughput_per_tib: Literal[125, 250, 500, 1000] = 1000
     nvidia_stack: Literal["device-plugin", "gpu-operator"] = "device-plugin"
     admin_principal_arns: tuple[str, ...] = ()
+    # One GPU node group per pool (issue 11); empty: one node group for the GPU of the stack's entries.
+    gpu_pools: tuple[GpuPoolConfig, ...] = ()
 
     @model_validator(mode="after")
     def _check(self):
@@ -135,7 +155,61 @@ class EksConfig(_Model):
         if cap not in (1200, 2400) and (cap <= 0 or cap % 2400):
             raise ValueError(f"{k}.fsxStorageCapacityGib: {cap} is not a PERSISTENT_2 SSD size; choose 1200, 2400 or a multiple of 2400 "
                              "(FSx CreateFileSystem StorageCapacity)")
+        if self.gpu_pools:
+            self._check_pools(k)
         return self
+
+    def _check_pools(self, k: str) -> None:
+        from .config import _camel
+        from .gpus import INSTANCES
+        from .registry import GPUS
+
+        both = [key for key in POOL_KEYS if key in self.model_fields_set]
+        if both:
+            raise ValueError(f"{k}.{_camel(both[0])}: set per pool in {k}.gpuPools when gpuPools is set "
+                             f"(each pool has gpu, nodes, instanceType, efa, placementGroup, marketType, capacityReservationId, availabilityZone)")
+        eks_gpus = sorted(g.id for g in GPUS.values() if g.instance)
+        seen: dict[str, int] = {}
+        for i, p in enumerate(self.gpu_pools):
+            pk = f"{k}.gpuPools[{i}]"
+            if p.gpu not in GPUS or not GPUS[p.gpu].instance:
+                raise ValueError(f"{pk}.gpu: {p.gpu!r} is not a GPU with an EC2 instance type; choose one of: {', '.join(eks_gpus)}")
+            if p.gpu in seen:
+                raise ValueError(f"{pk}.gpu: {p.gpu!r} already has pool gpuPools[{seen[p.gpu]}]; one pool per GPU (raise its nodes)")
+            seen[p.gpu] = i
+            if p.instance_type is not None:
+                try:
+                    shape_for(p.gpu, p.instance_type)
+                except ValueError as e:
+                    raise ValueError(f"{pk}.instanceType: {e}") from None
+            shape = INSTANCES[p.instance_type or GPUS[p.gpu].instance]
+            if p.capacity_reservation_id is not None and not re.fullmatch(r"cr-[0-9a-f]{8}(?:[0-9a-f]{9})?", p.capacity_reservation_id):
+                raise ValueError(f"{pk}.capacityReservationId: {p.capacity_reservation_id!r} is not a reservation id like cr-0123456789abcdef0")
+            if p.market_type == "capacity-block" and not p.capacity_reservation_id:
+                raise ValueError(f"{pk}.marketType: capacity-block needs {pk}.capacityReservationId (the Capacity Block's reservation id, cr-...)")
+            if shape.ultraserver and p.market_type != "capacity-block":
+                raise ValueError(f"{pk}.marketType: {p.market_type!r}: {shape.instance_type} is sold only in UltraServer Capacity Blocks; "
+                                 f"set {pk}.marketType: capacity-block and {pk}.capacityReservationId")
+            if p.placement_group and p.capacity_reservation_id:
+                raise ValueError(f"{pk}.placementGroup: true conflicts with {pk}.capacityReservationId; remove placementGroup")
+            if p.availability_zone is not None and p.availability_zone not in self.zones():
+                raise ValueError(f"{pk}.availabilityZone: {p.availability_zone!r} is not one of availabilityZones {list(self.zones())} "
+                                 f"(a Local Zone GPU group is a single-pool stack's gpuAvailabilityZone)")
+
+    def pool_for(self, gpu: str, where: str = "") -> tuple["EksConfig", str]:
+        """The cluster settings of ``gpu``'s node group and the key its errors name: with ``gpuPools``, the
+        pool's (a GPU without a pool is a ConfigError naming ``where``, the entry's key); else the cluster's."""
+        k = f"{NS}:cluster"
+        if not self.gpu_pools:
+            return self, k
+        for i, p in enumerate(self.gpu_pools):
+            if p.gpu == gpu:
+                return self.model_copy(update={
+                    "instance_type": p.instance_type, "gpu_nodes": p.nodes, "efa": p.efa, "placement_group": p.placement_group,
+                    "market_type": p.market_type, "capacity_reservation_id": p.capacity_reservation_id,
+                    "gpu_availability_zone": p.availability_zone, "gpu_pools": ()}), f"{k}.gpuPools[{i}]"
+        raise ConfigError(f"{where + '.gpu' if where else k + '.gpuPools'}: {gpu!r} has no pool in {k}.gpuPools "
+                          f"(pools: {', '.join(p.gpu for p in self.gpu_pools)}); add {{gpu: {gpu}}} to {k}.gpuPools")
 
     def zones(self) -> tuple[str, ...]:
         return self.availability_zones or tuple(f"{self.region}{s}" for s in "abc")
@@ -217,6 +291,26 @@ class ClusterPlan:
     compute_domain: Optional[dict] = None  # ComputeDomain the workers claim when they span nodes of one NVLink domain
     admin_principal_arns: tuple[str, ...] = ()
     notes: dict[str, Any] = field(default_factory=dict)
+    # Every GPU node group (issue 11), the first one also as gpu_nodegroup, launch_template, placement_group,
+    # shape and gpu_shape above (its resources keep the single-target names).
+    gpu_pools: list["GpuPool"] = field(default_factory=list)
+
+
+@dataclass
+class GpuPool:
+    """One GPU node group: ``name`` is ``gpu`` for the first (resource names ``cluster-gpu``) and ``gpu-<gpu>`` for
+    the others; ``nodes_needed``: what its entries' DGDs need (0 for a cluster-only pool)."""
+
+    name: str
+    gpu: str
+    nodegroup: dict
+    launch_template: dict
+    placement_group: Optional[dict]
+    shape: InstanceShape
+    node_shape: NodeShape
+    efa: bool
+    nodes_needed: int
+    gpus: int = 0
 
 
 def gpu_taint_for(t: Target) -> dict:
@@ -415,53 +509,60 @@ def apply_compute_domain(dgd: dict, cd: dict) -> None:
             rc.append({"name": COMPUTE_DOMAIN_CLAIM})
 
 
-def build_cluster_plan(stack: str, cfg: EksConfig, target: Target, dgd: Optional[dict] = None, protect_cache: bool = True) -> ClusterPlan:
-    """``dgd``: the final DGD (after ``replicas``, images and the fabric profile); node counts, EFA and the
-    GB200 ComputeDomain follow it. Defaults to the catalog's DGD for the target."""
-    k = f"{NS}:cluster"
+def _key(prefix: str, name: str) -> str:
+    """``dynamo:cluster.gpuNodes`` for the cluster's one GPU group, ``dynamo:cluster.gpuPools[i].nodes`` for a pool."""
+    if prefix.endswith("]"):
+        name = {"gpuNodes": "nodes", "gpuAvailabilityZone": "availabilityZone"}.get(name, name)
+    return f"{prefix}.{name}"
+
+
+def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, taint: dict, key: str = f"{NS}:cluster",
+                   name: str = "gpu") -> GpuPool:
+    """One GPU node group: ``cfg`` carries its settings (``EksConfig.pool_for``), ``dgd`` the GPU and EFA requests it
+    must hold (the sum of the entries of this GPU; None: a cluster-only pool, sized by its ``nodes``), ``what`` names
+    them in errors, ``key`` is where its settings live (``dynamo:cluster`` or ``dynamo:cluster.gpuPools[i]``)."""
     try:
-        shape = shape_for(target.gpu, cfg.instance_type)
+        shape = shape_for(gpu, cfg.instance_type)
     except ValueError as e:
-        raise ConfigError(f"{k}.instanceType: {e}") from None
-    dgd = dgd or _dgd(target)
-    zones = cfg.zones()
-    gpu_zone = cfg.gpu_zone()
-    local_zone = gpu_zone if cfg.gpu_zone_is_local() else None
+        raise ConfigError(f"{_key(key, 'instanceType')}: {e}") from None
     efa = shape.efa_interfaces > 0 if cfg.efa is None else cfg.efa
-    efa_workers = [c["name"] for c in dgd["spec"]["components"] if pod_requests(c["podTemplate"]["spec"]).get("vpc.amazonaws.com/efa")]
+    comps = dgd["spec"]["components"] if dgd else []
+    efa_workers = [c["name"] for c in comps if pod_requests(c["podTemplate"]["spec"]).get("vpc.amazonaws.com/efa")]
     if efa_workers and not efa:
-        raise ConfigError(f"{k}.efa: false, but {', '.join(efa_workers)} of {target.id} request vpc.amazonaws.com/efa (KV transfer over EFA); "
-                          f"remove {k}.efa (EFA is on by default for {shape.instance_type}) or choose an aggregated target")
+        raise ConfigError(f"{_key(key, 'efa')}: false, but {', '.join(efa_workers)} of {what} request vpc.amazonaws.com/efa (KV transfer over EFA); "
+                          f"remove {_key(key, 'efa')} (EFA is on by default for {shape.instance_type}) or choose an aggregated target")
     if shape.ultraserver and cfg.market_type != "capacity-block":
-        raise ConfigError(f"{k}.marketType: {cfg.market_type!r}: {shape.instance_type} is sold only in UltraServer Capacity Blocks "
-                          f"(u-p6e-gb200x36, u-p6e-gb200x72); set {k}.marketType: capacity-block and {k}.capacityReservationId "
+        raise ConfigError(f"{_key(key, 'marketType')}: {cfg.market_type!r}: {shape.instance_type} is sold only in UltraServer Capacity Blocks "
+                          f"(u-p6e-gb200x36, u-p6e-gb200x72); set {_key(key, 'marketType')}: capacity-block and {_key(key, 'capacityReservationId')} "
                           "(EKS user guide, ml-eks-nvidia-ultraserver)")
     capacity = {"nvidia.com/gpu": shape.gpus_per_node}
     if efa:
         capacity["vpc.amazonaws.com/efa"] = shape.efa_interfaces
-    needed, too_big = pack(dgd, capacity)
-    if too_big:
-        raise ConfigError(f"{k}.instanceType: {shape.instance_type}: no single node holds " + "; ".join(too_big)
-                          + f" ({target.id}); choose a larger instance type of {target.gpu} or fewer GPUs per worker")
-    needed = max(needed, 1)
-    gpus = catalog.gpus_needed(dgd)
+    if dgd is None:
+        needed, gpus = 0, 0
+        if cfg.gpu_nodes is None:
+            raise ConfigError(f"{_key(key, 'gpuNodes')}: not set; a pool that no serving entry of this stack sizes needs its node count "
+                              f"(1-{MAX_NODES_PER_NODEGROUP})")
+    else:
+        needed, too_big = pack(dgd, capacity)
+        if too_big:
+            raise ConfigError(f"{_key(key, 'instanceType')}: {shape.instance_type}: no single node holds " + "; ".join(too_big)
+                              + f" ({what}); choose a larger instance type of {gpu} or fewer GPUs per worker")
+        needed = max(needed, 1)
+        gpus = catalog.gpus_needed(dgd)
     count = cfg.gpu_nodes or needed
     if count < needed:
-        raise ConfigError(f"{k}.gpuNodes: {count} x {shape.instance_type} cannot hold {target.id} as configured "
+        raise ConfigError(f"{_key(key, 'gpuNodes')}: {count} x {shape.instance_type} cannot hold {what} as configured "
                           f"({gpus} GPUs, EFA {shape.efa_per_gpu}/GPU, replicas included); use at least {needed}")
     if shape.ultraserver and count > 18:
-        raise ConfigError(f"{k}.gpuNodes: {count}: an UltraServer holds at most 18 {shape.instance_type} (u-p6e-gb200x72)")
-    public, private, gpu_subnet = _subnets(cfg.vpc_cidr, zones, local_zone)
-    name = f"dynamo-{stack}"
-    taint = gpu_taint_for(target)
+        raise ConfigError(f"{_key(key, 'gpuNodes')}: {count}: an UltraServer holds at most 18 {shape.instance_type} (u-p6e-gb200x72)")
     labels = {
-        POOL_LABEL: "gpu",
+        POOL_LABEL: name,
         "nvidia.com/gpu.product": shape.product,
         "nvidia.com/gpu.present": "true",
     }
     if efa:
         labels[EFA_LABEL] = "true"
-
     lt: dict[str, Any] = {
         "network_interfaces": network_interfaces(shape, efa),
         "user_data": base64.b64encode(NODEADM_RAID0.encode()).decode(),
@@ -484,11 +585,37 @@ def build_cluster_plan(stack: str, cfg: EksConfig, target: Target, dgd: Optional
         "scaling_config": {"desired_size": count, "min_size": 0 if capacity_block else count, "max_size": count},
         "labels": labels,
         "taints": [taint],
-        "availability_zone": gpu_zone,
+        "availability_zone": cfg.gpu_zone(),
         "update_config": {"max_unavailable": 1},
     }
     if not capacity_block:
         gpu_ng = {"instance_types": [shape.instance_type], **gpu_ng}
+    node_shape = NodeShape(
+        name=name,
+        labels={**labels, "kubernetes.io/arch": shape.kubernetes_arch, "node.kubernetes.io/instance-type": shape.instance_type},
+        taints=[{"key": taint["key"], "value": taint["value"], "effect": "NoSchedule"}],
+        capacity=capacity,
+        count=count,
+    )
+    return GpuPool(name=name, gpu=gpu, nodegroup=gpu_ng, launch_template=lt, placement_group=placement_group, shape=shape,
+                   node_shape=node_shape, efa=efa, nodes_needed=needed, gpus=gpus)
+
+
+def pool_name(gpu: str, first: bool) -> str:
+    """The first GPU group keeps the single-target resource names (``cluster-gpu``); others carry their GPU."""
+    return "gpu" if first else f"gpu-{gpu}"
+
+
+def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cache: bool = True,
+                  compute_domain_for: Optional[tuple[Target, dict]] = None) -> ClusterPlan:
+    """The cluster around its GPU node groups: VPC, system nodes, add-ons, cache storage. ``pools[0]`` is the
+    first GPU group (today's resource names); ``compute_domain_for``: (target, dgd) of a GB200 target whose
+    workers span nodes of one NVLink domain."""
+    zones = cfg.zones()
+    local_zone = cfg.gpu_zone() if not cfg.gpu_pools and cfg.gpu_zone_is_local() else None
+    gpu_zone = pools[0].nodegroup["availability_zone"]
+    public, private, gpu_subnet = _subnets(cfg.vpc_cidr, zones, local_zone)
+    name = f"dynamo-{stack}"
     sys_ng = {
         "instance_types": [cfg.system_instance_type],
         "ami_type": "AL2023_x86_64_STANDARD",
@@ -515,10 +642,13 @@ def build_cluster_plan(stack: str, cfg: EksConfig, target: Target, dgd: Optional
         csi = "aws-fsx-csi-driver"
     fsx_mbps = cfg.fsx_storage_capacity_gib / 1024 * cfg.fsx_throughput_per_tib if cfg.cache_storage == "fsx-lustre" else None
     # GB200: DRA driver for IMEX; a ComputeDomain when a disaggregated target's workers span nodes of the NVLink domain.
-    dra = shape.ultraserver
+    dra = any(p.shape.ultraserver for p in pools)
     cd = None
-    if dra and target.topology == "disagg" and needed > 1:
-        cd = compute_domain(f"{name}-imex", (dgd.get("metadata") or {}).get("namespace") or "default", needed)
+    if compute_domain_for and dra:
+        target, dgd = compute_domain_for
+        if target.topology == "disagg" and pools[0].nodes_needed > 1:
+            cd = compute_domain(f"{name}-imex", (dgd.get("metadata") or {}).get("namespace") or "default", pools[0].nodes_needed)
+    first = pools[0]
     return ClusterPlan(
         name=name,
         region=cfg.region,
@@ -529,29 +659,58 @@ def build_cluster_plan(stack: str, cfg: EksConfig, target: Target, dgd: Optional
         gpu_subnet=gpu_subnet,
         addons=["vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi],
         system_nodegroup=sys_ng,
-        gpu_nodegroup=gpu_ng,
-        launch_template=lt,
-        placement_group=placement_group,
-        shape=shape,
-        gpu_shape=NodeShape(
-            name="gpu",
-            labels={**labels, "kubernetes.io/arch": shape.kubernetes_arch, "node.kubernetes.io/instance-type": shape.instance_type},
-            taints=[{"key": taint["key"], "value": taint["value"], "effect": "NoSchedule"}],
-            capacity=capacity,
-            count=count,
-        ),
+        gpu_nodegroup=first.nodegroup,
+        launch_template=first.launch_template,
+        placement_group=first.placement_group,
+        shape=first.shape,
+        gpu_shape=first.node_shape,
         storage=storage,
         storage_class=sc,
         static_pv=static_pv,
         cache_class_name=class_name,
         protect_cache=protect_cache,
         nvidia_stack=cfg.nvidia_stack,
-        efa=efa,
+        efa=any(p.efa for p in pools),
         dra_driver=dra,
         compute_domain=cd,
         admin_principal_arns=cfg.admin_principal_arns,
-        notes={"gpus": gpus, "nodes_needed": needed, "fsx_mbps": fsx_mbps, "efa_per_gpu": shape.efa_per_gpu},
+        notes={"gpus": sum(p.gpus for p in pools), "nodes_needed": first.nodes_needed, "fsx_mbps": fsx_mbps,
+               "efa_per_gpu": first.shape.efa_per_gpu},
+        gpu_pools=list(pools),
     )
+
+
+def build_cluster_plan(stack: str, cfg: EksConfig, target: Target, dgd: Optional[dict] = None, protect_cache: bool = True,
+                       key: str = f"{NS}:cluster") -> ClusterPlan:
+    """``dgd``: the final DGD (after ``replicas``, images and the fabric profile); node counts, EFA and the
+    GB200 ComputeDomain follow it. Defaults to the catalog's DGD for the target. One GPU node group."""
+    dgd = dgd or _dgd(target)
+    pool = build_gpu_pool(cfg, target.gpu, dgd, target.id, gpu_taint_for(target), key)
+    return assemble_plan(stack, cfg, [pool], protect_cache, compute_domain_for=(target, dgd))
+
+
+def build_cluster_only_plan(stack: str, cfg: EksConfig) -> ClusterPlan:
+    """A cluster-only stack (``dynamo:serve: []``): one GPU node group per ``dynamo:cluster.gpuPools`` entry, sized by
+    its ``nodes``; serving stacks add their objects later (``cluster.mode: stack``)."""
+    k = f"{NS}:cluster"
+    if not cfg.gpu_pools:
+        raise ConfigError(f"{k}.gpuPools: not set; a cluster-only stack ({NS}:serve: []) names its GPU node groups, "
+                          f"e.g. gpuPools: [{{gpu: h100, nodes: 2}}]")
+    pools = []
+    for i, p in enumerate(cfg.gpu_pools):
+        pcfg, key = cfg.pool_for(p.gpu)
+        taint = {"key": GPU_TAINT_KEY, "value": "true", "effect": "NO_SCHEDULE"}
+        pools.append(build_gpu_pool(pcfg, p.gpu, None, f"pool {p.gpu}", taint, key, pool_name(p.gpu, i == 0)))
+    return assemble_plan(stack, cfg, pools, protect_cache=True)
+
+
+def node_pools(plan: ClusterPlan) -> list[dict]:
+    """What a cluster stack exports as ``nodePools`` (and a serving stack checks its entries against): per GPU node
+    group its GPU, instance type, node count, per-node allocatable GPUs and EFA devices, labels and taint."""
+    return [{"name": p.name, "gpu": p.gpu, "instanceType": p.shape.instance_type, "count": p.node_shape.count,
+             "allocatable": dict(p.node_shape.capacity), "labels": dict(p.node_shape.labels),
+             "taint": {k: v for k, v in p.node_shape.taints[0].items()}} for p in plan.gpu_pools]
+
 
 
 # --------------------------------------------------------------------------- secrets on a cluster this `up` creates
@@ -619,10 +778,11 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
     target = select_target(cfg)
     check_fabric_on_eks(target, cfg.fabric_profile)
     check_secrets_on_new_cluster(cfg.hf_token_secret_name, cfg.image_pull_secrets if require_secrets else (), raw, set(secret_keys))
+    pool_cfg, pool_key = cluster.pool_for(target.gpu)
     try:
-        shape = shape_for(target.gpu, cluster.instance_type)
+        shape = shape_for(target.gpu, pool_cfg.instance_type)
     except ValueError as e:
-        raise ConfigError(f"{NS}:cluster.instanceType: {e}") from None
+        raise ConfigError(f"{_key(pool_key, 'instanceType')}: {e}") from None
     own_class = cache_class_name(cluster)
     if cfg.storage.class_name and cfg.storage.class_name != own_class and not cfg.storage.existing_claim:
         raise ConfigError(f"{NS}:storage.className: {cfg.storage.class_name!r} does not exist on the EKS cluster this `pulumi up` creates, "
@@ -630,7 +790,7 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
                           f"from {NS}:cluster.cacheStorage: {cluster.cache_storage}) or set it to {own_class!r}")
     serving = build_plan(cfg, default_storage_class=cache_class_name(cluster), job_node_selector={POOL_LABEL: "system"},
                          efa_per_gpu=shape.efa_per_gpu)
-    cp = build_cluster_plan(stack, cluster, target, dgd=serving.dgd, protect_cache=cfg.storage.protect)
+    cp = build_cluster_plan(stack, pool_cfg, target, dgd=serving.dgd, protect_cache=cfg.storage.protect, key=pool_key)
     ns = serving.dgd["metadata"]["namespace"]
     if cp.compute_domain:
         cp.compute_domain["metadata"]["namespace"] = ns
@@ -644,3 +804,180 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
                                   f"{cluster.fsx_storage_capacity_gib}); raise fsxStorageCapacityGib (1200, 2400 or a multiple of 2400)")
     cp.notes["pull_secrets"] = [pull_secret(n, ns) for n in cfg.image_pull_secrets]
     return cluster, cp, serving
+
+
+# --------------------------------------------------------------------------- several GPU node groups (issue 11)
+
+def _pins_gpu_product(pod: dict) -> bool:
+    if "nvidia.com/gpu.product" in (pod.get("nodeSelector") or {}):
+        return True
+    terms = (((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+    return bool(terms) and all(any(e.get("key") == "nvidia.com/gpu.product" for e in t.get("matchExpressions") or []) for t in terms)
+
+
+def pin_gpu_product(dgd: dict, product: str) -> list[str]:
+    """On a cluster with GPU node groups of several GPUs, a GPU worker that does not select its GPU could land on
+    another GPU's nodes: give it ``nodeSelector: nvidia.com/gpu.product`` (in place). Returns the components pinned."""
+    pinned = []
+    for comp in dgd["spec"]["components"]:
+        pod = comp["podTemplate"]["spec"]
+        if pod_requests(pod).get("nvidia.com/gpu") and not _pins_gpu_product(pod):
+            pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), "nvidia.com/gpu.product": product}
+            pinned.append(comp["name"])
+    return pinned
+
+
+def tolerates(pod: dict, taint: dict) -> bool:
+    """Kubernetes "Taints and Tolerations": Exists matches any value; Equal (the default) needs the same value."""
+    effect = {"NO_SCHEDULE": "NoSchedule"}.get(taint.get("effect"), taint.get("effect"))
+    for t in pod.get("tolerations") or []:
+        if t.get("effect") not in (None, "", effect):
+            continue
+        if t.get("operator") == "Exists" and t.get("key") in (None, "", taint["key"]):
+            return True
+        if t.get("operator", "Equal") == "Equal" and t.get("key") == taint["key"] and str(t.get("value", "")) == str(taint["value"]):
+            return True
+    return False
+
+
+def combined_dgd(parts: list[tuple[str, dict]]) -> dict:
+    """``(entry name, DGD)`` pairs as one DGD whose components are all of theirs, so capacity is sized from the sum."""
+    comps = [{**c, "name": f"{name}/{c['name']}"} for name, d in parts for c in d["spec"]["components"]]
+    first = parts[0][1]
+    return {**first, "spec": {**first["spec"], "components": comps}}
+
+
+def _untolerated(parts: list[tuple[str, dict]], taint: dict) -> list[str]:
+    return [f"{name}/{c['name']}" for name, d in parts for c in d["spec"]["components"]
+            if pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu") and not tolerates(c["podTemplate"]["spec"], taint)]
+
+
+def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, list[tuple[str, str, dict]], dict]],
+                     protect_cache: bool = True) -> ClusterPlan:
+    """One GPU node group per GPU of the stack's entries, each sized from the sum of its entries' DGDs (after replicas
+    and overrides), plus the ``gpuPools`` no entry uses. ``groups``: ``(gpu, [(entry key, entry name, dgd)], taint)``
+    in the order of the entries (the first keeps the single-target resource names)."""
+    pools = []
+    for gpu, members, taint in groups:
+        pcfg, key = cluster.pool_for(gpu, members[0][0])
+        parts = [(name, dgd) for _, name, dgd in members]
+        bad = _untolerated(parts, taint)
+        if bad:
+            raise ConfigError(f"{members[0][0]}: the {gpu} node group is tainted {taint['key']}={taint['value']}, which "
+                              f"{', '.join(bad)} do not tolerate; entries of one GPU share its node group")
+        what = ", ".join(k for k, _, _ in members)
+        pools.append(build_gpu_pool(pcfg, gpu, combined_dgd(parts), what, taint, key, pool_name(gpu, not pools)))
+    for p in cluster.gpu_pools:
+        if p.gpu not in {g for g, _, _ in groups}:
+            pcfg, key = cluster.pool_for(p.gpu)
+            pools.append(build_gpu_pool(pcfg, p.gpu, None, f"pool {p.gpu}", {"key": GPU_TAINT_KEY, "value": "true", "effect": "NO_SCHEDULE"},
+                                        key, pool_name(p.gpu, not pools)))
+    if len(pools) > 1:  # pools[i] is groups[i]'s
+        for (_, members, _), pool in zip(groups, pools):
+            for _, _, dgd in members:
+                pin_gpu_product(dgd, pool.shape.product)
+    return assemble_plan(stack, cluster, pools, protect_cache)
+
+
+# --------------------------------------------------------------------------- serving on a cluster stack (mode: stack)
+
+@dataclass
+class ClusterStackPlan:
+    """A serving stack on the cluster of a cluster-only stack (``cluster.mode: stack``): what its ``up`` checks against
+    the referenced ``nodePools`` and ``storageClassName`` (known only as Outputs), and the pull secrets it creates."""
+
+    stack: str  # org/project/name
+    requirements: list[dict]  # per GPU: gpu, product, dgd (the sum of its entries), efa_per_gpu, entries
+    storage_class: Optional[str]  # the class the cache claim asks for (None: no claim of the stack's own)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_on_cluster_stack(cfg, cluster, raw: dict, secret_keys, require_secrets: bool = True):
+    """The serving plan of one entry on a cluster stack's EKS cluster: EFA per GPU of the GPU's default instance (checked
+    against the pool at ``up``), the download Job on the system node group, GPU workers pinned to their GPU (the cluster
+    may have several GPU node groups), pull secrets the stack creates in its namespaces. Returns ``(plan, serving)``."""
+    from .registry import GPUS
+    from .serving import build_plan, select_target
+
+    target = select_target(cfg)
+    check_fabric_on_eks(target, cfg.fabric_profile)
+    for key in (NGC_KEY, PULL_SECRET_KEY):
+        if key in (raw or {}):
+            raise ConfigError(f"{NS}:{key} is set in plain text; set it as a secret: `pulumi config set --secret {NS}:{key} <value>`")
+    if require_secrets and cfg.image_pull_secrets and not {NGC_KEY, PULL_SECRET_KEY} & set(secret_keys):
+        raise ConfigError(f"{NS}:{NGC_KEY} is not set, but {NS}:imagePullSecrets names {list(cfg.image_pull_secrets)}, which this stack creates "
+                          f"in its namespaces on the cluster of {cluster.stack}; run `pulumi config set --secret {NS}:{NGC_KEY} <NGC API key>`, "
+                          f"or remove {NS}:imagePullSecrets for public images")
+    try:
+        shape = shape_for(target.gpu)
+    except ValueError as e:
+        raise ConfigError(f"{NS}:gpu: {target.gpu!r} cannot run on an EKS cluster stack: {e}") from None
+    storage_class = cfg.storage.class_name or "efs-model-cache"
+    serving = build_plan(cfg, default_storage_class=storage_class, job_node_selector={POOL_LABEL: "system"}, efa_per_gpu=shape.efa_per_gpu)
+    pin_gpu_product(serving.dgd, GPUS[target.gpu].label)
+    ns = serving.dgd["metadata"]["namespace"]
+    plan = ClusterStackPlan(stack=cluster.stack, requirements=[], storage_class=storage_class if serving.cache_pvc else None,
+                            notes={"pull_secrets": [pull_secret(n, ns) for n in cfg.image_pull_secrets], "efa_per_gpu": shape.efa_per_gpu})
+    return plan, serving
+
+
+def combined_stack_plan(cluster, entries: list, plans: list[ClusterStackPlan]) -> ClusterStackPlan:
+    """All entries of a serving stack on a cluster stack: requirements per GPU (the sum of the entries' DGDs), every
+    namespace's pull secrets once, the storage class of the claims (one class: the cluster stack has one)."""
+    from .registry import GPUS
+
+    by_gpu: dict[str, list] = {}
+    for e, cp in zip(entries, plans):
+        by_gpu.setdefault(e.plan.target.gpu, []).append((e, cp))
+    reqs = []
+    for gpu, members in by_gpu.items():
+        reqs.append({"gpu": gpu, "product": GPUS[gpu].label, "efa_per_gpu": members[0][1].notes["efa_per_gpu"],
+                     "entries": [e.key for e, _ in members], "dgd": combined_dgd([(e.name, e.plan.dgd) for e, _ in members])})
+    seen, pulls = set(), []
+    for cp in plans:
+        for obj in cp.notes.get("pull_secrets") or []:
+            k = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if k not in seen:
+                seen.add(k)
+                pulls.append(obj)
+    classes = [cp.storage_class for cp in plans if cp.storage_class]
+    return ClusterStackPlan(stack=cluster.stack, requirements=reqs, storage_class=classes[0] if classes else None,
+                            notes={"pull_secrets": pulls})
+
+
+def capacity_shortfall(requirements: list[dict], pools: Any, stack: str) -> Optional[str]:
+    """The cluster stack's ``nodePools`` against the serving entries (pure; the wiring calls it on the resolved
+    output): a message naming the pool and the shortfall, or None when every GPU's entries fit its pool."""
+    if not isinstance(pools, list) or not all(isinstance(p, dict) for p in pools):
+        return (f"{NS}:cluster.stack: {stack} exports no nodePools list (got {type(pools).__name__}); "
+                "is it a cluster-only stack of this project that has been `pulumi up`-ed?")
+    out = []
+    for req in requirements:
+        pool = next((p for p in pools if p.get("gpu") == req["gpu"]), None)
+        if pool is None:
+            out.append(f"{', '.join(req['entries'])}: {stack} has no {req['gpu']} pool (pools: "
+                       f"{', '.join(str(p.get('gpu')) for p in pools) or 'none'}); add {{gpu: {req['gpu']}, nodes: N}} to its {NS}:cluster.gpuPools")
+            continue
+        alloc = {k: int(v) for k, v in (pool.get("allocatable") or {}).items()}
+        gpus_per_node = alloc.get("nvidia.com/gpu", 0)
+        efa = alloc.get("vpc.amazonaws.com/efa", 0)
+        if any(c for c in req["dgd"]["spec"]["components"] if pod_requests(c["podTemplate"]["spec"]).get("vpc.amazonaws.com/efa")) \
+                and gpus_per_node and efa // gpus_per_node != req["efa_per_gpu"]:
+            out.append(f"pool {pool.get('name')} ({pool.get('instanceType')}): {efa // gpus_per_node} EFA per GPU, the entries "
+                       f"{', '.join(req['entries'])} request {req['efa_per_gpu']} per GPU (the default {req['gpu']} instance)")
+            continue
+        taint = pool.get("taint")
+        bad = _untolerated([("", req["dgd"])], taint) if isinstance(taint, dict) and taint.get("key") else []
+        if bad:
+            out.append(f"pool {pool.get('name')}: tainted {taint['key']}={taint['value']}, which {', '.join(b.lstrip('/') for b in bad)} do not tolerate")
+        needed, too_big = pack(req["dgd"], alloc)
+        count = int(pool.get("count") or 0)
+        if too_big:
+            out.append(f"pool {pool.get('name')} ({pool.get('instanceType')}): no node holds " + "; ".join(too_big))
+        elif needed > count:
+            gpus = catalog.gpus_needed(req["dgd"])
+            out.append(f"pool {pool.get('name')} ({count} x {pool.get('instanceType')}) cannot hold {', '.join(req['entries'])}: they need "
+                       f"{needed} nodes ({gpus} GPUs), {needed - count} more; raise {NS}:cluster.gpuPools nodes of {req['gpu']} in {stack}")
+    if not out:
+        return None
+    return f"{NS}:cluster.stack: the entries do not fit the cluster of {stack}:\n  " + "\n  ".join(out)

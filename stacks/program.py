@@ -26,10 +26,11 @@ class ProgramPlan:
     """What one ``pulumi up`` of a stack creates, before any resource exists."""
 
     stack: str
-    cfg: StackConfig
+    cfg: Optional[StackConfig]  # None: a cluster-only stack (``dynamo:serve: []``)
     cluster: ClusterConfig
-    serving: ServingPlan
-    cluster_plan: Optional[Any] = None  # stacks.cluster.ClusterPlan for mode: eks
+    serving: Optional[ServingPlan]
+    # stacks.cluster.ClusterPlan for mode: eks; stacks.cluster.ClusterStackPlan for mode: stack
+    cluster_plan: Optional[Any] = None
     # Layers ``up`` creates besides the serving objects (render --stack shows the serving layer only).
     other_layers: list[str] = field(default_factory=list)
     # issue 13: optional layers (None when off): stacks.observability.ObservabilityPlan, stacks.benchmark.BenchmarkPlan
@@ -63,7 +64,7 @@ class ProgramPlan:
         """The Kubernetes objects ``up`` registers (secrets redacted): the cluster layer's objects in the
         serving namespaces, every entry's serving objects (those entries share appear once), the optional layers."""
         extra = (self.observability.objects() if self.observability else []) + ([self.benchmark.job] if self.benchmark else [])
-        serving = [o for e in self.entries for o in e.plan.objects()] if self.entries else self.serving.objects()
+        serving = [o for e in self.entries for o in e.plan.objects()] if self.entries or self.serving is None else self.serving.objects()
         return self.cluster_objects() + serving + extra
 
 
@@ -137,6 +138,8 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
     if cluster.mode == "kubeconfig":
         kubeconfig_path(cluster, secret_keys, env)
     single, eks = SERVE not in raw, cluster.mode == "eks"
+    if raw.get(SERVE) == [] and eks:
+        return cluster_only_program(raw, stack, cluster, aws_region)
     configs: list[StackConfig] = []
     eks_plans: list[tuple] = []
 
@@ -144,6 +147,12 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
         cfg = parse(entry_raw)
         check_secrets(secret_keys, cfg, require_present=env is not None, single=single)
         configs.append(cfg)
+        if cluster.mode == "stack":  # on a cluster stack's cluster: its pools are checked at `up` (StackReference)
+            from .cluster import plan_on_cluster_stack
+
+            ref_plan, serving = plan_on_cluster_stack(cfg, cluster, entry_raw, secret_keys, require_secrets=env is not None)
+            eks_plans.append((cluster, ref_plan))
+            return serving
         if not eks:
             return build_plan(cfg)
         from .cluster import plan_eks
@@ -165,6 +174,10 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
         storage = "StorageClass" if cluster_plan.storage_class else "PersistentVolume"
         layers = ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
                   "NVIDIA DRA driver" if cluster_plan.dra_driver else ""]
+    elif cluster.mode == "stack":
+        from .cluster import combined_stack_plan
+
+        cluster_plan = combined_stack_plan(cluster, entries, [cp for _, cp in eks_plans])
     elif cluster.mode == "kubeconfig" and cluster.install_device_plugins:
         layers.append("device plugins")
     if cluster.mode != "render" and cluster.platform_wanted():
@@ -175,21 +188,16 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
 
 def combined_dgd(entries: list[Entry]) -> dict:
     """All entries' DGD components as one DGD, so the GPU node group is sized from the sum."""
-    comps = [{**c, "name": f"{e.name}/{c['name']}"} for e in entries for c in e.plan.dgd["spec"]["components"]]
-    first = entries[0].plan.dgd
-    return {**first, "spec": {**first["spec"], "components": comps}}
+    from .cluster import combined_dgd as combine
+
+    return combine([(e.name, e.plan.dgd) for e in entries])
 
 
 def combined_cluster_plan(stack: str, cluster, entries: list[Entry], plans: list) -> Any:
-    """One EKS cluster for every entry: the GPU node group holds the sum of all entries' GPU and EFA requests
-    (after replicas and overrides); pull secrets in every serving namespace."""
-    from .cluster import build_cluster_plan
+    """One EKS cluster for every entry: one GPU node group per GPU, each holding the sum of its entries' GPU and EFA
+    requests (after replicas and overrides; stacks.cluster.build_pools_plan); pull secrets in every serving namespace."""
+    from .cluster import build_pools_plan
 
-    gpus = {e.plan.target.gpu for e in entries}
-    if len(gpus) > 1:
-        e = next(e for e in entries if e.plan.target.gpu != entries[0].plan.target.gpu)
-        raise ConfigError(f"{e.key}.gpu: {e.plan.target.gpu!r}: the stack's EKS cluster has one GPU node group, of "
-                          f"{entries[0].plan.target.gpu} ({entries[0].key}); serve other GPUs from another stack")
     for e, cp in zip(entries, plans):
         if cp.compute_domain:
             raise ConfigError(f"{e.key}: {e.plan.target.id} spans GPU nodes of one NVLink domain (a ComputeDomain); "
@@ -198,9 +206,11 @@ def combined_cluster_plan(stack: str, cluster, entries: list[Entry], plans: list
     if plans[0].static_pv and len(owners) > 1:
         raise ConfigError(f"{owners[1].key}: FSx for Lustre binds the stack's file system to one cache claim; entries with "
                           f"different checkpoints need {NS}:cluster.cacheStorage: efs")
-    merged = build_cluster_plan(stack, cluster, entries[0].plan.target, dgd=combined_dgd(entries),
-                                protect_cache=all(e.cfg.storage.protect for e in entries))
-    merged.compute_domain = None  # no entry's workers span nodes (checked above); the sum spanning nodes needs none
+    groups: dict[str, tuple] = {}
+    for e, cp in zip(entries, plans):
+        groups.setdefault(e.plan.target.gpu, (e.plan.target.gpu, [], cp.gpu_nodegroup["taints"][0]))[1].append((e.key, e.name, e.plan.dgd))
+    merged = build_pools_plan(stack, cluster, list(groups.values()), protect_cache=all(e.cfg.storage.protect for e in entries))
+    # no entry's workers span nodes (checked above); the sum spanning nodes needs no ComputeDomain
     if merged.static_pv and owners:
         merged.static_pv["spec"]["claimRef"] = {"namespace": owners[0].plan.dgd["metadata"]["namespace"], "name": owners[0].plan.claim_name}
     seen, pulls = set(), []
@@ -212,6 +222,24 @@ def combined_cluster_plan(stack: str, cluster, entries: list[Entry], plans: list
                 pulls.append(obj)
     merged.notes["pull_secrets"] = pulls
     return merged
+
+
+def cluster_only_program(raw: dict[str, Any], stack: str, cluster: ClusterConfig, aws_region: Optional[str]) -> ProgramPlan:
+    """A cluster-only stack (``dynamo:serve: []`` with ``cluster.mode: eks``): EKS with the ``gpuPools`` node groups,
+    storage, device plugins and the platform; serving stacks reference it (``cluster.mode: stack``)."""
+    from .cluster import build_cluster_only_plan, resolve_region
+    from .serve import STACK_KEYS
+
+    for key in sorted(raw):
+        if key not in STACK_KEYS or key in ("observability", "benchmark"):
+            raise ConfigError(f"{NS}:{key}: has no effect in a cluster-only stack ({NS}:serve: []), which serves nothing; "
+                              f"set it on a serving stack (cluster.mode: stack) or add entries to {NS}:serve")
+    cluster = resolve_region(cluster, raw.get("cluster") or {}, aws_region)
+    plan = build_cluster_only_plan(stack, cluster)
+    storage = "StorageClass" if plan.storage_class else "PersistentVolume"
+    layers = ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
+              "NVIDIA DRA driver" if plan.dra_driver else "", "Dynamo platform" if cluster.platform_wanted() else ""]
+    return ProgramPlan(stack, None, cluster, None, plan, [x for x in layers if x], entries=[])
 
 
 def optional_layers(program: ProgramPlan) -> ProgramPlan:

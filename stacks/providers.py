@@ -1,4 +1,5 @@
-"""Where the serving objects go (``dynamo:cluster``): a directory of YAML, an existing cluster, or a new EKS cluster."""
+"""Where the serving objects go (``dynamo:cluster``): a directory of YAML, an existing cluster, a new EKS cluster,
+or the cluster of another stack (``mode: stack``, a Pulumi StackReference to a cluster-only stack)."""
 from __future__ import annotations
 
 from typing import Any, Literal, Optional
@@ -8,13 +9,19 @@ from pydantic import ValidationError, field_validator, model_validator
 from .cluster import EksConfig
 from .config import NS, ConfigError, _camel, _key_error, validation_error
 
-MODES = ("render", "kubeconfig", "eks")
+import re
+
+MODES = ("render", "kubeconfig", "eks", "stack")
+# A fully qualified stack name, as `pulumi stack ls --all` prints it: org/project/stack (Pulumi "Stack references").
+_STACK_REF = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*")
 
 
 class ClusterConfig(EksConfig):
     # render: write manifests to render_dir (no cluster, no credentials); kubeconfig: an existing cluster
     # (secret dynamo:kubeconfig, or kubeconfigPath/KUBECONFIG, and context); eks: create the cluster (EKS keys).
-    mode: Literal["render", "kubeconfig", "eks"] = "render"
+    # stack: the cluster of a cluster-only stack (``stack``: org/project/name), through a Pulumi StackReference.
+    mode: Literal["render", "kubeconfig", "eks", "stack"] = "render"
+    stack: Optional[str] = None
     render_dir: str = "rendered"
     kubeconfig_path: Optional[str] = None
     context: Optional[str] = None
@@ -39,15 +46,24 @@ class ClusterConfig(EksConfig):
             "render": {"render_dir"},
             "kubeconfig": {"kubeconfig_path", "context", "install_device_plugins", "install_platform"},
             "eks": set(EksConfig.model_fields) | {"install_platform"},
+            "stack": {"stack"},
         }
         for key in sorted(self.model_fields_set - {"mode"}):
             if key not in own[self.mode]:
                 modes = [m for m in MODES if key in own[m]]
                 raise _key_error(_camel(key), f"{getattr(self, key)!r} has no effect with cluster.mode {self.mode!r}; "
                                               f"it applies to mode {' or '.join(repr(m) for m in modes)}")
+        if self.mode == "stack":
+            if not self.stack:
+                raise _key_error("stack", "not set; cluster.mode stack serves on the cluster of a cluster-only stack: "
+                                          "set cluster.stack to its name, e.g. org/dynamo/h100-cluster")
+            if not _STACK_REF.fullmatch(self.stack):
+                raise _key_error("stack", f"{self.stack!r} is not a fully qualified stack name org/project/stack "
+                                          "(e.g. org/dynamo/h100-cluster; `pulumi stack ls --all` lists them)")
         return self
 
     def platform_wanted(self) -> bool:
+        # mode stack: the cluster stack installs the platform
         return self.mode == "eks" if self.install_platform is None else bool(self.install_platform)
 
 

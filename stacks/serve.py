@@ -220,8 +220,11 @@ def entry_configs(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     defaults = {k: v for k, v in raw.items() if k not in STACK_KEYS}
     if entries is None:
         return [(NS, dict(raw))]
+    if entries == [] and isinstance(raw.get("cluster"), dict) and raw["cluster"].get("mode") == "eks":
+        return []  # a cluster-only stack (stacks/program.py checks it sets nothing to serve)
     if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{NS}:{SERVE}: {entries!r} is not a non-empty list of serving entries (each a mapping with target or axes)")
+        raise ConfigError(f"{NS}:{SERVE}: {entries!r} is not a non-empty list of serving entries (each a mapping with target or axes); "
+                          f"an empty list is a cluster-only stack, which needs {NS}:cluster.mode: eks")
     out = []
     for i, e in enumerate(entries):
         key = f"{NS}:{SERVE}[{i}]"

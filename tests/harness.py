@@ -51,9 +51,31 @@ class Run:
         return self.one(typ).urn
 
 
+MOCK_KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: [{name: mock, cluster: {server: https://mock.eks.example}}]\n"
+
+
+def cluster_stack_outputs(name: str) -> dict:
+    """The outputs a committed cluster-only stack exports (``Pulumi.<last part of name>.yaml``), from its plan:
+    what a serving stack's StackReference reads under mocks unless a test gives its own."""
+    from stacks.cluster import node_pools
+    from stacks.render import program_for_stack
+
+    plan = program_for_stack(name.rsplit("/", 1)[-1], ROOT).cluster_plan
+    return {"kubeconfig": MOCK_KUBECONFIG, "nodePools": node_pools(plan), "storageClassName": plan.cache_class_name,
+            "clusterName": plan.name, "region": plan.region}
+
+
 class Mocks(pmocks.Mocks):
+    def __init__(self, stack_outputs: dict | None = None):
+        super().__init__()
+        self.stack_outputs = stack_outputs or {}
+
     def new_resource(self, args):
         state = dict(args.inputs)
+        if args.typ == "pulumi:pulumi:StackReference":  # `outputs` is what StackReference.get_output reads
+            ref = args.inputs.get("name") or args.name
+            outputs = self.stack_outputs[ref] if ref in self.stack_outputs else cluster_stack_outputs(ref)
+            return (ref, {"name": ref, "outputs": outputs, "secretOutputNames": ["kubeconfig"]})
         if args.typ == "kubernetes:core/v1:Secret" and "stringData" in state:
             state.pop("stringData")
         # Outputs a real provider computes and the program reads.
@@ -139,16 +161,18 @@ def plain_occurrences(x: Any, needle: str) -> list[str]:
 LAST_RUN: "Run | None" = None  # the run in progress, inspectable after run_program raised
 
 
-def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, stack: str = "test") -> Run:
-    """Run __main__.py with ``dynamo:`` config (plain values) and secret config."""
+def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, stack: str = "test",
+                stack_outputs: dict[str, dict] | None = None) -> Run:
+    """Run __main__.py with ``dynamo:`` config (plain values) and secret config. ``stack_outputs``: the outputs of
+    the stacks a ``cluster.mode: stack`` program references, by name (default: ``cluster_stack_outputs``)."""
     global LAST_RUN
     run = LAST_RUN = Run()
     secrets = secrets or {}
     all_cfg = {f"dynamo:{k}": (json.dumps(v) if not isinstance(v, str) else v) for k, v in config.items()}
     all_cfg.update({f"dynamo:{k}": v for k, v in secrets.items()})
     rc.set_all_config(all_cfg, [f"dynamo:{k}" for k in secrets])
-    monitor = RecordingMonitor(Mocks(), run)
-    pmocks.set_mocks(Mocks(), project="dynamo", stack=stack, preview=False, monitor=monitor)
+    monitor = RecordingMonitor(Mocks(stack_outputs), run)
+    pmocks.set_mocks(Mocks(stack_outputs), project="dynamo", stack=stack, preview=False, monitor=monitor)
 
     exported: dict[str, Any] = {}
 
