@@ -378,3 +378,191 @@ def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
     finally:
         stack.destroy(on_output=None)
         stack.workspace.remove_stack(stack.name, force=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Simulated GPU cluster (issue 12): KWOK nodes shaped like the cluster plan; the real kube-scheduler binds the pods
+# and kwok's default stages run them (Job pods Succeed). Nodes exist only during these tests: every other test sees
+# a cluster without nodes, where no pod is scheduled and no Job completes.
+
+@pytest.fixture
+def simulator(kube):
+    from stacks.simulate import Simulator
+
+    sim = Simulator(kube["kubeconfig"])
+    yield sim
+    sim.cleanup()  # every node and pod any run of the simulation created
+    sim.close()
+
+
+def _simulate(sim, tid, *, dgd=None, edit=None, runtime_classes=None):
+    from stacks import catalog
+    from stacks.simulate import default_groups, run, target_scenario
+
+    t = catalog.targets()[tid]
+    groups = None
+    if edit:
+        groups, _ = default_groups(t)
+        edit({g.name: g for g in groups})
+    sc = target_scenario(t, dgd=dgd, groups=groups, runtime_classes=runtime_classes)
+    res = run(sim, sc.nodes, sc.intents, sc.runtime_classes, "engine", timeout=30)
+    # GPU pods land in the GPU pool (the GB200 recipes pin their frontends there too; others go to system nodes).
+    for it, p in zip(sc.intents, res.placements):
+        if p.placed and any("nvidia.com/gpu" in (c.get("resources") or {}).get("limits", {}) for c in it.pod["spec"]["containers"]):
+            assert p.pool == "gpu", (tid, p)
+    return res
+
+
+RUNTIMECLASS_REFUSED = 'refused at admission: pods "{}" is forbidden: pod rejected: RuntimeClass "nvidia" not found'
+
+
+def test_simulated_cluster_places_every_target_on_its_default_shape(simulator):
+    """Every catalog target's pods, on the default cluster shape of its GPU, are bound by the real scheduler,
+    and stacks/scheduling.py says the same of each target.
+
+    Finding (issue 12): the Ultra recipes name ``runtimeClassName: nvidia``; on their default cluster (EKS
+    with the NVIDIA device plugin, which creates no RuntimeClass; the GPU Operator creates ``nvidia``) the
+    API server refuses those pods before the scheduler sees them. Pinned below; the same targets place every
+    pod once the RuntimeClass exists, and scheduling.py (which does not read runtimeClassName) misses it."""
+    from stacks import catalog
+    from stacks.scheduling import check_target
+
+    failures, refused = {}, set()
+    for tid, t in sorted(catalog.targets().items()):
+        res = _simulate(simulator, tid)
+        if res.pending() and all(p.reason == RUNTIMECLASS_REFUSED.format(p.pod) for p in res.pending()):
+            refused.add(tid)
+            res = _simulate(simulator, tid, runtime_classes={"nvidia"})
+        if not res.ok:
+            failures[tid] = [f"{p.component}[{p.replica}]: {p.reason}" for p in res.pending()]
+        assert check_target(t) == [], tid
+    assert failures == {}
+    eks_with_runtime_class = {
+        tid for tid, t in catalog.targets().items() if t.fabric in ("aws-efa", "none") and any(
+            c["podTemplate"]["spec"].get("runtimeClassName") for o in catalog.recipe_objects(t)
+            if o["kind"] == "DynamoGraphDeployment" for c in o["spec"]["components"])}
+    assert refused == eks_with_runtime_class and len(refused) == 10
+
+
+@pytest.mark.parametrize("tid,worker,replicas,fits", [
+    ("lightning-vllm-agg-h100-dspark-kv-router", "agg", 8, True),  # 8 x 1 GPU on one p5
+    ("lightning-vllm-agg-h100-dspark-kv-router", "agg", 9, False),
+    ("motif3-vllm-agg-b200-chat", "Worker", 4, True),  # 4 x 2 GPUs on one p6-b200
+    ("motif3-vllm-agg-b200-chat", "Worker", 5, False),
+])
+def test_simulated_cluster_agrees_with_scheduling_model_on_replica_overrides(simulator, tid, worker, replicas, fits):
+    """A replica override on the target's default cluster (nodes counted for the recipe): the real scheduler
+    and stacks/scheduling.py agree on whether every replica fits."""
+    from stacks import catalog
+    from stacks.scheduling import check_target
+
+    t = catalog.targets()[tid]
+    dgd = copy.deepcopy(next(o for o in catalog.recipe_objects(t) if o["kind"] == "DynamoGraphDeployment"))
+    comp = next(c for c in dgd["spec"]["components"] if c["name"] == worker)
+    comp["replicas"] = replicas
+    res = _simulate(simulator, tid, dgd=dgd)
+    assert res.ok == fits, [p.reason for p in res.pending()]
+    if not fits:
+        assert [(p.component, p.replica) for p in res.pending()] == [(worker, replicas - 1)]
+        assert "Insufficient nvidia.com/gpu" in res.pending()[0].reason
+    assert (check_target(t, dgd=dgd) == []) == fits
+
+
+@pytest.mark.parametrize("case", ["too-few-nodes", "no-efa", "no-rdma", "no-toleration"])
+def test_simulated_cluster_reports_the_schedulers_reason(simulator, case):
+    """One pinned example of each shape that cannot fit: Pending, with the scheduler's own reason, and
+    stacks/scheduling.py flags the same target."""
+    from stacks import catalog
+    from stacks.cluster import NodeShape
+    from stacks.scheduling import check_target, default_shapes
+
+    def few(g):  # three workers of 8 GPUs each (1 prefill, 2 decode), two nodes
+        g["gpu"].count = 2
+
+    def no_efa(g):
+        g["gpu"].allocatable.pop("vpc.amazonaws.com/efa")
+
+    def no_rdma(g):
+        g["gpu"].allocatable.pop("rdma/ib")
+
+    def untolerated(g):  # the GB200 Ultra workers tolerate nvidia.com/gpu=present only
+        g["gpu"].taints = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+
+    tid, edit, reason, model_edit = {
+        "too-few-nodes": ("ultra-vllm-disagg-h200-agentic-256k-1p2d", few, "Insufficient nvidia.com/gpu",
+                          lambda s: setattr(s, "count", 2)),
+        "no-efa": ("lightning-vllm-disagg-h100-dspark", no_efa, "Insufficient vpc.amazonaws.com/efa",
+                   lambda s: s.capacity.pop("vpc.amazonaws.com/efa")),
+        "no-rdma": ("lightning-vllm-disagg-h200-dspark", no_rdma, "Insufficient rdma/ib",
+                    lambda s: s.capacity.pop("rdma/ib")),
+        "no-toleration": ("ultra-vllm-agg-gb200-agentic-256k-2w-kv", untolerated, "untolerated taint {nvidia.com/gpu: true}",
+                          lambda s: setattr(s, "taints", [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}])),
+    }[case]
+    res = _simulate(simulator, tid, edit=edit)
+    pending = res.pending()
+    assert pending, f"{tid}: every pod placed"
+    assert all(reason in p.reason for p in pending), [p.reason for p in pending]
+    assert any(p.placed for p in res.placements)  # the frontend still lands on a system node
+    t = catalog.targets()[tid]
+    system, gpu = default_shapes(t)
+    model_edit(gpu)
+    assert check_target(t, [system, gpu]) != []
+
+
+def test_simulated_cluster_up_completes_the_download_job(kube, workspace, simulator):
+    """`pulumi up` with the Job wait on: the download Job's pod is bound to a system node, kwok completes it,
+    the Job controller marks the Job Complete and Pulumi's own Job await returns by itself."""
+    import threading
+    import time
+
+    from stacks import catalog
+    from stacks.simulate import RUN_LABEL, target_scenario
+
+    ns = "e-sim-up"
+    target = TARGETS[0]
+    sc = target_scenario(catalog.targets()[target], run_id="engine-up")
+    simulator.create_nodes(sc.nodes)
+    # The model cache on this cluster: a static ReadWriteMany volume pre-bound to the claim (as an EFS/FSx volume would be).
+    storage = [
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "simulated-rwx"},
+         "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"},
+        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{ns}-cache", "labels": {RUN_LABEL: "engine-up"}},
+         "spec": {"capacity": {"storage": "10Ti"}, "accessModes": ["ReadWriteMany"], "storageClassName": "simulated-rwx",
+                  "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/tmp/simulated-model-cache"},
+                  "claimRef": {"namespace": ns, "name": "shared-model-cache"}}},
+    ]
+    kubectl(kube, "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": storage}))
+    cfg = base_config(kube, target, ns, storage={"className": "simulated-rwx"},
+                      wait={"enabled": True, "dgd": False, "jobTimeout": "240s"})
+    stack = make_stack(workspace, ns, cfg)
+    result: dict = {}
+
+    def run_up():
+        try:
+            result["up"] = stack.up(on_output=None)
+        except Exception as exc:  # reported below
+            result["error"] = exc
+
+    t = threading.Thread(target=run_up)
+    try:
+        t.start()
+        pod, deadline = None, time.time() + 180
+        while time.time() < deadline:
+            out = kubectl(kube, "get", "pods", "-n", ns, "-l", "job-name=model-download", "-o", "json", check=False)
+            items = json.loads(out.stdout or "{}").get("items", []) if out.returncode == 0 else []
+            if items and items[0]["spec"].get("nodeName") and items[0].get("status", {}).get("phase") == "Succeeded":
+                pod = items[0]
+                break
+            time.sleep(1)
+        assert pod, f"the download Job's pod did not complete: {result}"
+        node = json.loads(kubectl(kube, "get", "node", pod["spec"]["nodeName"], "-o", "json").stdout)
+        assert node["metadata"]["labels"]["dynamo.nvidia.com/pool"] == "system"
+        t.join(timeout=240)
+        assert not t.is_alive() and "error" not in result, result
+        assert result["up"].summary.result == "succeeded"
+        job = json.loads(kubectl(kube, "get", "job", "model-download", "-n", ns, "-o", "json").stdout)
+        assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"])
+    finally:
+        t.join(timeout=300)
+        stack.destroy(on_output=None)
+        stack.workspace.remove_stack(stack.name, force=True)
