@@ -151,8 +151,9 @@ def _dgd(objs: Iterable[dict]) -> dict:
     return next(o for o in objs if o["kind"] == "DynamoGraphDeployment")
 
 
-def default_groups(t: Target, dgd: Optional[dict] = None) -> tuple[list[NodeGroup], set[str]]:
-    """The default cluster shape of a target's GPU and fabric, and the RuntimeClasses it has.
+def default_groups(t: Target) -> tuple[list[NodeGroup], set[str]]:
+    """The default cluster shape of a target's GPU and fabric, and the RuntimeClasses it has. Nodes are
+    counted for the target's recipe, as the cluster plan counts them (a replica override does not add any).
 
     AWS fabrics: the EKS plan with default settings. Its NVIDIA stack is the device plugin, which
     creates no RuntimeClass (the GPU Operator creates ``nvidia``). Other fabrics: an existing cluster
@@ -165,7 +166,7 @@ def default_groups(t: Target, dgd: Optional[dict] = None) -> tuple[list[NodeGrou
     per_node, arch, extra = EXISTING_FABRICS[t.fabric]
     extended = _fabric_resources(t.fabric)
     host_type = DEFAULT_INSTANCE[t.gpu]
-    gpus = catalog.gpus_needed(dgd or _dgd(catalog.recipe_objects(t)))
+    gpus = catalog.gpus_needed(_dgd(catalog.recipe_objects(t)))
     taint = gpu_taint_for(t)
     product = INSTANCES[host_type].product
     labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.present": "true", "kubernetes.io/arch": arch, **extra}
@@ -376,9 +377,31 @@ class Simulator:
                 raise RuntimeError(f"no ServiceAccount default in namespace {self.namespace} after 60s (is kube-controller-manager running?)")
             time.sleep(0.1)
 
-    def create_nodes(self, nodes: list[dict]) -> None:
+    def create_nodes(self, nodes: list[dict], run: Optional[str] = None) -> None:
+        """Create the nodes (labelled with ``run`` when given) with exactly their own taints.
+
+        The API server's TaintNodesByCondition admission adds ``node.kubernetes.io/not-ready:NoSchedule``
+        to every new node; on a cluster the node lifecycle controller removes it once the node reports
+        Ready. kube-local runs without that controller (no kubelets), so this does its part: kwok marks
+        the node Ready, and the taints are set back to the node's own."""
         for n in nodes:
+            n = copy.deepcopy(n)
+            if run:
+                n["metadata"]["labels"][RUN_LABEL] = run
             self.request("POST", "/api/v1/nodes", n)
+            patch = {"spec": {"taints": n["spec"].get("taints") or None}}
+            self._patch(f"/api/v1/nodes/{n['metadata']['name']}", patch)
+
+    def _patch(self, path: str, body: dict) -> dict:
+        data = json.dumps(body).encode()
+        if self.conn is None:
+            self.conn = http.client.HTTPSConnection(self.host, self.port, context=self.ssl, timeout=30)
+        self.conn.request("PATCH", path, body=data, headers={"Content-Type": "application/merge-patch+json", "Accept": "application/json"})
+        resp = self.conn.getresponse()
+        raw = resp.read()
+        if resp.status >= 400:
+            raise KubeError(resp.status, json.loads(raw) if raw else {})
+        return json.loads(raw) if raw else {}
 
     def set_runtime_classes(self, names: set[str], run: str) -> None:
         """Exactly these RuntimeClasses (handler = name) exist among the simulation's own."""
@@ -481,7 +504,7 @@ def run(sim: Simulator, nodes: list[dict], intents: list[PodIntent], runtime_cla
     sim.cleanup(run_id)
     sim.set_runtime_classes(runtime_classes, run_id)
     try:
-        sim.create_nodes(nodes)
+        sim.create_nodes(nodes, run_id)
         refused = sim.submit(intents, run_id)
         pods = {p["metadata"]["name"]: p for p in sim.wait_decided(run_id, len(intents) - len(refused), timeout)}
         pools = {n["metadata"]["name"]: n["metadata"]["labels"].get(POOL_LABEL) or n["metadata"]["labels"].get(GROUP_LABEL)
@@ -524,7 +547,7 @@ def target_scenario(t: Target, run_id: str = "sim", dgd: Optional[dict] = None, 
     """A catalog target (or a configured DGD of it) on its default cluster shape, or on ``groups``."""
     objs = catalog.recipe_objects(t)
     dgd = dgd or _dgd(objs)
-    default, rcs = default_groups(t, dgd)
+    default, rcs = default_groups(t)
     groups = groups if groups is not None else default
     return Scenario(t.id, node_objects(groups, run_id), operator_pods_approximation(dgd), rcs if runtime_classes is None else runtime_classes)
 
@@ -552,7 +575,7 @@ def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "s
     else:
         serving = build_plan(cfg)
         target = serving.target
-        groups, rcs = default_groups(target, serving.dgd)
+        groups, rcs = default_groups(target)
         if not inventory:
             notes.append(f"{stack} runs on an existing cluster ({cluster.mode}): simulated on the default {target.gpu}/{target.fabric} shape; "
                          f"pass --nodes with `kubectl get nodes -o yaml` of your cluster to check it instead")
