@@ -157,6 +157,21 @@ def _mutate(base: dict, muts: list) -> dict:
 
 mutated = st.builds(_mutate, st.sampled_from(BASES), st.lists(mutation, min_size=0, max_size=3))
 
+# Several targets per stack (dynamo:serve entries with per-component overrides, stacks/serve.py).
+from stacks.serve import ComponentOverride  # noqa: E402
+
+overrides = st.dictionaries(st.sampled_from(["Frontend", "agg", "VllmDecodeWorker", "VllmPrefillWorker", "*", "x"]),
+                            st.one_of(_mapping(ComponentOverride), values), max_size=2)
+entry_paths = {k: v for k, v in PATHS.items() if not k.startswith("cluster")}
+entry_mutation = st.sampled_from(sorted(entry_paths)).flatmap(lambda p: st.tuples(st.just(p), entry_paths[p]))
+entries = st.builds(
+    lambda base, muts, name, ov: {**_mutate(base, muts), **({"name": name} if name is not None else {}), **({"overrides": ov} if ov else {})},
+    st.sampled_from([{"target": t} for t in sorted(catalog.targets())[::7]] + [{"gpu": "h100", "topology": "disagg"}]),
+    st.lists(entry_mutation, max_size=2), st.none() | st.sampled_from(["a", "b", "Bad_Name", ""]), st.none() | overrides,
+)
+served = st.builds(lambda base, serve: {**{k: v for k, v in base.items() if k not in ("target",)}, "serve": serve},
+                   st.sampled_from(BASES), st.one_of(st.lists(entries, min_size=0, max_size=3), values))
+
 
 secret_sets = st.sets(st.sampled_from(["hfToken", "kubeconfig", "ngcApiKey", "other"]), max_size=3)
 
@@ -180,6 +195,12 @@ def test_build_program_raises_only_config_errors(raw, secrets):
 @given(raw=mutated, secrets=secret_sets, env=st.sampled_from([None, {}]))
 def test_valid_stacks_with_a_few_keys_changed_raise_only_config_errors(raw, secrets, env):
     _only_config_errors(build_program, raw, "prop", frozenset(secrets | {"hfToken"}) if "hfTokenSecretName" not in raw else frozenset(secrets - {"hfToken"}), env=env)
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(raw=served, env=st.sampled_from([None, {}]))
+def test_serve_entries_with_overrides_raise_only_config_errors(raw, env):
+    _only_config_errors(build_program, raw, "prop", frozenset({"hfToken", "ngcApiKey"}), env=env)
 
 
 @settings(max_examples=150, **SETTINGS)
