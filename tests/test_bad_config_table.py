@@ -191,6 +191,17 @@ CASES = [
     C("wait-timeout-while-off", {"wait": {"enabled": False, "jobTimeout": "5m"}}, "wait.jobTimeout", "'5m'", "no effect"),
     C("wait-dgd-timeout-while-off", {"wait": {"dgd": False, "dgdTimeout": "5m"}}, "wait.dgdTimeout", "'5m'", "no effect"),
     C("wait-not-a-map", {"wait": False}, "wait", "False"),
+    # ---- several targets per stack (dynamo:serve, stacks/serve.py)
+    C("serve-string", {"serve": "x"}, "serve", "'x'", "non-empty list", base={}),
+    C("serve-empty-not-eks", {"serve": []}, "serve", "[]", "cluster.mode: eks", base={}),
+    C("serve-entry-string", {"serve": ["x"]}, "serve[0]", "'x'", "not a mapping", base={}),
+    C("serve-entry-cluster", {"serve": [{**AGG, "cluster": {}}]}, "serve[0].cluster", "stack-wide", base={}),
+    C("serve-entry-gpu", {"serve": [{"gpu": "a100"}]}, "serve[0].gpu", "'a100'", "'h100'", base={}),
+    C("serve-entry-name", {"serve": [{**AGG, "name": "Bad_Name"}]}, "serve[0].name", "'Bad_Name'", base={}),
+    C("serve-override-flag", {"serve": [{**AGG, "overrides": {"agg": {"args": {"set": {"max-num-seqs": "1"}}}}}]},
+      "serve[0].overrides.agg.args.set", "'max-num-seqs'", base={}),
+    C("serve-override-component", {"serve": [{**AGG, "overrides": {"Nope": {}}}]}, "serve[0].overrides.Nope", "'Nope'", "Frontend, agg", base={}),
+    C("serve-override-env", {"serve": [{**AGG, "overrides": {"agg": {"env": {"1BAD": "x"}}}}]}, "serve[0].overrides.agg.env", "'1BAD'", base={}),
     # ---- cluster: mode and the non-EKS keys
     C("mode-typo", {"cluster": {"mode": "rendr"}}, "cluster.mode", "'rendr'", "'render'", "'kubeconfig'", "'eks'"),
     C("mode-empty", {"cluster": {"mode": ""}}, "cluster.mode", "''", "'render'"),
