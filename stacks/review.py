@@ -486,7 +486,11 @@ def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str
         raise PromotionError("--from and --to name the same stack")
     src_text, dst_text = sp.read_text(), dp.read_text()
     src_cfg = _dynamo(_config(src_text, sp.name))
-    _config(dst_text, dp.name)
+    dst_cfg = _dynamo(_config(dst_text, dp.name))
+    for name, cfg in ((src, src_cfg), (dst, dst_cfg)):
+        if "serve" in cfg:  # entries mix release keys (targets, images) with environment keys (namespace, replicas)
+            raise PromotionError(f"stack {name!r} sets {NS}:serve (several targets): promote copies the release keys of a "
+                                 f"single-target stack only; edit the {NS}:serve entries of the destination by hand")
     release = {k: v for k, v in src_cfg.items() if k in RELEASE_KEYS}
     bad = floating_values(release)
     if bad:

@@ -335,3 +335,10 @@ def test_stack_file_that_is_not_a_mapping_is_a_clean_error(stacks_dir, capsys, t
         rc = cli(["promote", "--from", a, "--to", b, "--root", str(stacks_dir)])
         err = capsys.readouterr().err
         assert rc == 1 and "Pulumi.h100-disagg-staging.yaml" in err and "Traceback" not in err
+
+
+def test_multi_target_stacks_are_not_promoted_silently(stacks_dir, capsys):
+    stg = stacks_dir / "Pulumi.h100-disagg-staging.yaml"
+    stg.write_text(stg.read_text() + "  dynamo:serve:\n    - target: lightning-vllm-agg-h100-dspark\n")
+    rc = cli(["promote", "--from", "h100-disagg", "--to", "h100-disagg-staging", "--root", str(stacks_dir)])
+    assert rc == 1 and "dynamo:serve" in capsys.readouterr().err
