@@ -14,6 +14,8 @@ from stacks.render import stack_raw_config  # noqa: E402
 
 def policy_config(stack: str) -> dict:
     raw = stack_raw_config(stack)
+    if "serve" in raw:
+        return _serve_policy_config(stack)
     cfg = parse(raw)
     t = select_target(cfg)
     cluster = cluster_config(raw)
@@ -22,6 +24,30 @@ def policy_config(stack: str) -> dict:
         "efa-disagg-workers": {"fabric": cfg.fabric_profile or t.fabric},
         "gpu-fits-node": {k: v for k, v in node.items() if v},
         "model-cache-retained": {"storageProtect": cfg.storage.protect},
+    }
+
+
+def _serve_policy_config(stack: str) -> dict:
+    """A ``dynamo:serve`` stack (issue 11): the entries' settings where they agree; a cluster-only stack has none.
+    Several GPUs: a pod must fit the smallest of their nodes (conservative)."""
+    from stacks.gpus import shape_for
+    from stacks.render import program_for_stack
+
+    program = program_for_stack(stack)
+    entries = program.entries
+    if not entries:
+        return {}
+    fabrics = {e.cfg.fabric_profile or e.plan.target.fabric for e in entries if e.plan.target.topology == "disagg"}
+    cluster = program.cluster
+    try:
+        per_node = {"gpusPerNode": min(shape_for(e.plan.target.gpu, cluster.instance_type if cluster.mode == "eks" and not cluster.gpu_pools
+                                                 else None).gpus_per_node for e in entries)}
+    except ValueError:  # a GPU served only on existing clusters (no instance data)
+        per_node = {}
+    return {
+        "efa-disagg-workers": {"fabric": fabrics.pop()} if len(fabrics) == 1 else {},
+        "gpu-fits-node": per_node,
+        "model-cache-retained": {"storageProtect": all(e.cfg.storage.protect for e in entries)},
     }
 
 

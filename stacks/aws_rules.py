@@ -117,6 +117,49 @@ def _gpu_nodegroups(g: Graph) -> list[Res]:
     return [ng for ng in g.of(NODEGROUP) if _instance_type(g, ng) in INSTANCES]
 
 
+def _node_labels(g: Graph, ng: Res) -> dict:
+    """The labels a node of the group carries: the node group's, and the well-known ones the kubelet sets."""
+    it = _instance_type(g, ng)
+    return {**(ng.inputs.get("labels") or {}), "node.kubernetes.io/instance-type": it,
+            "kubernetes.io/arch": INSTANCES[it].kubernetes_arch if it in INSTANCES else None}
+
+
+def _selects(pod: dict, labels: dict) -> bool:
+    """The pod's nodeSelector and required node affinity admit a node with ``labels`` (Kubernetes "Assigning Pods
+    to Nodes": every nodeSelector pair, any one of the nodeSelectorTerms with all its matchExpressions)."""
+    if any(labels.get(k) != v for k, v in (pod.get("nodeSelector") or {}).items()):
+        return False
+    terms = _get(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms") or []
+
+    def match(e):
+        v, op = labels.get(e.get("key")), e.get("operator")
+        return {"In": v in (e.get("values") or []), "NotIn": v not in (e.get("values") or []),
+                "Exists": v is not None, "DoesNotExist": v is None}.get(op, True)
+    return not terms or any(all(match(e) for e in t.get("matchExpressions") or []) for t in terms)
+
+
+def _assigned(g: Graph) -> tuple[dict[str, list[dict]], list[str]]:
+    """Every GPU worker component of every DGD, by the GPU node group it can land on (node group name -> components),
+    and the problems: a worker no GPU group admits, or one that several GPU groups admit (its pods could land on
+    another GPU's nodes)."""
+    groups = _gpu_nodegroups(g)
+    out: dict[str, list[dict]] = {ng.name: [] for ng in groups}
+    problems = []
+    for dgd in g.of(DGD):
+        for comp in _get(dgd.inputs, "spec", "components", default=[]):
+            pod = comp["podTemplate"]["spec"]
+            if not any("nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers", [])):
+                continue
+            fits = [ng for ng in groups if _selects(pod, _node_labels(g, ng))]
+            if not fits and groups:
+                problems.append(f"{dgd.name}/{comp['name']}: no GPU node group admits it (nodeSelector/affinity)")
+            elif len(fits) > 1:
+                problems.append(f"{dgd.name}/{comp['name']}: may land on any of {[ng.name for ng in fits]} (select nvidia.com/gpu.product)")
+            for ng in fits[:1]:
+                out[ng.name].append(comp)
+    return out, problems
+
+
 def _efa_devices(lt: Optional[Res]) -> int:
     nis = (lt.inputs.get("networkInterfaces") if lt else None) or []
     return sum(1 for n in nis if n.get("interfaceType") in ("efa", "efa-only"))
@@ -396,7 +439,10 @@ def efa_requests_follow_the_instance(g: Graph) -> list[str]:
         devices = _efa_devices(lt)
         if devices and devices != shape.efa_interfaces:
             out.append(f"{ng.name}: launch template attaches {devices} EFA interfaces, {shape.instance_type} has {shape.efa_interfaces}")
+        mine = {id(c) for c in _assigned(g)[0][ng.name]}
         for comp, lim in _gpu_workers(g):
+            if id(comp) not in mine:
+                continue
             if "vpc.amazonaws.com/efa" in lim:
                 want = int(lim["nvidia.com/gpu"]) * devices // shape.gpus_per_node
                 if int(lim["vpc.amazonaws.com/efa"]) != want:
@@ -407,11 +453,13 @@ def efa_requests_follow_the_instance(g: Graph) -> list[str]:
 
 @rule(6)
 def gpu_node_group_holds_the_dgd(g: Graph) -> list[str]:
-    """The GPU node group's size holds every GPU and EFA device the DGD requests (replicas included); otherwise
-    pods stay Pending and ``pulumi up`` waits out the DGD timeout. Capacity per node: the instance's GPUs and
-    the EFA interfaces its launch template attaches. Source: Kubernetes scheduling of extended resources
-    ("Resource Management for Pods and Containers"); EKS user guide "Manage EFA devices on Amazon EKS"."""
-    out = []
+    """Each GPU node group's size holds every GPU and EFA device of the DGD workers that land on it, summed over all
+    the stack's DGDs (replicas included); otherwise pods stay Pending and ``pulumi up`` waits out the DGD timeout.
+    Every GPU worker lands on exactly one GPU node group (its nodeSelector/affinity against the groups' labels).
+    Capacity per node: the instance's GPUs and the EFA interfaces its launch template attaches. Source: Kubernetes
+    scheduling of extended resources ("Resource Management for Pods and Containers", "Assigning Pods to Nodes");
+    EKS user guide "Manage EFA devices on Amazon EKS"."""
+    assigned, out = _assigned(g)
     for ng in _gpu_nodegroups(g):
         shape = INSTANCES[_instance_type(g, ng)]
         cap = {"nvidia.com/gpu": shape.gpus_per_node}
@@ -419,11 +467,10 @@ def gpu_node_group_holds_the_dgd(g: Graph) -> list[str]:
         if devices:
             cap["vpc.amazonaws.com/efa"] = devices
         size = int(_get(ng.inputs, "scalingConfig", "desiredSize", default=0))
-        for dgd in g.of(DGD):
-            needed, too_big = pack(dgd.inputs, cap)
-            out += [f"{ng.name}: {t}" for t in too_big]
-            if needed > size or needed > int(_get(ng.inputs, "scalingConfig", "maxSize", default=0)):
-                out.append(f"{ng.name}: desiredSize {size} < {needed} {shape.instance_type} nodes the DGD needs")
+        needed, too_big = pack({"spec": {"components": assigned[ng.name]}}, cap)
+        out += [f"{ng.name}: {t}" for t in too_big]
+        if needed > size or needed > int(_get(ng.inputs, "scalingConfig", "maxSize", default=0)):
+            out.append(f"{ng.name}: desiredSize {size} < {needed} {shape.instance_type} nodes the DGDs need")
     return out
 
 

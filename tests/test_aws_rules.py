@@ -249,3 +249,48 @@ def test_efs_provisioned_rule_fails_without_the_value(on_demand_efs):
     assert only(R.efs_provisioned_throughput_has_its_value, g) == []
     bad = mutate(g, lambda res: one(res, R.EFS).inputs.pop("provisionedThroughputInMibps"))
     assert only(R.efs_provisioned_throughput_has_its_value, bad)
+
+
+# ---------------------------------------------------------------------------- issue 11: every rule on every GPU node group
+
+TWO_GPUS = {"cluster": {"mode": "eks", "region": "us-east-1", "cacheStorage": "efs"}, "imagePullSecrets": ["ngc-secret"],
+            "serve": [{"target": "lightning-vllm-disagg-h100-dspark", "namespace": "a", "replicas": {"VllmDecodeWorker": 9}},
+                      {"model": "motif-3", "topology": "disagg", "fabricProfile": "aws-efa", "namespace": "m"},
+                      {"model": "motif-3", "topology": "agg", "namespace": "m2", "replicas": {"Worker": 3}}]}
+
+
+@pytest.mark.parametrize("capacity", sorted(CAPACITY))
+def test_two_gpu_groups_pass_the_aws_rules(capacity):
+    pools = [{"gpu": "h100", **CAPACITY[capacity]}, {"gpu": "b200"}]
+    g = graph({**TWO_GPUS, "cluster": {**TWO_GPUS["cluster"], "gpuPools": pools}}, "two")
+    assert len(R._gpu_nodegroups(g)) == 2
+    assert check(g) == []
+
+
+def test_rules_fail_on_the_second_gpu_group():
+    g = graph(TWO_GPUS, "two")
+    assert check(g) == []
+
+    def unpinned(res):  # a b200 worker without its GPU selector could land on the h100 nodes
+        for r in res:
+            if r.type == R.DGD and r.inputs["metadata"]["namespace"] == "m2":
+                for comp in r.inputs["spec"]["components"]:
+                    comp["podTemplate"]["spec"].pop("nodeSelector", None)
+    assert any("may land on any of" in x for x in only(R.gpu_node_group_holds_the_dgd, mutate(g, unpinned)))
+
+    def small(res):  # the b200 group sized for one entry, not the sum
+        one(res, R.NODEGROUP, "-gpu-b200").inputs["scalingConfig"].update(desiredSize=1, maxSize=1)
+    assert any("cluster-gpu-b200: desiredSize 1 < 2" in x for x in only(R.gpu_node_group_holds_the_dgd, mutate(g, small)))
+
+    def four_per_gpu_on_b200(res):
+        for r in res:
+            if r.type == R.DGD and r.inputs["metadata"]["namespace"] == "m":
+                for comp in r.inputs["spec"]["components"]:
+                    for c in comp["podTemplate"]["spec"]["containers"]:
+                        lim = (c.get("resources") or {}).get("limits") or {}
+                        if "vpc.amazonaws.com/efa" in lim:
+                            lim["vpc.amazonaws.com/efa"] = str(4 * int(lim["nvidia.com/gpu"]))
+    v = only(R.efa_requests_follow_the_instance, mutate(g, four_per_gpu_on_b200))
+    assert v and all("p6-b200" in x for x in v)
+    bad = mutate(g, lambda res: setattr(one(res, R.NODEGROUP, "-gpu-b200"), "ignore_changes", ()))
+    assert only(R.desired_size_not_managed_after_create, bad) == ["cluster-gpu-b200: scalingConfig.desiredSize is not in ignoreChanges"]

@@ -160,10 +160,15 @@ def test_every_committed_stack_runs_under_mocks(path, tmp_path, monkeypatch):
         secrets.update(TOKEN)
     if (cfg.get("cluster") or {}).get("mode") == "eks" and cfg.get("imagePullSecrets"):
         secrets.setdefault("ngcApiKey", "nvapi-mock")  # `pulumi config set --secret dynamo:ngcApiKey ...` on a real stack
-    run = run_program(cfg, secrets, stack=path.name.split(".")[1])
-    assert len(run.by_type(DGD)) == 1
-    if (cfg.get("cluster") or {}).get("mode") == "eks":
+    mode = (cfg.get("cluster") or {}).get("mode")
+    if mode == "stack" and cfg.get("imagePullSecrets"):
+        secrets.setdefault("ngcApiKey", "nvapi-mock")
+    run = run_program(cfg, secrets, stack=path.name.split(".")[1])  # a StackReference reads the committed cluster stack
+    assert len(run.by_type(DGD)) == (len(cfg["serve"]) if "serve" in cfg else 1)
+    if mode == "eks":
         assert run.by_type("aws:eks/cluster:Cluster")
+    if mode == "stack":
+        assert run.by_type("aws:eks/cluster:Cluster") == [] and run.one("pulumi:providers:kubernetes")
 
 
 
@@ -180,3 +185,146 @@ def test_h100_with_9_decode_replicas_gets_2_gpu_nodes():
     run = run_program({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks"}}, TOKEN, stack="h100-disagg")
     ng = [r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-gpu")][0]
     assert ng.inputs["scalingConfig"]["desiredSize"] == 2
+
+
+# ---------------------------------------------------------------------------- issue 11: several GPU groups, cluster and serving stacks
+
+NODEGROUP = "aws:eks/nodeGroup:NodeGroup"
+TWO_GPUS = {"cluster": {"mode": "eks", "region": "us-east-1"},
+            "serve": [{"target": "lightning-vllm-disagg-h100-dspark", "namespace": "a", "replicas": {"VllmDecodeWorker": 9}},
+                      {"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+                      {"model": "motif-3", "topology": "disagg", "fabricProfile": "aws-efa", "namespace": "m"},
+                      {"model": "motif-3", "topology": "agg", "namespace": "m2", "replicas": {"Worker": 3}}]}
+
+
+def test_two_gpu_types_get_two_gpu_node_groups_sized_from_the_sum():
+    from stacks import catalog
+    from stacks.aws_rules import Graph, check
+
+    run = run_program(TWO_GPUS, TOKEN, stack="two-gpus")
+    groups = {r.name: r.inputs for r in run.by_type(NODEGROUP) if r.name != "cluster-system"}
+    assert set(groups) == {"cluster-gpu", "cluster-gpu-b200"}  # the first GPU keeps the single-target names
+    assert groups["cluster-gpu"]["instanceTypes"] == ["p5.48xlarge"] and groups["cluster-gpu-b200"]["instanceTypes"] == ["p6-b200.48xlarge"]
+    assert {lt.name for lt in run.by_type("aws:ec2/launchTemplate:LaunchTemplate")} == {"cluster-gpu", "cluster-gpu-b200"}
+    dgds = {r.inputs["metadata"]["namespace"] + "/" + r.inputs["metadata"]["name"]: r.inputs for r in run.by_type(DGD)}
+    gpus = {"h100": sum(catalog.gpus_needed(d) for k, d in dgds.items() if k.startswith("a/")),
+            "b200": sum(catalog.gpus_needed(d) for k, d in dgds.items() if k.startswith("m"))}
+    # 9 decode replicas of the disaggregated h100 target need 2 nodes of 8 GPUs with 32 EFA; the b200 entries 2 nodes
+    assert gpus["h100"] > 8 and gpus["b200"] > 8
+    assert groups["cluster-gpu"]["scalingConfig"]["desiredSize"] == 2
+    assert groups["cluster-gpu-b200"]["scalingConfig"]["desiredSize"] == 2
+    # every b200 worker selects its GPU, so none lands on the h100 nodes; the AWS rules accept the graph
+    for k, d in dgds.items():
+        if k.startswith("m"):
+            for c in d["spec"]["components"]:
+                if "nvidia.com/gpu" in str(c["podTemplate"]["spec"].get("containers")):
+                    assert c["podTemplate"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-B200"
+    assert check(Graph(run.resources)) == []
+    # the DGDs wait for every GPU group
+    ng_urns = {r.urn for r in run.by_type(NODEGROUP) if r.name != "cluster-system"}
+    assert all(ng_urns <= set(d.dependencies) for d in run.by_type(DGD))
+
+
+def test_a_gpu_pool_too_small_for_the_sum_is_refused_before_any_resource():
+    import harness
+
+    cfg = {**TWO_GPUS, "cluster": {**TWO_GPUS["cluster"], "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "nodes": 1}]}}
+    with pytest.raises(Exception, match=r"dynamo:cluster\.gpuPools\[1\]\.nodes: 1 x p6-b200\.48xlarge cannot hold dynamo:serve\[2\], dynamo:serve\[3\] .*use at least 2"):
+        run_program(cfg, TOKEN, stack="two-gpus")
+    assert harness.LAST_RUN.resources == []
+
+
+def cluster_only(**cluster):
+    return {"serve": [], "cluster": {"mode": "eks", "region": "us-east-1", **cluster}}
+
+
+def test_cluster_stack_exports_what_serving_stacks_read():
+    from harness import SECRET_SIG
+
+    run = run_program(cluster_only(gpuPools=[{"gpu": "h100", "nodes": 2}, {"gpu": "b200", "nodes": 1, "capacityReservationId": "cr-0123456789abcdef0"}]),
+                      {}, stack="gpus")
+    assert run.by_type(DGD) == [] and run.by_type("kubernetes:core/v1:PersistentVolumeClaim") == []
+    assert run.by_type("kubernetes:batch/v1:Job") == [] and run.by_type("kubernetes:core/v1:Namespace")  # the platform's only
+    assert {r.inputs["chart"] for r in run.by_type("kubernetes:helm.sh/v3:Release")} >= {"dynamo-platform"}
+    assert run.one("kubernetes:storage.k8s.io/v1:StorageClass").inputs["metadata"]["name"] == "efs-model-cache"
+    out = run.outputs
+    assert out["storageClassName"] == "efs-model-cache" and out["region"] == "us-east-1" and out["clusterName"] == "dynamo-gpus"
+    pools = {p["gpu"]: p for p in out["nodePools"]}
+    assert pools["h100"]["count"] == 2 and pools["h100"]["instanceType"] == "p5.48xlarge"
+    assert pools["h100"]["allocatable"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}
+    assert pools["b200"]["count"] == 1 and pools["b200"]["allocatable"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 8}
+    assert all(SECRET_SIG in str(raw["kubeconfig"]) for raw in run.raw_outputs if "kubeconfig" in raw)
+    groups = {r.name: r.inputs for r in run.by_type(NODEGROUP)}
+    assert groups["cluster-gpu"]["scalingConfig"]["desiredSize"] == 2 and groups["cluster-gpu-b200"]["scalingConfig"]["desiredSize"] == 1
+    # the b200 pool targets a reservation: no placement group there, one for the on-demand h100 pool
+    assert [pg.name for pg in run.by_type("aws:ec2/placementGroup:PlacementGroup")] == ["cluster-gpu"]
+
+
+@pytest.mark.parametrize("cfg, must", [
+    (cluster_only(), r"dynamo:cluster\.gpuPools: not set"),
+    (cluster_only(gpuPools=[{"gpu": "h100"}]), r"dynamo:cluster\.gpuPools\[0\]\.nodes: not set"),
+    (cluster_only(gpuPools=[{"gpu": "a100", "nodes": 1}]), r"dynamo:cluster\.gpuPools\[0\]\.gpu: 'a100' is not a GPU with an EC2 instance type"),
+    ({**cluster_only(gpuPools=[{"gpu": "h100", "nodes": 1}]), "gpu": "h100"}, r"dynamo:gpu: has no effect in a cluster-only stack"),
+    ({"serve": [], "cluster": {"mode": "render"}}, r"dynamo:serve: \[\] is not a non-empty list .*cluster-only stack, which needs dynamo:cluster\.mode: eks"),
+])
+def test_bad_cluster_only_stacks_are_refused_naming_the_key(cfg, must):
+    from stacks.config import ConfigError
+    from stacks.program import build_program
+
+    with pytest.raises(ConfigError, match=must):
+        build_program(cfg, "c", frozenset())
+
+
+REF = "org/dynamo/h100-cluster"
+SERVING = {"cluster": {"mode": "stack", "stack": REF}, "imagePullSecrets": ["ngc-secret"],
+           "serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "llm"},
+                     {"target": "lightning-vllm-disagg-h100-dspark", "namespace": "llm"}]}
+SERVING_SECRETS = {**TOKEN, "ngcApiKey": "nvapi-mock"}
+
+
+def ref_outputs(storage_class="efs-model-cache", **pool):
+    from harness import MOCK_KUBECONFIG
+
+    base = {"name": "gpu", "gpu": "h100", "instanceType": "p5.48xlarge", "count": 2,
+            "allocatable": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}, "labels": {},
+            "taint": {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}}
+    return {REF: {"kubeconfig": MOCK_KUBECONFIG.replace("mock.eks", "referenced.eks"), "storageClassName": storage_class,
+                  "nodePools": [{**base, **pool}], "clusterName": "dynamo-h100-cluster", "region": "us-east-1"}}
+
+
+def test_serving_stack_on_a_cluster_stack_uses_the_referenced_cluster():
+    from harness import SECRET_SIG
+
+    run = run_program({**SERVING, "storage": {"className": "fsx-model-cache"}}, SERVING_SECRETS, stack="serving",
+                      stack_outputs=ref_outputs("fsx-model-cache"))
+    assert run.by_type("aws:eks/cluster:Cluster") == [] and run.by_type("kubernetes:helm.sh/v3:Release") == []
+    provider = run.one("pulumi:providers:kubernetes")
+    assert "referenced.eks" in provider.inputs["kubeconfig"] and SECRET_SIG in str(provider.raw_inputs["kubeconfig"])
+    pvc = run.one("kubernetes:core/v1:PersistentVolumeClaim")  # the two entries share one cache and one download
+    assert pvc.inputs["spec"]["storageClassName"] == "fsx-model-cache"
+    job = run.one("kubernetes:batch/v1:Job")
+    assert job.inputs["spec"]["template"]["spec"]["nodeSelector"] == {"dynamo.nvidia.com/pool": "system"}
+    assert len(run.by_type(DGD)) == 2
+    pull = [r for r in run.by_type("kubernetes:core/v1:Secret") if r.inputs["metadata"]["name"] == "ngc-secret"]
+    assert len(pull) == 1 and pull[0].inputs["metadata"]["namespace"] == "llm"
+    assert all(pull[0].urn in d.dependencies for d in run.by_type(DGD))
+
+
+def test_serving_stack_whose_pools_are_too_small_fails_naming_the_pool_and_creates_no_dgd():
+    import harness
+
+    cfg = {**SERVING, "serve": [SERVING["serve"][0], {**SERVING["serve"][1], "replicas": {"VllmDecodeWorker": 9}}]}
+    with pytest.raises(Exception, match=r"pool gpu \(1 x p5\.48xlarge\) cannot hold dynamo:serve\[0\], dynamo:serve\[1\]: they need 2 nodes .*1 more"):
+        run_program(cfg, SERVING_SECRETS, stack="serving", stack_outputs=ref_outputs(count=1))
+    assert harness.LAST_RUN.by_type(DGD) == []
+    with pytest.raises(Exception, match=r"has no h100 pool \(pools: b200\)"):
+        run_program(SERVING, SERVING_SECRETS, stack="serving", stack_outputs=ref_outputs(gpu="b200", instanceType="p6-b200.48xlarge"))
+    assert harness.LAST_RUN.by_type(DGD) == []
+
+
+def test_serving_stack_claim_waits_for_the_storage_class_check():
+    import harness
+
+    with pytest.raises(Exception, match=r"dynamo:storage\.className: the cache claim asks for 'efs-model-cache', .*'fsx-model-cache'"):
+        run_program(SERVING, SERVING_SECRETS, stack="serving", stack_outputs=ref_outputs("fsx-model-cache"))
+    assert harness.LAST_RUN.by_type("kubernetes:core/v1:PersistentVolumeClaim") == []
