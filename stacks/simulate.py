@@ -431,12 +431,14 @@ class Simulator:
         sel = quote(f"{RUN_LABEL}={run}")
         return self.request("GET", f"/api/v1/namespaces/{self.namespace}/pods?labelSelector={sel}").get("items", [])
 
-    def wait_decided(self, run: str, expected: int, timeout: float = 60) -> list[dict]:
-        """Until every pod is bound or the scheduler has marked it unschedulable."""
+    def wait_decided(self, run: str, expected: int, nodes: int, timeout: float = 60) -> list[dict]:
+        """Until every pod is bound, or marked unschedulable by the scheduler after it has seen all ``nodes``
+        nodes as they are (an attempt made before its informer caught up says "0/<fewer> nodes", or names the
+        not-ready taint the nodes are created with; the scheduler retries those on the node events)."""
         deadline = time.monotonic() + timeout
         while True:
             pods = self.pods(run)
-            if len(pods) >= expected and all(_decided(p) for p in pods):
+            if len(pods) >= expected and all(_decided(p, nodes) for p in pods):
                 return pods
             if time.monotonic() > deadline:
                 return pods
@@ -462,10 +464,13 @@ class Simulator:
         self._tmp.cleanup()
 
 
-def _decided(pod: dict) -> bool:
+def _decided(pod: dict, nodes: int) -> bool:
     if (pod.get("spec") or {}).get("nodeName"):
         return True
-    return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+               and (c.get("message") or "").startswith(f"0/{nodes} nodes are available")
+               and "node.kubernetes.io/not-ready" not in c.get("message", "")
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 # ---------------------------------------------------------------------------------------------- placement
@@ -505,8 +510,9 @@ def run(sim: Simulator, nodes: list[dict], intents: list[PodIntent], runtime_cla
     sim.set_runtime_classes(runtime_classes, run_id)
     try:
         sim.create_nodes(nodes, run_id)
+        total = len(sim.request("GET", "/api/v1/nodes").get("items", []))
         refused = sim.submit(intents, run_id)
-        pods = {p["metadata"]["name"]: p for p in sim.wait_decided(run_id, len(intents) - len(refused), timeout)}
+        pods = {p["metadata"]["name"]: p for p in sim.wait_decided(run_id, len(intents) - len(refused), total, timeout)}
         pools = {n["metadata"]["name"]: n["metadata"]["labels"].get(POOL_LABEL) or n["metadata"]["labels"].get(GROUP_LABEL)
                  for n in nodes}
         out = Result(nodes=len(nodes))
