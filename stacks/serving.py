@@ -51,12 +51,16 @@ def _walk(x: Any) -> Iterator[dict]:
 
 
 def _set_pull_secrets(obj: dict, names: tuple[str, ...]) -> None:
+    """``dynamo:imagePullSecrets`` replace the recipe's placeholder; pod specs of recipes that name none
+    (Ultra, Motif-3) get them too, so the key is never ignored."""
     for d in _walk(obj):
         if d.get("imagePullSecrets") == [{"name": k8s.PLACEHOLDER_PULL_SECRET}]:
             if names:
                 d["imagePullSecrets"] = [{"name": n} for n in names]
             else:
                 del d["imagePullSecrets"]
+        elif names and isinstance(d.get("containers"), list) and "imagePullSecrets" not in d:
+            d["imagePullSecrets"] = [{"name": n} for n in names]
 
 
 def _rename_refs(obj: dict, *, own_claim: str, claim: str, hf_secret: str) -> None:

@@ -197,3 +197,18 @@ def test_unknown_or_misplaced_secret_keys_are_refused_without_their_value():
         check_secret_keys({"hfToken", "hfTokn"})
     with pytest.raises(ConfigError, match=r"dynamo:namespace: set as a Pulumi secret, but is not a secret setting"):
         check_secret_keys({"namespace"})
+
+
+def test_image_pull_secrets_reach_every_pod_of_every_target():
+    """Ultra and Motif-3 recipes name no pull secret; dynamo:imagePullSecrets must not be ignored there."""
+    import json
+
+    from stacks import catalog
+    from stacks.render import render_config
+
+    for tid in sorted(catalog.targets()):
+        for o in render_config({"target": tid, "imagePullSecrets": ["zz-pull"]}):
+            if o["kind"] in ("Job", "DynamoGraphDeployment"):
+                text = json.dumps(o)
+                assert text.count('"zz-pull"') == text.count('"containers"'), (tid, o["metadata"]["name"])
+        assert "zz-pull" not in json.dumps(render_config({"target": tid}))

@@ -18,8 +18,16 @@ PULL = ("ngc-pull",)
 pytestmark = pytest.mark.skipif(not REF.is_dir(), reason=f"no upstream recipes at {REF}")
 
 
+def _upstream_names_pull_secrets(tid) -> bool:
+    t = catalog.targets()[tid]
+    return bool(t.upstream) and (REF / t.upstream).is_file() and "imagePullSecrets" in (REF / t.upstream).read_text()
+
+
 def _render(tid):
-    return render_config({"target": tid, "storage": {"className": STORAGE_CLASS}, "imagePullSecrets": list(PULL)})
+    """The configured pull secret stands for upstream's placeholder; recipes that name none are rendered
+    without one (a configured pull secret reaches their pods too: tests/test_config_errors.py)."""
+    pull = {"imagePullSecrets": list(PULL)} if _upstream_names_pull_secrets(tid) else {}
+    return render_config({"target": tid, "storage": {"className": STORAGE_CLASS}, **pull})
 
 
 def test_scope_is_the_seed_recipes():
