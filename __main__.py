@@ -98,6 +98,8 @@ else:
     pulumi.export("nodePools", node_pools(cluster_plan))
     pulumi.export("storageClassName", cluster_plan.cache_class_name)
     pulumi.export("region", cluster_plan.region)
+    if plan is None:  # a cluster-only stack has no serving commands to follow; the kubeconfig one still helps
+        pulumi.export("followKubeconfig", f"aws eks update-kubeconfig --region {cluster_plan.region} --name {cluster_plan.name}")
 
 if cluster.mode != "render" and (cluster.mode == "eks" or cluster.install_device_plugins or cluster.platform_wanted()):
     # Helm releases need a real cluster, so render mode shows the serving layer only.

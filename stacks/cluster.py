@@ -196,9 +196,9 @@ class EksConfig(_Model):
                 raise ValueError(f"{pk}.availabilityZone: {p.availability_zone!r} is not one of availabilityZones {list(self.zones())} "
                                  f"(a Local Zone GPU group is a single-pool stack's gpuAvailabilityZone)")
 
-    def pool_for(self, gpu: str, where: str = "") -> tuple["EksConfig", str]:
+    def pool_for(self, gpu: str, gpu_key: str = "") -> tuple["EksConfig", str]:
         """The cluster settings of ``gpu``'s node group and the key its errors name: with ``gpuPools``, the
-        pool's (a GPU without a pool is a ConfigError naming ``where``, the entry's key); else the cluster's."""
+        pool's (a GPU without a pool is a ConfigError naming ``gpu_key``, where the GPU was chosen); else the cluster's."""
         k = f"{NS}:cluster"
         if not self.gpu_pools:
             return self, k
@@ -208,7 +208,7 @@ class EksConfig(_Model):
                     "instance_type": p.instance_type, "gpu_nodes": p.nodes, "efa": p.efa, "placement_group": p.placement_group,
                     "market_type": p.market_type, "capacity_reservation_id": p.capacity_reservation_id,
                     "gpu_availability_zone": p.availability_zone, "gpu_pools": ()}), f"{k}.gpuPools[{i}]"
-        raise ConfigError(f"{where + '.gpu' if where else k + '.gpuPools'}: {gpu!r} has no pool in {k}.gpuPools "
+        raise ConfigError(f"{gpu_key or k + '.gpuPools'}: {gpu!r} has no pool in {k}.gpuPools "
                           f"(pools: {', '.join(p.gpu for p in self.gpu_pools)}); add {{gpu: {gpu}}} to {k}.gpuPools")
 
     def zones(self) -> tuple[str, ...]:
@@ -778,7 +778,7 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
     target = select_target(cfg)
     check_fabric_on_eks(target, cfg.fabric_profile)
     check_secrets_on_new_cluster(cfg.hf_token_secret_name, cfg.image_pull_secrets if require_secrets else (), raw, set(secret_keys))
-    pool_cfg, pool_key = cluster.pool_for(target.gpu)
+    pool_cfg, pool_key = cluster.pool_for(target.gpu, f"{NS}:gpu")
     try:
         shape = shape_for(target.gpu, pool_cfg.instance_type)
     except ValueError as e:
@@ -857,9 +857,17 @@ def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, lis
     """One GPU node group per GPU of the stack's entries, each sized from the sum of its entries' DGDs (after replicas
     and overrides), plus the ``gpuPools`` no entry uses. ``groups``: ``(gpu, [(entry key, entry name, dgd)], taint)``
     in the order of the entries (the first keeps the single-target resource names)."""
+    if len(groups) > 1 and not cluster.gpu_pools:
+        from .config import _camel
+
+        set_keys = [k for k in POOL_KEYS if k in cluster.model_fields_set]
+        if set_keys:
+            raise ConfigError(f"{NS}:cluster.{_camel(set_keys[0])}: applies to one GPU node group, but the entries run on "
+                              f"{', '.join(g for g, _, _ in groups)}; set it per GPU in {NS}:cluster.gpuPools "
+                              f"(e.g. gpuPools: [{{gpu: {groups[0][0]}, ...}}, {{gpu: {groups[1][0]}}}])")
     pools = []
     for gpu, members, taint in groups:
-        pcfg, key = cluster.pool_for(gpu, members[0][0])
+        pcfg, key = cluster.pool_for(gpu, f"{members[0][0]}.gpu")
         parts = [(name, dgd) for _, name, dgd in members]
         bad = _untolerated(parts, taint)
         if bad:

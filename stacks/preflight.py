@@ -99,6 +99,14 @@ def request_from_stack(name: str, root: Optional[Path] = None) -> Optional[Prefl
     from .providers import cluster_config
 
     raw = apply_aws_region(raw, top.get("aws:region"))
+    if "serve" in raw:  # issue 11: a dynamo:serve or cluster-only stack: its first GPU node group only (not yet the others)
+        program = render.program_for_stack(name, root)
+        plan, pool = program.cluster_plan, program.cluster_plan.gpu_pools[0]
+        cc = program.cluster.pool_for(pool.gpu)[0]
+        return PreflightRequest(region=cc.region, availability_zone=pool.nodegroup["availability_zone"], instance_type=pool.shape.instance_type,
+                                nodes=int(pool.nodegroup["scaling_config"]["desired_size"]), efa=pool.efa,
+                                capacity_reservation_id=cc.capacity_reservation_id, market_type=cc.market_type,
+                                zone_pinned=cc.gpu_availability_zone is not None)
     cc, plan, _ = plan_eks(name, parse(raw), cluster_config(raw), raw, frozenset(), aws_region=top.get("aws:region"), require_secrets=False)
     return PreflightRequest(
         region=cc.region,

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .config import NS, ConfigError, StackConfig, parse
+from .config import NS, ConfigError, StackConfig, check_secret_keys, parse
 from .serving import REDACTED
 from .providers import ClusterConfig, cluster_config
 from .serve import SERVE, Entry, build_entries
@@ -129,6 +129,7 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
 
         raw = apply_aws_region(raw, aws_region)
     check_plain_secrets(raw)
+    check_secret_keys(secret_keys)  # a secret the program never reads (a typo) would be ignored silently
     cluster = cluster_config(raw)
     if cluster.mode == "render" and not (cluster.render_dir or "").strip():
         raise ConfigError(
@@ -170,7 +171,8 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
     cfg, serving, layers, cluster_plan = configs[0], entries[0].plan, [], None
     if eks:
         cluster = eks_plans[0][0]
-        cluster_plan = eks_plans[0][1] if single else combined_cluster_plan(stack, cluster, entries, [cp for _, cp in eks_plans])
+        one_group = single and len(cluster.gpu_pools) <= 1  # more pools than the entry uses: build them all
+        cluster_plan = eks_plans[0][1] if one_group else combined_cluster_plan(stack, cluster, entries, [cp for _, cp in eks_plans])
         storage = "StorageClass" if cluster_plan.storage_class else "PersistentVolume"
         layers = ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
                   "NVIDIA DRA driver" if cluster_plan.dra_driver else ""]

@@ -12,8 +12,10 @@ from .config import NS, ConfigError, _camel, _key_error, validation_error
 import re
 
 MODES = ("render", "kubeconfig", "eks", "stack")
-# A fully qualified stack name, as `pulumi stack ls --all` prints it: org/project/stack (Pulumi "Stack references").
-_STACK_REF = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*")
+# A stack name as StackReference takes it: org/project/stack (Pulumi Cloud: the org or user; a DIY backend: the
+# literal "organization"), or the bare stack name on a legacy DIY backend (Pulumi automation docs,
+# fullyQualifiedStackName: "legacy DIY backends ... only use the stack name").
+_STACK_REF = re.compile(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*/)?[A-Za-z0-9][-A-Za-z0-9_.]*")
 
 
 class ClusterConfig(EksConfig):
@@ -58,8 +60,8 @@ class ClusterConfig(EksConfig):
                 raise _key_error("stack", "not set; cluster.mode stack serves on the cluster of a cluster-only stack: "
                                           "set cluster.stack to its name, e.g. org/dynamo/h100-cluster")
             if not _STACK_REF.fullmatch(self.stack):
-                raise _key_error("stack", f"{self.stack!r} is not a fully qualified stack name org/project/stack "
-                                          "(e.g. org/dynamo/h100-cluster; `pulumi stack ls --all` lists them)")
+                raise _key_error("stack", f"{self.stack!r} is not a stack name org/project/stack (e.g. org/dynamo/h100-cluster; "
+                                          "a DIY backend's org is 'organization') or a bare stack name (legacy DIY backends)")
         return self
 
     def platform_wanted(self) -> bool:

@@ -326,3 +326,76 @@ def test_a_storage_class_the_new_cluster_does_not_have_is_refused():
         plan_eks("t", parse(raw), cluster_config(raw), raw, {"hfToken"})
     raw["storage"] = {"className": "fsx-model-cache"}
     plan_eks("t", parse(raw), cluster_config(raw), raw, {"hfToken"})
+
+
+# ---------------------------------------------------------------------------- issue 11: GPU pools, cluster stacks
+
+
+@pytest.mark.parametrize("cluster, must", [
+    ({"gpuPools": [{"gpu": "h100", "nodes": 1}], "gpuNodes": 2}, r"dynamo:cluster\.gpuNodes: set per pool in dynamo:cluster\.gpuPools"),
+    ({"gpuPools": [{"gpu": "h100"}, {"gpu": "h100"}]}, r"gpuPools\[1\]\.gpu: 'h100' already has pool gpuPools\[0\]"),
+    ({"gpuPools": [{"gpu": "b200", "marketType": "capacity-block"}]}, r"gpuPools\[0\]\.marketType: capacity-block needs dynamo:cluster\.gpuPools\[0\]\.capacityReservationId"),
+    ({"gpuPools": [{"gpu": "gb200", "nodes": 2}]}, r"gpuPools\[0\]\.marketType: 'on-demand': p6e-gb200\.36xlarge is sold only in UltraServer"),
+    ({"gpuPools": [{"gpu": "h100", "availabilityZone": "us-east-1-dfw-2a"}]}, r"gpuPools\[0\]\.availabilityZone: 'us-east-1-dfw-2a' is not one of"),
+    ({"gpuPools": [{"gpu": "h100", "instanceType": "p5en.48xlarge"}]}, r"gpuPools\[0\]\.instanceType: instance type 'p5en\.48xlarge' carries h200"),
+])
+def test_bad_gpu_pools_name_the_key(cluster, must):
+    from stacks.config import ConfigError
+    from stacks.providers import cluster_config
+
+    with pytest.raises(ConfigError, match=must):
+        cluster_config({"cluster": {"mode": "eks", **cluster}})
+
+
+def test_pool_settings_apply_to_their_gpu_only():
+    from stacks.program import build_program
+
+    raw = {"cluster": {"mode": "eks", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "marketType": "capacity-block",
+                                                                       "capacityReservationId": "cr-0123456789abcdef0", "availabilityZone": "us-east-1b"}]},
+           "serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "topology": "agg", "namespace": "m"}]}
+    plan = build_program(raw, "t", frozenset({"hfToken"})).cluster_plan
+    h100, b200 = plan.gpu_pools
+    assert (h100.name, b200.name) == ("gpu", "gpu-b200") and plan.gpu_nodegroup is h100.nodegroup
+    assert h100.placement_group == {"strategy": "cluster"} and h100.nodegroup["capacity_type"] == "ON_DEMAND"
+    assert b200.placement_group is None and b200.nodegroup["capacity_type"] == "CAPACITY_BLOCK"
+    assert b200.launch_template["instance_type"] == "p6-b200.48xlarge" and b200.nodegroup["availability_zone"] == "us-east-1b"
+    assert b200.nodegroup["labels"]["dynamo.nvidia.com/pool"] == "gpu-b200"
+    # an entry whose GPU has no pool is refused naming the entry
+    from stacks.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"dynamo:serve\[1\]\.gpu: 'b200' has no pool in dynamo:cluster\.gpuPools"):
+        build_program({**raw, "cluster": {"mode": "eks", "gpuPools": [{"gpu": "h100"}]}}, "t", frozenset({"hfToken"}))
+
+
+def test_preflight_reads_the_cluster_stacks_pool():
+    from stacks.preflight import request_from_stack
+
+    req = request_from_stack("h100-cluster")
+    assert (req.instance_type, req.nodes, req.availability_zone, req.efa) == ("p5.48xlarge", 2, "us-east-1a", True)
+
+
+def test_capacity_shortfall_names_efa_and_taint_mismatches():
+    from stacks.cluster import capacity_shortfall
+    from stacks.program import build_program
+
+    program = build_program({"cluster": {"mode": "stack", "stack": "o/p/c"},
+                             "serve": [{"target": "lightning-vllm-disagg-h100-dspark", "namespace": "a"}]}, "s", frozenset({"hfToken"}))
+    reqs = program.cluster_plan.requirements
+    pool = {"name": "gpu", "gpu": "h100", "instanceType": "p5.48xlarge", "count": 4,
+            "allocatable": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}, "taint": {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}}
+    assert capacity_shortfall(reqs, [pool], "o/p/c") is None
+    msg = capacity_shortfall(reqs, [{**pool, "allocatable": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 16}}], "o/p/c")
+    assert "2 EFA per GPU" in msg and "request 4 per GPU" in msg
+    msg = capacity_shortfall(reqs, [{**pool, "taint": {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}}], "o/p/c")
+    assert "tainted nvidia.com/gpu=present" in msg
+    assert "exports no nodePools list" in capacity_shortfall(reqs, None, "o/p/c")
+
+
+def test_one_group_settings_are_refused_with_several_gpus():
+    from stacks.config import ConfigError
+    from stacks.program import build_program
+
+    raw = {"cluster": {"mode": "eks", "gpuNodes": 3},
+           "serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "topology": "agg", "namespace": "m"}]}
+    with pytest.raises(ConfigError, match=r"dynamo:cluster\.gpuNodes: applies to one GPU node group, but the entries run on h100, b200"):
+        build_program(raw, "t", frozenset({"hfToken"}))
