@@ -322,6 +322,114 @@ def test_render_stack_with_empty_render_dir_never_touches_the_cluster(kube, work
         stack.workspace.remove_stack(stack.name, force=True)
 
 
+# ---- waits end at their timeout (issue 9 finding 1) ------------------------------------------------------------------
+
+
+def _no_pods_namespace(kube, ns: str) -> None:
+    """A namespace where no Pod can be created (ResourceQuota pods: 0): the download Job never
+    completes even when other tests have added simulated nodes to this control plane."""
+    kubectl(kube, "create", "namespace", ns, check=False)
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods", "namespace": ns}, "spec": {"hard": {"pods": "0"}}}
+    kubectl(kube, "apply", "-f", "-", input=json.dumps(quota))
+
+
+def _created_at(kube, resource: str, name: str, ns: str) -> float:
+    import calendar
+    import time
+
+    out = kubectl(kube, "get", resource, name, "-n", ns, "-o", "jsonpath={.metadata.creationTimestamp}").stdout.strip()
+    return calendar.timegm(time.strptime(out, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _timed_up(stack) -> dict:
+    """Run `up`, return how it ended: elapsed seconds, end time, and the error text (CommandError)."""
+    import time
+
+    from pulumi.automation import errors
+
+    t0 = time.time()
+    try:
+        stack.up(on_output=None)
+        return {"elapsed": time.time() - t0, "end": time.time(), "error": None}
+    except errors.CommandError as e:
+        return {"elapsed": time.time() - t0, "end": time.time(), "error": str(e)}
+
+
+def test_waits_of_a_minute_or_more_end_at_their_timeout(kube, workspace, wffc_storage_class):
+    """Issue 9 finding 1 and its acceptance line: a Job that never completes with jobTimeout: 3m ends
+    `pulumi up` within 4 minutes, and a DGD that never becomes Ready ends it at dgdTimeout (75 s: above
+    the provider's one-minute informer resync, which re-armed the old Job await's timer forever).
+    Each message says what was awaited, for how long, and the command to look; a Job that ends
+    Failed stops `up` at once with its reason. The three stacks run side by side (about 3.5 min)."""
+    import threading
+
+    job_ns, dgd_ns, fail_ns = "e-wait-3m", "e-wait-dgd75", "e-wait-failed"
+    for ns in (job_ns, dgd_ns, fail_ns):
+        _no_pods_namespace(kube, ns)
+    common = {"storage": {"className": wffc_storage_class}, "createNamespace": False}
+    stacks = {
+        job_ns: make_stack(workspace, job_ns, base_config(kube, TARGETS[0], job_ns, wait={"enabled": True, "dgd": False, "jobTimeout": "3m"}, **common)),
+        dgd_ns: make_stack(workspace, dgd_ns, base_config(kube, TARGETS[0], dgd_ns, wait={"enabled": True, "job": False, "dgdTimeout": "75s"}, **common)),
+        fail_ns: make_stack(workspace, fail_ns, base_config(kube, TARGETS[0], fail_ns, wait={"enabled": True, "dgd": False, "jobTimeout": "10m"}, **common)),
+    }
+    results: dict[str, dict] = {}
+    threads = {ns: threading.Thread(target=lambda ns=ns, s=s: results.__setitem__(ns, _timed_up(s))) for ns, s in stacks.items()}
+    try:
+        for t in threads.values():
+            t.start()
+        # The failing download: once its Job exists, a 1-second deadline makes the Job controller mark it Failed.
+        import time
+
+        deadline = time.time() + 180
+        while time.time() < deadline and kubectl(kube, "get", "job", "model-download", "-n", fail_ns, check=False).returncode != 0:
+            time.sleep(1)
+        kubectl(kube, "patch", "job", "model-download", "-n", fail_ns, "--type=merge", "-p", '{"spec":{"activeDeadlineSeconds":1}}')
+        for t in threads.values():
+            t.join(timeout=400)
+        assert not any(t.is_alive() for t in threads.values()), "an up outlived every bound"
+        for ns, r in results.items():  # shown when an assertion below fails
+            print(f"--- {ns}: up {r['elapsed']:.0f} s\n{(r['error'] or 'succeeded')[-2500:]}")
+
+        # Job, jobTimeout 3m: ends after 3 minutes of waiting, within a minute more, and `up` within 4 minutes.
+        r = results[job_ns]
+        waited = r["end"] - _created_at(kube, "job", "model-download", job_ns)
+        print(f"job wait 3m: up {r['elapsed']:.0f} s, waited {waited:.0f} s")
+        assert r["error"] is not None
+        assert 180 - 5 <= waited < 180 + 60, waited
+        assert r["elapsed"] < 240, r["elapsed"]
+        msg = r["error"]
+        assert f"gave up waiting for Job {job_ns}/model-download to finish (condition Complete or Failed) after 3m (dynamo:wait.jobTimeout)" in msg, msg[-3000:]
+        assert f"look: kubectl describe job/model-download -n {job_ns}" in msg
+        assert "provider: timed out waiting for the condition" in msg
+        assert "last seen: " in msg
+        assert kubectl(kube, "get", "dgd", "-n", job_ns, "-o", "name").stdout.strip() == ""  # the DGD waits for the Job
+
+        # DGD, dgdTimeout 75s: no operator runs, Ready never comes.
+        r = results[dgd_ns]
+        waited = r["end"] - _created_at(kube, "dgd", "vllm-agg-h100-dspark", dgd_ns)
+        print(f"dgd wait 75s: up {r['elapsed']:.0f} s, waited {waited:.0f} s")
+        assert r["error"] is not None
+        assert 75 - 5 <= waited < 75 + 60, waited
+        msg = r["error"]
+        assert (f"gave up waiting for DynamoGraphDeployment {dgd_ns}/vllm-agg-h100-dspark to be Ready (condition Ready=True) "
+                f"after 75s (dynamo:wait.dgdTimeout)") in msg, msg[-3000:]
+        assert f"look: kubectl describe dynamographdeployment/vllm-agg-h100-dspark -n {dgd_ns}" in msg
+
+        # A Job that ends Failed: `up` stops at once (not at jobTimeout 10m) with the Job's reason, and no DGD.
+        r = results[fail_ns]
+        print(f"failed job: up {r['elapsed']:.0f} s")
+        assert r["error"] is not None and r["elapsed"] < 240, r
+        msg = r["error"]
+        assert f"download Job {fail_ns}/model-download failed" in msg and "DeadlineExceeded" in msg, msg[-3000:]
+        assert f"kubectl describe job/model-download -n {fail_ns}" in msg and "pulumi up --replace" in msg
+        assert "Traceback" not in msg
+        assert kubectl(kube, "get", "dgd", "-n", fail_ns, "-o", "name").stdout.strip() == ""
+    finally:
+        for s in stacks.values():
+            s.destroy(on_output=None)
+            s.workspace.remove_stack(s.name, force=True)
+
+
 # --------------------------------------------------------------------------- issue 13: observability and benchmark objects
 
 MONITORING_CRDS = ROOT.parent / "shared" / "reference" / "crds" / "monitoring"  # Prometheus Operator v0.93.0, kube-prometheus-stack 88.0.0's
