@@ -90,16 +90,22 @@ class Wait:
         """The message when the wait (or the create/update under it) failed; ``errors`` newest first."""
         errors = [e for e in errors if e]
         last = _provider_reason(errors[0]) if errors else "no error text"
-        timed_out = any(s in last.lower() for s in ("timed out", "timeout occurred", "deadline exceeded"))
+        low = last.lower()
+        timed_out = any(s in low for s in ("timed out", "timeout occurred", "deadline exceeded"))
+        cancelled = not timed_out and any(s in low for s in ("context canceled", "operation was cancelled"))
         what = f"{self.kind} {self.namespace}/{self.name} {self.goal}"
-        head = (f"gave up waiting for {what} after {human(self.timeout_seconds)} ({self.key})" if timed_out
-                else f"waiting for {what} failed")
+        if timed_out:
+            head = f"gave up waiting for {what} after {human(self.timeout_seconds)} ({self.key})"
+        elif cancelled:
+            head = f"stopped waiting for {what}: the update was cancelled"
+        else:
+            head = f"waiting for {what} failed"
         lines = [f"{head}.", f"  provider: {last}"]
         lines.append(f"  last seen: {seen}" if seen else f"  last seen: not available here; the command below shows it")
         lines.append(f"  look: {self.describe}")
         if self.kind == "Job":
             lines.append(f"        kubectl logs job/{self.name} -n {self.namespace}")
-        if timed_out:
+        if timed_out or cancelled:
             lines.append(f"  the object stays in the cluster; the next `pulumi up` waits for it again "
                          f"(raise {self.key} if it only needs longer)")
         return "\n".join(lines)

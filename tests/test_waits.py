@@ -116,6 +116,14 @@ def test_pvc_timeout_text_of_the_legacy_poller_counts_as_a_timeout():
     assert "phase Pending, storage class gp3" in msg
 
 
+@pytest.mark.parametrize("reason", ["context canceled", "Resource operation was cancelled for \"model-download\""])
+def test_a_cancelled_wait_says_so(reason):
+    msg = _job_wait().failed([f"... failed to fully initialize or become live: {reason}"])
+    assert msg.startswith("stopped waiting for Job team-a/model-download to finish (condition Complete or Failed): "
+                          "the update was cancelled.")
+    assert "kubectl describe job/model-download -n team-a" in msg and "next `pulumi up` waits for it again" in msg
+
+
 def test_a_non_timeout_error_is_reported_as_such():
     msg = _job_wait().failed(['admission webhook "x" denied the request: nope'])
     assert msg.startswith("waiting for Job team-a/model-download to finish (condition Complete or Failed) failed.")
