@@ -856,7 +856,7 @@ def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, lis
                      protect_cache: bool = True) -> ClusterPlan:
     """One GPU node group per GPU of the stack's entries, each sized from the sum of its entries' DGDs (after replicas
     and overrides), plus the ``gpuPools`` no entry uses. ``groups``: ``(gpu, [(entry key, entry name, dgd)], taint)``
-    in the order of the entries (the first keeps the single-target resource names)."""
+    in the order of the entries."""
     if len(groups) > 1 and not cluster.gpu_pools:
         from .config import _camel
 
@@ -865,24 +865,29 @@ def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, lis
             raise ConfigError(f"{NS}:cluster.{_camel(set_keys[0])}: applies to one GPU node group, but the entries run on "
                               f"{', '.join(g for g, _, _ in groups)}; set it per GPU in {NS}:cluster.gpuPools "
                               f"(e.g. gpuPools: [{{gpu: {groups[0][0]}, ...}}, {{gpu: {groups[1][0]}}}])")
-    pools = []
-    for gpu, members, taint in groups:
-        pcfg, key = cluster.pool_for(gpu, f"{members[0][0]}.gpu")
-        parts = [(name, dgd) for _, name, dgd in members]
+    by_gpu = {gpu: (members, taint) for gpu, members, taint in groups}
+    for gpu, (members, _) in by_gpu.items():
+        cluster.pool_for(gpu, f"{members[0][0]}.gpu")  # every entry's GPU has a pool (when gpuPools is set)
+    # With gpuPools the pools' order names the groups (its first keeps the single-target names), so adding or removing an
+    # entry never renames another GPU's node group; without it, the entries' order does (one GPU: always "gpu").
+    order = [p.gpu for p in cluster.gpu_pools] or list(by_gpu)
+    pools: list[GpuPool] = []
+    for gpu in order:
+        pcfg, key = cluster.pool_for(gpu)
+        name = pool_name(gpu, not pools)
+        if gpu not in by_gpu:
+            pools.append(build_gpu_pool(pcfg, gpu, None, f"pool {gpu}", {"key": GPU_TAINT_KEY, "value": "true", "effect": "NO_SCHEDULE"}, key, name))
+            continue
+        members, taint = by_gpu[gpu]
+        parts = [(n, dgd) for _, n, dgd in members]
         bad = _untolerated(parts, taint)
         if bad:
             raise ConfigError(f"{members[0][0]}: the {gpu} node group is tainted {taint['key']}={taint['value']}, which "
                               f"{', '.join(bad)} do not tolerate; entries of one GPU share its node group")
-        what = ", ".join(k for k, _, _ in members)
-        pools.append(build_gpu_pool(pcfg, gpu, combined_dgd(parts), what, taint, key, pool_name(gpu, not pools)))
-    for p in cluster.gpu_pools:
-        if p.gpu not in {g for g, _, _ in groups}:
-            pcfg, key = cluster.pool_for(p.gpu)
-            pools.append(build_gpu_pool(pcfg, p.gpu, None, f"pool {p.gpu}", {"key": GPU_TAINT_KEY, "value": "true", "effect": "NO_SCHEDULE"},
-                                        key, pool_name(p.gpu, not pools)))
-    if len(pools) > 1:  # pools[i] is groups[i]'s
-        for (_, members, _), pool in zip(groups, pools):
-            for _, _, dgd in members:
+        pools.append(build_gpu_pool(pcfg, gpu, combined_dgd(parts), ", ".join(k for k, _, _ in members), taint, key, name))
+    if len(pools) > 1:  # a worker that does not select its GPU could land on another GPU's nodes
+        for pool in pools:
+            for _, _, dgd in by_gpu.get(pool.gpu, ([], None))[0]:
                 pin_gpu_product(dgd, pool.shape.product)
     return assemble_plan(stack, cluster, pools, protect_cache)
 
