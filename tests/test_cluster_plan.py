@@ -399,3 +399,13 @@ def test_one_group_settings_are_refused_with_several_gpus():
            "serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "topology": "agg", "namespace": "m"}]}
     with pytest.raises(ConfigError, match=r"dynamo:cluster\.gpuNodes: applies to one GPU node group, but the entries run on h100, b200"):
         build_program(raw, "t", frozenset({"hfToken"}))
+
+
+def test_group_names_follow_the_pools_not_the_entries():
+    from stacks.program import build_program
+
+    pools = [{"gpu": "h100", "nodes": 1}, {"gpu": "b200"}]
+    both = [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "topology": "agg", "namespace": "m"}]
+    for serve in (both, both[::-1], both[1:]):  # reordered, or the h100 entry removed: the b200 group keeps its name
+        plan = build_program({"cluster": {"mode": "eks", "gpuPools": pools}, "serve": serve}, "t", frozenset({"hfToken"})).cluster_plan
+        assert [(p.name, p.gpu) for p in plan.gpu_pools] == [("gpu", "h100"), ("gpu-b200", "b200")]
