@@ -58,6 +58,8 @@ def main() -> None:
                         "-q", "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True)
     last = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
     print(f"simulated-cluster engine tests, whole process: {time.perf_counter() - t2:.1f} s ({last})")
+    if r.returncode:
+        print("\n".join(line[:300] for line in r.stdout.splitlines() if line.startswith("E ")))
 
 
 if __name__ == "__main__":

@@ -412,6 +412,25 @@ class Simulator:
         for n in names - have:
             self.request("POST", path, {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": n,
                                         "metadata": {"name": n, "labels": {RUN_LABEL: run}}})
+        # The RuntimeClass admission plugin reads from an informer: wait until it agrees (a dry-run pod).
+        for n in names ^ have:
+            deadline = time.monotonic() + 30
+            while self._runtime_class_admitted(n) != (n in names):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the API server's admission did not catch up with RuntimeClass {n!r} in 30s")
+                time.sleep(0.1)
+
+    def _runtime_class_admitted(self, name: str) -> bool:
+        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "runtime-class-probe"},
+                 "spec": {"runtimeClassName": name, "automountServiceAccountToken": False,
+                          "containers": [{"name": "c", "image": "registry.invalid/none:0"}]}}
+        try:
+            self.request("POST", f"/api/v1/namespaces/{self.namespace}/pods?dryRun=All", probe)
+            return True
+        except KubeError as e:
+            if e.status == 403 and "RuntimeClass" in str(e):
+                return False
+            raise
 
     def submit(self, intents: list[PodIntent], run: str) -> dict[str, str]:
         """Create the pods; returns the admission error of each pod the API server refused."""
@@ -622,7 +641,10 @@ def cmd(args) -> int:
     if args.target:
         t = catalog.targets().get(args.target)
         if not t:
-            raise ConfigError(f"--target {args.target!r} is not a catalog target; see `python -m stacks targets`")
+            from .registry import did_you_mean
+
+            raise ConfigError(f"--target {args.target!r} is not a catalog target{did_you_mean(args.target, catalog.targets())}; "
+                              "see `uv run python -m stacks targets`")
         sc = target_scenario(t)
         if inventory:
             sc.nodes = inventory_objects(inventory_nodes(inventory), "cli")
