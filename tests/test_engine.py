@@ -674,3 +674,29 @@ def test_simulated_cluster_up_completes_the_download_job(kube, workspace, simula
         t.join(timeout=300)
         stack.destroy(on_output=None)
         stack.workspace.remove_stack(stack.name, force=True)
+
+
+def test_simulated_cluster_checks_a_stack_against_a_node_inventory(kube, simulator, tmp_path, capsys):
+    """`python -m stacks simulate --stack S --nodes <kubectl get nodes -o yaml>`: exit 0 when every pod of the
+    stack finds a node of that inventory, 1 with the scheduler's reason when one does not."""
+    import yaml
+
+    from stacks import catalog
+    from stacks.__main__ import main
+    from stacks.simulate import default_groups, node_objects
+
+    groups, _ = default_groups(catalog.targets()["ultra-vllm-agg-b200-agentic-256k-2w-kv"])  # the stack's target
+    nodes = node_objects(groups, "inventory", prefix="ip-10-0")
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": nodes}))
+    argv = ["simulate", "--stack", "ultra-b200-agg", "--nodes", str(inventory), "--kubeconfig", kube["kubeconfig"]]
+    assert main(argv) == 0, capsys.readouterr().out
+    assert "5/5 pods placed" in capsys.readouterr().out
+    for n in nodes:  # the same cluster with H100s instead of B200s
+        if "nvidia.com/gpu.product" in n["metadata"]["labels"]:
+            n["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3"
+    inventory.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": nodes}))
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "VllmWorker[0]\tPENDING: 0/3 nodes are available:" in out and "didn't match Pod's node affinity/selector" in out
+    assert "Job/nemotron-ultra-model-download[0]\tip-10-0-system-" in out
