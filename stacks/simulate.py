@@ -616,12 +616,16 @@ def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "s
 
 
 def local_kubeconfig(start: bool = True) -> Path:
-    """The local control plane's kubeconfig (``KUBE_LOCAL_DIR`` or .tools/kube), starting it if asked."""
-    state = Path(os.environ.get("KUBE_LOCAL_DIR") or REPO_ROOT / ".tools" / "kube")
+    """The simulation's own local control plane (``KUBE_LOCAL_DIR``, default .tools/kube-simulate: not the
+    ``make local-up`` one, whose Jobs would otherwise run while the simulated nodes exist), started if asked
+    and left running for the next run (stop: ``KUBE_LOCAL_DIR=<dir> tools/kube-local.sh stop``)."""
+    state = Path(os.environ.get("KUBE_LOCAL_DIR") or REPO_ROOT / ".tools" / "kube-simulate")
     if start:
-        r = subprocess.run([str(KUBE_LOCAL), "start"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        r = subprocess.run([str(KUBE_LOCAL), "start"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "KUBE_LOCAL_DIR": str(state)})
         if r.returncode:
             raise RuntimeError(f"tools/kube-local.sh start failed:\n{r.stderr[-2000:]}")
+        print(f"(local control plane in {state}; stop it with: KUBE_LOCAL_DIR={state} tools/kube-local.sh stop)", file=sys.stderr)
     return state / "kubeconfig"
 
 
@@ -666,7 +670,7 @@ def add_subparser(sub) -> None:
     g.add_argument("--stack", help="a committed stack (Pulumi.<stack>.yaml)")
     g.add_argument("--target", help="a catalog target, on the default cluster shape of its GPU")
     p.add_argument("--nodes", help="node inventory: `kubectl get nodes -o yaml` of an existing cluster")
-    p.add_argument("--kubeconfig", help="the local control plane's kubeconfig (default: start tools/kube-local.sh and use its own)")
+    p.add_argument("--kubeconfig", help="a local control plane's kubeconfig (default: start tools/kube-local.sh in .tools/kube-simulate)")
     p.add_argument("--timeout", type=float, default=60, help="seconds to wait for the scheduler (default 60)")
     p.add_argument("--keep", action="store_true", help="leave the nodes and pods in place for inspection")
     p.set_defaults(fn=cmd)
