@@ -38,7 +38,9 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
     path = stack_file(name, root)
     if not path.is_file():
         stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
-        raise ConfigError(f"stack {name!r} has no {path.name}; committed stacks: {', '.join(stacks)}")
+        from .registry import did_you_mean
+
+        raise ConfigError(f"stack {name!r} has no {path.name}{did_you_mean(name, stacks)}; committed stacks: {', '.join(stacks)}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:

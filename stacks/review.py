@@ -12,6 +12,12 @@ cluster, replicas, storage, secrets...) and its comments. It refuses floating or
 and a result the program would reject (``stacks.program.build_program``), before printing anything.
 Its output never carries a plain-text value of a secret-looking key (``hfToken``, ``kubeconfig``,
 ``*token*``, ``*password*``...): such lines are shown redacted.
+
+Both are hand-written on purpose (issue 10, measured): a DeepDiff version of ``diff_values`` was 52
+lines against 33 and printed changes grouped by kind, not in document order (86 of 243 sampled
+object diffs differed); a ruamel.yaml round trip for ``promoted_text`` saved 2 lines (``_chunks``
+stays for redaction) but left the comment above a removed release key behind (24 of 240 pairs of
+committed stacks), as ruamel attaches a comment to the key before it.
 """
 from __future__ import annotations
 

@@ -342,3 +342,16 @@ def test_multi_target_stacks_are_not_promoted_silently(stacks_dir, capsys):
     stg.write_text(stg.read_text() + "  dynamo:serve:\n    - target: lightning-vllm-agg-h100-dspark\n")
     rc = cli(["promote", "--from", "h100-disagg", "--to", "h100-disagg-staging", "--root", str(stacks_dir)])
     assert rc == 1 and "dynamo:serve" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- did you mean (unknown stack / target)
+
+
+def test_unknown_stack_or_target_gets_did_you_mean(capsys):
+    from stacks.render import stack_raw_config
+    from stacks.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"has no Pulumi\.h100-disag\.yaml; did you mean 'h100-disagg'\?"):
+        stack_raw_config("h100-disag")
+    rc = cli(["simulate", "--target", "lightning-vllm-agg-h100-dspak"])
+    assert rc != 0 and "did you mean 'lightning-vllm-agg-h100-dspark'?" in capsys.readouterr().err
