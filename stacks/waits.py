@@ -83,8 +83,9 @@ class Wait:
         return f"kubectl describe {self.resource}/{self.name} -n {self.namespace}"
 
     def announce(self) -> str:
-        return (f"waiting up to {human(self.timeout_seconds)} ({self.key}) for {self.kind} {self.namespace}/{self.name} "
-                f"{self.goal}; to look meanwhile: {self.describe}")
+        """Printed when the program runs, before any wait: a cancelled or stuck `up` has the command on screen."""
+        return (f"when it creates or updates {self.kind} {self.namespace}/{self.name}, `up` waits up to "
+                f"{human(self.timeout_seconds)} ({self.key}) for it {self.goal}; to look meanwhile: {self.describe}")
 
     def failed(self, errors: Iterable[str], seen: Optional[str] = None) -> str:
         """The message when the wait (or the create/update under it) failed; ``errors`` newest first."""

@@ -66,7 +66,8 @@ def test_waits_of_names_the_timeout_and_its_config_key():
     assert pvc.timeout_seconds == waits.PVC_TIMEOUT_SECONDS
     assert job.describe == f"kubectl describe job/{job.name} -n team-a"
     assert dgd.describe == f"kubectl describe dynamographdeployment/{dgd.name} -n team-a"
-    assert "waiting up to 3m (dynamo:wait.jobTimeout)" in job.announce() and job.describe in job.announce()
+    assert job.announce() == (f"when it creates or updates Job team-a/{job.name}, `up` waits up to 3m (dynamo:wait.jobTimeout) "
+                              f"for it to finish (condition Complete or Failed); to look meanwhile: {job.describe}")
     assert "up to 2h" in dgd.announce()
 
 
