@@ -22,6 +22,7 @@ from stacks.platform import (
     fabric_objects,
     fabric_plugins,
     nvidia_gpu_stack,
+    nvidia_runtime_class,
 )
 
 PKG = "dynamo"
@@ -76,13 +77,18 @@ class DevicePlugins(pulumi.ComponentResource):
         self.nvidia = helm_release(f"{name}-{spec.name}", spec, _opts(self)) if spec else None
         self.objects: list[pulumi.CustomResource] = []
         previous: list[pulumi.Resource] = []
+        self.runtime_class = None
+        if nvidia == "device-plugin" and nvidia_spec is None:  # the GPU Operator brings its own
+            rc = nvidia_runtime_class()
+            self.runtime_class = k8s.node.v1.RuntimeClass(f"{name}-nvidia-runtimeclass", metadata=rc["metadata"],
+                                                          handler=rc["handler"], opts=_opts(self))
         for obj in fabric_objects(fabric, node_selector=fabric_node_selector):
             meta = obj["metadata"]
             r = _k8s_object(f"{name}-{meta['name']}-{obj['kind'].lower()}", obj, _opts(self, previous))
             self.objects.append(r)
             if obj["kind"] == "ConfigMap":
                 previous = previous + [r]  # the DaemonSet mounts it
-        self.ready: list[pulumi.Resource] = ([self.nvidia] if self.nvidia else []) + [
+        self.ready: list[pulumi.Resource] = ([self.nvidia] if self.nvidia else []) + ([self.runtime_class] if self.runtime_class else []) + [
             r for r in self.objects if isinstance(r, k8s.apps.v1.DaemonSet)
         ]
         self.nvidia_release = pulumi.Output.from_input(spec.name if spec else "")

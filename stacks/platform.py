@@ -100,6 +100,15 @@ def _helm(key: str, name: str, namespace: str, values: dict, version: Optional[s
                     namespace=namespace, values=values)
 
 
+def nvidia_runtime_class() -> dict:
+    """RuntimeClass ``nvidia`` for clusters whose NVIDIA stack is the device plugin (the GPU Operator creates
+    its own). Recipes such as Nemotron-3-Ultra's name ``runtimeClassName: nvidia``; without the object the
+    API server refuses their pods at admission. Handler ``nvidia``: the containerd runtime the EKS AL2023
+    NVIDIA AMI configures on P instances (awslabs/amazon-eks-ami, nodeadm/internal/containerd/runtime_config.go:
+    ``nvidiaRuntimeName = "nvidia"``); NVIDIA/k8s-device-plugin's README shows the same object."""
+    return {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
+
+
 def nvidia_gpu_stack(kind: str, *, driver: bool = False, gdrcopy: bool = False, host_mofed: bool = False,
                      nfd: bool = True, gfd: bool = False) -> HelmSpec:
     """Exactly one NVIDIA GPU stack: the k8s-device-plugin chart or the GPU Operator.
@@ -374,6 +383,6 @@ def fabric_objects(fabric: str, *, node_selector: Optional[Mapping[str, str]] = 
 __all__ = [
     "HelmSpec", "EFA_NODE_LABEL", "EFA_NODE_LABEL_VALUE", "EFA_NODE_LABELS", "GPU_PRESENT_LABELS", "GPU_TAINT",
     "GPU_TOLERATION", "PLATFORM_NAMESPACE", "FABRICS", "NVIDIA_KINDS", "efa_device_plugin", "rdma_shared_device_plugin",
-    "rdma_config", "nvidia_gpu_stack", "dynamo_platform", "exposed_resources", "fabric_plugins", "fabric_objects",
+    "rdma_config", "nvidia_gpu_stack", "nvidia_runtime_class", "dynamo_platform", "exposed_resources", "fabric_plugins", "fabric_objects",
     "gke_rdma_resources", "chart_pin", "plugin_image",
 ]

@@ -155,12 +155,12 @@ def default_groups(t: Target) -> tuple[list[NodeGroup], set[str]]:
     """The default cluster shape of a target's GPU and fabric, and the RuntimeClasses it has. Nodes are
     counted for the target's recipe, as the cluster plan counts them (a replica override does not add any).
 
-    AWS fabrics: the EKS plan with default settings. Its NVIDIA stack is the device plugin, which
-    creates no RuntimeClass (the GPU Operator creates ``nvidia``). Other fabrics: an existing cluster
-    of that fabric, assumed to run the GPU Operator (RuntimeClass ``nvidia``)."""
+    AWS fabrics: the EKS plan with default settings; both NVIDIA stacks give RuntimeClass ``nvidia``
+    (the device plugin with ``stacks.platform.nvidia_runtime_class``, the GPU Operator its own). Other
+    fabrics: an existing cluster of that fabric, assumed to run the GPU Operator (RuntimeClass ``nvidia``)."""
     if t.fabric in ("aws-efa", "none"):
         plan = build_cluster_plan("simulate", default_eks_config(t), t)
-        return eks_groups(plan), ({"nvidia"} if plan.nvidia_stack == "gpu-operator" else set())
+        return eks_groups(plan), {"nvidia"}
     if t.fabric not in EXISTING_FABRICS:
         raise ConfigError(f"{NS}:fabric: no default cluster shape for fabric {t.fabric!r}; known: aws-efa, none, {', '.join(EXISTING_FABRICS)}")
     per_node, arch, extra = EXISTING_FABRICS[t.fabric]

@@ -193,7 +193,8 @@ def test_device_plugins_parents_every_child(fabric, kind):
     (release,) = run.by_type("kubernetes:helm.sh/v3:Release")
     assert release.inputs["chart"] == P.nvidia_gpu_stack(kind).chart
     assert len(run.by_type("kubernetes:apps/v1:DaemonSet")) == 1
-    assert len(holder["c"].ready) == 2  # the NVIDIA release and the fabric DaemonSet
+    # The NVIDIA release, the fabric DaemonSet and (device plugin only; the GPU Operator has its own) RuntimeClass nvidia.
+    assert len(holder["c"].ready) == (3 if kind == "device-plugin" else 2)
     if fabric != "aws-efa":
         ds, cm = run.one("kubernetes:apps/v1:DaemonSet"), run.one("kubernetes:core/v1:ConfigMap")
         assert cm.urn in ds.dependencies
@@ -203,7 +204,13 @@ def test_device_plugins_without_fabric_installs_only_nvidia():
     from components.platform import DevicePlugins
 
     run = _run(lambda: DevicePlugins("plugins", "none", "device-plugin"))
-    assert [r.type for r in run.resources if r.type != "dynamo:platform:DevicePlugins"] == ["kubernetes:helm.sh/v3:Release"]
+    assert sorted(r.type for r in run.resources if r.type != "dynamo:platform:DevicePlugins") == \
+        ["kubernetes:helm.sh/v3:Release", "kubernetes:node.k8s.io/v1:RuntimeClass"]
+    rc = run.one("kubernetes:node.k8s.io/v1:RuntimeClass").inputs
+    assert rc["metadata"]["name"] == "nvidia" and rc["handler"] == "nvidia"  # what the Ultra recipes' pods name
+    # The GPU Operator creates its own RuntimeClass nvidia: none of ours next to it.
+    run = _run(lambda: DevicePlugins("plugins", "none", "gpu-operator"))
+    assert not run.by_type("kubernetes:node.k8s.io/v1:RuntimeClass")
 
 
 def test_dynamo_platform_parents_namespace_and_release():

@@ -41,7 +41,7 @@ def test_default_eks_shape_carries_the_plans_labels_taint_and_extended_resources
     assert gpu.taints == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
     assert gpu.allocatable["nvidia.com/gpu"] == "8" and gpu.allocatable["vpc.amazonaws.com/efa"] == "32"
     assert {"cpu", "memory", "ephemeral-storage", "pods"} <= set(gpu.allocatable)
-    assert runtime_classes == set()  # the device-plugin NVIDIA stack creates no RuntimeClass
+    assert runtime_classes == {"nvidia"}  # the device-plugin NVIDIA stack creates RuntimeClass nvidia too
 
 
 def test_existing_infiniband_cluster_shape_offers_rdma():
