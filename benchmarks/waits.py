@@ -41,8 +41,15 @@ def main() -> None:
     kube_dir = Path(tempfile.mkdtemp(prefix="bench-waits-kube-"))
     env = {**os.environ, "KUBE_LOCAL_DIR": str(kube_dir)}
     subprocess.run([str(ROOT / "tools" / "kube-local.sh"), "start"], check=True, env=env, stdout=subprocess.DEVNULL)
-    kubeconfig = str(kube_dir / "kubeconfig")
+    work = Path(tempfile.mkdtemp(prefix="bench-waits-project-"))
+    try:
+        bench(args.timeout, str(kube_dir / "kubeconfig"), work)
+    finally:
+        subprocess.run([str(ROOT / "tools" / "kube-local.sh"), "stop"], env=env, stdout=subprocess.DEVNULL)
+        shutil.rmtree(work, ignore_errors=True)
 
+
+def bench(timeout: str, kubeconfig: str, work: Path) -> None:
     def kubectl(*a, input=None, check=True):
         return subprocess.run(["kubectl", "--kubeconfig", kubeconfig, *a], capture_output=True, text=True, input=input, check=check)
 
@@ -55,11 +62,10 @@ def main() -> None:
     for sc in classes:
         kubectl("apply", "-f", "-", input=json.dumps(sc))
     cases = {
-        "job": ({"enabled": True, "dgd": False, "jobTimeout": args.timeout}, "bench-wffc", ("job", "model-download")),
-        "dgd": ({"enabled": True, "job": False, "dgdTimeout": args.timeout}, "bench-wffc", ("dgd", "vllm-agg-h100-dspark")),
+        "job": ({"enabled": True, "dgd": False, "jobTimeout": timeout}, "bench-wffc", ("job", "model-download")),
+        "dgd": ({"enabled": True, "job": False, "dgdTimeout": timeout}, "bench-wffc", ("dgd", "vllm-agg-h100-dspark")),
         "pvc": ({"enabled": True}, "bench-immediate", ("pvc", "shared-model-cache")),
     }
-    work = Path(tempfile.mkdtemp(prefix="bench-waits-project-"))
     for name in ("Pulumi.yaml", "__main__.py"):
         shutil.copy(ROOT / name, work / name)
     for d in ("components", "stacks"):
@@ -71,44 +77,46 @@ def main() -> None:
             "DYNAMO_REFERENCE": str(ROOT.parent / "shared" / "reference")}
     results: dict[str, dict] = {}
 
-    def run(case: str) -> None:
-        wait, sc, (res, name) = cases[case]
+    def pulumi(stack: str, *a, check=True):
+        r = subprocess.run(["pulumi", *a, "--stack", stack, "--non-interactive"], cwd=work, env=penv, capture_output=True, text=True)
+        if check and r.returncode:
+            sys.exit(f"pulumi {' '.join(a)} --stack {stack}: {r.stderr.strip()}")
+        return r
+
+    for case, (wait, sc, _) in cases.items():  # stack files are written one at a time; only the `up`s overlap
         ns = f"bench-wait-{case}"
         kubectl("create", "namespace", ns, check=False)
         quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods", "namespace": ns}, "spec": {"hard": {"pods": "0"}}}
         kubectl("apply", "-f", "-", input=json.dumps(quota))
         stack = f"bench-{case}"
-        cfg = {"target": TARGET, "namespace": ns, "createNamespace": False, "wait": wait, "storage": {"className": sc},
-               "hfTokenSecretName": "bench-hf-token", "cluster": {"mode": "kubeconfig", "kubeconfigPath": kubeconfig}}
-
-        def pulumi(*a, check=True):
-            return subprocess.run(["pulumi", *a, "--stack", stack, "--non-interactive"], cwd=work, env=penv,
-                                  capture_output=True, text=True, check=check)
-
         subprocess.run(["pulumi", "stack", "init", stack, "--non-interactive"], cwd=work, env=penv, check=True, capture_output=True)
+        cfg = {"target": TARGET, "namespace": ns, "createNamespace": "false", "wait": wait, "storage": {"className": sc},
+               "cluster": {"mode": "kubeconfig", "kubeconfigPath": kubeconfig}}
         for k, v in cfg.items():
-            pulumi("config", "set", f"dynamo:{k}", v if isinstance(v, str) else json.dumps(v))
+            pulumi(stack, "config", "set", f"dynamo:{k}", v if isinstance(v, str) else json.dumps(v))
+        pulumi(stack, "config", "set", "--secret", "dynamo:hfToken", "hf_BENCH_not_a_token")
+
+    def run(case: str) -> None:
+        _, _, (res, name) = cases[case]
+        ns, stack = f"bench-wait-{case}", f"bench-{case}"
         t0 = time.time()
-        r = pulumi("up", "--yes", "--skip-preview", check=False)
+        r = pulumi(stack, "up", "--yes", "--skip-preview", check=False)
         end = time.time()
         created = kubectl("get", res, name, "-n", ns, "-o", "jsonpath={.metadata.creationTimestamp}", check=False).stdout.strip()
         waited = end - calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ")) if created else float("nan")
-        results[case] = {"up": end - t0, "waited": waited, "rc": r.returncode, "tail": (r.stdout + r.stderr).strip().splitlines()[-14:]}
-        pulumi("destroy", "--yes", check=False)
+        tail = [ln for ln in (r.stdout + r.stderr).splitlines() if "error:" in ln or ln.startswith("      ")]
+        results[case] = {"up": end - t0, "waited": waited, "rc": r.returncode, "tail": tail[:12]}
+        pulumi(stack, "destroy", "--yes", check=False)
 
-    try:
-        threads = [threading.Thread(target=run, args=(c,)) for c in cases]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for case, r in results.items():
-            print(f"{case}: up {r['up']:.0f} s, waited {r['waited']:.0f} s after the object was created, exit {r['rc']}")
-            for line in r["tail"]:
-                print(f"    {line}")
-    finally:
-        subprocess.run([str(ROOT / "tools" / "kube-local.sh"), "stop"], env=env, stdout=subprocess.DEVNULL)
-        shutil.rmtree(work, ignore_errors=True)
+    threads = [threading.Thread(target=run, args=(c,)) for c in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for case, r in results.items():
+        print(f"{case}: up {r['up']:.0f} s, waited {r['waited']:.0f} s after the object was created, exit {r['rc']}")
+        for line in r["tail"]:
+            print(f"    {line}")
 
 
 if __name__ == "__main__":

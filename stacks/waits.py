@@ -107,8 +107,8 @@ class Wait:
         if self.kind == "Job":
             lines.append(f"        kubectl logs job/{self.name} -n {self.namespace}")
         if timed_out or cancelled:
-            lines.append(f"  the object stays in the cluster; the next `pulumi up` waits for it again "
-                         f"(raise {self.key} if it only needs longer)")
+            hint = f" (raise {self.key} if it only needs longer)" if self.key.endswith("Timeout") else ""
+            lines.append(f"  the object stays in the cluster; the next `pulumi up` waits for it again{hint}")
         return "\n".join(lines)
 
 
