@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from stacks import catalog  # noqa: E402
-from stacks.simulate import Simulator, run, target_scenario  # noqa: E402
+from stacks.cli.simulate import Simulator, run, target_scenario  # noqa: E402
 
 
 def main() -> None:

@@ -115,17 +115,17 @@ def main(argv=None) -> int:
     f.add_argument("--target", help="compare only this target (and the model-cache objects it renders)")
     f.add_argument("-v", "--verbose", action="store_true")
     f.set_defaults(fn=cmd_fidelity)
-    from .preflight import add_subparser as add_preflight
+    from .cli.preflight import add_subparser as add_preflight
 
     add_preflight(sub)
-    from .review import add_subparsers as add_review
+    from .cli.review import add_subparsers as add_review
 
     add_review(sub)
-    from .simulate import add_subparser as add_simulate
+    from .cli.simulate import add_subparser as add_simulate
 
     add_simulate(sub)
-    from .bench_report import add_subparser as add_bench_report; add_bench_report(sub)  # noqa: E702 (issue 13)
-    from .timeline import add_subparser as add_timeline; add_timeline(sub)  # noqa: E702 (issue 13)
+    from .cli.bench_report import add_subparser as add_bench_report; add_bench_report(sub)  # noqa: E702 (issue 13)
+    from .cli.timeline import add_subparser as add_timeline; add_timeline(sub)  # noqa: E702 (issue 13)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

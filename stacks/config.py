@@ -5,7 +5,7 @@ Everything a stack may set lives under the ``dynamo:`` namespace of its
 values and unqualified combinations all raise ``ConfigError`` naming the key,
 the value and the valid choices) before the program registers any resource.
 
-Value rules (each a pure function here, shared with ``stacks.review`` promotion):
+Value rules (each a pure function here, shared with ``stacks.cli.review`` promotion):
 
 - Kubernetes names: ``namespace`` is a DNS-1123 label (63 chars); Secret, claim and
   StorageClass names are DNS-1123 subdomains (253 chars)

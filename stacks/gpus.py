@@ -95,7 +95,7 @@ def nodes_needed(gpus: int, shape: InstanceShape) -> int:
 
 @dataclass(frozen=True)
 class HostResources:
-    """What a node's kubelet starts from, for the simulated cluster (``stacks/simulate.py``)."""
+    """What a node's kubelet starts from, for the simulated cluster (``stacks/cli/simulate.py``)."""
 
     vcpus: int
     memory_gib: int

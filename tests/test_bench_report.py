@@ -7,7 +7,7 @@ import pytest
 
 from stacks import catalog
 from stacks.__main__ import main
-from stacks.bench_report import ReportError, compare, extract_from_log, format_report, parse_export, verdict
+from stacks.cli.bench_report import ReportError, compare, extract_from_log, format_report, parse_export, verdict
 from stacks.catalog.model import Perf
 
 FIX = Path(__file__).parent / "fixtures" / "aiperf-0.13.0-dynamo-mocker"

@@ -368,7 +368,7 @@ def test_pool_settings_apply_to_their_gpu_only():
 
 
 def test_preflight_reads_the_cluster_stacks_pool():
-    from stacks.preflight import request_from_stack
+    from stacks.cli.preflight import request_from_stack
 
     req = request_from_stack("h100-cluster")
     assert (req.instance_type, req.nodes, req.availability_zone, req.efa) == ("p5.48xlarge", 2, "us-east-1a", True)

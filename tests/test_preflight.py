@@ -13,8 +13,8 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from stacks import preflight
-from stacks.preflight import FAIL, PASS, SKIP, WARN, PreflightRequest, run_checks
+from stacks.cli import preflight
+from stacks.cli.preflight import FAIL, PASS, SKIP, WARN, PreflightRequest, run_checks
 from stacks.gpus import INSTANCES
 
 P5 = "p5.48xlarge"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks import review
+from stacks.cli import review
 from stacks.__main__ import main as cli
-from stacks.review import diff_objects, floating_values, plan_promotion, PromotionError
+from stacks.cli.review import diff_objects, floating_values, plan_promotion, PromotionError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,7 +5,7 @@ from harness import run_program
 from stacks.config import ConfigError
 from stacks.program import build_program
 from stacks.render import render_config
-from stacks.review import diff_objects
+from stacks.cli.review import diff_objects
 from stacks.serve import build_entries
 
 AGG, DISAGG, MOTIF = "lightning-vllm-agg-h100-dspark", "lightning-vllm-disagg-h100-dspark", "motif3-vllm-agg-b200-chat"

@@ -7,7 +7,7 @@ from stacks import catalog
 from stacks.cluster import EFA_LABEL, POOL_LABEL
 from stacks.config import ConfigError
 from stacks.gpus import HOSTS
-from stacks.simulate import (KWOK_ANNOTATION, RUN_LABEL, Simulator, default_groups, eks_allocatable, inventory_nodes,
+from stacks.cli.simulate import (KWOK_ANNOTATION, RUN_LABEL, Simulator, default_groups, eks_allocatable, inventory_nodes,
                              inventory_objects, job_pods, node_objects, operator_pods_approximation, stack_scenario,
                              target_scenario)
 

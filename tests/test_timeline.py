@@ -4,7 +4,7 @@ import pytest
 from harness import run_program
 from stacks.__main__ import main
 from stacks.render import program_for_stack
-from stacks.timeline import build_steps, durations, schedule, timeline_for_program
+from stacks.cli.timeline import build_steps, durations, schedule, timeline_for_program
 
 LIGHTNING = dict(model="nemotron-3.5-lightning", precision="nvfp4", cache_size="140Gi")
 

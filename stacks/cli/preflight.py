@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .config import NS
-from .gpus import INSTANCES
+from ..config import NS
+from ..gpus import INSTANCES
 
 CLUSTER = f"{NS}:cluster"
 KEY_REGION = f"{CLUSTER}.region"
@@ -73,7 +73,7 @@ class CheckResult:
 
 
 def _config_error(msg: str):
-    from .config import ConfigError
+    from ..config import ConfigError
 
     return ConfigError(msg)
 
@@ -83,8 +83,8 @@ def request_from_stack(name: str, root: Optional[Path] = None) -> Optional[Prefl
     Built from the same plan the program builds: final DGD (replicas included), zone, region with ``aws:region``."""
     import yaml
 
-    from . import render
-    from .config import parse
+    from .. import render
+    from ..config import parse
 
     root = root or render.REPO_ROOT
     raw = render.stack_raw_config(name, root)
@@ -95,8 +95,8 @@ def request_from_stack(name: str, root: Optional[Path] = None) -> Optional[Prefl
     if cluster.get("mode", "render") != "eks":
         return None
 
-    from .cluster import apply_aws_region, plan_eks
-    from .providers import cluster_config
+    from ..cluster import apply_aws_region, plan_eks
+    from ..providers import cluster_config
 
     raw = apply_aws_region(raw, top.get("aws:region"))
     if "serve" in raw:  # issue 11: a dynamo:serve or cluster-only stack: its first GPU node group only (not yet the others)
@@ -387,7 +387,7 @@ def format_results(req: PreflightRequest, results: list[CheckResult]) -> str:
 def cmd(args) -> int:
     import boto3
 
-    from .config import ConfigError
+    from ..config import ConfigError
 
     try:
         req = request_from_stack(args.stack)

@@ -45,13 +45,13 @@ from urllib.parse import quote, urlparse
 
 import yaml
 
-from . import catalog
-from .catalog.model import Target
-from .cluster import EFA_LABEL, POOL_LABEL, EksConfig, build_cluster_plan, gpu_taint_for
-from .config import NS, ConfigError
-from .gpus import DEFAULT_INSTANCE, HOSTS, INSTANCES, HostResources
+from .. import catalog
+from ..catalog.model import Target
+from ..cluster import EFA_LABEL, POOL_LABEL, EksConfig, build_cluster_plan, gpu_taint_for
+from ..config import NS, ConfigError
+from ..gpus import DEFAULT_INSTANCE, HOSTS, INSTANCES, HostResources
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 KUBE_LOCAL = REPO_ROOT / "tools" / "kube-local.sh"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"  # kube-local.sh runs kwok with --manage-nodes-with-annotation-selector=<this>=fake
 RUN_LABEL = "simulate.dynamo.nvidia.com/run"  # on every node, pod and RuntimeClass the simulation creates
@@ -142,7 +142,7 @@ EXISTING_FABRICS: dict[str, tuple[int, str, dict[str, str]]] = {
 
 
 def _fabric_resources(fabric: str) -> dict[str, int]:
-    from .platform import exposed_resources
+    from ..platform import exposed_resources
 
     return {r: 1000 if r.startswith("rdma/") else 1 for r in sorted(exposed_resources(fabric))}
 
@@ -580,17 +580,17 @@ def target_scenario(t: Target, run_id: str = "sim", dgd: Optional[dict] = None, 
 def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "sim") -> Scenario:
     """A committed stack: its serving plan, on its EKS plan's nodes, or on an inventory, or (an existing
     cluster without inventory) on the default shape of its target."""
-    from .providers import cluster_config
-    from .render import stack_raw_config
-    from .serving import build_plan
-    from .config import parse
+    from ..providers import cluster_config
+    from ..render import stack_raw_config
+    from ..serving import build_plan
+    from ..config import parse
 
     raw = {k: v for k, v in stack_raw_config(stack).items() if not (isinstance(v, dict) and set(v) == {"secure"})}
     cfg = parse(raw)
     cluster = cluster_config(raw)
     notes: list[str] = []
     if cluster.mode == "eks":
-        from .serving import select_target
+        from ..serving import select_target
 
         target = select_target(cfg)
         plan = build_cluster_plan(stack, cluster, target)
@@ -645,7 +645,7 @@ def cmd(args) -> int:
     if args.target:
         t = catalog.targets().get(args.target)
         if not t:
-            from .registry import did_you_mean
+            from ..registry import did_you_mean
 
             raise ConfigError(f"--target {args.target!r} is not a catalog target{did_you_mean(args.target, catalog.targets())}; "
                               "see `uv run python -m stacks targets`")
@@ -677,6 +677,6 @@ def add_subparser(sub) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from .__main__ import main
+    from ..__main__ import main
 
     sys.exit(main(["simulate", *sys.argv[1:]]))

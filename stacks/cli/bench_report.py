@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .benchmark import RESULT_BEGIN, RESULT_END
-from .config import ConfigError
+from ..benchmark import RESULT_BEGIN, RESULT_END
+from ..config import ConfigError
 
 _TIME_TO_MS = {"ms": 1.0, "s": 1000.0, "sec": 1000.0, "us": 0.001, "ns": 1e-6}
 
@@ -214,9 +214,9 @@ def _kubeconfig(program: Any, stack: str) -> tuple[list[str], Optional[str]]:
 
 
 def cmd(args) -> int:
-    from .benchmark import build_benchmark
-    from .catalog import gpus_needed
-    from .render import program_for_stack
+    from ..benchmark import build_benchmark
+    from ..catalog import gpus_needed
+    from ..render import program_for_stack
 
     program = program_for_stack(args.stack)
     plan = program.serving

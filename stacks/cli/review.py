@@ -35,9 +35,9 @@ from typing import Any, Optional
 
 import yaml
 
-from .config import NS, SECRET_KEYS, ConfigError, image_problem, revision_problem
+from ..config import NS, SECRET_KEYS, ConfigError, image_problem, revision_problem
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------- semantic diff (pure)
 
@@ -482,7 +482,7 @@ def _dynamo(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str]:
     """(old text, new text) of the destination stack file; raises PromotionError on floating values."""
-    from .render import stack_file
+    from ..render import stack_file
 
     sp, dp = stack_file(src, root), stack_file(dst, root)
     for name, p in ((src, sp), (dst, dp)):
@@ -514,15 +514,15 @@ def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str
 def _render_raw(raw: dict[str, Any], stack: str) -> list[dict]:
     """The serving objects ``pulumi up`` of ``stack`` would create from this config, through the same
     ``build_program`` (every serving, cluster and secret check) that ``up`` and ``render --stack`` run."""
-    from .program import build_program
-    from .render import split_secrets
+    from ..program import build_program
+    from ..render import split_secrets
 
     plain, secret = split_secrets(raw)
     return build_program(plain, stack, secret).objects()
 
 
 def cmd_promote(args) -> int:
-    from .render import stack_file
+    from ..render import stack_file
 
     root = Path(args.root or REPO_ROOT).resolve()
     try:

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import yaml
 
-DURATIONS = Path(__file__).with_name("durations.yaml")
+DURATIONS = Path(__file__).resolve().parents[1] / "durations.yaml"
 GB = 10**9
 
 
@@ -91,7 +91,7 @@ def schedule(steps: dict[str, Step]) -> tuple[dict[str, float], list[str]]:
 
 
 def _bytes(quantity: str) -> float:
-    from .config import quantity_bytes
+    from ..config import quantity_bytes
 
     return float(quantity_bytes(quantity))
 
@@ -211,7 +211,7 @@ def report(tl: Timeline, seq: Timeline) -> str:
 
 
 def cmd(args) -> int:
-    from .render import program_for_stack
+    from ..render import program_for_stack
 
     program = program_for_stack(args.stack)
     print(report(timeline_for_program(program), timeline_for_program(program, sequential=True)))
