@@ -7,7 +7,7 @@ import os
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.serving import Serving
+from components.serving import Serving, kubectl_probe
 from stacks.config import NS, ConfigError
 from stacks.outputs import next_steps
 from stacks.program import build_program, kubeconfig_path
@@ -23,12 +23,14 @@ cfg, cluster, cluster_plan, plan = program.cfg, program.cluster, program.cluster
 hf_token = dynamo.get_secret("hfToken") if any(e.plan.hf_secret for e in program.entries) else None
 
 cache_deps, graph_deps = [], []
+kubeconfig_file = None  # a kubeconfig file lets a failed wait say what it saw last (kubectl get)
 if cluster.mode == "render":
     provider = k8s.Provider("render", render_yaml_to_directory=cluster.render_dir)
 elif cluster.mode == "kubeconfig":
     kubeconfig = dynamo.get_secret("kubeconfig")
     if kubeconfig is None:
-        with open(kubeconfig_path(cluster, secret_config_keys(), dict(os.environ))) as f:
+        kubeconfig_file = kubeconfig_path(cluster, secret_config_keys(), dict(os.environ))
+        with open(kubeconfig_file) as f:
             kubeconfig = pulumi.Output.secret(f.read())
     provider = k8s.Provider("cluster", kubeconfig=kubeconfig, context=cluster.context)
 elif cluster.mode == "stack":
@@ -152,6 +154,7 @@ for index, (ns, entries) in enumerate(spaces.items()):
         depends_on=cache_deps,
         graph_depends_on=graph_deps,
         redact_secrets=cluster.mode == "render",
+        probe=kubectl_probe(kubeconfig_file, cluster.context) if kubeconfig_file else None,
         graphs=[(f"graph-{e.name}", e.plan) for e in entries] if program.multi else None,
         first_graph_alias="serving-graph" if program.multi and index == 0 else None,
     )

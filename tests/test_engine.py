@@ -217,22 +217,27 @@ def test_crd_schema_rejects_an_invalid_dgd(kube):
 
 
 def test_preview_with_policy_pack_rejects_a_violating_config(kube, workspace, tmp_path):
-    """The policy pack runs at preview in the real engine: a clean stack passes, a floating image is refused."""
+    """The policy pack runs at preview in the real engine: a clean stack passes; an unretained model cache
+    (which the program allows on purpose, the pack refuses unless the pack config allows it) is refused.
+    (A floating image no longer reaches the pack: the program refuses it first, tests/test_bad_config_table.py.)"""
     from pulumi.automation import errors
 
     ns = "e-policy"
     stack = make_stack(workspace, ns, base_config(kube, TARGETS[1], ns))
-    pack_config = tmp_path / "policy-config.json"
-    pack_config.write_text(json.dumps({"efa-disagg-workers": {"fabric": "aws-efa"}, "gpu-fits-node": {"gpu": "h100"},
-                                       "model-cache-retained": {"storageProtect": True}}))
-    opts = {"policy_packs": [str(ROOT / "policy")], "policy_pack_configs": [str(pack_config)]}
+
+    def pack(storage_protect: bool):
+        path = tmp_path / f"policy-config-{storage_protect}.json"
+        path.write_text(json.dumps({"efa-disagg-workers": {"fabric": "aws-efa"}, "gpu-fits-node": {"gpu": "h100"},
+                                    "model-cache-retained": {"storageProtect": storage_protect}}))
+        return {"policy_packs": [str(ROOT / "policy")], "policy_pack_configs": [str(path)]}
+
     try:
-        clean = stack.preview(on_output=None, **opts)
-        assert "images-pinned" not in clean.stdout
-        set_config(stack, {"images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"}})
+        clean = stack.preview(on_output=None, **pack(True))
+        assert "model-cache-retained" not in clean.stdout and "images-pinned" not in clean.stdout
+        set_config(stack, {"storage": {"protect": False}})
         with pytest.raises(errors.CommandError) as e:
-            stack.preview(on_output=None, **opts)
-        assert "images-pinned" in str(e.value) and ":latest" in str(e.value)
+            stack.preview(on_output=None, **pack(False))
+        assert "model-cache-retained" in str(e.value) and "not retained" in str(e.value)
     finally:
         stack.workspace.remove_stack(stack.name, force=True)
 
@@ -401,7 +406,10 @@ def test_waits_of_a_minute_or_more_end_at_their_timeout(kube, workspace, wffc_st
         assert f"gave up waiting for Job {job_ns}/model-download to finish (condition Complete or Failed) after 3m (dynamo:wait.jobTimeout)" in msg, msg[-3000:]
         assert f"look: kubectl describe job/model-download -n {job_ns}" in msg
         assert "provider: timed out waiting for the condition" in msg
-        assert "last seen: " in msg
+        assert "last seen: pods active" in msg, msg[-3000:]  # read from the live Job (kubeconfig stacks probe it)
+        # The engine interrupts its plugins when the update fails; the program's own process group keeps
+        # that SIGINT from surfacing as a Python traceback (tools/pulumi language host, runProgramGroup).
+        assert "Traceback" not in msg and "KeyboardInterrupt" not in msg, msg[-3000:]
         assert kubectl(kube, "get", "dgd", "-n", job_ns, "-o", "name").stdout.strip() == ""  # the DGD waits for the Job
 
         # DGD, dgdTimeout 75s: no operator runs, Ready never comes.
@@ -488,6 +496,70 @@ def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
         stack.workspace.remove_stack(stack.name, force=True)
 
 
+def _kinds(stack) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for r in stack.export_stack().deployment.get("resources") or []:
+        out.setdefault(r["type"], []).append(r["urn"].rsplit("::", 1)[-1])
+    return out
+
+
+def test_one_stack_serves_several_targets(kube, workspace):
+    """Issue 11: three entries (two of one model, sharing its cache) come up together; a replica change
+    updates only that DGD; removing an entry deletes only its objects; the shared cache stays."""
+    ns_a, ns_m = "e-serve-l", "e-serve-m"
+    agg, disagg, motif = TARGETS[0], TARGETS[1], TARGETS[5]
+    entries = [{"target": agg, "namespace": ns_a}, {"target": disagg, "namespace": ns_a}, {"target": motif, "namespace": ns_m}]
+    cfg = {"serve": entries, "wait": {"enabled": False}, "cluster": {"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"]}}
+    stack = make_stack(workspace, "e-serve", cfg)
+    try:
+        assert stack.up(on_output=None).summary.result == "succeeded"
+        assert len(json.loads(kubectl(kube, "get", "dgd", "-n", ns_a, "-o", "json").stdout)["items"]) == 2
+        assert len(json.loads(kubectl(kube, "get", "dgd", "-n", ns_m, "-o", "json").stdout)["items"]) == 1
+        pvcs = _kinds(stack)["kubernetes:core/v1:PersistentVolumeClaim"]
+        jobs = _kinds(stack)["kubernetes:batch/v1:Job"]
+        assert len(pvcs) == 2 and len(jobs) == 2, (pvcs, jobs)  # one cache and download per model
+
+        # One entry's replicas: that DGD alone is updated in place.
+        disagg_dgd = next(o for o in render_config({"target": disagg}) if o["kind"] == "DynamoGraphDeployment")
+        set_config(stack, {"serve": [entries[0], {**entries[1], "replicas": {"VllmDecodeWorker": 2}}, entries[2]]})
+        changes = stack.up(on_output=None).summary.resource_changes
+        assert changes.get("update") == 1 and not changes.get("create") and not changes.get("delete") and not changes.get("replace"), changes
+        live_dgd = live(kube, {**disagg_dgd, "metadata": {**disagg_dgd["metadata"], "namespace": ns_a}})
+        assert next(c for c in live_dgd["spec"]["components"] if c["name"] == "VllmDecodeWorker")["replicas"] == 2
+
+        # Remove the first entry (the one the shared cache was built from): only its DGD and ConfigMap go.
+        set_config(stack, {"serve": [{**entries[1], "replicas": {"VllmDecodeWorker": 2}}, entries[2]]})
+        changes = stack.up(on_output=None).summary.resource_changes
+        assert not changes.get("create") and not changes.get("update") and not changes.get("replace"), changes
+        left = json.loads(kubectl(kube, "get", "dgd", "-n", ns_a, "-o", "json").stdout)["items"]
+        assert [d["metadata"]["name"] for d in left] == [disagg_dgd["metadata"]["name"]]
+        assert kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns_a, check=False).returncode == 0
+        assert _kinds(stack)["kubernetes:core/v1:PersistentVolumeClaim"] == pvcs
+    finally:
+        stack.destroy(on_output=None)
+        stack.workspace.remove_stack(stack.name, force=True)
+
+
+def test_single_target_stack_moves_to_serve_without_replacing(kube, workspace):
+    """Today's single-target keys keep their URNs when the stack moves to a `dynamo:serve` list (aliases)."""
+    ns = "e-serve-move"
+    stack = make_stack(workspace, ns, base_config(kube, TARGETS[0], ns))
+    try:
+        stack.up(on_output=None)
+        before = stack.export_stack().deployment["resources"]
+        ids = {r["urn"].rsplit("::", 1)[-1]: r.get("id") for r in before if r["type"].startswith("kubernetes:")}
+        stack.remove_config("dynamo:target")
+        stack.remove_config("dynamo:namespace")
+        set_config(stack, {"serve": [{"target": TARGETS[0], "namespace": ns}, {"target": TARGETS[5], "namespace": ns + "-m"}]})
+        changes = stack.up(on_output=None).summary.resource_changes
+        assert not changes.get("delete") and not changes.get("replace") and not changes.get("update"), changes
+        after = {r.get("id") for r in stack.export_stack().deployment["resources"] if r["type"].startswith("kubernetes:")}
+        assert set(i for i in ids.values() if i) <= after  # the same objects, under their new names
+    finally:
+        stack.destroy(on_output=None)
+        stack.workspace.remove_stack(stack.name, force=True)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Simulated GPU cluster (issue 12): KWOK nodes shaped like the cluster plan; the real kube-scheduler binds the pods
 # and kwok's default stages run them (Job pods Succeed). Nodes exist only during these tests: every other test sees
@@ -495,7 +567,7 @@ def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
 
 @pytest.fixture
 def simulator(kube):
-    from stacks.simulate import Simulator
+    from stacks.cli.simulate import Simulator
 
     sim = Simulator(kube["kubeconfig"])
     yield sim
@@ -505,7 +577,7 @@ def simulator(kube):
 
 def _simulate(sim, tid, *, dgd=None, edit=None, runtime_classes=None):
     from stacks import catalog
-    from stacks.simulate import default_groups, run, target_scenario
+    from stacks.cli.simulate import default_groups, run, target_scenario
 
     t = catalog.targets()[tid]
     groups = None
@@ -521,35 +593,27 @@ def _simulate(sim, tid, *, dgd=None, edit=None, runtime_classes=None):
     return res
 
 
-RUNTIMECLASS_REFUSED = 'refused at admission: pods "{}" is forbidden: pod rejected: RuntimeClass "nvidia" not found'
 
 
 def test_simulated_cluster_places_every_target_on_its_default_shape(simulator):
     """Every catalog target's pods, on the default cluster shape of its GPU, are bound by the real scheduler,
     and stacks/scheduling.py says the same of each target.
 
-    Finding (issue 12): the Ultra recipes name ``runtimeClassName: nvidia``; on their default cluster (EKS
-    with the NVIDIA device plugin, which creates no RuntimeClass; the GPU Operator creates ``nvidia``) the
-    API server refuses those pods before the scheduler sees them. Pinned below; the same targets place every
-    pod once the RuntimeClass exists, and scheduling.py (which does not read runtimeClassName) misses it."""
+    Finding (issue 12): the Ultra recipes name ``runtimeClassName: nvidia``; the EKS device-plugin stack
+    created no RuntimeClass, so the API server refused those pods before the scheduler saw them (10 targets).
+    The stack now creates it (stacks.platform.nvidia_runtime_class); below, no pod is refused at admission.
+    scheduling.py does not read runtimeClassName, so only the real API server caught this."""
     from stacks import catalog
     from stacks.scheduling import check_target
 
     failures, refused = {}, set()
     for tid, t in sorted(catalog.targets().items()):
         res = _simulate(simulator, tid)
-        if res.pending() and all(p.reason == RUNTIMECLASS_REFUSED.format(p.pod) for p in res.pending()):
-            refused.add(tid)
-            res = _simulate(simulator, tid, runtime_classes={"nvidia"})
+        refused |= {tid for p in res.pending() if "RuntimeClass" in (p.reason or "")}
         if not res.ok:
             failures[tid] = [f"{p.component}[{p.replica}]: {p.reason}" for p in res.pending()]
         assert check_target(t) == [], tid
-    assert failures == {}
-    eks_with_runtime_class = {
-        tid for tid, t in catalog.targets().items() if t.fabric in ("aws-efa", "none") and any(
-            c["podTemplate"]["spec"].get("runtimeClassName") for o in catalog.recipe_objects(t)
-            if o["kind"] == "DynamoGraphDeployment" for c in o["spec"]["components"])}
-    assert refused == eks_with_runtime_class and len(refused) == 10
+    assert failures == {} and refused == set()
 
 
 @pytest.mark.parametrize("tid,worker,replicas,fits", [
@@ -624,7 +688,7 @@ def test_simulated_cluster_up_completes_the_download_job(kube, workspace, simula
     import time
 
     from stacks import catalog
-    from stacks.simulate import RUN_LABEL, target_scenario
+    from stacks.cli.simulate import RUN_LABEL, target_scenario
 
     ns = "e-sim-up"
     target = TARGETS[0]
@@ -676,6 +740,41 @@ def test_simulated_cluster_up_completes_the_download_job(kube, workspace, simula
         stack.workspace.remove_stack(stack.name, force=True)
 
 
+def test_protected_cache_class_change_is_refused(kube, workspace):
+    """Issue 9 finding 6: changing storage.className of the protected cache is refused on preview and up with
+    the migration message, the claim is untouched, and going back converges."""
+    from pulumi import automation as auto
+    from pulumi.automation import errors
+
+    ns = "e-cache-class"
+    stack = make_stack(workspace, ns, base_config(kube, "lightning-vllm-agg-h100-dspark", ns, storage={"className": "class-a"}))
+    try:
+        stack.up(on_output=None)
+        pvc = json.loads(kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns, "-o", "json").stdout)
+        assert pvc["spec"]["storageClassName"] == "class-a"
+        stack.set_config("dynamo:storage", auto.ConfigValue(value=json.dumps({"className": "class-b"})))
+        for op in (stack.preview, stack.up):
+            with pytest.raises(errors.CommandError) as e:
+                op(on_output=None)
+            text = str(e.value)
+            assert "dynamo:storage.className: 'class-a' -> 'class-b'" in text, text[-3000:]
+            assert "storage.existingClaim" in text
+        pvc = json.loads(kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns, "-o", "json").stdout)
+        assert pvc["spec"]["storageClassName"] == "class-a"
+        # growing the cache is still an ordinary update; going back to class-a converges
+        stack.set_config("dynamo:storage", auto.ConfigValue(value=json.dumps({"className": "class-a"})))
+        stack.up(on_output=None)
+        assert stack.preview(on_output=None).change_summary.get("same", 0) > 0
+        assert not {k: v for k, v in stack.preview(on_output=None).change_summary.items() if k != "same"}
+    finally:
+        stack.set_config("dynamo:storage", auto.ConfigValue(value=json.dumps({"className": "class-a", "protect": False})))
+        try:
+            stack.up(on_output=None)
+            stack.destroy(on_output=None)
+        finally:
+            stack.workspace.remove_stack(stack.name, force=True)
+
+
 def test_simulated_cluster_checks_a_stack_against_a_node_inventory(kube, simulator, tmp_path, capsys):
     """`python -m stacks simulate --stack S --nodes <kubectl get nodes -o yaml>`: exit 0 when every pod of the
     stack finds a node of that inventory, 1 with the scheduler's reason when one does not."""
@@ -683,7 +782,7 @@ def test_simulated_cluster_checks_a_stack_against_a_node_inventory(kube, simulat
 
     from stacks import catalog
     from stacks.__main__ import main
-    from stacks.simulate import default_groups, node_objects
+    from stacks.cli.simulate import default_groups, node_objects
 
     groups, _ = default_groups(catalog.targets()["ultra-vllm-agg-b200-agentic-256k-2w-kv"])  # the stack's target
     nodes = node_objects(groups, "inventory", prefix="ip-10-0")

@@ -34,10 +34,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/util/rpcutil"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
@@ -419,7 +421,7 @@ func (h *pythonHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulum
 	cmd.Stdout = os.Stdout
 	cmd.Stderr = os.Stderr
 	cmd.Env = py.environ("PULUMI_CONFIG="+string(configJSON), "PULUMI_CONFIG_SECRET_KEYS="+string(secretJSON))
-	if err := cmd.Run(); err != nil {
+	if err := runProgramGroup(cmd); err != nil {
 		var exitErr *exec.ExitError
 		if errors.As(err, &exitErr) {
 			if exitErr.ExitCode() == actionableExitCode {
@@ -594,4 +596,30 @@ func (h *pythonHost) RunPlugin(req *pulumirpc.RunPluginRequest,
 		code = int32(exitErr.ExitCode())
 	}
 	return server.Send(&pulumirpc.RunPluginResponse{Output: &pulumirpc.RunPluginResponse_Exitcode{Exitcode: code}})
+}
+
+// runProgramGroup runs the user's program in a process group of its own. When an update is cancelled
+// or fails, the engine interrupts its plugins' process group (sdk/go/common/resource/plugin/plugin.go,
+// cmdutil.InterruptChildren); a program in the host's group would get that SIGINT as a KeyboardInterrupt
+// inside a blocked gRPC call and print a Python traceback under the engine's own error. Here the host
+// takes the signal and ends the program's group quietly instead (also when the request is cancelled).
+func runProgramGroup(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-sigs:
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		case <-done:
+		}
+	}()
+	return cmd.Wait()
 }
