@@ -355,3 +355,51 @@ def test_unknown_stack_or_target_gets_did_you_mean(capsys):
         stack_raw_config("h100-disag")
     rc = cli(["simulate", "--target", "lightning-vllm-agg-h100-dspak"])
     assert rc != 0 and "did you mean 'lightning-vllm-agg-h100-dspark'?" in capsys.readouterr().err
+
+
+def _serve_stack(path: Path, serve: list, top: str = "") -> None:
+    path.write_text("# comment kept\nconfig:\n" + top + "  # entries below\n" + "  " +
+                    yaml.safe_dump({"dynamo:serve": serve}, sort_keys=False).replace("\n", "\n  ").rstrip() + "\n")
+
+
+def test_serve_stacks_promote_release_keys_per_entry_by_name(tmp_path, capsys):
+    """Issue 11: promotion works on dynamo:serve stacks: per entry (matched by name) the release keys come from
+    the source; namespace, replicas and other environment keys stay; an entry only the destination has stays."""
+    top = "  dynamo:hfTokenSecretName: hf-token-secret\n"
+    _serve_stack(tmp_path / "Pulumi.s-dev.yaml", [
+        {"name": "chat", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "dev",
+         "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-x.2"},
+         "overrides": {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}}}}}], top)
+    _serve_stack(tmp_path / "Pulumi.s-prod.yaml", [
+        {"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "prod", "replicas": {"Frontend": 2}},
+        {"name": "legacy", "target": "lightning-vllm-agg-h100-mtp", "namespace": "prod-legacy"}], top)
+    rc = cli(["promote", "--from", "s-dev", "--to", "s-prod", "--root", str(tmp_path), "--yes"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    text = (tmp_path / "Pulumi.s-prod.yaml").read_text()
+    assert text.startswith("# comment kept\n") and "  # entries below\n" in text
+    chat, legacy = yaml.safe_load(text)["config"]["dynamo:serve"]
+    assert chat == {"name": "chat", "namespace": "prod", "replicas": {"Frontend": 2}, "target": "lightning-vllm-disagg-h100-dspark",
+                    "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-x.2"},
+                    "overrides": {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}}}}}
+    assert legacy == {"name": "legacy", "target": "lightning-vllm-agg-h100-mtp", "namespace": "prod-legacy"}
+    assert "max-num-seqs" in out  # the rendered-object diff shows the override reaching prod
+
+
+@pytest.mark.parametrize("dst_serve, needle", [
+    ([{"name": "other", "target": "lightning-vllm-agg-h100-dspark", "namespace": "p"}], "are not in 's-prod': add them there first"),
+    ([{"target": "lightning-vllm-agg-h100-dspark", "namespace": "p"}], "dynamo:serve[0] has no name"),
+])
+def test_serve_promotion_refuses_what_it_cannot_match(tmp_path, capsys, dst_serve, needle):
+    _serve_stack(tmp_path / "Pulumi.s-dev.yaml", [{"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "d"}])
+    _serve_stack(tmp_path / "Pulumi.s-prod.yaml", dst_serve)
+    assert cli(["promote", "--from", "s-dev", "--to", "s-prod", "--root", str(tmp_path)]) == 1
+    assert needle in capsys.readouterr().err
+
+
+def test_serve_promotion_refuses_a_floating_image_in_an_entry(tmp_path, capsys):
+    _serve_stack(tmp_path / "Pulumi.s-dev.yaml", [{"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "d",
+                                                   "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"}}])
+    _serve_stack(tmp_path / "Pulumi.s-prod.yaml", [{"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "p"}])
+    assert cli(["promote", "--from", "s-dev", "--to", "s-prod", "--root", str(tmp_path)]) == 1
+    assert "dynamo:serve[chat].images.*" in capsys.readouterr().err

@@ -493,22 +493,76 @@ def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str
     src_text, dst_text = sp.read_text(), dp.read_text()
     src_cfg = _dynamo(_config(src_text, sp.name))
     dst_cfg = _dynamo(_config(dst_text, dp.name))
-    for name, cfg in ((src, src_cfg), (dst, dst_cfg)):
-        if "serve" in cfg:  # entries mix release keys (targets, images) with environment keys (namespace, replicas)
-            raise PromotionError(f"stack {name!r} sets {NS}:serve (several targets): promote copies the release keys of a "
-                                 f"single-target stack only; edit the {NS}:serve entries of the destination by hand")
     release = {k: v for k, v in src_cfg.items() if k in RELEASE_KEYS}
     bad = floating_values(release)
+    serve = promoted_serve(src, dst, src_cfg, dst_cfg) if "serve" in src_cfg or "serve" in dst_cfg else None
+    if serve is not None:
+        for entry in serve:
+            bad += [b.replace(f"{NS}:", f"{NS}:serve[{entry['name']}].", 1) for b in floating_values(entry)]
     if bad:
         raise PromotionError(f"refusing to promote {src} -> {dst}:\n  " + "\n  ".join(bad))
     new_text = promoted_text(src_text, dst_text)
-    # The text edit must mean exactly: destination's non-release keys + source's release keys.
+    if serve is not None:
+        new_text = replace_entry(new_text, f"{NS}:serve", serve)
+    # The text edit must mean exactly: destination's non-release keys + source's release keys (+ merged entries).
     want = {k: v for k, v in _config(dst_text).items() if not (_key_of(k) in RELEASE_KEYS)}
     want.update({f"{NS}:{k}": v for k, v in release.items()})
+    if serve is not None:
+        want[f"{NS}:serve"] = serve
     got = _config(new_text)
     if got != want:
         raise PromotionError(f"internal: promoted {dp.name} does not parse to the expected config: {got!r} != {want!r}")
     return dst_text, new_text
+
+
+# In a dynamo:serve entry, what a release changes (what runs) as opposed to where and how much it runs.
+ENTRY_RELEASE_KEYS = RELEASE_KEYS | {"overrides"}
+
+
+def promoted_serve(src: str, dst: str, src_cfg: dict[str, Any], dst_cfg: dict[str, Any]) -> list[dict]:
+    """The destination's ``dynamo:serve`` entries with each entry's release keys (target or axes, images,
+    modelRevision, fabricProfile, overrides) taken from the source entry of the same ``name``; its
+    environment keys (namespace, replicas, storage, wait...) stay. Entries are matched by name, so every
+    entry of both stacks needs one; an entry only the source has must first be added to the destination
+    with its environment keys (promotion never invents a namespace), one only the destination has stays."""
+    entries: dict[str, list[dict]] = {}
+    for name, cfg in ((src, src_cfg), (dst, dst_cfg)):
+        serve = cfg.get("serve")
+        if not isinstance(serve, list):
+            raise PromotionError(f"stack {name!r} has no {NS}:serve list; both stacks of a promotion must use {NS}:serve, or neither")
+        for i, e in enumerate(serve):
+            if not isinstance(e, dict) or not e.get("name"):
+                raise PromotionError(f"stack {name!r}: {NS}:serve[{i}] has no name; promotion matches entries by name")
+        entries[name] = serve
+    by_name = {e["name"]: e for e in entries[src]}
+    missing = sorted(set(by_name) - {e["name"] for e in entries[dst]})
+    if missing:
+        raise PromotionError(f"{NS}:serve entries {', '.join(missing)} of {src!r} are not in {dst!r}: add them there first "
+                             f"with their namespace (and replicas), then promote")
+    out = []
+    for e in entries[dst]:
+        s = by_name.get(e["name"])
+        if s is None:
+            out.append(dict(e))
+            continue
+        merged = {k: v for k, v in e.items() if k not in ENTRY_RELEASE_KEYS}
+        merged.update({k: v for k, v in s.items() if k in ENTRY_RELEASE_KEYS})
+        out.append({"name": e["name"], **{k: v for k, v in merged.items() if k != "name"}})
+    return out
+
+
+def replace_entry(text: str, full_key: str, value: Any) -> str:
+    """``text`` with the config entry ``full_key`` rewritten as YAML (its leading comments kept)."""
+    head, entries, tail = _chunks(text)
+    out = []
+    for k, t in entries:
+        if k == full_key:
+            lines = t.splitlines(keepends=True)
+            lead = [ln for ln in lines[: next(i for i, ln in enumerate(lines) if ln.startswith(f"  {full_key}:"))]]
+            body = yaml.safe_dump({full_key: value}, sort_keys=False, default_flow_style=False, width=4096)
+            t = "".join(lead) + "".join("  " + ln for ln in body.splitlines(keepends=True))
+        out.append((k, t))
+    return "".join(head) + "".join(t for _, t in out) + "".join(tail)
 
 
 def _render_raw(raw: dict[str, Any], stack: str) -> list[dict]:
