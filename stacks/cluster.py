@@ -861,6 +861,13 @@ def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, lis
         from .config import _camel
 
         set_keys = [k for k in POOL_KEYS if k in cluster.model_fields_set]
+        if not set_keys:
+            # Without gpuPools the entries' order would name the node groups, and removing the first entry would
+            # rename (replace) another GPU's node group: the pools' order must be stated.
+            gpus = [g for g, _, _ in groups]
+            raise ConfigError(f"{NS}:cluster.gpuPools: not set, but the entries run on {', '.join(gpus)}; list those GPUs "
+                              f"there (e.g. gpuPools: [{', '.join('{gpu: ' + g + '}' for g in gpus)}]): the pools' order names "
+                              f"the node groups, so adding or removing an entry never replaces another GPU's node group")
         if set_keys:
             raise ConfigError(f"{NS}:cluster.{_camel(set_keys[0])}: applies to one GPU node group, but the entries run on "
                               f"{', '.join(g for g, _, _ in groups)}; set it per GPU in {NS}:cluster.gpuPools "

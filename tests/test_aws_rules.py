@@ -253,7 +253,7 @@ def test_efs_provisioned_rule_fails_without_the_value(on_demand_efs):
 
 # ---------------------------------------------------------------------------- issue 11: every rule on every GPU node group
 
-TWO_GPUS = {"cluster": {"mode": "eks", "region": "us-east-1", "cacheStorage": "efs"}, "imagePullSecrets": ["ngc-secret"],
+TWO_GPUS = {"cluster": {"mode": "eks", "region": "us-east-1", "cacheStorage": "efs", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200"}]}, "imagePullSecrets": ["ngc-secret"],
             "serve": [{"target": "lightning-vllm-disagg-h100-dspark", "namespace": "a", "replicas": {"VllmDecodeWorker": 9}},
                       {"model": "motif-3", "topology": "disagg", "fabricProfile": "aws-efa", "namespace": "m"},
                       {"model": "motif-3", "topology": "agg", "namespace": "m2", "replicas": {"Worker": 3}}]}

@@ -190,7 +190,7 @@ def test_h100_with_9_decode_replicas_gets_2_gpu_nodes():
 # ---------------------------------------------------------------------------- issue 11: several GPU groups, cluster and serving stacks
 
 NODEGROUP = "aws:eks/nodeGroup:NodeGroup"
-TWO_GPUS = {"cluster": {"mode": "eks", "region": "us-east-1"},
+TWO_GPUS = {"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200"}]},
             "serve": [{"target": "lightning-vllm-disagg-h100-dspark", "namespace": "a", "replicas": {"VllmDecodeWorker": 9}},
                       {"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
                       {"model": "motif-3", "topology": "disagg", "fabricProfile": "aws-efa", "namespace": "m"},
@@ -328,3 +328,14 @@ def test_serving_stack_claim_waits_for_the_storage_class_check():
     with pytest.raises(Exception, match=r"dynamo:storage\.className: the cache claim asks for 'efs-model-cache', .*'fsx-model-cache'"):
         run_program(SERVING, SERVING_SECRETS, stack="serving", stack_outputs=ref_outputs("fsx-model-cache"))
     assert harness.LAST_RUN.by_type("kubernetes:core/v1:PersistentVolumeClaim") == []
+
+
+def test_two_gpu_types_without_gpu_pools_are_refused_before_any_resource():
+    """Without gpuPools the entries' order would name the node groups: removing the first entry would replace another
+    GPU's node group. The order must be stated."""
+    raw = {**TWO_GPUS, "cluster": {k: v for k, v in TWO_GPUS["cluster"].items() if k != "gpuPools"}}
+    with pytest.raises(Exception, match=r"dynamo:cluster.gpuPools: not set, but the entries run on h100, b200"):
+        run_program(raw, TOKEN, stack="two-gpus")
+    from harness import LAST_RUN
+
+    assert LAST_RUN.resources == []
