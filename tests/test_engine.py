@@ -217,27 +217,30 @@ def test_crd_schema_rejects_an_invalid_dgd(kube):
 
 
 def test_preview_with_policy_pack_rejects_a_violating_config(kube, workspace, tmp_path):
-    """The policy pack runs at preview in the real engine: a clean stack passes; an unretained model cache
-    (which the program allows on purpose, the pack refuses unless the pack config allows it) is refused.
-    (A floating image no longer reaches the pack: the program refuses it first, tests/test_bad_config_table.py.)"""
+    """The policy pack runs at preview in the real engine, on what the program cannot know about an existing
+    cluster: a clean stack passes; GPU pods larger than the pack's node size are refused (mandatory); an
+    unretained model cache is reported (advisory). (A floating image no longer reaches the pack: the program
+    refuses it first, tests/test_bad_config_table.py.)"""
     from pulumi.automation import errors
 
     ns = "e-policy"
-    stack = make_stack(workspace, ns, base_config(kube, TARGETS[1], ns))
+    stack = make_stack(workspace, ns, base_config(kube, "motif3-vllm-agg-b200-chat", ns))  # 2 GPUs per worker
 
-    def pack(storage_protect: bool):
-        path = tmp_path / f"policy-config-{storage_protect}.json"
-        path.write_text(json.dumps({"efa-disagg-workers": {"fabric": "aws-efa"}, "gpu-fits-node": {"gpu": "h100"},
+    def pack(gpus_per_node: int, storage_protect: bool = True):
+        path = tmp_path / f"policy-config-{gpus_per_node}-{storage_protect}.json"
+        path.write_text(json.dumps({"efa-disagg-workers": {"fabric": "none"}, "gpu-fits-node": {"gpusPerNode": gpus_per_node},
                                     "model-cache-retained": {"storageProtect": storage_protect}}))
         return {"policy_packs": [str(ROOT / "policy")], "policy_pack_configs": [str(path)]}
 
     try:
-        clean = stack.preview(on_output=None, **pack(True))
-        assert "model-cache-retained" not in clean.stdout and "images-pinned" not in clean.stdout
-        set_config(stack, {"storage": {"protect": False}})
+        clean = stack.preview(on_output=None, **pack(8))
+        assert "gpu-fits-node" not in clean.stdout and "model-cache-retained" not in clean.stdout
         with pytest.raises(errors.CommandError) as e:
-            stack.preview(on_output=None, **pack(False))
-        assert "model-cache-retained" in str(e.value) and "not retained" in str(e.value)
+            stack.preview(on_output=None, **pack(1))
+        assert "gpu-fits-node" in str(e.value) and "requests 2 nvidia.com/gpu" in str(e.value)
+        set_config(stack, {"storage": {"protect": False}})
+        advisory = stack.preview(on_output=None, **pack(8, storage_protect=False))
+        assert "model-cache-retained" in advisory.stdout and "not retained" in advisory.stdout
     finally:
         stack.workspace.remove_stack(stack.name, force=True)
 
