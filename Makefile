@@ -67,6 +67,8 @@ unit: python
 bench: setup
 	$(PY) benchmarks/render_all.py
 	$(PY) benchmarks/engine.py
+	$(PY) benchmarks/engine_scale.py
+	$(PY) benchmarks/simulate.py
 
 fidelity: python
 	$(PY) -m stacks fidelity

@@ -1,6 +1,7 @@
 """Benchmark (issue 11): `pulumi up` of 1, 8 and all catalog targets in one `dynamo:serve` stack on the
 local kube-apiserver, against `kubectl apply --server-side` of the same objects. Prints, for each tool,
-the wall time per size and a least-squares fit ``time = fixed start-up + objects x marginal cost``.
+the wall time per size, the fixed start-up (``time = start-up + objects x marginal`` through the two smallest
+sizes) and the marginal cost per object between consecutive sizes.
 
 Prints figures; asserts nothing. Needs the toolchain and control plane (`make setup`):
     PATH=.tools/bin:$PATH .venv/bin/python benchmarks/engine_scale.py [--sizes 1,8,68]
@@ -77,7 +78,8 @@ def main() -> None:
                 subprocess.run(["pulumi", *args, "--stack", stack, "--non-interactive"], cwd=work, env=penv, check=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-            subprocess.run(["pulumi", "stack", "init", stack, "--non-interactive"], cwd=work, env=penv, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(["pulumi", "stack", "init", stack, "--non-interactive"], cwd=work, env=penv, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             cfg = serve_config(n, f"p{n}", kubeconfig)
             for k, v in cfg.items():
                 pulumi("config", "set", f"dynamo:{k}", v if isinstance(v, str) else json.dumps(v))
@@ -99,8 +101,10 @@ def main() -> None:
             pulumi("destroy", "--yes")
             subprocess.run(kubectl + ["delete", "-f", str(manifest), "--wait=false"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for name, pts in (("pulumi up", pulumi_pts), ("kubectl apply --server-side", kubectl_pts)):
-            a, b = fit(pts)
-            print(f"{name}: fixed start-up {a:.2f} s, marginal {b * 1000:.1f} ms per object")
+            a, b = fit(pts[:2])  # the two smallest sizes: start-up, before any growth effect
+            segs = ", ".join(f"{pts[i][0]}->{pts[i + 1][0]} objects: {(pts[i + 1][1] - pts[i][1]) / (pts[i + 1][0] - pts[i][0]) * 1000:.0f} ms"
+                             for i in range(len(pts) - 1))
+            print(f"{name}: fixed start-up {a:.2f} s; marginal per object {segs}")
     finally:
         subprocess.run([str(ROOT / "tools" / "kube-local.sh"), "stop"], env=env, stdout=subprocess.DEVNULL)
         shutil.rmtree(work, ignore_errors=True)
