@@ -363,13 +363,16 @@ def _timed_up(stack) -> dict:
         return {"elapsed": time.time() - t0, "end": time.time(), "error": str(e)}
 
 
-def test_waits_of_a_minute_or_more_end_at_their_timeout(kube, workspace, wffc_storage_class):
-    """Issue 9 finding 1 and its acceptance line: a Job that never completes with jobTimeout: 3m ends
-    `pulumi up` within 4 minutes, and a DGD that never becomes Ready ends it at dgdTimeout (75 s: above
-    the provider's one-minute informer resync, which re-armed the old Job await's timer forever).
-    Each message says what was awaited, for how long, and the command to look; a Job that ends
-    Failed stops `up` at once with its reason. The three stacks run side by side (about 3.5 min)."""
+WAITS_TEST = "test_waits_of_a_minute_or_more_end_at_their_timeout"
+
+
+@pytest.fixture(scope="session")
+def long_waits(kube, workspace, wffc_storage_class):
+    """The three `up`s of the waits test, started in the background as soon as the first engine test runs, so
+    their 3 minutes of waiting overlap the other engine tests (they run in namespaces where no pod can start).
+    ``test_waits_of_a_minute_or_more_end_at_their_timeout`` joins them and checks how each ended."""
     import threading
+    import time
 
     job_ns, dgd_ns, fail_ns = "e-wait-3m", "e-wait-dgd75", "e-wait-failed"
     for ns in (job_ns, dgd_ns, fail_ns):
@@ -382,63 +385,83 @@ def test_waits_of_a_minute_or_more_end_at_their_timeout(kube, workspace, wffc_st
     }
     results: dict[str, dict] = {}
     threads = {ns: threading.Thread(target=lambda ns=ns, s=s: results.__setitem__(ns, _timed_up(s))) for ns, s in stacks.items()}
-    try:
-        for t in threads.values():
-            t.start()
-        # The failing download: once its Job exists, a 1-second deadline makes the Job controller mark it Failed.
-        import time
 
+    def fail_the_download():
+        # The failing download: once its Job exists, a 1-second deadline makes the Job controller mark it Failed.
         deadline = time.time() + 180
         while time.time() < deadline and kubectl(kube, "get", "job", "model-download", "-n", fail_ns, check=False).returncode != 0:
             time.sleep(1)
-        kubectl(kube, "patch", "job", "model-download", "-n", fail_ns, "--type=merge", "-p", '{"spec":{"activeDeadlineSeconds":1}}')
-        for t in threads.values():
-            t.join(timeout=400)
-        assert not any(t.is_alive() for t in threads.values()), "an up outlived every bound"
-        for ns, r in results.items():  # shown when an assertion below fails
-            print(f"--- {ns}: up {r['elapsed']:.0f} s\n{(r['error'] or 'succeeded')[-2500:]}")
+        kubectl(kube, "patch", "job", "model-download", "-n", fail_ns, "--type=merge", "-p", '{"spec":{"activeDeadlineSeconds":1}}', check=False)
 
-        # Job, jobTimeout 3m: ends after 3 minutes of waiting, within a minute more, and `up` within 4 minutes.
-        r = results[job_ns]
-        waited = r["end"] - _created_at(kube, "job", "model-download", job_ns)
-        print(f"job wait 3m: up {r['elapsed']:.0f} s, waited {waited:.0f} s")
-        assert r["error"] is not None
-        assert 180 - 5 <= waited < 180 + 60, waited
-        assert r["elapsed"] < 240, r["elapsed"]
-        msg = r["error"]
-        assert f"gave up waiting for Job {job_ns}/model-download to finish (condition Complete or Failed) after 3m (dynamo:wait.jobTimeout)" in msg, msg[-3000:]
-        assert f"look: kubectl describe job/model-download -n {job_ns}" in msg
-        assert "provider: timed out waiting for the condition" in msg
-        assert "last seen: pods active" in msg, msg[-3000:]  # read from the live Job (kubeconfig stacks probe it)
-        # The engine interrupts its plugins when the update fails; the program's own process group keeps
-        # that SIGINT from surfacing as a Python traceback (tools/pulumi language host, runProgramGroup).
-        assert "Traceback" not in msg and "KeyboardInterrupt" not in msg, msg[-3000:]
-        assert kubectl(kube, "get", "dgd", "-n", job_ns, "-o", "name").stdout.strip() == ""  # the DGD waits for the Job
+    threads["patch"] = threading.Thread(target=fail_the_download)
+    for t in threads.values():
+        t.start()
+    yield {"namespaces": (job_ns, dgd_ns, fail_ns), "stacks": stacks, "results": results, "threads": threads}
+    for t in threads.values():
+        t.join(timeout=400)
+    for st in stacks.values():
+        st.destroy(on_output=None)
+        st.workspace.remove_stack(st.name, force=True)
 
-        # DGD, dgdTimeout 75s: no operator runs, Ready never comes.
-        r = results[dgd_ns]
-        waited = r["end"] - _created_at(kube, "dgd", "vllm-agg-h100-dspark", dgd_ns)
-        print(f"dgd wait 75s: up {r['elapsed']:.0f} s, waited {waited:.0f} s")
-        assert r["error"] is not None
-        assert 75 - 5 <= waited < 75 + 60, waited
-        msg = r["error"]
-        assert (f"gave up waiting for DynamoGraphDeployment {dgd_ns}/vllm-agg-h100-dspark to be Ready (condition Ready=True) "
-                f"after 75s (dynamo:wait.dgdTimeout)") in msg, msg[-3000:]
-        assert f"look: kubectl describe dynamographdeployment/vllm-agg-h100-dspark -n {dgd_ns}" in msg
 
-        # A Job that ends Failed: `up` stops at once (not at jobTimeout 10m) with the Job's reason, and no DGD.
-        r = results[fail_ns]
-        print(f"failed job: up {r['elapsed']:.0f} s")
-        assert r["error"] is not None and r["elapsed"] < 240, r
-        msg = r["error"]
-        assert f"download Job {fail_ns}/model-download failed" in msg and "DeadlineExceeded" in msg, msg[-3000:]
-        assert f"kubectl describe job/model-download -n {fail_ns}" in msg and "pulumi up --replace" in msg
-        assert "Traceback" not in msg
-        assert kubectl(kube, "get", "dgd", "-n", fail_ns, "-o", "name").stdout.strip() == ""
-    finally:
-        for s in stacks.values():
-            s.destroy(on_output=None)
-            s.workspace.remove_stack(s.name, force=True)
+@pytest.fixture(autouse=True)
+def _long_waits_in_background(request):
+    """Start ``long_waits`` with the first engine test when the waits test is part of this run."""
+    if "kube" in request.fixturenames and any(i.name == WAITS_TEST for i in request.session.items):
+        request.getfixturevalue("long_waits")
+
+
+def test_waits_of_a_minute_or_more_end_at_their_timeout(kube, long_waits):
+    """Issue 9 finding 1 and its acceptance line: a Job that never completes with jobTimeout: 3m ends
+    `pulumi up` within 4 minutes, and a DGD that never becomes Ready ends it at dgdTimeout (75 s: above
+    the provider's one-minute informer resync, which re-armed the old Job await's timer forever).
+    Each message says what was awaited, for how long, and the command to look; a Job that ends
+    Failed stops `up` at once with its reason. The three stacks run in the background (``long_waits``)."""
+    job_ns, dgd_ns, fail_ns = long_waits["namespaces"]
+    threads, results = long_waits["threads"], long_waits["results"]
+    for t in threads.values():
+        t.join(timeout=400)
+    assert not any(t.is_alive() for t in threads.values()), "an up outlived every bound"
+    for ns, r in results.items():  # shown when an assertion below fails
+        print(f"--- {ns}: up {r['elapsed']:.0f} s\n{(r['error'] or 'succeeded')[-2500:]}")
+
+    # Job, jobTimeout 3m: ends after 3 minutes of waiting, within a minute more, and `up` within 4 minutes.
+    r = results[job_ns]
+    waited = r["end"] - _created_at(kube, "job", "model-download", job_ns)
+    print(f"job wait 3m: up {r['elapsed']:.0f} s, waited {waited:.0f} s")
+    assert r["error"] is not None
+    assert 180 - 5 <= waited < 180 + 60, waited
+    assert r["elapsed"] < 240, r["elapsed"]
+    msg = r["error"]
+    assert f"gave up waiting for Job {job_ns}/model-download to finish (condition Complete or Failed) after 3m (dynamo:wait.jobTimeout)" in msg, msg[-3000:]
+    assert f"look: kubectl describe job/model-download -n {job_ns}" in msg
+    assert "provider: timed out waiting for the condition" in msg
+    assert "last seen: pods active" in msg, msg[-3000:]  # read from the live Job (kubeconfig stacks probe it)
+    # The engine interrupts its plugins when the update fails; the program's own process group keeps
+    # that SIGINT from surfacing as a Python traceback (tools/pulumi language host, runProgramGroup).
+    assert "Traceback" not in msg and "KeyboardInterrupt" not in msg, msg[-3000:]
+    assert kubectl(kube, "get", "dgd", "-n", job_ns, "-o", "name").stdout.strip() == ""  # the DGD waits for the Job
+
+    # DGD, dgdTimeout 75s: no operator runs, Ready never comes.
+    r = results[dgd_ns]
+    waited = r["end"] - _created_at(kube, "dgd", "vllm-agg-h100-dspark", dgd_ns)
+    print(f"dgd wait 75s: up {r['elapsed']:.0f} s, waited {waited:.0f} s")
+    assert r["error"] is not None
+    assert 75 - 5 <= waited < 75 + 60, waited
+    msg = r["error"]
+    assert (f"gave up waiting for DynamoGraphDeployment {dgd_ns}/vllm-agg-h100-dspark to be Ready (condition Ready=True) "
+            f"after 75s (dynamo:wait.dgdTimeout)") in msg, msg[-3000:]
+    assert f"look: kubectl describe dynamographdeployment/vllm-agg-h100-dspark -n {dgd_ns}" in msg
+
+    # A Job that ends Failed: `up` stops at once (not at jobTimeout 10m) with the Job's reason, and no DGD.
+    r = results[fail_ns]
+    print(f"failed job: up {r['elapsed']:.0f} s")
+    assert r["error"] is not None and r["elapsed"] < 240, r
+    msg = r["error"]
+    assert f"download Job {fail_ns}/model-download failed" in msg and "DeadlineExceeded" in msg, msg[-3000:]
+    assert f"kubectl describe job/model-download -n {fail_ns}" in msg and "pulumi up --replace" in msg
+    assert "Traceback" not in msg
+    assert kubectl(kube, "get", "dgd", "-n", fail_ns, "-o", "name").stdout.strip() == ""
 
 
 # --------------------------------------------------------------------------- issue 13: observability and benchmark objects
@@ -518,7 +541,7 @@ def test_one_stack_serves_several_targets(kube, workspace):
         assert stack.up(on_output=None).summary.result == "succeeded"
         assert len(json.loads(kubectl(kube, "get", "dgd", "-n", ns_a, "-o", "json").stdout)["items"]) == 2
         assert len(json.loads(kubectl(kube, "get", "dgd", "-n", ns_m, "-o", "json").stdout)["items"]) == 1
-        pvcs = _kinds(stack)["kubernetes:core/v1:PersistentVolumeClaim"]
+        pvcs = sorted(_kinds(stack)["kubernetes:core/v1:PersistentVolumeClaim"])
         jobs = _kinds(stack)["kubernetes:batch/v1:Job"]
         assert len(pvcs) == 2 and len(jobs) == 2, (pvcs, jobs)  # one cache and download per model
 
@@ -537,7 +560,7 @@ def test_one_stack_serves_several_targets(kube, workspace):
         left = json.loads(kubectl(kube, "get", "dgd", "-n", ns_a, "-o", "json").stdout)["items"]
         assert [d["metadata"]["name"] for d in left] == [disagg_dgd["metadata"]["name"]]
         assert kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns_a, check=False).returncode == 0
-        assert _kinds(stack)["kubernetes:core/v1:PersistentVolumeClaim"] == pvcs
+        assert sorted(_kinds(stack)["kubernetes:core/v1:PersistentVolumeClaim"]) == pvcs
     finally:
         stack.destroy(on_output=None)
         stack.workspace.remove_stack(stack.name, force=True)
