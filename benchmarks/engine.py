@@ -18,7 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _project import scratch_project  # noqa: E402
 from stacks.render import render_config, render_stack, stack_raw_config, to_yaml  # noqa: E402
 
 
@@ -43,18 +45,11 @@ def main() -> None:
     kubeconfig = kube_dir / "kubeconfig"
     work = Path(tempfile.mkdtemp(prefix="bench-project-"))
     try:
-        for name in ("Pulumi.yaml", "__main__.py"):
-            shutil.copy(ROOT / name, work / name)
-        for d in ("components", "stacks"):
-            shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
-        (work / ".venv").symlink_to(ROOT / ".venv")
+        penv = scratch_project(work)
         raw = stack_raw_config("dev")
         raw.update({"namespace": "bench-pulumi", "wait": {"enabled": False}, "hfTokenSecretName": "hf-token-secret",
                     "cluster": {"mode": "kubeconfig", "kubeconfigPath": str(kubeconfig)}})
         raw.pop("hfToken", None)
-        penv = {**os.environ, "PULUMI_BACKEND_URL": f"file://{work}/state", "PULUMI_CONFIG_PASSPHRASE": "bench",
-                "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true"}
-        (work / "state").mkdir()
 
         def pulumi(*args):
             subprocess.run(["pulumi", *args, "--stack", "bench", "--non-interactive"], cwd=work, env=penv, check=True,

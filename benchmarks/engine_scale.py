@@ -20,7 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _project import scratch_project  # noqa: E402
 from stacks import catalog  # noqa: E402
 from stacks.program import build_program  # noqa: E402
 from stacks.render import to_yaml  # noqa: E402
@@ -61,14 +63,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-project-"))
     pulumi_pts, kubectl_pts = [], []
     try:
-        for name in ("Pulumi.yaml", "__main__.py"):
-            shutil.copy(ROOT / name, work / name)
-        for d in ("components", "stacks"):
-            shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
-        (work / ".venv").symlink_to(ROOT / ".venv")
-        (work / "state").mkdir()
-        penv = {**os.environ, "PULUMI_BACKEND_URL": f"file://{work}/state", "PULUMI_CONFIG_PASSPHRASE": "bench",
-                "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true"}
+        penv = scratch_project(work)
         kubectl = ["kubectl", "--kubeconfig", str(kubeconfig)]
         print(f"{'targets':>7} {'objects':>7} {'pulumi up':>10} {'kubectl':>9} {'ratio':>6}")
         for n in sizes:

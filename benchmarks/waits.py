@@ -27,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _project import scratch_project  # noqa: E402
 
 TARGET = "lightning-vllm-agg-h100-dspark"
 
@@ -66,15 +69,7 @@ def bench(timeout: str, kubeconfig: str, work: Path) -> None:
         "dgd": ({"enabled": True, "job": False, "dgdTimeout": timeout}, "bench-wffc", ("dgd", "vllm-agg-h100-dspark")),
         "pvc": ({"enabled": True}, "bench-immediate", ("pvc", "shared-model-cache")),
     }
-    for name in ("Pulumi.yaml", "__main__.py"):
-        shutil.copy(ROOT / name, work / name)
-    for d in ("components", "stacks"):
-        shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
-    (work / ".venv").symlink_to(ROOT / ".venv")
-    (work / "state").mkdir()
-    penv = {**os.environ, "PULUMI_BACKEND_URL": f"file://{work}/state", "PULUMI_CONFIG_PASSPHRASE": "bench",
-            "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-            "DYNAMO_REFERENCE": str(ROOT.parent / "shared" / "reference")}
+    penv = scratch_project(work, DYNAMO_REFERENCE=str(ROOT.parent / "shared" / "reference"))
     results: dict[str, dict] = {}
 
     def pulumi(stack: str, *a, check=True):

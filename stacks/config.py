@@ -74,6 +74,14 @@ def dns_label_problem(v: Any) -> Optional[str]:
     return None
 
 
+def namespace_name(v: Any) -> Any:
+    """A namespace name (DNS-1123 label), or ValueError saying why not (the validator of every ``namespace`` key)."""
+    why = dns_label_problem(v)
+    if why:
+        raise ValueError(f"{why}: not a valid Kubernetes namespace name")
+    return v
+
+
 def dns_subdomain_problem(v: Any) -> Optional[str]:
     if not isinstance(v, str):
         return f"{v!r} is not a name"
@@ -264,13 +272,7 @@ class ObservabilityConfig(_Model):
     dcgm: Optional[Literal["gpu-operator", "dcgm-exporter", "none"]] = None
     dashboards: bool = True
 
-    @field_validator("namespace")
-    @classmethod
-    def _ns(cls, v):
-        why = dns_label_problem(v)
-        if why:
-            raise ValueError(f"{why}: not a valid Kubernetes namespace name")
-        return v
+    _ns = field_validator("namespace")(classmethod(lambda cls, v: namespace_name(v)))
 
     @field_validator("monitor_labels")
     @classmethod
@@ -361,13 +363,7 @@ class StackConfig(_Model):
             raise ValueError(f"{v!r} is empty; choose a catalog id (python -m stacks targets) or leave it out")
         return v
 
-    @field_validator("namespace")
-    @classmethod
-    def _ns(cls, v):
-        why = dns_label_problem(v)
-        if why:
-            raise ValueError(f"{why}: not a valid Kubernetes namespace name")
-        return v
+    _ns = field_validator("namespace")(classmethod(lambda cls, v: namespace_name(v)))
 
     @field_validator("hf_token_secret_name")
     @classmethod
