@@ -16,7 +16,7 @@ export PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_CONFIG_PASSPHRASE ?= dynamo-local-dev
 export DYNAMO_TOOLCHAIN_CACHE ?= $(CACHE)
 
-.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain up local-up local-down test unit engine bench fidelity clean
+.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain rig-toolchain up local-up local-down test unit engine bench fidelity clean
 
 help:
 	@echo "make up    - set-up, then pulumi up --stack dev (renders manifests to ./rendered, no cloud account)"
@@ -39,7 +39,11 @@ kube-toolchain:
 
 toolchain: pulumi-toolchain kube-toolchain
 
-setup: python toolchain
+# The GPU-free serving rig's own locked Python env (real Dynamo frontend + mocker, AIPerf) for tests/test_rig.py.
+rig-toolchain: $(UV)
+	UV=$(UV) tools/rig.sh
+
+setup: python toolchain rig-toolchain
 
 up: python pulumi-toolchain
 	mkdir -p .pulumi-state
