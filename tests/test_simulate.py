@@ -1,4 +1,4 @@
-"""The simulated cluster's data: KWOK nodes shaped like the cluster plan, the operator-pod approximation,
+"""The simulated cluster's data: KWOK nodes shaped like the cluster plan, the operator's pods,
 node inventories. The runs against the real kube-scheduler are engine tests (tests/test_engine.py, end)."""
 import pytest
 import yaml
@@ -8,7 +8,7 @@ from stacks.cluster import EFA_LABEL, POOL_LABEL
 from stacks.config import ConfigError
 from stacks.gpus import HOSTS
 from stacks.cli.simulate import (KWOK_ANNOTATION, RUN_LABEL, Simulator, default_groups, eks_allocatable, inventory_nodes,
-                             inventory_objects, job_pods, node_objects, operator_pods_approximation, stack_scenario,
+                             inventory_objects, job_pods, node_objects, operator_pod_intents, stack_scenario,
                              target_scenario)
 
 TARGETS = catalog.targets()
@@ -62,9 +62,9 @@ def test_node_objects_are_kwok_nodes_with_the_run_label():
     assert nodes[2]["spec"]["taints"][0]["key"] == "nvidia.com/gpu"
 
 
-def test_operator_pod_approximation_expands_replicas_and_keeps_scheduling_fields():
+def test_operator_pods_expand_replicas_and_keep_scheduling_fields():
     dgd = _dgd("lightning-vllm-agg-h100-dspark-kv-router")
-    intents = operator_pods_approximation(dgd)
+    intents = operator_pod_intents(dgd)
     by_comp = {}
     for it in intents:
         by_comp.setdefault(it.component, []).append(it)
@@ -77,6 +77,39 @@ def test_operator_pod_approximation_expands_replicas_and_keeps_scheduling_fields
     # Shared memory as the operator mounts it; the model-cache claim does not constrain nodes and is left out.
     assert pod["spec"]["volumes"] == [{"name": "shared-memory", "emptyDir": {"medium": "Memory", "sizeLimit": str(worker["sharedMemorySize"])}}]
     assert len({it.pod["metadata"]["name"] for it in intents}) == len(intents)
+
+
+def test_simulated_pods_carry_the_operators_labels_ports_and_names():
+    dgd = _dgd("lightning-vllm-disagg-h100-dspark")
+    pods = {it.component: it.pod for it in operator_pod_intents(dgd)}
+    assert set(pods) == {"Frontend", "VllmPrefillWorker", "VllmDecodeWorker"}
+    types = {c: p["metadata"]["labels"]["nvidia.com/dynamo-component-type"] for c, p in pods.items()}
+    assert types == {"Frontend": "frontend", "VllmPrefillWorker": "prefill", "VllmDecodeWorker": "decode"}
+    for comp, pod in pods.items():
+        labels = pod["metadata"]["labels"]
+        assert labels["nvidia.com/metrics-enabled"] == "true"
+        assert labels["nvidia.com/dynamo-graph-deployment-name"] == dgd["metadata"]["name"]
+        assert labels["nvidia.com/dynamo-component"] == comp
+        # Deployment naming: <dgd>-<lower(component)>[-<worker hash>]-<pod-template-hash>-<5 chars>
+        assert pod["metadata"]["name"].startswith(f"{dgd['metadata']['name']}-{comp.lower()}-")
+        assert labels["nvidia.com/selector"] == pod["metadata"]["name"].rsplit("-", 2)[0]
+    ports = {c: {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]} for c, pod in pods.items()}
+    assert ports["Frontend"] == {"http": 8000}
+    assert ports["VllmPrefillWorker"] == ports["VllmDecodeWorker"] == {"system": 9090, "nixl": 19090}
+
+
+def test_multinode_components_become_leader_and_worker_pods():
+    import copy
+
+    dgd = copy.deepcopy(_dgd("lightning-vllm-agg-h100-dspark"))
+    worker = next(c for c in dgd["spec"]["components"] if c["type"] == "worker")
+    worker["multinode"] = {"nodeCount": 3}
+    worker["replicas"] = 2
+    intents = [it for it in operator_pod_intents(dgd) if it.component.startswith(worker["name"])]
+    assert sorted(it.component for it in intents) == [f"{worker['name']}/leader"] * 2 + [f"{worker['name']}/worker"] * 4
+    roles = [it.pod["metadata"]["labels"]["role"] for it in intents]
+    assert roles.count("leader") == 2 and roles.count("worker") == 4
+    assert len({it.pod["metadata"]["name"] for it in intents}) == 6
 
 
 def test_job_pods_keep_the_jobs_node_selector():

@@ -15,12 +15,15 @@ Pieces, each a pure function except ``Simulator``:
   taint, ``nvidia.com/gpu`` and ``vpc.amazonaws.com/efa``), the default cluster shape of a target's
   fabric, or an inventory. CPU, memory, ephemeral storage and pods come from ``stacks.gpus.HOSTS``
   less what the EKS AL2023 kubelet reserves (``eks_allocatable``).
-- ``operator_pods_approximation``: an APPROXIMATION of the pods the Dynamo operator creates from a
-  DGD (the operator is not available offline): one pod per component and replica with the
-  component's podTemplate scheduling fields (resources, nodeSelector, affinity, tolerations,
-  runtimeClassName, priorityClassName) and shared memory as a memory-backed emptyDir of
-  ``sharedMemorySize``. Storage volumes become emptyDirs: the model cache is a ReadWriteMany
-  EFS/FSx claim that constrains no node. Multinode components are not expanded (none in the catalog).
+- ``operator_pod_intents``: the pods the Dynamo operator creates from a DGD (the operator is not
+  available offline), named and labelled as ``stacks.operator.operator_pods`` says the operator does
+  (component-type frontend/worker/prefill/decode, metrics-enabled, DGD name, dynamo namespace, the
+  Deployment selector label; container ports ``http`` 8000 or ``system`` 9090 and ``nixl`` 19090;
+  multinode components as LeaderWorkerSet leader and worker pods), carrying the component's podTemplate
+  scheduling fields (resources, nodeSelector, affinity, tolerations, runtimeClassName,
+  priorityClassName) and shared memory as a memory-backed emptyDir of ``sharedMemorySize`` (the
+  operator's 8Gi default on workers without one). Storage volumes become emptyDirs: the model cache is a
+  ReadWriteMany EFS/FSx claim that constrains no node.
 - ``Simulator``: a minimal REST client for the local API server; creates nodes, RuntimeClasses and
   pods, waits for the scheduler, reads placements, cleans up. It refuses any server other than the
   loopback one that ``tools/kube-local.sh`` runs: it creates fake nodes.
@@ -50,6 +53,7 @@ from ..catalog.model import Target
 from ..cluster import EFA_LABEL, POOL_LABEL, EksConfig, build_cluster_plan, gpu_taint_for
 from ..config import NS, ConfigError
 from ..gpus import DEFAULT_INSTANCE, HOSTS, INSTANCES, HostResources
+from ..operator import WORKER_TYPES, operator_pods
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KUBE_LOCAL = REPO_ROOT / "tools" / "kube-local.sh"
@@ -60,6 +64,10 @@ GROUP_LABEL = "simulate.dynamo.nvidia.com/group"  # the node group of a simulate
 SIM_NAMESPACE = "dynamo-simulate"
 SYSTEM_ROOT_GIB = 20  # EKS managed node group default disk size (no launch template disk on the system group)
 GPU_ROOT_GIB = 500  # the GPU launch template's root volume (stacks/cluster.py block_device_mappings)
+# The operator's /dev/shm when a component names no sharedMemorySize (ai-dynamo/dynamo
+# deploy/operator/internal/consts/consts.go DefaultSharedMemorySize; a worker Deployment rendered by the operator
+# carries emptyDir shared-memory, medium Memory, sizeLimit 8Gi: see stacks/operator.py source T).
+DEFAULT_SHARED_MEMORY = "8Gi"
 
 
 # ---------------------------------------------------------------------------------------------- node shapes
@@ -278,17 +286,17 @@ def _shm_size(comp: dict) -> Optional[str]:
     return None
 
 
-def operator_pods_approximation(dgd: dict) -> list[PodIntent]:
-    """APPROXIMATION of the pods the Dynamo operator creates for a DGD: one per component and replica,
-    carrying the podTemplate's scheduling fields and the component's shared memory (see module docstring)."""
+def operator_pod_intents(dgd: dict) -> list[PodIntent]:
+    """The operator's pods for a DGD (``stacks.operator.operator_pods``: names, labels, container ports), each
+    with its component's podTemplate scheduling fields and shared memory (see module docstring)."""
+    comps = {c["name"]: c for c in dgd["spec"]["components"]}
     out = []
-    base = _dns(dgd["metadata"]["name"])
-    for comp in dgd["spec"]["components"]:
-        if comp.get("multinode"):
-            raise ConfigError(f"{dgd['metadata']['name']} {comp['name']}: multinode components are not simulated")
-        for r in range(int(comp.get("replicas", 1))):
-            name = f"{base}-{_dns(comp['name'])}-{r}"
-            out.append(PodIntent(comp["name"], r, _pod(name, comp["podTemplate"]["spec"], {"component": _dns(comp["name"])}, _shm_size(comp))))
+    for op in operator_pods(dgd):
+        comp = comps[op.component]
+        shm = _shm_size(comp) or (DEFAULT_SHARED_MEMORY if op.component_type in WORKER_TYPES else None)
+        pod = _pod(op.name, comp["podTemplate"]["spec"], dict(op.labels), shm)
+        pod["spec"]["containers"][0]["ports"] = [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in op.ports.items()]
+        out.append(PodIntent(op.component if op.role == "main" else f"{op.component}/{op.role}", op.replica, pod))
     return out
 
 
@@ -574,7 +582,7 @@ def target_scenario(t: Target, run_id: str = "sim", dgd: Optional[dict] = None, 
     dgd = dgd or _dgd(objs)
     default, rcs = default_groups(t)
     groups = groups if groups is not None else default
-    return Scenario(t.id, node_objects(groups, run_id), operator_pods_approximation(dgd), rcs if runtime_classes is None else runtime_classes)
+    return Scenario(t.id, node_objects(groups, run_id), operator_pod_intents(dgd), rcs if runtime_classes is None else runtime_classes)
 
 
 def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "sim") -> Scenario:
@@ -604,7 +612,7 @@ def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "s
         if not inventory:
             notes.append(f"{stack} runs on an existing cluster ({cluster.mode}): simulated on the default {target.gpu}/{target.fabric} shape; "
                          f"pass --nodes with `kubectl get nodes -o yaml` of your cluster to check it instead")
-    intents = job_pods(serving.jobs) + operator_pods_approximation(serving.dgd)
+    intents = job_pods(serving.jobs) + operator_pod_intents(serving.dgd)
     if inventory:
         nodes = inventory_objects(inventory_nodes(inventory), run_id)
         rcs = {it.pod["spec"]["runtimeClassName"] for it in intents if it.pod["spec"].get("runtimeClassName")}
