@@ -32,9 +32,12 @@ facts this module encodes are the same in both as far as the index shows, except
   (C's comment on KubeLabelDynamoComponentType, K, ``GetDCDWorkloadComponentType`` index id 59364956812).
   Older operators (v1alpha1 era, still in the index: index id 2598142538) copied ``spec.componentType``
   (then ``worker``) and put the role in ``nvidia.com/dynamo-sub-component-type``; only DCDs converted from
-  v1alpha1 keep that (component-type ``worker`` + sub-component-type). The platform chart's own worker
-  PodMonitor selects ``In [worker, prefill, decode]`` only in its 1.6-era template, so a monitor must select
-  all three to be right on either version.
+  v1alpha1 keep that (component-type ``worker`` + sub-component-type). This is not new in 1.6: the bug
+  report https://github.com/ai-dynamo/dynamo/issues/10596 (2026-06-11, "Dynamo 1.2.0") shows ``type: prefill``
+  / ``type: decode`` pods labelled ``prefill``/``decode`` and the chart's worker PodMonitor (``worker`` only)
+  missing them; the chart fix (https://github.com/ai-dynamo/dynamo/pull/10597, merged 2026-06-11) selects
+  ``In [worker, decode, prefill]``. So on the pinned 1.5.0 the labels are the same; a monitor must select all
+  three types either way.
 - The component Service selector: newest (G) = component-type + dynamo-namespace + dynamo-component;
   older DCD controller (index id 2598142538) = component-type + dynamo-namespace. Both select exactly
   the frontend pods of a DGD with one frontend; ``operator_services`` gives the newest.
@@ -209,7 +212,11 @@ def operator_pods(dgd: dict) -> list[OperatorPod]:
     pods ``<deployment>-<pod-template-hash>-<5 chars>`` (the Deployment/ReplicaSet controllers' naming).
     Multinode components (``multinode.nodeCount`` > 1, the LeaderWorkerSet path of T): per replica ``i`` a
     LeaderWorkerSet ``<dcd>-<i>`` whose leader pod is ``<lws>-0`` (label role=leader) and workers
-    ``<lws>-0-<k>`` (role=worker), k = 1..nodeCount-1 (LeaderWorkerSet's pod naming). With Grove enabled the
+    ``<lws>-0-<k>`` (role=worker), k = 1..nodeCount-1: LeaderWorkerSet runs a leader StatefulSet ``<lws>``
+    (pod ``<lws>-<group>``) and per leader a worker StatefulSet ``<lws>-<group>`` (pods ``...-<k>``)
+    (https://docs.redhat.com/en/documentation/openshift_container_platform/4.22/html/ai_workloads/leader-worker-set-operator,
+    "LeaderWorkerSet architecture"; StatefulSet pods are ``<statefulset>-<ordinal>``; the worker ordinals
+    starting at 1 are LWS's, not verified here). With Grove enabled the
     names follow Grove's PodCliqueSet instead (C: ``<pcs>-<i>-<pcsg>-<j>-<pclq>-<random>``); the platform
     here installs Grove only when asked (stacks/platform.py), and no catalog recipe is multinode.
     """
