@@ -16,7 +16,7 @@ export PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_CONFIG_PASSPHRASE ?= dynamo-local-dev
 export DYNAMO_TOOLCHAIN_CACHE ?= $(CACHE)
 
-.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain rig-toolchain up local-up local-down test unit engine bench fidelity clean
+.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain rig-toolchain prometheus-toolchain up local-up local-down test unit engine bench fidelity clean
 
 help:
 	@echo "make up    - set-up, then pulumi up --stack dev (renders manifests to ./rendered, no cloud account)"
@@ -37,7 +37,11 @@ pulumi-toolchain:
 kube-toolchain:
 	tools/kube-local.sh build
 
-toolchain: pulumi-toolchain kube-toolchain
+# The Prometheus server tests/test_prometheus.py scrapes the serving rig with (pinned in stacks/versions.yaml).
+prometheus-toolchain:
+	tools/prometheus.sh
+
+toolchain: pulumi-toolchain kube-toolchain prometheus-toolchain
 
 # The GPU-free serving rig's own locked Python env (real Dynamo frontend + mocker, AIPerf) for tests/test_rig.py.
 rig-toolchain: $(UV)

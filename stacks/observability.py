@@ -18,11 +18,20 @@ What it builds, and why each choice:
   ``dynamo-worker`` when the CRDs exist at install time, *without* labels
   (deploy/helm/charts/platform/components/operator/templates/prometheus.yaml at the reference
   commit), so this Prometheus does not scrape them twice.
-- **Dynamo monitors follow the platform's convention** (same template): pods labelled
-  ``nvidia.com/metrics-enabled: "true"`` and ``nvidia.com/dynamo-component-type: frontend`` are
-  scraped on port ``http`` (``/metrics``, honorLabels, ``dynamo_namespace`` relabel); ``worker``
-  pods on port ``system`` (``/metrics``). Ours are namespaced to the serving namespace and select
-  the DGD's pods (``nvidia.com/dynamo-graph-deployment-name``), interval 5s as upstream.
+- **Dynamo monitors follow the platform's convention**, as its newest PodMonitor template has it
+  (ai-dynamo/dynamo deploy/helm/charts/platform/components/operator/templates/prometheus.yaml @
+  14947dfa985a93c2fba3a6e3a1abcc667163422c): pods labelled ``nvidia.com/metrics-enabled: "true"``
+  and ``nvidia.com/dynamo-component-type: frontend`` are scraped on port ``http`` (``/metrics``,
+  honorLabels, ``dynamo_namespace`` relabel); worker pods, selected by
+  ``nvidia.com/dynamo-component-type In [worker, decode, prefill]`` (matchExpressions), on port
+  ``system`` (``/metrics``, ``dynamo_component_type`` relabel). All three types matter: the operator
+  labels the pods of a v1beta1 ``type: prefill|decode`` component ``prefill``/``decode`` and only
+  DCDs converted from v1alpha1 keep ``worker`` (operator consts.go comment on
+  KubeLabelDynamoComponentType and ``GetDCDWorkloadComponentType``;
+  shared/reference/dynamo-next/OPERATOR-LABELS.md), so a ``worker``-only selector (the older
+  template, same path @ b7f730feb6b2ac8da2200631a3dec0732a6231a1) scrapes no disaggregated worker.
+  Ours are namespaced to the serving namespace and also select the DGD's pods
+  (``nvidia.com/dynamo-graph-deployment-name``), interval 5s as upstream.
 - **GPU metrics (DCGM)**, matched to ``cluster.nvidiaStack``: the GPU Operator ships its own DCGM
   exporter (``dcgmExporter.enabled: true`` in gpu-operator v26.7.0 values), so with
   ``gpu-operator`` we only add a ServiceMonitor for its ``nvidia-dcgm-exporter`` Service
@@ -33,14 +42,17 @@ What it builds, and why each choice:
   with its ServiceMonitor labelled for our Prometheus. Installing both would double every series.
 - **Dashboards** as ConfigMaps labelled ``grafana_dashboard: "1"`` (the Grafana chart sidecar's
   default label and value), in the observability namespace: Dynamo serving (request rate, TTFT,
-  inter-token latency, output throughput, KV-cache usage, queue depth; metric names from the
-  Dynamo metrics reference, docs/observability/metrics.md) and GPUs (DCGM_FI_DEV_* fields).
+  inter-token latency, output throughput, KV-cache usage, queue depth) and GPUs (DCGM_FI_DEV_*
+  fields). Dynamo metric names are those of the Dynamo the platform runs (``DYNAMO_METRICS`` below
+  says where each comes from); tests/test_prometheus.py evaluates every query through a real
+  Prometheus scraping the real Dynamo frontend and mocker workers, so a rename upstream fails a test.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from .platform import GPU_TOLERATION, HelmSpec, _helm
 
@@ -56,6 +68,8 @@ DASHBOARD_LABEL_VALUE = "1"
 METRICS_ENABLED_LABEL = "nvidia.com/metrics-enabled"
 COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-component-type"
 DGD_NAME_LABEL = "nvidia.com/dynamo-graph-deployment-name"
+# The component types the platform's worker PodMonitor selects, in its order (prometheus.yaml @ 14947dfa...).
+WORKER_COMPONENT_TYPES = ("worker", "decode", "prefill")
 SCRAPE_INTERVAL = "5s"  # the platform's PodMonitors scrape every 5s
 DCGM_CHOICES = ("gpu-operator", "dcgm-exporter", "none")
 
@@ -127,7 +141,9 @@ def _meta(name: str, namespace: str, labels: dict) -> dict:
 
 
 def dynamo_pod_monitors(serving_namespace: str, dgd_name: str, monitor_labels: dict) -> list[dict]:
-    """PodMonitors for the DGD's frontend (port ``http``) and workers (port ``system``), as the platform's."""
+    """PodMonitors for the DGD's frontend (port ``http``) and its worker, prefill and decode pods (port
+    ``system``), as the platform's newest ``dynamo-frontend``/``dynamo-worker`` (selectors and endpoints
+    as upstream, plus this DGD's name)."""
     base = {METRICS_ENABLED_LABEL: "true", DGD_NAME_LABEL: dgd_name}
     ns_sel = {"matchNames": [serving_namespace]}
     frontend = {
@@ -148,7 +164,14 @@ def dynamo_pod_monitors(serving_namespace: str, dgd_name: str, monitor_labels: d
         "metadata": _meta(f"{dgd_name}-worker", serving_namespace, monitor_labels),
         "spec": {
             "namespaceSelector": dict(ns_sel),
-            "selector": {"matchLabels": {**base, COMPONENT_TYPE_LABEL: "worker"}},
+            # Upstream's two expressions verbatim; the DGD name narrows them to this deployment.
+            "selector": {
+                "matchLabels": {DGD_NAME_LABEL: dgd_name},
+                "matchExpressions": [
+                    {"key": COMPONENT_TYPE_LABEL, "operator": "In", "values": list(WORKER_COMPONENT_TYPES)},
+                    {"key": METRICS_ENABLED_LABEL, "operator": "In", "values": ["true"]},
+                ],
+            },
             "podMetricsEndpoints": [{
                 "interval": SCRAPE_INTERVAL, "path": "/metrics", "port": "system",
                 "relabelings": [{"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type"],
@@ -197,19 +220,40 @@ def _q(metric: str, sel: str) -> str:
     return f'histogram_quantile({{q}}, sum by (le) (rate({metric}_bucket{{{{{sel}}}}}[1m])))'
 
 
+# Dynamo metric names the serving dashboard queries. Source: ai-dynamo/dynamo
+# lib/runtime/src/metrics/prometheus_names.rs @ 04070c75b52f33346a2d5723eed93a0093e77bad (prefixes
+# ``name_prefix::FRONTEND = "dynamo_frontend"`` and ``COMPONENT = "dynamo_component"``, the latter prepended by
+# ``build_component_metric_name``), and the same constants as shipped in the ai-dynamo-runtime 1.5.0 and 1.6.1
+# wheels on PyPI (dynamo/prometheus_names.py, generated from that file): ``frontend_service::REQUESTS_TOTAL``,
+# ``TIME_TO_FIRST_TOKEN_SECONDS``, ``INTER_TOKEN_LATENCY_SECONDS``, ``OUTPUT_TOKENS_TOTAL``, ``QUEUED_REQUESTS``,
+# ``INFLIGHT_REQUESTS``; ``kvstats::GPU_CACHE_USAGE_PERCENT = "gpu_cache_usage_percent"`` ("GPU cache usage as a
+# percentage (0.0-1.0)", hence the ``percentunit`` panel unit). The kvstats constants sit in a module named
+# ``kvstats`` but the name has no ``kvstats_`` part: the worker exports ``dynamo_component_gpu_cache_usage_percent``
+# (an earlier dashboard queried ``dynamo_component_kvstats_gpu_cache_usage_percent`` and showed no data).
+DYNAMO_METRICS = {
+    "requests": "dynamo_frontend_requests_total",
+    "ttft": "dynamo_frontend_time_to_first_token_seconds",
+    "itl": "dynamo_frontend_inter_token_latency_seconds",
+    "output_tokens": "dynamo_frontend_output_tokens_total",
+    "queued": "dynamo_frontend_queued_requests",
+    "inflight": "dynamo_frontend_inflight_requests",
+    "kv_cache_usage": "dynamo_component_gpu_cache_usage_percent",
+}
+
+
 def serving_dashboard(serving_namespace: str) -> dict:
     """Dynamo serving: request rate, TTFT and inter-token latency (p50/p95), output tokens/s,
     KV-cache usage, queued and in-flight requests. ``$namespace`` selects the serving namespace."""
-    sel = 'namespace="$namespace"'
-    ttft, itl = _q("dynamo_frontend_time_to_first_token_seconds", sel), _q("dynamo_frontend_inter_token_latency_seconds", sel)
+    sel, m = 'namespace="$namespace"', DYNAMO_METRICS
+    ttft, itl = _q(m["ttft"], sel), _q(m["itl"], sel)
     panels = [
-        ("Request rate", [(f"sum(rate(dynamo_frontend_requests_total{{{sel}}}[1m]))", "req/s")], "reqps"),
+        ("Request rate", [(f"sum(rate({m['requests']}{{{sel}}}[1m]))", "req/s")], "reqps"),
         ("Time to first token", [(ttft.format(q="0.50"), "p50"), (ttft.format(q="0.95"), "p95")], "s"),
         ("Inter-token latency", [(itl.format(q="0.50"), "p50"), (itl.format(q="0.95"), "p95")], "s"),
-        ("Output tokens/s", [(f"sum(rate(dynamo_frontend_output_tokens_total{{{sel}}}[1m]))", "tok/s")], "short"),
-        ("KV-cache usage", [(f"max by (pod) (dynamo_component_kvstats_gpu_cache_usage_percent{{{sel}}})", "{{pod}}")], "percentunit"),
-        ("Queue depth", [(f"sum(dynamo_frontend_queued_requests{{{sel}}})", "queued"),
-                         (f"sum(dynamo_frontend_inflight_requests{{{sel}}})", "in flight")], "short"),
+        ("Output tokens/s", [(f"sum(rate({m['output_tokens']}{{{sel}}}[1m]))", "tok/s")], "short"),
+        ("KV-cache usage", [(f"max by (pod) ({m['kv_cache_usage']}{{{sel}}})", "{{pod}}")], "percentunit"),
+        ("Queue depth", [(f"sum({m['queued']}{{{sel}}})", "queued"),
+                         (f"sum({m['inflight']}{{{sel}}})", "in flight")], "short"),
     ]
     ns_var = {"name": "namespace", "type": "custom", "query": serving_namespace, "current": {"text": serving_namespace, "value": serving_namespace}}
     return _dashboard("dynamo-serving", "Dynamo serving", panels, [ns_var])
@@ -233,6 +277,170 @@ def dashboard_configmap(name: str, namespace: str, dashboard: dict) -> dict:
         "metadata": _meta(name, namespace, {DASHBOARD_LABEL: DASHBOARD_LABEL_VALUE}),
         "data": {f"{dashboard['uid']}.json": json.dumps(dashboard, indent=1, sort_keys=True)},
     }
+
+
+# --------------------------------------------------------------------------- what Prometheus makes of them
+# Pure translations used by tests/test_prometheus.py to run a real Prometheus against local processes standing in
+# for the DGD's pods: label-selector matching, the scrape configuration the Prometheus Operator generates for a
+# PodMonitor (with static targets instead of Kubernetes service discovery), and the queries Grafana sends.
+
+
+def selector_matches(selector: Optional[dict], labels: dict) -> bool:
+    """Kubernetes ``LabelSelector`` semantics (k8s.io/apimachinery pkg/labels ``Requirement.Matches``): every
+    ``matchLabels`` pair equal; ``In``: label present with a listed value; ``NotIn``: label absent or not listed;
+    ``Exists`` / ``DoesNotExist``: present / absent. An empty selector matches every pod."""
+    selector = selector or {}
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], e.get("values") or []
+        if op == "In":
+            ok = key in labels and labels[key] in values
+        elif op == "NotIn":
+            ok = key not in labels or labels[key] not in values
+        elif op == "Exists":
+            ok = key in labels
+        elif op == "DoesNotExist":
+            ok = key not in labels
+        else:
+            raise ValueError(f"label selector operator {op!r} (key {key!r}) is not one of In, NotIn, Exists, DoesNotExist")
+        if not ok:
+            return False
+    return True
+
+
+def _sanitize(name: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)  # the operator's sanitizeLabelName
+
+
+_RELABEL_KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label", "separator": "separator",
+                 "regex": "regex", "modulus": "modulus", "replacement": "replacement", "action": "action"}
+
+
+def _relabel(r: dict) -> dict:
+    """A PodMonitor ``RelabelConfig`` (CRD camelCase) as Prometheus ``relabel_config`` (snake_case, lower-case action)."""
+    unknown = set(r) - set(_RELABEL_KEYS)
+    if unknown:
+        raise ValueError(f"relabeling fields {sorted(unknown)} are not translated")
+    out = {_RELABEL_KEYS[k]: v for k, v in r.items()}
+    if "action" in out:
+        out["action"] = out["action"].lower()
+    return out
+
+
+def pod_monitor_scrape_configs(monitors: Iterable[dict], pods: Iterable[Any], namespace: str, *,
+                               host: str = "127.0.0.1", interval: Optional[str] = None) -> list[dict]:
+    """Prometheus ``scrape_configs`` for ``monitors`` (PodMonitors) over ``pods`` in ``namespace`` (objects with
+    ``name``, ``labels`` and ``ports`` = container port name -> port on ``host``).
+
+    Follows the Prometheus Operator's ``generatePodMonitorConfig`` (prometheus-operator/prometheus-operator
+    pkg/prometheus/promcfg.go @ 002266347d12f6ee0ef0b4a774dfcc613d2d9547): one scrape config per
+    ``podMetricsEndpoints`` entry, ``job_name: podMonitor/<ns>/<name>/<i>``, ``honor_labels``, interval and path
+    from the endpoint; relabelings: ``job`` -> ``__tmp_prometheus_job_name``, a keep rule per selector term on
+    ``__meta_kubernetes_pod_label_<key>``/``labelpresent`` (``(<values>);true``; drop for NotIn/DoesNotExist), a
+    keep on ``__meta_kubernetes_pod_container_port_name`` = the endpoint's port, ``namespace``/``container``/
+    ``pod`` from the meta labels, ``job = <ns>/<name>``, ``endpoint = <port>``, then the endpoint's own
+    relabelings. Kubernetes service discovery is replaced by one static target per selected pod that has the
+    endpoint's port (the selector evaluated here by ``selector_matches``), carrying the ``__meta_kubernetes_*``
+    labels pod discovery would give it, so Prometheus's own relabeling re-checks the selection and produces the
+    target labels. Left out: the operator's running-phase filter (every pod here runs) and sharding.
+    ``interval`` overrides the endpoints' scrape interval (tests scrape faster)."""
+    pods = list(pods)
+    out = []
+    for m in monitors:
+        if m.get("kind") != "PodMonitor":
+            continue
+        meta, spec = m["metadata"], m["spec"]
+        ns_sel = spec.get("namespaceSelector") or {}
+        if not ns_sel.get("any") and namespace not in (ns_sel.get("matchNames") or [meta["namespace"]]):
+            continue
+        selector = spec.get("selector") or {}
+        selected = [p for p in pods if selector_matches(selector, p.labels)]
+        keep = [{"action": "keep", "source_labels": [f"__meta_kubernetes_pod_label_{_sanitize(k)}",
+                                                      f"__meta_kubernetes_pod_labelpresent_{_sanitize(k)}"],
+                 "regex": f"({v});true"} for k, v in sorted((selector.get("matchLabels") or {}).items())]
+        for e in selector.get("matchExpressions") or []:
+            k, op = _sanitize(e["key"]), e["operator"]
+            if op in ("In", "NotIn"):
+                keep.append({"action": "keep" if op == "In" else "drop",
+                             "source_labels": [f"__meta_kubernetes_pod_label_{k}", f"__meta_kubernetes_pod_labelpresent_{k}"],
+                             "regex": f"({'|'.join(e.get('values') or [])});true"})
+            else:
+                keep.append({"action": "keep" if op == "Exists" else "drop",
+                             "source_labels": [f"__meta_kubernetes_pod_labelpresent_{k}"], "regex": "true"})
+        for i, ep in enumerate(spec.get("podMetricsEndpoints") or []):
+            port = ep["port"]
+            groups = []
+            for p in selected:
+                if port not in p.ports:
+                    continue
+                labels = {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_pod_name": p.name,
+                          "__meta_kubernetes_pod_container_port_name": port}
+                for k, v in p.labels.items():
+                    labels[f"__meta_kubernetes_pod_label_{_sanitize(k)}"] = v
+                    labels[f"__meta_kubernetes_pod_labelpresent_{_sanitize(k)}"] = "true"
+                groups.append({"targets": [f"{host}:{p.ports[port]}"], "labels": labels})
+            relabel = ([{"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"}] + keep + [
+                {"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": port},
+                {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+                {"target_label": "job", "replacement": f"{meta['namespace']}/{meta['name']}"},
+                {"target_label": "endpoint", "replacement": port},
+            ] + [_relabel(r) for r in ep.get("relabelings") or []])
+            out.append({
+                "job_name": f"podMonitor/{meta['namespace']}/{meta['name']}/{i}",
+                "honor_labels": bool(ep.get("honorLabels", False)),
+                "scrape_interval": interval or ep.get("interval") or SCRAPE_INTERVAL,
+                "metrics_path": ep.get("path") or "/metrics",
+                "static_configs": groups,
+                "relabel_configs": relabel,
+            })
+    return out
+
+
+# Grafana's template-variable syntax: $var, [[var]] / [[var:fmt]], ${var} / ${var.field} / ${var:fmt}
+# (grafana/grafana public/app/features/variables/utils.ts @ 03692907fef7b02d0fba1daae2140d09f7d33082, variableRegex).
+_GRAFANA_VARIABLE = re.compile(r"\$(\w+)|\[\[(\w+?)(?::(\w+))?\]\]|\$\{(\w+)(?:\.([^:^\}]+))?(?::([^\}]+))?\}")
+
+
+def grafana_interpolate(expr: str, variables: dict[str, str]) -> str:
+    """``expr`` with every Grafana variable reference replaced by its value in ``variables`` (single values:
+    what the Prometheus data source sends for a single-valued custom variable is the value itself; a value
+    that would need escaping, or an unknown variable, is an error rather than a silently wrong query)."""
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(2) or m.group(4)
+        if name not in variables:
+            raise KeyError(f"Grafana variable ${name} in {expr!r} has no value (known: {sorted(variables)})")
+        value = variables[name]
+        if re.search(r"[\\'\"|.*+?()\[\]{}^$]", value):
+            raise ValueError(f"Grafana variable ${name} = {value!r} would need escaping")
+        return value
+    return _GRAFANA_VARIABLE.sub(sub, expr)
+
+
+def dashboard_queries(configmap: dict) -> list[tuple[str, str, str, str]]:
+    """Every query of a dashboard ConfigMap, as Grafana sends it: (dashboard title, panel title, refId, PromQL),
+    with the dashboard's custom/constant variables substituted by their current values."""
+    out = []
+    for text in configmap["data"].values():
+        dash = json.loads(text)
+        variables = {}
+        for v in (dash.get("templating") or {}).get("list") or []:
+            if v.get("type") in ("custom", "constant", "textbox"):
+                cur = (v.get("current") or {}).get("value", v.get("query"))
+                if isinstance(cur, list):
+                    raise ValueError(f"dashboard {dash['title']!r}: multi-value variable {v['name']!r} is not handled")
+                variables[v["name"]] = cur
+        panels = list(dash.get("panels") or [])
+        while panels:
+            panel = panels.pop(0)
+            panels.extend(panel.get("panels") or [])  # collapsed rows keep their panels inside
+            for t in panel.get("targets") or []:
+                if "expr" in t:
+                    out.append((dash["title"], panel["title"], t["refId"], grafana_interpolate(t["expr"], variables)))
+    return out
 
 
 # --------------------------------------------------------------------------- the plan

@@ -1,5 +1,6 @@
-"""Issue 13: the optional observability layer (stacks/observability.py, components/observability.py)."""
+"""The optional observability layer (stacks/observability.py, components/observability.py)."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,8 @@ import yaml
 from harness import run_program
 from stacks.config import ConfigError, ObservabilityConfig, parse
 from stacks.observability import (
-    COMPONENT_TYPE_LABEL, DASHBOARD_LABEL, DGD_NAME_LABEL, METRICS_ENABLED_LABEL, build_observability, dcgm_for,
+    COMPONENT_TYPE_LABEL, DASHBOARD_LABEL, DGD_NAME_LABEL, METRICS_ENABLED_LABEL, build_observability, dashboard_queries,
+    dcgm_for, grafana_interpolate, pod_monitor_scrape_configs, selector_matches,
 )
 from stacks.versions import versions
 
@@ -54,18 +56,138 @@ def test_device_plugin_installs_the_dcgm_exporter_chart_labelled_for_our_prometh
     assert kps.values["grafana"]["sidecar"]["dashboards"]["label"] == DASHBOARD_LABEL
 
 
+def _upstream_worker_expressions() -> list[tuple[str, str, tuple[str, ...]]]:
+    """The platform chart's newest ``dynamo-worker`` selector as the reference facts file records it
+    (shared/reference/dynamo-next/OPERATOR-LABELS.md, section 3 table row, source P)."""
+    row = next(line for line in (REF / "dynamo-next" / "OPERATOR-LABELS.md").read_text().splitlines()
+               if line.startswith("| `dynamo-worker` |"))
+    selector = row.split("|")[2]
+    out = []
+    for key, op, values in re.findall(r"`([\w./-]+) (In|NotIn) \[([^\]]*)\]`", selector):
+        out.append((key, op, tuple(sorted(v.strip().strip('"') for v in values.split(",")))))
+    assert out, row
+    return sorted(out)
+
+
 def test_pod_monitors_follow_the_platform_convention():
     """Same selectors, ports, paths and interval as the platform chart's dynamo-frontend/dynamo-worker PodMonitors,
     narrowed to this DGD in the serving namespace."""
     plan = build_observability(_obs(), serving_namespace="serve", dgd_name="vllm-disagg", nvidia_stack=None)
     fe, wk = (m for m in plan.monitors if m["kind"] == "PodMonitor")
-    for m, comp, port in ((fe, "frontend", "http"), (wk, "worker", "system")):
+    for m, port in ((fe, "http"), (wk, "system")):
         assert m["metadata"]["namespace"] == "serve"
         assert m["spec"]["namespaceSelector"] == {"matchNames": ["serve"]}
-        assert m["spec"]["selector"]["matchLabels"] == {METRICS_ENABLED_LABEL: "true", COMPONENT_TYPE_LABEL: comp, DGD_NAME_LABEL: "vllm-disagg"}
         ep = m["spec"]["podMetricsEndpoints"][0]
         assert (ep["port"], ep["path"], ep["interval"]) == (port, "/metrics", "5s")
+    assert fe["spec"]["selector"] == {"matchLabels": {METRICS_ENABLED_LABEL: "true", COMPONENT_TYPE_LABEL: "frontend",
+                                                      DGD_NAME_LABEL: "vllm-disagg"}}
     assert fe["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
+    # Workers: the platform's expressions (worker, decode, prefill; metrics enabled) plus this DGD's name.
+    assert wk["spec"]["selector"] == {
+        "matchLabels": {DGD_NAME_LABEL: "vllm-disagg"},
+        "matchExpressions": [{"key": COMPONENT_TYPE_LABEL, "operator": "In", "values": ["worker", "decode", "prefill"]},
+                             {"key": METRICS_ENABLED_LABEL, "operator": "In", "values": ["true"]}],
+    }
+
+
+def test_worker_pod_monitor_selects_every_worker_role_the_operator_labels():
+    """The operator labels v1beta1 prefill/decode pods ``prefill``/``decode`` and converted v1alpha1 ones ``worker``
+    (OPERATOR-LABELS.md): all three are scraped, frontends, planners, other DGDs and opted-out pods are not."""
+    plan = build_observability(_obs(), serving_namespace="serve", dgd_name="g", nvidia_stack=None)
+    fe, wk = (m["spec"]["selector"] for m in plan.monitors if m["kind"] == "PodMonitor")
+
+    def pod(ctype, dgd="g", metrics="true"):
+        return {COMPONENT_TYPE_LABEL: ctype, DGD_NAME_LABEL: dgd, METRICS_ENABLED_LABEL: metrics}
+
+    for ctype in ("worker", "prefill", "decode"):
+        assert selector_matches(wk, pod(ctype)) and not selector_matches(fe, pod(ctype)), ctype
+    assert selector_matches(fe, pod("frontend")) and not selector_matches(wk, pod("frontend"))
+    for other in (pod("planner"), pod("decode", dgd="other"), pod("prefill", metrics="false"),
+                  {DGD_NAME_LABEL: "g", METRICS_ENABLED_LABEL: "true"}):
+        assert not selector_matches(wk, other), other
+
+
+def test_worker_selector_matches_the_platform_charts_newest_worker_pod_monitor():
+    """Our expressions are the platform chart's own (as the reference facts file records them)."""
+    plan = build_observability(_obs(), serving_namespace="serve", dgd_name="g", nvidia_stack=None)
+    ours = next(m for m in plan.monitors if m["metadata"]["name"] == "g-worker")["spec"]["selector"]
+    assert sorted((e["key"], e["operator"], tuple(sorted(e["values"]))) for e in ours["matchExpressions"]) \
+        == _upstream_worker_expressions()
+
+
+@pytest.mark.parametrize("expr, labels, expected", [
+    ({"key": "a", "operator": "In", "values": ["x", "y"]}, {"a": "y"}, True),
+    ({"key": "a", "operator": "In", "values": ["x"]}, {}, False),
+    ({"key": "a", "operator": "NotIn", "values": ["x"]}, {}, True),  # absent label: NotIn holds (Kubernetes semantics)
+    ({"key": "a", "operator": "NotIn", "values": ["x"]}, {"a": "x"}, False),
+    ({"key": "a", "operator": "Exists"}, {"a": ""}, True),
+    ({"key": "a", "operator": "Exists"}, {"b": "x"}, False),
+    ({"key": "a", "operator": "DoesNotExist"}, {"b": "x"}, True),
+    ({"key": "a", "operator": "DoesNotExist"}, {"a": "x"}, False),
+])
+def test_selector_operators(expr, labels, expected):
+    assert selector_matches({"matchExpressions": [expr]}, labels) is expected
+    # matchLabels and matchExpressions are ANDed
+    assert selector_matches({"matchLabels": {"c": "1"}, "matchExpressions": [expr]}, {**labels, "c": "2"}) is False
+
+
+def test_unknown_selector_operator_is_an_error():
+    with pytest.raises(ValueError, match="'Gt'.*In, NotIn, Exists, DoesNotExist"):
+        selector_matches({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}, {"a": "2"})
+
+
+class _Pod:
+    def __init__(self, name, ctype, ports, dgd="g"):
+        self.name, self.ports = name, ports
+        self.labels = {COMPONENT_TYPE_LABEL: ctype, DGD_NAME_LABEL: dgd, METRICS_ENABLED_LABEL: "true",
+                       "nvidia.com/dynamo-namespace": "serve-g"}
+
+
+def test_scrape_configs_follow_the_pod_monitors():
+    """One job per endpoint as the Prometheus Operator names it; a static target per selected pod with the port;
+    the operator's selection, namespace/pod/job/endpoint relabelings and then the endpoint's own."""
+    plan = build_observability(_obs(), serving_namespace="serve", dgd_name="g", nvidia_stack="gpu-operator")
+    pods = [_Pod("g-frontend-1", "frontend", {"http": 18000}), _Pod("g-prefill-1", "prefill", {"system": 19001}),
+            _Pod("g-decode-1", "decode", {"system": 19002}), _Pod("h-decode-1", "decode", {"system": 19003}, dgd="h"),
+            _Pod("g-planner-1", "planner", {"metrics": 19004})]
+    cfgs = {c["job_name"]: c for c in pod_monitor_scrape_configs(plan.monitors, pods, "serve", interval="1s")}
+    assert set(cfgs) == {"podMonitor/serve/g-frontend/0", "podMonitor/serve/g-worker/0"}  # the ServiceMonitor is not a PodMonitor
+    fe, wk = cfgs["podMonitor/serve/g-frontend/0"], cfgs["podMonitor/serve/g-worker/0"]
+    assert [g["targets"] for g in fe["static_configs"]] == [["127.0.0.1:18000"]]
+    assert [g["targets"] for g in wk["static_configs"]] == [["127.0.0.1:19001"], ["127.0.0.1:19002"]]
+    assert fe["honor_labels"] is True and wk["honor_labels"] is False
+    assert (wk["metrics_path"], wk["scrape_interval"]) == ("/metrics", "1s")
+    meta = wk["static_configs"][0]["labels"]
+    assert meta["__meta_kubernetes_pod_name"] == "g-prefill-1" and meta["__meta_kubernetes_namespace"] == "serve"
+    assert meta["__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type"] == "prefill"
+    rl = wk["relabel_configs"]
+    assert {"action": "keep", "source_labels": ["__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type",
+                                                 "__meta_kubernetes_pod_labelpresent_nvidia_com_dynamo_component_type"],
+            "regex": "(worker|decode|prefill);true"} in rl
+    assert {"target_label": "job", "replacement": "serve/g-worker"} in rl
+    assert rl[-1] == {"action": "replace", "source_labels": ["__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type"],
+                      "target_label": "dynamo_component_type"}
+    # Another namespace is not selected (namespaceSelector.matchNames).
+    assert all(not c["static_configs"] for c in pod_monitor_scrape_configs(plan.monitors, pods, "elsewhere"))
+
+
+def test_dashboard_queries_are_what_grafana_sends():
+    plan = build_observability(_obs(), serving_namespace="serve", dgd_name="g", nvidia_stack="device-plugin")
+    queries = [q for cm in plan.dashboards for q in dashboard_queries(cm)]
+    assert {d for d, *_ in queries} == {"Dynamo serving", "Dynamo GPUs (DCGM)"}
+    assert all("$" not in q and "[[" not in q for *_, q in queries)
+    kv = [q for _, panel, _, q in queries if panel == "KV-cache usage"]
+    assert kv == ['max by (pod) (dynamo_component_gpu_cache_usage_percent{namespace="serve"})']
+    assert len(queries) == sum(len(p["targets"]) for cm in plan.dashboards
+                               for p in json.loads(next(iter(cm["data"].values())))["panels"])
+
+
+def test_grafana_variables_are_substituted_in_every_syntax():
+    assert grafana_interpolate('m{a="$ns",b="${ns}",c="[[ns]]",d="${ns:raw}"}', {"ns": "serve"}) == 'm{a="serve",b="serve",c="serve",d="serve"}'
+    with pytest.raises(KeyError, match=r"\$job"):
+        grafana_interpolate('m{job="$job"}', {"ns": "serve"})
+    with pytest.raises(ValueError, match="escaping"):
+        grafana_interpolate('m{a=~"$ns"}', {"ns": "a|b"})
 
 
 def test_dashboards_are_sidecar_configmaps_with_the_serving_panels():
@@ -77,8 +199,9 @@ def test_dashboards_are_sidecar_configmaps_with_the_serving_panels():
     exprs = " ".join(t["expr"] for p in serving["panels"] for t in p["targets"])
     for metric in ("dynamo_frontend_requests_total", "dynamo_frontend_time_to_first_token_seconds_bucket",
                    "dynamo_frontend_inter_token_latency_seconds_bucket", "dynamo_frontend_output_tokens_total",
-                   "dynamo_component_kvstats_gpu_cache_usage_percent", "dynamo_frontend_queued_requests"):
+                   "dynamo_component_gpu_cache_usage_percent", "dynamo_frontend_queued_requests"):
         assert metric in exprs, metric
+    assert "kvstats" not in exprs  # the worker exports dynamo_component_gpu_cache_usage_percent (no kvstats_ part)
     gpu = json.loads(next(iter(plan.dashboards[1]["data"].values())))
     assert "DCGM_FI_DEV_GPU_UTIL" in json.dumps(gpu)
 
