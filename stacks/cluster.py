@@ -44,6 +44,10 @@ EFS_CLIENT_MBPS = 1.5 * 1024 * 1.048576  # 1.5 GiB/s in MB/s
 FSX_THROUGHPUT_PER_TIB = (125, 250, 500, 1000)  # PERSISTENT_2 SSD, MB/s/TiB (FSx CreateFileSystem PerUnitStorageThroughput)
 _ZONE = re.compile(r"(?P<region>[a-z]{2}(?:-gov)?-[a-z]+-\d)(?P<letter>[a-z])")
 _LOCAL_ZONE = re.compile(r"(?P<region>[a-z]{2}(?:-gov)?-[a-z]+-\d)-[a-z]+-\d[a-z]")
+# EFS provisioned throughput the API accepts: "Valid values are 1-3414 MiBps, with the upper limit depending on Region.
+# To increase this limit, contact AWS Support" (EFS API reference, CreateFileSystem/UpdateFileSystem
+# ProvisionedThroughputInMibps; as quoted by the AWS SDK for Kotlin's EFS model docs, docs.aws.amazon.com/sdk-for-kotlin).
+EFS_PROVISIONED_MIBPS = (1, 3414)
 
 
 def _eks_pin(key: str):
@@ -54,6 +58,54 @@ def _eks_pin(key: str):
 
 def kubernetes_versions() -> tuple[str, ...]:
     return tuple(_eks_pin("kubernetesVersions"))
+
+
+def _minor(version: str, key: str) -> int:
+    m = re.fullmatch(r"1\.(\d+)", str(version))
+    if not m:
+        raise ValueError(f"{key}: {version!r} is not a Kubernetes minor version like 1.35")
+    return int(m[1])
+
+
+def check_kubernetes_step(current: Optional[str], wanted: str, k: str = f"{NS}:cluster") -> None:
+    """EKS moves a control plane one minor version per UpdateClusterVersion and never back ("Update existing
+    cluster to new Kubernetes version": "You can't downgrade", "update to the next minor version only";
+    terraform-provider-aws internal/service/eks/cluster.go sends UpdateClusterVersion with the new version as is,
+    so a skip fails only after the `up` has started). ``current``: the version the cluster runs (None: a new cluster).
+    A skip or a downgrade raises, naming the steps to take."""
+    if current is None:
+        return
+    now, to = _minor(current, f"{k}.currentKubernetesVersion"), _minor(wanted, f"{k}.kubernetesVersion")
+    if to < now:
+        raise ValueError(f"{k}.kubernetesVersion: {wanted!r} is older than the cluster's {current!r} "
+                         f"({k}.currentKubernetesVersion); EKS cannot downgrade a cluster: set {k}.kubernetesVersion: \"{current}\" "
+                         "or a newer one")
+    if to - now > 1:
+        steps = [f"1.{m}" for m in range(now + 1, to + 1)]
+        raise ValueError(f"{k}.kubernetesVersion: {wanted!r} is {to - now} minor versions ahead of the cluster's {current!r} "
+                         f"({k}.currentKubernetesVersion); EKS upgrades one minor version at a time: "
+                         + "; then ".join(f"set {k}.kubernetesVersion: \"{v}\" and {k}.currentKubernetesVersion: \"{p}\", run `pulumi up`"
+                                          for p, v in zip([current] + steps, steps))
+                         + " (docs/deploy-aws.md, \"Upgrading Kubernetes\")")
+
+
+def addon_versions(kubernetes_version: str) -> dict[str, str]:
+    """The pinned EKS add-on versions for a control-plane version (stacks/versions.yaml eks.addons); an add-on
+    without a pin there gets EKS's default version for the cluster's Kubernetes version (CreateAddon without
+    addonVersion)."""
+    return dict((_eks_pin("addons") or {}).get(str(kubernetes_version)) or {})
+
+
+def scaling_config(count: int, capacity_block: bool) -> dict:
+    """The GPU node group's scalingConfig, sent whole on create and on every update that changes it (pulumi-aws
+    wraps terraform-provider-aws, whose node group update sends ``scaling_config`` min, max and desired in one
+    UpdateNodegroupConfig: internal/service/eks/node_group.go). EKS checks min <= desired <= max on that request
+    ("Minimum capacity N can't be greater than desired size M", terraform-aws-eks issues 748, 2030, 3683, where
+    ignore_changes kept the old desired size). The program owns the desired size: it is never in ignoreChanges, so
+    a resize sends the new desired size with the new bounds and every step keeps min <= desired <= max.
+    On-demand and reserved groups are fixed at ``count``; a Capacity Block group may go to zero (EKS scales it in
+    when the block ends: min 0), and its desired size is ``count`` so a scale-up adds nodes."""
+    return {"desired_size": count, "min_size": 0 if capacity_block else count, "max_size": count}
 
 
 POOL_KEYS = ("instance_type", "gpu_nodes", "efa", "placement_group", "market_type", "capacity_reservation_id", "gpu_availability_zone")
@@ -80,6 +132,9 @@ class EksConfig(_Model):
 
     region: str = "us-east-1"
     kubernetes_version: str = Field(default_factory=lambda: str(_eks_pin("kubernetesVersion")))
+    # The version the cluster runs now, when it exists (its kubernetesVersion output): an `up` may move one minor
+    # version from it, never more and never back (EKS UpdateClusterVersion); unset on a new cluster.
+    current_kubernetes_version: Optional[str] = None
     vpc_cidr: str = "10.0.0.0/16"
     availability_zones: tuple[str, ...] = ()  # default: <region>a, <region>b, <region>c
     # default: the first zone. May be a Local Zone of the region (e.g. GB200 UltraServers in us-east-1-dfw-2a):
@@ -95,7 +150,7 @@ class EksConfig(_Model):
     system_nodes: int = Field(default=2, ge=1, le=MAX_NODES_PER_NODEGROUP)
     cache_storage: Literal["efs", "fsx-lustre"] = "efs"
     efs_throughput_mode: Literal["elastic", "bursting", "provisioned"] = "elastic"
-    efs_provisioned_throughput_mibps: Optional[int] = Field(default=None, ge=1, le=10240)
+    efs_provisioned_throughput_mibps: Optional[int] = None  # EFS_PROVISIONED_MIBPS, checked in _check
     fsx_storage_capacity_gib: int = 2400
     fsx_throughput_per_tib: Literal[125, 250, 500, 1000] = 1000
     nvidia_stack: Literal["device-plugin", "gpu-operator"] = "device-plugin"
@@ -145,9 +200,16 @@ class EksConfig(_Model):
             raise ValueError(f"{k}.placementGroup: true conflicts with {k}.capacityReservationId {self.capacity_reservation_id}: "
                              "a Capacity Block is already placed together and a targeted reservation launches where it was made; "
                              "remove placementGroup")
+        check_kubernetes_step(self.current_kubernetes_version, self.kubernetes_version, k)
+        lo, hi = EFS_PROVISIONED_MIBPS
         if self.efs_throughput_mode == "provisioned" and self.efs_provisioned_throughput_mibps is None:
-            raise ValueError(f"{k}.efsThroughputMode: provisioned needs {k}.efsProvisionedThroughputMibps (1-10240), "
+            raise ValueError(f"{k}.efsThroughputMode: provisioned needs {k}.efsProvisionedThroughputMibps ({lo}-{hi}), "
                              "or choose elastic (the default) or bursting")
+        mibps = self.efs_provisioned_throughput_mibps
+        if mibps is not None and not lo <= mibps <= hi:
+            raise ValueError(f"{k}.efsProvisionedThroughputMibps: {mibps} is outside what the EFS API accepts, {lo}-{hi} MiB/s "
+                             "(CreateFileSystem ProvisionedThroughputInMibps; the upper limit is lower in some Regions and AWS Support "
+                             "raises it); for more read throughput choose efsThroughputMode: elastic or cacheStorage: fsx-lustre")
         if self.efs_throughput_mode != "provisioned" and self.efs_provisioned_throughput_mibps is not None:
             raise ValueError(f"{k}.efsProvisionedThroughputMibps: only applies with efsThroughputMode: provisioned "
                              f"(got efsThroughputMode {self.efs_throughput_mode!r})")
@@ -291,6 +353,7 @@ class ClusterPlan:
     compute_domain: Optional[dict] = None  # ComputeDomain the workers claim when they span nodes of one NVLink domain
     admin_principal_arns: tuple[str, ...] = ()
     notes: dict[str, Any] = field(default_factory=dict)
+    addon_versions: dict[str, str] = field(default_factory=dict)  # add-on -> pinned version (stacks/versions.yaml eks.addons)
     # Every GPU node group (issue 11), the first one also as gpu_nodegroup, launch_template, placement_group,
     # shape and gpu_shape above (its resources keep the single-target names).
     gpu_pools: list["GpuPool"] = field(default_factory=list)
@@ -525,9 +588,14 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
         shape = shape_for(gpu, cfg.instance_type)
     except ValueError as e:
         raise ConfigError(f"{_key(key, 'instanceType')}: {e}") from None
-    efa = shape.efa_interfaces > 0 if cfg.efa is None else cfg.efa
     comps = dgd["spec"]["components"] if dgd else []
     efa_workers = [c["name"] for c in comps if pod_requests(c["podTemplate"]["spec"]).get("vpc.amazonaws.com/efa")]
+    # EFA serves traffic between instances (OS-bypass with other instances of the subnet; a cluster placement group
+    # minimises latency between instances: AWS ParallelCluster user guide, "Elastic Fabric Adapter"). With a known
+    # DGD whose workers request no EFA device (aggregated targets: no KV transfer, every worker on one node) the
+    # group gets no EFA interfaces and, by default, no placement group. A pool no entry sizes keeps EFA for the
+    # serving stacks that come later.
+    efa = (shape.efa_interfaces > 0 and (dgd is None or bool(efa_workers))) if cfg.efa is None else cfg.efa
     if efa_workers and not efa:
         raise ConfigError(f"{_key(key, 'efa')}: false, but {', '.join(efa_workers)} of {what} request vpc.amazonaws.com/efa (KV transfer over EFA); "
                           f"remove {_key(key, 'efa')} (EFA is on by default for {shape.instance_type}) or choose an aggregated target")
@@ -571,7 +639,9 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
     }
     capacity_block = cfg.market_type == "capacity-block"
     # Capacity Blocks are already co-located and a targeted reservation launches where it was made: no placement group then.
-    placement_group = {"strategy": "cluster"} if (cfg.placement_group is not False and not cfg.capacity_reservation_id) else None
+    # Without EFA nothing crosses instances, so no placement group unless placementGroup: true asks for one.
+    wants_pg = cfg.placement_group if cfg.placement_group is not None else efa
+    placement_group = {"strategy": "cluster"} if (wants_pg and not cfg.capacity_reservation_id) else None
     if cfg.capacity_reservation_id:
         lt["capacity_reservation_specification"] = {"capacity_reservation_target": {"capacity_reservation_id": cfg.capacity_reservation_id}}
     if capacity_block:
@@ -582,7 +652,7 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
     gpu_ng = {
         "ami_type": AMI_TYPE[shape.arch],
         "capacity_type": "CAPACITY_BLOCK" if capacity_block else "ON_DEMAND",
-        "scaling_config": {"desired_size": count, "min_size": 0 if capacity_block else count, "max_size": count},
+        "scaling_config": scaling_config(count, capacity_block),
         "labels": labels,
         "taints": [taint],
         "availability_zone": cfg.gpu_zone(),
@@ -658,6 +728,8 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         private_subnets=private,
         gpu_subnet=gpu_subnet,
         addons=["vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi],
+        addon_versions={a: v for a, v in addon_versions(cfg.kubernetes_version).items()
+                        if a in ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi)},
         system_nodegroup=sys_ng,
         gpu_nodegroup=first.nodegroup,
         launch_template=first.launch_template,

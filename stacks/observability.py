@@ -239,6 +239,15 @@ DYNAMO_METRICS = {
     "inflight": "dynamo_frontend_inflight_requests",
     "kv_cache_usage": "dynamo_component_gpu_cache_usage_percent",
 }
+# Who exports the KV-cache gauge (ai-dynamo 1.5.0 wheel): the vLLM and SGLang workers set
+# ``dynamo_component_gpu_cache_usage_percent`` from their scheduler stats (dynamo/vllm/publisher.py,
+# dynamo/sglang/publisher.py via ``LLMBackendMetrics``), and the vLLM worker also forwards vLLM's own ``vllm:*``
+# metrics on the same /metrics (dynamo/vllm/main.py, ``engine_metric_prefixes = ["vllm:", ...]``), among them
+# ``vllm:kv_cache_usage_perc`` (vLLM "Production Metrics", https://docs.vllm.ai/en/stable/usage/metrics/). Dynamo's
+# GPU-free mocker engine imitates vLLM's native metrics (``vllm:kv_cache_usage_perc``, "KV-cache usage as a fraction
+# of available cache blocks", in ai-dynamo-runtime's mocker) and does not set the ``dynamo_component_`` gauge. The
+# panel shows the Dynamo gauge per pod, else vLLM's: same 0.0-1.0 fraction, one series per pod either way.
+VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 
 
 def serving_dashboard(serving_namespace: str) -> dict:
@@ -251,7 +260,8 @@ def serving_dashboard(serving_namespace: str) -> dict:
         ("Time to first token", [(ttft.format(q="0.50"), "p50"), (ttft.format(q="0.95"), "p95")], "s"),
         ("Inter-token latency", [(itl.format(q="0.50"), "p50"), (itl.format(q="0.95"), "p95")], "s"),
         ("Output tokens/s", [(f"sum(rate({m['output_tokens']}{{{sel}}}[1m]))", "tok/s")], "short"),
-        ("KV-cache usage", [(f"max by (pod) ({m['kv_cache_usage']}{{{sel}}})", "{{pod}}")], "percentunit"),
+        ("KV-cache usage", [(f"max by (pod) ({m['kv_cache_usage']}{{{sel}}}) or max by (pod) ({VLLM_KV_CACHE_USAGE}{{{sel}}})",
+                             "{{pod}}")], "percentunit"),
         ("Queue depth", [(f"sum({m['queued']}{{{sel}}})", "queued"),
                          (f"sum({m['inflight']}{{{sel}}})", "in flight")], "short"),
     ]

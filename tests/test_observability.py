@@ -177,7 +177,8 @@ def test_dashboard_queries_are_what_grafana_sends():
     assert {d for d, *_ in queries} == {"Dynamo serving", "Dynamo GPUs (DCGM)"}
     assert all("$" not in q and "[[" not in q for *_, q in queries)
     kv = [q for _, panel, _, q in queries if panel == "KV-cache usage"]
-    assert kv == ['max by (pod) (dynamo_component_gpu_cache_usage_percent{namespace="serve"})']
+    assert kv == ['max by (pod) (dynamo_component_gpu_cache_usage_percent{namespace="serve"})'
+                  ' or max by (pod) (vllm:kv_cache_usage_perc{namespace="serve"})']
     assert len(queries) == sum(len(p["targets"]) for cm in plan.dashboards
                                for p in json.loads(next(iter(cm["data"].values())))["panels"])
 

@@ -1,0 +1,460 @@
+"""A real Prometheus scrapes the real Dynamo (GPU-free serving rig) the way the project's PodMonitors say, and every
+dashboard query is evaluated through Prometheus's HTTP API.
+
+- Prometheus: the pinned server built by tools/prometheus.sh (stacks/versions.yaml ``toolchain.prometheus``), on
+  loopback with a temporary data directory and a 1 s scrape interval.
+- Scrape configuration: generated from the rendered PodMonitors (``stacks.observability.build_observability``) by
+  ``pod_monitor_scrape_configs``: one static target per rig pod the monitor's selector matches, on the loopback port
+  of the container port the endpoint names, with the endpoint's path and the Prometheus Operator's relabelings, so
+  the ``pod``/``namespace``/``job``/``endpoint`` labels and the monitors' own relabelings are Prometheus's doing.
+- Rig: tests/rig.py, the real Dynamo frontend and mocker workers started from two catalog targets' DGDs, one
+  aggregated and one disaggregated (prefill + decode), each in its own namespace.
+- Traffic: two short waves of streamed chat completions (bounded ``max_tokens``: the mocker refuses requests without
+  one) with scrapes in between, so ``rate()`` and ``histogram_quantile()`` see counters increase.
+
+A metric renamed upstream leaves its panel empty, and the test then fails naming the panel and the query.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import http.server
+import json
+import math
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import pytest
+import yaml
+
+import conftest
+from stacks import catalog
+from stacks.config import ObservabilityConfig, parse
+from stacks.observability import (
+    COMPONENT_TYPE_LABEL, DGD_NAME_LABEL, DYNAMO_METRICS, METRICS_ENABLED_LABEL, build_observability, dashboard_queries,
+    pod_monitor_scrape_configs, selector_matches,
+)
+from stacks.serving import build_plan
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMETHEUS_BIN = ROOT / ".tools" / "bin" / "prometheus"
+HOST = "127.0.0.1"
+SCRAPE = 1.0  # seconds; the PodMonitors' 5s, shortened for the test
+
+# Panels that need GPUs: their series come only from a DCGM exporter on a GPU node (the GPU Operator's, or the
+# dcgm-exporter chart's), which the GPU-free rig cannot run. Exactly these may return no data; every other query must.
+GPU_ONLY = {
+    ("Dynamo GPUs (DCGM)", "GPU utilisation"): "DCGM_FI_DEV_GPU_UTIL comes from the DCGM exporter on GPU nodes",
+    ("Dynamo GPUs (DCGM)", "GPU memory used"): "DCGM_FI_DEV_FB_USED comes from the DCGM exporter on GPU nodes",
+    ("Dynamo GPUs (DCGM)", "Power"): "DCGM_FI_DEV_POWER_USAGE comes from the DCGM exporter on GPU nodes",
+    ("Dynamo GPUs (DCGM)", "Temperature"): "DCGM_FI_DEV_GPU_TEMP comes from the DCGM exporter on GPU nodes",
+}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what: str, probe: Callable[[], tuple[bool, object]], timeout: float, interval: float = 0.25,
+             extra: Callable[[], str] = lambda: ""):
+    """Poll ``probe() -> (done, seen)`` until done; at the deadline fail with what was seen last."""
+    deadline = time.monotonic() + timeout
+    seen: object = "nothing yet"
+    while True:
+        try:
+            done, seen = probe()
+        except (OSError, urllib.error.URLError, ValueError) as e:
+            done, seen = False, f"{type(e).__name__}: {e}"
+        if done:
+            return seen
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last seen: {seen}\n{extra()}", pytrace=False)
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------- Prometheus
+
+
+class Prometheus:
+    """The pinned Prometheus server on loopback, with ``scrape_configs``, a temporary TSDB and its log."""
+
+    def __init__(self, workdir: Path, scrape_configs: list[dict]):
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.config = workdir / "prometheus.yml"
+        self.config.write_text(yaml.safe_dump({
+            "global": {"scrape_interval": f"{SCRAPE:g}s", "evaluation_interval": f"{SCRAPE:g}s"},
+            "scrape_configs": scrape_configs,
+        }, sort_keys=False))
+        self.port = _free_port()
+        self.url = f"http://{HOST}:{self.port}"
+        self.log = workdir / "prometheus.log"
+        self.proc: Optional[subprocess.Popen] = None
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "--- prometheus log:\n" + "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError as e:
+            return f"<{e}>"
+
+    def __enter__(self) -> "Prometheus":
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [str(PROMETHEUS_BIN), f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",
+                 f"--web.listen-address={HOST}:{self.port}", "--log.level=warn"],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.workdir)
+
+        def ready():
+            if self.proc.poll() is not None:
+                pytest.fail(f"prometheus exited with {self.proc.returncode}\n{self.log_tail()}", pytrace=False)
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
+                return r.status == 200, f"HTTP {r.status}"
+
+        wait_for(f"{self.url}/-/ready", ready, 30, extra=self.log_tail)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+    def api(self, path: str, **params) -> dict:
+        url = f"{self.url}/api/v1/{path}" + (("?" + urllib.parse.urlencode(params)) if params else "")
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            body = json.loads(e.read() or b"{}")
+        if body.get("status") != "success":
+            raise AssertionError(f"{url}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict]:
+        data = self.api("query", query=expr)
+        assert data["resultType"] == "vector", (expr, data["resultType"])
+        return data["result"]
+
+    def targets(self) -> dict:
+        return self.api("targets")
+
+
+@pytest.fixture(scope="module")
+def prometheus_bin() -> Path:
+    if not os.access(PROMETHEUS_BIN, os.X_OK):
+        conftest.missing(f"{PROMETHEUS_BIN} is not built", "run `make setup` (tools/prometheus.sh builds the pinned Prometheus)")
+    out = subprocess.run([str(PROMETHEUS_BIN), "--version"], capture_output=True, text=True, timeout=30)
+    from stacks.versions import versions
+
+    pin = versions()["toolchain"]["prometheus"]  # module v0.3XY.Z = release 3.XY.Z
+    release = "3.{}.{}".format(int(pin.split(".")[1]) % 100, pin.split(".")[2])
+    assert f"version {release}" in out.stdout + out.stderr, (pin, out.stdout, out.stderr)
+    return PROMETHEUS_BIN
+
+
+# --------------------------------------------------------------------------- the scrape configuration on real Prometheus
+
+
+class _Exporter:
+    """A loopback /metrics endpoint serving fixed Prometheus text, standing in for one pod's port."""
+
+    def __init__(self, text: str):
+        body = text.encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                code = 200 if self.path == "/metrics" else 404
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.end_headers()
+                if code == 200:
+                    self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class _Pod:
+    name: str
+    labels: dict
+    ports: dict
+
+
+def test_generated_scrape_config_selects_and_labels_like_the_prometheus_operator(prometheus_bin, tmp_path):
+    """Real Prometheus on the generated configuration: the selected frontend, prefill and decode pods are scraped
+    and carry pod/namespace/job/endpoint and the monitors' relabeled labels; a pod the selector does not match,
+    smuggled into the worker job, is dropped by Prometheus's own copy of the selector (the operator's keep rules)."""
+    plan = build_observability(ObservabilityConfig.model_validate({"enabled": True}), serving_namespace="serve",
+                               dgd_name="g", nvidia_stack=None)
+    exporters = []
+    try:
+        def pod(name, ctype, port_name, dgd="g"):
+            exporters.append(_Exporter(f'probe_metric{{from="{name}"}} 1\n'))
+            return _Pod(name, {COMPONENT_TYPE_LABEL: ctype, DGD_NAME_LABEL: dgd, METRICS_ENABLED_LABEL: "true",
+                               "nvidia.com/dynamo-namespace": "serve-g"}, {port_name: exporters[-1].port})
+
+        pods = [pod("g-frontend-a", "frontend", "http"), pod("g-prefill-a", "prefill", "system"),
+                pod("g-decode-a", "decode", "system"), pod("g-decode-b", "decode", "system"),
+                pod("other-decode-a", "decode", "system", dgd="other"), pod("g-planner-a", "planner", "system")]
+        cfgs = pod_monitor_scrape_configs(plan.monitors, pods, "serve", interval="1s")
+        worker = next(c for c in cfgs if c["job_name"] == "podMonitor/serve/g-worker/0")
+        outsider = next(p for p in pods if p.name == "g-planner-a")
+        assert not selector_matches(plan.monitors[1]["spec"]["selector"], outsider.labels)
+        worker["static_configs"].append({"targets": [f"{HOST}:{outsider.ports['system']}"], "labels": {
+            "__meta_kubernetes_namespace": "serve", "__meta_kubernetes_pod_name": outsider.name,
+            "__meta_kubernetes_pod_container_port_name": "system",
+            **{f"__meta_kubernetes_pod_label_{k.replace('.', '_').replace('/', '_').replace('-', '_')}": v
+               for k, v in outsider.labels.items()},
+            **{f"__meta_kubernetes_pod_labelpresent_{k.replace('.', '_').replace('/', '_').replace('-', '_')}": "true"
+               for k in outsider.labels}}})
+        with Prometheus(tmp_path / "prom", cfgs) as prom:
+            def scraped():
+                r = prom.query('up == 1')
+                return len(r) == 4, sorted(x["metric"].get("pod", "?") for x in r)
+
+            wait_for("4 targets up", scraped, 20, extra=prom.log_tail)
+            t = prom.targets()
+            active = {a["labels"]["pod"]: a["labels"] for a in t["activeTargets"]}
+            assert set(active) == {"g-frontend-a", "g-prefill-a", "g-decode-a", "g-decode-b"}
+            assert [d["discoveredLabels"]["__meta_kubernetes_pod_name"] for d in t["droppedTargets"]] == ["g-planner-a"]
+            for name, labels in active.items():
+                assert labels["namespace"] == "serve" and labels["instance"].startswith(f"{HOST}:")
+                if name == "g-frontend-a":
+                    assert (labels["job"], labels["endpoint"], labels["dynamo_namespace"]) == ("serve/g-frontend", "http", "serve-g")
+                else:
+                    assert (labels["job"], labels["endpoint"]) == ("serve/g-worker", "system")
+                    assert labels["dynamo_component_type"] == name.split("-")[1]
+            samples = {s["metric"]["pod"]: s["metric"]["from"] for s in prom.query("probe_metric")}
+            assert samples == {p: p for p in active}  # each target is the pod it claims to be
+    finally:
+        for e in exporters:
+            e.close()
+
+
+# --------------------------------------------------------------------------- the rig
+
+
+def _target_ids() -> tuple[str, str]:
+    """One aggregated and one disaggregated catalog target: the first whose DGD's workers are ``worker`` only, and
+    the first with ``prefill`` and ``decode`` components (catalog order)."""
+    agg = disagg = None
+    for tid in catalog.targets():
+        try:
+            dgd = build_plan(parse({"target": tid})).dgd
+        except Exception:  # noqa: BLE001 - a target this rig cannot render here is simply not chosen
+            continue
+        types = {c.get("type") for c in dgd["spec"].get("components") or []}
+        if not types <= {"frontend", "worker", "prefill", "decode"} or "frontend" not in types:
+            continue
+        if agg is None and types == {"frontend", "worker"}:
+            agg = tid
+        if disagg is None and {"prefill", "decode"} <= types and "worker" not in types:
+            disagg = tid
+        if agg and disagg:
+            return agg, disagg
+    raise AssertionError(f"the catalog has no aggregated and disaggregated target pair (found {agg}, {disagg})")
+
+
+@dataclass
+class Served:
+    target: str
+    namespace: str
+    dgd: dict
+    rig: object  # tests.rig.Rig
+    dashboards: list[dict]
+    monitors: list[dict]
+
+
+def _chat(rig, i: int) -> tuple[int, str]:
+    body = json.dumps({"model": rig.model, "messages": [{"role": "user", "content": f"Say something about the number {i}."}],
+                       "max_tokens": 24, "stream": True}).encode()
+    req = urllib.request.Request(rig.frontend_url + "/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read().decode(errors="replace")[-300:]
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")[:300]
+
+
+@contextlib.contextmanager
+def _rigs(specs: list[tuple[str, str]], workdir: Path) -> Iterator[list[Served]]:
+    """Start one rig per (target, namespace), in parallel; stop all at exit."""
+    try:
+        from rig import start_rig
+    except ImportError as e:  # the rig module ships with the project; its absence is a set-up problem
+        conftest.missing(f"tests/rig.py cannot be imported ({e})", "the serving rig (tests/rig.py, tools/rig.sh)")
+    obs = ObservabilityConfig.model_validate({"enabled": True})
+    served, cms = [], []
+    for tid, ns in specs:
+        dgd = build_plan(parse({"target": tid, "namespace": ns})).dgd
+        # gpu-operator: the plan then also renders the GPU (DCGM) dashboard, so every dashboard the product can
+        # render is evaluated.
+        oplan = build_observability(obs, serving_namespace=ns, dgd_name=dgd["metadata"]["name"], nvidia_stack="gpu-operator")
+        served.append(Served(tid, ns, dgd, None, oplan.dashboards, oplan.monitors))
+        cms.append(start_rig(dgd, workdir / ns))
+    entered: list = []
+    with concurrent.futures.ThreadPoolExecutor(len(cms)) as ex:
+        futures = [ex.submit(cm.__enter__) for cm in cms]
+        errors = []
+        for s, cm, f in zip(served, cms, futures):
+            try:
+                s.rig = f.result()
+                entered.append(cm)
+            except BaseException as e:  # noqa: BLE001 - stop the others, then report
+                errors.append(f"{s.target}: {type(e).__name__}: {e}")
+    try:
+        if errors:
+            pytest.fail("serving rig did not start:\n" + "\n".join(errors), pytrace=False)
+        yield served
+    finally:
+        for cm in entered:
+            cm.__exit__(None, None, None)
+
+
+@dataclass
+class Scraped:
+    served: list[Served]
+    prom: Prometheus
+    timings: dict
+
+
+@pytest.fixture(scope="module")
+def scraped(prometheus_bin, tmp_path_factory) -> Iterator[Scraped]:
+    t0 = time.monotonic()
+    timings: dict[str, float] = {}
+    agg, disagg = _target_ids()
+    workdir = tmp_path_factory.mktemp("prom-rig")
+    with _rigs([(agg, "rig-agg"), (disagg, "rig-disagg")], workdir) as served:
+        timings["rigs up"] = time.monotonic() - t0
+        cfgs = [c for s in served for c in pod_monitor_scrape_configs(s.monitors, s.rig.pods, s.namespace, interval=f"{SCRAPE:g}s")]
+        with Prometheus(workdir / "prometheus", cfgs) as prom:
+            timings["prometheus ready"] = time.monotonic() - t0
+            expected = sum(len(g["targets"]) for c in cfgs for g in c["static_configs"])
+
+            def all_up():
+                r = prom.query("up")
+                return len(r) == expected and all(x["value"][1] == "1" for x in r), \
+                    sorted((x["metric"].get("pod"), x["value"][1]) for x in r)
+
+            wait_for(f"{expected} targets up", all_up, 30, extra=prom.log_tail)
+            # Two waves of requests with scrapes in between: counters and histogram buckets then increase inside
+            # the dashboards' [1m] windows (a series first scraped after all traffic would show no increase).
+            sent = 0
+            for wave in range(2):
+                with concurrent.futures.ThreadPoolExecutor(8) as ex:
+                    results = list(ex.map(lambda a: _chat(*a), [(s.rig, sent + i) for s in served for i in range(4)]))
+                bad = [r for r in results if r[0] != 200]
+                assert not bad, f"wave {wave}: {len(bad)} of {len(results)} requests failed: {bad[:3]}"
+                sent += 4
+                for s in served:
+                    wait_for(f"{s.namespace}: {sent} requests counted by Prometheus",
+                             lambda s=s: (lambda r: (bool(r) and float(r[0]["value"][1]) >= sent, r))(
+                                 prom.query(f'sum(dynamo_frontend_requests_total{{namespace="{s.namespace}"}})')),
+                             30, interval=SCRAPE / 2, extra=prom.log_tail)
+                timings[f"wave {wave + 1} scraped"] = time.monotonic() - t0
+            time.sleep(2 * SCRAPE)  # gauges and the workers' metrics of the second wave scraped too
+            yield Scraped(served, prom, timings)
+
+
+def _evaluate(prom: Prometheus, served: list[Served]) -> list[tuple[str, str, str, str, list]]:
+    out = []
+    for s in served:
+        for cm in s.dashboards:
+            for dash, panel, ref, expr in dashboard_queries(cm):
+                out.append((s.namespace, dash, panel, expr, prom.query(expr)))
+    return out
+
+
+def test_every_dashboard_query_returns_data_on_the_rig(scraped):
+    """Every query of every rendered dashboard, for an aggregated and a disaggregated target, returns data through
+    Prometheus's HTTP API (finite values; rates above zero after the traffic), except the listed GPU-only panels."""
+    results = _evaluate(scraped.prom, scraped.served)
+    assert {(d, p) for _, d, p, _, _ in results} >= set(GPU_ONLY)  # the list names panels that exist
+    problems = []
+    for ns, dash, panel, expr, result in results:
+        if (dash, panel) in GPU_ONLY:
+            assert "DCGM_" in expr, f"{dash}/{panel} is listed as GPU-only but queries no DCGM metric: {expr}"
+            assert result == [], f"{dash}/{panel}: a GPU-only panel returned data without GPUs: {result}"
+            continue
+        values = [float(r["value"][1]) for r in result]
+        if not values:
+            problems.append(f"[{ns}] {dash} / {panel}: no data for {expr}")
+        elif not all(math.isfinite(v) for v in values):
+            problems.append(f"[{ns}] {dash} / {panel}: non-finite {values} for {expr}")
+        elif "rate(" in expr and not any(v > 0 for v in values):
+            problems.append(f"[{ns}] {dash} / {panel}: rate is 0 after the traffic ({values}) for {expr}")
+    assert not problems, "\n".join(problems) + f"\n(timings: {scraped.timings})"
+    print(f"\n{len(results)} queries evaluated; timings {({k: round(v, 1) for k, v in scraped.timings.items()})}")
+
+
+def test_worker_pod_monitor_scrapes_prefill_and_decode_pods_of_the_disaggregated_target(scraped):
+    """The worker PodMonitor yields a target for every prefill and decode pod of the disaggregated DGD, up == 1,
+    labelled with the pod, the namespace, the monitor's job and the relabeled component type."""
+    s = next(s for s in scraped.served if s.namespace == "rig-disagg")
+    dgd = s.dgd["metadata"]["name"]
+    roles = {p.name: p.component_type for p in s.rig.pods if p.component_type != "frontend"}
+    assert sorted(set(roles.values())) == ["decode", "prefill"], roles
+    up = scraped.prom.query(f'up{{namespace="{s.namespace}", job="{s.namespace}/{dgd}-worker"}}')
+    got = {r["metric"]["pod"]: (r["metric"].get("dynamo_component_type"), r["value"][1]) for r in up}
+    assert got == {pod: (role, "1") for pod, role in roles.items()}
+    # ... and the workers' own metrics arrive under those targets: the KV-cache panel's series are worker pods.
+    kv = next(q for cm in s.dashboards for _, panel, _, q in dashboard_queries(cm) if panel == "KV-cache usage")
+    pods = {r["metric"].get("pod") for r in scraped.prom.query(kv)}
+    assert pods and pods <= set(roles), (kv, pods)
+
+
+def test_dashboard_metric_names_are_those_of_the_dynamo_the_rig_runs():
+    """The Dynamo names the serving dashboard queries, derived from the constants module of the Dynamo the rig
+    installs (dynamo/prometheus_names.py, generated from lib/runtime/src/metrics/prometheus_names.rs): the
+    KV-cache gauge too, which the mocker engine does not export (its panel falls back to vLLM's own gauge)."""
+    import importlib.util
+
+    try:
+        from rig import rig_env_dir
+    except ImportError as e:
+        conftest.missing(f"tests/rig.py cannot be imported ({e})", "the serving rig (tests/rig.py, tools/rig.sh)")
+    found = sorted(rig_env_dir().glob("lib/python3*/site-packages/dynamo/prometheus_names.py"))
+    assert found, f"no dynamo/prometheus_names.py in {rig_env_dir()}"
+    spec = importlib.util.spec_from_file_location("installed_prometheus_names", found[0])
+    names = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(names)
+    fe, comp = names.name_prefix.FRONTEND, names.name_prefix.COMPONENT
+    svc = names.frontend_service
+    exported = {f"{fe}_{svc.REQUESTS_TOTAL}", f"{fe}_{svc.TIME_TO_FIRST_TOKEN_SECONDS}", f"{fe}_{svc.INTER_TOKEN_LATENCY_SECONDS}",
+                f"{fe}_{svc.OUTPUT_TOKENS_TOTAL}", f"{fe}_{svc.QUEUED_REQUESTS}", f"{fe}_{svc.INFLIGHT_REQUESTS}",
+                f"{comp}_{names.kvstats.GPU_CACHE_USAGE_PERCENT}"}
+    assert set(DYNAMO_METRICS.values()) == exported
+
+
+def test_aggregated_target_scrapes_its_frontend_and_workers(scraped):
+    s = next(s for s in scraped.served if s.namespace == "rig-agg")
+    dgd = s.dgd["metadata"]["name"]
+    up = scraped.prom.query(f'up{{namespace="{s.namespace}"}}')
+    got = {(r["metric"]["job"], r["metric"]["pod"]) for r in up if r["value"][1] == "1"}
+    want = {(f"{s.namespace}/{dgd}-frontend" if p.component_type == "frontend" else f"{s.namespace}/{dgd}-worker", p.name)
+            for p in s.rig.pods}
+    assert got == want and {p.component_type for p in s.rig.pods} == {"frontend", "worker"}
