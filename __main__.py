@@ -100,6 +100,8 @@ else:
     pulumi.export("nodePools", node_pools(cluster_plan))
     pulumi.export("storageClassName", cluster_plan.cache_class_name)
     pulumi.export("region", cluster_plan.region)
+    # The next `up` that changes the version sets dynamo:cluster.currentKubernetesVersion to this (one minor step at a time).
+    pulumi.export("kubernetesVersion", cluster_plan.kubernetes_version)
     if plan is None:  # a cluster-only stack has no serving commands to follow; the kubeconfig one still helps
         pulumi.export("followKubeconfig", f"aws eks update-kubeconfig --region {cluster_plan.region} --name {cluster_plan.name}")
 

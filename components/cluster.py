@@ -140,9 +140,9 @@ class EksGpuCluster(pulumi.ComponentResource):
             gpu = dict(pool.nodegroup)
             zone = gpu.pop("availability_zone")
             gpu_subnet = self.gpu_subnet if (plan.gpu_subnet and pool is plan.gpu_pools[0]) else self.private_subnets[zone]
-            # EKS scales Capacity Block node groups to zero before the block ends, and operators scale by hand
-            # (`aws eks update-nodegroup-config --scaling-config desiredSize=N`): Pulumi sets the desired size at create only,
-            # as terraform-aws-eks does (lifecycle ignore_changes = [scaling_config[0].desired_size]).
+            # The program owns the desired size (stacks.cluster.scaling_config): no ignoreChanges, so a resize sends the
+            # new min, desired and max together and EKS accepts it; with the desired size ignored, the old one went with
+            # the new bounds and EKS refused ("Minimum capacity N can't be greater than desired size M").
             self.gpu_node_groups.append(aws.eks.NodeGroup(
                 rname,
                 cluster_name=self.cluster.name,
@@ -151,7 +151,7 @@ class EksGpuCluster(pulumi.ComponentResource):
                 launch_template={"id": lt.id, "version": lt.latest_version.apply(str)},
                 **gpu,
                 tags=tags,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies, ignore_changes=["scalingConfig.desiredSize"]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies),
             ))
         self.gpu_nodes = self.gpu_node_groups[0]
         self.launch_template = self.launch_templates[0]
@@ -167,8 +167,11 @@ class EksGpuCluster(pulumi.ComponentResource):
                 aws.iam.RolePolicyAttachment(f"{name}-{addon}", role=role.name, policy_arn=f"arn:aws:iam::aws:policy/{policy}", opts=child)
                 assoc = [{"role_arn": role.arn, "service_account": sa}]
             self.addons.append(
-                aws.eks.Addon(f"{name}-{addon}", cluster_name=self.cluster.name, addon_name=addon, pod_identity_associations=assoc or None,
-                              resolve_conflicts_on_create="OVERWRITE", opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_nodes]))
+                aws.eks.Addon(f"{name}-{addon}", cluster_name=self.cluster.name, addon_name=addon, addon_version=plan.addon_versions.get(addon),
+                              pod_identity_associations=assoc or None,
+                              # a pinned-version bump is an UpdateAddon; the program owns these add-ons' settings (EKS API UpdateAddon resolveConflicts)
+                              resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE",
+                              opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_nodes]))
             )
 
         # ---- model-cache file system

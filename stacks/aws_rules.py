@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Optional
 
-from .cluster import EFS_CLIENT_MBPS, kubernetes_versions, pack
+from .cluster import EFS_CLIENT_MBPS, EFS_PROVISIONED_MIBPS, kubernetes_versions, pack
 from .gpus import INSTANCES
 
 NODEGROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -474,17 +474,131 @@ def gpu_node_group_holds_the_dgd(g: Graph) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------- finding 7: desired size after create
+# --------------------------------------------------------------------------- finding 7: node group sizes, create and update
 
 
 @rule(7)
-def desired_size_not_managed_after_create(g: Graph) -> list[str]:
-    """EKS scales Capacity Block node groups to zero before the block ends, and the desired size must be set to 0
-    before upgrading such a group: Pulumi must not set it back on every ``up`` (``ignoreChanges`` on
-    ``scalingConfig.desiredSize``, as terraform-aws-eks does). Source: EKS user guide capacity-blocks-mng and
-    ml-eks-nvidia-ultraserver; terraform-aws-eks ``lifecycle { ignore_changes = [scaling_config[0].desired_size] }``."""
-    return [f"{ng.name}: scalingConfig.desiredSize is not in ignoreChanges" for ng in _gpu_nodegroups(g)
-            if "scalingConfig.desiredSize" not in ng.ignore_changes]
+def scaling_config_in_order(g: Graph) -> list[str]:
+    """Every node group's scalingConfig has min <= desired <= max (CreateNodegroup refuses "minSize can't be greater
+    than desiredSize" and "desiredSize can't be greater than maxSize"). Source: EKS API ``NodegroupScalingConfig``;
+    the errors as AWS returns them in sassoftware/viya4-iac-aws issue 298 and ministryofjustice/cloud-platform-infrastructure PR 4595."""
+    out = []
+    for ng in g.of(NODEGROUP):
+        sc = ng.inputs.get("scalingConfig") or {}
+        lo, want, hi = (int(sc.get(k, 0)) for k in ("minSize", "desiredSize", "maxSize"))
+        if not lo <= want <= hi:
+            out.append(f"{ng.name}: scalingConfig min {lo}, desired {want}, max {hi} is not min <= desired <= max")
+    return out
+
+
+@rule(7)
+def desired_size_sent_on_every_update(g: Graph) -> list[str]:
+    """A GPU node group's desired size is never in ``ignoreChanges``: the provider sends the whole scalingConfig in one
+    UpdateNodegroupConfig, so an ignored desired size goes out unchanged with the new bounds, and EKS refuses a new
+    minimum above it ("Minimum capacity N can't be greater than desired size M") or a new maximum below it, while a
+    Capacity Block group (min 0) accepts the new maximum and adds no node. Source: terraform-provider-aws
+    internal/service/eks/node_group.go (update: ``expandNodegroupScalingConfig`` of the whole block);
+    terraform-aws-eks issues 748, 2030 and 3683 (the error with ``ignore_changes = [scaling_config[0].desired_size]``)."""
+    return [f"{ng.name}: scalingConfig.desiredSize is in ignoreChanges: a resize sends the old desired size with the new bounds"
+            for ng in _gpu_nodegroups(g) if any(k in ("scalingConfig", "scalingConfig.desiredSize") for k in ng.ignore_changes)]
+
+
+# --------------------------------------------------------------------------- update rules: a before/after pair of graphs
+# What the program registers on one `up` (before) and on the next (after), for the resources both hold (same name):
+# the request the provider sends to AWS for the change, checked against what the AWS API accepts on update.
+
+UpdateRule = Callable[[Graph, Graph], list[str]]
+UPDATE_RULES: list[UpdateRule] = []
+
+
+def update_rule(fn: UpdateRule) -> UpdateRule:
+    UPDATE_RULES.append(fn)
+    return fn
+
+
+def check_update(before: Graph, after: Graph, rules: Iterable[UpdateRule] = ()) -> list[str]:
+    return [f"{fn.__name__}: {v}" for fn in (list(rules) or UPDATE_RULES) for v in fn(before, after)]
+
+
+def _scaling(ng: Res) -> tuple[int, int, int]:
+    sc = ng.inputs.get("scalingConfig") or {}
+    return int(sc.get("minSize", 0)), int(sc.get("desiredSize", 0)), int(sc.get("maxSize", 0))
+
+
+def sent_scaling(before: Res, after: Res) -> Optional[tuple[int, int, int]]:
+    """The (min, desired, max) UpdateNodegroupConfig carries when ``after`` replaces ``before``'s inputs, None when the
+    scalingConfig does not change. An ignored path keeps its old value (Pulumi ``ignoreChanges``: the old input is
+    used), and the provider sends the whole block (terraform-provider-aws node_group.go update)."""
+    lo, want, hi = _scaling(after)
+    if any(k in ("scalingConfig", "scalingConfig.desiredSize") for k in after.ignore_changes):
+        want = _scaling(before)[1]
+    if "scalingConfig" in after.ignore_changes:
+        lo, hi = _scaling(before)[0], _scaling(before)[2]
+    return None if (lo, want, hi) == _scaling(before) else (lo, want, hi)
+
+
+def _pairs(before: Graph, after: Graph, typ: str):
+    old = {r.name: r for r in before.of(typ)}
+    return [(old[r.name], r) for r in after.of(typ) if r.name in old]
+
+
+@update_rule
+def node_group_update_keeps_min_desired_max(before: Graph, after: Graph) -> list[str]:
+    """UpdateNodegroupConfig is refused unless the scaling it carries has min <= desired <= max: "Minimum capacity N
+    can't be greater than desired size M" (a scale-up whose new minimum meets the old desired size) and "desiredSize
+    can't be greater than maxSize" (a scale-down whose new maximum meets it). Source: EKS API ``UpdateNodegroupConfig``
+    / ``NodegroupScalingConfig``; terraform-aws-eks issues 748, 2030, 3683 (scale-up), 944; ministryofjustice/
+    cloud-platform-infrastructure PR 4595 (the maxSize error); terraform-provider-aws internal/service/eks/node_group.go."""
+    out = []
+    for old, new in _pairs(before, after, NODEGROUP):
+        sent = sent_scaling(old, new)
+        if sent is None:
+            continue
+        lo, want, hi = sent
+        if lo > want:
+            out.append(f"{new.name}: InvalidParameterException: Minimum capacity {lo} can't be greater than desired size {want}")
+        if want > hi:
+            out.append(f"{new.name}: InvalidParameterException: desiredSize {want} can't be greater than maxSize {hi}")
+    return out
+
+
+@update_rule
+def node_group_update_runs_the_size_asked_for(before: Graph, after: Graph) -> list[str]:
+    """After the update a node group runs the desired size the new graph names (``dynamo:cluster.gpuNodes`` or what the
+    replicas need): EKS keeps the desired size the request carried, or the old one when the request leaves it out or
+    carries the old one. Source: EKS API ``NodegroupScalingConfig`` ("desiredSize: the current number of nodes that
+    the managed node group should maintain"); terraform-provider-aws internal/service/eks/node_group.go."""
+    out = []
+    for old, new in _pairs(before, after, NODEGROUP):
+        sent = sent_scaling(old, new)
+        runs = sent[1] if sent else _scaling(old)[1]
+        if runs != _scaling(new)[1]:
+            out.append(f"{new.name}: runs {runs} node(s) after the update, the stack asks for {_scaling(new)[1]}")
+    return out
+
+
+@update_rule
+def node_group_update_reaches_the_nodes_the_dgds_need(before: Graph, after: Graph) -> list[str]:
+    """After the update a GPU node group keeps the desired size the request carried (or its old one when no request
+    changes it), and that is the node count EKS runs: it must hold every GPU worker of the new DGDs, or the new pods
+    stay Pending and the DGD waits out ``dgdTimeout`` (a Capacity Block group with min 0 accepts a larger maximum and
+    adds nothing). Source: EKS API ``NodegroupScalingConfig`` ("desiredSize: the current number of nodes that the
+    managed node group should maintain"); Kubernetes scheduling of extended resources."""
+    out = []
+    assigned, _ = _assigned(after)
+    for old, new in _pairs(before, after, NODEGROUP):
+        if new.name not in assigned:
+            continue
+        sent = sent_scaling(old, new)
+        runs = sent[1] if sent else _scaling(old)[1]
+        shape = INSTANCES[_instance_type(after, new)]
+        cap = {"nvidia.com/gpu": shape.gpus_per_node}
+        if _efa_devices(_launch_template(after, new)):
+            cap["vpc.amazonaws.com/efa"] = _efa_devices(_launch_template(after, new))
+        needed, _ = pack({"spec": {"components": assigned[new.name]}}, cap)
+        if runs < needed:
+            out.append(f"{new.name}: keeps {runs} node(s) after the update, the DGDs need {needed} {shape.instance_type}")
+    return out
 
 
 # --------------------------------------------------------------------------- finding 8: retention and destroy
@@ -606,6 +720,17 @@ def secrets_exist_on_a_new_cluster(g: Graph) -> list[str]:
 
 
 @rule(11)
+def efs_provisioned_throughput_in_the_api_range(g: Graph) -> list[str]:
+    """``ProvisionedThroughputInMibps`` is one the EFS API accepts: "Valid values are 1-3414 MiBps, with the upper limit
+    depending on Region" (AWS Support raises it). Source: EFS API reference ``CreateFileSystem`` /
+    ``UpdateFileSystem`` ProvisionedThroughputInMibps."""
+    lo, hi = EFS_PROVISIONED_MIBPS
+    return [f"{fs.name}: provisionedThroughputInMibps {fs.inputs['provisionedThroughputInMibps']} is outside {lo}-{hi}"
+            for fs in g.of(EFS) if fs.inputs.get("provisionedThroughputInMibps") is not None
+            and not lo <= float(fs.inputs["provisionedThroughputInMibps"]) <= hi]
+
+
+@rule(11)
 def efs_provisioned_throughput_has_its_value(g: Graph) -> list[str]:
     """An EFS file system in provisioned throughput mode carries ``ProvisionedThroughputInMibps``.
     Source: EFS API ``CreateFileSystem`` (ProvisionedThroughputInMibps: required with ThroughputMode provisioned);
@@ -635,3 +760,31 @@ def efa_only_is_never_the_primary_interface(g: Graph) -> list[str]:
         if len(slots) != len(set(slots)):
             out.append(f"{lt.name}: two interfaces on the same network card and device index")
     return out
+
+
+@rule(5)
+def single_node_without_efa_workers_gets_no_efa(g: Graph) -> list[str]:
+    """A GPU node group of one node whose DGD workers request no EFA device (an aggregated target on one node) gets
+    no EFA interfaces and no placement group: EFA is OS-bypass networking with other instances and a cluster placement
+    group minimises latency between instances, neither of which one instance uses. Source: AWS ParallelCluster user
+    guide "Elastic Fabric Adapter" (docs.aws.amazon.com/parallelcluster/v2/ug/efa.html); EC2 user guide "Placement
+    groups" (cluster: instances close together for low-latency traffic between them)."""
+    out = []
+    assigned, _ = _assigned(g)
+    for ng in _gpu_nodegroups(g):
+        comps = assigned[ng.name]
+        if not comps or int(_get(ng.inputs, "scalingConfig", "maxSize", default=0)) != 1:
+            continue  # no serving entry sizes it (a cluster stack's pool), or more than one node
+        if any(pod_requests_efa(c) for c in comps):
+            continue
+        lt = _launch_template(g, ng)
+        if _efa_devices(lt):
+            out.append(f"{ng.name}: one node, no worker requests vpc.amazonaws.com/efa, yet {_efa_devices(lt)} EFA interfaces")
+        if lt is not None and _get(lt.inputs, "placement", "groupName"):
+            out.append(f"{ng.name}: one node in placement group {_get(lt.inputs, 'placement', 'groupName')}")
+    return out
+
+
+def pod_requests_efa(comp: dict) -> bool:
+    return any("vpc.amazonaws.com/efa" in ((c.get("resources") or {}).get("limits") or {})
+               for c in comp["podTemplate"]["spec"].get("containers", []))

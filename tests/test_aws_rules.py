@@ -90,6 +90,11 @@ def test_gb200_on_demand_is_refused_before_any_resource():
 # ---------------------------------------------------------------------------- each rule fails on a bad graph
 
 
+# The GPU node groups' resource option before the desired size was the program's: EKS got the old desired size
+# with every resize (the sizes themselves were the same: min = max = desired = count, min 0 on a Capacity Block).
+OLD_IGNORE = ("scalingConfig.desiredSize",)
+
+
 def mutate(g: Graph, fn) -> Graph:
     """A deep copy of ``g`` with ``fn(resources)`` applied (the mistake under test)."""
     res = copy.deepcopy(g.resources)
@@ -210,10 +215,14 @@ def test_node_count_rule_fails_when_replicas_outgrow_the_group():
     assert any("desiredSize 1 < 2" in x for x in only(R.gpu_node_group_holds_the_dgd, mutate(g, one_node)))
 
 
-def test_desired_size_rule_fails_when_pulumi_manages_it(block_fsx):
-    assert only(R.desired_size_not_managed_after_create, block_fsx) == []
-    bad = mutate(block_fsx, lambda res: setattr(one(res, R.NODEGROUP, "-gpu"), "ignore_changes", ()))
-    assert only(R.desired_size_not_managed_after_create, bad)
+def test_desired_size_rule_fails_when_the_desired_size_is_ignored(block_fsx):
+    assert only(R.desired_size_sent_on_every_update, block_fsx) == []
+    assert only(R.scaling_config_in_order, block_fsx) == []
+    bad = mutate(block_fsx, lambda res: setattr(one(res, R.NODEGROUP, "-gpu"), "ignore_changes", OLD_IGNORE))
+    assert only(R.desired_size_sent_on_every_update, bad) == [
+        "cluster-gpu: scalingConfig.desiredSize is in ignoreChanges: a resize sends the old desired size with the new bounds"]
+    upside_down = mutate(block_fsx, lambda res: one(res, R.NODEGROUP, "-gpu").inputs["scalingConfig"].update(minSize=3))
+    assert only(R.scaling_config_in_order, upside_down) == ["cluster-gpu: scalingConfig min 3, desired 1, max 1 is not min <= desired <= max"]
 
 
 def test_retention_rules_fail_on_the_old_retention(block_fsx):
@@ -292,5 +301,102 @@ def test_rules_fail_on_the_second_gpu_group():
                             lim["vpc.amazonaws.com/efa"] = str(4 * int(lim["nvidia.com/gpu"]))
     v = only(R.efa_requests_follow_the_instance, mutate(g, four_per_gpu_on_b200))
     assert v and all("p6-b200" in x for x in v)
-    bad = mutate(g, lambda res: setattr(one(res, R.NODEGROUP, "-gpu-b200"), "ignore_changes", ()))
-    assert only(R.desired_size_not_managed_after_create, bad) == ["cluster-gpu-b200: scalingConfig.desiredSize is not in ignoreChanges"]
+    bad = mutate(g, lambda res: setattr(one(res, R.NODEGROUP, "-gpu-b200"), "ignore_changes", OLD_IGNORE))
+    assert only(R.desired_size_sent_on_every_update, bad) == [
+        "cluster-gpu-b200: scalingConfig.desiredSize is in ignoreChanges: a resize sends the old desired size with the new bounds"]
+
+
+# ---------------------------------------------------------------------------- update rules: resizing on every capacity type
+
+
+def sized(capacity: str, nodes: int) -> Graph:
+    """An h100 disaggregated stack whose GPU group has ``nodes`` nodes (dynamo:cluster.gpuNodes), on ``capacity``."""
+    cfg = matrix_config("h100", capacity, "efs")
+    cfg["cluster"]["gpuNodes"] = nodes
+    return graph(cfg)
+
+
+def old_sizing(g: Graph) -> Graph:
+    """``g`` as the program registered it before the desired size was its own: same sizes, desired size ignored."""
+    return mutate(g, lambda res: [setattr(r, "ignore_changes", OLD_IGNORE) for r in res if r.type == R.NODEGROUP and "-gpu" in r.name])
+
+
+RESIZES = [(c, a, b) for c in sorted(CAPACITY) for a, b in ((1, 2), (2, 1), (1, 3))]
+
+
+@pytest.mark.parametrize("capacity, before, after", RESIZES, ids=[f"{c}-{a}to{b}" for c, a, b in RESIZES])
+def test_resize_passes_the_update_rules(capacity, before, after):
+    old, new = sized(capacity, before), sized(capacity, after)
+    assert R.sent_scaling(one(old.resources, R.NODEGROUP, "-gpu"), one(new.resources, R.NODEGROUP, "-gpu")) == \
+        (0 if capacity == "capacity-block" else after, after, after)
+    assert R.check_update(old, new) == []
+    assert check(new) == []
+
+
+@pytest.mark.parametrize("capacity, before, after", RESIZES, ids=[f"{c}-{a}to{b}" for c, a, b in RESIZES])
+def test_resize_fails_the_update_rules_with_the_desired_size_ignored(capacity, before, after):
+    old, new = sized(capacity, before), old_sizing(sized(capacity, after))
+    v = R.check_update(old, new)
+    block = capacity == "capacity-block"
+    if after > before and not block:  # the new minimum meets the old desired size
+        assert f"node_group_update_keeps_min_desired_max: cluster-gpu: InvalidParameterException: Minimum capacity {after} " \
+               f"can't be greater than desired size {before}" in v
+    if after < before:  # the new maximum meets the old desired size
+        assert f"node_group_update_keeps_min_desired_max: cluster-gpu: InvalidParameterException: desiredSize {before} " \
+               f"can't be greater than maxSize {after}" in v
+    if after > before and block:  # min 0: EKS accepts the request and keeps the old node count
+        assert R.check_update(old, new, [R.node_group_update_keeps_min_desired_max]) == []
+    assert f"node_group_update_runs_the_size_asked_for: cluster-gpu: runs {before} node(s) after the update, the stack asks for {after}" in v
+
+
+def test_replicas_that_need_more_nodes_resize_the_group():
+    """Raising replicas (not gpuNodes) grows the group: 9 decode workers of the h100 target need 2 nodes."""
+    base = matrix_config("h100", "on-demand", "efs")
+    old, new = graph(base), graph({**base, "replicas": {"VllmDecodeWorker": 9}})
+    assert R._scaling(one(new.resources, R.NODEGROUP, "-gpu")) == (2, 2, 2)
+    assert R.check_update(old, new) == []
+    assert R.check_update(old, old_sizing(new)) == [
+        "node_group_update_keeps_min_desired_max: cluster-gpu: InvalidParameterException: Minimum capacity 2 can't be greater than desired size 1",
+        "node_group_update_runs_the_size_asked_for: cluster-gpu: runs 1 node(s) after the update, the stack asks for 2",
+        "node_group_update_reaches_the_nodes_the_dgds_need: cluster-gpu: keeps 1 node(s) after the update, the DGDs need 2 p5.48xlarge"]
+    # on a Capacity Block (min 0) EKS takes the request and the new decode workers stay Pending on one node
+    block = matrix_config("h100", "capacity-block", "efs")
+    old, new = graph(block), old_sizing(graph({**block, "replicas": {"VllmDecodeWorker": 9}}))
+    assert R.check_update(old, new) == [
+        "node_group_update_runs_the_size_asked_for: cluster-gpu: runs 1 node(s) after the update, the stack asks for 2",
+        "node_group_update_reaches_the_nodes_the_dgds_need: cluster-gpu: keeps 1 node(s) after the update, the DGDs need 2 p5.48xlarge"]
+
+
+def test_update_rules_ignore_unchanged_groups_and_new_groups():
+    g = sized("on-demand", 2)
+    assert R.sent_scaling(one(g.resources, R.NODEGROUP, "-gpu"), one(g.resources, R.NODEGROUP, "-gpu")) is None
+    assert R.check_update(g, old_sizing(g)) == []  # nothing to resize: no request, 2 nodes stay
+    assert R.check_update(Graph([]), g) == []  # a group the update creates is a create (scaling_config_in_order)
+
+
+# ---------------------------------------------------------------------------- EFA on one node, EFS throughput range
+
+
+def test_single_node_aggregated_group_gets_no_efa_or_placement_group():
+    g = graph({"gpu": "h100", "topology": "agg", "cluster": {"mode": "eks"}})
+    lt = one(g.resources, R.LAUNCH_TEMPLATE)
+    assert R._efa_devices(lt) == 0 and not g.of(R.PLACEMENT_GROUP) and "placement" not in lt.inputs
+    assert only(R.single_node_without_efa_workers_gets_no_efa, g) == []
+
+    def old(res):  # before: every EFA interface of p5.48xlarge and a cluster placement group on the one node
+        t = one(res, R.LAUNCH_TEMPLATE)
+        t.inputs["networkInterfaces"] = [{"networkCardIndex": i, "deviceIndex": 0 if i == 0 else 1,
+                                          "interfaceType": "efa" if i == 0 else "efa-only"} for i in range(32)]
+        t.inputs["placement"] = {"groupName": "cluster-gpu"}
+    assert only(R.single_node_without_efa_workers_gets_no_efa, mutate(g, old)) == [
+        "cluster-gpu: one node, no worker requests vpc.amazonaws.com/efa, yet 32 EFA interfaces",
+        "cluster-gpu: one node in placement group cluster-gpu"]
+    # a disaggregated target on one node keeps its EFA (its workers request it): the rule leaves it alone
+    assert only(R.single_node_without_efa_workers_gets_no_efa, graph(matrix_config("h100", "on-demand", "efs"))) == []
+
+
+def test_efs_throughput_rule_fails_outside_the_api_range():
+    g = graph({"gpu": "h100", "cluster": {"mode": "eks", "efsThroughputMode": "provisioned", "efsProvisionedThroughputMibps": 3414}})
+    assert only(R.efs_provisioned_throughput_in_the_api_range, g) == []
+    bad = mutate(g, lambda res: one(res, R.EFS).inputs.update(provisionedThroughputInMibps=10240))
+    assert only(R.efs_provisioned_throughput_in_the_api_range, bad) == ["cluster-cache: provisionedThroughputInMibps 10240 is outside 1-3414"]

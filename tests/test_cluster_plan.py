@@ -43,7 +43,7 @@ def final(stack_cfg: dict):
     ],
 )
 def test_every_efa_interface_first_efa_rest_efa_only(tid, instance, efa):
-    nis = plan(tid, instance_type=instance).launch_template["network_interfaces"]
+    nis = plan(tid, instance_type=instance, efa=True).launch_template["network_interfaces"]
     assert len(nis) == efa
     assert nis[0]["interface_type"] == "efa" and nis[0]["network_card_index"] == 0
     assert {n["interface_type"] for n in nis[1:]} == {"efa-only"}
@@ -51,7 +51,7 @@ def test_every_efa_interface_first_efa_rest_efa_only(tid, instance, efa):
 
 
 def test_gb200_primary_interface_is_ena_and_efa_on_the_odd_cards():
-    nis = plan(GB200_AGG).launch_template["network_interfaces"]
+    nis = plan(GB200_AGG, efa=True).launch_template["network_interfaces"]
     assert nis[0] == {"device_index": 0, "network_card_index": 0, "delete_on_termination": True}
     assert [n["network_card_index"] for n in nis[1:]] == [1, 3, 5, 7, 9, 11, 13, 15]
     assert {n["interface_type"] for n in nis[1:]} == {"efa-only"}
@@ -356,7 +356,8 @@ def test_pool_settings_apply_to_their_gpu_only():
     plan = build_program(raw, "t", frozenset({"hfToken"})).cluster_plan
     h100, b200 = plan.gpu_pools
     assert (h100.name, b200.name) == ("gpu", "gpu-b200") and plan.gpu_nodegroup is h100.nodegroup
-    assert h100.placement_group == {"strategy": "cluster"} and h100.nodegroup["capacity_type"] == "ON_DEMAND"
+    # aggregated entries request no EFA: no EFA interfaces, and so no placement group, on the on-demand h100 group
+    assert not h100.efa and h100.placement_group is None and h100.nodegroup["capacity_type"] == "ON_DEMAND"
     assert b200.placement_group is None and b200.nodegroup["capacity_type"] == "CAPACITY_BLOCK"
     assert b200.launch_template["instance_type"] == "p6-b200.48xlarge" and b200.nodegroup["availability_zone"] == "us-east-1b"
     assert b200.nodegroup["labels"]["dynamo.nvidia.com/pool"] == "gpu-b200"
@@ -409,3 +410,65 @@ def test_group_names_follow_the_pools_not_the_entries():
     for serve in (both, both[::-1], both[1:]):  # reordered, or the h100 entry removed: the b200 group keeps its name
         plan = build_program({"cluster": {"mode": "eks", "gpuPools": pools}, "serve": serve}, "t", frozenset({"hfToken"})).cluster_plan
         assert [(p.name, p.gpu) for p in plan.gpu_pools] == [("gpu", "h100"), ("gpu-b200", "b200")]
+
+
+# ------------------------------------------------------------------ sizing, EFA where it is used, EFS range, versions
+
+
+@pytest.mark.parametrize("kw, scaling", [({}, (2, 2, 2)), ({"capacity_reservation_id": "cr-0123456789abcdef0"}, (2, 2, 2)), (CB, (0, 2, 2))])
+def test_gpu_group_sizing_on_every_capacity_type(kw, scaling):
+    sc = plan(gpu_nodes=2, **kw).gpu_nodegroup["scaling_config"]
+    assert (sc["min_size"], sc["desired_size"], sc["max_size"]) == scaling
+
+
+def test_aggregated_target_on_one_node_gets_no_efa_or_placement_group():
+    p = plan("lightning-vllm-agg-h100-dspark")
+    assert not p.efa and p.placement_group is None and "vpc.amazonaws.com/efa" not in p.gpu_shape.capacity
+    assert len(p.launch_template["network_interfaces"]) == 1
+    assert plan("lightning-vllm-agg-h100-dspark", efa=True).placement_group == {"strategy": "cluster"}  # asked for: kept
+    assert plan("lightning-vllm-agg-h100-dspark", placement_group=True).placement_group == {"strategy": "cluster"}
+    assert plan().efa and plan().placement_group == {"strategy": "cluster"}  # disaggregated: KV transfer over EFA
+
+
+@pytest.mark.parametrize("mibps", [0, 3415, 10240])
+def test_efs_provisioned_throughput_outside_the_api_range_is_refused(mibps):
+    with pytest.raises(ConfigError, match=rf"dynamo:cluster\.efsProvisionedThroughputMibps: {mibps} is outside what the EFS API accepts, 1-3414 MiB/s"):
+        cluster_config({"cluster": {"mode": "eks", "efsThroughputMode": "provisioned", "efsProvisionedThroughputMibps": mibps}})
+    assert plan(efs_throughput_mode="provisioned", efs_provisioned_throughput_mibps=3414).storage["provisioned_throughput_in_mibps"] == 3414
+
+
+def test_kubernetes_version_moves_one_minor_at_a_time():
+    ok = cluster_config({"cluster": {"mode": "eks", "kubernetesVersion": "1.35", "currentKubernetesVersion": "1.34"}})
+    assert ok.kubernetes_version == "1.35"
+    assert cluster_config({"cluster": {"mode": "eks", "kubernetesVersion": "1.35", "currentKubernetesVersion": "1.35"}})
+    with pytest.raises(ConfigError) as e:
+        cluster_config({"cluster": {"mode": "eks", "kubernetesVersion": "1.35", "currentKubernetesVersion": "1.33"}})
+    msg = str(e.value)
+    assert "dynamo:cluster.kubernetesVersion: '1.35' is 2 minor versions ahead of the cluster's '1.33'" in msg
+    assert 'set dynamo:cluster.kubernetesVersion: "1.34" and dynamo:cluster.currentKubernetesVersion: "1.33", run `pulumi up`; ' \
+           'then set dynamo:cluster.kubernetesVersion: "1.35" and dynamo:cluster.currentKubernetesVersion: "1.34"' in msg
+    with pytest.raises(ConfigError, match=r"'1\.34' is older than the cluster's '1\.35'.*cannot downgrade"):
+        cluster_config({"cluster": {"mode": "eks", "kubernetesVersion": "1.34", "currentKubernetesVersion": "1.35"}})
+    with pytest.raises(ConfigError, match=r"currentKubernetesVersion: 'latest' is not a Kubernetes minor version"):
+        cluster_config({"cluster": {"mode": "eks", "currentKubernetesVersion": "latest"}})
+
+
+def test_a_version_skip_is_refused_before_any_resource():
+    import harness
+
+    with pytest.raises(Exception, match="2 minor versions ahead"):
+        harness.run_program({"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": "1.36", "currentKubernetesVersion": "1.34"}},
+                            {"hfToken": "hf_x"}, stack="t")
+    assert harness.LAST_RUN.resources == []
+
+
+def test_addons_carry_the_pinned_versions_of_the_cluster_version():
+    from stacks.versions import versions
+
+    pins = versions()["eks"]["addons"]
+    p = plan(kubernetes_version="1.35")
+    assert p.addon_versions == {a: v for a, v in pins["1.35"].items() if a in p.addons} and p.addon_versions
+    assert plan(kubernetes_version="1.34").addon_versions["kube-proxy"].startswith("v1.34.")
+    # kube-proxy follows the control plane's minor version (EKS user guide, managing-kube-proxy)
+    for k8s, addons in pins.items():
+        assert addons["kube-proxy"].startswith(f"v{k8s}."), (k8s, addons)
