@@ -1,5 +1,7 @@
 """stacks/versions.yaml is the one manifest: the scripts, go.mod files and pyproject carry the same pins."""
 import re
+
+import pytest
 import tomllib
 from pathlib import Path
 
@@ -51,3 +53,70 @@ def test_kube_local_builds_every_pinned_kubernetes_binary():
         assert f"k8s.io/kubernetes/cmd/{cmd}\n" in gomod, cmd
     script = (ROOT / "tools/kube-local.sh").read_text()
     assert "k8s.io/kubernetes/cmd/kube-scheduler" in script and "sigs.k8s.io/kwok/cmd/kwok" in script
+
+
+# ------------------------------------------------------------------ a bump of the manifest is an in-place update
+
+# Inputs whose change replaces the resource instead of updating it (ForceNew in the provider schemas pulumi-aws
+# wraps: terraform-provider-aws internal/service/eks/addon.go addon_name, cluster_name; node_group.go cluster_name,
+# node_group_name). A bump must touch none of them.
+FORCE_NEW = {"aws:eks/addon:Addon": {"addonName", "clusterName"}, "aws:eks/nodeGroup:NodeGroup": {"clusterName", "nodeGroupName"}}
+
+
+def _run_with_manifest(monkeypatch, tmp_path, manifest: dict, config: dict):
+    import yaml
+
+    from harness import run_program
+    from stacks import versions as v
+
+    path = tmp_path / f"versions-{len(list(tmp_path.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    try:
+        monkeypatch.setattr(v, "MANIFEST", path)
+        v.versions.cache_clear()
+        return {r.urn: r for r in run_program(config, {"hfToken": "hf_x"}, stack="bump").resources}
+    finally:
+        monkeypatch.undo()
+        v.versions.cache_clear()
+
+
+def test_a_version_bump_previews_as_in_place_updates(monkeypatch, tmp_path):
+    """Platform chart, add-on pins and the EKS version move together; every resource keeps its URN and only the
+    version inputs change, none of them one that replaces its resource."""
+    import copy
+
+    base = copy.deepcopy(versions())
+    bumped = copy.deepcopy(base)
+    bumped["charts"]["dynamo-platform"]["version"] = "1.5.1"
+    bumped["eks"]["addons"]["1.36"] = {"kube-proxy": "v1.36.0-eksbuild.1", "coredns": "v1.13.2-eksbuild.9"}
+    cfg = {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "kubernetesVersion": "1.35"}}
+    before = _run_with_manifest(monkeypatch, tmp_path, base, cfg)
+    after = _run_with_manifest(monkeypatch, tmp_path, bumped, {**cfg, "cluster": {**cfg["cluster"], "kubernetesVersion": "1.36",
+                                                                          "currentKubernetesVersion": "1.35"}})
+    assert sorted(before) == sorted(after)  # no resource created, deleted or renamed
+    changed = {}
+    for urn, r in after.items():
+        keys = {k for k in set(r.inputs) | set(before[urn].inputs) if r.inputs.get(k) != before[urn].inputs.get(k)}
+        if keys:
+            changed[(r.type, r.name)] = keys
+            assert not keys & FORCE_NEW.get(r.type, set()), (r.name, keys)
+    assert changed == {
+        ("aws:eks/cluster:Cluster", "cluster-eks"): {"version"},
+        ("aws:eks/addon:Addon", "cluster-kube-proxy"): {"addonVersion"},
+        ("aws:eks/addon:Addon", "cluster-coredns"): {"addonVersion"},
+        ("kubernetes:helm.sh/v3:Release", "dynamo-platform-release"): {"version"},
+    }, changed
+    assert after[next(u for u in after if u.endswith("::cluster-kube-proxy"))].inputs["addonVersion"] == "v1.36.0-eksbuild.1"
+
+
+def test_a_version_skip_in_the_manifest_is_refused(monkeypatch, tmp_path):
+    """A manifest whose default jumps two minors refuses a cluster that runs the old default, before any resource."""
+    import copy
+
+    import harness
+
+    bumped = copy.deepcopy(versions())
+    bumped["eks"]["kubernetesVersion"] = "1.36"
+    with pytest.raises(Exception, match=r"'1\.36' is 2 minor versions ahead of the cluster's '1\.34'"):
+        _run_with_manifest(monkeypatch, tmp_path, bumped, {"gpu": "h100", "cluster": {"mode": "eks", "currentKubernetesVersion": "1.34"}})
+    assert harness.LAST_RUN.resources == []
