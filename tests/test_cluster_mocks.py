@@ -28,7 +28,7 @@ def h100():
 
 @pytest.mark.parametrize("gpu, instance, interfaces", [("h100", None, 32), ("h200", "p5en.48xlarge", 16), ("b200", None, 8)])
 def test_launch_template_carries_every_efa_interface(gpu, instance, interfaces):
-    run = eks(gpu, instanceType=instance) if instance else eks(gpu)
+    run = eks(gpu, instanceType=instance, efa=True) if instance else eks(gpu, efa=True)  # aggregated: EFA only when asked for
     lt = run.one("aws:ec2/launchTemplate:LaunchTemplate").inputs
     nis = lt["networkInterfaces"]
     assert len(nis) == interfaces
@@ -45,11 +45,12 @@ def test_placement_group_and_capacity_options():
     assert lt["instanceMarketOptions"]["marketType"] == "capacity-block" and lt["instanceType"] == "p5.48xlarge"
     ng = [r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-gpu")][0]
     assert ng.inputs["capacityType"] == "CAPACITY_BLOCK" and "instanceTypes" not in ng.inputs
-    assert "scalingConfig.desiredSize" in ng.ignore_changes
-    on_demand = eks("h100")
+    assert ng.ignore_changes == []  # the desired size is the program's: a resize sends it with the new bounds
+    on_demand = eks("h100", "disagg")
     assert on_demand.one("aws:ec2/placementGroup:PlacementGroup").inputs["strategy"] == "cluster"
     assert on_demand.one("aws:ec2/launchTemplate:LaunchTemplate").inputs["placement"]["groupName"] == "cluster-gpu"
-    assert eks("h100", placementGroup=False).by_type("aws:ec2/placementGroup:PlacementGroup") == []
+    assert eks("h100", "disagg", placementGroup=False).by_type("aws:ec2/placementGroup:PlacementGroup") == []
+    assert eks("h100").by_type("aws:ec2/placementGroup:PlacementGroup") == []  # one aggregated node: no EFA, no group
 
 
 def test_fsx_cache_is_one_file_system_bound_by_a_static_volume():
