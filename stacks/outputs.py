@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import catalog
+from .benchmark import local_command
 from .serving import ServingPlan
 
 
@@ -10,7 +11,6 @@ def next_steps(plan: ServingPlan) -> dict:
     ns, name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
     svc = f"{name}-frontend"
     model = _served_model(dgd)
-    concurrency = t.perf.concurrency if t.perf else 1
     out = {
         "target": t.id,
         "upstreamRecipe": t.upstream or "-",
@@ -23,10 +23,9 @@ def next_steps(plan: ServingPlan) -> dict:
             "curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' "
             f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}], \"max_tokens\": 64}}'"
         ),
-        "aiperf": (
-            f"aiperf profile --model {model} --url http://localhost:8000 --endpoint-type chat --streaming "
-            f"--concurrency {concurrency} --request-count {max(concurrency * 10, 100)}"
-        ),
+        # The benchmark Job's own steps (stacks/benchmark.py builds both from the same functions), against the
+        # port-forward: fetch the published trace if absent, warm up, replay it at the published concurrency.
+        "aiperf": local_command(t, dgd),
         "gpusNeeded": catalog.gpus_needed(dgd),
     }
     if t.perf:
