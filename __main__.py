@@ -108,6 +108,7 @@ else:
 if cluster.mode != "render" and (cluster.mode == "eks" or cluster.install_device_plugins or cluster.platform_wanted()):
     # Helm releases need a real cluster, so render mode shows the serving layer only.
     from components.platform import DevicePlugins, DynamoPlatform
+    from stacks.platform import GPU_PRESENT_LABELS
 
     k8s_opts = pulumi.ResourceOptions(provider=provider)
     if cluster.mode == "eks" or cluster.install_device_plugins:
@@ -116,6 +117,8 @@ if cluster.mode != "render" and (cluster.mode == "eks" or cluster.install_device
             fabric=cfg.fabric_profile or plan.target.fabric if cluster.mode != "eks" else ("aws-efa" if cluster_plan.efa else "none"),
             nvidia=cluster.nvidia_stack,
             opts=pulumi.ResourceOptions(provider=provider, depends_on=graph_deps),
+            # EKS: our GPU node groups carry nvidia.com/gpu.present=true; pods naming RuntimeClass nvidia land only there.
+            runtime_class_node_selector=dict(GPU_PRESENT_LABELS) if cluster.mode == "eks" else None,
         )
         graph_deps = graph_deps + plugins.ready
     from stacks.platform import dynamo_platform  # issue 13: the operator learns the Prometheus URL (Planner, autoscaling)

@@ -64,16 +64,27 @@ class EksGpuCluster(pulumi.ComponentResource):
                                 tags={**tags, "kubernetes.io/role/elb": "1"}, opts=child)
             aws.ec2.RouteTableAssociation(f"{name}-public-{i}", subnet_id=sn.id, route_table_id=public_rt.id, opts=child)
             self.public_subnets.append(sn)
-        eip = aws.ec2.Eip(f"{name}-nat", domain="vpc", tags=tags, opts=child)
-        nat = aws.ec2.NatGateway(f"{name}-nat", subnet_id=self.public_subnets[0].id, allocation_id=eip.id, tags=tags, opts=child)
-        private_rt = aws.ec2.RouteTable(f"{name}-private", vpc_id=self.vpc.id, routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}], tags=tags, opts=child)
+        # NAT gateways (plan.network nat_zones: the first zone, or every zone) and one private route table per NAT; the
+        # first keeps the single-NAT names ({name}-nat, {name}-private), so the default layout's URNs do not change.
+        net = plan.network or {"nat_zones": [plan.public_subnets[0]["availability_zone"]], "s3_gateway_endpoint": False,
+                               "interface_endpoints": [], "public_access_cidrs": ["0.0.0.0/0"], "warnings": []}
+        public_by_zone = {s["availability_zone"]: sn for s, sn in zip(plan.public_subnets, self.public_subnets)}
+        private_rts = {}
+        for j, zone in enumerate(net["nat_zones"]):
+            sfx = "" if j == 0 else f"-{j}"
+            eip = aws.ec2.Eip(f"{name}-nat{sfx}", domain="vpc", tags=tags, opts=child)
+            nat = aws.ec2.NatGateway(f"{name}-nat{sfx}", subnet_id=public_by_zone[zone].id, allocation_id=eip.id, tags=tags, opts=child)
+            private_rts[zone] = aws.ec2.RouteTable(f"{name}-private{sfx}", vpc_id=self.vpc.id,
+                                                   routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}], tags=tags, opts=child)
+        private_rt = private_rts[net["nat_zones"][0]]
         self.private_subnets = {}
         cache_zone = plan.storage.get("availability_zone")
         for i, s in enumerate(plan.private_subnets):
             keep = keep_network and s["availability_zone"] == cache_zone
             sn = aws.ec2.Subnet(f"{name}-private-{i}", vpc_id=self.vpc.id, **s, tags={**tags, "kubernetes.io/role/internal-elb": "1"},
                                 opts=kept if keep else child)
-            aws.ec2.RouteTableAssociation(f"{name}-private-{i}", subnet_id=sn.id, route_table_id=private_rt.id, opts=child)
+            rt = private_rts.get(s["availability_zone"], private_rt)
+            aws.ec2.RouteTableAssociation(f"{name}-private-{i}", subnet_id=sn.id, route_table_id=rt.id, opts=child)
             self.private_subnets[s["availability_zone"]] = sn
         private_ids = [sn.id for sn in self.private_subnets.values()]
         # A GPU Local Zone (GB200 UltraServers) gets its own subnet, for the GPU node group only: never an EKS cluster subnet.
@@ -81,6 +92,25 @@ class EksGpuCluster(pulumi.ComponentResource):
         if plan.gpu_subnet:
             self.gpu_subnet = aws.ec2.Subnet(f"{name}-gpu-local-zone", vpc_id=self.vpc.id, **plan.gpu_subnet, tags=tags, opts=child)
             aws.ec2.RouteTableAssociation(f"{name}-gpu-local-zone", subnet_id=self.gpu_subnet.id, route_table_id=private_rt.id, opts=child)
+        # S3 gateway endpoint on every private route table: S3 traffic (ECR image layers, S3 reads) leaves the NAT's per-GB
+        # charge (no charge of its own). ECR interface endpoints (ecr.api, ecr.dkr) in every zone's private subnet.
+        self.vpc_endpoints = []
+        if net["s3_gateway_endpoint"]:
+            self.vpc_endpoints.append(aws.ec2.VpcEndpoint(
+                f"{name}-s3", vpc_id=self.vpc.id, service_name=f"com.amazonaws.{plan.region}.s3", vpc_endpoint_type="Gateway",
+                route_table_ids=[rt.id for rt in private_rts.values()], tags=tags, opts=child))
+        if net["interface_endpoints"]:
+            endpoint_sg = aws.ec2.SecurityGroup(
+                f"{name}-endpoints", vpc_id=self.vpc.id, description="VPC interface endpoints: HTTPS from the VPC",
+                ingress=[{"protocol": "tcp", "from_port": 443, "to_port": 443, "cidr_blocks": [plan.vpc["cidr_block"]]}],
+                egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}], tags=tags, opts=child)
+            for svc in net["interface_endpoints"]:
+                self.vpc_endpoints.append(aws.ec2.VpcEndpoint(
+                    f"{name}-{svc.replace('.', '-')}", vpc_id=self.vpc.id, service_name=f"com.amazonaws.{plan.region}.{svc}",
+                    vpc_endpoint_type="Interface", private_dns_enabled=True, subnet_ids=[sn.id for sn in self.private_subnets.values()],
+                    security_group_ids=[endpoint_sg.id], tags=tags, opts=child))
+        for w in net["warnings"]:
+            pulumi.log.warn(w, resource=self)
 
         # ---- control plane
         cluster_role = aws.iam.Role(f"{name}-cluster", assume_role_policy=ASSUME_EKS, opts=child)
@@ -90,7 +120,8 @@ class EksGpuCluster(pulumi.ComponentResource):
             name=plan.name,
             version=plan.kubernetes_version,
             role_arn=cluster_role.arn,
-            vpc_config={"subnet_ids": private_ids + [sn.id for sn in self.public_subnets], "endpoint_public_access": True, "endpoint_private_access": True},
+            vpc_config={"subnet_ids": private_ids + [sn.id for sn in self.public_subnets], "endpoint_public_access": True, "endpoint_private_access": True,
+                        "public_access_cidrs": net["public_access_cidrs"]},
             access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
             tags=tags,
             opts=child,
@@ -139,7 +170,7 @@ class EksGpuCluster(pulumi.ComponentResource):
             self.launch_templates.append(lt)
             gpu = dict(pool.nodegroup)
             zone = gpu.pop("availability_zone")
-            gpu_subnet = self.gpu_subnet if (plan.gpu_subnet and pool is plan.gpu_pools[0]) else self.private_subnets[zone]
+            gpu_subnet = self.gpu_subnet if (plan.gpu_subnet and zone == plan.gpu_subnet["availability_zone"]) else self.private_subnets[zone]
             # The program owns the desired size (stacks.cluster.scaling_config): no ignoreChanges, so a resize sends the
             # new min, desired and max together and EKS accepts it; with the desired size ignored, the old one went with
             # the new bounds and EKS refused ("Minimum capacity N can't be greater than desired size M").

@@ -71,7 +71,7 @@ class DevicePlugins(pulumi.ComponentResource):
 
     def __init__(self, name: str, fabric: str, nvidia: Optional[str] = "device-plugin",
                  opts: Optional[pulumi.ResourceOptions] = None, nvidia_spec: Optional[HelmSpec] = None,
-                 fabric_node_selector: Optional[dict] = None):
+                 fabric_node_selector: Optional[dict] = None, runtime_class_node_selector: Optional[dict] = None):
         super().__init__(f"{PKG}:platform:DevicePlugins", name, None, opts)
         spec = nvidia_spec or (nvidia_gpu_stack(nvidia) if nvidia else None)
         self.nvidia = helm_release(f"{name}-{spec.name}", spec, _opts(self)) if spec else None
@@ -79,9 +79,9 @@ class DevicePlugins(pulumi.ComponentResource):
         previous: list[pulumi.Resource] = []
         self.runtime_class = None
         if nvidia == "device-plugin" and nvidia_spec is None:  # the GPU Operator brings its own
-            rc = nvidia_runtime_class()
+            rc = nvidia_runtime_class(runtime_class_node_selector)
             self.runtime_class = k8s.node.v1.RuntimeClass(f"{name}-nvidia-runtimeclass", metadata=rc["metadata"],
-                                                          handler=rc["handler"], opts=_opts(self))
+                                                          handler=rc["handler"], scheduling=rc.get("scheduling"), opts=_opts(self))
         for obj in fabric_objects(fabric, node_selector=fabric_node_selector):
             meta = obj["metadata"]
             r = _k8s_object(f"{name}-{meta['name']}-{obj['kind'].lower()}", obj, _opts(self, previous))

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Optional
 
 from .cluster import EFS_CLIENT_MBPS, EFS_PROVISIONED_MIBPS, kubernetes_versions, pack
+from .cluster import DRA_CHARTS, tolerates
 from .gpus import INSTANCES
 
 NODEGROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -308,8 +309,8 @@ def gb200_nvlink_domain_has_dra_and_compute_domain(g: Graph) -> list[str]:
     gb200 = [ng for ng in _gpu_nodegroups(g) if INSTANCES[_instance_type(g, ng)].ultraserver]
     if not gb200:
         return out
-    if not any(r.inputs.get("chart") == "nvidia-dra-driver-gpu" for r in g.of(HELM)):
-        out.append("GB200 node group without the nvidia-dra-driver-gpu release")
+    if not any(r.inputs.get("chart") in DRA_CHARTS for r in g.of(HELM)):
+        out.append("GB200 node group without the NVIDIA DRA driver release (dra-driver-nvidia-gpu)")
     for cd in g.of(COMPUTE_DOMAIN):
         template = _get(cd.inputs, "spec", "channel", "resourceClaimTemplate", "name")
         for dgd in g.of(DGD):
@@ -321,6 +322,260 @@ def gb200_nvlink_domain_has_dra_and_compute_domain(g: Graph) -> list[str]:
                     out.append(f"{comp['name']}: no claim on ComputeDomain channel {template}")
     return out
 
+
+# --------------------------------------------------------------------------- GB200 DRA driver placement on EKS
+
+# The scheduling defaults of the DRA driver charts (what Helm uses where the release's values say nothing):
+# nvidia-dra-driver-gpu 25.x: NVIDIA/k8s-dra-driver-gpu deployments/helm/nvidia-dra-driver-gpu/values.yaml @0540432
+# (controller required on node-role.kubernetes.io/control-plane; kubelet plugin tolerates nothing);
+# dra-driver-nvidia-gpu 0.4+: kubernetes-sigs/dra-driver-nvidia-gpu deployments/helm/dra-driver-nvidia-gpu/values.yaml
+# @3fe9487 (controller prefers control-plane nodes; kubelet plugin tolerates nvidia.com/gpu).
+_GPU_PRESENT_TERMS = [
+    {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}]},
+    {"matchExpressions": [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In", "values": ["NVIDIA"]}]},
+    {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
+]
+DRA_CHART_DEFAULTS = {
+    "nvidia-dra-driver-gpu": {
+        "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": True}},
+        "controller": {"nodeSelector": {},
+                       "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
+                       "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                           {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}]}}}},
+        "kubeletPlugin": {"nodeSelector": {}, "tolerations": [],
+                          "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": _GPU_PRESENT_TERMS}}}},
+    },
+    "dra-driver-nvidia-gpu": {
+        "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": True}},
+        "controller": {"nodeSelector": {},
+                       "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+                                       {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"},
+                                       {"key": "CriticalAddonsOnly", "operator": "Exists"}],
+                       "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                           {"weight": 100, "preference": {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}}]}}},
+        "kubeletPlugin": {"nodeSelector": {},
+                          "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                          "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": _GPU_PRESENT_TERMS}}}},
+    },
+}
+
+
+def helm_merge(defaults: Any, values: Any) -> Any:
+    """Helm's value coalescing as it applies here: maps merge key by key, anything else (lists, scalars) given by the
+    user replaces the default (Helm docs, "Values Files")."""
+    if isinstance(defaults, dict) and isinstance(values, dict):
+        return {k: helm_merge(defaults.get(k), values[k]) if k in values else defaults[k] for k in {**defaults, **values}}
+    return values if values is not None else defaults
+
+
+def dra_pod_specs(release_values: dict, chart: str) -> tuple[dict, dict, dict]:
+    """(effective values, controller pod scheduling fields, kubelet-plugin pod scheduling fields) of a DRA driver release:
+    the chart's defaults merged with the release's values, as the chart templates (templates/controller.yaml,
+    templates/kubeletplugin.yaml) render ``nodeSelector``, ``affinity`` and ``tolerations`` into the pod specs."""
+    eff = helm_merge(DRA_CHART_DEFAULTS[chart], release_values or {})
+
+    def pod(part: str) -> dict:
+        v = eff.get(part) or {}
+        return {k: v[k] for k in ("nodeSelector", "affinity", "tolerations") if v.get(k)}
+    return eff, pod("controller"), pod("kubeletPlugin")
+
+
+def _admits(pod: dict, g: Graph, ng: Res) -> bool:
+    """The pod's nodeSelector/required affinity select the group's labels and it tolerates every taint of the group."""
+    return _selects(pod, _node_labels(g, ng)) and all(tolerates(pod, t) for t in ng.inputs.get("taints") or [])
+
+
+@rule(3)
+def dra_driver_values_follow_the_eks_guide(g: Graph) -> list[str]:
+    """The NVIDIA DRA driver on EKS: ComputeDomains on, GPU allocation off (the device plugin allocates GPUs); the
+    controller Deployment schedules on a node group of the cluster (EKS has no control-plane nodes, where the chart's
+    defaults put it), and the kubelet-plugin DaemonSet is admitted by every GB200 node group: its affinity selects the
+    group's labels and it tolerates the group's ``nvidia.com/gpu`` taint. Evaluated on the chart's defaults merged with
+    the release's values. Source: EKS user guide "Use P6e-GB200 UltraServers with Amazon EKS" (dra-values.yaml:
+    resources.gpus.enabled false, computeDomains.enabled true, controller without control-plane placement, kubeletPlugin
+    affinity nvidia.com/gpu.present=true and toleration nvidia.com/gpu Exists NoSchedule)."""
+    out = []
+    gb200 = [ng for ng in _gpu_nodegroups(g) if INSTANCES[_instance_type(g, ng)].ultraserver]
+    for rel in g.of(HELM):
+        chart = rel.inputs.get("chart")
+        if chart not in DRA_CHARTS:
+            continue
+        eff, controller, plugin = dra_pod_specs(rel.inputs.get("values") or {}, chart)
+        if not _get(eff, "resources", "computeDomains", "enabled"):
+            out.append(f"{rel.name}: resources.computeDomains.enabled is not true (the ComputeDomains GB200 needs)")
+        if _get(eff, "resources", "gpus", "enabled"):
+            out.append(f"{rel.name}: resources.gpus.enabled is true (GPU allocation stays with the device plugin on EKS)")
+        if not any(_admits(controller, g, ng) for ng in g.of(NODEGROUP)):
+            out.append(f"{rel.name}: the controller schedules on no node group ({controller}); EKS has no control-plane nodes")
+        for ng in gb200:
+            if not _admits(plugin, g, ng):
+                out.append(f"{rel.name}: the kubelet plugin is not admitted by GB200 node group {ng.name} "
+                           f"(labels {ng.inputs.get('labels')}, taints {ng.inputs.get('taints')}; plugin {plugin})")
+    return out
+
+
+# --------------------------------------------------------------------------- Local Zone GPU groups and the model cache
+
+
+@rule(3)
+def local_zone_nodes_do_not_mount_efs(g: Graph) -> list[str]:
+    """No EFS model cache when a GPU node group runs in a Local Zone: EFS mount targets exist in Availability Zones
+    only, and the file system's DNS name resolves only in a zone with a mount target. Source: EFS user guide
+    "Mounting on Amazon EC2 with a DNS name" (a mount target in the client's Availability Zone is required); EFS API
+    ``CreateMountTarget`` (one mount target per Availability Zone); FSx for Lustre is the cache for Local Zone groups."""
+    out = []
+    if not g.of(EFS):
+        return out
+    for ng in _gpu_nodegroups(g):
+        for sid in ng.inputs.get("subnetIds") or []:
+            sn = g.by_id(sid, SUBNET)
+            zone = sn.inputs.get("availabilityZone") if sn else None
+            if zone and not AZ.fullmatch(zone):
+                out.append(f"{ng.name}: GPU nodes in Local Zone {zone} with an EFS model cache they cannot mount (use FSx for Lustre)")
+    return out
+
+
+# --------------------------------------------------------------------------- network cost and the API endpoint
+
+ROUTE_TABLE = "aws:ec2/routeTable:RouteTable"
+RTA = "aws:ec2/routeTableAssociation:RouteTableAssociation"
+NAT = "aws:ec2/natGateway:NatGateway"
+VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
+RUNTIME_CLASS = "kubernetes:node.k8s.io/v1:RuntimeClass"
+
+
+def _nat_route_tables(g: Graph) -> list[Res]:
+    return [rt for rt in g.of(ROUTE_TABLE) if any(r.get("natGatewayId") for r in rt.inputs.get("routes") or [])]
+
+
+@rule(4)
+def private_route_tables_reach_s3_through_a_gateway_endpoint(g: Graph) -> list[str]:
+    """Every route table that sends traffic to a NAT gateway also carries the S3 gateway endpoint, so S3 traffic (ECR
+    image layers, pre-signed S3 downloads) does not pay the NAT gateway's per-GB processing charge; a gateway
+    endpoint has no hourly or per-GB charge. Source: VPC pricing (aws.amazon.com/vpc/pricing: NAT gateway $/GB
+    processed; gateway endpoints free); PrivateLink guide "Gateway endpoints for Amazon S3"; ECR API
+    ``GetDownloadUrlForLayer`` (layers are S3 downloads)."""
+    out = []
+    s3 = [e for e in g.of(VPC_ENDPOINT) if str(e.inputs.get("serviceName", "")).endswith(".s3") and e.inputs.get("vpcEndpointType") == "Gateway"]
+    for rt in _nat_route_tables(g):
+        if not any(rt.id in (e.inputs.get("routeTableIds") or []) for e in s3):
+            out.append(f"{rt.name}: routes to a NAT gateway without the S3 gateway endpoint (S3 bytes pay NAT per-GB charges)")
+    return out
+
+
+@rule(4)
+def private_subnet_uses_its_zones_nat(g: Graph) -> list[str]:
+    """A private subnet in a zone that has a NAT gateway routes through that zone's NAT gateway: traffic to a NAT in
+    another zone pays inter-AZ transfer on top of NAT processing, and loses egress when that zone fails. Source: VPC
+    user guide "NAT gateways" (create a NAT gateway in each Availability Zone and route each zone's traffic to its own);
+    VPC pricing (data transfer between Availability Zones)."""
+    out = []
+    nat_zone = {}
+    for nat in g.of(NAT):
+        sn = g.by_id(nat.inputs.get("subnetId"), SUBNET)
+        if sn:
+            nat_zone[nat.id] = sn.inputs.get("availabilityZone")
+    zones_with_nat = set(nat_zone.values())
+    for a in g.of(RTA):
+        sn, rt = g.by_id(a.inputs.get("subnetId"), SUBNET), g.by_id(a.inputs.get("routeTableId"), ROUTE_TABLE)
+        if not sn or not rt:
+            continue
+        nats = [r.get("natGatewayId") for r in rt.inputs.get("routes") or [] if r.get("natGatewayId")]
+        zone = sn.inputs.get("availabilityZone")
+        if nats and zone in zones_with_nat and not any(nat_zone.get(n) == zone for n in nats):
+            out.append(f"{sn.name} ({zone}) routes through a NAT gateway in {[nat_zone.get(n) for n in nats]}, not its own zone's")
+    return out
+
+
+@rule(4)
+def ecr_interface_endpoints_are_complete(g: Graph) -> list[str]:
+    """ECR interface endpoints come as a pair, ``ecr.api`` and ``ecr.dkr``, with private DNS, in a subnet of every
+    Availability Zone the node groups use, next to the S3 gateway endpoint that carries the image layers. Source: ECR
+    user guide "Amazon ECR interface VPC endpoints (AWS PrivateLink)" (both endpoints; 443 from the VPC; private DNS);
+    ECR API ``GetDownloadUrlForLayer``; PrivateLink pricing (billed per endpoint per Availability Zone-hour)."""
+    out = []
+    ecr = {str(e.inputs.get("serviceName", "")).rsplit(".", 2)[-2] + "." + str(e.inputs.get("serviceName", "")).rsplit(".", 1)[-1]: e
+           for e in g.of(VPC_ENDPOINT) if ".ecr." in str(e.inputs.get("serviceName", ""))}
+    if not ecr:
+        return out
+    missing = {"ecr.api", "ecr.dkr"} - set(ecr)
+    if missing:
+        out.append(f"ECR interface endpoints without {sorted(missing)}: image pulls still go through the NAT gateway")
+    node_zones = set()
+    for ng in g.of(NODEGROUP):
+        for sid in ng.inputs.get("subnetIds") or []:
+            sn = g.by_id(sid, SUBNET)
+            if sn and AZ.fullmatch(str(sn.inputs.get("availabilityZone"))):
+                node_zones.add(sn.inputs["availabilityZone"])
+    for svc, e in ecr.items():
+        if not e.inputs.get("privateDnsEnabled"):
+            out.append(f"{e.name}: {svc} without private DNS (clients would still resolve the public ECR endpoint)")
+        zones = {(_s.inputs.get("availabilityZone") if (_s := g.by_id(sid, SUBNET)) else None) for sid in e.inputs.get("subnetIds") or []}
+        if node_zones - zones:
+            out.append(f"{e.name}: no endpoint subnet in {sorted(node_zones - zones)} where nodes run")
+    if not any(str(e.inputs.get("serviceName", "")).endswith(".s3") for e in g.of(VPC_ENDPOINT)):
+        out.append("ECR interface endpoints without the S3 gateway endpoint: image layers still cross the NAT gateway")
+    return out
+
+
+@rule(5)
+def eks_public_endpoint_cidrs_are_explicit(g: Graph) -> list[str]:
+    """A cluster whose Kubernetes API endpoint is public names the CIDR blocks allowed to reach it
+    (``publicAccessCidrs``, from ``dynamo:cluster.publicAccessCidrs``) instead of leaving EKS's default of 0.0.0.0/0
+    implicit. Source: EKS API reference ``VpcConfigRequest`` (publicAccessCidrs: default 0.0.0.0/0); EKS user guide
+    "Cluster API server endpoint"."""
+    out = []
+    for c in g.of(EKS):
+        vc = c.inputs.get("vpcConfig") or {}
+        if vc.get("endpointPublicAccess", True) and not vc.get("publicAccessCidrs"):
+            out.append(f"{c.name}: public API endpoint without publicAccessCidrs (EKS opens it to 0.0.0.0/0)")
+    return out
+
+
+@rule(5)
+def gpu_operator_leaves_driver_and_toolkit_to_the_ami(g: Graph) -> list[str]:
+    """On the EKS AL2023 NVIDIA AMI the GPU Operator installs neither the driver nor the NVIDIA Container Toolkit: the
+    AMI ships both (the chart's defaults install both). Source: EKS user guide "Use P6e-GB200 UltraServers with Amazon
+    EKS" ("you must disable the operator installation of the driver and toolkit"; gpu-operator-values.yaml
+    driver.enabled false, toolkit.enabled false); gpu-operator v26.7.0 values.yaml (driver/toolkit enabled: true)."""
+    out = []
+    nvidia_ami = any(str(ng.inputs.get("amiType", "")).endswith("_NVIDIA") for ng in g.of(NODEGROUP))
+    if not nvidia_ami:
+        return out
+    for rel in g.of(HELM):
+        if rel.inputs.get("chart") != "gpu-operator":
+            continue
+        values = rel.inputs.get("values") or {}
+        for part in ("driver", "toolkit"):
+            if _get(values, part, "enabled") is not False:
+                out.append(f"{rel.name}: {part}.enabled is not false on the AL2023 NVIDIA AMI, which ships the {part}")
+    return out
+
+
+@rule(5)
+def nvidia_runtime_class_selects_gpu_nodes(g: Graph) -> list[str]:
+    """The ``nvidia`` RuntimeClass on an EKS cluster carries ``scheduling.nodeSelector`` labels that every GPU node group
+    has and the system node group does not, so a pod naming the class lands only where the handler exists. Source:
+    Kubernetes API node.k8s.io/v1 ``Scheduling.nodeSelector`` (merged into the pod's nodeSelector at admission);
+    awslabs/amazon-eks-ami nodeadm runtime_config.go (the nvidia runtime on the NVIDIA AMI only)."""
+    out = []
+    if not g.of(EKS):
+        return out
+    for rc in g.of(RUNTIME_CLASS):
+        if rc.inputs.get("handler") != "nvidia":
+            continue
+        sel = _get(rc.inputs, "scheduling", "nodeSelector") or {}
+        if not sel:
+            out.append(f"{rc.name}: RuntimeClass nvidia without scheduling.nodeSelector (its pods may land on nodes without the nvidia runtime)")
+            continue
+        for ng in g.of(NODEGROUP):
+            labels = _node_labels(g, ng)
+            carries = all(labels.get(k) == v for k, v in sel.items())
+            if ng in _gpu_nodegroups(g) and not carries:
+                out.append(f"{rc.name}: nodeSelector {sel} does not select GPU node group {ng.name}")
+            if ng not in _gpu_nodegroups(g) and carries:
+                out.append(f"{rc.name}: nodeSelector {sel} also selects non-GPU node group {ng.name}")
+    return out
 
 # --------------------------------------------------------------------------- finding 4: FSx for Lustre
 

@@ -155,6 +155,15 @@ class EksConfig(_Model):
     fsx_throughput_per_tib: Literal[125, 250, 500, 1000] = 1000
     nvidia_stack: Literal["device-plugin", "gpu-operator"] = "device-plugin"
     admin_principal_arns: tuple[str, ...] = ()
+    # Who may reach the public Kubernetes API endpoint. EKS's own default is 0.0.0.0/0 (EKS API reference,
+    # VpcConfigRequest.publicAccessCidrs); kept as the default here, and the plan warns about it.
+    public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    # Egress: one NAT gateway (in the first zone) or one per zone, so no node's traffic crosses zones to reach it.
+    nat_gateways: Literal["one", "per-zone"] = "one"
+    # S3 gateway endpoint on the private route tables (no hourly or per-GB charge; ECR image layers and S3 reads skip
+    # the NAT's per-GB charge). ECR interface endpoints (ecr.api + ecr.dkr, billed per endpoint per zone-hour).
+    s3_gateway_endpoint: bool = True
+    ecr_endpoints: bool = False
     # One GPU node group per pool (issue 11); empty: one node group for the GPU of the stack's entries.
     gpu_pools: tuple[GpuPoolConfig, ...] = ()
 
@@ -217,8 +226,21 @@ class EksConfig(_Model):
         if cap not in (1200, 2400) and (cap <= 0 or cap % 2400):
             raise ValueError(f"{k}.fsxStorageCapacityGib: {cap} is not a PERSISTENT_2 SSD size; choose 1200, 2400 or a multiple of 2400 "
                              "(FSx CreateFileSystem StorageCapacity)")
+        if not self.public_access_cidrs:
+            raise ValueError(f"{k}.publicAccessCidrs: empty; list the IPv4 networks that may reach the public Kubernetes API "
+                             "endpoint, e.g. [203.0.113.0/24] (default [0.0.0.0/0], EKS's own default)")
+        for c in self.public_access_cidrs:
+            try:
+                net = ipaddress.ip_network(c, strict=True)
+            except ValueError:
+                net = None
+            if net is None or net.version != 4:
+                raise ValueError(f"{k}.publicAccessCidrs: {c!r} is not an IPv4 network like 203.0.113.0/24 (host bits zero); "
+                                 "the EKS public endpoint takes IPv4 CIDR blocks (EKS API reference, VpcConfigRequest.publicAccessCidrs)")
         if self.gpu_pools:
             self._check_pools(k)
+        elif self.gpu_zone_is_local():
+            check_cache_in_local_zone(self.cache_storage, self.gpu_zone(), f"{k}.gpuAvailabilityZone")
         return self
 
     def _check_pools(self, k: str) -> None:
@@ -255,8 +277,17 @@ class EksConfig(_Model):
             if p.placement_group and p.capacity_reservation_id:
                 raise ValueError(f"{pk}.placementGroup: true conflicts with {pk}.capacityReservationId; remove placementGroup")
             if p.availability_zone is not None and p.availability_zone not in self.zones():
-                raise ValueError(f"{pk}.availabilityZone: {p.availability_zone!r} is not one of availabilityZones {list(self.zones())} "
-                                 f"(a Local Zone GPU group is a single-pool stack's gpuAvailabilityZone)")
+                lz = _LOCAL_ZONE.fullmatch(p.availability_zone)
+                if not lz or lz["region"] != self.region:
+                    raise ValueError(f"{pk}.availabilityZone: {p.availability_zone!r} is not one of availabilityZones {list(self.zones())} "
+                                     f"nor a Local Zone of {self.region} (like {self.region}-dfw-2a)")
+                check_cache_in_local_zone(self.cache_storage, p.availability_zone, f"{pk}.availabilityZone")
+        # One Local Zone subnet per cluster: every pool in a Local Zone names the same one (GB200 UltraServers are
+        # offered in one Local Zone of a region).
+        local = sorted({p.availability_zone for p in self.gpu_pools if p.availability_zone and p.availability_zone not in self.zones()})
+        if len(local) > 1:
+            raise ValueError(f"{k}.gpuPools: pools in several Local Zones {local}; the cluster has one Local Zone subnet, "
+                             f"so put every Local Zone pool in one of them")
 
     def pool_for(self, gpu: str, gpu_key: str = "") -> tuple["EksConfig", str]:
         """The cluster settings of ``gpu``'s node group and the key its errors name: with ``gpuPools``, the
@@ -281,6 +312,21 @@ class EksConfig(_Model):
 
     def gpu_zone_is_local(self) -> bool:
         return self.gpu_zone() not in self.zones()
+
+
+def check_cache_in_local_zone(cache_storage: str, zone: str, key: str) -> None:
+    """EFS mount targets exist only in the region's Availability Zones (one per AZ: EFS API ``CreateMountTarget``), and
+    the file system's DNS name resolves only where a mount target shares the client's zone (EFS user guide, "Mounting
+    on Amazon EC2 with a DNS name": "DNS resolution for file system DNS names requires that the Amazon EFS file system
+    has a mount target in the same Availability Zone as the client instance"). The IP fallback of efs-utils needs
+    ``elasticfilesystem:DescribeMountTargets``, which no node role here has, and naming one AZ's mount target
+    (EFS user guide, "Mounting One Zone file systems": ``-o az=``) is not wired through the EFS CSI driver here. So a
+    GPU group in a Local Zone cannot mount the EFS cache: refuse it, naming FSx for Lustre, which the nodes mount by the
+    file system's DNS name and mount name (no per-zone mount target; the static PersistentVolume of this stack)."""
+    if cache_storage == "efs":
+        raise ValueError(f"{key}: {zone!r} is a Local Zone, where the EFS model cache cannot be mounted (EFS mount targets and "
+                         f"their DNS names exist only in Availability Zones); set {NS}:cluster.cacheStorage: fsx-lustre "
+                         f"(FSx for Lustre in the first Availability Zone, mounted by its DNS name over the VPC)")
 
 
 def apply_aws_region(raw: dict, aws_region: Optional[str]) -> dict:
@@ -357,6 +403,9 @@ class ClusterPlan:
     # Every GPU node group (issue 11), the first one also as gpu_nodegroup, launch_template, placement_group,
     # shape and gpu_shape above (its resources keep the single-target names).
     gpu_pools: list["GpuPool"] = field(default_factory=list)
+    # Egress and endpoints (``network_plan``): NAT gateways, the S3 gateway endpoint, ECR interface endpoints, the
+    # public API endpoint's CIDRs and the warnings the wiring logs.
+    network: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -532,14 +581,55 @@ def pack(dgd: dict, capacity: dict[str, int]) -> tuple[int, list[str]]:
     return len(nodes), too_big
 
 
+DRA_CHARTS = ("dra-driver-nvidia-gpu", "nvidia-dra-driver-gpu")  # the chart's name from v0.4.0, and before it
+
+
+def dra_driver_values() -> dict:
+    """Helm values of the NVIDIA DRA driver on EKS, from the EKS user guide "Use P6e-GB200 UltraServers with Amazon EKS"
+    (awsdocs/amazon-eks-user-guide latest/ug/ml/ml-eks-nvidia-ultraserver.adoc @e0464053, "Install NVIDIA DRA driver",
+    dra-values.yaml): ComputeDomains only (GPU allocation stays with the device plugin); the controller off the
+    control-plane placement of the chart's defaults (EKS has no control-plane nodes: NVIDIA/k8s-dra-driver-gpu
+    values.yaml @0540432 requires node-role.kubernetes.io/control-plane); the kubelet plugin on nodes labelled
+    ``nvidia.com/gpu.present=true`` and tolerating the ``nvidia.com/gpu`` NoSchedule taint (the old chart's plugin
+    tolerates nothing). Host driver root ``/``: the AL2023 NVIDIA AMI ships the driver.
+
+    The guide clears the controller's placement with ``null``; the Python SDK drops null map values before they reach
+    the engine (pulumi/pulumi#12178; pulumi-kubernetes#3811, #2034) and empty lists have been dropped too
+    (pulumi-kubernetes#2089). So the controller's placement is stated with non-empty values instead, which Helm's
+    value merge applies whatever the chart's defaults (lists replace, maps merge): required affinity and nodeSelector
+    on the system node group, tolerations replaced by CriticalAddonsOnly only (no control-plane toleration).
+    ``nameOverride`` keeps the resource names of a release first installed from the pre-0.4 chart
+    (kubernetes-sigs/dra-driver-nvidia-gpu site/content/docs/upgrade.md @617fbb49, "Upgrade from v25.12.0 to v0.4.0")."""
+    from .platform import GPU_TOLERATION, CRITICAL_ADDONS_TOLERATION
+
+    system = {POOL_LABEL: "system"}
+    return {
+        "nameOverride": "nvidia-dra-driver-gpu",
+        "nvidiaDriverRoot": "/",
+        "resources": {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}},
+        "controller": {
+            "nodeSelector": dict(system),
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": ["system"]}]}]}}},
+            "tolerations": [dict(CRITICAL_ADDONS_TOLERATION)],
+        },
+        "kubeletPlugin": {
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}},
+            "tolerations": [dict(GPU_TOLERATION)],
+        },
+    }
+
+
 def dra_driver_spec():
-    """The NVIDIA DRA driver for ComputeDomains only (GPU allocation stays with the device plugin); host driver
-    root / as on the EKS AL2023 NVIDIA AMI. Pinned in versions.yaml charts.nvidia-dra-driver-gpu."""
+    """The NVIDIA DRA driver release (values: ``dra_driver_values``). Pinned in versions.yaml charts.nvidia-dra-driver-gpu
+    (the chart is dra-driver-nvidia-gpu from v0.4.0; the release keeps its name, so the Pulumi URN and the Helm
+    release do not change)."""
     from .platform import HelmSpec, chart_pin
 
     pin = chart_pin("nvidia-dra-driver-gpu")
     return HelmSpec(name="nvidia-dra-driver-gpu", chart=pin["chart"], version=str(pin["version"]), repo=pin["repo"],
-                    namespace="nvidia-dra-driver-gpu", values={"nvidiaDriverRoot": "/", "resources": {"gpus": {"enabled": False}}})
+                    namespace="nvidia-dra-driver-gpu", values=dra_driver_values())
 
 
 COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"
@@ -676,13 +766,49 @@ def pool_name(gpu: str, first: bool) -> str:
     return "gpu" if first else f"gpu-{gpu}"
 
 
+# Interface endpoints for ECR: ecr.api (API calls such as DescribeImages) and ecr.dkr (the Docker registry API used by
+# pulls) (ECR user guide, "Amazon ECR interface VPC endpoints (AWS PrivateLink)": the endpoint's security group admits
+# 443 from the VPC's private subnets; Route 53 private DNS). Image layers are downloaded from pre-signed S3 URLs (ECR API
+# GetDownloadUrlForLayer), so without the S3 gateway endpoint layer bytes still cross the NAT gateway.
+# Each interface endpoint bills per Availability Zone-hour, $0.01 in us-east-1, plus $0.01/GB
+# (aws.amazon.com/privatelink/pricing); a gateway endpoint for S3 has no hourly or per-GB charge (aws.amazon.com/vpc/pricing).
+ECR_ENDPOINT_SERVICES = ("ecr.api", "ecr.dkr")
+INTERFACE_ENDPOINT_USD_PER_AZ_HOUR = 0.01
+# NAT gateway, us-east-1: $0.045 per gateway-hour and $0.045 per GB processed (aws.amazon.com/vpc/pricing, NAT
+# gateway pricing, read 2026-12-01); cross-zone traffic to a NAT in another zone adds inter-AZ transfer.
+NAT_USD_PER_HOUR = 0.045
+NAT_USD_PER_GB = 0.045
+
+
+def network_plan(cfg: EksConfig) -> dict[str, Any]:
+    """Egress of the cluster's private subnets and the endpoints that keep AWS traffic off the NAT gateway's per-GB
+    charge: ``nat_zones`` (the zones with a NAT gateway: the first, or every zone), ``s3_gateway_endpoint``,
+    ``interface_endpoints`` (service suffixes), ``public_access_cidrs`` and ``warnings``."""
+    zones = cfg.zones()
+    warnings = []
+    if "0.0.0.0/0" in cfg.public_access_cidrs:
+        warnings.append(f"{NS}:cluster.publicAccessCidrs includes 0.0.0.0/0 (the default, as EKS's): the Kubernetes API endpoint "
+                        "accepts connections from any address (authentication still applies); list your networks there, e.g. "
+                        "[203.0.113.0/24]")
+    if cfg.ecr_endpoints and not cfg.s3_gateway_endpoint:
+        warnings.append(f"{NS}:cluster.ecrEndpoints without s3GatewayEndpoint: ECR image layers still come from S3 through the NAT gateway")
+    return {
+        "nat_zones": list(zones) if cfg.nat_gateways == "per-zone" else [zones[0]],
+        "s3_gateway_endpoint": cfg.s3_gateway_endpoint,
+        "interface_endpoints": list(ECR_ENDPOINT_SERVICES) if cfg.ecr_endpoints else [],
+        "public_access_cidrs": list(cfg.public_access_cidrs),
+        "warnings": warnings,
+    }
+
+
 def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cache: bool = True,
                   compute_domain_for: Optional[tuple[Target, dict]] = None) -> ClusterPlan:
     """The cluster around its GPU node groups: VPC, system nodes, add-ons, cache storage. ``pools[0]`` is the
     first GPU group (today's resource names); ``compute_domain_for``: (target, dgd) of a GB200 target whose
     workers span nodes of one NVLink domain."""
     zones = cfg.zones()
-    local_zone = cfg.gpu_zone() if not cfg.gpu_pools and cfg.gpu_zone_is_local() else None
+    # A Local Zone GPU group (GB200 UltraServers) gets its own subnet; with gpuPools, the one Local Zone the pools name.
+    local_zone = next((p.nodegroup["availability_zone"] for p in pools if p.nodegroup["availability_zone"] not in zones), None)
     gpu_zone = pools[0].nodegroup["availability_zone"]
     public, private, gpu_subnet = _subnets(cfg.vpc_cidr, zones, local_zone)
     name = f"dynamo-{stack}"
@@ -727,6 +853,7 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         public_subnets=public,
         private_subnets=private,
         gpu_subnet=gpu_subnet,
+        network=network_plan(cfg),
         addons=["vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi],
         addon_versions={a: v for a, v in addon_versions(cfg.kubernetes_version).items()
                         if a in ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi)},

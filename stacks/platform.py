@@ -100,16 +100,25 @@ def _helm(key: str, name: str, namespace: str, values: dict, version: Optional[s
                     namespace=namespace, values=values)
 
 
-def nvidia_runtime_class() -> dict:
+def nvidia_runtime_class(node_selector: Optional[Mapping[str, str]] = None) -> dict:
     """RuntimeClass ``nvidia`` for clusters whose NVIDIA stack is the device plugin (the GPU Operator creates
     its own). Recipes such as Nemotron-3-Ultra's name ``runtimeClassName: nvidia``; without the object the
     API server refuses their pods at admission. Handler ``nvidia``: the containerd runtime the EKS AL2023
     NVIDIA AMI configures on P instances (awslabs/amazon-eks-ami, nodeadm/internal/containerd/runtime_config.go:
-    ``nvidiaRuntimeName = "nvidia"``); NVIDIA/k8s-device-plugin's README shows the same object."""
-    return {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
+    ``nvidiaRuntimeName = "nvidia"``); NVIDIA/k8s-device-plugin's README shows the same object.
+
+    ``node_selector``: the labels of the nodes that have the handler (on EKS, our GPU node groups'
+    ``nvidia.com/gpu.present=true``). RuntimeClass ``scheduling.nodeSelector`` is merged into the nodeSelector of
+    every pod that names the class at admission, so such a pod can only land where the ``nvidia`` runtime exists
+    (Kubernetes API node.k8s.io/v1 Scheduling; "Runtime Class", Scheduling). Without it, a pod naming the class that
+    lands on a system node fails to start its sandbox (no such handler)."""
+    rc: dict[str, Any] = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
+    if node_selector:
+        rc["scheduling"] = {"nodeSelector": dict(node_selector)}
+    return rc
 
 
-def nvidia_gpu_stack(kind: str, *, driver: bool = False, gdrcopy: bool = False, host_mofed: bool = False,
+def nvidia_gpu_stack(kind: str, *, driver: bool = False, toolkit: bool = False, gdrcopy: bool = False, host_mofed: bool = False,
                      nfd: bool = True, gfd: bool = False) -> HelmSpec:
     """Exactly one NVIDIA GPU stack: the k8s-device-plugin chart or the GPU Operator.
 
@@ -121,7 +130,10 @@ def nvidia_gpu_stack(kind: str, *, driver: bool = False, gdrcopy: bool = False, 
     device-plugin: ``gfd`` adds GPU feature discovery (and the chart's NFD subchart), which
     labels ``nvidia.com/gpu.product``; off by default because our node groups set that label
     (and ``GPU_PRESENT_LABELS``) themselves.
-    gpu-operator: ``driver`` installs the driver (off: EKS/AKS GPU images ship one);
+    gpu-operator: ``driver`` installs the driver and ``toolkit`` the NVIDIA Container Toolkit (both off: the program
+    installs the GPU Operator only on EKS, whose AL2023 NVIDIA AMI ships both, and the EKS user guide says to disable
+    the operator's installation of the driver and the toolkit there: "Use P6e-GB200 UltraServers with Amazon EKS",
+    gpu-operator-values.yaml; the chart's own default is ``toolkit.enabled: true``, gpu-operator v26.7.0 values);
     ``gdrcopy`` for EFA/GPUDirect; ``host_mofed`` with the Network Operator (which runs NFD, so
     pass ``nfd=False``).
     """
@@ -136,6 +148,7 @@ def nvidia_gpu_stack(kind: str, *, driver: bool = False, gdrcopy: bool = False, 
         values = {
             "nfd": {"enabled": nfd},
             "driver": {"enabled": driver, **({"rdma": {"enabled": True, "useHostMofed": True}} if host_mofed else {})},
+            "toolkit": {"enabled": toolkit},
             "devicePlugin": {"enabled": True},  # the operator's plugin is the only one (nothing else is installed)
             "gdrcopy": {"enabled": gdrcopy},
             "daemonsets": {"tolerations": [dict(GPU_TOLERATION)]},

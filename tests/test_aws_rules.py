@@ -52,8 +52,9 @@ def matrix_config(gpu: str, capacity: str, cache: str) -> dict:
     return cfg
 
 
+# GB200 is sold only as UltraServer Capacity Blocks, in a Local Zone, where an EFS cache cannot be mounted.
 MATRIX = [(g, c, s) for g in ("h100", "h200", "b200", "gb200") for c in CAPACITY for s in ("efs", "fsx-lustre")
-          if g != "gb200" or c == "capacity-block"]  # GB200 is sold only as UltraServer Capacity Blocks
+          if g != "gb200" or (c == "capacity-block" and s == "fsx-lustre")]
 
 
 def test_every_finding_1_to_11_has_a_rule_with_a_cited_source():
@@ -83,7 +84,7 @@ def test_gb200_on_demand_is_refused_before_any_resource():
     import harness
 
     with pytest.raises(Exception, match="dynamo:cluster.marketType"):
-        run_program(matrix_config("gb200", "on-demand", "efs"), SECRETS, stack="rules")
+        run_program(matrix_config("gb200", "on-demand", "fsx-lustre"), SECRETS, stack="rules")
     assert harness.LAST_RUN.resources == []
 
 
@@ -140,7 +141,7 @@ def test_placement_group_rule_fails_with_a_reservation(block_fsx, on_demand_efs)
 
 
 def test_ultraserver_rules_fail_on_the_old_gb200_stacks():
-    g = graph(matrix_config("gb200", "capacity-block", "efs"))
+    g = graph(matrix_config("gb200", "capacity-block", "fsx-lustre"))
     assert only(R.ultraserver_only_as_capacity_block, g) == []
 
     def on_demand(res):
@@ -157,9 +158,9 @@ def test_ultraserver_rules_fail_on_the_old_gb200_stacks():
 
 def test_compute_domain_rule_fails_without_the_driver_or_the_claim():
     g = graph({"target": "ultra-vllm-disagg-gb200-agentic-1m-1p1d", "fabricProfile": "aws-efa",
-               "cluster": {"mode": "eks", **CAPACITY["capacity-block"], "gpuAvailabilityZone": "us-east-1-dfw-2a"}})
+               "cluster": {"mode": "eks", **CAPACITY["capacity-block"], "gpuAvailabilityZone": "us-east-1-dfw-2a", "cacheStorage": "fsx-lustre"}})
     assert only(R.gb200_nvlink_domain_has_dra_and_compute_domain, g) == []
-    no_driver = mutate(g, lambda res: res.remove(next(r for r in res if r.type == R.HELM and r.inputs.get("chart") == "nvidia-dra-driver-gpu")))
+    no_driver = mutate(g, lambda res: res.remove(next(r for r in res if r.type == R.HELM and r.inputs.get("chart") in R.DRA_CHARTS)))
     assert only(R.gb200_nvlink_domain_has_dra_and_compute_domain, no_driver)
 
     def no_claim(res):
@@ -400,3 +401,169 @@ def test_efs_throughput_rule_fails_outside_the_api_range():
     assert only(R.efs_provisioned_throughput_in_the_api_range, g) == []
     bad = mutate(g, lambda res: one(res, R.EFS).inputs.update(provisionedThroughputInMibps=10240))
     assert only(R.efs_provisioned_throughput_in_the_api_range, bad) == ["cluster-cache: provisionedThroughputInMibps 10240 is outside 1-3414"]
+
+
+# ---------------------------------------------------------------------------- GB200 DRA driver, Local Zone cache, network, defaults
+
+GB200_CB = {"target": "ultra-vllm-disagg-gb200-agentic-1m-1p1d", "fabricProfile": "aws-efa",
+            "cluster": {"mode": "eks", **CAPACITY["capacity-block"], "gpuAvailabilityZone": "us-east-1-dfw-2a", "cacheStorage": "fsx-lustre"}}
+# The DRA release as the program registered it before it followed the EKS guide: the old chart, its values.
+OLD_DRA = {"chart": "nvidia-dra-driver-gpu", "version": "25.12.0", "values": {"nvidiaDriverRoot": "/", "resources": {"gpus": {"enabled": False}}}}
+
+
+@pytest.fixture(scope="module")
+def gb200() -> Graph:
+    return graph(GB200_CB)
+
+
+def _dra(res):
+    return next(r for r in res if r.type == R.HELM and r.inputs.get("chart") in R.DRA_CHARTS)
+
+
+@pytest.mark.parametrize("path", [p for p in EKS_STACKS if "gb200" in p.name], ids=lambda p: p.name)
+def test_gb200_stacks_dra_values_pass_the_eks_guide_rule(path):
+    g = graph(_stack_config(path), path.name.split(".")[1])
+    assert [r for r in g.of(R.HELM) if r.inputs.get("chart") in R.DRA_CHARTS]
+    assert only(R.dra_driver_values_follow_the_eks_guide, g) == []
+
+
+def test_dra_rule_fails_on_the_old_release(gb200):
+    assert only(R.dra_driver_values_follow_the_eks_guide, gb200) == []
+    old = mutate(gb200, lambda res: _dra(res).inputs.update(copy.deepcopy(OLD_DRA)))
+    msgs = only(R.dra_driver_values_follow_the_eks_guide, old)
+    assert any("controller schedules on no node group" in m for m in msgs), msgs
+    assert any("kubelet plugin is not admitted by GB200 node group" in m for m in msgs), msgs
+    # the new chart with the old values: its controller only prefers control-plane nodes, so it schedules; the rule
+    # still needs ComputeDomains on and GPU allocation off
+    gpus_on = mutate(gb200, lambda res: _dra(res).inputs["values"]["resources"]["gpus"].update(enabled=True))
+    assert any("resources.gpus.enabled is true" in m for m in only(R.dra_driver_values_follow_the_eks_guide, gpus_on))
+
+
+def test_dra_values_are_the_eks_guides():
+    """The EKS guide's dra-values.yaml, key by key, as the chart renders them (defaults merged with our values)."""
+    from stacks.cluster import dra_driver_spec
+
+    spec = dra_driver_spec()
+    assert (spec.chart, spec.version, spec.repo) == ("dra-driver-nvidia-gpu", "0.4.1", "https://helm.ngc.nvidia.com/nvidia")
+    for chart in R.DRA_CHARTS:
+        eff, controller, plugin = R.dra_pod_specs(spec.values, chart)
+        assert eff["resources"] == {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}}
+        assert not any("control-plane" in str(t) for t in controller.get("tolerations", []))
+        assert "control-plane" not in str(controller.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution"))
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in plugin["tolerations"]
+        assert plugin["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]
+
+
+def test_local_zone_efs_rule_fails_on_the_old_gb200_graph(gb200):
+    assert only(R.local_zone_nodes_do_not_mount_efs, gb200) == []
+    fsx = one(gb200.resources, R.FSX)
+    old = mutate(gb200, lambda res: res.append(R.Res(R.EFS, "cluster-cache", {"throughputMode": "elastic"}, fsx.retain_on_delete)))
+    assert any("Local Zone us-east-1-dfw-2a with an EFS model cache" in m for m in only(R.local_zone_nodes_do_not_mount_efs, old))
+
+
+@pytest.mark.parametrize("cluster", [
+    {"gpuAvailabilityZone": "us-east-1-dfw-2a"},
+    {"gpuPools": [{"gpu": "gb200", "marketType": "capacity-block", "capacityReservationId": CR, "availabilityZone": "us-east-1-dfw-2a"}]},
+])
+def test_efs_in_a_local_zone_is_refused_before_any_resource(cluster):
+    import harness
+
+    cfg = {"target": "ultra-vllm-disagg-gb200-agentic-1m-1p1d", "fabricProfile": "aws-efa",
+           "cluster": {"mode": "eks", **({} if "gpuPools" in cluster else CAPACITY["capacity-block"]), **cluster}}
+    with pytest.raises(Exception, match=r"is a Local Zone, where the EFS model cache cannot be mounted.*cacheStorage: fsx-lustre"):
+        run_program(cfg, SECRETS, stack="rules")
+    assert harness.LAST_RUN.resources == []
+
+
+def test_gb200_pool_in_a_local_zone_gets_the_local_zone_subnet():
+    g = graph({"target": "lightning-vllm-agg-gb200-dspark-bf16", "imagePullSecrets": ["ngc-secret"],
+               "cluster": {"mode": "eks", "cacheStorage": "fsx-lustre", "gpuPools": [
+                   {"gpu": "gb200", "marketType": "capacity-block", "capacityReservationId": CR, "availabilityZone": "us-east-1-dfw-2a"},
+                   {"gpu": "h100", "nodes": 1}]}})
+    assert check(g) == []
+    ngs = {ng.name: ng for ng in g.of(R.NODEGROUP)}
+    assert ngs["cluster-gpu"].inputs["subnetIds"] == ["cluster-gpu-local-zone-id"]
+    assert g.by_id("cluster-gpu-local-zone-id", R.SUBNET).inputs["availabilityZone"] == "us-east-1-dfw-2a"
+    assert g.by_id(ngs["cluster-gpu-h100"].inputs["subnetIds"][0], R.SUBNET).inputs["availabilityZone"] == "us-east-1a"
+
+
+def test_s3_endpoint_rule_fails_without_the_endpoint(on_demand_efs):
+    assert only(R.private_route_tables_reach_s3_through_a_gateway_endpoint, on_demand_efs) == []
+    old = mutate(on_demand_efs, lambda res: res.remove(one(res, R.VPC_ENDPOINT, "-s3")))
+    assert only(R.private_route_tables_reach_s3_through_a_gateway_endpoint, old)
+    off = graph({"gpu": "h100", "topology": "disagg", "imagePullSecrets": ["ngc-secret"], "cluster": {"mode": "eks", "s3GatewayEndpoint": False}})
+    assert only(R.private_route_tables_reach_s3_through_a_gateway_endpoint, off)
+
+
+def test_per_zone_nat_and_ecr_endpoints():
+    g = graph({"gpu": "h100", "topology": "disagg", "imagePullSecrets": ["ngc-secret"],
+               "cluster": {"mode": "eks", "natGateways": "per-zone", "ecrEndpoints": True}})
+    assert check(g) == []
+    assert len(g.of(R.NAT)) == 3 and len(g.of(R.ROUTE_TABLE)) == 4  # three private, one public
+    services = sorted(e.inputs["serviceName"] for e in g.of(R.VPC_ENDPOINT))
+    assert services == ["com.amazonaws.us-east-1.ecr.api", "com.amazonaws.us-east-1.ecr.dkr", "com.amazonaws.us-east-1.s3"]
+    s3 = next(e for e in g.of(R.VPC_ENDPOINT) if e.inputs["serviceName"].endswith(".s3"))
+    assert sorted(s3.inputs["routeTableIds"]) == sorted(rt.id for rt in R._nat_route_tables(g))
+    # every private subnet on one NAT in the first zone (the single-NAT route table): the other zones' subnets cross zones
+    def one_route_table(res):
+        for a in res:
+            if a.type == R.RTA and a.name.startswith("cluster-private-"):
+                a.inputs["routeTableId"] = "cluster-private-id"
+    assert len(only(R.private_subnet_uses_its_zones_nat, mutate(g, one_route_table))) == 2
+    no_dkr = mutate(g, lambda res: res.remove(one(res, R.VPC_ENDPOINT, "-ecr-dkr")))
+    assert any("without ['ecr.dkr']" in m for m in only(R.ecr_interface_endpoints_are_complete, no_dkr))
+
+
+def test_default_network_keeps_one_nat():
+    g = graph({"gpu": "h100", "topology": "disagg", "imagePullSecrets": ["ngc-secret"], "cluster": {"mode": "eks"}})
+    assert len(g.of(R.NAT)) == 1 and [e.inputs["serviceName"] for e in g.of(R.VPC_ENDPOINT)] == ["com.amazonaws.us-east-1.s3"]
+
+
+@pytest.mark.parametrize("cluster, must", [
+    ({"natGateways": "each"}, r"natGateways"),
+    ({"ecrEndpoints": "maybe"}, r"ecrEndpoints"),
+    ({"publicAccessCidrs": ["10.0.0.1/8"]}, r"publicAccessCidrs: '10\.0\.0\.1/8' is not an IPv4 network"),
+    ({"publicAccessCidrs": []}, r"publicAccessCidrs: empty"),
+])
+def test_bad_network_keys_name_the_key(cluster, must):
+    from stacks.config import ConfigError
+    from stacks.providers import cluster_config
+
+    with pytest.raises(ConfigError, match=must):
+        cluster_config({"cluster": {"mode": "eks", **cluster}})
+
+
+def test_public_endpoint_rule_fails_without_cidrs(on_demand_efs):
+    c = one(on_demand_efs.resources, R.EKS)
+    assert c.inputs["vpcConfig"]["publicAccessCidrs"] == ["0.0.0.0/0"] and only(R.eks_public_endpoint_cidrs_are_explicit, on_demand_efs) == []
+    old = mutate(on_demand_efs, lambda res: one(res, R.EKS).inputs["vpcConfig"].pop("publicAccessCidrs"))
+    assert only(R.eks_public_endpoint_cidrs_are_explicit, old)
+    mine = graph({"gpu": "h100", "topology": "disagg", "imagePullSecrets": ["ngc-secret"],
+                  "cluster": {"mode": "eks", "publicAccessCidrs": ["203.0.113.0/24"]}})
+    assert one(mine.resources, R.EKS).inputs["vpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def test_open_public_endpoint_is_warned_about():
+    from stacks.cluster import EksConfig, network_plan
+
+    assert any("publicAccessCidrs includes 0.0.0.0/0" in w for w in network_plan(EksConfig())["warnings"])
+    assert network_plan(EksConfig(public_access_cidrs=("203.0.113.0/24",)))["warnings"] == []
+
+
+def test_gpu_operator_rule_fails_when_the_toolkit_is_left_on():
+    g = graph({"gpu": "h100", "topology": "disagg", "imagePullSecrets": ["ngc-secret"], "cluster": {"mode": "eks", "nvidiaStack": "gpu-operator"}})
+    op = next(r for r in g.of(R.HELM) if r.inputs.get("chart") == "gpu-operator")
+    assert op.inputs["values"]["toolkit"] == {"enabled": False} and only(R.gpu_operator_leaves_driver_and_toolkit_to_the_ami, g) == []
+    old = mutate(g, lambda res: next(r for r in res if r.type == R.HELM and r.inputs.get("chart") == "gpu-operator").inputs["values"].pop("toolkit"))
+    assert only(R.gpu_operator_leaves_driver_and_toolkit_to_the_ami, old) == [f"{op.name}: toolkit.enabled is not false on the AL2023 NVIDIA AMI, which ships the toolkit"]
+
+
+def test_runtime_class_rule_fails_without_a_node_selector(on_demand_efs):
+    rc = one(on_demand_efs.resources, R.RUNTIME_CLASS)
+    assert rc.inputs["scheduling"] == {"nodeSelector": {"nvidia.com/gpu.present": "true"}}
+    assert only(R.nvidia_runtime_class_selects_gpu_nodes, on_demand_efs) == []
+    old = mutate(on_demand_efs, lambda res: one(res, R.RUNTIME_CLASS).inputs.pop("scheduling"))
+    assert only(R.nvidia_runtime_class_selects_gpu_nodes, old)
+    system = mutate(on_demand_efs, lambda res: one(res, R.RUNTIME_CLASS).inputs.update(scheduling={"nodeSelector": {"kubernetes.io/os": "linux"}}))
+    assert only(R.nvidia_runtime_class_selects_gpu_nodes, system)

@@ -98,13 +98,13 @@ def test_missing_ngc_key_refused_before_any_resource():
 def test_gb200_local_zone_and_compute_domain():
     run = run_program({"target": "ultra-vllm-disagg-gb200-agentic-1m-1p1d", "fabricProfile": "aws-efa",
                        "cluster": {"mode": "eks", "marketType": "capacity-block", "capacityReservationId": "cr-0123456789abcdef0",
-                                   "gpuAvailabilityZone": "us-east-1-dfw-2a"}}, TOKEN, stack="gb200")
+                                   "gpuAvailabilityZone": "us-east-1-dfw-2a", "cacheStorage": "fsx-lustre"}}, TOKEN, stack="gb200")
     subnets = {r.name: r.inputs["availabilityZone"] for r in run.by_type("aws:ec2/subnet:Subnet")}
     cluster_subnets = run.one("aws:eks/cluster:Cluster").inputs["vpcConfig"]["subnetIds"]
     assert "cluster-gpu-local-zone-id" not in cluster_subnets and subnets["cluster-gpu-local-zone"] == "us-east-1-dfw-2a"
     ng = [r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-gpu")][0]
     assert ng.inputs["subnetIds"] == ["cluster-gpu-local-zone-id"]
-    assert any(r.inputs.get("chart") == "nvidia-dra-driver-gpu" for r in run.by_type("kubernetes:helm.sh/v3:Release"))
+    assert any(r.inputs.get("chart") == "dra-driver-nvidia-gpu" for r in run.by_type("kubernetes:helm.sh/v3:Release"))
     cd = run.one("kubernetes:resource.nvidia.com/v1beta1:ComputeDomain")
     assert cd.inputs["spec"]["numNodes"] == 2
 

@@ -113,7 +113,7 @@ def test_gb200_needs_a_capacity_block():
 
 
 def test_gb200_in_a_local_zone_gets_a_gpu_only_subnet():
-    p = plan(GB200_AGG, availability_zones=("us-east-1a", "us-east-1b"), gpu_availability_zone="us-east-1-dfw-2a")
+    p = plan(GB200_AGG, availability_zones=("us-east-1a", "us-east-1b"), gpu_availability_zone="us-east-1-dfw-2a", cache_storage="fsx-lustre")
     assert [s["availability_zone"] for s in p.private_subnets] == ["us-east-1a", "us-east-1b"]
     assert p.gpu_subnet["availability_zone"] == "us-east-1-dfw-2a"
     assert p.gpu_nodegroup["availability_zone"] == "us-east-1-dfw-2a"
@@ -336,7 +336,10 @@ def test_a_storage_class_the_new_cluster_does_not_have_is_refused():
     ({"gpuPools": [{"gpu": "h100"}, {"gpu": "h100"}]}, r"gpuPools\[1\]\.gpu: 'h100' already has pool gpuPools\[0\]"),
     ({"gpuPools": [{"gpu": "b200", "marketType": "capacity-block"}]}, r"gpuPools\[0\]\.marketType: capacity-block needs dynamo:cluster\.gpuPools\[0\]\.capacityReservationId"),
     ({"gpuPools": [{"gpu": "gb200", "nodes": 2}]}, r"gpuPools\[0\]\.marketType: 'on-demand': p6e-gb200\.36xlarge is sold only in UltraServer"),
-    ({"gpuPools": [{"gpu": "h100", "availabilityZone": "us-east-1-dfw-2a"}]}, r"gpuPools\[0\]\.availabilityZone: 'us-east-1-dfw-2a' is not one of"),
+    ({"gpuPools": [{"gpu": "h100", "availabilityZone": "us-west-2-lax-1a"}]}, r"gpuPools\[0\]\.availabilityZone: 'us-west-2-lax-1a' is not one of .* nor a Local Zone of us-east-1"),
+    ({"gpuPools": [{"gpu": "h100", "availabilityZone": "us-east-1-dfw-2a"}]}, r"gpuPools\[0\]\.availabilityZone: 'us-east-1-dfw-2a' is a Local Zone, where the EFS model cache cannot be mounted.*cacheStorage: fsx-lustre"),
+    ({"cacheStorage": "fsx-lustre", "gpuPools": [{"gpu": "h100", "availabilityZone": "us-east-1-dfw-2a"}, {"gpu": "b200", "availabilityZone": "us-east-1-mia-1a"}]},
+     r"gpuPools: pools in several Local Zones \['us-east-1-dfw-2a', 'us-east-1-mia-1a'\]"),
     ({"gpuPools": [{"gpu": "h100", "instanceType": "p5en.48xlarge"}]}, r"gpuPools\[0\]\.instanceType: instance type 'p5en\.48xlarge' carries h200"),
 ])
 def test_bad_gpu_pools_name_the_key(cluster, must):
