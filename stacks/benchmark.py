@@ -22,8 +22,18 @@ of aiperf 0.13.0, the version of ``images.aiperf``):
 Every family also passes ``--dataset-sampling-strategy sequential`` (the trace default, explicit so a request
 count below the trace length replays its first N rows, as upstream's ``NUM_REQUESTS`` does) and
 ``--no-fixed-schedule`` (aiperf 0.13.0 switches a trace whose first row has a timestamp to fixed-schedule
-mode, which would ignore the concurrency the published row was measured at; the published traces are
-"noschedule", so this changes nothing for them).
+mode, ``aiperf/config/flags/_converter_profiling.py`` ``_maybe_auto_promote_trace``, which would ignore the
+concurrency the published row was measured at; the published traces are "noschedule", so this changes nothing
+for them). With a trace, aiperf 0.13.0 loads only the first ``--request-count`` rows (its ``input_config``
+records ``entries: N``). Ultra's block size 512 is also aiperf 0.13.0's ``mooncake_trace`` default
+(``--prompt-input-tokens-block-size`` help), so Lightning's runs, which do not set it, use the same.
+
+Upstream files read: ai-dynamo/dynamo ``recipes/nemotron-3.5-lightning/perf/README.md`` @182ecdfc,
+``recipes/kimi-k2.6/perf/perf.yaml`` @01cadb10 and ``README.md`` @5324137f ("Change the SPECULATIVE_CONFIG variable
+to point to key: speculative-config-synthetic" before benchmarking); wxsms/dynamo
+``recipes/nemotron-3-ultra/perf/runner.configmap.yaml`` @42f43d22 (trace URL and SHA-256); the Day-0 Ultra
+``perf/perf.yaml``, Motif-3 ``perf/perf.yaml`` and ``vllm/disagg-b200-chat/README.md`` at the commits listed in
+shared/reference/dynamo-recipes/INDEX.md.
 
 The published rows were measured with the synthetic speculative-decoding acceptance the recipes name "for
 benchmarking" (vLLM: ConfigMap key ``speculative-config-synthetic``, ``recipes/nemotron-3.5-lightning/vllm/
