@@ -1,0 +1,427 @@
+"""GPU-free serving rig: the real Dynamo frontend and mocker workers, started from a target's DGD, loopback only.
+
+``start_rig(dgd, workdir)`` reads from a DGD as the product renders it (``stacks.serving.build_plan(...).dgd``) the
+served model name, the frontend port, and the worker components (aggregated ``worker``, or ``prefill`` + ``decode``)
+with their replicas, and starts, from the rig's own locked environment (``tools/rig.sh``):
+
+- ``python -m dynamo.frontend`` with the DGD frontend container's own arguments, plus ``--discovery-backend file``
+  and ``--http-host 127.0.0.1 --http-port <free port>``;
+- one ``python -m dynamo.mocker --disaggregation-mode agg|prefill|decode`` per worker replica (the mocker is Dynamo's
+  GPU-free engine; it takes the vLLM-style flags ``--max-num-seqs``/``--max-num-batched-tokens`` the DGD sets), each
+  with its own system server (``DYN_SYSTEM_ENABLED=true``, ``DYN_SYSTEM_PORT``) so its ``/metrics`` is scrapeable.
+
+Discovery is a directory (``DYN_FILE_KV``), so no etcd or NATS runs. The served model is a Hugging Face cache
+(``HF_HOME``, ``HF_HUB_OFFLINE=1``) holding the 65,000-token BPE ``tokenizer.json`` that the pinned ``anthropic``
+wheel ships (tools/rig/pyproject.toml), under the DGD's served model name.
+
+Every wait ends at its deadline with what it saw last and the tail of each process's log; every process is killed
+when the context exits.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+RIG_SCRIPT = ROOT / "tools" / "rig.sh"
+HOST = "127.0.0.1"
+
+# Operator facts the fallback below uses (../shared/reference/dynamo-next/OPERATOR-LABELS.md, from
+# ai-dynamo/dynamo deploy/operator/internal/consts/consts.go @ 0367e404b084336211ade8c536f8c45ab189af47):
+# container port `http` 8000 on the frontend (DynamoServicePort / DynamoContainerPortName), `system` 9090 on workers
+# (DynamoSystemPort, env DYN_SYSTEM_ENABLED=true DYN_SYSTEM_PORT=9090).
+FRONTEND_PORT_NAME, SYSTEM_PORT_NAME = "http", "system"
+FRONTEND_CONTAINER_PORT = 8000
+COMPONENT_TYPES = ("frontend", "worker", "prefill", "decode")
+WORKER_MODES = {"worker": "agg", "prefill": "prefill", "decode": "decode"}
+# vLLM engine flags the DGD's workers carry that the mocker takes too, with the same meaning
+# (`python -m dynamo.mocker --help`, ai-dynamo 1.5.0: "Mocker engine ... with vLLM-style CLI").
+SHARED_ENGINE_FLAGS = ("--max-num-seqs", "--max-num-batched-tokens", "--block-size")
+# Mocker timing: its simulated prefill/decode step times divided by this (`--speedup-ratio`), so a benchmark with
+# 64k-token prompts finishes in seconds; the serving path (frontend, router, tokenizer, request plane) is unchanged.
+SPEEDUP_RATIO = "100"
+
+
+class RigError(RuntimeError):
+    pass
+
+
+@dataclass
+class RigPod:
+    name: str  # e.g. "<dgd>-frontend-0", "<dgd>-vllmdecodeworker-0"
+    component: str  # DGD component (service) name
+    component_type: str  # frontend | worker | prefill | decode
+    labels: dict[str, str]  # the labels the Dynamo operator puts on that pod
+    ports: dict[str, int]  # container port NAME -> the loopback port this process really listens on
+
+
+@dataclass
+class Rig:
+    frontend_url: str  # http://127.0.0.1:<port>
+    model: str  # served model name
+    pods: list[RigPod]
+    env: dict[str, str]  # env to run rig-side tools (aiperf) with: rig venv bin first on PATH, HF_HOME, HF_HUB_OFFLINE=1
+    python: Path  # the rig venv's python
+    hf_home: Path
+    logs: dict[str, Path] = field(default_factory=dict)  # pod name -> its process's stdout+stderr
+
+    def log_tail(self, lines: int = 30) -> str:
+        return _tails(self.logs, lines)
+
+
+# ---- the environment and the model -------------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def rig_env_dir() -> Path:
+    """Build or reuse the rig's locked environment (tools/rig.sh prints its directory last)."""
+    proc = subprocess.run([str(RIG_SCRIPT)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RigError(f"{RIG_SCRIPT} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def tokenizer_file(env_dir: Path) -> Path:
+    """The tokenizer.json inside the pinned anthropic wheel (a HF `tokenizers` byte-level BPE, 65,000 tokens)."""
+    found = sorted(env_dir.glob("lib/python3*/site-packages/anthropic/tokenizer.json"))
+    if not found:
+        raise RigError(f"no anthropic/tokenizer.json under {env_dir} (tools/rig/pyproject.toml pins the wheel that ships it)")
+    return found[0]
+
+
+def _chat_template(start: str, end: str, eot: str) -> str:
+    # A plain role-delimited template with the tokenizer's own special tokens; the frontend renders it for
+    # /v1/chat/completions and AIPerf counts prompt tokens with the same tokenizer.
+    return ("{% for m in messages %}" + start + "{{ m['role'] }}" + end + "{{ m['content'] }}" + eot + "{% endfor %}"
+            "{% if add_generation_prompt %}" + start + "assistant" + end + "{% endif %}")
+
+
+def layout_hf_cache(hf_home: Path, model: str, tokenizer: Path) -> Path:
+    """Lay ``tokenizer`` out as the Hugging Face hub cache entry of ``model`` ("ORG/NAME"): ``hub/models--ORG--NAME/``
+    with ``snapshots/<40 hex>/`` (tokenizer.json, tokenizer_config.json with a chat template, config.json,
+    generation_config.json) and ``refs/main`` naming that snapshot. Returns the snapshot directory."""
+    data = tokenizer.read_bytes()
+    tok = json.loads(data)
+    special = {t["content"]: t["id"] for t in tok.get("added_tokens", [])}
+    vocab = len(tok["model"]["vocab"]) + len([t for t in tok.get("added_tokens", []) if t["content"] not in tok["model"]["vocab"]])
+    eot, sos = "<EOT>", "<SOS>"
+    if eot not in special or sos not in special:
+        raise RigError(f"{tokenizer} has no {eot}/{sos} special tokens; added tokens: {sorted(special)}")
+    revision = hashlib.sha1(model.encode() + b"\0" + data).hexdigest()
+    repo = hf_home / "hub" / ("models--" + model.replace("/", "--"))
+    snap = repo / "snapshots" / revision
+    snap.mkdir(parents=True, exist_ok=True)
+    (snap / "tokenizer.json").write_bytes(data)
+    (snap / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": sos, "eos_token": eot, "pad_token": eot,
+        "add_bos_token": False, "add_eos_token": False, "clean_up_tokenization_spaces": False,
+        "model_max_length": 1048576,
+        "chat_template": _chat_template("<META_START>", "<META_END>", eot),
+    }, indent=1))
+    # A small Llama-shaped config: the mocker derives KV bytes per token from it; the context is long enough for the
+    # benchmark workloads (64k input + 400 output tokens).
+    (snap / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
+        "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4, "num_attention_heads": 8,
+        "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 1048576, "torch_dtype": "bfloat16",
+        "bos_token_id": special[sos], "eos_token_id": special[eot],
+    }, indent=1))
+    (snap / "generation_config.json").write_text(json.dumps({"bos_token_id": special[sos], "eos_token_id": special[eot]}))
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    return snap
+
+
+def rig_env(env_dir: Path, hf_home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
+        env.pop(k, None)
+    env.update({
+        "PATH": f"{env_dir / 'bin'}:{env.get('PATH', '')}",
+        "VIRTUAL_ENV": str(env_dir),
+        "HF_HOME": str(hf_home),
+        "HF_HUB_OFFLINE": "1",  # no hub access here: everything comes from the cache laid out above
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+# ---- reading the DGD --------------------------------------------------------------------------------------------
+
+def _container(comp: dict) -> dict:
+    return comp["podTemplate"]["spec"]["containers"][0]
+
+
+def _argv(comp: dict) -> list[str]:
+    c = _container(comp)
+    return [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+
+
+def _flag(args: list[str], name: str) -> Optional[str]:
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def served_model(dgd: dict) -> str:
+    from stacks.outputs import _served_model
+
+    model = _served_model(dgd)
+    if not model:
+        raise RigError(f"DGD {dgd['metadata']['name']}: no --served-model-name/--model on any worker")
+    return model
+
+
+def _model_path(dgd: dict, model: str) -> str:
+    """The HF repo id the workers load (--model), falling back to the served name."""
+    for comp in _components(dgd):
+        if comp.get("type") in WORKER_MODES:
+            path = _flag(_argv(comp), "--model")
+            if path:
+                return path
+    return model
+
+
+def _components(dgd: dict) -> list[dict]:
+    comps = dgd["spec"].get("components")
+    if comps is None:
+        raise RigError(f"DGD {dgd['metadata']['name']}: no spec.components (only nvidia.com/v1beta1 DGDs are supported)")
+    for c in comps:
+        if c.get("type") not in COMPONENT_TYPES:
+            raise RigError(f"DGD {dgd['metadata']['name']}: component {c['name']!r} has type {c.get('type')!r}; "
+                           f"the rig runs {', '.join(COMPONENT_TYPES)}")
+    return comps
+
+
+def _frontend_port(comp: dict) -> int:
+    """The frontend's container port: its declared `http` port, else its startup probe's, else the operator's 8000."""
+    c = _container(comp)
+    for p in c.get("ports") or []:
+        if p.get("name") == FRONTEND_PORT_NAME:
+            return int(p["containerPort"])
+    probe = (c.get("startupProbe") or c.get("readinessProbe") or {}).get("httpGet") or {}
+    return int(probe["port"]) if isinstance(probe.get("port"), int) else FRONTEND_CONTAINER_PORT
+
+
+@dataclass
+class _PodSpec:
+    component: str
+    component_type: str
+    replica: int
+    name: str
+    labels: dict[str, str]
+    ports: dict[str, int]  # container port name -> container port number
+
+
+def _pods(dgd: dict) -> list[_PodSpec]:
+    """The pods the Dynamo operator makes from ``dgd``: from ``stacks.operator.operator_pods`` (operator-exact
+    names, labels and ports) when the project has it, else the labels the PodMonitors select on
+    (OPERATOR-LABELS.md section 1: component-type, metrics-enabled, graph-deployment-name, component)."""
+    try:
+        from stacks.operator import operator_pods  # type: ignore[import-not-found]
+    except ImportError:
+        operator_pods = None
+    if operator_pods is not None:
+        return [_PodSpec(p.component, p.component_type, p.replica, p.name, dict(p.labels), dict(p.ports))
+                for p in operator_pods(dgd)]
+    # Fallback until stacks/operator.py lands (then the branch above is taken and this can go).
+    name = dgd["metadata"]["name"]
+    out = []
+    for comp in _components(dgd):
+        ctype = comp["type"]
+        ports = ({FRONTEND_PORT_NAME: _frontend_port(comp)} if ctype == "frontend" else {SYSTEM_PORT_NAME: 9090})
+        labels = {"nvidia.com/dynamo-component-type": ctype, "nvidia.com/metrics-enabled": "true",
+                  "nvidia.com/dynamo-graph-deployment-name": name, "nvidia.com/dynamo-component": comp["name"]}
+        for i in range(int(comp.get("replicas", 1))):
+            out.append(_PodSpec(comp["name"], ctype, i, f"{name}-{comp['name'].lower()}-{i}", labels, ports))
+    return out
+
+
+# ---- processes --------------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    """A loopback port free now, below 32768: ai-dynamo 1.5.0 reads DYN_SYSTEM_PORT as a signed 16-bit integer
+    (a worker given 37641 exits with 'invalid value unsigned int `37641`, expected i16 for key "SYSTEM_PORT"'),
+    so the kernel's ephemeral range (32768-60999 by default) cannot be used for it."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 32767)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    raise RigError("no free loopback port in 20000-32767")
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return f"<{e}>"
+
+
+def _tails(logs: dict[str, Path], lines: int) -> str:
+    return "\n".join(f"--- {name} ({path}), last {lines} lines:\n{_tail(path, lines)}" for name, path in logs.items())
+
+
+def _get(url: str, timeout: float = 5) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+class _Procs:
+    def __init__(self) -> None:
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+
+    def start(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.logs[name] = log
+        with open(log, "wb") as out:
+            # Own process group: the mocker and frontend start helper threads/processes; the group is ended together.
+            self.procs[name] = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, start_new_session=True)
+        log.with_suffix(".cmd").write_text(shlex.join(argv) + "\n")
+
+    def check_alive(self) -> None:
+        dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
+        if dead:
+            raise RigError(f"rig process(es) exited: {dead}\n{_tails({n: self.logs[n] for n in dead}, 40)}")
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=5)
+
+
+def _wait(what: str, probe, deadline: float, procs: _Procs) -> None:
+    """Poll ``probe()`` -> (done, last seen) until done or the deadline; on timeout say what was seen last."""
+    last = "nothing yet"
+    while True:
+        procs.check_alive()
+        try:
+            done, last = probe()
+        except (OSError, urllib.error.URLError) as e:
+            done, last = False, f"{type(e).__name__}: {e}"
+        if done:
+            return
+        if time.monotonic() > deadline:
+            raise RigError(f"timed out waiting for {what}; last seen: {last}\n{_tails(procs.logs, 30)}")
+        time.sleep(0.25)
+
+
+@contextlib.contextmanager
+def start_rig(dgd: dict, workdir: Path, timeout: float = 120) -> Iterator[Rig]:
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    env_dir = rig_env_dir()
+    python = env_dir / "bin" / "python"
+    model = served_model(dgd)
+    model_path = _model_path(dgd, model)
+    hf_home = workdir / "hf"
+    layout_hf_cache(hf_home, model_path, tokenizer_file(env_dir))
+    if model_path != model:
+        layout_hf_cache(hf_home, model, tokenizer_file(env_dir))  # aiperf --tokenizer <served name>
+    env = rig_env(env_dir, hf_home)
+    base = {**env,
+            "DYN_FILE_KV": str(workdir / "discovery"),  # file discovery: this rig's own directory, no etcd/NATS
+            # Loopback only: the request/response planes and system servers bind to 127.0.0.1 / lo.
+            "DYN_TCP_RPC_HOST": HOST, "DYN_SYSTEM_HOST": HOST, "DYN_TCP_RESPONSE_STREAM_HOST": "lo",
+            "DYN_HTTP_RPC_HOST": HOST, "DYN_LOG": os.environ.get("RIG_DYN_LOG", "info")}
+    comps = {c["name"]: c for c in _components(dgd)}
+    specs = _pods(dgd)
+    procs = _Procs()
+    pods: list[RigPod] = []
+    frontend_url = ""
+    try:
+        for spec in specs:
+            comp = comps[spec.component]
+            args = _argv(comp)
+            log = workdir / f"{spec.name}.log"
+            if spec.component_type == "frontend":
+                port = free_port()
+                # The DGD frontend container's own flags after `-m dynamo.frontend`, then the rig's placement.
+                own = args[args.index("dynamo.frontend") + 1:] if "dynamo.frontend" in args else []
+                argv = [str(python), "-m", "dynamo.frontend", *own, "--discovery-backend", "file",
+                        "--http-host", HOST, "--http-port", str(port)]
+                procs.start(spec.name, argv, base, log)
+                frontend_url = f"http://{HOST}:{port}"
+                pods.append(RigPod(spec.name, spec.component, spec.component_type, spec.labels,
+                                   {n: port for n in spec.ports if n == FRONTEND_PORT_NAME}))
+            else:
+                port = free_port()
+                engine = []
+                for flag in SHARED_ENGINE_FLAGS:
+                    v = _flag(args, flag)
+                    if v is not None:
+                        engine += [flag, v]
+                argv = [str(python), "-m", "dynamo.mocker", "--model-path", model_path, "--model-name", model,
+                        "--disaggregation-mode", WORKER_MODES[spec.component_type], *engine,
+                        "--speedup-ratio", SPEEDUP_RATIO, "--discovery-backend", "file"]
+                # The system-server env the operator gives worker pods (OPERATOR-LABELS.md section 2, fixture T):
+                # health turns Ready when the `generate` endpoint serves.
+                procs.start(spec.name, argv, {**base, "DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(port),
+                                              "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]'}, log)
+                pods.append(RigPod(spec.name, spec.component, spec.component_type, spec.labels,
+                                   {n: port for n in spec.ports if n == SYSTEM_PORT_NAME}))
+        if not frontend_url:
+            raise RigError(f"DGD {dgd['metadata']['name']}: no frontend component")
+        for pod in pods:
+            if pod.component_type != "frontend":
+                url = f"http://{HOST}:{pod.ports[SYSTEM_PORT_NAME]}/health"
+                _wait(f"{pod.name} {url}", lambda url=url: _probe_status(url), deadline, procs)
+
+        def model_listed():
+            code, body = _get(frontend_url + "/v1/models")
+            ids = [m.get("id") for m in json.loads(body).get("data", [])] if code == 200 else []
+            return model in ids, f"HTTP {code}: {body[:300]}"
+
+        _wait(f"{model} in {frontend_url}/v1/models", model_listed, deadline, procs)
+        rig = Rig(frontend_url=frontend_url, model=model, pods=pods, env=env, python=python, hf_home=hf_home,
+                  logs=dict(procs.logs))
+        print(f"rig: {dgd['metadata']['name']}: {len(pods)} processes serving {model} at {frontend_url} "
+              f"after {time.monotonic() - t0:.1f}s")
+        yield rig
+    finally:
+        procs.stop()
+
+
+def _probe_status(url: str) -> tuple[bool, str]:
+    code, body = _get(url)
+    return code == 200, f"HTTP {code}: {body[:300]}"
