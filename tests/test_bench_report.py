@@ -241,3 +241,17 @@ def test_cli_refuses_a_file_that_is_not_aiperf(tmp_path, capsys):
     bad.write_text('{"a": 1}')
     assert main(["bench-report", "--stack", "h100-disagg", "--file", str(bad)]) == 2
     assert "not an AIPerf" in capsys.readouterr().err
+
+
+def test_a_request_count_below_the_trace_length_replayed_its_first_rows(trace_log):
+    """The recorded Job (requestCount 6 of a 12-row trace): with ignore_eos and server token counts, the output lengths
+    are exactly those of the trace's first 6 rows, and the input lengths those rows' plus the chat template's few tokens."""
+    rows = [json.loads(line) for line in (TRACE_LOG.parent / "trace.jsonl").read_text().splitlines()]
+    first, rest = rows[:6], rows[6:]
+    d = extract_from_log(trace_log)
+    assert d["input_config"]["datasets"][0]["entries"] == 6 and d["output_sequence_length"]["count"] == 6
+    osl = d["output_sequence_length"]["avg"]
+    assert osl == pytest.approx(sum(r["output_length"] for r in first) / 6)
+    assert osl != pytest.approx(sum(r["output_length"] for r in rest) / 6)
+    overhead = d["input_sequence_length"]["avg"] - sum(r["input_length"] for r in first) / 6
+    assert 0 <= overhead < 32
