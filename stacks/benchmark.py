@@ -159,7 +159,9 @@ METHODS = {
 
 # Rows whose published run replayed fewer than the whole trace (the perf tables' "Requests" column; every other
 # row replayed all of it). Lightning: recipes/nemotron-3.5-lightning/perf/README.md at b08b769 ("Requests 500") and
-# at 70d2ef4 (PR #13021); Ultra Day-0: "H200 rows: 300-sample replay" (nemotron-3-ultra/README.md at bd126e06).
+# at 70d2ef4 (PR #13021); Ultra Day-0: "H200 rows: 300-sample replay" (nemotron-3-ultra/README.md at bd126e06), taken
+# as the trace's first 300 rows, which is what the Day-0 Job replays for NUM_REQUESTS=300 ("the first N trace rows").
+# Targets without a row (e.g. Ultra's Refresh profiles) replay the whole trace at concurrency 1, for the record.
 PARTIAL_ROWS = {
     ("nemotron-3.5-lightning/perf/README.md@b08b769", "nemotron-3.5-lightning/trtllm/agg-h100-mtp/deploy.yaml"): 500,
     ("nemotron-3.5-lightning/perf/README.md@70d2ef4", "nemotron-3.5-lightning/vllm/disagg-b200-dspark/deploy.yaml"): 500,
