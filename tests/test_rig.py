@@ -1,0 +1,271 @@
+"""The product's own commands against the real Dynamo frontend and mocker workers (tests/rig.py), GPU-free.
+
+For the first aggregated and the first disaggregated Lightning vLLM target of the catalog, the rig serves the DGD
+``build_plan`` renders, and these run against it, taken from the product at run time:
+
+- the stack output ``smokeTest`` (stacks/outputs.py), verbatim except the frontend address;
+- the stack output ``aiperf`` (its request count bounded), verbatim except the frontend address;
+- the benchmark Job's container (stacks/benchmark.py ``build_benchmark``: its command and env as rendered, a small
+  ``dynamo:benchmark.requestCount`` set in the stack config), with only the frontend URL changed and the cache
+  volume's mount path remapped to a temporary directory; the trace the Job replays is put where its env says.
+
+Each rig starts once per module (``rigs`` fixture); timings are printed (``pytest -s``).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from rig import RigError, layout_hf_cache, rig_env_dir, start_rig, tokenizer_file
+from stacks import catalog
+from stacks.config import parse
+from stacks.outputs import next_steps
+from stacks.serving import build_plan
+from stacks.versions import versions
+
+ROOT = Path(__file__).resolve().parent.parent
+# How the exported commands address the frontend: through `kubectl port-forward svc/<dgd>-frontend 8000:8000`.
+PORT_FORWARD_URL = re.compile(r"(?:https?://)?localhost:8000")
+JOB_REQUESTS = 4  # dynamo:benchmark.requestCount for the Job run (the published runs replay hundreds to thousands)
+CLI_REQUESTS = 4  # the exported aiperf command's --request-count, bounded
+STEP_TIMEOUT = 240
+
+
+def _first(topology: str) -> str:
+    """The first Lightning vLLM target of the catalog with this topology."""
+    for t in catalog.targets().values():
+        if t.model == "nemotron-3.5-lightning" and t.runtime == "vllm" and t.topology == topology:
+            return t.id
+    raise AssertionError(f"the catalog has no nemotron-3.5-lightning vLLM {topology} target")
+
+
+TARGETS = [_first("agg"), _first("disagg")]
+
+
+@pytest.fixture(scope="module")
+def rigs(tmp_path_factory):
+    """One running rig per target for the whole module (started lazily, stopped at module end)."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    started: dict = {}
+
+    def get(target: str):
+        if target not in started:
+            plan = build_plan(parse({"target": target}))
+            t0 = time.monotonic()
+            rig = stack.enter_context(start_rig(plan.dgd, tmp_path_factory.mktemp(f"rig-{target}")))
+            print(f"\n[rig] {target}: started in {time.monotonic() - t0:.1f}s "
+                  f"({', '.join(f'{p.component_type}:{p.name}' for p in rig.pods)})")
+            started[target] = (plan, rig)
+        return started[target]
+
+    with stack:
+        yield get
+
+
+def _point_at(command: str, rig) -> str:
+    """The command with the port-forward address replaced by the rig's frontend (nothing else changed)."""
+    out, n = PORT_FORWARD_URL.subn(lambda m: rig.frontend_url if m.group(0).startswith("http") else
+                                   rig.frontend_url.removeprefix("http://"), command)
+    assert n >= 1, f"no localhost:8000 address in the exported command (the rig cannot point it anywhere): {command}"
+    return out
+
+
+def _run(command: str, env: dict, cwd: Path, what: str, timeout: float = STEP_TIMEOUT) -> subprocess.CompletedProcess:
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", "-c", command], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    print(f"[rig] {what}: exit {proc.returncode} in {time.monotonic() - t0:.1f}s")
+    return proc
+
+
+def _export_ok(data: dict, requested: int, where: str) -> None:
+    """Every requested request completed and none failed, by bench-report's own reading of the export."""
+    from stacks.cli.bench_report import parse_export
+
+    m = parse_export(data)
+    errors = {k: v for k, v in (data.get("error_summary") or {}).items()} if isinstance(data.get("error_summary"), dict) else data.get("error_summary")
+    assert m.complete, f"{where}: run incomplete: {m.note}"
+    assert m.errors == 0 and m.requests == requested, (
+        f"{where}: {m.requests} valid requests and {m.errors} errors of {requested} requested; errors: {errors}")
+
+
+# ---- the pins ---------------------------------------------------------------------------------------------------
+
+def test_rig_pins_match_the_manifest():
+    """tools/rig/pyproject.toml (what tools/rig.sh installs) pins what stacks/versions.yaml says, and the Dynamo pin
+    is the platform's (the dynamo-platform chart version)."""
+    deps = tomllib.loads((ROOT / "tools/rig/pyproject.toml").read_text())["project"]["dependencies"]
+    pins = dict(d.split("==", 1) for d in deps)
+    rig = versions()["rig"]
+    assert pins["ai-dynamo"] == rig["ai-dynamo"] == versions()["charts"]["dynamo-platform"]["version"]
+    assert pins["ai-dynamo-runtime"] == rig["ai-dynamo-runtime"] == rig["ai-dynamo"]
+    assert pins["aiperf"] == rig["aiperf"] == versions()["images"]["aiperf"].rsplit(":", 1)[1]
+    name, version = rig["tokenizer-wheel"].split("==")
+    assert pins[name] == version
+
+
+def test_the_lock_excludes_aisimulate_and_the_env_has_none():
+    lock = (ROOT / "tools/rig/uv.lock").read_text()
+    assert re.search(r'(?m)^excludes = \["aisimulate"\]$', lock), "uv.lock does not record the aisimulate exclusion"
+    env = rig_env_dir()
+    assert not list(env.glob("lib/python3*/site-packages/aisimulate*")), "aisimulate got installed"
+
+
+def test_hf_cache_layout_serves_the_tokenizer_offline(tmp_path):
+    """The laid-out cache resolves offline by model id through transformers (what AIPerf and the mocker load)."""
+    env = rig_env_dir()
+    layout_hf_cache(tmp_path, "org/some-model", tokenizer_file(env))
+    code = ("from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained('org/some-model'); "
+            "p = t.apply_chat_template([{'role': 'user', 'content': 'Hello there'}], add_generation_prompt=True, tokenize=False); "
+            "print(len(t), len(t.encode(p, add_special_tokens=False)), repr(t.decode(t.encode('Hello, world!', add_special_tokens=False))))")
+    out = subprocess.run([str(env / "bin/python"), "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    vocab, chat_len, text = out.stdout.split()[0], out.stdout.split()[1], out.stdout.split(None, 2)[2].strip()
+    assert int(vocab) >= 65000 and int(chat_len) > 3 and text == "'Hello, world!'"
+
+
+# ---- the product's commands against the real frontend -----------------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rig_runs_the_operator_pods_of_the_dgd(rigs, target):
+    """One process per pod the operator makes (frontend, and worker or prefill + decode replicas); each listens
+    where its pod's named port says, and each worker's system server serves Prometheus metrics."""
+    import urllib.request
+
+    plan, rig = rigs(target)
+    types = sorted(p.component_type for p in rig.pods)
+    want = sorted(c["type"] for c in plan.dgd["spec"]["components"] for _ in range(int(c.get("replicas", 1))))
+    assert types == want
+    topology = catalog.targets()[target].topology
+    assert set(types) == ({"frontend", "worker"} if topology == "agg" else {"frontend", "prefill", "decode"})
+    for pod in rig.pods:
+        assert pod.labels["nvidia.com/dynamo-component-type"] == pod.component_type
+        assert pod.labels["nvidia.com/dynamo-graph-deployment-name"] == plan.dgd["metadata"]["name"]
+        port = pod.ports["http" if pod.component_type == "frontend" else "system"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            body = r.read().decode()
+        assert r.status == 200 and "dynamo_" in body, f"{pod.name}: no dynamo_ metrics on :{port}/metrics"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_exported_smoke_test_gets_a_completion(rigs, target, tmp_path):
+    plan, rig = rigs(target)
+    command = _point_at(next_steps(plan)["smokeTest"], rig)
+    # curl's config file adds the status line without touching the command (curl reads $CURL_HOME/.curlrc).
+    (tmp_path / ".curlrc").write_text('write-out = "\\nHTTP_STATUS=%{http_code}\\n"\n')
+    proc = _run(command, {**rig.env, "CURL_HOME": str(tmp_path)}, tmp_path, f"{target} smokeTest")
+    body, _, status = proc.stdout.rpartition("HTTP_STATUS=")
+    assert proc.returncode == 0 and status.strip() == "200", (
+        f"smokeTest: exit {proc.returncode}, HTTP {status.strip()!r}: {proc.stdout[-1500:]}{proc.stderr[-1500:]}\n"
+        f"command: {command}\n{rig.log_tail(15)}")
+    reply = json.loads(body)
+    content = reply["choices"][0]["message"].get("content") or ""
+    assert reply["model"] == rig.model and content.strip(), f"empty completion: {reply}"
+
+
+def _bounded(command: str, n: int) -> str:
+    """Every ``--request-count N`` of the command lowered to at most ``n``."""
+    def lower(m: re.Match) -> str:
+        value = m.group(2).strip("'\"")
+        return f"--request-count{m.group(1)}{min(int(value), n) if value.isdigit() else n}"
+
+    out, k = re.subn(r"--request-count(\s+|=)(\S+)", lower, command)
+    assert k >= 1, f"the exported aiperf command sets no --request-count: {command}"
+    return out
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_exported_aiperf_command_has_every_request_valid(rigs, target, tmp_path):
+    from stacks.benchmark import workload_of
+
+    plan, rig = rigs(target)
+    exported = next_steps(plan)["aiperf"]
+    commands = list(exported.values()) if isinstance(exported, dict) else [exported]
+    # The trace the command replays, where it looks for it first (its working directory): there is no network here
+    # to fetch the published one, so a trace of the same shape is staged, as a user with the file at hand would.
+    trace = workload_of(plan.target)
+    if any(trace.file in (c or "") for c in commands):
+        _mooncake_trace(tmp_path / trace.file, CLI_REQUESTS, trace.isl, trace.osl)
+    for i, command in enumerate(c for c in commands if c):
+        command = _point_at(command, rig) if "localhost:8000" in command else command
+        if "aiperf profile" in command:
+            command = _bounded(command, CLI_REQUESTS)
+        proc = _run(command, rig.env, tmp_path, f"{target} exported aiperf step {i}")
+        assert proc.returncode == 0, (f"exported aiperf step {i} failed (exit {proc.returncode}):\ncommand: {command}\n"
+                                      f"{proc.stdout[-2500:]}\n{proc.stderr[-2500:]}")
+    exports = sorted(tmp_path.rglob("profile_export_aiperf.json"), key=lambda p: p.stat().st_mtime)
+    assert exports, f"no profile_export_aiperf.json under {tmp_path}"
+    _export_ok(json.loads(exports[-1].read_text()), CLI_REQUESTS, f"{target} exported aiperf")
+
+
+def _mooncake_trace(path: Path, rows: int, isl: int, osl: int, block: int = 512, reuse: float = 0.9) -> None:
+    """A Mooncake-format trace of the published shape (rows of ``isl`` input / ``osl`` output tokens, ``reuse`` of
+    each prompt's blocks shared with the others): aiperf's ``mooncake_trace`` rows are ``input_length``,
+    ``output_length`` and ``hash_ids`` (one id per ``block`` tokens; equal ids are equal prompt blocks)."""
+    blocks = -(-isl // block)
+    shared = int(blocks * reuse)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for r in range(rows):
+            ids = list(range(shared)) + [shared + r * blocks + b for b in range(blocks - shared)]
+            f.write(json.dumps({"input_length": isl, "output_length": osl, "hash_ids": ids}) + "\n")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_benchmark_job_script_has_every_request_valid(rigs, target, tmp_path):
+    from stacks.benchmark import RESULT_BEGIN, build_benchmark
+    from stacks.cli.bench_report import extract_from_log
+
+    plan, rig = rigs(target)
+    cfg = parse({"target": target, "benchmark": {"enabled": True, "requestCount": JOB_REQUESTS}})
+    bench = build_benchmark(build_plan(cfg), cfg.benchmark)
+    ctr = bench.job["spec"]["template"]["spec"]["containers"][0]
+    mount = ctr["volumeMounts"][0]["mountPath"]
+    volume = tmp_path / "model-cache"
+    volume.mkdir()
+
+    def remap(value: str) -> str:
+        return value.replace(bench.frontend_url, rig.frontend_url).replace(mount, str(volume))
+
+    assert all("value" in e for e in ctr["env"]), f"env from references the rig cannot resolve: {ctr['env']}"
+    job_env = {e["name"]: remap(e["value"]) for e in ctr["env"]}
+    assert rig.frontend_url in job_env.values(), f"the Job's env names no frontend URL {bench.frontend_url}"
+    argv = [remap(a) for a in ctr["command"] + (ctr.get("args") or [])]
+    # What the cache volume holds in a cluster: the served model's tokenizer (HF cache under HF_HOME, as the download
+    # Job leaves it) and, where the Job replays a trace, the trace file (the Job fetches it when absent; here there is
+    # no network, so the file is staged, as the Job's docs allow).
+    if "HF_HOME" in job_env:
+        layout_hf_cache(Path(job_env["HF_HOME"]), job_env.get("TOKENIZER", bench.model), tokenizer_file(rig_env_dir()))
+    if "TRACE_FILE" in job_env:
+        _mooncake_trace(Path(job_env["TRACE_FILE"]), JOB_REQUESTS, bench.trace.isl, bench.trace.osl)
+    env = {**rig.env, **job_env}
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=STEP_TIMEOUT * 2)
+    print(f"[rig] {target} benchmark Job script: exit {proc.returncode} in {time.monotonic() - t0:.1f}s")
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"the Job's script failed (exit {proc.returncode}):\n{log[-4000:]}\n{rig.log_tail(10)}"
+    assert RESULT_BEGIN in proc.stdout
+    _export_ok(extract_from_log(proc.stdout), JOB_REQUESTS, f"{target} benchmark Job")
+
+
+def test_start_rig_reports_what_it_saw_when_a_worker_cannot_start(tmp_path):
+    """A wait ends with the process's own last words, not a bare timeout."""
+    plan = build_plan(parse({"target": TARGETS[0]}))
+    dgd = json.loads(json.dumps(plan.dgd))
+    worker = next(c for c in dgd["spec"]["components"] if c["type"] != "frontend")
+    worker["podTemplate"]["spec"]["containers"][0]["args"] += ["--block-size", "not-a-number"]
+    t0 = time.monotonic()
+    with pytest.raises(RigError, match=r"(?s)exited.*block.size"):
+        with start_rig(dgd, tmp_path, timeout=60):
+            pass
+    assert time.monotonic() - t0 < 60
