@@ -58,3 +58,12 @@ def test_stack_config_camel_aliases():
     keys = _program_keys()
     assert {"hfTokenSecretName", "imagePullSecrets", "modelRevision", "createNamespace"} <= keys
     assert not any("_" in k for k in keys)
+
+
+def test_cluster_network_keys_are_documented():
+    # dynamo:cluster is one mapping; its network keys (egress, endpoints, API endpoint CIDRs) are named in its description.
+    from stacks.cluster import EksConfig
+
+    desc = _documented()[f"{NS}:cluster"]["description"]
+    for field in ("nat_gateways", "s3_gateway_endpoint", "ecr_endpoints", "public_access_cidrs"):
+        assert EksConfig.model_fields[field].alias in desc, field

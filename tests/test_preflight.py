@@ -317,11 +317,11 @@ def test_cli_exit_codes(aws, monkeypatch, capsys):
     from stacks.__main__ import main
 
     zone = offered_zones(ec2(), P5)[0]
-    monkeypatch.setattr(preflight, "request_from_stack", lambda name: req(availability_zone=zone, nodes=1))
+    monkeypatch.setattr(preflight, "requests_from_stack", lambda name: [req(availability_zone=zone, nodes=1)])
     assert main(["preflight", "--stack", "x"]) == 0  # quota WARNs under moto; WARN is not a failure
     out = capsys.readouterr().out.splitlines()
-    assert [l.split()[1] for l in out[1:]] == ["offering", "efa", "reservation", "quota", "capacity"]
-    monkeypatch.setattr(preflight, "request_from_stack", lambda name: req(availability_zone="us-east-1z"))
+    assert [l.split()[1] for l in out[1:]] == ["offering", "efa", "reservation", "quota", "capacity", "local-zone"]
+    monkeypatch.setattr(preflight, "requests_from_stack", lambda name: [req(availability_zone="us-east-1z")])
     assert main(["preflight", "--stack", "x"]) == 1
     assert "FAIL  offering" in capsys.readouterr().out
 
@@ -382,7 +382,7 @@ def test_without_credentials_one_line_no_traceback(monkeypatch, capsys, tmp_path
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setattr(preflight, "request_from_stack", lambda name: req(nodes=1))
+    monkeypatch.setattr(preflight, "requests_from_stack", lambda name: [req(nodes=1)])
     assert main(["preflight", "--stack", "x"]) == 1
     captured = capsys.readouterr()
     lines = captured.out.strip().splitlines()
@@ -404,3 +404,85 @@ def test_unverified_gb200_efa_layout_is_a_warning_with_the_command_to_compare(aw
                             "NetworkCards": [{"NetworkCardIndex": i} for i in range(17)]}}
     r = preflight.check_efa(req(instance_type=gb, efa=True), info, None)
     assert r.status == WARN and "describe-instance-types --instance-types p6e-gb200.36xlarge" in r.message
+
+
+# --------------------------------------------------------------------------- every GPU pool, Local Zone opt-in, G quota
+
+
+def test_every_gpu_pool_is_checked_under_its_own_key(tmp_path):
+    """A cluster-only stack with two pools and a single-target stack whose gpuPools names a second GPU: one request per
+    pool, keyed dynamo:cluster.gpuPools[i] (before, only the first pool was checked)."""
+    name = _stack(tmp_path, "c", "config:\n  dynamo:serve: []\n  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n    gpuPools:\n"
+                                  "      - {gpu: h100, nodes: 2}\n      - {gpu: b200, nodes: 1, availabilityZone: us-east-1b}\n")
+    reqs = preflight.requests_from_stack(name, tmp_path)
+    assert [(r.key, r.instance_type, r.nodes, r.availability_zone) for r in reqs] == [
+        ("dynamo:cluster.gpuPools[0]", "p5.48xlarge", 2, "us-east-1a"), ("dynamo:cluster.gpuPools[1]", "p6-b200.48xlarge", 1, "us-east-1b")]
+    assert reqs[1].k("gpuNodes") == "dynamo:cluster.gpuPools[1].nodes" and reqs[1].k("gpuAvailabilityZone") == "dynamo:cluster.gpuPools[1].availabilityZone"
+    name = _stack(tmp_path, "s", "config:\n  dynamo:gpu: h100\n  dynamo:topology: disagg\n  dynamo:cluster:\n    mode: eks\n    gpuPools:\n"
+                                  "      - {gpu: h100}\n      - {gpu: b200, nodes: 3}\n")
+    reqs = preflight.requests_from_stack(name, tmp_path)
+    assert [(r.key, r.instance_type) for r in reqs] == [("dynamo:cluster.gpuPools[0]", "p5.48xlarge"), ("dynamo:cluster.gpuPools[1]", "p6-b200.48xlarge")]
+    assert reqs[1].nodes == 3
+
+
+def _zones_client(moto_client, zones: list[dict]):
+    """moto's ec2 client, except describe_availability_zones(AllAvailabilityZones=True, ...): moto knows no Local Zones."""
+    stubbed = boto3.client("ec2", region_name="us-east-1")
+    s = Stubber(stubbed)
+    s.add_response("describe_availability_zones", {"AvailabilityZones": zones},
+                   {"AllAvailabilityZones": True, "ZoneNames": ["us-east-1-dfw-2a"]})
+    s.activate()
+
+    class Split(_SplitEC2):
+        def describe_availability_zones(self, **kw):
+            return stubbed.describe_availability_zones(**kw) if kw else moto_client.describe_availability_zones()
+    return Split(moto_client, stubbed)
+
+
+LOCAL_ZONE = {"ZoneName": "us-east-1-dfw-2a", "ZoneType": "local-zone", "GroupName": "us-east-1-dfw-2", "RegionName": "us-east-1"}
+
+
+@pytest.mark.parametrize("status, result", [("not-opted-in", FAIL), ("opted-in", PASS)])
+def test_local_zone_opt_in_status(aws, status, result):
+    client = _zones_client(ec2(), [{**LOCAL_ZONE, "OptInStatus": status}])
+    r = preflight.check_local_zone(req(availability_zone="us-east-1-dfw-2a", key="dynamo:cluster.gpuPools[0]"), client)
+    assert r.status == result
+    if result == FAIL:
+        assert ("aws ec2 modify-availability-zone-group --region us-east-1 --group-name us-east-1-dfw-2 --opt-in-status opted-in" in r.message
+                and "dynamo:cluster.gpuPools[0].availabilityZone" in r.message)
+
+
+def test_local_zone_unknown_and_availability_zone(aws):
+    assert preflight.check_local_zone(req(availability_zone="us-east-1-dfw-2a"), _zones_client(ec2(), [])).status == FAIL
+    assert preflight.check_local_zone(req(availability_zone="us-east-1a"), ec2()).status == SKIP
+
+
+def _quota(code: str, values: list[float]):
+    c = boto3.client("service-quotas", region_name="us-east-1")
+    s = Stubber(c)
+    for v in values:
+        s.add_response("get_service_quota", {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": v}}, {"ServiceCode": "ec2", "QuotaCode": code})
+    s.activate()
+    return c
+
+
+def test_g_instances_use_the_g_and_vt_quota(aws):
+    client = ec2()
+    client.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="g5.xlarge")
+    client.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="p5.48xlarge")
+    info = {"VCpuInfo": {"DefaultVCpus": 192}}
+    r = preflight.check_quota(req(instance_type="g6e.48xlarge", nodes=1), client, _quota("L-DB2E81BA", [100]), info, None)
+    assert r.status == FAIL and "L-DB2E81BA (Running On-Demand G and VT instances) is 100 vCPUs, 4 in use by running G and VT instances" in r.message
+    assert preflight.family_quota("p5.48xlarge") == ("L-417A185B", "Running On-Demand P instances")
+    assert preflight.family_quota("g6e.48xlarge")[0] == preflight.family_quota("vt1.24xlarge")[0] == "L-DB2E81BA"
+    assert preflight._running_family_vcpus(client, "p") == 192  # the P instance counts against the other quota
+
+
+def test_pools_of_one_family_share_its_quota(aws):
+    client = ec2()
+    zone = offered_zones(client, P5)[0]
+    pools = [req(availability_zone=zone, nodes=1, key="dynamo:cluster.gpuPools[0]"), req(availability_zone=zone, nodes=1, key="dynamo:cluster.gpuPools[1]")]
+    checked = preflight.run_stack_checks(pools, client, _quota("L-417A185B", [300, 300]))
+    first, second = (by_name(results)["quota"] for _, results in checked)
+    assert first.status == PASS and second.status == FAIL
+    assert "192 for this stack's other GPU pools" in second.message and "dynamo:cluster.gpuPools[1].nodes" in second.message
