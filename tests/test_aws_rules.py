@@ -567,3 +567,24 @@ def test_runtime_class_rule_fails_without_a_node_selector(on_demand_efs):
     assert only(R.nvidia_runtime_class_selects_gpu_nodes, old)
     system = mutate(on_demand_efs, lambda res: one(res, R.RUNTIME_CLASS).inputs.update(scheduling={"nodeSelector": {"kubernetes.io/os": "linux"}}))
     assert only(R.nvidia_runtime_class_selects_gpu_nodes, system)
+
+
+def test_guide_states_the_network_costs_and_the_unverified_gb200_efa_layout():
+    """docs/deploy-aws.md: the NAT processing of each model's download is the recipe's cache claim x the NAT per-GB
+    rate the program cites; the Local Zone opt-in command; the GB200 EFA layout marked unverified while stacks/gpus.py
+    says so."""
+    import re
+
+    from stacks.catalog import lightning_base, motif, ultra
+    from stacks.cluster import NAT_USD_PER_GB, _gib
+    from stacks.gpus import INSTANCES
+
+    guide = (ROOT / "docs" / "deploy-aws.md").read_text()
+    for name, cache in (("Nemotron-3.5-Lightning", lightning_base.CACHE), ("Nemotron-3-Ultra", ultra.CACHE), ("Motif-3", motif.CACHE)):
+        gb = _gib(cache.size) * 2**30 / 1e9
+        row = re.search(rf"\| {re.escape(name)} \({cache.size[:-2]} GiB\) \| ([\d,]+) GB \| \$([\d.]+) \|", guide)
+        assert row, name
+        assert int(row[1].replace(",", "")) == round(gb) and float(row[2]) == round(gb * NAT_USD_PER_GB, 2), (name, row.groups())
+    assert "aws ec2 modify-availability-zone-group --region us-east-1 --group-name us-east-1-dfw-2 --opt-in-status opted-in" in guide
+    if not INSTANCES["p6e-gb200.36xlarge"].verified:
+        assert "The EFA layout of p6e-gb200 is unverified" in guide
