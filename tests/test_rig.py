@@ -13,6 +13,7 @@ Each rig starts once per module (``rigs`` fixture); timings are printed (``pytes
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,10 @@ PORT_FORWARD_URL = re.compile(r"(?:https?://)?localhost:8000")
 JOB_REQUESTS = 4  # dynamo:benchmark.requestCount for the Job run (the published runs replay hundreds to thousands)
 CLI_REQUESTS = 4  # the exported aiperf command's --request-count, bounded
 STEP_TIMEOUT = 240
+# A worker's request counter on its system server: work_handler.REQUESTS_TOTAL ("requests_total") with the
+# component prefix, per endpoint label dynamo_endpoint (ai-dynamo 1.5.0 wheel, dynamo/prometheus_names.py; seen on
+# the mocker's /metrics as dynamo_component_requests_total{dynamo_endpoint="generate",...}).
+REQUESTS_METRIC = "dynamo_component_requests_total"
 
 
 def _first(topology: str) -> str:
@@ -50,26 +56,49 @@ def _first(topology: str) -> str:
 TARGETS = [_first("agg"), _first("disagg")]
 
 
+class _Rigs:
+    """Both targets' rigs, started together on first use, and the long product commands (the exported aiperf command
+    and the benchmark Job) started in background threads as soon as a target's rig serves: their minutes of aiperf
+    start-up and replay overlap each other and the quick tests. Stopped at module end."""
+
+    def __init__(self, tmp_path_factory, stack) -> None:
+        self.tmp, self.stack = tmp_path_factory, stack
+        self.pool = ThreadPoolExecutor(max_workers=2 * len(TARGETS))
+        self.rigs: dict = {}
+        self.jobs: dict = {}
+        self.started = False
+
+    def _start(self, target: str):
+        plan = build_plan(parse({"target": target}))
+        t0 = time.monotonic()
+        rig = self.stack.enter_context(start_rig(plan.dgd, self.tmp.mktemp(f"rig-{target}")))
+        print(f"\n[rig] {target}: started in {time.monotonic() - t0:.1f}s "
+              f"({', '.join(f'{p.component_type}:{p.name}' for p in rig.pods)})")
+        # The long runs start right away; the tests below wait for their results.
+        self.jobs[("aiperf", target)] = self.pool.submit(_exported_aiperf, plan, rig, self.tmp.mktemp("aiperf"))
+        self.jobs[("job", target)] = self.pool.submit(_benchmark_job, target, rig, self.tmp.mktemp("job"))
+        return plan, rig
+
+    def __call__(self, target: str):
+        if not self.started:
+            self.started = True
+            # ExitStack.enter_context from worker threads: each rig's exit runs in the fixture's teardown.
+            self.rigs = {t: self.pool.submit(self._start, t) for t in TARGETS}
+        return self.rigs[target].result()
+
+    def result(self, kind: str, target: str):
+        self(target)
+        return self.jobs[(kind, target)].result()
+
+
 @pytest.fixture(scope="module")
 def rigs(tmp_path_factory):
-    """One running rig per target for the whole module (started lazily, stopped at module end)."""
-    import contextlib
-
-    stack = contextlib.ExitStack()
-    started: dict = {}
-
-    def get(target: str):
-        if target not in started:
-            plan = build_plan(parse({"target": target}))
-            t0 = time.monotonic()
-            rig = stack.enter_context(start_rig(plan.dgd, tmp_path_factory.mktemp(f"rig-{target}")))
-            print(f"\n[rig] {target}: started in {time.monotonic() - t0:.1f}s "
-                  f"({', '.join(f'{p.component_type}:{p.name}' for p in rig.pods)})")
-            started[target] = (plan, rig)
-        return started[target]
-
-    with stack:
-        yield get
+    with contextlib.ExitStack() as stack:
+        session = _Rigs(tmp_path_factory, stack)
+        try:
+            yield session
+        finally:
+            session.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _point_at(command: str, rig) -> str:
@@ -184,28 +213,33 @@ def _bounded(command: str, n: int) -> str:
     return out
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_exported_aiperf_command_has_every_request_valid(rigs, target, tmp_path):
+def _exported_aiperf(plan, rig, workdir: Path) -> dict:
+    """Run the stack output ``aiperf`` (address changed, request count bounded) in ``workdir``; its last export."""
     from stacks.benchmark import workload_of
 
-    plan, rig = rigs(target)
+    target = plan.target.id
     exported = next_steps(plan)["aiperf"]
     commands = list(exported.values()) if isinstance(exported, dict) else [exported]
     # The trace the command replays, where it looks for it first (its working directory): there is no network here
     # to fetch the published one, so a trace of the same shape is staged, as a user with the file at hand would.
     trace = workload_of(plan.target)
     if any(trace.file in (c or "") for c in commands):
-        _mooncake_trace(tmp_path / trace.file, CLI_REQUESTS, trace.isl, trace.osl)
+        _mooncake_trace(workdir / trace.file, CLI_REQUESTS, trace.isl, trace.osl)
     for i, command in enumerate(c for c in commands if c):
         command = _point_at(command, rig) if "localhost:8000" in command else command
         if "aiperf profile" in command:
             command = _bounded(command, CLI_REQUESTS)
-        proc = _run(command, rig.env, tmp_path, f"{target} exported aiperf step {i}")
+        proc = _run(command, rig.env, workdir, f"{target} exported aiperf step {i}")
         assert proc.returncode == 0, (f"exported aiperf step {i} failed (exit {proc.returncode}):\ncommand: {command}\n"
                                       f"{proc.stdout[-2500:]}\n{proc.stderr[-2500:]}")
-    exports = sorted(tmp_path.rglob("profile_export_aiperf.json"), key=lambda p: p.stat().st_mtime)
-    assert exports, f"no profile_export_aiperf.json under {tmp_path}"
-    _export_ok(json.loads(exports[-1].read_text()), CLI_REQUESTS, f"{target} exported aiperf")
+    exports = sorted(workdir.rglob("profile_export_aiperf.json"), key=lambda p: p.stat().st_mtime)
+    assert exports, f"no profile_export_aiperf.json under {workdir}"
+    return json.loads(exports[-1].read_text())
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_exported_aiperf_command_has_every_request_valid(rigs, target):
+    _export_ok(rigs.result("aiperf", target), CLI_REQUESTS, f"{target} exported aiperf")
 
 
 def _mooncake_trace(path: Path, rows: int, isl: int, osl: int, block: int = 512, reuse: float = 0.9) -> None:
@@ -221,12 +255,11 @@ def _mooncake_trace(path: Path, rows: int, isl: int, osl: int, block: int = 512,
             f.write(json.dumps({"input_length": isl, "output_length": osl, "hash_ids": ids}) + "\n")
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_benchmark_job_script_has_every_request_valid(rigs, target, tmp_path):
+def _benchmark_job(target: str, rig, tmp_path: Path) -> dict:
+    """Run the benchmark Job's container as rendered (URL and mount remapped) in ``tmp_path``; the export it printed."""
     from stacks.benchmark import RESULT_BEGIN, build_benchmark
     from stacks.cli.bench_report import extract_from_log
 
-    plan, rig = rigs(target)
     cfg = parse({"target": target, "benchmark": {"enabled": True, "requestCount": JOB_REQUESTS}})
     bench = build_benchmark(build_plan(cfg), cfg.benchmark)
     ctr = bench.job["spec"]["template"]["spec"]["containers"][0]
@@ -255,7 +288,32 @@ def test_benchmark_job_script_has_every_request_valid(rigs, target, tmp_path):
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"the Job's script failed (exit {proc.returncode}):\n{log[-4000:]}\n{rig.log_tail(10)}"
     assert RESULT_BEGIN in proc.stdout
-    _export_ok(extract_from_log(proc.stdout), JOB_REQUESTS, f"{target} benchmark Job")
+    return extract_from_log(proc.stdout)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_benchmark_job_script_has_every_request_valid(rigs, target):
+    _export_ok(rigs.result("job", target), JOB_REQUESTS, f"{target} benchmark Job")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_worker_served_requests(rigs, target):
+    """After the commands above, every worker process (in a disaggregated graph: prefill and decode) has served
+    requests, by its own Prometheus counter: the frontend really routed through each role."""
+    import urllib.request
+
+    plan, rig = rigs(target)
+    for kind in ("aiperf", "job"):
+        with contextlib.suppress(Exception):
+            rigs.result(kind, target)  # their own tests report their failures
+    for pod in rig.pods:
+        if pod.component_type == "frontend":
+            continue
+        with urllib.request.urlopen(f"http://127.0.0.1:{pod.ports['system']}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        served = sum(float(line.rsplit(None, 1)[1]) for line in text.splitlines()
+                     if line.startswith(REQUESTS_METRIC + "{") and 'dynamo_endpoint="generate"' in line)
+        assert served > 0, f"{pod.name} ({pod.component_type}) served no requests: {REQUESTS_METRIC}{{dynamo_endpoint='generate'}} is 0"
 
 
 def test_start_rig_reports_what_it_saw_when_a_worker_cannot_start(tmp_path):
