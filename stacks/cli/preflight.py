@@ -44,10 +44,11 @@ KEY_NODES = f"{CLUSTER}.gpuNodes"
 
 P_INSTANCE_QUOTA = "L-417A185B"  # Running On-Demand P instances (vCPUs)
 G_INSTANCE_QUOTA = "L-DB2E81BA"  # Running On-Demand G and VT instances (vCPUs)
-# EC2 On-Demand vCPU quotas by instance family (Service Quotas, service code ec2; the codes as `aws service-quotas
-# list-service-quotas --service-code ec2` names them: L-417A185B "Running On-Demand P instances", L-DB2E81BA
-# "Running On-Demand G and VT instances"; EC2 user guide "Amazon EC2 service quotas", On-Demand Instance quotas by
-# instance family, measured in vCPUs).
+# EC2 On-Demand vCPU quotas by instance family (Service Quotas, service code ec2): L-417A185B "Running On-Demand P
+# instances", L-DB2E81BA "Running On-Demand G and VT instances" (QuotaName as `aws service-quotas get-service-quota
+# --service-code ec2 --quota-code ...` returns it, e.g. in public account read-outs collected with the search tool;
+# Service Quotas docs: the EC2 On-Demand quotas count vCPUs, cf. L-1216C47A "Running On-Demand Standard ... instances"
+# in the AWS CLI's get-aws-default-service-quota example).
 FAMILY_QUOTAS = {"p": (P_INSTANCE_QUOTA, "Running On-Demand P instances"), "g": (G_INSTANCE_QUOTA, "Running On-Demand G and VT instances"),
                  "vt": (G_INSTANCE_QUOTA, "Running On-Demand G and VT instances")}
 _AZ = re.compile(r"[a-z]{2}(?:-gov)?-[a-z]+-\d[a-z]")
