@@ -16,6 +16,12 @@ wheel ships (tools/rig/pyproject.toml), under the DGD's served model name.
 
 Every wait ends at its deadline with what it saw last and the tail of each process's log; every process is killed
 when the context exits.
+
+Network: the HTTP server, the system servers and the TCP request plane bind 127.0.0.1 (``--http-host``,
+``DYN_SYSTEM_HOST``, ``DYN_TCP_RPC_HOST``). ai-dynamo 1.5.0's ZMQ event plane (KV events, load metrics) binds
+``tcp://0.0.0.0:0`` with no setting to change it and advertises the host's routable address in discovery (its log:
+"ZMQ PUB transport bound ... endpoint=tcp://0.0.0.0:<port>"; it falls back to 127.0.0.1 only where no routable
+address exists, e.g. a loopback-only network namespace), so those subscriptions go to this machine's own address.
 """
 from __future__ import annotations
 
@@ -39,12 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RIG_SCRIPT = ROOT / "tools" / "rig.sh"
 HOST = "127.0.0.1"
 
-# Operator facts the fallback below uses (../shared/reference/dynamo-next/OPERATOR-LABELS.md, from
-# ai-dynamo/dynamo deploy/operator/internal/consts/consts.go @ 0367e404b084336211ade8c536f8c45ab189af47):
-# container port `http` 8000 on the frontend (DynamoServicePort / DynamoContainerPortName), `system` 9090 on workers
-# (DynamoSystemPort, env DYN_SYSTEM_ENABLED=true DYN_SYSTEM_PORT=9090).
+# The named container ports the rig's processes listen on (stacks/operator.py: `http` on the frontend, `system` on
+# workers); an operator pod's other ports (e.g. `nixl`, NIXL telemetry) have no process behind them here.
 FRONTEND_PORT_NAME, SYSTEM_PORT_NAME = "http", "system"
-FRONTEND_CONTAINER_PORT = 8000
 COMPONENT_TYPES = ("frontend", "worker", "prefill", "decode")
 WORKER_MODES = {"worker": "agg", "prefill": "prefill", "decode": "decode"}
 # vLLM engine flags the DGD's workers carry that the mocker takes too, with the same meaning
@@ -213,48 +216,13 @@ def _components(dgd: dict) -> list[dict]:
     return comps
 
 
-def _frontend_port(comp: dict) -> int:
-    """The frontend's container port: its declared `http` port, else its startup probe's, else the operator's 8000."""
-    c = _container(comp)
-    for p in c.get("ports") or []:
-        if p.get("name") == FRONTEND_PORT_NAME:
-            return int(p["containerPort"])
-    probe = (c.get("startupProbe") or c.get("readinessProbe") or {}).get("httpGet") or {}
-    return int(probe["port"]) if isinstance(probe.get("port"), int) else FRONTEND_CONTAINER_PORT
+def _pods(dgd: dict) -> list:
+    """The pods the Dynamo operator makes from ``dgd`` (operator-exact names, labels and named container ports)."""
+    from stacks.operator import operator_pods
 
-
-@dataclass
-class _PodSpec:
-    component: str
-    component_type: str
-    replica: int
-    name: str
-    labels: dict[str, str]
-    ports: dict[str, int]  # container port name -> container port number
-
-
-def _pods(dgd: dict) -> list[_PodSpec]:
-    """The pods the Dynamo operator makes from ``dgd``: from ``stacks.operator.operator_pods`` (operator-exact
-    names, labels and ports) when the project has it, else the labels the PodMonitors select on
-    (OPERATOR-LABELS.md section 1: component-type, metrics-enabled, graph-deployment-name, component)."""
-    try:
-        from stacks.operator import operator_pods  # type: ignore[import-not-found]
-    except ImportError:
-        operator_pods = None
-    if operator_pods is not None:
-        return [_PodSpec(p.component, p.component_type, p.replica, p.name, dict(p.labels), dict(p.ports))
-                for p in operator_pods(dgd)]
-    # Fallback until stacks/operator.py lands (then the branch above is taken and this can go).
-    name = dgd["metadata"]["name"]
-    out = []
-    for comp in _components(dgd):
-        ctype = comp["type"]
-        ports = ({FRONTEND_PORT_NAME: _frontend_port(comp)} if ctype == "frontend" else {SYSTEM_PORT_NAME: 9090})
-        labels = {"nvidia.com/dynamo-component-type": ctype, "nvidia.com/metrics-enabled": "true",
-                  "nvidia.com/dynamo-graph-deployment-name": name, "nvidia.com/dynamo-component": comp["name"]}
-        for i in range(int(comp.get("replicas", 1))):
-            out.append(_PodSpec(comp["name"], ctype, i, f"{name}-{comp['name'].lower()}-{i}", labels, ports))
-    return out
+    # A multinode (LeaderWorkerSet) engine is one mocker: its leader pod; the other pods of the group hold ranks of
+    # the same engine and serve nothing of their own.
+    return [p for p in operator_pods(dgd) if p.role != "worker"]
 
 
 # ---- processes --------------------------------------------------------------------------------------------------

@@ -93,12 +93,13 @@ class _Rigs:
 
 @pytest.fixture(scope="module")
 def rigs(tmp_path_factory):
-    with contextlib.ExitStack() as stack:
-        session = _Rigs(tmp_path_factory, stack)
-        try:
-            yield session
-        finally:
-            session.pool.shutdown(wait=True, cancel_futures=True)
+    stack = contextlib.ExitStack()
+    session = _Rigs(tmp_path_factory, stack)
+    try:
+        yield session
+    finally:
+        stack.close()  # the rigs go first, so a run still going (a failed or interrupted session) ends at once
+        session.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _point_at(command: str, rig) -> str:
