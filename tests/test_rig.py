@@ -16,9 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import shlex
 import subprocess
-import sys
 import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
