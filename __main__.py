@@ -186,6 +186,12 @@ if cluster.mode in ("eks", "stack"):
         cd = cluster_plan.compute_domain
         k8s.apiextensions.CustomResource("compute-domain", api_version=cd["apiVersion"], kind=cd["kind"], metadata=cd["metadata"], spec=cd["spec"],
                                          opts=pulumi.ResourceOptions(provider=provider, depends_on=ns_deps(cd["metadata"]["namespace"]) + graph_deps))
+# Renamed or deprecated catalog ids (upstream renamed or dropped the recipe): the warning names the successor.
+from stacks.config import deprecation_warnings  # noqa: E402
+
+for _entry in program.entries or ():
+    for _warning in deprecation_warnings(_entry.cfg):
+        pulumi.log.warn(f"{_entry.key}: {_warning}" if program.multi else _warning)
 if program.multi:
     pulumi.export("entries", {e.name: next_steps(e.plan) for e in program.entries})
 for key, value in (next_steps(plan).items() if not program.multi and plan is not None else ()):

@@ -68,12 +68,22 @@ def cmd_fidelity(args) -> int:
 
     if args.target and args.target not in catalog.targets():
         raise ConfigError(_unknown_target(args.target))
+    # Each target is compared with the reference snapshot it follows (Target.reference); every snapshot some
+    # target follows must be there.
+    snapshots = [catalog.targets()[args.target].reference] if args.target else \
+        [s for s in fidelity.SNAPSHOTS if any(t.reference == s for t in catalog.targets().values())]
     try:
-        report = fidelity.check(render_target, only=args.target)
+        reports = [fidelity.check(render_target, only=args.target, snapshot=s) for s in snapshots]
     except fidelity.ReferenceMissing as e:
         print(f"error: fidelity: {e}", file=sys.stderr)
         return 2
-    shown = None if args.verbose else 5
+    for report in reports:
+        _print_fidelity(report, args.verbose)
+    return 0 if all(r.ok for r in reports) else 1
+
+
+def _print_fidelity(report, verbose: bool) -> None:
+    shown = None if verbose else 5
     for path in report.no_target:
         print(f"MISSING target for {path}")
     for tid, path in report.no_upstream:
@@ -87,7 +97,6 @@ def cmd_fidelity(args) -> int:
         for d in diffs[:shown]:
             print("   ", d)
     print(report.summary())
-    return 0 if report.ok else 1
 
 
 def _unknown_target(tid: str) -> str:

@@ -533,6 +533,7 @@ def select_target(cfg: StackConfig) -> Target:
     """The one catalog target the config names, or a ConfigError listing the qualified choices."""
     cat = targets()
     if cfg.target:
+        # An id upstream renamed finds its successor (stacks.catalog.Catalog); deprecation_warnings says so at `up`.
         if cfg.target not in cat:
             raise ConfigError(f"{NS}:target: {cfg.target!r} is not in the catalog{_did_you_mean(cfg.target, cat).replace(';', ' -', 1)}; "
                               f"choose one of: {', '.join(sorted(cat))}")
@@ -576,6 +577,25 @@ def select_target(cfg: StackConfig) -> Target:
         ids = ", ".join(sorted(t.id for t in pool))
         raise ConfigError(f"{NS}: config matches {len(pool)} targets ({ids}); set more of {', '.join(SELECT_ORDER)} or dynamo:target")
     return pool[0]
+
+
+def deprecation_warnings(cfg: StackConfig) -> list[str]:
+    """What ``up`` warns about the target a config names: a renamed id (it now deploys the successor under the new
+    DGD and component names), a deprecated target (upstream dropped it; names the successor), or axes that select
+    the successor of a renamed id (a stack created before the rename had the old DGD)."""
+    from .catalog import renamed, resolve
+
+    if cfg.target:
+        return [f"{NS}:target: {w}" for w in [resolve(cfg.target)[1]] if w]
+    t = select_target(cfg)
+    if t.successor:
+        return [f"{NS}: {resolve(t.id)[1]} (selected by the config's axes)"]
+    old = sorted(o for o, n in renamed().items() if n == t.id)
+    if old:
+        return [f"{NS}: the config selects {t.id} (DynamoGraphDeployment {t.dgd_name!r}), upstream's Dynamo 1.6 name of {old[0]}; "
+                f"a stack created before deployed that target's DGD and replaces it now (the model cache is kept; "
+                f"see README 'Upgrading Dynamo'); set {NS}:target: {t.id} to silence this warning"]
+    return []
 
 
 def _hint(axis: str, chosen: dict, values: list[str]) -> str:

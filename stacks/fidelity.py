@@ -1,8 +1,12 @@
 """Compare what the catalog renders with the upstream Dynamo recipe files.
 
-The upstream tree is ``$DYNAMO_RECIPES_DIR`` (a Dynamo checkout's ``recipes/``),
-else ``$DYNAMO_REFERENCE/dynamo-recipes``, else ``../shared/reference/dynamo-recipes``
-next to this repository. Objects match when identical once parsed, ignoring
+Each target names the reference snapshot its file is in (``Target.reference``): ``dynamo-recipes`` (ai-dynamo/dynamo
+main frozen at 2026-08-21) or ``dynamo-next`` (the newest verifiable upstream files: Nemotron-3-Ultra's final Dynamo
+1.6 profiles). The ``dynamo-recipes`` tree is ``$DYNAMO_RECIPES_DIR`` (a Dynamo checkout's ``recipes/``),
+else ``$DYNAMO_REFERENCE/dynamo-recipes``, else ``../shared/reference/dynamo-recipes`` next to this repository;
+``dynamo-next`` is ``$DYNAMO_NEXT_DIR``, else ``$DYNAMO_REFERENCE/dynamo-next``, else ``../shared/reference/dynamo-next``.
+Both are compared with the same strictness. Upstream paths the catalog marks renamed (``ModelFamily.renamed_paths``:
+the old id resolves to its successor) are not claimed by any target, so they are out of scope. Objects match when identical once parsed, ignoring
 ``metadata.namespace``, Pulumi's own annotations/labels, comments and key order,
 with the placeholders ``your-storage-class-name`` and ``your-image-pull-secret``
 standing for the configured storage class and pull secret.
@@ -36,6 +40,26 @@ def reference_root() -> Path:
 def recipes_dir() -> Path:
     env = os.environ.get("DYNAMO_RECIPES_DIR")
     return Path(env) if env else reference_root() / "dynamo-recipes"
+
+
+SNAPSHOTS = ("dynamo-recipes", "dynamo-next")
+
+
+def snapshot_dir(snapshot: str) -> Path:
+    """Where a reference snapshot's recipe tree is (see the module docstring)."""
+    if snapshot == "dynamo-recipes":
+        return recipes_dir()
+    if snapshot == "dynamo-next":
+        env = os.environ.get("DYNAMO_NEXT_DIR")
+        return Path(env) if env else reference_root() / "dynamo-next"
+    raise ValueError(f"unknown reference snapshot {snapshot!r}; known: {', '.join(SNAPSHOTS)}")
+
+
+def renamed_paths() -> dict[str, str]:
+    """Upstream paths renamed since the frozen snapshot: old -> new (the catalog's ``renamed_paths``)."""
+    from .catalog import families
+
+    return {old: new for f in families().values() for old, new in f.renamed_paths.items()}
 
 
 class ReferenceMissing(RuntimeError):
@@ -78,6 +102,8 @@ def in_scope_files(ref: Path | None = None) -> list[str]:
         if not re.search(r"/(vllm|trtllm)/.*deploy[^/]*\.yaml$", path) or "/kustomize/" in path:
             continue
         if status.get(path, "").startswith("superseded") and path not in IN_SCOPE_EXTRA:
+            continue
+        if path in renamed_paths():  # claimed by no target: the old id resolves to the renamed file's target
             continue
         if (ref / path).is_file():
             picked.append(path)
@@ -177,8 +203,9 @@ def storage_class_placeholders() -> set[str]:
     return {k8s.PLACEHOLDER_STORAGE_CLASS} | {f.cache.storage_class for f in families().values() if f.cache.storage_class}
 
 
-def compare_model_cache(ref: Path, render_target, storage_class: str | None = None, pull_secrets: Iterable[str] = ()) -> dict[str, dict[str, list[str]]]:
-    """Per model, per ``model-cache/*.yaml``: differences against the union of that model's renders."""
+def compare_model_cache(ref: Path, render_target, storage_class: str | None = None, pull_secrets: Iterable[str] = (),
+                        snapshot: str = "dynamo-recipes") -> dict[str, dict[str, list[str]]]:
+    """Per model, per ``model-cache/*.yaml``: differences against the union of that model's renders (targets following ``snapshot``)."""
     from .catalog import targets
 
     out: dict[str, dict[str, list[str]]] = {}
@@ -186,7 +213,7 @@ def compare_model_cache(ref: Path, render_target, storage_class: str | None = No
     for model in models:
         rendered: list[dict] = []
         for t in targets().values():
-            if t.upstream and t.upstream.split("/")[0] == model:
+            if t.upstream and t.reference == snapshot and t.upstream.split("/")[0] == model:
                 rendered += render_target(t.id)
         out[model] = {}
         for f in sorted((ref / model / "model-cache").glob("*.yaml")):
@@ -201,6 +228,7 @@ class Report:
     """What ``check`` compared and found. ``ok`` only when something was compared and nothing failed."""
 
     only: Optional[str] = None
+    snapshot: str = "dynamo-recipes"
     exact: list[str] = field(default_factory=list)  # upstream paths rendered exactly
     different: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # path -> (target id, differences)
     no_target: list[str] = field(default_factory=list)  # in-scope upstream files no target renders
@@ -220,25 +248,27 @@ class Report:
     def summary(self) -> str:
         cache = len(self.cache_exact) + len(self.cache_different)
         who = f" ({self.only})" if self.only else ""
+        who += f" vs {self.snapshot}" if self.snapshot != "dynamo-recipes" else ""
         skipped = f"; skipped {len(self.skipped)} target(s) without an upstream file: {', '.join(self.skipped)}" if self.skipped else "; skipped: none"
         return (f"fidelity{who}: {len(self.exact)}/{self.files} upstream deploy files exact, "
                 f"{len(self.cache_exact)}/{cache} model-cache objects exact{skipped}")
 
 
 def check(render_target, ref: Path | None = None, only: Optional[str] = None, *, storage_class: Optional[str] = None,
-          pull_secrets: Iterable[str] = ()) -> Report:
+          pull_secrets: Iterable[str] = (), snapshot: str = "dynamo-recipes") -> Report:
     """Compare every target (or only target ``only``) with its upstream file, and the model-cache objects.
 
     Raises ``ReferenceMissing`` when there is no upstream tree. A target whose upstream file is missing
     and an in-scope upstream file without a target are failures; targets of our own are skipped (listed).
-    With ``only``, the model-cache objects compared are those the target itself renders. ``storage_class`` and
+    Only the targets that follow ``snapshot`` (``Target.reference``) are compared, with ``ref`` (default: that
+    snapshot's tree). With ``only``, the model-cache objects compared are those the target itself renders. ``storage_class`` and
     ``pull_secrets``: what ``render_target`` configured in place of upstream's placeholders."""
     from .catalog import targets
 
-    ref = require_reference(ref)
+    ref = require_reference(ref or snapshot_dir(snapshot))
     cat = targets()
-    report = Report(only=only)
-    picked = [cat[only]] if only else list(cat.values())
+    report = Report(only=only, snapshot=snapshot)
+    picked = [cat[only]] if only else [t for t in cat.values() if t.reference == snapshot]
     scope = [] if only else in_scope_files(ref)
     rendered: dict[str, list[dict]] = {}
 

@@ -10,7 +10,7 @@ namespaced, and the recipes name every model's cache claim and download Job alik
 ``overrides`` tune a component without forking the catalog::
 
     overrides:
-      VllmDecodeWorker:
+      decode:
         args: {set: {--max-num-seqs: "64"}, append: [--enforce-eager], remove: [--async-scheduling]}
         env: {VLLM_LOGGING_LEVEL: DEBUG}
         resources: {limits: {memory: 400Gi}}
@@ -116,6 +116,12 @@ def entry_prefix(message: str, key: str) -> str:
     return re.sub(rf"(?<![\w.\[]){NS}:(?!(?:{skip})\b)(?=[A-Za-z])", f"{key}.", message.replace(f"{NS}: ", f"{key}: "))
 
 
+# Dynamo 1.6.0 renamed the vLLM services (release notes "vLLM worker services renamed"; the Ultra recipes under their
+# final names use them: ../shared/reference/dynamo-next/INDEX.md): an override keyed by the old name is refused
+# with the new one, before any resource.
+RENAMED_COMPONENTS = {"VllmWorker": "worker", "VllmPrefillWorker": "prefill", "VllmDecodeWorker": "decode"}
+
+
 def _parse_override(raw: Any, key: str, components: list[str]) -> dict[str, ComponentOverride]:
     if raw is None:
         return {}
@@ -123,6 +129,10 @@ def _parse_override(raw: Any, key: str, components: list[str]) -> dict[str, Comp
         raise ConfigError(f"{key}.overrides: {raw!r} is not a mapping of component name to override")
     out = {}
     for comp, body in raw.items():
+        new = RENAMED_COMPONENTS.get(comp)
+        if comp not in components and new in components:
+            raise ConfigError(f"{key}.overrides.{comp}: component {comp!r} was renamed {new!r} in Dynamo 1.6 (this target's recipe uses "
+                              f"the new names); key the override {new!r}; components: {', '.join(components)}")
         if comp not in components:
             from difflib import get_close_matches
 

@@ -109,7 +109,7 @@ def test_targets_long_and_json_show_what_a_target_needs(capsys):
 
     rows = {r["id"]: r for r in json.loads(_targets_cli(capsys, "--json"))}
     assert set(rows) == set(TARGETS)
-    r = rows["ultra-vllm-disagg-h200-agentic-256k-1p2d"]
+    r = rows["ultra-vllm-disagg-h200-agentic-256K"]
     assert (r["model"], r["gpu"], r["topology"], r["shape"], r["gpus"], r["nodes"], r["instance_type"]) == \
         ("nemotron-3-ultra", "h200", "disagg", "1P2D", 24, 3, "p5en.48xlarge")
     r = rows["lightning-vllm-agg-h100-dspark"]
@@ -132,3 +132,64 @@ def test_no_import_cycle_between_lightning_modules():
         imports[name] = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
     assert "lightning" not in imports["lightning_trtllm"] and "lightning" not in imports["lightning_base"]
     assert "lightning_trtllm" not in imports["lightning_base"]
+
+
+# --------------------------------------------------------------------------- ids upstream renamed or dropped
+
+from stacks.config import ConfigError, deprecation_warnings, parse  # noqa: E402
+from stacks.serve import RENAMED_COMPONENTS, build_entries  # noqa: E402
+
+
+@pytest.mark.parametrize("old", sorted(catalog.renamed()))
+def test_renamed_id_resolves_to_its_successor_and_warns_with_the_new_names(old):
+    new = TARGETS[catalog.renamed()[old]]
+    assert old not in list(TARGETS) and TARGETS[old] is new  # not a target of its own, but a stack naming it still works
+    cfg = parse({"target": old})
+    (warning,) = deprecation_warnings(cfg)
+    assert f"'{old}' was renamed upstream to '{new.id}'" in warning and repr(new.dgd_name) in warning
+    assert ", ".join(catalog.component_names(new)) in warning
+    assert catalog.recipe_objects(TARGETS[old]) == catalog.recipe_objects(new)
+    assert deprecation_warnings(parse({"target": new.id})) == []
+
+
+@pytest.mark.parametrize("tid", sorted(t.id for t in TARGETS.values() if t.successor))
+def test_deprecated_target_renders_its_last_file_and_warns_naming_its_successor(tid):
+    t = TARGETS[tid]
+    succ = TARGETS[t.successor]
+    assert succ.successor is None and (succ.model, succ.gpu, succ.topology) == (t.model, t.gpu, t.topology)
+    assert t.reference == "dynamo-recipes" and t.upstream.split("/")[2] in tid
+    (warning,) = deprecation_warnings(parse({"target": tid}))
+    assert f"'{tid}' is deprecated" in warning and f"successor is '{succ.id}'" in warning
+
+
+def test_selecting_a_renamed_profile_by_its_axes_warns_that_the_dgd_changes():
+    """Pulumi.ultra-b200-agg.yaml selects by model/gpu/topology/context: the same choice now lands on the final name."""
+    cfg = parse({"model": "nemotron-3-ultra", "gpu": "b200", "topology": "agg", "context": "256k"})
+    (warning,) = deprecation_warnings(cfg)
+    old = next(o for o, n in catalog.renamed().items() if n == "ultra-vllm-agg-b200-agentic-256K-kv-router")
+    assert "ultra-vllm-agg-b200-agentic-256K-kv-router" in warning and old in warning and "ultra-agg-b200-256k-kv-router" in warning
+    assert deprecation_warnings(parse({"target": "lightning-vllm-agg-h100-dspark"})) == []
+
+
+def _final_with(component: str) -> str:
+    return next(t.id for t in TARGETS.values() if t.successor is None and component in catalog.component_names(t)
+                and t.model == "nemotron-3-ultra")
+
+
+@pytest.mark.parametrize("old,new", sorted(RENAMED_COMPONENTS.items()))
+def test_override_keyed_by_a_pre_1_6_component_name_names_the_new_key(old, new):
+    tid = _final_with(new)
+    for raw, key in (({"target": tid, "overrides": {old: {"env": {"X": "1"}}}}, "dynamo.overrides"),
+                     ({"serve": [{"name": "a", "target": tid, "overrides": {old: {"env": {"X": "1"}}}}]}, "dynamo:serve[0].overrides")):
+        with pytest.raises(ConfigError) as e:
+            build_entries(raw)
+        assert f"{key}.{old}: component '{old}' was renamed '{new}' in Dynamo 1.6" in str(e.value) and f"key the override '{new}'" in str(e.value)
+    (entry,) = build_entries({"target": tid, "overrides": {new: {"env": {"X": "1"}}}})
+    assert new in [c["name"] for c in entry.plan.dgd["spec"]["components"]]
+
+
+def test_deprecated_day0_target_keeps_its_pre_1_6_component_names_for_overrides():
+    tid = next(t.id for t in TARGETS.values() if t.successor and t.topology == "disagg")
+    (entry,) = build_entries({"target": tid, "overrides": {"VllmDecodeWorker": {"env": {"X": "1"}}}})
+    comp = next(c for c in entry.plan.dgd["spec"]["components"] if c["name"] == "VllmDecodeWorker")
+    assert {"name": "X", "value": "1"} in comp["podTemplate"]["spec"]["containers"][0]["env"]

@@ -6,14 +6,19 @@ secret, which stand for upstream's placeholders.
 """
 import pytest
 
-from stacks import catalog, fidelity
+from conftest import REFERENCE_SETUP, missing
+from stacks import catalog, fidelity, registry
 from stacks.render import render_config
 
 REF = fidelity.recipes_dir()
-# Without the tree the parametrized test still exists (one "reference-missing" case), so that tests/conftest.py
-# fails it under CI=true and lists it as skipped otherwise, instead of pytest's silent empty parameter set.
-SCOPE = fidelity.in_scope_files(REF) if REF.is_dir() else [pytest.param("", id="reference-missing")]
-BY_UPSTREAM = {t.upstream: t for t in catalog.targets().values() if t.upstream}
+# Each snapshot a target follows (Target.reference), with the in-scope files of its tree. Without a tree the
+# parametrized test still exists (one "<snapshot>-missing" case), so that tests/conftest.py fails it under CI=true and
+# lists it as skipped otherwise, instead of pytest's silent empty parameter set.
+FOLLOWED = [s for s in fidelity.SNAPSHOTS if any(t.reference == s for t in catalog.targets().values())]
+SCOPE = [pytest.param(s, p, id=f"{s}:{p}") for s in FOLLOWED if fidelity.snapshot_dir(s).is_dir()
+         for p in fidelity.in_scope_files(fidelity.snapshot_dir(s))]
+SCOPE += [pytest.param(s, "", id=f"{s}-missing") for s in FOLLOWED if not fidelity.snapshot_dir(s).is_dir()]
+BY_UPSTREAM = {(t.reference, t.upstream): t for t in catalog.targets().values() if t.upstream}
 STORAGE_CLASS = "fsx-lustre"
 PULL = ("ngc-pull",)
 
@@ -21,9 +26,18 @@ PULL = ("ngc-pull",)
 needs_reference = pytest.mark.needs_reference
 
 
+def _tree(snapshot: str):
+    """A snapshot's tree; conftest checks only dynamo-recipes, so the others are checked here the same way."""
+    ref = fidelity.snapshot_dir(snapshot)
+    if not ref.is_dir():
+        missing(f"no {snapshot} reference tree at {ref}", REFERENCE_SETUP)
+    return ref
+
+
 def _upstream_names_pull_secrets(tid) -> bool:
     t = catalog.targets()[tid]
-    return bool(t.upstream) and (REF / t.upstream).is_file() and "imagePullSecrets" in (REF / t.upstream).read_text()
+    up = fidelity.snapshot_dir(t.reference) / t.upstream if t.upstream else None
+    return up is not None and up.is_file() and "imagePullSecrets" in up.read_text()
 
 
 def _render(tid):
@@ -35,26 +49,78 @@ def _render(tid):
 
 @needs_reference
 def test_scope_is_the_seed_recipes():
-    models = {p.split("/")[0] for p in SCOPE}
+    models = {p.values[1].split("/")[0] for p in SCOPE if p.values[0] == "dynamo-recipes"}
     assert models == {"nemotron-3.5-lightning", "nemotron-3-ultra", "motif-3"}
-    assert len(SCOPE) >= 60
+    assert len([p for p in SCOPE if p.values[0] == "dynamo-recipes"]) >= 56
 
 
 @needs_reference
-@pytest.mark.parametrize("path", SCOPE)
-def test_upstream_file_rendered_exactly(path):
-    t = BY_UPSTREAM.get(path)
-    assert t is not None, f"no catalog target for {path}"
-    diffs = fidelity.compare_file(fidelity.load_docs(REF / path), _render(t.id), storage_class=STORAGE_CLASS, pull_secrets=PULL)
-    assert not diffs, f"{path} vs {t.id}:\n" + "\n".join(diffs)
+@pytest.mark.parametrize("snapshot,path", SCOPE)
+def test_upstream_file_rendered_exactly(snapshot, path):
+    ref = _tree(snapshot)
+    t = BY_UPSTREAM.get((snapshot, path))
+    assert t is not None, f"no catalog target follows {snapshot}/{path}"
+    diffs = fidelity.compare_file(fidelity.load_docs(ref / path), _render(t.id), storage_class=STORAGE_CLASS, pull_secrets=PULL)
+    assert not diffs, f"{snapshot}/{path} vs {t.id}:\n" + "\n".join(diffs)
 
 
 @needs_reference
-def test_model_cache_objects_rendered_exactly():
-    report = fidelity.compare_model_cache(REF, _render, storage_class=STORAGE_CLASS, pull_secrets=PULL)
+@pytest.mark.parametrize("snapshot", FOLLOWED)
+def test_model_cache_objects_rendered_exactly(snapshot):
+    ref = _tree(snapshot)
+    report = fidelity.compare_model_cache(ref, _render, storage_class=STORAGE_CLASS, pull_secrets=PULL, snapshot=snapshot)
     bad = {path: lines for per_model in report.values() for path, lines in per_model.items() if lines}
     assert not bad, "\n".join(f"{p}:\n  " + "\n  ".join(l) for p, l in bad.items())
-    assert sum(len(v) for v in report.values()) >= 8
+    models = {t.model for t in catalog.targets().values() if t.reference == snapshot}
+    assert sum(len(v) for v in report.values()) >= len(models)
+
+
+# --------------------------------------------------------------------------- Nemotron-3-Ultra: the final (Dynamo 1.6) profiles
+
+ULTRA = [t for t in catalog.targets().values() if t.model == "nemotron-3-ultra"]
+FINAL = [t for t in ULTRA if t.successor is None]
+
+
+def test_ultra_final_profiles_are_one_per_gpu_context_and_topology_and_follow_dynamo_next():
+    """12 final targets: every Ultra GPU x 256K/1M x agg/disagg, named like their upstream directories."""
+    gpus = {t.gpu for t in ULTRA}
+    assert gpus <= set(registry.GPUS) and len(gpus) == 3
+    want = {(g, c, top) for g in gpus for c in registry.CONTEXTS for top in registry.TOPOLOGIES}
+    assert {(t.gpu, t.context, t.topology) for t in FINAL} == want and len(FINAL) == len(want)
+    for t in FINAL:
+        ctx = {"256k": "256K", "1m": "1M"}[t.context]
+        assert t.upstream == f"nemotron-3-ultra/vllm/{t.topology}-{t.gpu}-agentic-{ctx}{'-kv-router' if t.topology == 'agg' else ''}/deploy.yaml"
+        assert t.reference == "dynamo-next" and t.source and t.upstream in t.source and len(t.source.split("@ ")[1].split()[0]) == 40
+
+
+@needs_reference
+@pytest.mark.parametrize("tid", sorted(t.id for t in FINAL))
+def test_ultra_final_profile_uses_the_1_6_component_names_and_its_sources_env(tid):
+    ref = _tree("dynamo-next")
+    t = catalog.targets()[tid]
+    dgd = next(d for d in _render(tid) if d["kind"] == "DynamoGraphDeployment")
+    names = [c["name"] for c in dgd["spec"]["components"]]
+    assert names == (["Frontend", "worker"] if t.topology == "agg" else ["Frontend", "prefill", "decode"])
+    env = {e["name"] for e in dgd["spec"]["env"]}
+    fork = "yueying-AIHorizon/dynamo" in t.source
+    # The fork files keep the env var ai-dynamo's own versions dropped; the render follows the file either way.
+    assert ("DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS" in env) == fork == ("DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS" in (ref / t.upstream).read_text())
+    if fork:
+        assert "checked against ai-dynamo/dynamo@7a1734c5395eb0b3782a0d0bfe687ddb3f53716f" in t.source
+
+
+@needs_reference
+def test_renamed_upstream_files_are_claimed_by_no_target_and_their_ids_resolve_to_the_renamed_target():
+    paths = fidelity.renamed_paths()
+    assert len(paths) == 12
+    in_scope = set(fidelity.in_scope_files(REF))
+    for old, new in paths.items():
+        assert (REF / old).is_file() and old not in in_scope
+        assert (fidelity.snapshot_dir("dynamo-next") / new).is_file()
+        assert not any(t.upstream == old for t in catalog.targets().values())
+    for old, new in catalog.renamed().items():
+        t, warning = catalog.resolve(old)
+        assert t.id == new and new in warning and t.dgd_name in warning
 
 
 @needs_reference
@@ -128,8 +194,8 @@ def test_missing_upstream_file_of_a_target_fails_and_target_reports_only_that_ta
     tree = _partial_tree(tmp_path, keep)
     rc, out, _ = _fidelity(monkeypatch, capsys, recipes=tree)
     assert rc == 1
-    assert "MISSING upstream file nemotron-3-ultra/vllm/agg-b200-agentic-1m-2w-kv/deploy.yaml for target ultra-vllm-agg-b200-agentic-1m-2w-kv" in out
-    total = len(catalog.targets())
+    assert "MISSING upstream file nemotron-3-ultra/vllm/agg-b200-agentic-256k-mtp/deploy.yaml for target ultra-vllm-agg-b200-agentic-256k-mtp" in out
+    total = len([t for t in catalog.targets().values() if t.reference == "dynamo-recipes"])
     assert f"fidelity: 1/{total} upstream deploy files exact" in out
 
     rc, out, _ = _fidelity(monkeypatch, capsys, "--target", "lightning-vllm-agg-h100-dspark", recipes=tree)
@@ -161,7 +227,11 @@ def test_targets_of_our_own_are_reported_as_skipped_not_exact(monkeypatch):
 
 
 @needs_reference
-def test_full_check_is_exact():
-    report = fidelity.check(_render, REF, storage_class=STORAGE_CLASS, pull_secrets=PULL)
+@pytest.mark.parametrize("snapshot", FOLLOWED)
+def test_full_check_is_exact(snapshot):
+    ref = _tree(snapshot)
+    report = fidelity.check(_render, ref, storage_class=STORAGE_CLASS, pull_secrets=PULL, snapshot=snapshot)
     assert report.ok, report.summary()
-    assert len(report.exact) == len(SCOPE) and len(report.cache_exact) >= 8 and not report.skipped
+    followers = [t for t in catalog.targets().values() if t.reference == snapshot]
+    assert len(report.exact) == len([p for p in SCOPE if p.values[0] == snapshot]) == len(followers)
+    assert report.cache_exact and not report.skipped

@@ -46,7 +46,7 @@ def test_aggregated_worker_and_motif_roles_typed_worker_stay_worker():
 
 
 def test_every_pod_has_the_selection_labels_and_its_types_ports():
-    dgd = _dgd("ultra-vllm-disagg-b200-agentic-256k-1p2d")
+    dgd = _dgd("ultra-vllm-disagg-b200-agentic-256K")
     name = dgd["metadata"]["name"]
     for p in operator_pods(dgd):
         assert p.labels[LABEL_METRICS_ENABLED] == "true"
@@ -62,7 +62,7 @@ def test_every_pod_has_the_selection_labels_and_its_types_ports():
 
 
 def test_names_follow_the_dcd_and_deployment_naming():
-    dgd = _dgd("ultra-vllm-disagg-b200-agentic-256k-1p2d")
+    dgd = _dgd("ultra-vllm-disagg-b200-agentic-256K")
     name = dgd["metadata"]["name"]
     pods = operator_pods(dgd)
     front = next(p for p in pods if p.component_type == "frontend")
@@ -70,7 +70,7 @@ def test_names_follow_the_dcd_and_deployment_naming():
     decode = [p for p in pods if p.component_type == "decode"]
     assert len(decode) == 2 and decode[0].replica == 0 and decode[1].replica == 1
     whash = decode[0].labels[LABEL_WORKER_HASH]
-    assert decode[0].workload == f"{name}-vllmdecodeworker-{whash}"  # workers: -<worker hash>
+    assert decode[0].workload == f"{name}-decode-{whash}"  # workers: -<worker hash> (component "decode" since Dynamo 1.6)
     for p in pods:
         assert p.labels[LABEL_SELECTOR] == p.workload
         # Deployment pods: <deployment>-<pod-template-hash>-<5 chars>

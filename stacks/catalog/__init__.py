@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from functools import lru_cache
+from typing import Optional
 
 from .. import registry
 from .model import AXES, SELECT_ORDER, ModelFamily, Perf, Target
@@ -34,15 +35,73 @@ def reload() -> None:
     targets.cache_clear()
 
 
+class Catalog(dict):
+    """Target id -> Target. Iteration, ``len`` and ``items`` cover the catalog's own targets; a lookup by an id
+    upstream renamed (``ModelFamily.renamed``) finds its successor, so today's ids keep working (``resolve`` gives
+    the warning ``up`` prints for them)."""
+
+    def __init__(self, items, aliases: dict[str, str]):
+        super().__init__(items)
+        self.aliases = aliases
+
+    def __missing__(self, key):
+        if key in self.aliases:
+            return dict.__getitem__(self, self.aliases[key])
+        raise KeyError(key)
+
+    def __contains__(self, key) -> bool:
+        return dict.__contains__(self, key) or key in self.aliases
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
 @lru_cache(maxsize=1)
 def targets() -> dict[str, Target]:
     out: dict[str, Target] = {}
+    aliases: dict[str, str] = {}
     for fam in families().values():
         for t in fam.targets:
             if t.id in out:
                 raise ValueError(f"duplicate catalog target id {t.id!r}")
             out[t.id] = t
-    return out
+        aliases.update(fam.renamed)
+    for old, new in aliases.items():
+        if old in out:
+            raise ValueError(f"renamed id {old!r} is still a catalog target")
+        if new not in out:
+            raise ValueError(f"renamed id {old!r} names {new!r}, which is not a catalog target")
+    return Catalog(out, aliases)
+
+
+def renamed() -> dict[str, str]:
+    """Ids upstream renamed: old id -> the successor target's id (every successor is a catalog target)."""
+    return dict(targets().aliases)
+
+
+def resolve(tid: str) -> tuple[Optional[Target], Optional[str]]:
+    """The target an id names and the warning ``up`` prints for it: a renamed id resolves to its successor
+    (warning: the DGD and components are renamed); a deprecated target resolves to itself (warning names the
+    successor); an unknown id is (None, None)."""
+    cat = targets()
+    if tid in renamed():
+        new = cat[tid]
+        return new, (f"target {tid!r} was renamed upstream to {new.id!r} (Dynamo 1.6 recipe names); this stack now deploys "
+                     f"{new.id}: DynamoGraphDeployment {new.dgd_name!r}, components {', '.join(component_names(new))} "
+                     f"(see README 'Upgrading Dynamo'); set dynamo:target: {new.id} to silence this warning")
+    if tid not in cat:
+        return None, None
+    t = cat[tid]
+    if t.successor:
+        return t, (f"target {tid!r} is deprecated: upstream dropped this recipe (it still renders its last published file); "
+                   f"its successor is {t.successor!r} (see README 'Upgrading Dynamo')")
+    return t, None
+
+
+def component_names(t: Target) -> list[str]:
+    """The DGD component names a target renders."""
+    dgd = next(d for d in recipe_objects(t) if d["kind"] == "DynamoGraphDeployment")
+    return [c["name"] for c in dgd["spec"]["components"]]
 
 
 def family_of(t: Target) -> ModelFamily:
@@ -77,4 +136,4 @@ def gpus_needed(dgd: dict) -> int:
 
 
 __all__ = ["AXES", "SELECT_ORDER", "Perf", "Target", "ModelFamily", "targets", "families", "recipe_objects", "cache_objects", "cache_claim",
-           "gpus_needed", "reload"]
+           "gpus_needed", "reload", "renamed", "resolve", "component_names"]

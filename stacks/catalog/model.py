@@ -50,6 +50,11 @@ class Target:
     perf: Optional[Perf] = None
     cache_jobs: tuple[str, ...] = ()  # model-cache Job keys this target needs
     image: Optional[str] = None  # the runtime image the target runs (from versions manifest)
+    # Which reference snapshot below ../shared/reference holds the file the target reproduces (stacks/fidelity.py).
+    reference: str = "dynamo-recipes"
+    source: Optional[str] = None  # repo, path and commit of that file, where the snapshot holds files of several origins
+    # Deprecated: upstream dropped the recipe; the target still renders it, and `up` warns and names this successor id.
+    successor: Optional[str] = None
 
     def axis(self, name: str) -> Optional[str]:
         return getattr(self, name)
@@ -67,6 +72,10 @@ class ModelFamily:
     cache_job_builders: dict[str, Callable[[], dict]]  # Job name -> builder (an engine.DownloadJob is one)
     defaults: dict[str, Any]  # per-axis default: a value, preferred values, or a per-GPU mapping
     targets: tuple[Target, ...] = ()
+    # Ids upstream renamed: old id -> successor id (the old id resolves to the successor, with a warning),
+    # and the same as upstream paths below recipes/ (old -> new), for `stacks drift` and fidelity.
+    renamed: dict[str, str] = field(default_factory=dict)
+    renamed_paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def cache_size(self) -> str:

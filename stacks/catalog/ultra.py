@@ -1,4 +1,5 @@
-"""Nemotron-3-Ultra (550B-A55B NVFP4): the Dynamo 1.4.0 Refresh profiles and the Day-0 256K profiles.
+"""Nemotron-3-Ultra (550B-A55B NVFP4): the Refresh profiles under their final Dynamo 1.6 names, and the deprecated
+Day-0 256K profiles.
 
 Upstream has no shared base: every profile is a hand-kept manifest whose
 workers run a bash preflight and then ``exec python3 -m dynamo.vllm`` with the
@@ -16,6 +17,7 @@ were derived from each other). Embedded scripts are module constants with
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from .. import registry, versions
 from . import k8s
@@ -31,8 +33,9 @@ CACHE = Cache(claim=k8s.CACHE_PVC, mount=CACHE_MOUNT, size="1200Gi",
               labels={"app.kubernetes.io/name": "nemotron-ultra-model-cache", "app.kubernetes.io/part-of": "nemotron-ultra"})
 GPUS = {"b200": 4, "gb200": 4, "h200": 8}  # GPUs per worker (tensor parallel): TP4 Blackwell, TP8 Hopper
 MAX_LEN = {"256k": 262144, "1m": 1048576}
-REFRESH_LABEL = "nemotron-ultra-refresh.nvidia.com"
-DAY0_LABEL = "nemotron-ultra.nvidia.com"
+# The Refresh profiles used their own label domain until upstream gave them their final names (Dynamo 1.6);
+# the final files use the Day-0 domain again (../shared/reference/dynamo-next/INDEX.md, "What changed").
+LABEL = "nemotron-ultra.nvidia.com"
 PART_OF = {"refresh": "nemotron-3-ultra", "day0": "nemotron-ultra"}
 CUBINS = "/usr/local/lib/python3.12/dist-packages/flashinfer_cubin/cubins/flashinfer"
 ARTIFACTS_PVC = "nemotron-ultra-aiperf-artifacts"  # Day-0 disagg writes NIXL transfer traces here
@@ -177,7 +180,14 @@ def _exec(module: str, flags: list[str], style: str = "lines") -> str:
 KV_EVENTS_LOCAL = "--kv-events-config '{\"enable_kv_cache_events\": true}'"
 KV_EVENTS_ZMQ = "--kv-events-config '" + json.dumps(
     {"publisher": "zmq", "topic": "kv-events", "endpoint": "tcp://*:5571", "enable_kv_cache_events": True}, separators=(",", ":")) + "'"
-KV_TRANSFER = "--kv-transfer-config '" + json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":")) + "'"
+
+
+def _kv_transfer(t: Target, role: str) -> str:
+    """NIXL KV transfer; most files say ``kv_both`` on both sides, two final files ``kv_producer``/``kv_consumer``."""
+    kv_role = dict(zip(("prefill", "decode"), t.params.get("kv_roles", ("kv_both", "kv_both"))))[role]
+    return "--kv-transfer-config '" + json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role}, separators=(",", ":")) + "'"
+
+
 BLACKWELL_BACKENDS = ["--attention-backend FLASHINFER", "--linear-backend cutlass", "--moe-backend flashinfer_trtllm"]
 HOPPER_PARALLEL = ["--data-parallel-size 1", "--pipeline-parallel-size 1", "--decode-context-parallel-size 1"]
 HOPPER_COMPILE = ["-cc.pass_config.fuse_norm_quant=True", "-cc.pass_config.fuse_act_quant=True"]
@@ -222,7 +232,7 @@ def _flags_a(t: Target, role: str | None, plugin: str) -> list[str]:
         f += REFRESH_MAMBA + ["--mamba-backend triton"]
     else:
         f += ["--enable-expert-parallel", "--mamba-cache-mode align", "--enable-prefix-caching"]
-    f += _spec(t) + ([KV_TRANSFER] if role else []) + _parsers(plugin) + ["--no-disable-hybrid-kv-cache-manager"]
+    f += _spec(t) + ([_kv_transfer(t, role)] if role else []) + _parsers(plugin) + ["--no-disable-hybrid-kv-cache-manager"]
     if role:
         f.append(f"--disaggregation-mode {role}")
     return f + ([KV_EVENTS_ZMQ] if role == "prefill" else [])
@@ -235,7 +245,7 @@ def _flags_b(t: Target, role: str | None, plugin: str) -> list[str]:
     f += _sizes(t) + _blackwell_backends(t) + ["--block-size 64"] + ([KV_EVENTS_LOCAL] if role is None else [])
     f += (["--attention-backend FLASH_ATTN"] if hopper else []) + ["--mamba-backend triton", "--no-enable-flashinfer-autotune"]
     f += REFRESH_MAMBA + ["--enable-prefix-caching", "--no-disable-hybrid-kv-cache-manager"] + _spec(t) + ["--async-scheduling"]
-    f += (HOPPER_COMPILE if hopper else []) + ([KV_TRANSFER, f"--disaggregation-mode {role}"] if role else [])
+    f += (HOPPER_COMPILE if hopper else []) + ([_kv_transfer(t, role), f"--disaggregation-mode {role}"] if role else [])
     return f + _parsers(plugin) + ([KV_EVENTS_ZMQ] if role == "prefill" else [])
 
 
@@ -277,7 +287,8 @@ def _dgd_env(t: Target) -> list[dict]:
             "VLLM_DISABLED_KERNELS": "FlashInferFP8ScaledMMLinearKernel",
             "VLLM_SSM_CONV_STATE_LAYOUT": "SD" if t.topology == "agg" and t.profile == "refresh" else "DS"}
     chunked = {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "1"}
-    append = {"DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS": "0"}
+    # Dropped by the ai-dynamo versions with the 1.6 component names; kept by the fork files four targets follow.
+    append = {"DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS": "0"} if t.params.get("append_prefill_env", True) else {}
     if layout == "agg-blackwell":  # the short list of the first Refresh files
         env = {**HF_ENV, "HOME": "/tmp", **MODEL_ENV, "VLLM_CACHE_ROOT": "/tmp/vllm-cache", **long_ctx, **vllm, **chunked, **append}
         tail = [n for n in ENV_TAIL[layout] if not (n == "NCCL_IB_DISABLE" and t.gpu == "gb200")]
@@ -293,13 +304,13 @@ def _labels(t: Target) -> dict:
     """DGD labels (Refresh and Day-0 use different label domains and keys)."""
     layout, name = _layout(t), {"app.kubernetes.io/name": t.dgd_name}
     part = {"app.kubernetes.io/part-of": PART_OF[t.profile]}
-    r = REFRESH_LABEL
+    r = LABEL
     if layout == "agg-blackwell":
         return {**part, f"{r}/sku": t.gpu, f"{r}/context": t.context, f"{r}/topology": "agg-2worker", f"{r}/routing": "kv-aware"}
     if layout == "agg-hopper":
         return {**name, **part, f"{r}/backend": "vllm", f"{r}/topology": "agg-2worker", f"{r}/workload": t.workload, f"{r}/routing": "kv-aware"}
     if layout == "day0":
-        d = DAY0_LABEL
+        d = LABEL
         return {**name, **part, f"{d}/backend": "vllm", f"{d}/topology": _topology_label(t), f"{d}/workload": t.workload, f"{d}/context": t.context}
     return {**name, **part, f"{r}/sku": t.gpu, f"{r}/backend": "vllm", f"{r}/topology": _topology_label(t), f"{r}/context": t.context,
             f"{r}/workload": t.workload}
@@ -315,7 +326,7 @@ def _topology_label(t: Target) -> str:
 
 def _pod_labels(t: Target, role: str) -> dict:
     layout = _layout(t)
-    prefix = DAY0_LABEL if layout == "day0" else REFRESH_LABEL
+    prefix = LABEL
     out = {f"{prefix}/role": role}
     if t.topology == "disagg":
         out[f"{prefix}/topology"] = _topology_label(t)
@@ -451,7 +462,7 @@ def _dgd(t: Target, workers: list[dict]) -> dict:
     doc = k8s.dgd(t.dgd_name, "vllm", [_frontend(t)] + workers, with_labels=False, spec_env=_dgd_env(t))
     md = doc["metadata"]
     if t.profile == "refresh" and t.topology == "disagg":
-        r = REFRESH_LABEL
+        r = LABEL
         md["annotations"] = {f"{r}/mtp": "disabled", f"{r}/prefix-caching": "enabled",
                              **({f"{r}/transport": "ucx-rdma-gke-extended-resources"} if t.fabric == "gke-rdma" else {}),
                              f"{r}/async-scheduling": "enabled"}
@@ -461,47 +472,86 @@ def _dgd(t: Target, workers: list[dict]) -> dict:
 
 # --------------------------------------------------------------------------- builders
 
+# Component names: Dynamo 1.6.0 renamed the vLLM services (release notes, "vLLM worker services renamed";
+# ../shared/reference/dynamo-next/INDEX.md); the deprecated Day-0 targets keep the names of their frozen files.
+COMPONENTS = {"final": {"agg": "worker", "prefill": "prefill", "decode": "decode"},
+              "pre-1.6": {"agg": "VllmWorker", "prefill": "VllmPrefillWorker", "decode": "VllmDecodeWorker"}}
+
+
+def _names(t: Target) -> dict[str, str]:
+    return COMPONENTS["pre-1.6" if t.profile == "day0" else "final"]
+
+
 def vllm_agg(t: Target) -> list[dict]:
     """Aggregated: Refresh runs two KV-routed replicas, Day-0 a single worker."""
     replicas = 2 if t.profile == "refresh" else 1
-    return [_dgd(t, [_worker(t, "VllmWorker", "worker", None, replicas)])]
+    return [_dgd(t, [_worker(t, _names(t)["agg"], "worker", None, replicas)])]
 
 
 def vllm_disagg(t: Target) -> list[dict]:
     """1PnD: one prefill worker (publishes KV events for the router) and n decode workers."""
-    decode = int(t.shape[2])
-    return [_dgd(t, [_worker(t, "VllmPrefillWorker", "prefill", "prefill", 1), _worker(t, "VllmDecodeWorker", "decode", "decode", decode)])]
+    decode, names = int(t.shape[2]), _names(t)
+    return [_dgd(t, [_worker(t, names["prefill"], "prefill", "prefill", 1), _worker(t, names["decode"], "decode", "decode", decode)])]
 
 
 # --------------------------------------------------------------------------- catalog entries
+#
+# Where each target's upstream file comes from. The final profiles follow ../shared/reference/dynamo-next
+# (each file transcribed from the stored index; INDEX.md there). Full commits:
+AI_DYNAMO = "ai-dynamo/dynamo"
+FORK = "yueying-AIHorizon/dynamo"
+C8E08280 = "c8e08280f4c1f69f4bf7433a9ab4c18c064ee330"
+C9089F56 = "9089f568dd6eec1fbc30db84bb02b2a3c8610e7b"
+C140733A = "140733a1dc20acf54c99dfc0b2bcbcfb9d82feaa"
+CBFF57C2 = "bff57c23d1346c5807cd62090cb6381282444d7e"
+C3D74133 = "3d741331e55038cee2f24f4a0d3e3592cd89bbd3"
+# Four final files exist with the 1.6.0 component names only in the fork above (3d741331), which still sets
+# DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS=0. Checked against ai-dynamo/dynamo's own stored versions of the same paths
+# (read_file, ai-dynamo/dynamo @ 7a1734c5395eb0b3782a0d0bfe687ddb3f53716f): each is the fork file with the pre-1.6
+# names (VllmWorker / VllmPrefillWorker / VllmDecodeWorker) and WITHOUT that env var (character counts 7096, 7071,
+# 8103, 15523 = fork minus the two env lines, plus the longer names). So upstream has made both changes, but no
+# stored file shows both; these targets follow the fork file (the newest with the 1.6 names) and keep the env var
+# until a file with both changes can be verified (`python -m stacks drift` against a checkout will show it).
+CHECKED_AGAINST = f"{AI_DYNAMO}@7a1734c5395eb0b3782a0d0bfe687ddb3f53716f"
 
-def _refresh(dirname: str, gpu: str, topology: str, context: str, ops: tuple[Op, ...] = (), **params) -> Target:
-    """One of the 12 Dynamo 1.4.0 Refresh profiles: MTP 5 at 256K aggregated only, 256 sequences."""
+
+def _refresh(dirname: str, gpu: str, topology: str, context: str, source: tuple[str, str], ops: tuple[Op, ...] = (), **params) -> Target:
+    """One of the 12 Refresh profiles under their final (Dynamo 1.6) names: MTP 5 at 256K aggregated only, 256 sequences.
+    ``source``: (repo, commit) of the upstream file the target follows."""
     spec = "mtp" if topology == "agg" and context == "256k" else "none"
     shape = None if topology == "agg" else ("1P2D" if context == "256k" else "1P1D")
     fabric = "none" if topology == "agg" else ("gke-rdma" if gpu == "gb200" else "infiniband")
-    dgd = f"ultra-agg-{gpu}-{context}-2w-kv" if topology == "agg" else f"ultra-disagg-{gpu}-{context}-{shape.lower()}"
+    dgd = f"ultra-agg-{gpu}-{context}-kv-router" if topology == "agg" else f"ultra-disagg-{gpu}-{context}"
     g = REFRESH_GPU[gpu]
-    return _target(dirname, gpu, topology, spec, "kv", fabric, dgd, "refresh", context, "agentic", shape, ops,
-                   {"spec_tokens": 5, "max_num_seqs": 256, "batched": g["batched"][context], "util": g["util"], **params},
-                   "ultra-vllm-refresh")
+    repo, commit = source
+    fork = repo == FORK
+    t = _target(dirname, gpu, topology, spec, "kv", fabric, dgd, "refresh", context, "agentic", shape, ops,
+                {"spec_tokens": 5, "max_num_seqs": 256, "batched": g["batched"][context], "util": g["util"],
+                 "append_prefill_env": fork, **params}, "ultra-vllm-refresh")
+    src = f"{repo} recipes/{t.upstream} @ {commit}" + (f" (fork; checked against {CHECKED_AGAINST})" if fork else "")
+    return replace(t, reference="dynamo-next", source=src)
 
 
 DAY0_PERF = "nemotron-3-ultra/README.md@bd126e06"
 
 
 def _day0(dirname: str, gpu: str, topology: str, workload: str, spec: str, max_num_seqs: int, batched: int = 32768,
-          ops: tuple[Op, ...] = (), perf: tuple | None = None, **params) -> Target:
-    """A Day-0 256K profile (first published layout, kept upstream with explicit 256k ids)."""
+          ops: tuple[Op, ...] = (), perf: tuple | None = None, *, successor: str, **params) -> Target:
+    """A Day-0 256K profile (first published layout, kept upstream with explicit 256k ids).
+
+    Deprecated: the final Ultra docs (v1.5.0-v1.6.1) and the fork tree no longer list the Day-0 profiles
+    (../shared/reference/dynamo-next/INDEX.md, "Removed"); the target still renders its frozen file, and ``up``
+    warns and names ``successor``, the final profile on the same GPU and topology."""
     if topology == "agg":
         dgd, routing, fabric, shape = f"ultra-agg-{gpu}-{workload}-{'mtp' if spec == 'mtp' else 'nomtp'}", "single", "none", None
     else:
         dgd, routing, fabric, shape = f"ultra-disagg-{gpu}-1p1d-{workload}-nomtp", "kv", "infiniband", "1P1D"
     # The README's Day-0 table names these recipes without "-256k" (renamed since) and has no TTFT column.
     row = Perf(perf[0], None, perf[2], perf[1], DAY0_PERF, recipe=f"vllm/{dirname.replace('-256k', '')}/deploy.yaml") if perf else None
-    return _target(dirname, gpu, topology, spec, routing, fabric, dgd, "day0", "256k", workload, shape, ops,
-                   {"spec_tokens": 1, "max_num_seqs": max_num_seqs, "batched": batched, "util": DAY0_UTIL[gpu], **params},
-                   "ultra-vllm-day0", perf=row)
+    t = _target(dirname, gpu, topology, spec, routing, fabric, dgd, "day0", "256k", workload, shape, ops,
+                {"spec_tokens": 1, "max_num_seqs": max_num_seqs, "batched": batched, "util": DAY0_UTIL[gpu], **params},
+                "ultra-vllm-day0", perf=row)
+    return replace(t, successor=f"ultra-vllm-{successor}", source=f"frozen snapshot ../shared/reference/dynamo-recipes ({AI_DYNAMO} main 2a6da14c)")
 
 
 def _target(dirname, gpu, topology, spec, routing, fabric, dgd, profile, context, workload, shape, ops, params, image_key, perf=None) -> Target:
@@ -523,34 +573,55 @@ H200_AGG_1M = (
     Set("startupProbe/failureThreshold", 60, on=WORKERS),
 )
 NO_SOCKET_IFNAME = (EnvRemove(("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")),)  # the H200 disagg files leave NCCL/Gloo on defaults
-DAY0_H200_MTP_TOPOLOGY = (Set(f"metadata/labels/{DAY0_LABEL}~1topology", "agg1-tp8", scope="dgd"),)  # upstream label omits "-mtp1"
+DAY0_H200_MTP_TOPOLOGY = (Set(f"metadata/labels/{LABEL}~1topology", "agg1-tp8", scope="dgd"),)  # upstream label omits "-mtp1"
+
+KV_PRODUCER_CONSUMER = {"kv_roles": ("kv_producer", "kv_consumer")}
 
 TARGETS = (
-    # Refresh (Dynamo 1.4.0): aggregated, two KV-routed workers
-    _refresh("agg-b200-agentic-256k-2w-kv", "b200", "agg", "256k"),
-    _refresh("agg-b200-agentic-1m-2w-kv", "b200", "agg", "1m"),
-    _refresh("agg-gb200-agentic-256k-2w-kv", "gb200", "agg", "256k"),
-    _refresh("agg-gb200-agentic-1m-2w-kv", "gb200", "agg", "1m", shm="128Gi"),
-    _refresh("agg-h200-agentic-256k-2w-kv", "h200", "agg", "256k"),
-    _refresh("agg-h200-agentic-1m-2w-kv", "h200", "agg", "1m", ops=H200_AGG_1M),
-    # Refresh: disaggregated, 1P2D at 256K and 1P1D at 1M
-    _refresh("disagg-b200-agentic-256k-1p2d", "b200", "disagg", "256k"),
-    _refresh("disagg-b200-agentic-1m-1p1d", "b200", "disagg", "1m"),
-    _refresh("disagg-gb200-agentic-256k-1p2d", "gb200", "disagg", "256k"),
-    _refresh("disagg-gb200-agentic-1m-1p1d", "gb200", "disagg", "1m"),
-    _refresh("disagg-h200-agentic-256k-1p2d", "h200", "disagg", "256k", ops=NO_SOCKET_IFNAME),
-    _refresh("disagg-h200-agentic-1m-1p1d", "h200", "disagg", "1m", ops=NO_SOCKET_IFNAME),
-    # Day-0 (256K): one aggregated worker per profile, and the B200 1P1D
-    _day0("agg-b200-agentic-256k-mtp", "b200", "agg", "agentic", "mtp", 24, perf=(20, 80.6, 310.8)),
-    _day0("agg-b200-agentic-256k-nomtp", "b200", "agg", "agentic", "none", 32, batched=65536, perf=(8, 99.5, 175.9)),
-    _day0("agg-b200-chat-256k-mtp", "b200", "agg", "chat", "mtp", 64, perf=(18, 52.0, 201.4)),
-    _day0("agg-b200-chat-256k-nomtp", "b200", "agg", "chat", "none", 40, block=32, perf=(16, 51.0, 181.3)),
-    _day0("agg-h200-agentic-256k-mtp", "h200", "agg", "agentic", "mtp", 32, ops=DAY0_H200_MTP_TOPOLOGY, perf=(8, 53.2, 27.4)),
-    _day0("agg-h200-agentic-256k-nomtp", "h200", "agg", "agentic", "none", 32, perf=(8, 52.3, 26.5)),
-    _day0("agg-h200-chat-256k-mtp", "h200", "agg", "chat", "mtp", 16, ops=DAY0_H200_MTP_TOPOLOGY, perf=(10, 58.7, 46.8)),
-    _day0("agg-h200-chat-256k-nomtp", "h200", "agg", "chat", "none", 32, perf=(8, 54.2, 43.0)),
-    _day0("disagg-b200-agentic-256k", "b200", "disagg", "agentic", "none", 32, perf=(32, 61.6, 231.1)),
+    # Refresh profiles, final names (Dynamo 1.6): aggregated, two KV-routed workers
+    _refresh("agg-b200-agentic-256K-kv-router", "b200", "agg", "256k", (FORK, C3D74133)),
+    _refresh("agg-b200-agentic-1M-kv-router", "b200", "agg", "1m", (FORK, C3D74133)),
+    _refresh("agg-gb200-agentic-256K-kv-router", "gb200", "agg", "256k", (AI_DYNAMO, C9089F56)),
+    _refresh("agg-gb200-agentic-1M-kv-router", "gb200", "agg", "1m", (AI_DYNAMO, C8E08280), shm="128Gi"),
+    _refresh("agg-h200-agentic-256K-kv-router", "h200", "agg", "256k", (AI_DYNAMO, C8E08280)),
+    _refresh("agg-h200-agentic-1M-kv-router", "h200", "agg", "1m", (FORK, C3D74133), ops=H200_AGG_1M),
+    # disaggregated, 1P2D at 256K and 1P1D at 1M
+    _refresh("disagg-b200-agentic-256K", "b200", "disagg", "256k", (AI_DYNAMO, C140733A)),
+    _refresh("disagg-b200-agentic-1M", "b200", "disagg", "1m", (FORK, C3D74133)),
+    _refresh("disagg-gb200-agentic-256K", "gb200", "disagg", "256k", (AI_DYNAMO, C9089F56)),
+    _refresh("disagg-gb200-agentic-1M", "gb200", "disagg", "1m", (AI_DYNAMO, CBFF57C2), **KV_PRODUCER_CONSUMER),
+    _refresh("disagg-h200-agentic-256K", "h200", "disagg", "256k", (AI_DYNAMO, CBFF57C2), ops=NO_SOCKET_IFNAME, **KV_PRODUCER_CONSUMER),
+    _refresh("disagg-h200-agentic-1M", "h200", "disagg", "1m", (AI_DYNAMO, C9089F56), ops=NO_SOCKET_IFNAME),
+    # Day-0 (256K), deprecated (dropped upstream): one aggregated worker per profile, and the B200 1P1D
+    _day0("agg-b200-agentic-256k-mtp", "b200", "agg", "agentic", "mtp", 24, perf=(20, 80.6, 310.8), successor="agg-b200-agentic-256K-kv-router"),
+    _day0("agg-b200-agentic-256k-nomtp", "b200", "agg", "agentic", "none", 32, batched=65536, perf=(8, 99.5, 175.9),
+          successor="agg-b200-agentic-256K-kv-router"),
+    _day0("agg-b200-chat-256k-mtp", "b200", "agg", "chat", "mtp", 64, perf=(18, 52.0, 201.4), successor="agg-b200-agentic-256K-kv-router"),
+    _day0("agg-b200-chat-256k-nomtp", "b200", "agg", "chat", "none", 40, block=32, perf=(16, 51.0, 181.3),
+          successor="agg-b200-agentic-256K-kv-router"),
+    _day0("agg-h200-agentic-256k-mtp", "h200", "agg", "agentic", "mtp", 32, ops=DAY0_H200_MTP_TOPOLOGY, perf=(8, 53.2, 27.4),
+          successor="agg-h200-agentic-256K-kv-router"),
+    _day0("agg-h200-agentic-256k-nomtp", "h200", "agg", "agentic", "none", 32, perf=(8, 52.3, 26.5), successor="agg-h200-agentic-256K-kv-router"),
+    _day0("agg-h200-chat-256k-mtp", "h200", "agg", "chat", "mtp", 16, ops=DAY0_H200_MTP_TOPOLOGY, perf=(10, 58.7, 46.8),
+          successor="agg-h200-agentic-256K-kv-router"),
+    _day0("agg-h200-chat-256k-nomtp", "h200", "agg", "chat", "none", 32, perf=(8, 54.2, 43.0), successor="agg-h200-agentic-256K-kv-router"),
+    _day0("disagg-b200-agentic-256k", "b200", "disagg", "agentic", "none", 32, perf=(32, 61.6, 231.1), successor="disagg-b200-agentic-256K"),
 )
+
+# Renamed upstream (Dynamo 1.6 final names; same topology and engine, new directory, DGD and component names):
+# the old id resolves to its successor, and `up` warns that the DGD is renamed. Old path -> new path, as in
+# ../shared/reference/dynamo-next/INDEX.md "Targets renamed".
+RENAMED_PATHS = {
+    f"{MODEL}/vllm/{old}/deploy.yaml": f"{MODEL}/vllm/{new}/deploy.yaml"
+    for g in ("b200", "gb200", "h200")
+    for old, new in (
+        (f"agg-{g}-agentic-256k-2w-kv", f"agg-{g}-agentic-256K-kv-router"),
+        (f"agg-{g}-agentic-1m-2w-kv", f"agg-{g}-agentic-1M-kv-router"),
+        (f"disagg-{g}-agentic-256k-1p2d", f"disagg-{g}-agentic-256K"),
+        (f"disagg-{g}-agentic-1m-1p1d", f"disagg-{g}-agentic-1M"),
+    )
+}
+RENAMED = {f"ultra-vllm-{old.split('/')[2]}": f"ultra-vllm-{new.split('/')[2]}" for old, new in RENAMED_PATHS.items()}
 
 
 # --------------------------------------------------------------------------- model cache
@@ -639,4 +710,6 @@ FAMILY = ModelFamily(
     # model + gpu + topology alone picks the Refresh 256K agentic profile (MTP and KV routing when aggregated).
     defaults={"runtime": "vllm", "topology": "agg", "profile": "refresh", "context": "256k", "workload": "agentic", "spec": "mtp", "routing": "kv"},
     targets=TARGETS,
+    renamed=RENAMED,
+    renamed_paths=RENAMED_PATHS,
 )
