@@ -135,6 +135,9 @@ def main(argv=None) -> int:
     add_simulate(sub)
     from .cli.bench_report import add_subparser as add_bench_report; add_bench_report(sub)  # noqa: E702 (issue 13)
     from .cli.timeline import add_subparser as add_timeline; add_timeline(sub)  # noqa: E702 (issue 13)
+    from .cli.drift import add_subparser as add_drift
+
+    add_drift(sub)
     args = p.parse_args(argv)
     try:
         return args.fn(args)
