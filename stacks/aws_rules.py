@@ -338,22 +338,22 @@ _GPU_PRESENT_TERMS = [
 DRA_CHART_DEFAULTS = {
     "nvidia-dra-driver-gpu": {
         "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": True}},
-        "controller": {"nodeSelector": {},
+        "controller": {"nodeSelector": {}, "priorityClassName": "system-node-critical",
                        "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                            {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}]}}}},
-        "kubeletPlugin": {"nodeSelector": {}, "tolerations": [],
+        "kubeletPlugin": {"nodeSelector": {}, "priorityClassName": "system-node-critical", "tolerations": [],
                           "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": _GPU_PRESENT_TERMS}}}},
     },
     "dra-driver-nvidia-gpu": {
         "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": True}},
-        "controller": {"nodeSelector": {},
+        "controller": {"nodeSelector": {}, "priorityClassName": "system-node-critical",
                        "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
                                        {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"},
                                        {"key": "CriticalAddonsOnly", "operator": "Exists"}],
                        "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
                            {"weight": 100, "preference": {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}}]}}},
-        "kubeletPlugin": {"nodeSelector": {},
+        "kubeletPlugin": {"nodeSelector": {}, "priorityClassName": "system-node-critical",
                           "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                           "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": _GPU_PRESENT_TERMS}}}},
     },
