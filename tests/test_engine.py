@@ -825,3 +825,91 @@ def test_simulated_cluster_checks_a_stack_against_a_node_inventory(kube, simulat
     out = capsys.readouterr().out
     assert "VllmWorker[0]\tPENDING: 0/3 nodes are available:" in out and "didn't match Pod's node affinity/selector" in out
     assert "Job/nemotron-ultra-model-download[0]\tip-10-0-system-" in out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A chart bump in stacks/versions.yaml on the real engine: a local Helm repository (no network here) serves two
+# versions of a one-ConfigMap stand-in for the nvidia-device-plugin chart; moving the pin from the first to the
+# second is one in-place update of the Helm release (same URN, the same object upgraded), nothing replaced.
+
+def _chart_repo(root: Path, name: str, versions: list[str]) -> Path:
+    import hashlib
+    import io
+    import tarfile
+
+    import yaml
+
+    entries = []
+    for v in versions:
+        files = {f"{name}/Chart.yaml": yaml.safe_dump({"apiVersion": "v2", "name": name, "version": v, "appVersion": v}),
+                 f"{name}/templates/cm.yaml": ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-pin\n"
+                                               "data:\n  chartVersion: {{ .Chart.Version | quote }}\n")}
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for path, text in files.items():
+                data = text.encode()
+                info = tarfile.TarInfo(path)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        tgz = f"{name}-{v}.tgz"
+        (root / tgz).write_bytes(buf.getvalue())
+        entries.append({"apiVersion": "v2", "name": name, "version": v, "appVersion": v, "urls": [tgz],
+                        "digest": hashlib.sha256(buf.getvalue()).hexdigest(), "created": "2026-12-01T00:00:00Z"})
+    (root / "index.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "entries": {name: entries}, "generated": "2026-12-01T00:00:00Z"}))
+    return root
+
+
+def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    import yaml
+
+    (tmp_path / "repo").mkdir()
+    repo = _chart_repo(tmp_path / "repo", "nvidia-device-plugin", ["0.20.0", "0.20.1"])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    work = tmp_path / "project"  # this test's own copy: it edits stacks/versions.yaml
+    work.mkdir()
+    for name in ("Pulumi.yaml", "__main__.py", "pyproject.toml"):
+        shutil.copy(ROOT / name, work / name)
+    for d in ("components", "stacks"):
+        shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
+    (work / ".venv").symlink_to(ROOT / ".venv")
+    manifest = work / "stacks" / "versions.yaml"
+
+    def pin(version: str):
+        m = yaml.safe_load(manifest.read_text())
+        m["charts"]["nvidia-device-plugin"] = {"repo": f"http://127.0.0.1:{server.server_address[1]}", "chart": "nvidia-device-plugin",
+                                               "version": version}
+        manifest.write_text(yaml.safe_dump(m))
+
+    ns = "e-chart-bump"
+    pin("0.20.0")
+    (tmp_path / "state").mkdir()
+    stack = make_stack({"dir": work, "backend": tmp_path / "state"}, ns,
+                       base_config(kube, TARGETS[0], ns, cluster={"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"],
+                                                                  "installDevicePlugins": True}))
+    try:
+        stack.up(on_output=None)
+        releases = {r["urn"]: r for r in stack.export_stack().deployment["resources"] if r["type"] == "kubernetes:helm.sh/v3:Release"}
+        assert len(releases) == 1
+        (urn, before), = releases.items()
+        cm = json.loads(kubectl(kube, "get", "configmap", "-A", "-o", "json").stdout)
+        pinned = [c for c in cm["items"] if c["metadata"]["name"].endswith("-pin")]
+        assert [c["data"]["chartVersion"] for c in pinned] == ["0.20.0"]
+        uid = pinned[0]["metadata"]["uid"]
+
+        pin("0.20.1")
+        result = stack.up(on_output=None)
+        changes = result.summary.resource_changes
+        assert changes.get("update") == 1 and not changes.get("replace") and not changes.get("create") and not changes.get("delete"), changes
+        after = {r["urn"]: r for r in stack.export_stack().deployment["resources"] if r["type"] == "kubernetes:helm.sh/v3:Release"}
+        assert list(after) == [urn] and after[urn]["outputs"]["version"] == "0.20.1" and after[urn]["id"] == before["id"]
+        cm = kubectl(kube, "get", "configmap", "-n", pinned[0]["metadata"]["namespace"], pinned[0]["metadata"]["name"], "-o", "json").stdout
+        assert json.loads(cm)["data"]["chartVersion"] == "0.20.1" and json.loads(cm)["metadata"]["uid"] == uid  # upgraded, not recreated
+    finally:
+        stack.destroy(on_output=None)
+        stack.workspace.remove_stack(stack.name, force=True)
+        server.shutdown()
