@@ -163,8 +163,11 @@ def dynamo_platform(version: Optional[str] = None, *, grove: bool = False, kai_s
     applies its own CRDs (``upgradeCRD``), Kubernetes-API discovery, no bundled etcd/NATS.
 
     ``grove``/``kai_scheduler`` install the bundled subcharts (multinode DGDs need Grove or LWS;
-    no catalog target is multinode today). With both, 1.5.0 requires KAI's staleness grace
-    period at ``-1s``.
+    no catalog target is multinode today) at the versions the chart names: 1.6.0 bundles Grove
+    v0.1.0-alpha.14 and kai-scheduler v0.17.0, recorded beside the chart pin in ``versions.yaml``
+    (``chart_pin("dynamo-platform")["grove"]`` / ``["kai-scheduler"]``; the Helm release installs
+    them, no separate pin is applied). With both, Grove alpha.13 and later on KAI need KAI's staleness
+    grace period at ``-1s`` (Dynamo install guide, "Grove and KAI": ../shared/reference/platform/dynamo-platform.md).
     """
     operator: dict[str, Any] = {
         "enabled": True,

@@ -101,3 +101,16 @@ def test_field_paths_name_each_field_once():
     diffs = ["A/x.spec.a: upstream 1 != rendered 2", "A/x.spec.a: upstream 3 != rendered 4", "A/x.spec.b: not upstream, rendered 1",
              "A/x: not rendered", "A/x.spec.c: list length 1 != 2: upstream [] vs rendered []"]
     assert drift.field_paths(diffs) == ["A/x.spec.a", "A/x.spec.b", "A/x", "A/x.spec.c"]
+
+
+def test_platform_pins_are_the_chart_and_subcharts_of_dynamo_next(next_tree):
+    """versions.yaml's dynamo-platform pin, and the Grove and kai-scheduler versions beside it, are what the newest
+    platform Chart.yaml names (the subcharts install at those versions with the chart)."""
+    from stacks.platform import chart_pin, dynamo_platform
+
+    chart = yaml.safe_load((next_tree / "platform" / "dynamo-platform-Chart.yaml").read_text())
+    deps = {d.get("alias") or d["name"]: d["version"] for d in chart["dependencies"]}
+    pin = chart_pin("dynamo-platform")
+    assert (pin["version"], pin["grove"], pin["kai-scheduler"]) == (chart["version"], deps["grove"], deps["kai-scheduler"])
+    spec = dynamo_platform(grove=True, kai_scheduler=True)
+    assert spec.version == chart["version"] and spec.values["global"]["grove"]["install"] is True

@@ -113,10 +113,10 @@ def test_dynamo_platform_namespace_and_pinned_version():
     pin = versions()["charts"]["dynamo-platform"]
     assert spec.namespace == "dynamo-system"
     assert (spec.chart, spec.version, spec.repo) == ("dynamo-platform", pin["version"], pin["repo"])
-    assert spec.version == "1.5.0"
+    assert spec.version == "1.6.0"
     assert spec.values["dynamo-operator"]["upgradeCRD"] is True
     assert spec.values["dynamo-operator"]["namespaceRestriction"]["enabled"] is False
-    assert spec.archive_url == "https://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform-1.5.0.tgz"
+    assert spec.archive_url == "https://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform-1.6.0.tgz"
     assert P.dynamo_platform("1.4.0").version == "1.4.0"
     both = P.dynamo_platform(grove=True, kai_scheduler=True).values
     assert both["kai-scheduler"]["scheduler"]["args"]["default-staleness-grace-period"] == "-1s"
@@ -237,7 +237,7 @@ def test_dynamo_platform_skip_registers_no_release_but_keeps_outputs():
     outputs = {}
     for raw in run.raw_outputs:
         outputs.update(raw)
-    assert outputs.get("namespace") == "dynamo-system" and outputs.get("version") == "1.5.0"
+    assert outputs.get("namespace") == "dynamo-system" and outputs.get("version") == "1.6.0"
 
 
 def test_efa_node_label_is_the_one_the_cluster_layer_sets():

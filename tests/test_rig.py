@@ -130,11 +130,15 @@ def _export_ok(data: dict, requested: int, where: str) -> None:
 
 def test_rig_pins_match_the_manifest():
     """tools/rig/pyproject.toml (what tools/rig.sh installs) pins what stacks/versions.yaml says, and the Dynamo pin
-    is the platform's (the dynamo-platform chart version)."""
+    is on the platform's release line (the dynamo-platform chart's major.minor, at the same or a newer patch: the 1.6
+    chart is 1.6.0, the newest 1.6 wheels are 1.6.1)."""
     deps = tomllib.loads((ROOT / "tools/rig/pyproject.toml").read_text())["project"]["dependencies"]
     pins = dict(d.split("==", 1) for d in deps)
     rig = versions()["rig"]
-    assert pins["ai-dynamo"] == rig["ai-dynamo"] == versions()["charts"]["dynamo-platform"]["version"]
+    chart = [int(x) for x in versions()["charts"]["dynamo-platform"]["version"].split(".")]
+    assert pins["ai-dynamo"] == rig["ai-dynamo"]
+    wheel = [int(x) for x in rig["ai-dynamo"].split(".")]
+    assert wheel[:2] == chart[:2] and wheel[2] >= chart[2], (rig["ai-dynamo"], chart)
     assert pins["ai-dynamo-runtime"] == rig["ai-dynamo-runtime"] == rig["ai-dynamo"]
     assert pins["aiperf"] == rig["aiperf"] == versions()["images"]["aiperf"].rsplit(":", 1)[1]
     name, version = rig["tokenizer-wheel"].split("==")
