@@ -823,7 +823,7 @@ def test_simulated_cluster_checks_a_stack_against_a_node_inventory(kube, simulat
     inventory.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": nodes}))
     assert main(argv) == 1
     out = capsys.readouterr().out
-    assert "VllmWorker[0]\tPENDING: 0/3 nodes are available:" in out and "didn't match Pod's node affinity/selector" in out
+    assert "worker[0]\tPENDING: 0/3 nodes are available:" in out and "didn't match Pod's node affinity/selector" in out
     assert "Job/nemotron-ultra-model-download[0]\tip-10-0-system-" in out
 
 
