@@ -313,6 +313,10 @@ class BenchmarkConfig(_Model):
     enabled: bool = False
     request_count: Optional[int] = Field(default=None, ge=1, le=100000)  # default: max(10 x concurrency, 100)
     tolerance: float = Field(default=0.10, gt=0, lt=1)  # relative; bench-report's pass/fail band
+    # Serve with the recipe's synthetic speculative acceptance (its ``speculative-config-synthetic`` ConfigMap key, or
+    # TensorRT-LLM's forced accepted tokens), as upstream does for the published rows. Off by default: synthetic
+    # acceptance changes what the model answers, so a serving stack opts in for a benchmark run and turns it off after.
+    synthetic_acceptance: bool = False
 
     @model_validator(mode="after")
     def _check(self):

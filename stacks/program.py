@@ -260,7 +260,9 @@ def optional_layers(program: ProgramPlan) -> ProgramPlan:
             program.other_layers.append("observability charts (" + ", ".join(c.chart for c in obs.charts) + ")")
         program.observability = obs
     if cfg.benchmark.enabled:
-        from .benchmark import build_benchmark
+        from .benchmark import build_benchmark, synthetic_speculative_dgd
 
+        if cfg.benchmark.synthetic_acceptance:  # the DGD that up creates serves what the published rows measured
+            serving.dgd = synthetic_speculative_dgd(serving.dgd, serving.target)
         program.benchmark = build_benchmark(serving, cfg.benchmark)
     return program

@@ -277,6 +277,27 @@ def test_job_is_registered_after_the_dgd_with_the_perf_parameters():
     assert run.outputs["followBenchmark"] == "kubectl -n dynamo logs -f job/aiperf-vllm-disagg-h100-dspark"
 
 
+def test_synthetic_acceptance_is_an_opt_in_that_changes_the_registered_dgd_and_nothing_else():
+    """benchmark.syntheticAcceptance: the DGD that up registers serves the recipe's synthetic speculative config (as
+    the published rows were measured), so the Job records it; without the key the DGD serves the real acceptance."""
+    def workers_keys(run):
+        dgd = run.one("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment").inputs
+        return {e["valueFrom"]["configMapKeyRef"]["key"] for c in dgd["spec"]["components"] if c["type"] != "frontend"
+                for e in c["podTemplate"]["spec"]["containers"][0]["env"] if e["name"] == "SPECULATIVE_CONFIG"}
+
+    def job_env(run):
+        job = next(r for r in run.by_type("kubernetes:batch/v1:Job") if r.name.endswith("aiperf-vllm-disagg-h100-dspark"))
+        return {e["name"]: e["value"] for e in job.inputs["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    real = run_program({**RENDER, "benchmark": {"enabled": True}}, {"hfToken": "hf_x"})
+    synthetic = run_program({**RENDER, "benchmark": {"enabled": True, "syntheticAcceptance": True}}, {"hfToken": "hf_x"})
+    assert workers_keys(real) == {"speculative-config"} and job_env(real)["SPECULATIVE"] == "real"
+    assert workers_keys(synthetic) == {SPEC_KEY_SYNTHETIC} and job_env(synthetic)["SPECULATIVE"] == "synthetic"
+    assert sorted(r.urn for r in real.resources) == sorted(r.urn for r in synthetic.resources)
+    with pytest.raises(ConfigError, match="benchmark.syntheticAcceptance"):
+        parse({"target": TARGET, "benchmark": {"syntheticAcceptance": True}})  # set while the benchmark is off
+
+
 def test_follow_commands_are_exported():
     run = run_program({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks"}}, {"hfToken": "hf_x"})
     assert run.outputs["followDownload"] == "kubectl -n dynamo logs -f job/model-download"
