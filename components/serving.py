@@ -241,6 +241,8 @@ class DynamoGraph(pulumi.ComponentResource):
             for cm in plan.configmaps
         ]
         dgd = plan.dgd
+        # An autoscaled component's replicas belong to its scaling adapter after creation (stacks/autoscaling.py).
+        scaled = [i for i, c in enumerate(dgd["spec"]["components"]) if c["name"] in (plan.notes.get("autoscaling") or {})]
         self.dgd = k8s.apiextensions.CustomResource(
             f"{name}-{_meta(dgd)['name']}",
             api_version=dgd["apiVersion"],
@@ -248,8 +250,22 @@ class DynamoGraph(pulumi.ComponentResource):
             metadata=_meta(dgd),
             spec=dgd["spec"],
             opts=_opts(self, list(depends_on) + self.configmaps,
-                       **_wait_opts(wait, _meta(dgd).get("annotations") or {}, probe, announce)),
+                       **_wait_opts(wait, _meta(dgd).get("annotations") or {}, probe, announce),
+                       **({"ignore_changes": [f"spec.components[{i}].replicas" for i in scaled]} if scaled else {})),
         )
+        self.autoscalers = []
+        if plan.autoscalers:
+            keda = []
+            if plan.notes.get("keda") is not None:  # one KEDA per stack, no parent: it outlives any one entry
+                from components.platform import helm_release
+
+                keda = [helm_release("keda", plan.notes["keda"], pulumi.ResourceOptions(provider=self.get_provider("kubernetes::Release")))]
+            self.autoscalers = [
+                k8s.apiextensions.CustomResource(
+                    f"{name}-scaledobject-{_meta(so)['name']}", api_version=so["apiVersion"], kind=so["kind"],
+                    metadata=_meta(so), spec=so["spec"], opts=_opts(self, [self.dgd] + keda))
+                for so in plan.autoscalers
+            ]
         ns = _meta(dgd)["namespace"]
         self.dgd_name = pulumi.Output.from_input(_meta(dgd)["name"])
         self.frontend_service = pulumi.Output.from_input(f"{_meta(dgd)['name']}-frontend.{ns}.svc.cluster.local:8000")

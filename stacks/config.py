@@ -359,6 +359,11 @@ class StackConfig(_Model):
     model_revision: Optional[str] = None
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)  # issue 13
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)  # issue 13
+    # Pause: every GPU worker component at 0 replicas (frontend and cache kept); stacks/autoscaling.py.
+    paused: bool = False
+    # Per component: minReplicas, maxReplicas, metric, target (a KEDA ScaledObject on the component's DGDSA);
+    # validated by stacks.autoscaling.parse_autoscaling against the DGD's components.
+    autoscaling: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("target")
     @classmethod

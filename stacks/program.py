@@ -185,7 +185,7 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
     if cluster.mode != "render" and cluster.platform_wanted():
         layers.append("Dynamo platform")
     program = ProgramPlan(stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries)
-    return optional_layers(program)
+    return demand_layers(optional_layers(program), raw)
 
 
 def combined_dgd(entries: list[Entry]) -> dict:
@@ -266,3 +266,50 @@ def optional_layers(program: ProgramPlan) -> ProgramPlan:
             serving.dgd = synthetic_speculative_dgd(serving.dgd, serving.target)
         program.benchmark = build_benchmark(serving, cfg.benchmark)
     return program
+
+
+def demand_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramPlan:
+    """Pause and autoscaling (stacks/autoscaling.py): managed GPU node groups whose entries are all paused go to 0
+    nodes; autoscaled components get a KEDA ScaledObject on their DGDSA, querying the observability layer's
+    Prometheus, after their maxReplicas are checked against the pool (before any resource)."""
+    from .autoscaling import PoolUse, check_bounds, keda_chart, pause_pools, scaled_object
+
+    cp = program.cluster_plan
+    if program.cluster.mode == "eks" and cp is not None:
+        pause_pools(cp, program.entries)
+    scaled = [e for e in program.entries if e.plan.notes.get("autoscaling")]
+    if not scaled:
+        return program
+    if program.observability is not None:
+        url = program.observability.prometheus_endpoint
+    else:
+        from .config import ObservabilityConfig
+        from .observability import prometheus_url
+
+        try:
+            obs = ObservabilityConfig.model_validate(raw.get("observability") or {})
+        except Exception:  # stacks.config.parse has reported it already for a single-target stack
+            obs = ObservabilityConfig()
+        if not obs.enabled:
+            where = f"{NS}:autoscaling" if scaled[0].key == NS else f"{scaled[0].key}.autoscaling"
+            raise ConfigError(f"{where}: needs {NS}:observability.enabled: true (the Prometheus its "
+                              f"ScaledObjects query for {', '.join(sorted(scaled[0].plan.notes['autoscaling']))})")
+        url = obs.prometheus_endpoint or prometheus_url(obs.namespace)
+    if program.cluster.mode == "eks" and cp is not None:
+        pools = {p.gpu: PoolUse(p.gpu, _pool_key(program, i), int(p.nodegroup["scaling_config"]["max_size"]) * p.shape.gpus_per_node,
+                                f"{p.nodegroup['scaling_config']['max_size']} x {p.shape.instance_type}")
+                 for i, p in enumerate(cp.gpu_pools) if (p.nodegroup or {}).get("scaling_config")}
+        check_bounds(program.entries, pools)
+    for e in scaled:
+        e.plan.autoscalers = [scaled_object(e.plan.dgd, name, spec, url) for name, spec in e.plan.notes["autoscaling"].items()]
+    if program.cluster.mode != "render":
+        scaled[0].plan.notes["keda"] = keda_chart()
+        program.other_layers.append("KEDA chart (autoscaling)")
+    return program
+
+
+def _pool_key(program: ProgramPlan, index: int) -> str:
+    """Where pool ``index``'s node count is configured."""
+    if program.cluster.gpu_pools:
+        return f"{NS}:cluster.gpuPools[{index}].nodes"
+    return f"{NS}:cluster.gpuNodes"

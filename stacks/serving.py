@@ -35,9 +35,12 @@ class ServingPlan:
     claim_name: str = k8s.CACHE_PVC
     notes: dict[str, Any] = field(default_factory=dict)
 
+    # KEDA ScaledObjects driving the DGD's scaling adapters (stacks/autoscaling.py; filled by stacks.program)
+    autoscalers: list[dict] = field(default_factory=list)
+
     def objects(self) -> list[dict]:
         out = [o for o in (self.namespace, self.hf_secret, self.cache_pvc) if o]
-        return out + self.jobs + self.configmaps + [self.dgd]
+        return out + self.jobs + self.configmaps + [self.dgd] + self.autoscalers
 
 
 def _walk(x: Any) -> Iterator[dict]:
@@ -118,6 +121,17 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
                 c["image"] = image
         if comp["name"] in cfg.replicas:
             comp["replicas"] = cfg.replicas[comp["name"]]
+    # Pause and autoscaling (stacks/autoscaling.py): GPU components to 0 replicas; autoscaled ones opt into their DGDSA.
+    scaling: dict = {}
+    paused: dict = {}
+    if cfg.paused or cfg.autoscaling:
+        from .autoscaling import apply_to_dgd, gpu_components, parse_autoscaling
+
+        scaling = parse_autoscaling(cfg.autoscaling, names, gpu_components(dgd))
+        if cfg.paused and scaling:
+            raise ConfigError(f"{NS}:paused: true with {NS}:autoscaling on {', '.join(scaling)}: a paused entry runs no worker "
+                              f"for the autoscaler to scale; remove {NS}:autoscaling while paused, or remove paused")
+        paused = apply_to_dgd(dgd, cfg.paused, scaling)
 
     if cfg.model_revision:
         pinned = 0
@@ -182,4 +196,5 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         dgd=dgd,
         hf_secret_name=hf_name,
         claim_name=claim,
+        notes={k: v for k, v in (("autoscaling", scaling), ("paused", paused)) if v or (k == "paused" and cfg.paused)},
     )
