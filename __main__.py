@@ -86,7 +86,7 @@ else:
         )
     # The download starts as soon as storage and the system nodes exist, in parallel with the GPU node group.
     cache_deps = [storage_class, eks.system_nodes]
-    graph_deps = list(eks.gpu_node_groups)
+    graph_deps = list(eks.gpu_node_groups) + eks.karpenter_node_pools  # Karpenter pools: their NodePools exist before the DGDs
     if cluster_plan.dra_driver:  # GB200: ComputeDomains (IMEX) through the NVIDIA DRA driver
         from components.platform import helm_release
         from stacks.cluster import dra_driver_spec

@@ -11,6 +11,7 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks.cluster import ClusterPlan
+from stacks.karpenter import DISCOVERY_TAG, NODE_POLICIES as KARPENTER_NODE_POLICIES, SERVICE_ACCOUNT as KARPENTER_SERVICE_ACCOUNT, fill
 
 ASSUME_EKS = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]})
 ASSUME_EC2 = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]})
@@ -49,6 +50,9 @@ class EksGpuCluster(pulumi.ComponentResource):
         super().__init__("dynamo:cluster:EksGpuCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = {"dynamo.nvidia.com/cluster": plan.name}
+        # Karpenter pools find their subnets and security groups by this tag (EC2NodeClass selector terms); stacks
+        # without Karpenter keep their tags unchanged.
+        discovery = {DISCOVERY_TAG: plan.name} if plan.karpenter else {}
 
         # ---- network
         # A protected FSx cache keeps the network it sits in (its ENIs hold the subnet, the security group and the VPC):
@@ -81,7 +85,7 @@ class EksGpuCluster(pulumi.ComponentResource):
         cache_zone = plan.storage.get("availability_zone")
         for i, s in enumerate(plan.private_subnets):
             keep = keep_network and s["availability_zone"] == cache_zone
-            sn = aws.ec2.Subnet(f"{name}-private-{i}", vpc_id=self.vpc.id, **s, tags={**tags, "kubernetes.io/role/internal-elb": "1"},
+            sn = aws.ec2.Subnet(f"{name}-private-{i}", vpc_id=self.vpc.id, **s, tags={**tags, "kubernetes.io/role/internal-elb": "1", **discovery},
                                 opts=kept if keep else child)
             rt = private_rts.get(s["availability_zone"], private_rt)
             aws.ec2.RouteTableAssociation(f"{name}-private-{i}", subnet_id=sn.id, route_table_id=rt.id, opts=child)
@@ -90,7 +94,7 @@ class EksGpuCluster(pulumi.ComponentResource):
         # A GPU Local Zone (GB200 UltraServers) gets its own subnet, for the GPU node group only: never an EKS cluster subnet.
         self.gpu_subnet = None
         if plan.gpu_subnet:
-            self.gpu_subnet = aws.ec2.Subnet(f"{name}-gpu-local-zone", vpc_id=self.vpc.id, **plan.gpu_subnet, tags=tags, opts=child)
+            self.gpu_subnet = aws.ec2.Subnet(f"{name}-gpu-local-zone", vpc_id=self.vpc.id, **plan.gpu_subnet, tags={**tags, **discovery}, opts=child)
             aws.ec2.RouteTableAssociation(f"{name}-gpu-local-zone", subnet_id=self.gpu_subnet.id, route_table_id=private_rt.id, opts=child)
         # S3 gateway endpoint on every private route table: S3 traffic (ECR image layers, S3 reads) leaves the NAT's per-GB
         # charge (no charge of its own). ECR interface endpoints (ecr.api, ecr.dkr) in every zone's private subnet.
@@ -144,7 +148,7 @@ class EksGpuCluster(pulumi.ComponentResource):
             description="EFA: all traffic to and from itself; cluster traffic",
             ingress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}, {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": [plan.vpc["cidr_block"]]}],
             egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}, {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
-            tags=tags,
+            tags={**tags, **discovery},
             opts=child,
         )
         node_deps = pulumi.ResourceOptions(parent=self, depends_on=node_policies)
@@ -157,6 +161,8 @@ class EksGpuCluster(pulumi.ComponentResource):
         self.launch_templates: list[aws.ec2.LaunchTemplate] = []
         self.placement_groups: list[aws.ec2.PlacementGroup] = []
         for pool in plan.gpu_pools:
+            if pool.capacity == "karpenter":  # a NodePool launches its nodes (below): no node group, launch template or placement group
+                continue
             rname = f"{name}-{pool.name}"
             lt_args = dict(pool.launch_template)
             lt_args["network_interfaces"] = [
@@ -184,9 +190,9 @@ class EksGpuCluster(pulumi.ComponentResource):
                 tags=tags,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies),
             ))
-        self.gpu_nodes = self.gpu_node_groups[0]
-        self.launch_template = self.launch_templates[0]
-        self.placement_group = self.placement_groups[0] if plan.gpu_pools[0].placement_group else None
+        self.gpu_nodes = self.gpu_node_groups[0] if self.gpu_node_groups else None
+        self.launch_template = self.launch_templates[0] if self.launch_templates else None
+        self.placement_group = self.placement_groups[0] if plan.gpu_pools[0].placement_group and self.placement_groups else None
 
         # ---- add-ons (the CSI driver gets its IAM role through EKS Pod Identity)
         self.addons = []
@@ -236,4 +242,63 @@ class EksGpuCluster(pulumi.ComponentResource):
         self.cluster_name = self.cluster.name
         self.kubeconfig = pulumi.Output.secret(kubeconfig_for(self.cluster.name, self.cluster.endpoint, self.cluster.certificate_authority.data, plan.region))
         self.storage_class_name = pulumi.Output.from_input(plan.cache_class_name)
+        # ---- Karpenter (GPU pools with capacity: karpenter): after the kubeconfig, which its Helm release and objects use
+        self.karpenter_node_pools: list[pulumi.Resource] = []
+        if plan.karpenter:
+            self._karpenter(name, plan, tags, child)
         self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig, "storageClassName": self.storage_class_name})
+
+    def _karpenter(self, name: str, plan: ClusterPlan, tags: dict, child: pulumi.ResourceOptions) -> None:
+        """Karpenter for the Karpenter pools (stacks/karpenter.py): the node role and its EC2_LINUX access entry (the
+        managed node groups' role already has one, and one principal has one access entry: EKS CreateAccessEntry),
+        the controller role through EKS Pod Identity, the interruption queue and its EventBridge rules, the discovery
+        tag on the cluster security group, the chart, then each pool's EC2NodeClass and NodePool."""
+        import pulumi_kubernetes as k8s
+
+        kp = plan.karpenter
+        node_role = aws.iam.Role(f"{name}-karpenter-node", name=kp.node_role_name, assume_role_policy=ASSUME_EC2, tags=tags, opts=child)
+        node_policies = [aws.iam.RolePolicyAttachment(f"{name}-karpenter-node-{p}", role=node_role.name,
+                                                      policy_arn=f"arn:aws:iam::aws:policy/{p}", opts=child) for p in KARPENTER_NODE_POLICIES]
+        access = aws.eks.AccessEntry(f"{name}-karpenter-node", cluster_name=self.cluster.name, principal_arn=node_role.arn, type="EC2_LINUX",
+                                     opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies))
+        # The cluster security group (EKS creates it; the node groups' launch templates name it) and the EFA group both
+        # carry the discovery tag the EC2NodeClass selects on.
+        cluster_sg_tag = aws.ec2.Tag(f"{name}-cluster-sg-discovery", resource_id=self.cluster.vpc_config.cluster_security_group_id,
+                                     key=DISCOVERY_TAG, value=plan.name, opts=child)
+        queue = aws.sqs.Queue(f"{name}-karpenter", **kp.queue, tags=tags, opts=child)
+        aws.sqs.QueuePolicy(f"{name}-karpenter", queue_url=queue.url,
+                            policy=queue.arn.apply(lambda arn: json.dumps(fill(kp.queue_policy, {"<queue-arn>": str(arn)}))), opts=child)
+        rules = []
+        for r in kp.rules:
+            rule = aws.cloudwatch.EventRule(f"{name}-karpenter-{r['name']}", event_pattern=r["event_pattern"], tags=tags, opts=child)
+            rules.append(aws.cloudwatch.EventTarget(f"{name}-karpenter-{r['name']}", rule=rule.name, target_id="KarpenterInterruptionQueueTarget",
+                                                    arn=queue.arn, opts=child))
+        controller = aws.iam.Role(f"{name}-karpenter", name=kp.controller_role_name, assume_role_policy=ASSUME_POD_IDENTITY, tags=tags, opts=child)
+        policy_doc = pulumi.Output.all(queue.arn, node_role.arn, controller.arn).apply(
+            lambda a: json.dumps(fill(kp.controller_policy, {"<queue-arn>": str(a[0]), "<node-role-arn>": str(a[1]),
+                                                            "<account-id>": str(a[2]).split(":")[4] if str(a[2]).count(":") >= 5 else "*"})))
+        policy = aws.iam.Policy(f"{name}-karpenter", policy=policy_doc, tags=tags, opts=child)
+        attach = aws.iam.RolePolicyAttachment(f"{name}-karpenter", role=controller.name, policy_arn=policy.arn, opts=child)
+        assoc = aws.eks.PodIdentityAssociation(f"{name}-karpenter", cluster_name=self.cluster.name, namespace=kp.helm.namespace,
+                                               service_account=KARPENTER_SERVICE_ACCOUNT, role_arn=controller.arn, opts=child)
+        provider = k8s.Provider(f"{name}-karpenter", kubeconfig=self.kubeconfig, opts=child)
+        spec = kp.helm
+        # OCI chart: Helm pulls oci://<repo>/<chart> at the version (no repository index).
+        release = k8s.helm.v3.Release(
+            f"{name}-karpenter", name=spec.name, chart=f"{spec.repo}/{spec.chart}", version=spec.version, namespace=spec.namespace,
+            values=spec.values, timeout=900,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider,
+                                        depends_on=[self.system_nodes, assoc, attach, access, cluster_sg_tag, *rules, *self.addons]))
+        after_chart = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[release])
+        classes = {}
+        for pool in kp.pools:
+            nc = pool.ec2nodeclass
+            classes[pool.name] = k8s.apiextensions.CustomResource(
+                f"{name}-karpenter-{pool.name}-nodeclass", api_version=nc["apiVersion"], kind=nc["kind"], metadata=nc["metadata"],
+                spec=nc["spec"], opts=after_chart)
+        for pool in kp.pools:
+            np = pool.nodepool
+            self.karpenter_node_pools.append(k8s.apiextensions.CustomResource(
+                f"{name}-karpenter-{pool.name}-nodepool", api_version=np["apiVersion"], kind=np["kind"], metadata=np["metadata"],
+                spec=np["spec"], opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[release, classes[pool.name]])))
+        self.karpenter_release = release

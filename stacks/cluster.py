@@ -108,7 +108,15 @@ def scaling_config(count: int, capacity_block: bool) -> dict:
     return {"desired_size": count, "min_size": 0 if capacity_block else count, "max_size": count}
 
 
-POOL_KEYS = ("instance_type", "gpu_nodes", "efa", "placement_group", "market_type", "capacity_reservation_id", "gpu_availability_zone")
+POOL_KEYS = ("instance_type", "gpu_nodes", "efa", "placement_group", "market_type", "capacity_reservation_id", "gpu_availability_zone",
+             "capacity", "max_nodes", "consolidate_after", "ami_alias")
+# Karpenter pools (stacks/karpenter.py): the NodePool's node limit; consolidateAfter as the NodePool CRD accepts it
+# (sigs.k8s.io/karpenter@v1.13.0 karpenter.sh_nodepools.yaml: ^(([0-9]+(s|m|h))+|Never)$); an AL2023 AMI alias
+# (EC2NodeClass amiSelectorTerms alias: family@version, version "latest" or vYYYYMMDD; karpenter.sh docs, NodeClasses).
+KARPENTER_KEYS = ("max_nodes", "consolidate_after", "ami_alias")
+_CONSOLIDATE_AFTER = re.compile(r"(([0-9]+(s|m|h))+|Never)")
+_AMI_ALIAS = re.compile(r"al2023@(latest|v\d{8})")
+MAX_KARPENTER_NODES = 1000
 
 
 class GpuPoolConfig(_Model):
@@ -124,6 +132,11 @@ class GpuPoolConfig(_Model):
     market_type: Literal["on-demand", "capacity-block"] = "on-demand"
     capacity_reservation_id: Optional[str] = None
     availability_zone: Optional[str] = None
+    # node-group (default): a managed node group of `nodes`; karpenter: a NodePool launching up to maxNodes on demand.
+    capacity: Literal["node-group", "karpenter"] = "node-group"
+    max_nodes: Optional[int] = Field(default=None, ge=1, le=MAX_KARPENTER_NODES)
+    consolidate_after: Optional[str] = None
+    ami_alias: Optional[str] = None
 
 
 class EksConfig(_Model):
@@ -146,6 +159,11 @@ class EksConfig(_Model):
     placement_group: Optional[bool] = None  # default: on for on-demand without a reservation; refused with one
     market_type: Literal["on-demand", "capacity-block"] = "on-demand"
     capacity_reservation_id: Optional[str] = None
+    # The GPU pool's capacity (one pool; with gpuPools, per pool): stacks/karpenter.py.
+    capacity: Literal["node-group", "karpenter"] = "node-group"
+    max_nodes: Optional[int] = Field(default=None, ge=1, le=MAX_KARPENTER_NODES)
+    consolidate_after: Optional[str] = None
+    ami_alias: Optional[str] = None
     system_instance_type: str = "m7i.2xlarge"
     system_nodes: int = Field(default=2, ge=1, le=MAX_NODES_PER_NODEGROUP)
     cache_storage: Literal["efs", "fsx-lustre"] = "efs"
@@ -239,7 +257,9 @@ class EksConfig(_Model):
                                  "the EKS public endpoint takes IPv4 CIDR blocks (EKS API reference, VpcConfigRequest.publicAccessCidrs)")
         if self.gpu_pools:
             self._check_pools(k)
-        elif self.gpu_zone_is_local():
+        else:
+            check_karpenter_keys(self, k)
+        if not self.gpu_pools and self.gpu_zone_is_local():
             check_cache_in_local_zone(self.cache_storage, self.gpu_zone(), f"{k}.gpuAvailabilityZone")
         return self
 
@@ -251,7 +271,8 @@ class EksConfig(_Model):
         both = [key for key in POOL_KEYS if key in self.model_fields_set]
         if both:
             raise ValueError(f"{k}.{_camel(both[0])}: set per pool in {k}.gpuPools when gpuPools is set "
-                             f"(each pool has gpu, nodes, instanceType, efa, placementGroup, marketType, capacityReservationId, availabilityZone)")
+                             f"(each pool has gpu, nodes, instanceType, efa, placementGroup, marketType, capacityReservationId, availabilityZone, "
+                             f"capacity, maxNodes, consolidateAfter, amiAlias)")
         eks_gpus = sorted(g.id for g in GPUS.values() if g.instance)
         seen: dict[str, int] = {}
         for i, p in enumerate(self.gpu_pools):
@@ -282,6 +303,7 @@ class EksConfig(_Model):
                     raise ValueError(f"{pk}.availabilityZone: {p.availability_zone!r} is not one of availabilityZones {list(self.zones())} "
                                      f"nor a Local Zone of {self.region} (like {self.region}-dfw-2a)")
                 check_cache_in_local_zone(self.cache_storage, p.availability_zone, f"{pk}.availabilityZone")
+            check_karpenter_keys(p, pk, shape=shape)
         # One Local Zone subnet per cluster: every pool in a Local Zone names the same one (GB200 UltraServers are
         # offered in one Local Zone of a region).
         local = sorted({p.availability_zone for p in self.gpu_pools if p.availability_zone and p.availability_zone not in self.zones()})
@@ -300,7 +322,8 @@ class EksConfig(_Model):
                 return self.model_copy(update={
                     "instance_type": p.instance_type, "gpu_nodes": p.nodes, "efa": p.efa, "placement_group": p.placement_group,
                     "market_type": p.market_type, "capacity_reservation_id": p.capacity_reservation_id,
-                    "gpu_availability_zone": p.availability_zone, "gpu_pools": ()}), f"{k}.gpuPools[{i}]"
+                    "gpu_availability_zone": p.availability_zone, "capacity": p.capacity, "max_nodes": p.max_nodes,
+                    "consolidate_after": p.consolidate_after, "ami_alias": p.ami_alias, "gpu_pools": ()}), f"{k}.gpuPools[{i}]"
         raise ConfigError(f"{gpu_key or k + '.gpuPools'}: {gpu!r} has no pool in {k}.gpuPools "
                           f"(pools: {', '.join(p.gpu for p in self.gpu_pools)}); add {{gpu: {gpu}}} to {k}.gpuPools")
 
@@ -312,6 +335,38 @@ class EksConfig(_Model):
 
     def gpu_zone_is_local(self) -> bool:
         return self.gpu_zone() not in self.zones()
+
+
+def check_karpenter_keys(c: Any, key: str, shape: Optional[InstanceShape] = None) -> None:
+    """The Karpenter keys of one GPU pool (``c``: a GpuPoolConfig, or the EksConfig of a single pool): they apply only
+    with ``capacity: karpenter``; a Karpenter pool sizes itself (no ``nodes``/``gpuNodes``), launches no placement group
+    and no UltraServer (GB200 pools stay managed node groups: their Capacity Block, DRA driver and ComputeDomain
+    are built for them)."""
+    from .config import _camel
+
+    nodes_key = "nodes" if key.endswith("]") else "gpuNodes"
+    nodes = c.nodes if hasattr(c, "nodes") else c.gpu_nodes
+    if c.capacity != "karpenter":
+        for f in KARPENTER_KEYS:
+            if getattr(c, f) is not None:
+                raise ValueError(f"{key}.{_camel(f)}: only applies with {key}.capacity: karpenter (got capacity {c.capacity!r}); "
+                                 f"remove it or set {key}.capacity: karpenter")
+        return
+    if nodes is not None:
+        raise ValueError(f"{key}.{nodes_key}: {nodes}: a Karpenter pool launches the nodes its pods need; set {key}.maxNodes "
+                         f"(the NodePool's node limit) instead, or {key}.capacity: node-group for a fixed node group")
+    if c.placement_group:
+        raise ValueError(f"{key}.placementGroup: true is not built for {key}.capacity: karpenter (the EC2NodeClass names no "
+                         f"placement group); remove placementGroup or use capacity: node-group")
+    if c.consolidate_after is not None and not _CONSOLIDATE_AFTER.fullmatch(str(c.consolidate_after)):
+        raise ValueError(f"{key}.consolidateAfter: {c.consolidate_after!r} is not a duration like 10m, 1h30m or Never "
+                         "(NodePool disruption.consolidateAfter)")
+    if c.ami_alias is not None and not _AMI_ALIAS.fullmatch(str(c.ami_alias)):
+        raise ValueError(f"{key}.amiAlias: {c.ami_alias!r} is not an AL2023 alias; choose al2023@latest or a pinned "
+                         "al2023@vYYYYMMDD (Karpenter picks the NVIDIA variant for GPU instances)")
+    if shape is not None and shape.ultraserver:
+        raise ValueError(f"{key}.capacity: karpenter: {shape.instance_type} is sold only in UltraServer Capacity Blocks, which "
+                         f"this project builds as managed node groups (with the DRA driver and ComputeDomain); use capacity: node-group")
 
 
 def check_cache_in_local_zone(cache_storage: str, zone: str, key: str) -> None:
@@ -406,6 +461,8 @@ class ClusterPlan:
     # Egress and endpoints (``network_plan``): NAT gateways, the S3 gateway endpoint, ECR interface endpoints, the
     # public API endpoint's CIDRs and the warnings the wiring logs.
     network: dict[str, Any] = field(default_factory=dict)
+    # stacks.karpenter.KarpenterPlan when a GPU pool has capacity: karpenter (its pools get no managed node group).
+    karpenter: Optional[Any] = None
 
 
 @dataclass
@@ -423,6 +480,11 @@ class GpuPool:
     efa: bool
     nodes_needed: int
     gpus: int = 0
+    # "node-group" (the managed node group above) or "karpenter" (a NodePool; nodegroup and launch_template then only
+    # describe the nodes, nothing registers them). ``karpenter``: max_nodes, consolidate_after, ami_alias, market_type,
+    # capacity_reservation_id, zone.
+    capacity: str = "node-group"
+    karpenter: Optional[dict] = None
 
 
 def gpu_taint_for(t: Target) -> dict:
@@ -696,9 +758,17 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
     capacity = {"nvidia.com/gpu": shape.gpus_per_node}
     if efa:
         capacity["vpc.amazonaws.com/efa"] = shape.efa_interfaces
+    karpenter = cfg.capacity == "karpenter"
+    if karpenter and shape.ultraserver:
+        raise ConfigError(f"{_key(key, 'capacity')}: karpenter: {shape.instance_type} is sold only in UltraServer Capacity Blocks, "
+                          "which this project builds as managed node groups (with the DRA driver and ComputeDomain); use capacity: node-group")
     if dgd is None:
         needed, gpus = 0, 0
-        if cfg.gpu_nodes is None:
+        if karpenter:
+            if cfg.max_nodes is None:
+                raise ConfigError(f"{_key(key, 'maxNodes')}: not set; a Karpenter pool that no serving entry of this stack sizes needs "
+                                  f"its node limit (1-{MAX_KARPENTER_NODES})")
+        elif cfg.gpu_nodes is None:
             raise ConfigError(f"{_key(key, 'gpuNodes')}: not set; a pool that no serving entry of this stack sizes needs its node count "
                               f"(1-{MAX_NODES_PER_NODEGROUP})")
     else:
@@ -709,6 +779,12 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
         needed = max(needed, 1)
         gpus = catalog.gpus_needed(dgd)
     count = cfg.gpu_nodes or needed
+    if karpenter:
+        # The NodePool's node limit: maxNodes, default what the DGDs need now (an autoscaled entry raises it).
+        count = cfg.max_nodes or needed
+        if count < needed:
+            raise ConfigError(f"{_key(key, 'maxNodes')}: {count} x {shape.instance_type} cannot hold {what} as configured "
+                              f"({gpus} GPUs, EFA {shape.efa_per_gpu}/GPU, replicas included); use at least {needed}")
     if count < needed:
         raise ConfigError(f"{_key(key, 'gpuNodes')}: {count} x {shape.instance_type} cannot hold {what} as configured "
                           f"({gpus} GPUs, EFA {shape.efa_per_gpu}/GPU, replicas included); use at least {needed}")
@@ -731,7 +807,7 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
     # Capacity Blocks are already co-located and a targeted reservation launches where it was made: no placement group then.
     # Without EFA nothing crosses instances, so no placement group unless placementGroup: true asks for one.
     wants_pg = cfg.placement_group if cfg.placement_group is not None else efa
-    placement_group = {"strategy": "cluster"} if (wants_pg and not cfg.capacity_reservation_id) else None
+    placement_group = {"strategy": "cluster"} if (wants_pg and not cfg.capacity_reservation_id and not karpenter) else None
     if cfg.capacity_reservation_id:
         lt["capacity_reservation_specification"] = {"capacity_reservation_target": {"capacity_reservation_id": cfg.capacity_reservation_id}}
     if capacity_block:
@@ -757,8 +833,16 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
         capacity=capacity,
         count=count,
     )
+    kp = None
+    if karpenter:
+        from .karpenter import DEFAULT_AMI_ALIAS, DEFAULT_CONSOLIDATE_AFTER
+
+        kp = {"max_nodes": count, "consolidate_after": cfg.consolidate_after or DEFAULT_CONSOLIDATE_AFTER,
+              "ami_alias": cfg.ami_alias or DEFAULT_AMI_ALIAS, "market_type": cfg.market_type,
+              "capacity_reservation_id": cfg.capacity_reservation_id, "zone": cfg.gpu_zone()}
     return GpuPool(name=name, gpu=gpu, nodegroup=gpu_ng, launch_template=lt, placement_group=placement_group, shape=shape,
-                   node_shape=node_shape, efa=efa, nodes_needed=needed, gpus=gpus)
+                   node_shape=node_shape, efa=efa, nodes_needed=needed, gpus=gpus,
+                   capacity="karpenter" if karpenter else "node-group", karpenter=kp)
 
 
 def pool_name(gpu: str, first: bool) -> str:
@@ -845,6 +929,15 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         if target.topology == "disagg" and pools[0].nodes_needed > 1:
             cd = compute_domain(f"{name}-imex", (dgd.get("metadata") or {}).get("namespace") or "default", pools[0].nodes_needed)
     first = pools[0]
+    from .karpenter import build_karpenter_plan, node_role_name, pool_objects
+
+    karpenter = build_karpenter_plan(name, cfg.region, [
+        pool_objects(name, p.name, node_role_name(name), p.shape.instance_type, p.shape.kubernetes_arch, p.shape.gpus_per_node,
+                     p.karpenter["zone"], p.nodegroup["labels"], p.nodegroup["taints"][0], p.karpenter["max_nodes"],
+                     market_type=p.karpenter["market_type"], capacity_reservation_id=p.karpenter["capacity_reservation_id"],
+                     ami_alias=p.karpenter["ami_alias"], consolidate_after=p.karpenter["consolidate_after"], gpu=p.gpu,
+                     nodes_needed=p.nodes_needed)
+        for p in pools if p.capacity == "karpenter"], system_nodes=cfg.system_nodes, system_selector={POOL_LABEL: "system"})
     return ClusterPlan(
         name=name,
         region=cfg.region,
@@ -876,6 +969,7 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         notes={"gpus": sum(p.gpus for p in pools), "nodes_needed": first.nodes_needed, "fsx_mbps": fsx_mbps,
                "efa_per_gpu": first.shape.efa_per_gpu},
         gpu_pools=list(pools),
+        karpenter=karpenter,
     )
 
 
@@ -908,7 +1002,8 @@ def node_pools(plan: ClusterPlan) -> list[dict]:
     group its GPU, instance type, node count, per-node allocatable GPUs and EFA devices, labels and taint."""
     return [{"name": p.name, "gpu": p.gpu, "instanceType": p.shape.instance_type, "count": p.node_shape.count,
              "allocatable": dict(p.node_shape.capacity), "labels": dict(p.node_shape.labels),
-             "taint": {k: v for k, v in p.node_shape.taints[0].items()}} for p in plan.gpu_pools]
+             "taint": {k: v for k, v in p.node_shape.taints[0].items()},
+             **({"capacity": "karpenter"} if p.capacity == "karpenter" else {})} for p in plan.gpu_pools]
 
 
 
@@ -990,6 +1085,10 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
     serving = build_plan(cfg, default_storage_class=cache_class_name(cluster), job_node_selector={POOL_LABEL: "system"},
                          efa_per_gpu=shape.efa_per_gpu)
     cp = build_cluster_plan(stack, pool_cfg, target, dgd=serving.dgd, protect_cache=cfg.storage.protect, key=pool_key)
+    if cp.gpu_pools[0].capacity == "karpenter":  # consolidation never takes a node from under a serving worker
+        from .karpenter import add_do_not_disrupt
+
+        add_do_not_disrupt(serving.dgd)
     ns = serving.dgd["metadata"]["namespace"]
     if cp.compute_domain:
         cp.compute_domain["metadata"]["namespace"] = ns
@@ -1095,6 +1194,12 @@ def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, lis
         for pool in pools:
             for _, _, dgd in by_gpu.get(pool.gpu, ([], None))[0]:
                 pin_gpu_product(dgd, pool.shape.product)
+    for pool in pools:  # workers on Karpenter pools: consolidation never takes a node from under a serving worker
+        if pool.capacity == "karpenter":
+            from .karpenter import add_do_not_disrupt
+
+            for _, _, dgd in by_gpu.get(pool.gpu, ([], None))[0]:
+                add_do_not_disrupt(dgd)
     return assemble_plan(stack, cluster, pools, protect_cache)
 
 

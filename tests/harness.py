@@ -87,6 +87,11 @@ class Mocks(pmocks.Mocks):
             state.setdefault("latestVersion", 1)
         if args.typ == "aws:ec2/placementGroup:PlacementGroup":
             state.setdefault("name", args.name)  # auto-named by the provider; the launch template reads it
+        if args.typ == "aws:iam/role:Role":  # ARNs the Karpenter wiring writes into its IAM policy and access entry
+            state.setdefault("arn", f"arn:aws:iam::123456789012:role/{state.get('name') or args.name}")
+        if args.typ == "aws:sqs/queue:Queue":
+            state.setdefault("arn", f"arn:aws:sqs:us-east-1:123456789012:{state.get('name') or args.name}")
+            state.setdefault("url", f"https://sqs.us-east-1.amazonaws.com/123456789012/{state.get('name') or args.name}")
         if args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             state.setdefault("dnsName", f"{args.name}.fsx.mock.amazonaws.com")
             state.setdefault("mountName", "abcdefgh")
