@@ -138,6 +138,9 @@ def main(argv=None) -> int:
     from .cli.drift import add_subparser as add_drift
 
     add_drift(sub)
+    from .cli.cost import add_subparser as add_cost
+
+    add_cost(sub)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

@@ -1,0 +1,189 @@
+"""``python -m stacks cost --stack NAME``: $/h of each GPU pool of an EKS stack at its minimum, at its maximum and
+while every entry is paused, from stacks/prices.yaml (each price with its source and the date it was read), plus the
+cluster's fixed hourly charges (EKS control plane; NAT gateways and interface endpoints at stacks/cluster.py's prices).
+
+The node counts come from the same ``build_program`` that ``pulumi up`` runs: the stack as committed, and the same
+stack with ``paused: true`` on every entry (``stacks.autoscaling``). Per pool:
+
+- managed node group: it runs its desired size whatever the load (no autoscaler scales a node group here), so its
+  minimum is the desired size and its maximum ``maxSize``; paused, its desired size with every entry paused (0 when
+  all its entries are paused).
+- an On-Demand Capacity Reservation (``capacityReservationId`` with ``marketType: on-demand``) "is billed at the
+  On-Demand rate for every reserved instance, whether or not an instance is running in it" (help.nops.io, "Cancel
+  Unused Capacity Reservation"), so pausing saves nothing until the reservation is cancelled; the reservation's size is
+  not in the stack, the pool's maximum stands for it.
+- a Capacity Block: "The price of a Capacity Block offering is charged up front" (EC2 user guide, "Extend Capacity
+  Blocks"; EC2 API ``CapacityBlockOffering.upfrontFee``: "The total price to be paid up front"), so it has no hourly
+  price here.
+Not priced: system nodes, storage (per GB-month), per-GB NAT processing and transfer.
+"""
+from __future__ import annotations
+
+import copy
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from ..config import NS, ConfigError
+
+PRICES = Path(__file__).resolve().parent.parent / "prices.yaml"
+
+
+def load_prices(path: Path = PRICES) -> dict:
+    data = yaml.safe_load(path.read_text()) or {}
+    for itype, regions in (data.get("ec2") or {}).items():
+        for region, p in regions.items():
+            missing = {"usd_per_hour", "source", "read"} - set(p or {})
+            if missing:
+                raise ConfigError(f"{path.name}: ec2.{itype}.{region} lacks {', '.join(sorted(missing))}")
+    return data
+
+
+def ec2_price(prices: dict, instance_type: str, region: str) -> Optional[dict]:
+    return ((prices.get("ec2") or {}).get(instance_type) or {}).get(region)
+
+
+@dataclass
+class PoolCost:
+    pool: str
+    gpu: str
+    instance_type: str
+    capacity: str  # on-demand | reservation | capacity-block
+    nodes_min: int
+    nodes_max: int
+    nodes_paused: int
+    price: Optional[dict]  # stacks/prices.yaml entry, None: unpriced
+
+    def usd(self, nodes: int, paused: bool = False) -> Optional[float]:
+        if self.price is None or self.capacity == "capacity-block":
+            return None
+        if paused and self.capacity == "reservation":
+            nodes = self.nodes_max  # billed whether used or not
+        return round(nodes * float(self.price["usd_per_hour"]), 4)
+
+
+def paused_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    """The stack's config with every entry paused (autoscaling dropped: a paused entry runs no worker to scale)."""
+    out = copy.deepcopy(raw)
+    if isinstance(out.get("serve"), list):
+        for e in out["serve"]:
+            if isinstance(e, dict):
+                e["paused"] = True
+                e.pop("autoscaling", None)
+        out.pop("autoscaling", None)
+        return out
+    out["paused"] = True
+    out.pop("autoscaling", None)
+    return out
+
+
+def _capacity(pool) -> str:
+    ng = pool.nodegroup or {}
+    if ng.get("capacity_type") == "CAPACITY_BLOCK":
+        return "capacity-block"
+    if "capacity_reservation_specification" in (pool.launch_template or {}):
+        return "reservation"
+    return "on-demand"
+
+
+def pool_costs(program, paused_program, prices: dict) -> list[PoolCost]:
+    cp, pp = program.cluster_plan, paused_program.cluster_plan
+    paused_by_name = {p.name: p for p in pp.gpu_pools}
+    out = []
+    for p in cp.gpu_pools:
+        sc = p.nodegroup["scaling_config"]
+        psc = paused_by_name[p.name].nodegroup["scaling_config"] if p.name in paused_by_name else sc
+        out.append(PoolCost(pool=p.name, gpu=p.gpu, instance_type=p.shape.instance_type, capacity=_capacity(p),
+                            nodes_min=int(sc["desired_size"]), nodes_max=int(sc["max_size"]),
+                            nodes_paused=int(psc["desired_size"]), price=ec2_price(prices, p.shape.instance_type, cp.region)))
+    return out
+
+
+def fixed_costs(program, prices: dict) -> list[tuple[str, float, str]]:
+    """(what, $/h, source) the cluster pays whatever its pools run."""
+    from ..cluster import ECR_ENDPOINT_SERVICES, INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, NAT_USD_PER_HOUR
+
+    cp = program.cluster_plan
+    cpl = prices["eks"]["control_plane"]
+    out = [("EKS control plane", float(cpl["usd_per_hour"]), f"{cpl['source']}, read {cpl['read']}")]
+    net = cp.network or {}
+    nats = len(net.get("nat_zones") or [])
+    if nats:
+        out.append((f"NAT gateway x {nats}", round(nats * NAT_USD_PER_HOUR, 4), "stacks/cluster.py NAT_USD_PER_HOUR (aws.amazon.com/vpc/pricing)"))
+    eps = len(net.get("interface_endpoints") or [])
+    if eps:
+        zones = len(cp.private_subnets)
+        out.append((f"interface endpoints {', '.join(ECR_ENDPOINT_SERVICES)} x {zones} zones", round(eps * zones * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, 4),
+                    "stacks/cluster.py INTERFACE_ENDPOINT_USD_PER_AZ_HOUR (aws.amazon.com/privatelink/pricing)"))
+    return out
+
+
+def _money(v: Optional[float], why: str = "-") -> str:
+    return why if v is None else f"{v:,.2f}"
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str, float, str]]) -> str:
+    rows = [["pool", "gpu", "instance", "capacity", "nodes min/max/paused", "$/h node", "$/h at min", "$/h at max", "$/h paused"]]
+    for c in pools:
+        why = "block" if c.capacity == "capacity-block" else "unpriced"
+        node = None if c.capacity == "capacity-block" or c.price is None else float(c.price["usd_per_hour"])
+        rows.append([c.pool, c.gpu, c.instance_type, c.capacity, f"{c.nodes_min}/{c.nodes_max}/{c.nodes_paused}",
+                     _money(node, why), _money(c.usd(c.nodes_min), why), _money(c.usd(c.nodes_max), why),
+                     _money(c.usd(c.nodes_paused, paused=True), why)])
+    lines = [f"stack {stack} ({region}), USD per hour, prices from stacks/prices.yaml"] + _table(rows)
+    lines += [f"fixed: {what} {usd:,.3f}" for what, usd, _ in fixed]
+    lines.append("sources:")
+    seen = set()
+    for c in pools:
+        if c.price is not None and (c.instance_type, region) not in seen:
+            seen.add((c.instance_type, region))
+            lines.append(f"  {c.instance_type} {region} ${c.price['usd_per_hour']}/h: {c.price['source']}, read {c.price['read']}")
+        elif c.price is None and c.capacity != "capacity-block":
+            lines.append(f"  {c.instance_type} {region}: no price in stacks/prices.yaml (add one with its source and date)")
+        if c.capacity == "reservation":
+            lines.append(f"  pool {c.pool}: an On-Demand Capacity Reservation is billed whether used or not, so paused costs as much")
+        if c.capacity == "capacity-block":
+            lines.append(f"  pool {c.pool}: a Capacity Block is charged up front for its whole duration (no hourly price)")
+    for what, _, src in fixed:
+        lines.append(f"  {what}: {src}")
+    lines.append("  not priced: system nodes, cache storage (per GB-month), NAT per-GB processing, data transfer")
+    return "\n".join(lines) + "\n"
+
+
+def stack_cost(name: str, prices: Optional[dict] = None) -> str:
+    from ..program import build_program
+    from ..render import split_secrets, stack_aws_region, stack_raw_config
+
+    prices = prices if prices is not None else load_prices()
+    plain, secret = split_secrets(stack_raw_config(name))
+    region = stack_aws_region(name)
+    program = build_program(plain, name, secret, aws_region=region)
+    if program.cluster.mode != "eks":
+        raise ConfigError(f"{NS}:cluster.mode: {program.cluster.mode!r}: stack {name!r} creates no AWS capacity of its own; "
+                          f"cost applies to cluster.mode eks stacks (for cluster.mode stack, run it on the cluster stack)")
+    paused = build_program(paused_raw(plain), name, secret, aws_region=region)
+    return report(name, program.cluster_plan.region, pool_costs(program, paused, prices), fixed_costs(program, prices))
+
+
+def cmd_cost(args) -> int:
+    try:
+        sys.stdout.write(stack_cost(args.stack))
+    except ConfigError as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def add_subparser(sub) -> None:
+    p = sub.add_parser("cost", help="$/h per GPU pool of an EKS stack at its minimum, its maximum and while paused "
+                                    "(stacks/prices.yaml, with sources)")
+    p.add_argument("--stack", required=True, help="a committed stack (Pulumi.<stack>.yaml)")
+    p.set_defaults(fn=cmd_cost)

@@ -1,0 +1,168 @@
+"""Pause and resume (``paused: true`` on an entry or a single-target stack; stacks/autoscaling.py).
+
+Plan level (pure, stacks.program.build_program): pausing changes exactly the GPU components' replicas and the GPU node
+group's desired and minimum size, nothing else (frontend, cache, download Job, launch template, labels, max size all
+equal); resuming gives back the unpaused plan. Under the Pulumi mocks harness (the real __main__.py): the same URNs on
+both sides (nothing created, deleted or replaced), inputs differing only there, and the AWS update rules accept
+pause -> resume and resume -> pause (EKS's min <= desired <= max on UpdateNodegroupConfig, the size asked for).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+
+import pytest
+import yaml
+
+from harness import run_program
+from stacks import aws_rules as R
+from stacks.aws_rules import Graph, check
+from stacks.config import ConfigError
+from stacks.program import build_program
+
+SECRETS = {"hfToken": "hf_mock", "ngcApiKey": "nvapi-mock"}
+DISAGG = {"target": "lightning-vllm-disagg-h100-dspark", "imagePullSecrets": ["ngc-secret"],
+          "cluster": {"mode": "eks", "region": "us-east-1"}}
+GPU_COMPONENTS = {"VllmPrefillWorker", "VllmDecodeWorker"}
+
+
+def paused(cfg: dict) -> dict:
+    return {**copy.deepcopy(cfg), "paused": True}
+
+
+def comps(program, entry: int = 0) -> dict[str, int]:
+    return {c["name"]: c.get("replicas", 1) for c in program.entries[entry].plan.dgd["spec"]["components"]}
+
+
+def scaling(program, pool: int = 0) -> dict:
+    return dict(program.cluster_plan.gpu_pools[pool].nodegroup["scaling_config"])
+
+
+def _strip(x, paths):
+    """``x`` without the given (dotted) paths, for comparing everything else."""
+    x = copy.deepcopy(x)
+    for path in paths:
+        *head, last = path.split(".")
+        d = x
+        for p in head:
+            d = d[int(p)] if isinstance(d, list) else d[p]
+        d.pop(last, None) if isinstance(d, dict) else None
+    return x
+
+
+def test_pause_puts_gpu_components_at_zero_and_keeps_the_frontend():
+    on, off = build_program(DISAGG, "p"), build_program(paused(DISAGG), "p")
+    assert {n for n, r in comps(on).items() if r} == {"Frontend", *GPU_COMPONENTS}
+    assert comps(off) == {**comps(on), **{n: 0 for n in GPU_COMPONENTS}}
+    assert comps(off)["Frontend"] == comps(on)["Frontend"] >= 1
+
+
+def test_pause_changes_only_replicas_and_node_counts():
+    on, off = build_program(DISAGG, "p"), build_program(paused(DISAGG), "p")
+    # serving objects: equal except the GPU components' replicas
+    objs_on, objs_off = on.objects(), off.objects()
+    assert [(o["kind"], o["metadata"]["name"]) for o in objs_on] == [(o["kind"], o["metadata"]["name"]) for o in objs_off]
+    for a, b in zip(objs_on, objs_off):
+        if a["kind"] != "DynamoGraphDeployment":
+            assert a == b, a["kind"]
+            continue
+        idx = [str(i) for i, c in enumerate(a["spec"]["components"]) if c["name"] in GPU_COMPONENTS]
+        assert _strip(a, [f"spec.components.{i}.replicas" for i in idx]) == _strip(b, [f"spec.components.{i}.replicas" for i in idx])
+    # the cache and its download are kept
+    assert any(o["kind"] == "PersistentVolumeClaim" for o in objs_off) and any(o["kind"] == "Job" for o in objs_off)
+    # node group: desired and min to 0, max kept; launch template, labels, taints, instance type unchanged
+    assert scaling(on) == {"desired_size": 1, "min_size": 1, "max_size": 1}
+    assert scaling(off) == {"desired_size": 0, "min_size": 0, "max_size": 1}
+    ng_on, ng_off = (p.cluster_plan.gpu_pools[0] for p in (on, off))
+    assert _strip(ng_on.nodegroup, ["scaling_config"]) == _strip(ng_off.nodegroup, ["scaling_config"])
+    assert ng_on.launch_template == ng_off.launch_template and ng_on.placement_group == ng_off.placement_group
+    assert (ng_on.node_shape.count, ng_off.node_shape.count) == (1, 0)
+    assert on.cluster_plan.system_nodegroup == off.cluster_plan.system_nodegroup
+
+
+def test_resume_is_the_unpaused_plan():
+    resumed = build_program({**paused(DISAGG), "paused": False}, "p")
+    on = build_program(DISAGG, "p")
+    assert resumed.objects() == on.objects() and scaling(resumed) == scaling(on)
+
+
+def test_replicas_zero_for_every_gpu_component_is_a_pause_too():
+    cfg = {**DISAGG, "replicas": {"VllmPrefillWorker": 0, "VllmDecodeWorker": 0}}
+    p = build_program(cfg, "p")
+    assert scaling(p)["desired_size"] == 0 and scaling(p)["min_size"] == 0 and scaling(p)["max_size"] >= 1
+    # one GPU component left running keeps its nodes
+    assert scaling(build_program({**DISAGG, "replicas": {"VllmPrefillWorker": 0}}, "p"))["desired_size"] == 1
+
+
+def test_paused_entry_frees_only_its_own_share_of_the_pool():
+    two = {"imagePullSecrets": ["ngc-secret"], "cluster": {"mode": "eks", "region": "us-east-1"},
+           "serve": [{"name": "a", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a", "replicas": {"agg": 8}},
+                     {"name": "b", "target": "lightning-vllm-agg-h100-dspark", "namespace": "b", "replicas": {"agg": 8}}]}
+    both = build_program(two, "p")
+    assert scaling(both)["desired_size"] == 2  # 16 one-GPU workers on 8-GPU p5.48xlarge
+    one_paused = copy.deepcopy(two)
+    one_paused["serve"][1]["paused"] = True
+    p = build_program(one_paused, "p")
+    assert comps(p, 1)["agg"] == 0 and comps(p, 0)["agg"] == 8
+    assert scaling(p) == {"desired_size": 1, "min_size": 1, "max_size": 1}
+    all_paused = copy.deepcopy(one_paused)
+    all_paused["serve"][0]["paused"] = True
+    p = build_program(all_paused, "p")
+    assert scaling(p) == {"desired_size": 0, "min_size": 0, "max_size": 2}  # max: what resuming both needs
+
+
+def test_paused_with_autoscaling_is_refused_before_any_resource():
+    cfg = {**paused(DISAGG), "observability": {"enabled": True},
+           "autoscaling": {"VllmDecodeWorker": {"maxReplicas": 2, "metric": "queue-depth", "target": 4}}}
+    with pytest.raises(ConfigError, match=r"dynamo:paused: true with dynamo:autoscaling on VllmDecodeWorker"):
+        build_program(cfg, "p")
+
+
+def test_paused_is_a_boolean():
+    with pytest.raises(ConfigError, match=r"dynamo:paused"):
+        build_program({**DISAGG, "paused": "maybe"}, "p")
+
+
+# ---------------------------------------------------------------------------- the real program under mocks
+
+@functools.lru_cache(maxsize=None)
+def _run(text: str):
+    return run_program(yaml.safe_load(text), SECRETS, stack="pause")
+
+
+def run(cfg: dict):
+    return _run(yaml.safe_dump(cfg))
+
+
+def graph(cfg: dict) -> Graph:
+    return Graph(run(cfg).resources)
+
+
+def test_mocks_pause_and_resume_touch_only_replicas_and_scaling():
+    on, off = run(DISAGG), run(paused(DISAGG))
+    assert sorted(r.urn for r in on.resources) == sorted(r.urn for r in off.resources)  # nothing created or deleted
+    before = {r.urn: r for r in on.resources}
+    changed = {}
+    for r in off.resources:
+        b = before[r.urn]
+        assert (r.parent, sorted(r.dependencies), r.retain_on_delete, r.protect, r.ignore_changes) == \
+            (b.parent, sorted(b.dependencies), b.retain_on_delete, b.protect, b.ignore_changes), r.name
+        if r.inputs != b.inputs:
+            changed[r.type] = (b, r)
+    assert set(changed) == {"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", R.NODEGROUP}
+    b, a = changed[R.NODEGROUP]
+    assert _strip(b.inputs, ["scalingConfig"]) == _strip(a.inputs, ["scalingConfig"])
+    assert (a.inputs["scalingConfig"]["desiredSize"], a.inputs["scalingConfig"]["minSize"], a.inputs["scalingConfig"]["maxSize"]) == (0, 0, 1)
+    b, a = changed["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"]
+    idx = [str(i) for i, c in enumerate(b.inputs["spec"]["components"]) if c["name"] in GPU_COMPONENTS]
+    assert _strip(b.inputs, [f"spec.components.{i}.replicas" for i in idx]) == _strip(a.inputs, [f"spec.components.{i}.replicas" for i in idx])
+    assert [c["replicas"] for c in a.inputs["spec"]["components"] if c["name"] in GPU_COMPONENTS] == [0, 0]
+
+
+def test_mocks_pause_and_resume_pass_the_aws_rules():
+    on, off = graph(DISAGG), graph(paused(DISAGG))
+    assert check(off) == [] and check(on) == []
+    assert R.check_update(on, off) == []  # pause: min 0 <= desired 0 <= max 1
+    assert R.check_update(off, on) == []  # resume: min 1 <= desired 1 <= max 1
+    assert R.sent_scaling(next(r for r in on.resources if r.type == R.NODEGROUP and r.name.endswith("-gpu")),
+                          next(r for r in off.resources if r.type == R.NODEGROUP and r.name.endswith("-gpu"))) == (0, 0, 1)
