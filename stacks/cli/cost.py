@@ -158,19 +158,26 @@ def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str
     return "\n".join(lines) + "\n"
 
 
-def stack_cost(name: str, prices: Optional[dict] = None) -> str:
+def config_cost(plain: dict[str, Any], name: str, secret: frozenset = frozenset(), region: Optional[str] = None,
+                prices: Optional[dict] = None) -> tuple[str, list[PoolCost], list[tuple[str, float, str]]]:
+    """(region, pool costs, fixed costs) of a stack's plain ``dynamo:`` config."""
     from ..program import build_program
-    from ..render import split_secrets, stack_aws_region, stack_raw_config
 
     prices = prices if prices is not None else load_prices()
-    plain, secret = split_secrets(stack_raw_config(name))
-    region = stack_aws_region(name)
     program = build_program(plain, name, secret, aws_region=region)
     if program.cluster.mode != "eks":
         raise ConfigError(f"{NS}:cluster.mode: {program.cluster.mode!r}: stack {name!r} creates no AWS capacity of its own; "
                           f"cost applies to cluster.mode eks stacks (for cluster.mode stack, run it on the cluster stack)")
     paused = build_program(paused_raw(plain), name, secret, aws_region=region)
-    return report(name, program.cluster_plan.region, pool_costs(program, paused, prices), fixed_costs(program, prices))
+    return program.cluster_plan.region, pool_costs(program, paused, prices), fixed_costs(program, prices)
+
+
+def stack_cost(name: str, prices: Optional[dict] = None) -> str:
+    from ..render import split_secrets, stack_aws_region, stack_raw_config
+
+    plain, secret = split_secrets(stack_raw_config(name))
+    region, pools, fixed = config_cost(plain, name, secret, stack_aws_region(name), prices)
+    return report(name, region, pools, fixed)
 
 
 def cmd_cost(args) -> int:
@@ -184,6 +191,10 @@ def cmd_cost(args) -> int:
 
 def add_subparser(sub) -> None:
     p = sub.add_parser("cost", help="$/h per GPU pool of an EKS stack at its minimum, its maximum and while paused "
-                                    "(stacks/prices.yaml, with sources)")
+                                    "(stacks/prices.yaml, with sources)",
+                       description="USD per hour of each GPU pool of an EKS stack: at its minimum and maximum node count, "
+                                   "and with every entry paused (paused: true), from stacks/prices.yaml (each price with "
+                                   "its source and date), plus the EKS control plane and NAT gateways. Exit 2 on a stack "
+                                   "that is not cluster.mode eks or does not exist.")
     p.add_argument("--stack", required=True, help="a committed stack (Pulumi.<stack>.yaml)")
     p.set_defaults(fn=cmd_cost)
