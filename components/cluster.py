@@ -270,7 +270,7 @@ class EksGpuCluster(pulumi.ComponentResource):
                             policy=queue.arn.apply(lambda arn: json.dumps(fill(kp.queue_policy, {"<queue-arn>": str(arn)}))), opts=child)
         rules = []
         for r in kp.rules:
-            rule = aws.cloudwatch.EventRule(f"{name}-karpenter-{r['name']}", event_pattern=r["event_pattern"], tags=tags, opts=child)
+            rule = aws.cloudwatch.EventRule(f"{name}-karpenter-{r['name']}", name=r["rule_name"], event_pattern=r["event_pattern"], tags=tags, opts=child)
             rules.append(aws.cloudwatch.EventTarget(f"{name}-karpenter-{r['name']}", rule=rule.name, target_id="KarpenterInterruptionQueueTarget",
                                                     arn=queue.arn, opts=child))
         controller = aws.iam.Role(f"{name}-karpenter", name=kp.controller_role_name, assume_role_policy=ASSUME_POD_IDENTITY, tags=tags, opts=child)

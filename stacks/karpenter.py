@@ -120,7 +120,7 @@ class KarpenterPlan:
     controller_policy: dict  # IAM policy document; "<queue-arn>", "<node-role-arn>", "<account-id>" filled by the wiring
     queue: dict  # aws.sqs.Queue kwargs
     queue_policy: dict  # SQS queue policy document ("<queue-arn>" filled by the wiring)
-    rules: list[dict] = field(default_factory=list)  # {name, event_pattern}
+    rules: list[dict] = field(default_factory=list)  # {name, rule_name, event_pattern}
     pools: list[KarpenterPool] = field(default_factory=list)
     reserved: bool = False
 
@@ -324,7 +324,9 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
         # The CloudFormation's queue: messages kept 300 s, SSE with SQS-managed keys.
         queue={"name": cluster_name, "message_retention_seconds": 300, "sqs_managed_sse_enabled": True},
         queue_policy=queue_policy(),
-        rules=[{"name": n, "event_pattern": json.dumps({"source": [src], "detail-type": [dt]})} for n, src, dt in INTERRUPTION_RULES],
+        # EventBridge rule names: up to 64 characters (EventBridge PutRule Name).
+        rules=[{"name": n, "rule_name": f"{cluster_name}-{n}"[:64], "event_pattern": json.dumps({"source": [src], "detail-type": [dt]})}
+               for n, src, dt in INTERRUPTION_RULES],
         pools=pools, reserved=reserved)
 
 

@@ -67,3 +67,14 @@ def test_cluster_network_keys_are_documented():
     desc = _documented()[f"{NS}:cluster"]["description"]
     for field in ("nat_gateways", "s3_gateway_endpoint", "ecr_endpoints", "public_access_cidrs"):
         assert EksConfig.model_fields[field].alias in desc, field
+
+
+def test_cluster_capacity_keys_are_documented():
+    # The GPU capacity mode (managed node group or Karpenter NodePool) and the Karpenter pool keys, same spelling per pool.
+    from stacks.cluster import EksConfig, GpuPoolConfig
+
+    desc = _documented()[f"{NS}:cluster"]["description"]
+    for field in ("capacity", "max_nodes", "consolidate_after", "ami_alias"):
+        assert EksConfig.model_fields[field].alias in desc, field
+        assert GpuPoolConfig.model_fields[field].alias == EksConfig.model_fields[field].alias
+    assert "node-group" in desc and "karpenter" in desc

@@ -1,0 +1,354 @@
+"""Karpenter as a GPU capacity mode on EKS (stacks/karpenter.py, its wiring in components/cluster.py, its AWS rules).
+
+The real program runs under mocks (tests/harness.py) for a Karpenter pool on on-demand capacity, a targeted
+reservation and a Capacity Block: every AWS rule passes, and each Karpenter rule fails on a graph carrying the
+mistake it guards against. Config errors name the key, the value and the choices before any resource; stacks that
+keep managed node groups register nothing new and their DGDs stay exactly the recipe's."""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import run_program
+from stacks import aws_rules as R
+from stacks import karpenter as K
+from stacks.aws_rules import Graph, check
+from stacks.config import ConfigError
+from stacks.program import build_program
+from stacks.versions import versions
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRETS = {"hfToken": "hf_mock", "ngcApiKey": "nvapi-mock"}
+CR = "cr-0123456789abcdef0"
+CAPACITY = {
+    "on-demand": {},
+    "reservation": {"capacityReservationId": CR},
+    "capacity-block": {"marketType": "capacity-block", "capacityReservationId": CR},
+}
+KARPENTER_RULES = [fn for fn in R.RULES if fn.__name__.startswith("karpenter_")]
+
+
+def stack_config(kind: str = "on-demand", **cluster) -> dict:
+    return {"gpu": "h100", "topology": "disagg", "imagePullSecrets": ["ngc-secret"],
+            "cluster": {"mode": "eks", "capacity": "karpenter", **CAPACITY[kind], **cluster}}
+
+
+@functools.lru_cache(maxsize=None)
+def _run(key: str, stack: str) -> Graph:
+    return Graph(run_program(yaml.safe_load(key), SECRETS, stack=stack).resources)
+
+
+def graph(cfg: dict, stack: str = "kt") -> Graph:
+    return copy.deepcopy(_run(yaml.safe_dump(cfg), stack))
+
+
+def one(g: Graph, typ: str, name_part: str = ""):
+    found = [r for r in g.of(typ) if name_part in r.name]
+    assert found, (typ, name_part)
+    return found[0]
+
+
+def fails(g: Graph, rule) -> list[str]:
+    out = rule(g)
+    assert out, f"{rule.__name__} passed a graph it must refuse"
+    return out
+
+
+# --------------------------------------------------------------------------- the whole graph, three capacity kinds
+
+
+@pytest.mark.parametrize("capacity", sorted(CAPACITY))
+def test_karpenter_pool_passes_every_aws_rule(capacity):
+    g = graph(stack_config(capacity))
+    assert len(KARPENTER_RULES) >= 8
+    assert check(g) == []
+    # The pool is a NodePool, not a managed node group: only the system node group is registered.
+    assert [ng.name for ng in g.of(R.NODEGROUP)] == ["cluster-system"]
+    assert not g.of(R.LAUNCH_TEMPLATE) and not g.of(R.PLACEMENT_GROUP)
+    np = one(g, R.NODEPOOL)
+    ctype = K.CAPACITY_TYPES[2] if capacity != "on-demand" else "on-demand"
+    assert R._req_values(np, K.CAPACITY_TYPE_LABEL) == [ctype]
+    nc = one(g, R.EC2NODECLASS)
+    assert ("capacityReservationSelectorTerms" in nc.inputs["spec"]) == (capacity != "on-demand")
+    rtype = R._req_values(np, K.RESERVATION_TYPE_LABEL)
+    assert rtype == {"on-demand": [], "reservation": ["default"], "capacity-block": ["capacity-block"]}[capacity]
+
+
+def test_committed_karpenter_stack_passes_the_aws_rules():
+    cfg = yaml.safe_load((ROOT / "Pulumi.h100-karpenter.yaml").read_text())["config"]
+    cfg = {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("dynamo:")}
+    g = graph(cfg, "h100-karpenter")
+    assert check(g) == []
+    np = one(g, R.NODEPOOL)
+    assert np.inputs["spec"]["limits"] == {"nvidia.com/gpu": "32", "nodes": "4"}
+    assert np.inputs["spec"]["disruption"]["consolidateAfter"] == "10m"
+
+
+def test_nodepool_labels_and_taint_are_the_node_groups():
+    """The DGDs select on the same labels whichever capacity the pool has."""
+    def plan(capacity):
+        raw = stack_config()
+        raw["cluster"]["capacity"] = capacity
+        return build_program(raw, "kt", frozenset(SECRETS)).cluster_plan
+
+    ng, kp = plan("node-group"), plan("karpenter")
+    pool = kp.karpenter.pools[0]
+    assert pool.nodepool["spec"]["template"]["metadata"]["labels"] == ng.gpu_nodegroup["labels"]
+    taint = ng.gpu_nodegroup["taints"][0]
+    assert pool.nodepool["spec"]["template"]["spec"]["taints"] == [{"key": taint["key"], "value": taint["value"], "effect": "NoSchedule"}]
+    assert pool.instance_type == ng.shape.instance_type and pool.zone == ng.gpu_nodegroup["availability_zone"]
+    assert pool.offerings() == [{"instanceType": "p5.48xlarge", "capacityType": "on-demand", "zone": pool.zone}]
+
+
+def test_do_not_disrupt_only_on_karpenter_pools():
+    raw = stack_config()
+    kp = build_program(raw, "kt", frozenset(SECRETS))
+    raw["cluster"]["capacity"] = "node-group"
+    ng = build_program(raw, "kt", frozenset(SECRETS))
+    gpu = [c for c in kp.serving.dgd["spec"]["components"] if c["name"] != "Frontend"]
+    assert gpu and all(c["podTemplate"]["metadata"]["annotations"] == {K.DO_NOT_DISRUPT: "true"} for c in gpu)
+    frontend = next(c for c in kp.serving.dgd["spec"]["components"] if c["name"] == "Frontend")
+    assert K.DO_NOT_DISRUPT not in json.dumps(frontend)
+    # A node-group stack's DGD is the recipe's (no annotation anywhere), and nothing Karpenter is planned.
+    assert K.DO_NOT_DISRUPT not in json.dumps(ng.serving.dgd) and ng.cluster_plan.karpenter is None
+
+
+def test_stacks_without_karpenter_register_nothing_karpenter():
+    raw = stack_config()
+    raw["cluster"].pop("capacity")
+    g = graph(raw)
+    assert not g.of(R.NODEPOOL) and not g.of(R.EC2NODECLASS) and not g.of(R.SQS_QUEUE) and R._karpenter_release(g) is None
+    assert not any(K.DISCOVERY_TAG in (r.inputs.get("tags") or {}) for r in g.resources)
+
+
+def test_mixed_pools_node_group_and_karpenter():
+    raw = {"imagePullSecrets": ["ngc-secret"],
+           "cluster": {"mode": "eks", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "capacity": "karpenter", "maxNodes": 2}]},
+           "serve": [{"name": "a", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+                     {"name": "b", "target": "lightning-vllm-agg-b200-mtp", "namespace": "b"}]}
+    g = graph(raw, "mixed")
+    assert check(g) == []
+    assert [ng.name for ng in g.of(R.NODEGROUP) if ng.name != "cluster-system"] == ["cluster-gpu"]
+    assert [np.inputs["metadata"]["name"] for np in g.of(R.NODEPOOL)] == ["gpu-b200"]
+    dgds = {d.inputs["metadata"]["namespace"]: json.dumps(d.inputs) for d in g.of(R.DGD)}
+    assert K.DO_NOT_DISRUPT in dgds["b"] and K.DO_NOT_DISRUPT not in dgds["a"]
+
+
+def test_cluster_only_karpenter_pool():
+    raw = {"serve": [], "cluster": {"mode": "eks", "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 3}]}}
+    g = graph(raw, "konly")
+    assert check(g) == []
+    assert one(g, R.NODEPOOL).inputs["spec"]["limits"]["nodes"] == "3"
+
+
+# --------------------------------------------------------------------------- pure builders
+
+
+def test_helm_pin_and_feature_gate():
+    pin = versions()["charts"]["karpenter"]
+    tool = (versions().get("toolchain") or {}).get("karpenter")
+    if tool:  # the simulated cluster's Karpenter core is the chart's
+        assert pin["core"] == tool
+    od = build_program(stack_config(), "kt", frozenset(SECRETS)).cluster_plan.karpenter
+    cb = build_program(stack_config("capacity-block"), "kt", frozenset(SECRETS)).cluster_plan.karpenter
+    assert od.helm.version == pin["version"] and od.helm.repo.startswith("oci://")
+    assert "featureGates" not in od.helm.values["settings"]
+    assert cb.helm.values["settings"]["featureGates"] == {"reservedCapacity": True}
+    assert od.helm.values["settings"]["interruptionQueue"] == od.queue_name == od.cluster_name
+    reads = lambda plan: next(s for s in plan.controller_policy["Statement"] if s["Sid"] == "AllowRegionalReadActions")["Action"]
+    assert "ec2:DescribeCapacityReservations" in reads(cb) and "ec2:DescribeCapacityReservations" not in reads(od)
+
+
+def test_capacity_type_mapping():
+    assert K.capacity_type_for("on-demand", None) == ("on-demand", None)
+    assert K.capacity_type_for("on-demand", CR) == ("reserved", "default")
+    assert K.capacity_type_for("capacity-block", CR) == ("reserved", "capacity-block")
+
+
+def test_add_do_not_disrupt_respects_selection():
+    dgd = {"spec": {"components": [
+        {"name": "w", "podTemplate": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": 8}}}]}}},
+        {"name": "f", "podTemplate": {"spec": {"containers": [{}]}}},
+        {"name": "other", "podTemplate": {"metadata": {"annotations": {"a": "b"}}, "spec": {"nodeSelector": {"p": "x"},
+                                                                                             "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}}
+    assert K.add_do_not_disrupt(dgd, lambda pod: "nodeSelector" in pod) == ["other"]
+    assert dgd["spec"]["components"][2]["podTemplate"]["metadata"]["annotations"] == {"a": "b", K.DO_NOT_DISRUPT: "true"}
+    assert "metadata" not in dgd["spec"]["components"][0]["podTemplate"]
+
+
+# --------------------------------------------------------------------------- config errors, before any resource
+
+
+@pytest.mark.parametrize("cluster, key, words", [
+    ({"capacity": "autoscaler"}, "dynamo:cluster.capacity", ["'autoscaler'", "'node-group'", "'karpenter'"]),
+    ({"capacity": "node-group", "maxNodes": 3}, "dynamo:cluster.maxNodes", ["only applies with", "capacity: karpenter"]),
+    ({"gpuNodes": 2}, "dynamo:cluster.gpuNodes", ["maxNodes"]),
+    ({"maxNodes": 0}, "dynamo:cluster.maxNodes", ["greater than or equal to 1"]),
+    ({"consolidateAfter": "5 minutes"}, "dynamo:cluster.consolidateAfter", ["'5 minutes'", "10m"]),
+    ({"amiAlias": "al2@latest"}, "dynamo:cluster.amiAlias", ["'al2@latest'", "al2023@latest"]),
+    ({"placementGroup": True}, "dynamo:cluster.placementGroup", ["karpenter"]),
+])
+def test_bad_karpenter_config_names_key_value_and_choices(cluster, key, words):
+    raw = stack_config(**cluster)
+    with pytest.raises(ConfigError) as e:
+        build_program(raw, "kt", frozenset(SECRETS))
+    msg = str(e.value)
+    assert key in msg, msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_max_nodes_below_what_the_dgd_needs():
+    raw = stack_config(maxNodes=1)
+    raw["replicas"] = {"VllmDecodeWorker": 8}  # 9 one-GPU workers: two p5.48xlarge
+    with pytest.raises(ConfigError, match=r"dynamo:cluster.maxNodes: 1 x p5.48xlarge cannot hold .* use at least 2"):
+        build_program(raw, "kt", frozenset(SECRETS))
+
+
+def test_pool_keys_and_refusals_per_pool():
+    base = {"serve": [], "cluster": {"mode": "eks", "gpuPools": [{"gpu": "h100", "capacity": "karpenter"}]}}
+    with pytest.raises(ConfigError, match=r"dynamo:cluster.gpuPools\[0\].maxNodes: not set"):
+        build_program(base, "k", frozenset())
+    gb = {"serve": [], "cluster": {"mode": "eks", "cacheStorage": "fsx-lustre", "gpuPools": [
+        {"gpu": "gb200", "capacity": "karpenter", "maxNodes": 2, "marketType": "capacity-block", "capacityReservationId": CR,
+         "availabilityZone": "us-east-1-dfw-2a"}]}}
+    with pytest.raises(ConfigError, match=r"gpuPools\[0\].capacity: karpenter: p6e-gb200.36xlarge .* use capacity: node-group"):
+        build_program(gb, "k", frozenset())
+    both = {"serve": [], "cluster": {"mode": "eks", "capacity": "karpenter", "gpuPools": [{"gpu": "h100", "maxNodes": 1}]}}
+    with pytest.raises(ConfigError, match=r"dynamo:cluster.capacity: set per pool in dynamo:cluster.gpuPools"):
+        build_program(both, "k", frozenset())
+
+
+# --------------------------------------------------------------------------- each rule fails on the mistake it guards
+
+
+def test_rule_requirements():
+    g = graph(stack_config())
+    np = one(g, R.NODEPOOL)
+    reqs = np.inputs["spec"]["template"]["spec"]["requirements"]
+    next(r for r in reqs if r["key"] == K.CAPACITY_TYPE_LABEL)["values"] = ["ondemand"]
+    assert any("not in" in v for v in fails(g, R.karpenter_nodepool_requirements_are_valid))
+    g = graph(stack_config())
+    reqs = one(g, R.NODEPOOL).inputs["spec"]["template"]["spec"]["requirements"]
+    next(r for r in reqs if r["key"] == "node.kubernetes.io/instance-type")["values"] = ["p4d.24xlarge"]
+    assert any("not GPU instances" in v for v in fails(g, R.karpenter_nodepool_requirements_are_valid))
+    g = graph(stack_config())
+    one(g, R.NODEPOOL).inputs["spec"]["template"]["spec"]["requirements"].append({"key": "karpenter.sh/nodepool", "operator": "In", "values": ["x"]})
+    assert any("restricted" in v for v in fails(g, R.karpenter_nodepool_requirements_are_valid))
+    g = graph(stack_config())
+    one(g, R.NODEPOOL).inputs["spec"]["template"]["spec"]["requirements"].append({"key": K.RESERVATION_TYPE_LABEL, "operator": "In", "values": ["default"]})
+    assert any("only for reserved" in v for v in fails(g, R.karpenter_nodepool_requirements_are_valid))
+    g = graph(stack_config())
+    one(g, R.NODEPOOL).inputs["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "missing"
+    assert any("no registered EC2NodeClass" in v for v in fails(g, R.karpenter_nodepool_requirements_are_valid))
+
+
+def test_rule_reservation_selector():
+    g = graph(stack_config())  # on-demand pool given a reservation it does not ask for
+    one(g, R.EC2NODECLASS).inputs["spec"]["capacityReservationSelectorTerms"] = [{"id": CR}]
+    assert any("does not ask for reserved" in v for v in fails(g, R.karpenter_reservation_selector_exactly_for_reserved))
+    for cap in ("reservation", "capacity-block"):
+        g = graph(stack_config(cap))
+        del one(g, R.EC2NODECLASS).inputs["spec"]["capacityReservationSelectorTerms"]
+        assert any("selects no capacity reservation" in v for v in fails(g, R.karpenter_reservation_selector_exactly_for_reserved))
+        g = graph(stack_config(cap))
+        del R._karpenter_release(g).inputs["values"]["settings"]["featureGates"]
+        assert any("reservedCapacity" in v for v in fails(g, R.karpenter_reservation_selector_exactly_for_reserved))
+        g = graph(stack_config(cap))
+        pol = one(g, R.IAM_POLICY, "karpenter")
+        doc = json.loads(pol.inputs["policy"])
+        for st in doc["Statement"]:
+            if isinstance(st["Action"], list) and "ec2:DescribeCapacityReservations" in st["Action"]:
+                st["Action"].remove("ec2:DescribeCapacityReservations")
+        pol.inputs["policy"] = json.dumps(doc)
+        assert any("DescribeCapacityReservations" in v for v in fails(g, R.karpenter_reservation_selector_exactly_for_reserved))
+
+
+def test_rule_nodeclass_role():
+    g = graph(stack_config())
+    one(g, R.EC2NODECLASS).inputs["spec"]["role"] = "KarpenterNodeRole-other"
+    assert any("not an IAM role of this stack" in v for v in fails(g, R.karpenter_nodeclass_role_joins_the_cluster))
+    g = graph(stack_config())
+    one(g, R.ACCESS_ENTRY, "karpenter").inputs["type"] = "STANDARD"
+    assert any("no EC2_LINUX access entry" in v for v in fails(g, R.karpenter_nodeclass_role_joins_the_cluster))
+    g = graph(stack_config())
+    pol = one(g, R.IAM_POLICY, "karpenter")
+    pol.inputs["policy"] = pol.inputs["policy"].replace("karpenter-node\"", "karpenter-nodes\"")
+    assert any("iam:PassRole" in v for v in fails(g, R.karpenter_nodeclass_role_joins_the_cluster))
+
+
+def test_rule_limits():
+    g = graph(stack_config())
+    one(g, R.NODEPOOL).inputs["spec"]["limits"] = {"nvidia.com/gpu": "8", "nodes": "0"}
+    assert any("limits.nodes 0" in v for v in fails(g, R.karpenter_node_limits_hold_the_dgds))
+    g = graph(stack_config())
+    one(g, R.NODEPOOL).inputs["spec"]["limits"]["nvidia.com/gpu"] = "4"
+    assert any("nvidia.com/gpu 4" in v for v in fails(g, R.karpenter_node_limits_hold_the_dgds))
+    g = graph(stack_config())  # a taint the workers do not tolerate: they land on no pool
+    one(g, R.NODEPOOL).inputs["spec"]["template"]["spec"]["taints"][0]["value"] = "other"
+    assert any("lands on 0 GPU pools" in v for v in fails(g, R.karpenter_node_limits_hold_the_dgds))
+
+
+def test_rule_discovery_tags():
+    g = graph(stack_config())
+    for sn in g.of(R.SUBNET):
+        (sn.inputs.get("tags") or {}).pop(K.DISCOVERY_TAG, None)
+    assert any("no subnet carries" in v for v in fails(g, R.karpenter_discovery_tags_match_the_selectors))
+    g = graph(stack_config())
+    zone = R._req_values(one(g, R.NODEPOOL), "topology.kubernetes.io/zone")[0]
+    for sn in g.of(R.SUBNET):
+        if sn.inputs.get("availabilityZone") == zone:
+            (sn.inputs.get("tags") or {}).pop(K.DISCOVERY_TAG, None)
+    assert any("in zones" in v for v in fails(g, R.karpenter_discovery_tags_match_the_selectors))
+    g = graph(stack_config())
+    g.resources = [r for r in g.resources if r.type != R.EC2_TAG]
+    assert any("cluster security group" in v for v in fails(g, R.karpenter_discovery_tags_match_the_selectors))
+
+
+def test_rule_interruption_queue():
+    g = graph(stack_config())
+    R._karpenter_release(g).inputs["values"]["settings"]["interruptionQueue"] = "other"
+    assert any("names no SQS queue" in v for v in fails(g, R.karpenter_interruption_queue_is_wired))
+    g = graph(stack_config())
+    g.resources = [r for r in g.resources if not (r.type == R.EVENT_TARGET and r.name.endswith("rebalance"))]
+    assert any("Rebalance" in v for v in fails(g, R.karpenter_interruption_queue_is_wired))
+    g = graph(stack_config())
+    one(g, R.SQS_QUEUE).inputs["messageRetentionSeconds"] = 1209600
+    assert any("messageRetentionSeconds" in v for v in fails(g, R.karpenter_interruption_queue_is_wired))
+    g = graph(stack_config())
+    pol = one(g, R.SQS_QUEUE_POLICY)
+    pol.inputs["policy"] = pol.inputs["policy"].replace("events.amazonaws.com", "sns.amazonaws.com")
+    assert any("events.amazonaws.com" in v for v in fails(g, R.karpenter_interruption_queue_is_wired))
+
+
+def test_rule_controller_identity():
+    g = graph(stack_config())
+    one(g, R.POD_IDENTITY).inputs["serviceAccount"] = "karpenter-controller"
+    assert any("no Pod Identity association" in v for v in fails(g, R.karpenter_controller_has_its_identity))
+    g = graph(stack_config())
+    g.resources = [r for r in g.resources if not (r.type == R.EKS_ADDON and r.inputs.get("addonName") == "eks-pod-identity-agent")]
+    assert any("eks-pod-identity-agent" in v for v in fails(g, R.karpenter_controller_has_its_identity))
+
+
+def test_rule_do_not_disrupt():
+    g = graph(stack_config())
+    for c in one(g, R.DGD).inputs["spec"]["components"]:
+        c["podTemplate"].pop("metadata", None)
+    assert any(K.DO_NOT_DISRUPT in v for v in fails(g, R.karpenter_serving_workers_are_not_disrupted))
+    g = graph(stack_config())
+    one(g, R.NODEPOOL).inputs["spec"]["disruption"]["consolidationPolicy"] = "WhenEmptyOrUnderutilized"
+    assert any("not WhenEmpty" in v for v in fails(g, R.karpenter_serving_workers_are_not_disrupted))
+
+
+def test_every_karpenter_rule_cites_its_source_and_is_exercised_here():
+    import inspect
+
+    src = inspect.getsource(inspect.getmodule(test_rule_requirements))
+    for fn in KARPENTER_RULES:
+        assert "Source:" in fn.__doc__, fn.__name__
+        assert f"R.{fn.__name__}" in src, f"{fn.__name__} has no failing-graph test"
