@@ -8,23 +8,30 @@ release, then the two custom resources per pool).
 
 Facts, with their sources:
 
-* Chart ``oci://public.ecr.aws/karpenter/karpenter`` 1.13.1 (stacks/versions.yaml charts.karpenter). Its Go module
-  github.com/aws/karpenter-provider-aws v1.13.1 requires ``sigs.k8s.io/karpenter v1.13.0`` (the module's go.mod as the
-  Go module proxy serves it, read 2026-12-01): the same core the simulated cluster builds (v1.13.0 builds with this
-  machine's Go 1.26.8; v1.14.3 and v1.15.0 need newer Go). The install command (OCI chart, ``settings.clusterName``,
-  ``settings.interruptionQueue``) is the chart README's (aws/karpenter-provider-aws charts/karpenter/README.md).
+* Chart ``oci://public.ecr.aws/karpenter/karpenter`` 1.13.1 (stacks/versions.yaml charts.karpenter): the release
+  script packages charts/karpenter of the tag with ``helm package --version <version>`` and pushes it to
+  ``oci://public.ecr.aws/<gallery>/`` (github.com/aws/karpenter-provider-aws@v1.13.1 hack/release/common.sh; the tag's
+  Chart.yaml still reads the previous version until the release bumps it). That module's go.mod requires
+  ``sigs.k8s.io/karpenter v1.13.0``: the core the simulated cluster builds (v1.13.0 builds with this machine's
+  Go 1.26.8; v1.14.3 and v1.15.0 need newer Go). The install command (OCI chart, ``settings.clusterName``,
+  ``settings.interruptionQueue``) is the chart README's (charts/karpenter/README.md @v1.13.1).
 * ReservedCapacity: native ODCR support from v1.3, Capacity Blocks from v1.6, "ensure the ReservedCapacity feature
-  gate is enabled" (karpenter.sh/docs/tasks/odcrs). In core v1.13.0 the gate defaults to true
-  (sigs.k8s.io/karpenter@v1.13.0 pkg/operator/options/options.go: FEATURE_GATES default
-  ``NodeRepair=false,ReservedCapacity=true,...``); the chart renders FEATURE_GATES from
-  ``settings.featureGates.reservedCapacity`` (aws-ia/terraform-aws-eks-blueprints-addons PR 448 quotes the chart
-  value), so a stack with reservations sets it explicitly rather than trusting a chart default.
+  gate is enabled" (karpenter.sh/docs/tasks/odcrs). The chart renders ``FEATURE_GATES`` from
+  ``settings.featureGates.reservedCapacity`` ("reservedCapacity is BETA and is enabled by default": charts/karpenter
+  values.yaml and templates/deployment.yaml @v1.13.1; core default ``ReservedCapacity=true`` in
+  sigs.k8s.io/karpenter@v1.13.0 pkg/operator/options/options.go); a stack with reservations still sets it explicitly,
+  so a chart default changing on a bump cannot turn its reservations off.
+* EC2NodeClass schema (github.com/aws/karpenter-provider-aws@v1.13.1 pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml):
+  required amiSelectorTerms, subnetSelectorTerms, securityGroupSelectorTerms; exactly one of role / instanceProfile;
+  ``alias`` "family@version" (al2023; "latest" drifts on every AMI release, "not recommended for production");
+  ``capacityReservationSelectorTerms[].id`` ``^cr-[0-9a-z]+$``; ``instanceStorePolicy: RAID0``; metadataOptions.
+  The objects built here were checked against that schema and the NodePool CRD.
 * Capacity types ``on-demand``, ``spot``, ``reserved`` (sigs.k8s.io/karpenter@v1.13.0 pkg/apis/v1/labels.go
   CapacityTypeOnDemand/Spot/Reserved, label ``karpenter.sh/capacity-type``). Reservations and Capacity Blocks are
   selected by ``EC2NodeClass.spec.capacityReservationSelectorTerms`` (``- id: cr-...``); "Capacity blocks are modeled as
   on-demand capacity reservations in EC2" (karpenter.sh/docs/tasks/odcrs); the label
   ``karpenter.k8s.aws/capacity-reservation-type`` (``default`` | ``capacity-block``) tells them apart
-  (aws/karpenter-provider-aws designs/capacity-block-support.md).
+  (aws/karpenter-provider-aws designs/capacity-block-support.md; @v1.13.1 pkg/apis/v1/labels.go LabelCapacityReservationType).
 * ``karpenter.sh/do-not-disrupt`` pod annotation (sigs.k8s.io/karpenter@v1.13.0 pkg/apis/v1/labels.go
   DoNotDisruptAnnotationKey): Karpenter does not voluntarily disrupt a node running such a pod.
 * NodePool schema (sigs.k8s.io/karpenter@v1.13.0 pkg/apis/crds/karpenter.sh_nodepools.yaml): ``limits`` (any
@@ -32,8 +39,12 @@ Facts, with their sources:
   count or a percentage) with ``reasons`` Underutilized | Empty | Drifted, requirement operators In, NotIn, Exists,
   DoesNotExist, Gt, Lt, Gte, Lte; the ``karpenter.sh`` label domain is restricted except ``karpenter.sh/capacity-type``.
 * EFA: "Pods can request ``vpc.amazonaws.com/efa`` resources, and nodes launched for this pod will have EFA interfaces
-  configured on all network cards" (aws/karpenter-provider-aws issue 9071, about v1.11.0 and later; issue 6296): the
-  workers' EFA requests drive it, so the EC2NodeClass names no network interfaces.
+  configured on all network cards" (aws/karpenter-provider-aws issue 9071, about v1.11.0 and later; issue 6296;
+  @v1.13.1 pkg/providers/instancetype/suite_test.go "should launch instances for vpc.amazonaws.com/efa resource
+  requests"): the workers' EFA requests drive it, so the EC2NodeClass names no network interfaces.
+* Placement groups: v1.13 can select an existing one (EC2NodeClass ``placementGroupSelector``;
+  designs/placement-groups-support.md @v1.13.1), but the controller permissions it needs were not confirmed here, so
+  Karpenter pools get none (``placementGroup: true`` is refused for them).
 * IAM, interruption queue and rules: Karpenter's getting-started CloudFormation (aws/karpenter-provider-aws
   website/content/en/preview/getting-started/getting-started-with-karpenter/cloudformation.yaml @0110690d) and
   terraform-aws-modules/terraform-aws-eks modules/karpenter/policy.tf (v1 controller policy @052bba89: the
@@ -67,7 +78,7 @@ NODECLASS_API = "karpenter.k8s.aws/v1"
 # AL2023 alias: Karpenter picks the AL2023 variant for the instance (the NVIDIA one for GPU instances, as the node
 # groups' AL2023_x86_64_NVIDIA / AL2023_ARM_64_NVIDIA). "@latest" follows new AMIs (drift replaces idle nodes;
 # serving workers carry do-not-disrupt); karpenter.sh/docs/tasks/managing-amis recommends pinning a version in
-# production: dynamo:cluster.gpuPools[i].amiAlias (e.g. al2023@v20251120).
+# production: dynamo:cluster.gpuPools[i].amiAlias (al2023@vYYYYMMDD, an AL2023 AMI release).
 DEFAULT_AMI_ALIAS = "al2023@latest"
 DEFAULT_CONSOLIDATE_AFTER = "10m"
 # The EventBridge rules of the getting-started CloudFormation (source, detail-type) -> the interruption queue.
