@@ -33,9 +33,11 @@ python: $(UV)
 pulumi-toolchain:
 	tools/toolchain.sh
 
-# The local control plane the engine tests run against (not needed by `make up`).
+# The local control plane the engine tests run against (not needed by `make up`), and the real Karpenter (KWOK
+# cloud provider) that tests/test_karpenter_engine.py runs with it.
 kube-toolchain:
 	tools/kube-local.sh build
+	tools/karpenter.sh build
 
 # The Prometheus server tests/test_prometheus.py scrapes the serving rig with (pinned in stacks/versions.yaml).
 prometheus-toolchain:
