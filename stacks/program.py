@@ -175,7 +175,7 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
         cluster_plan = eks_plans[0][1] if one_group else combined_cluster_plan(stack, cluster, entries, [cp for _, cp in eks_plans])
         storage = "StorageClass" if cluster_plan.storage_class else "PersistentVolume"
         layers = ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
-                  "NVIDIA DRA driver" if cluster_plan.dra_driver else ""]
+                  "NVIDIA DRA driver" if cluster_plan.dra_driver else "", _karpenter_layer(cluster_plan)]
     elif cluster.mode == "stack":
         from .cluster import combined_stack_plan
 
@@ -186,6 +186,12 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
         layers.append("Dynamo platform")
     program = ProgramPlan(stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries)
     return demand_layers(optional_layers(program), raw)
+
+
+def _karpenter_layer(cluster_plan: Any) -> str:
+    """The Karpenter install and its NodePools, when a GPU pool has capacity: karpenter (stacks/karpenter.py)."""
+    kp = getattr(cluster_plan, "karpenter", None)
+    return f"Karpenter {kp.helm.version} and NodePools {', '.join(p.name for p in kp.pools)}" if kp else ""
 
 
 def combined_dgd(entries: list[Entry]) -> dict:
@@ -240,7 +246,7 @@ def cluster_only_program(raw: dict[str, Any], stack: str, cluster: ClusterConfig
     plan = build_cluster_only_plan(stack, cluster)
     storage = "StorageClass" if plan.storage_class else "PersistentVolume"
     layers = ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
-              "NVIDIA DRA driver" if plan.dra_driver else "", "Dynamo platform" if cluster.platform_wanted() else ""]
+              "NVIDIA DRA driver" if plan.dra_driver else "", _karpenter_layer(plan), "Dynamo platform" if cluster.platform_wanted() else ""]
     return ProgramPlan(stack, None, cluster, None, plan, [x for x in layers if x], entries=[])
 
 
