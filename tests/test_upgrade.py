@@ -1,0 +1,216 @@
+"""Upgrading Dynamo on the real engine: a stack brought up by the 1.5-era program (dynamo-platform 1.5.0, the Ultra
+Refresh id ``ultra-vllm-agg-b200-agentic-256k-2w-kv``) is updated by today's program (dynamo-platform 1.6.0, the
+renamed target ``ultra-vllm-agg-b200-agentic-256K-kv-router``).
+
+The 1.5-era program is today's with the Nemotron-3-Ultra catalog module as it was before the rename
+(tests/fixtures/catalog-1.5/ultra.py.txt, this project's own stacks/catalog/ultra.py at 794ed2c, whose renders were
+exact against ../shared/reference/dynamo-recipes: checked below) and the platform chart pinned at 1.5.0. A local Helm
+repository (no network here) serves one-ConfigMap stand-ins for dynamo-platform 1.5.0 and 1.6.0.
+
+Expected, and asserted step by step on the preview: the Helm release is upgraded in place (same URN, same object);
+the DynamoGraphDeployment is replaced, because its name changes upstream (``ultra-agg-b200-256k-2w-kv`` ->
+``ultra-agg-b200-256k-kv-router``, and ``VllmWorker`` -> ``worker``: a Kubernetes object cannot be renamed, and the
+operator makes one DynamoComponentDeployment per component name); nothing else changes: the model-cache claim, the
+download Jobs, the namespace and the HF Secret stay as they are (the cache is kept). The old id still works with the
+new program and the preview warns with the new names; setting the new id then changes nothing.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stacks import catalog, fidelity
+
+ROOT = Path(__file__).resolve().parent.parent
+KUBE_LOCAL = ROOT / "tools" / "kube-local.sh"
+OLD_ULTRA = ROOT / "tests" / "fixtures" / "catalog-1.5" / "ultra.py.txt"
+OLD_ID = "ultra-vllm-agg-b200-agentic-256k-2w-kv"
+NEW_ID = catalog.renamed()[OLD_ID]
+PLATFORM_15, PLATFORM_16 = "1.5.0", "1.6.0"
+
+pytestmark = pytest.mark.needs_reference
+
+
+def _chart_repo(root: Path, name: str, versions: list[str]) -> Path:
+    """A Helm repository serving a one-ConfigMap stand-in chart at each version."""
+    entries = []
+    for v in versions:
+        files = {f"{name}/Chart.yaml": yaml.safe_dump({"apiVersion": "v2", "name": name, "version": v, "appVersion": v}),
+                 f"{name}/templates/cm.yaml": ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-pin\n"
+                                               "data:\n  chartVersion: {{ .Chart.Version | quote }}\n")}
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for path, text in files.items():
+                data = text.encode()
+                info = tarfile.TarInfo(path)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        tgz = f"{name}-{v}.tgz"
+        (root / tgz).write_bytes(buf.getvalue())
+        entries.append({"apiVersion": "v2", "name": name, "version": v, "appVersion": v, "urls": [tgz],
+                        "digest": hashlib.sha256(buf.getvalue()).hexdigest(), "created": "2026-12-01T00:00:00Z"})
+    (root / "index.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "entries": {name: entries}, "generated": "2026-12-01T00:00:00Z"}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory):
+    """This module's own local control plane (started and stopped here)."""
+    for tool in ("pulumi", "kubectl"):
+        if not shutil.which(tool):
+            from conftest import need_tool
+
+            need_tool(tool)
+    state = tmp_path_factory.mktemp("kube-upgrade")
+    env = {**os.environ, "KUBE_LOCAL_DIR": str(state)}
+    subprocess.run([str(KUBE_LOCAL), "start"], check=True, env=env, timeout=900)
+    yield {"kubeconfig": str(state / "kubeconfig")}
+    subprocess.run([str(KUBE_LOCAL), "stop"], env=env, timeout=120)
+
+
+def kubectl(kube, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(["kubectl", "--kubeconfig", kube["kubeconfig"], *args], capture_output=True, text=True)
+
+
+class Program:
+    """A copy of the project whose Ultra catalog module and platform pin can be set to either era."""
+
+    def __init__(self, work: Path, repo_url: str):
+        self.work, self.repo_url = work, repo_url
+        for name in ("Pulumi.yaml", "__main__.py", "pyproject.toml"):
+            shutil.copy(ROOT / name, work / name)
+        for d in ("components", "stacks"):
+            shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
+        (work / ".venv").symlink_to(ROOT / ".venv")
+
+    def era(self, ultra: Path, platform: str) -> None:
+        shutil.copy(ultra, self.work / "stacks" / "catalog" / "ultra.py")
+        manifest = self.work / "stacks" / "versions.yaml"
+        m = yaml.safe_load(manifest.read_text())
+        m["charts"]["dynamo-platform"] = {**m["charts"]["dynamo-platform"], "repo": self.repo_url, "version": platform}
+        manifest.write_text(yaml.safe_dump(m))
+
+
+def test_the_1_5_era_catalog_module_renders_the_frozen_files_of_the_renamed_targets():
+    """The fixture is the 1.5-era program: each Refresh target upstream renamed renders its frozen file exactly."""
+    import importlib.machinery
+    import importlib.util
+
+    from stacks.catalog.ops import apply_all
+
+    loader = importlib.machinery.SourceFileLoader("stacks.catalog._ultra_1_5", str(OLD_ULTRA))
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(mod)
+    old = {t.id: t for t in mod.FAMILY.targets}
+    ref = fidelity.recipes_dir()
+    assert set(catalog.renamed()) <= set(old)
+    for tid in catalog.renamed():
+        t = old[tid]
+        assert t.upstream in fidelity.renamed_paths()
+        diffs = fidelity.compare_file(fidelity.load_docs(ref / t.upstream), apply_all(mod.FAMILY.builders[t.family](t), t.ops),
+                                      storage_class=None, pull_secrets=())
+        assert diffs == [], (tid, diffs)
+
+
+def _steps(stack, **kw) -> tuple[dict[tuple[str, str], str], str]:
+    """(type, name) -> op of every resource the preview plans, and the diagnostics it printed."""
+    steps: dict[tuple[str, str], str] = {}
+    out: list[str] = []
+
+    def on_event(e):
+        pre = getattr(e, "resource_pre_event", None)
+        if pre is not None:
+            urn = pre.metadata.urn
+            steps[(urn.split("::")[2].split("$")[-1], urn.split("::")[-1])] = str(pre.metadata.op.value if hasattr(pre.metadata.op, "value") else pre.metadata.op)
+        diag = getattr(e, "diagnostic_event", None)
+        if diag is not None:
+            out.append(f"{diag.severity}: {diag.message}")
+
+    stack.preview(on_output=None, on_event=on_event, **kw)
+    return steps, "\n".join(out)
+
+
+@pytest.mark.engine
+def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
+    from pulumi import automation as auto
+
+    (tmp_path / "repo").mkdir()
+    repo = _chart_repo(tmp_path / "repo", "dynamo-platform", [PLATFORM_15, PLATFORM_16])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "project").mkdir()
+    program = Program(tmp_path / "project", f"http://127.0.0.1:{server.server_address[1]}")
+    program.era(OLD_ULTRA, PLATFORM_15)
+
+    ns = "e-upgrade"
+    env = {"PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}", "PULUMI_CONFIG_PASSPHRASE": "engine-tests",
+           "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+           "DYNAMO_REFERENCE": str(fidelity.reference_root())}
+    (tmp_path / "state").mkdir()
+    stack = auto.create_or_select_stack(stack_name=ns, work_dir=str(program.work),
+                                        opts=auto.LocalWorkspaceOptions(work_dir=str(program.work), env_vars=env))
+    config = {"target": OLD_ID, "namespace": ns, "wait": {"enabled": False},
+              "cluster": {"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"], "installPlatform": True}}
+    for k, v in config.items():
+        stack.set_config(f"dynamo:{k}", auto.ConfigValue(value=v if isinstance(v, str) else json.dumps(v)))
+    stack.set_config("dynamo:hfToken", auto.ConfigValue(value="hf_UPGRADE_CANARY", secret=True))
+    try:
+        # --- the 1.5-era stack
+        assert stack.up(on_output=None).summary.result == "succeeded"
+        old_dgd = json.loads(kubectl(kube, "get", "dynamographdeployments.nvidia.com", "ultra-agg-b200-256k-2w-kv", "-n", ns, "-o", "json").stdout)
+        assert [c["name"] for c in old_dgd["spec"]["components"]] == ["Frontend", "VllmWorker"]
+        pvc = json.loads(kubectl(kube, "get", "pvc", catalog.cache_claim(catalog.targets()[NEW_ID]), "-n", ns, "-o", "json").stdout)
+        pin = json.loads(kubectl(kube, "get", "configmap", "dynamo-platform-pin", "-n", "dynamo-system", "-o", "json").stdout)
+        assert pin["data"]["chartVersion"] == PLATFORM_15
+        before = {r["urn"]: r for r in stack.export_stack().deployment["resources"]}
+
+        # --- today's program, the stack file unchanged (old id): it resolves to the renamed target, with a warning
+        program.era(ROOT / "stacks" / "catalog" / "ultra.py", PLATFORM_16)
+        steps, diagnostics = _steps(stack)
+        changed = {k: op for k, op in steps.items() if op != "same"}
+        assert changed == {
+            ("kubernetes:helm.sh/v3:Release", "dynamo-platform-release"): "update",
+            ("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "serving-graph-ultra-agg-b200-256k-kv-router"): "create",
+            ("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "serving-graph-ultra-agg-b200-256k-2w-kv"): "delete",
+        }, changed
+        assert ("kubernetes:core/v1:PersistentVolumeClaim", "serving-model-cache") in steps and \
+            steps[("kubernetes:core/v1:PersistentVolumeClaim", "serving-model-cache")] == "same"
+        assert f"target '{OLD_ID}' was renamed upstream to '{NEW_ID}'" in diagnostics and "'ultra-agg-b200-256k-kv-router'" in diagnostics
+
+        # --- the stack file names the new id: the same plan, and no warning
+        stack.set_config("dynamo:target", auto.ConfigValue(value=NEW_ID))
+        steps2, diagnostics2 = _steps(stack)
+        assert {k: op for k, op in steps2.items() if op != "same"} == changed and "renamed upstream" not in diagnostics2
+        result = stack.up(on_output=None)
+        assert result.summary.result == "succeeded"
+        assert {k: v for k, v in result.summary.resource_changes.items() if k != "same"} == {"create": 1, "delete": 1, "update": 1}
+
+        # --- after: new DGD with the 1.6 component names, old one gone, cache claim and release kept (same objects)
+        new_dgd = json.loads(kubectl(kube, "get", "dynamographdeployments.nvidia.com", "ultra-agg-b200-256k-kv-router", "-n", ns, "-o", "json").stdout)
+        assert [c["name"] for c in new_dgd["spec"]["components"]] == ["Frontend", "worker"]
+        assert kubectl(kube, "get", "dynamographdeployments.nvidia.com", "ultra-agg-b200-256k-2w-kv", "-n", ns).returncode != 0
+        pvc_after = json.loads(kubectl(kube, "get", "pvc", pvc["metadata"]["name"], "-n", ns, "-o", "json").stdout)
+        assert pvc_after["metadata"]["uid"] == pvc["metadata"]["uid"]
+        pin_after = json.loads(kubectl(kube, "get", "configmap", "dynamo-platform-pin", "-n", "dynamo-system", "-o", "json").stdout)
+        assert pin_after["data"]["chartVersion"] == PLATFORM_16 and pin_after["metadata"]["uid"] == pin["metadata"]["uid"]
+        after = {r["urn"]: r for r in stack.export_stack().deployment["resources"]}
+        release = next(u for u in before if u.endswith("::dynamo-platform-release"))
+        assert after[release]["id"] == before[release]["id"] and after[release]["outputs"]["version"] == PLATFORM_16
+        converged, _ = _steps(stack)
+        assert converged and set(converged.values()) == {"same"}
+    finally:
+        stack.destroy(on_output=None)
+        stack.workspace.remove_stack(stack.name, force=True)
+        server.shutdown()
