@@ -1,0 +1,288 @@
+"""DGD autoscaling (``autoscaling.<component>``; stacks/autoscaling.py): config refusals before any resource, the
+ScaledObject and the DGD opt-in the plan renders, the Pulumi wiring (mocks), and admission by a real kube-apiserver
+with the KEDA ScaledObject CRD of the pinned KEDA (Go module github.com/kedacore/keda/v2 at the chart's version,
+config/crd/bases) and the Dynamo DGD and DGDSA CRDs of the pinned platform (../shared/reference/crds)."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import run_program
+from stacks import fidelity
+from stacks.autoscaling import DGDSA_API, DGDSA_KIND, adapter_name, gpus_per_replica
+from stacks.config import ConfigError
+from stacks.observability import DYNAMO_METRICS, prometheus_url
+from stacks.program import build_program
+from stacks.render import render_target
+from stacks.platform import chart_pin
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRETS = {"hfToken": "hf_mock", "ngcApiKey": "nvapi-mock"}
+AGG = "lightning-vllm-agg-h100-dspark"
+SCALE = {"worker": {"minReplicas": 1, "maxReplicas": 8, "metric": "queue-depth", "target": 4}}
+
+
+def cfg(**kw) -> dict:
+    base = {"target": AGG, "imagePullSecrets": ["ngc-secret"], "observability": {"enabled": True},
+            "cluster": {"mode": "eks", "region": "us-east-1"}, "autoscaling": copy.deepcopy(SCALE)}
+    base.update(kw)
+    return base
+
+
+def worker_name(program) -> str:
+    return next(c["name"] for c in program.entries[0].plan.dgd["spec"]["components"] if gpus_per_replica(c))
+
+
+@pytest.fixture(scope="module")
+def comp() -> str:
+    return worker_name(build_program({"target": AGG}, "a"))
+
+
+def scaled_cfg(comp: str, **kw) -> dict:
+    c = cfg(**kw)
+    c["autoscaling"] = {comp: c["autoscaling"].pop("worker")} if "worker" in c["autoscaling"] else c["autoscaling"]
+    return c
+
+
+# ---------------------------------------------------------------------------- plan
+
+def test_scaled_object_drives_the_components_adapter_from_the_stacks_prometheus(comp):
+    p = build_program(scaled_cfg(comp), "a")
+    plan = p.entries[0].plan
+    dgd = plan.dgd
+    (so,) = plan.autoscalers
+    name = f"{dgd['metadata']['name']}-{comp.lower()}"
+    assert adapter_name(dgd["metadata"]["name"], comp) == name
+    assert so["apiVersion"] == "keda.sh/v1alpha1" and so["kind"] == "ScaledObject"
+    assert so["metadata"]["namespace"] == dgd["metadata"]["namespace"]
+    assert so["spec"]["scaleTargetRef"] == {"apiVersion": DGDSA_API, "kind": DGDSA_KIND, "name": name}
+    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (1, 8)
+    (trig,) = so["spec"]["triggers"]
+    assert trig["type"] == "prometheus"
+    assert trig["metadata"]["serverAddress"] == p.observability.prometheus_endpoint == prometheus_url("monitoring")
+    assert trig["metadata"]["threshold"] == "4"
+    q = trig["metadata"]["query"]
+    assert q.startswith(f"sum({DYNAMO_METRICS['queued']}{{") and f'namespace="{dgd["metadata"]["namespace"]}"' in q
+    assert f'dynamo_namespace="{dgd["metadata"]["namespace"]}-{dgd["metadata"]["name"]}"' in q
+    # the component opts into its DGDSA; the others do not
+    assert [c["name"] for c in dgd["spec"]["components"] if "scalingAdapter" in c] == [comp]
+    assert next(c for c in dgd["spec"]["components"] if c["name"] == comp)["scalingAdapter"] == {}
+    assert "KEDA chart (autoscaling)" in p.other_layers and plan.notes["keda"].chart == "keda"
+
+
+def test_ttft_and_existing_prometheus(comp):
+    c = scaled_cfg(comp, observability={"enabled": True, "prometheus": "existing", "prometheusEndpoint": "http://prom.obs.svc:9090"})
+    c["autoscaling"][comp].update(metric="ttft", target=0.5)
+    (so,) = build_program(c, "a").entries[0].plan.autoscalers
+    md = so["spec"]["triggers"][0]["metadata"]
+    assert md["serverAddress"] == "http://prom.obs.svc:9090" and md["threshold"] == "0.5"
+    assert md["query"].startswith(f"histogram_quantile(0.95, sum by (le) (rate({DYNAMO_METRICS['ttft']}_bucket{{")
+
+
+def test_replicas_start_inside_the_bounds(comp):
+    c = scaled_cfg(comp, replicas={comp: 12}, cluster={"mode": "eks", "region": "us-east-1", "gpuNodes": 2})
+    dgd = build_program(c, "a").entries[0].plan.dgd
+    assert next(x for x in dgd["spec"]["components"] if x["name"] == comp)["replicas"] == 8
+
+
+def test_without_autoscaling_nothing_changes():
+    p = build_program({"target": AGG, "cluster": {"mode": "eks", "region": "us-east-1"}}, "a")
+    assert p.entries[0].plan.autoscalers == [] and "keda" not in p.entries[0].plan.notes
+    assert not any("scalingAdapter" in c for c in p.entries[0].plan.dgd["spec"]["components"])
+    assert render_target(AGG) == build_program({"target": AGG}, "a").objects()
+
+
+def test_max_replicas_beyond_the_pool_is_refused_with_the_valid_range(comp):
+    per = gpus_per_replica(next(c for c in build_program({"target": AGG}, "a").entries[0].plan.dgd["spec"]["components"]
+                                if c["name"] == comp))
+    c = scaled_cfg(comp, cluster={"mode": "eks", "region": "us-east-1", "gpuNodes": 1})
+    c["autoscaling"][comp]["maxReplicas"] = 8 // per + 1
+    with pytest.raises(ConfigError) as e:
+        build_program(c, "a")
+    assert str(e.value) == (f"dynamo:autoscaling.{comp}.maxReplicas: {8 // per + 1} x {per} GPUs need {(8 // per + 1) * per} h100 GPUs; "
+                            f"the pool (dynamo:cluster.gpuNodes) holds 8 (1 x p5.48xlarge); valid range 1-{8 // per}, "
+                            f"or raise dynamo:cluster.gpuNodes")
+    c["autoscaling"][comp]["maxReplicas"] = 8 // per
+    build_program(c, "a")  # at the limit: accepted
+
+
+def test_gpu_pool_key_and_other_entries_count_against_the_pool(comp):
+    c = {"imagePullSecrets": ["ngc-secret"], "observability": {"enabled": True},
+         "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "nodes": 1}]},
+         "serve": [{"name": "a", "target": AGG, "namespace": "a", "replicas": {comp: 4}},
+                   {"name": "b", "target": AGG, "namespace": "b",
+                    "autoscaling": {comp: {"maxReplicas": 8, "metric": "inflight", "target": 16}}}]}
+    with pytest.raises(ConfigError, match=rf"dynamo:serve\[1\].autoscaling.{comp}.maxReplicas: 8 x \d+ GPUs plus the pool's "
+                                          rf"other \d+ GPUs need \d+ h100 GPUs; the pool \(dynamo:cluster.gpuPools\[0\].nodes\)"):
+        build_program(c, "a")
+    c["serve"][0]["replicas"] = {comp: 0}
+    p = build_program(c, "a")
+    assert [len(e.plan.autoscalers) for e in p.entries] == [0, 1]
+
+
+@pytest.mark.parametrize("body, match", [
+    ({"minReplicas": 0, "maxReplicas": 2, "metric": "queue-depth", "target": 1}, r"minReplicas: 0 is not allowed: .*HTTP 404.*valid range 1-2.*paused: true"),
+    ({"minReplicas": 3, "maxReplicas": 2, "metric": "queue-depth", "target": 1}, r"minReplicas: 3 is above maxReplicas 2; valid range 1-2"),
+    ({"maxReplicas": 101, "metric": "queue-depth", "target": 1}, r"maxReplicas: 101 is outside the valid range 1-100"),
+    ({"maxReplicas": 2, "metric": "gpu-util", "target": 1}, r"metric: 'gpu-util' is not valid; choose one of 'queue-depth', 'inflight' or 'ttft'"),
+    ({"maxReplicas": 2, "metric": "ttft"}, r"target: required"),
+    ({"maxReplicas": 2, "metric": "ttft", "target": 1, "via": "planner"}, r"via: 'planner': .*DynamoGraphDeploymentRequest.*via: keda"),
+    ({"maxReplicas": 2, "metric": "ttft", "target": 1, "scaleDown": 1}, r"scaleDown: unknown key; valid keys: minReplicas, maxReplicas"),
+])
+def test_bad_autoscaling_is_refused_before_any_resource(comp, body, match):
+    c = cfg()
+    c["autoscaling"] = {comp: body}
+    with pytest.raises(ConfigError, match=rf"dynamo:autoscaling\.{comp}\.{match}"):
+        build_program(c, "a")
+
+
+def test_frontend_unknown_component_and_missing_prometheus_are_refused(comp):
+    for body, match in (({"Frontend": SCALE["worker"]}, r"dynamo:autoscaling.Frontend: 'Frontend' holds no GPU"),
+                        ({"nope": SCALE["worker"]}, rf"dynamo:autoscaling.nope: component 'nope' is not in this target; GPU components: {comp}")):
+        with pytest.raises(ConfigError, match=match):
+            build_program({**cfg(), "autoscaling": body}, "a")
+    c = scaled_cfg(comp)
+    del c["observability"]
+    with pytest.raises(ConfigError, match=r"dynamo:autoscaling: needs dynamo:observability.enabled: true"):
+        build_program(c, "a")
+
+
+def test_the_dgd_crd_takes_the_opt_in_and_zero_replicas():
+    crd = yaml.safe_load((fidelity.reference_root() / "crds" / "nvidia.com_dynamographdeployments.yaml").read_text())
+    v1beta1 = next(v for v in crd["spec"]["versions"] if v["name"] == "v1beta1")
+    comp_schema = v1beta1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["components"]["items"]["properties"]
+    assert comp_schema["scalingAdapter"]["type"] == "object" and comp_schema["replicas"]["minimum"] == 0
+    sa = yaml.safe_load((fidelity.reference_root() / "crds" / "nvidia.com_dynamographdeploymentscalingadapters.yaml").read_text())
+    assert sa["spec"]["names"]["kind"] == DGDSA_KIND
+    served = {f"{sa['spec']['group']}/{v['name']}": v for v in sa["spec"]["versions"] if v["served"]}
+    assert served[DGDSA_API]["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
+
+
+# ---------------------------------------------------------------------------- wiring (Pulumi mocks)
+
+def test_mocks_scaled_object_after_dgd_and_keda_and_replicas_left_to_the_adapter(comp):
+    c = scaled_cfg(comp)
+    run = run_program(c, SECRETS, stack="autoscale")
+    dgd = run.one("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
+    so = run.one("kubernetes:keda.sh/v1alpha1:ScaledObject")
+    keda = [r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs.get("chart") == "keda"]
+    assert len(keda) == 1
+    pin = chart_pin("keda")
+    assert (keda[0].inputs["version"], keda[0].inputs["namespace"], keda[0].inputs["repositoryOpts"]["repo"]) == \
+        (pin["version"], "keda", pin["repo"])
+    assert dgd.urn in so.dependencies and keda[0].urn in so.dependencies
+    idx = [i for i, x in enumerate(dgd.inputs["spec"]["components"]) if x["name"] == comp]
+    assert dgd.ignore_changes == [f"spec.components[{idx[0]}].replicas"]
+    assert so.inputs["spec"]["scaleTargetRef"]["name"] == adapter_name(dgd.inputs["metadata"]["name"], comp)
+    plain = run_program({**cfg(), "autoscaling": {}}, SECRETS, stack="autoscale")
+    assert plain.by_type("kubernetes:keda.sh/v1alpha1:ScaledObject") == []
+    assert plain.one("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment").ignore_changes == []
+
+
+def test_mocks_two_autoscaled_entries_share_one_keda(comp):
+    c = {"imagePullSecrets": ["ngc-secret"], "observability": {"enabled": True},
+         "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 2},
+         "serve": [{"name": n, "target": AGG, "namespace": n,
+                    "autoscaling": {comp: {"maxReplicas": 4, "metric": "queue-depth", "target": 2}}} for n in ("a", "b")]}
+    run = run_program(c, SECRETS, stack="autoscale2")
+    assert len(run.by_type("kubernetes:keda.sh/v1alpha1:ScaledObject")) == 2
+    assert len([r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs.get("chart") == "keda"]) == 1
+
+
+# ---------------------------------------------------------------------------- admission by a real kube-apiserver
+
+def keda_crds() -> Path:
+    """config/crd/bases of github.com/kedacore/keda/v2 at the pinned chart's version, from the Go module proxy."""
+    go = shutil.which("go")
+    if not go:
+        pytest.skip("go not on PATH (the KEDA CRD comes from the Go module proxy)")
+    mod = f"github.com/kedacore/keda/v2@v{chart_pin('keda')['version']}"
+    out = subprocess.run([go, "mod", "download", "-json", mod], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd="/")
+    info = json.loads(out.stdout or "{}")
+    if out.returncode or "Dir" not in info:
+        pytest.fail(f"go mod download {mod}: {info.get('Error') or out.stderr}")
+    return Path(info["Dir"]) / "config" / "crd" / "bases"
+
+
+@pytest.fixture(scope="module")
+def apiserver(tmp_path_factory):
+    if not shutil.which("kubectl"):
+        pytest.skip("kubectl not on PATH: run `make test` (it builds the pinned toolchain) or tools/toolchain.sh")
+    from stacks.cli.simulate import Simulator
+
+    crds = keda_crds()
+    state = tmp_path_factory.mktemp("kube-autoscaling")
+    env = {**os.environ, "KUBE_LOCAL_DIR": str(state), "KUBE_LOCAL_NO_SIM": "1", "KUBE_LOCAL_NO_KCM": "1", "KUBE_LOCAL_SKIP_CRDS": "1"}
+    subprocess.run([str(ROOT / "tools" / "kube-local.sh"), "start"], check=True, env=env, timeout=300, stdout=subprocess.DEVNULL)
+    sim = Simulator(state / "kubeconfig")
+    try:
+        docs = [yaml.safe_load((crds / "keda.sh_scaledobjects.yaml").read_text())]
+        for f in ("nvidia.com_dynamographdeployments.yaml", "nvidia.com_dynamographdeploymentscalingadapters.yaml"):
+            d = yaml.safe_load((fidelity.reference_root() / "crds" / f).read_text())
+            d["spec"]["conversion"] = {"strategy": "None"}  # no operator webhook here; both versions share one schema shape per object
+            docs.append(d)
+        for d in docs:
+            d["metadata"].pop("annotations", None)
+            sim.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", d)
+        deadline = time.monotonic() + 60
+        for d in docs:
+            while not any(c["type"] == "Established" and c["status"] == "True" for c in (sim.request(
+                    "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{d['metadata']['name']}").get("status") or {}).get("conditions") or []):
+                assert time.monotonic() < deadline, f"CRD {d['metadata']['name']} not Established"
+                time.sleep(0.2)
+        yield sim
+    finally:
+        sim.close()
+        subprocess.run([str(ROOT / "tools" / "kube-local.sh"), "stop"], env=env, timeout=120, stdout=subprocess.DEVNULL)
+
+
+def _post(sim, obj: dict) -> dict:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    plural = {"ScaledObject": "scaledobjects", "DynamoGraphDeployment": "dynamographdeployments",
+              DGDSA_KIND: "dynamographdeploymentscalingadapters"}[obj["kind"]]
+    return sim.request("POST", f"/apis/{group}/{version}/namespaces/{obj['metadata']['namespace']}/{plural}", obj)
+
+
+@pytest.mark.engine
+def test_api_server_admits_the_dgd_adapter_and_scaled_object_and_scales_through_the_adapter(apiserver, comp):
+    from stacks.cli.simulate import KubeError
+
+    sim = apiserver
+    plan = build_program(scaled_cfg(comp), "a").entries[0].plan
+    ns = plan.dgd["metadata"]["namespace"]
+    sim.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    # the DGD as planned: the opt-in and the component's replicas survive the CRD's structural schema
+    stored = _post(sim, plan.dgd)
+    got = {c["name"]: c for c in stored["spec"]["components"]}
+    assert got[comp]["scalingAdapter"] == {} and got[comp]["replicas"] == 1
+    # the adapter the operator creates for it (generateAdapterName; spec seeded from the component's replicas)
+    name = adapter_name(plan.dgd["metadata"]["name"], comp)
+    _post(sim, {"apiVersion": DGDSA_API, "kind": DGDSA_KIND, "metadata": {"name": name, "namespace": ns},
+                "spec": {"dgdRef": {"name": plan.dgd["metadata"]["name"], "componentName": comp}, "replicas": 1}})
+    # the ScaledObject as planned is admitted, nothing pruned
+    (so,) = plan.autoscalers
+    assert _post(sim, so)["spec"] == so["spec"]
+    # what the scale target names is a scalable object: the HPA KEDA creates reads and writes its scale subresource
+    ref = so["spec"]["scaleTargetRef"]
+    base = f"/apis/{ref['apiVersion']}/namespaces/{ns}/dynamographdeploymentscalingadapters/{ref['name']}"
+    scale = sim.request("GET", f"{base}/scale")
+    assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 1
+    scale["spec"]["replicas"] = so["spec"]["maxReplicaCount"]
+    sim.request("PUT", f"{base}/scale", scale)
+    assert sim.request("GET", base)["spec"]["replicas"] == so["spec"]["maxReplicaCount"]
+    # the API server refuses what the config refuses: min above max (the CRD's CEL rule)
+    bad = copy.deepcopy(so)
+    bad["metadata"]["name"] = "min-above-max"
+    bad["spec"].update(minReplicaCount=3, maxReplicaCount=2)
+    with pytest.raises(KubeError) as e:
+        _post(sim, bad)
+    assert e.value.status == 422 and "minReplicaCount must be less than or equal to maxReplicaCount" in json.dumps(e.value.body)
