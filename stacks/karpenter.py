@@ -82,12 +82,15 @@ NODECLASS_API = "karpenter.k8s.aws/v1"
 DEFAULT_AMI_ALIAS = "al2023@latest"
 DEFAULT_CONSOLIDATE_AFTER = "10m"
 # The EventBridge rules of the getting-started CloudFormation (source, detail-type) -> the interruption queue.
+# (The CloudFormation's ScheduledChangeRule, SpotInterruptionRule, RebalanceRule, InstanceStateChangeRule.)
 INTERRUPTION_RULES = (
-    ("scheduled-change", "aws.health", "AWS Health Event"),
-    ("spot-interruption", "aws.ec2", "EC2 Spot Instance Interruption Warning"),
+    ("health", "aws.health", "AWS Health Event"),
+    ("spot", "aws.ec2", "EC2 Spot Instance Interruption Warning"),
     ("rebalance", "aws.ec2", "EC2 Instance Rebalance Recommendation"),
-    ("instance-state-change", "aws.ec2", "EC2 Instance State-change Notification"),
+    ("state-change", "aws.ec2", "EC2 Instance State-change Notification"),
 )
+# IAM role names (CreateRole RoleName) and EventBridge rule names (PutRule Name) are at most 64 characters.
+MAX_AWS_NAME = 64
 # Node role managed policies (the CloudFormation's KarpenterNodeRole: the same four the managed node groups get).
 NODE_POLICIES = ("AmazonEKS_CNI_Policy", "AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonSSMManagedInstanceCore")
 
@@ -324,6 +327,15 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
     pools = list(pools)
     if not pools:
         return None
+    names = [node_role_name(cluster_name), f"{cluster_name}-karpenter"] + [f"{cluster_name}-{n}" for n, _, _ in INTERRUPTION_RULES]
+    too_long = [n for n in names if len(n) > MAX_AWS_NAME]
+    if too_long:
+        from .config import ConfigError
+
+        room = MAX_AWS_NAME - max(len(n) - len(cluster_name) for n in names)
+        raise ConfigError(f"stack name: the Karpenter IAM role and EventBridge rule names of cluster {cluster_name!r} ({', '.join(too_long)}) "
+                          f"would be longer than AWS's {MAX_AWS_NAME} characters; with Karpenter pools the cluster name may have at most "
+                          f"{room} characters: use a stack name {len(cluster_name) - room} characters shorter")
     reserved = any(p.capacity_type == "reserved" for p in pools)
     pin = chart_pin()
     helm = HelmSpec(name="karpenter", chart=pin["chart"], version=str(pin["version"]), repo=pin["repo"], namespace=NAMESPACE,
@@ -336,7 +348,7 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
         queue={"name": cluster_name, "message_retention_seconds": 300, "sqs_managed_sse_enabled": True},
         queue_policy=queue_policy(),
         # EventBridge rule names: up to 64 characters (EventBridge PutRule Name).
-        rules=[{"name": n, "rule_name": f"{cluster_name}-{n}"[:64], "event_pattern": json.dumps({"source": [src], "detail-type": [dt]})}
+        rules=[{"name": n, "rule_name": f"{cluster_name}-{n}", "event_pattern": json.dumps({"source": [src], "detail-type": [dt]})}
                for n, src, dt in INTERRUPTION_RULES],
         pools=pools, reserved=reserved)
 

@@ -431,3 +431,10 @@ def test_objects_match_the_pinned_crds():
             schema = _crd_schema(aws / "pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml")
             assert _schema_errors(pool.ec2nodeclass, schema, "EC2NodeClass") == []
             assert _schema_errors(bad.ec2nodeclass, schema, "EC2NodeClass")
+
+
+def test_aws_name_limits_are_checked_before_any_resource():
+    ok = "s" * (64 - len("-karpenter-node") - len("dynamo-"))
+    assert build_program(stack_config(), ok, frozenset(SECRETS)).cluster_plan.karpenter.node_role_name == f"dynamo-{ok}-karpenter-node"
+    with pytest.raises(ConfigError, match=r"stack name: .* longer than AWS's 64 characters; .* at most 49 characters: use a stack name 1 characters shorter"):
+        build_program(stack_config(), ok + "s", frozenset(SECRETS))
