@@ -282,13 +282,18 @@ class EksGpuCluster(pulumi.ComponentResource):
         assoc = aws.eks.PodIdentityAssociation(f"{name}-karpenter", cluster_name=self.cluster.name, namespace=kp.helm.namespace,
                                                service_account=KARPENTER_SERVICE_ACCOUNT, role_arn=controller.arn, opts=child)
         provider = k8s.Provider(f"{name}-karpenter", kubeconfig=self.kubeconfig, opts=child)
+        # OCI charts: Helm pulls oci://<repo>/<chart> at the version (no repository index). The CRDs first, from
+        # karpenter-crd (templates, so a bump upgrades them); the controller's chart then skips its crds/.
+        crds = kp.crd_helm
+        crd_release = k8s.helm.v3.Release(
+            f"{name}-karpenter-crd", name=crds.name, chart=f"{crds.repo}/{crds.chart}", version=crds.version, namespace=crds.namespace,
+            timeout=900, opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.system_nodes]))
         spec = kp.helm
-        # OCI chart: Helm pulls oci://<repo>/<chart> at the version (no repository index).
         release = k8s.helm.v3.Release(
             f"{name}-karpenter", name=spec.name, chart=f"{spec.repo}/{spec.chart}", version=spec.version, namespace=spec.namespace,
-            values=spec.values, timeout=900,
+            values=spec.values, skip_crds=True, timeout=900,
             opts=pulumi.ResourceOptions(parent=self, provider=provider,
-                                        depends_on=[self.system_nodes, assoc, attach, access, cluster_sg_tag, *rules, *self.addons]))
+                                        depends_on=[crd_release, self.system_nodes, assoc, attach, access, cluster_sg_tag, *rules, *self.addons]))
         after_chart = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[release])
         classes = {}
         for pool in kp.pools:

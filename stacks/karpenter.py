@@ -135,6 +135,9 @@ class KarpenterPlan:
     queue: dict  # aws.sqs.Queue kwargs
     queue_policy: dict  # SQS queue policy document ("<queue-arn>" filled by the wiring)
     rules: list[dict] = field(default_factory=list)  # {name, rule_name, event_pattern}
+    # The karpenter-crd chart at the same version: its CRDs are templates, so a chart bump upgrades them (Helm never
+    # upgrades a chart's crds/ directory); the karpenter release then skips its own crds/.
+    crd_helm: Any = None
     pools: list[KarpenterPool] = field(default_factory=list)
     reserved: bool = False
 
@@ -340,10 +343,13 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
     pin = chart_pin()
     helm = HelmSpec(name="karpenter", chart=pin["chart"], version=str(pin["version"]), repo=pin["repo"], namespace=NAMESPACE,
                     values=helm_values(cluster_name, cluster_name, reserved, system_selector or {}, system_nodes))
+    # The release script publishes karpenter-crd beside karpenter, same version (hack/release/common.sh @v1.13.1:
+    # publishHelmChart ... "karpenter-crd"); its CRDs sit in templates/ (charts/karpenter-crd/templates).
+    crd_helm = HelmSpec(name="karpenter-crd", chart="karpenter-crd", version=str(pin["version"]), repo=pin["repo"], namespace=NAMESPACE)
     return KarpenterPlan(
         cluster_name=cluster_name, region=region, queue_name=cluster_name,
         node_role_name=node_role_name(cluster_name), controller_role_name=f"{cluster_name}-karpenter",
-        helm=helm, controller_policy=controller_policy(cluster_name, region, reserved),
+        helm=helm, crd_helm=crd_helm, controller_policy=controller_policy(cluster_name, region, reserved),
         # The CloudFormation's queue: messages kept 300 s, SSE with SQS-managed keys.
         queue={"name": cluster_name, "message_retention_seconds": 300, "sqs_managed_sse_enabled": True},
         queue_policy=queue_policy(),

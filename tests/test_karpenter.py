@@ -438,3 +438,13 @@ def test_aws_name_limits_are_checked_before_any_resource():
     assert build_program(stack_config(), ok, frozenset(SECRETS)).cluster_plan.karpenter.node_role_name == f"dynamo-{ok}-karpenter-node"
     with pytest.raises(ConfigError, match=r"stack name: .* longer than AWS's 64 characters; .* at most 49 characters: use a stack name 1 characters shorter"):
         build_program(stack_config(), ok + "s", frozenset(SECRETS))
+
+
+def test_crd_chart_installs_before_the_controller():
+    g = graph(stack_config())
+    crd = next(r for r in g.of(R.HELM) if str(r.inputs.get("chart", "")).endswith("/karpenter-crd"))
+    ctl = R._karpenter_release(g)
+    assert crd.inputs["version"] == ctl.inputs["version"] == versions()["charts"]["karpenter"]["version"]
+    assert crd.urn in ctl.dependencies and ctl.inputs.get("skipCrds") is True
+    for cr in g.of(R.NODEPOOL) + g.of(R.EC2NODECLASS):
+        assert ctl.urn in cr.dependencies
