@@ -69,9 +69,9 @@ class ReferenceMissing(RuntimeError):
 def require_reference(ref: Path | None = None) -> Path:
     """The upstream recipe tree, or ``ReferenceMissing`` saying where it was looked for and how to point at it."""
     ref = ref or recipes_dir()
-    how = ("set DYNAMO_REFERENCE=/path/to/reference (with dynamo-recipes/) or DYNAMO_RECIPES_DIR=/path/to/dynamo/recipes; "
-           f"looked in {ref} (DYNAMO_RECIPES_DIR={os.environ.get('DYNAMO_RECIPES_DIR', '')!r}, "
-           f"DYNAMO_REFERENCE={os.environ.get('DYNAMO_REFERENCE', '')!r})")
+    how = ("set DYNAMO_REFERENCE=/path/to/reference (with dynamo-recipes/ and dynamo-next/), or DYNAMO_RECIPES_DIR=/path/to/dynamo/recipes "
+           f"and DYNAMO_NEXT_DIR; looked in {ref} (DYNAMO_RECIPES_DIR={os.environ.get('DYNAMO_RECIPES_DIR', '')!r}, "
+           f"DYNAMO_NEXT_DIR={os.environ.get('DYNAMO_NEXT_DIR', '')!r}, DYNAMO_REFERENCE={os.environ.get('DYNAMO_REFERENCE', '')!r})")
     if not ref.is_dir():
         raise ReferenceMissing(f"no upstream recipe tree at {ref}: nothing to compare; {how}")
     if not in_scope_files(ref):

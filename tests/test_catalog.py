@@ -112,6 +112,9 @@ def test_targets_long_and_json_show_what_a_target_needs(capsys):
     r = rows["ultra-vllm-disagg-h200-agentic-256K"]
     assert (r["model"], r["gpu"], r["topology"], r["shape"], r["gpus"], r["nodes"], r["instance_type"]) == \
         ("nemotron-3-ultra", "h200", "disagg", "1P2D", 24, 3, "p5en.48xlarge")
+    assert r["reference"] == "dynamo-next" and r["renamed_from"] == ["ultra-vllm-disagg-h200-agentic-256k-1p2d"] and r["successor"] is None
+    day0 = rows["ultra-vllm-disagg-b200-agentic-256k"]
+    assert day0["successor"] == "ultra-vllm-disagg-b200-agentic-256K" and day0["reference"] == "dynamo-recipes"
     r = rows["lightning-vllm-agg-h100-dspark"]
     assert (r["gpus"], r["nodes"], r["instance_type"]) == (1, 1, "p5.48xlarge")
     assert r["perf"]["concurrency"] == 20 and r["perf"]["output_tok_s_per_gpu"] == 1878.11

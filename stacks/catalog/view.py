@@ -37,8 +37,16 @@ def row(t: Target) -> dict[str, Any]:
     out: dict[str, Any] = {"id": t.id, "upstream": t.upstream}
     out.update({axis: t.axis(axis) for axis in SELECT_ORDER})
     out.update(gpus=gpus_needed(dgd), nodes=nodes, instance_type=instance, dgd=t.dgd_name, image=t.image,
-               experimental=t.experimental, perf=asdict(t.perf) if t.perf else None)
+               experimental=t.experimental, perf=asdict(t.perf) if t.perf else None,
+               reference=t.reference, source=t.source, successor=t.successor,
+               renamed_from=sorted(old for old, new in _renamed().items() if new == t.id))
     return out
+
+
+def _renamed() -> dict[str, str]:
+    from . import renamed
+
+    return renamed()
 
 
 def topology(r: dict) -> str:
