@@ -50,8 +50,16 @@ def cmd_render(args) -> int:
         if program.other_layers:
             print(f"note: serving layer only; `pulumi up --stack {args.stack}` also creates: {', '.join(program.other_layers)} "
                   f"(see `pulumi preview --stack {args.stack}`)", file=sys.stderr)
+        from .config import deprecation_warnings
+
+        for e in program.entries or ():
+            for w in deprecation_warnings(e.cfg):
+                print(f"warning: {w}", file=sys.stderr)  # what `pulumi up` warns about this stack's target
     else:
         objs = render_target(args.target)
+        warning = catalog.resolve(args.target)[1]
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
     text = to_yaml(objs)
     if args.out:
         Path(args.out).write_text(text)

@@ -196,3 +196,14 @@ def test_deprecated_day0_target_keeps_its_pre_1_6_component_names_for_overrides(
     (entry,) = build_entries({"target": tid, "overrides": {"VllmDecodeWorker": {"env": {"X": "1"}}}})
     comp = next(c for c in entry.plan.dgd["spec"]["components"] if c["name"] == "VllmDecodeWorker")
     assert {"name": "X", "value": "1"} in comp["podTemplate"]["spec"]["containers"][0]["env"]
+
+
+def test_render_of_an_old_id_warns_on_stderr_and_prints_the_successor(capsys):
+    from stacks.__main__ import main
+
+    old, new = next(iter(sorted(catalog.renamed().items())))
+    assert main(["render", "--target", old]) == 0
+    out = capsys.readouterr()
+    assert f"warning: target '{old}' was renamed upstream to '{new}'" in out.err
+    assert f"name: {TARGETS[new].dgd_name}" in out.out
+    assert main(["render", "--target", new]) == 0 and "warning" not in capsys.readouterr().err
