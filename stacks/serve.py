@@ -116,7 +116,8 @@ def entry_prefix(message: str, key: str) -> str:
     return re.sub(rf"(?<![\w.\[]){NS}:(?!(?:{skip})\b)(?=[A-Za-z])", f"{key}.", message.replace(f"{NS}: ", f"{key}: "))
 
 
-# Dynamo 1.6.0 renamed the vLLM services (release notes "vLLM worker services renamed"; the Ultra recipes under their
+# Dynamo 1.6.0 renamed the vLLM services (breaking change "vLLM worker services renamed",
+# https://docs.nvidia.com/dynamo/v1.6.0/reference/releases/deprecations; the Ultra recipes under their
 # final names use them: ../shared/reference/dynamo-next/INDEX.md): an override keyed by the old name is refused
 # with the new one, before any resource.
 RENAMED_COMPONENTS = {"VllmWorker": "worker", "VllmPrefillWorker": "prefill", "VllmDecodeWorker": "decode"}

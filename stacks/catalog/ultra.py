@@ -472,7 +472,8 @@ def _dgd(t: Target, workers: list[dict]) -> dict:
 
 # --------------------------------------------------------------------------- builders
 
-# Component names: Dynamo 1.6.0 renamed the vLLM services (release notes, "vLLM worker services renamed";
+# Component names: Dynamo 1.6.0 renamed the vLLM services (breaking change "vLLM worker services renamed": the
+# v1.6.0 ledger https://docs.nvidia.com/dynamo/v1.6.0/reference/releases/deprecations, quoted in
 # ../shared/reference/dynamo-next/INDEX.md); the deprecated Day-0 targets keep the names of their frozen files.
 COMPONENTS = {"final": {"agg": "worker", "prefill": "prefill", "decode": "decode"},
               "pre-1.6": {"agg": "VllmWorker", "prefill": "VllmPrefillWorker", "decode": "VllmDecodeWorker"}}
