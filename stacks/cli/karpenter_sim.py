@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -60,8 +61,10 @@ def karpenter_paths() -> tuple[Path, Path]:
 
 def kube_controller_manager() -> Path:
     """kube-local's kube-controller-manager binary (same pin: tools/kube/go.mod)."""
-    version = next(line.split()[-1] for line in KUBE_GO_MOD.read_text().splitlines()
-                   if line.strip().startswith("require k8s.io/kubernetes ") or line.strip().startswith("k8s.io/kubernetes v"))
+    m = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v\S+)(\s*//.*)?$", KUBE_GO_MOD.read_text(), re.M)
+    if not m:
+        raise RuntimeError(f"cannot read the k8s.io/kubernetes pin from {KUBE_GO_MOD}")
+    version = m.group(1)
     path = CACHE / f"kube-controller-manager-{version}" / "kube-controller-manager"
     if not path.is_file():
         raise RuntimeError(f"{path} is missing: run tools/kube-local.sh build")
