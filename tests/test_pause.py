@@ -166,3 +166,67 @@ def test_mocks_pause_and_resume_pass_the_aws_rules():
     assert R.check_update(off, on) == []  # resume: min 1 <= desired 1 <= max 1
     assert R.sent_scaling(next(r for r in on.resources if r.type == R.NODEGROUP and r.name.endswith("-gpu")),
                           next(r for r in off.resources if r.type == R.NODEGROUP and r.name.endswith("-gpu"))) == (0, 0, 1)
+
+
+# ---------------------------------------------------------------------------- what a paused entry answers (real frontend)
+
+def test_real_frontend_answers_404_model_not_found_once_the_paused_workers_are_gone(tmp_path):
+    """The rig's real Dynamo 1.6.1 frontend and mocker (tests/rig.py) run the unpaused aggregated DGD; the processes of
+    the pods the paused DGD no longer has (stacks.operator.operator_pods) get SIGTERM, as a deleted pod does. The
+    frontend drops the model from /v1/models and answers a request for it with HTTP 404 (the README's statement, and
+    Dynamo's autoscaling guide: "Requests for the model return HTTP 404"), after at most a moment of 503 while the
+    worker stops."""
+    import json
+    import os
+    import signal
+    import time
+    import urllib.error
+    import urllib.request
+
+    from rig import _get, start_rig
+    from stacks.operator import operator_pods
+
+    cfg = {"target": "lightning-vllm-agg-h100-dspark"}
+    on, off = build_program(cfg, "p").entries[0].plan.dgd, build_program(paused(cfg), "p").entries[0].plan.dgd
+    gone = {p.component for p in operator_pods(on)} - {p.component for p in operator_pods(off)}
+    assert gone == {"agg"} and {p.component for p in operator_pods(off)} == {"Frontend"}
+    cm = start_rig(on, tmp_path, timeout=180)
+    rig = next(cm.gen)
+    try:
+        procs = cm.gen.gi_frame.f_locals["procs"].procs
+        names = {p.name: p.component for p in rig.pods}
+        assert json.loads(_get(rig.frontend_url + "/v1/models")[1])["data"][0]["id"] == rig.model
+        for name, proc in procs.items():
+            if names[name] in gone:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while rig.model in _get(rig.frontend_url + "/v1/models")[1]:
+            assert time.monotonic() < deadline, "the frontend still lists the model 60 s after its last worker went"
+            time.sleep(0.5)
+        body = json.dumps({"model": rig.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
+
+        def ask() -> tuple[int, str]:
+            req = urllib.request.Request(rig.frontend_url + "/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        # While the last worker shuts down the frontend may answer 503 for a moment ("not ready to serve requests
+        # yet" / "Service temporarily unavailable"); then, and for good, 404 "Model not found".
+        seen = [ask()]
+        while seen[-1][0] != 404:
+            assert time.monotonic() < deadline + 10, f"no 404 after the workers went: {seen}"
+            time.sleep(0.2)
+            seen.append(ask())
+        assert {code for code, _ in seen} <= {404, 503}, seen
+        # Settled: 404 on every request; the body is Dynamo's {"message": "Model not found"} or empty (seen with 1.6.1
+        # once no model is left), never a completion.
+        settled = [ask() for _ in range(3)]
+        assert [code for code, _ in settled] == [404, 404, 404], settled
+        assert all(not b or json.loads(b)["message"] == "Model not found" for _, b in seen[-1:] + settled), settled
+        assert json.loads(_get(rig.frontend_url + "/v1/models")[1])["data"] == []
+    finally:
+        cm.gen.close()
