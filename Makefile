@@ -69,7 +69,7 @@ local-down:
 	tools/kube-local.sh stop
 
 test: setup
-	$(PY) -m pytest
+	PY=$(PY) tools/test.sh
 
 unit: python
 	$(PY) -m pytest -m "not engine"
