@@ -260,7 +260,9 @@ class PoolUse:
     gpu: str
     key: str  # where the pool's size is configured
     capacity: int  # GPUs the pool can hold (nodes x GPUs per node, or its GPU limit)
-    what: str  # "2 x p5.48xlarge" or "NodePool limit 16 GPUs"
+    what: str  # "2 x p5.48xlarge" or "NodePool limit 4 x p5.48xlarge"
+    nodes: int = 0  # its node count (limit); 0: GPUs only
+    node_capacity: Optional[dict] = None  # what one node offers (GPUs, EFA devices): the replicas are packed onto nodes
 
 
 def check_bounds(entries: list, pools: dict[str, PoolUse]) -> None:
@@ -279,9 +281,12 @@ def check_bounds(entries: list, pools: dict[str, PoolUse]) -> None:
         scaled = [(e, name, spec, gpus_per_replica(next(c for c in e.plan.dgd["spec"]["components"] if c["name"] == name)))
                   for e in members for name, spec in (e.plan.notes.get("autoscaling") or {}).items()]
         total = fixed + sum(per * spec.max_replicas for _, _, spec, per in scaled)
-        if total <= pool.capacity or not scaled:
+        if not scaled:
             continue
         e, name, spec, per = scaled[-1]
+        if total <= pool.capacity:
+            _check_packing(members, pool, e, name, spec)
+            continue
         others = total - per * spec.max_replicas
         hi = (pool.capacity - others) // per
         raise ConfigError(
@@ -290,9 +295,40 @@ def check_bounds(entries: list, pools: dict[str, PoolUse]) -> None:
             f"{spec.min_replicas}-{max(hi, 0)}" + (f", or raise {pool.key}" if hi < spec.max_replicas else ""))
 
 
+def _check_packing(members: list, pool: PoolUse, e: Any, name: str, spec: ComponentAutoscaling) -> None:
+    """Every replica at maxReplicas packed on the pool's nodes (GPUs and EFA devices per node, first fit as the node
+    group is sized: stacks.cluster.pack) must fit its node count."""
+    from .cluster import pack
+
+    if not pool.nodes or not pool.node_capacity:
+        return
+
+    def nodes_at(top: int) -> int:
+        comps = []
+        for m in members:
+            specs = dict(m.plan.notes.get("autoscaling") or {})
+            dgd = at_max(m.plan.dgd, specs)
+            if m is e:
+                for c in dgd["spec"]["components"]:
+                    if c["name"] == name:
+                        c["replicas"] = top
+            comps += dgd["spec"]["components"]
+        return pack({"spec": {"components": comps}}, pool.node_capacity)[0]
+
+    need = nodes_at(spec.max_replicas)
+    if need <= pool.nodes:
+        return
+    hi = max((n for n in range(spec.min_replicas, spec.max_replicas) if nodes_at(n) <= pool.nodes), default=0)
+    raise ConfigError(f"{_akey(e.key)}.{name}.maxReplicas: {spec.max_replicas}: the pool's replicas at their maximum need {need} "
+                      f"nodes (GPUs and EFA devices per node); the pool ({pool.key}) holds {pool.what}; valid range "
+                      f"{spec.min_replicas}-{hi}, or raise {pool.key}")
+
+
 def pause_pools(cluster_plan: Any, entries: list) -> list[str]:
     """Managed node groups whose entries hold no GPU replica (all paused, or all at replicas 0): desired and min 0,
-    max kept at what the resumed entries need (so pause and resume change only node counts). Returns their names."""
+    max kept at what the resumed entries need (so pause and resume change only node counts). Returns their names.
+    Karpenter pools are left as they are: their NodePool stays, and with no pending GPU pod Karpenter launches nothing
+    and consolidates the empty nodes away after the pool's consolidateAfter (stacks/karpenter.py)."""
     from .cluster import pack
 
     out = []
@@ -302,8 +338,8 @@ def pause_pools(cluster_plan: Any, entries: list) -> list[str]:
     for pool in getattr(cluster_plan, "gpu_pools", None) or []:
         members = by_gpu.get(pool.gpu)
         sc = (pool.nodegroup or {}).get("scaling_config")
-        if not members or sc is None:
-            continue
+        if not members or sc is None or getattr(pool, "capacity", "node-group") == "karpenter":
+            continue  # a Karpenter pool registers no node group: consolidation removes its empty nodes
         if any(gpus_per_replica(c) * int(c.get("replicas", 1)) for e in members for c in e.plan.dgd["spec"]["components"]):
             continue
         resumed = {"spec": {"components": [c for e in members for c in
@@ -312,4 +348,14 @@ def pause_pools(cluster_plan: Any, entries: list) -> list[str]:
         sc.update({"desired_size": 0, "min_size": 0, "max_size": max(int(sc["max_size"]), need, 1)})
         pool.node_shape.count = 0
         out.append(pool.name)
+    return out
+
+
+def at_min_dgd(plan) -> dict:
+    """An entry's DGD with every autoscaled component at its minReplicas (the fewest GPUs it holds while serving)."""
+    specs = plan.notes.get("autoscaling") or {}
+    out = copy.deepcopy(plan.dgd)
+    for comp in out["spec"]["components"]:
+        if comp["name"] in specs:
+            comp["replicas"] = specs[comp["name"]].min_replicas
     return out

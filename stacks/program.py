@@ -302,9 +302,16 @@ def demand_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramPlan:
                               f"ScaledObjects query for {', '.join(sorted(scaled[0].plan.notes['autoscaling']))})")
         url = obs.prometheus_endpoint or prometheus_url(obs.namespace)
     if program.cluster.mode == "eks" and cp is not None:
-        pools = {p.gpu: PoolUse(p.gpu, _pool_key(program, i), int(p.nodegroup["scaling_config"]["max_size"]) * p.shape.gpus_per_node,
-                                f"{p.nodegroup['scaling_config']['max_size']} x {p.shape.instance_type}")
-                 for i, p in enumerate(cp.gpu_pools) if (p.nodegroup or {}).get("scaling_config")}
+        pools = {}
+        for i, p in enumerate(cp.gpu_pools):
+            if getattr(p, "capacity", "node-group") == "karpenter":  # the NodePool's node (and GPU) limit
+                n = int(p.karpenter["max_nodes"])
+                pools[p.gpu] = PoolUse(p.gpu, _pool_key(program, i, "maxNodes"), n * p.shape.gpus_per_node,
+                                       f"NodePool limit {n} x {p.shape.instance_type}", n, p.node_shape.capacity)
+            elif (p.nodegroup or {}).get("scaling_config"):
+                n = int(p.nodegroup["scaling_config"]["max_size"])
+                pools[p.gpu] = PoolUse(p.gpu, _pool_key(program, i), n * p.shape.gpus_per_node, f"{n} x {p.shape.instance_type}",
+                                       n, p.node_shape.capacity)
         check_bounds(program.entries, pools)
     for e in scaled:
         e.plan.autoscalers = [scaled_object(e.plan.dgd, name, spec, url) for name, spec in e.plan.notes["autoscaling"].items()]
@@ -314,8 +321,8 @@ def demand_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramPlan:
     return program
 
 
-def _pool_key(program: ProgramPlan, index: int) -> str:
-    """Where pool ``index``'s node count is configured."""
+def _pool_key(program: ProgramPlan, index: int, key: str = "nodes") -> str:
+    """Where pool ``index``'s node count (``nodes``) or node limit (``maxNodes``) is configured."""
     if program.cluster.gpu_pools:
-        return f"{NS}:cluster.gpuPools[{index}].nodes"
-    return f"{NS}:cluster.gpuNodes"
+        return f"{NS}:cluster.gpuPools[{index}].{key}"
+    return f"{NS}:cluster.{'gpuNodes' if key == 'nodes' else key}"

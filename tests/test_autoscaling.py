@@ -286,3 +286,25 @@ def test_api_server_admits_the_dgd_adapter_and_scaled_object_and_scales_through_
     with pytest.raises(KubeError) as e:
         _post(sim, bad)
     assert e.value.status == 422 and "minReplicaCount must be less than or equal to maxReplicaCount" in json.dumps(e.value.body)
+
+
+def test_karpenter_pool_bounds_name_max_nodes(comp):
+    c = scaled_cfg(comp, cluster={"mode": "eks", "region": "us-east-1",
+                                  "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 1}]})
+    per = gpus_per_replica(next(x for x in build_program({"target": AGG}, "a").entries[0].plan.dgd["spec"]["components"]
+                                if x["name"] == comp))
+    c["autoscaling"][comp]["maxReplicas"] = 8 // per + 1
+    with pytest.raises(ConfigError, match=rf"dynamo:autoscaling.{comp}.maxReplicas: .* the pool \(dynamo:cluster.gpuPools\[0\].maxNodes\) "
+                                          rf"holds 8 \(NodePool limit 1 x p5.48xlarge\); valid range 1-{8 // per}, or raise dynamo:cluster.gpuPools\[0\].maxNodes"):
+        build_program(c, "a")
+
+
+def test_committed_example_autoscales_a_karpenter_pool():
+    from stacks.render import program_for_stack
+
+    p = program_for_stack("h100-karpenter")
+    assert p.cluster_plan.gpu_pools[0].capacity == "karpenter"
+    (so,) = p.entries[0].plan.autoscalers
+    dgd = p.entries[0].plan.dgd
+    assert so["spec"]["scaleTargetRef"]["name"] == adapter_name(dgd["metadata"]["name"], "VllmDecodeWorker")
+    assert [c["name"] for c in dgd["spec"]["components"] if "scalingAdapter" in c] == ["VllmDecodeWorker"]

@@ -103,3 +103,12 @@ def test_cli_help_and_errors():
 
 def test_price_file_is_the_one_the_cli_reads():
     assert PRICES == ROOT / "stacks" / "prices.yaml"
+
+
+def test_karpenter_pool_runs_what_its_replicas_need():
+    text = stack_cost("h100-karpenter")
+    row = text.splitlines()[2].split()
+    # min: every autoscaled component at minReplicas (1 prefill + 1 decode GPU: one node); max: decode at maxReplicas 8
+    # (9 GPUs: two 8-GPU nodes, under the NodePool's 4); paused: no GPU pod, no node.
+    assert row[:6] == ["gpu", "h100", "p5.48xlarge", "karpenter", "on-demand", "1/2/0"]
+    assert row[6:] == [f"{P5:,.2f}", f"{P5:,.2f}", f"{2 * P5:,.2f}", "0.00"]

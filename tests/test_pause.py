@@ -230,3 +230,18 @@ def test_real_frontend_answers_404_model_not_found_once_the_paused_workers_are_g
         assert json.loads(_get(rig.frontend_url + "/v1/models")[1])["data"] == []
     finally:
         cm.gen.close()
+
+
+KARPENTER = {**DISAGG, "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 2}]}}
+
+
+def test_karpenter_pool_keeps_its_nodepool_and_only_the_dgd_changes():
+    """A Karpenter pool registers no node group: the paused DGD has no GPU pod pending, so Karpenter launches nothing and
+    consolidates the emptied nodes; the NodePool and EC2NodeClass stay as they are (stacks/karpenter.py)."""
+    on, off = run(KARPENTER), run(paused(KARPENTER))
+    assert sorted(r.urn for r in on.resources) == sorted(r.urn for r in off.resources)
+    before = {r.urn: r for r in on.resources}
+    changed = sorted(r.type for r in off.resources if r.inputs != before[r.urn].inputs)
+    assert changed == ["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"]
+    assert not any(r.type == R.NODEGROUP and r.name.endswith("-gpu") for r in off.resources)
+    assert R.check_update(Graph(on.resources), Graph(off.resources)) == [] and check(Graph(off.resources)) == []

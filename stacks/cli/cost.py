@@ -58,9 +58,9 @@ class PoolCost:
     price: Optional[dict]  # stacks/prices.yaml entry, None: unpriced
 
     def usd(self, nodes: int, paused: bool = False) -> Optional[float]:
-        if self.price is None or self.capacity == "capacity-block":
+        if self.price is None or self.capacity.endswith("capacity-block"):
             return None
-        if paused and self.capacity == "reservation":
+        if paused and self.capacity.endswith("reservation"):
             nodes = self.nodes_max  # billed whether used or not
         return round(nodes * float(self.price["usd_per_hour"]), 4)
 
@@ -81,6 +81,11 @@ def paused_raw(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _capacity(pool) -> str:
+    kp = getattr(pool, "karpenter", None)
+    if kp is not None:
+        if kp.get("market_type") == "capacity-block":
+            return "capacity-block"
+        return "reservation" if kp.get("capacity_reservation_id") else "on-demand"
     ng = pool.nodegroup or {}
     if ng.get("capacity_type") == "CAPACITY_BLOCK":
         return "capacity-block"
@@ -90,15 +95,33 @@ def _capacity(pool) -> str:
 
 
 def pool_costs(program, paused_program, prices: dict) -> list[PoolCost]:
+    """Managed node groups run their desired size (min) up to maxSize; Karpenter pools run what their pods need: the
+    replicas with every autoscaled component at minReplicas (min), at maxReplicas (max, at most the NodePool's node
+    limit; a pool no entry uses: the limit), and nothing once every entry is paused."""
+    from ..autoscaling import at_max, at_min_dgd
+    from ..cluster import pack
+
     cp, pp = program.cluster_plan, paused_program.cluster_plan
     paused_by_name = {p.name: p for p in pp.gpu_pools}
     out = []
     for p in cp.gpu_pools:
+        price = ec2_price(prices, p.shape.instance_type, cp.region)
+        if getattr(p, "capacity", "node-group") == "karpenter":
+            comps = [c for e in program.entries if e.plan.target.gpu == p.gpu for c in at_min_dgd(e.plan)["spec"]["components"]]
+            top = [c for e in program.entries if e.plan.target.gpu == p.gpu
+                   for c in at_max(e.plan.dgd, e.plan.notes.get("autoscaling") or {})["spec"]["components"]]
+            pcomps = [c for e in paused_program.entries if e.plan.target.gpu == p.gpu for c in e.plan.dgd["spec"]["components"]]
+            out.append(PoolCost(pool=p.name, gpu=p.gpu, instance_type=p.shape.instance_type, capacity=f"karpenter {_capacity(p)}",
+                                nodes_min=pack({"spec": {"components": comps}}, p.node_shape.capacity)[0],
+                                nodes_max=min(int(p.karpenter["max_nodes"]), max(pack({"spec": {"components": top}}, p.node_shape.capacity)[0], 1)
+                                              if any(e.plan.target.gpu == p.gpu for e in program.entries) else int(p.karpenter["max_nodes"])),
+                                nodes_paused=pack({"spec": {"components": pcomps}}, p.node_shape.capacity)[0], price=price))
+            continue
         sc = p.nodegroup["scaling_config"]
         psc = paused_by_name[p.name].nodegroup["scaling_config"] if p.name in paused_by_name else sc
         out.append(PoolCost(pool=p.name, gpu=p.gpu, instance_type=p.shape.instance_type, capacity=_capacity(p),
                             nodes_min=int(sc["desired_size"]), nodes_max=int(sc["max_size"]),
-                            nodes_paused=int(psc["desired_size"]), price=ec2_price(prices, p.shape.instance_type, cp.region)))
+                            nodes_paused=int(psc["desired_size"]), price=price))
     return out
 
 
@@ -133,8 +156,8 @@ def _table(rows: list[list[str]]) -> list[str]:
 def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str, float, str]]) -> str:
     rows = [["pool", "gpu", "instance", "capacity", "nodes min/max/paused", "$/h node", "$/h at min", "$/h at max", "$/h paused"]]
     for c in pools:
-        why = "block" if c.capacity == "capacity-block" else "unpriced"
-        node = None if c.capacity == "capacity-block" or c.price is None else float(c.price["usd_per_hour"])
+        why = "block" if c.capacity.endswith("capacity-block") else "unpriced"
+        node = None if c.capacity.endswith("capacity-block") or c.price is None else float(c.price["usd_per_hour"])
         rows.append([c.pool, c.gpu, c.instance_type, c.capacity, f"{c.nodes_min}/{c.nodes_max}/{c.nodes_paused}",
                      _money(node, why), _money(c.usd(c.nodes_min), why), _money(c.usd(c.nodes_max), why),
                      _money(c.usd(c.nodes_paused, paused=True), why)])
@@ -146,11 +169,11 @@ def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str
         if c.price is not None and (c.instance_type, region) not in seen:
             seen.add((c.instance_type, region))
             lines.append(f"  {c.instance_type} {region} ${c.price['usd_per_hour']}/h: {c.price['source']}, read {c.price['read']}")
-        elif c.price is None and c.capacity != "capacity-block":
+        elif c.price is None and not c.capacity.endswith("capacity-block"):
             lines.append(f"  {c.instance_type} {region}: no price in stacks/prices.yaml (add one with its source and date)")
-        if c.capacity == "reservation":
+        if c.capacity.endswith("reservation"):
             lines.append(f"  pool {c.pool}: an On-Demand Capacity Reservation is billed whether used or not, so paused costs as much")
-        if c.capacity == "capacity-block":
+        if c.capacity.endswith("capacity-block"):
             lines.append(f"  pool {c.pool}: a Capacity Block is charged up front for its whole duration (no hourly price)")
     for what, _, src in fixed:
         lines.append(f"  {what}: {src}")
