@@ -1,4 +1,4 @@
-"""Issue 13: `python -m stacks timeline`: critical path of `pulumi up` with a duration and a source per step."""
+"""`python -m stacks timeline`: critical path of `pulumi up` with a duration and a source per step."""
 import pytest
 
 from harness import run_program
@@ -108,3 +108,84 @@ def test_timeline_edges_are_the_programs_dependencies():
     steps = build_steps(mode="eks", platform=True, **LIGHTNING)
     assert "gpu-node-group" not in steps["serving-objects"].after and "system-node-group" in steps["serving-objects"].after
     assert {"model-download", "gpu-node-group"} <= set(steps["dgd"].after)
+
+
+# ---------------------------------------------------------------------------------------------- GPU capacity paths
+def test_karpenter_path_launches_gpu_nodes_after_the_dgd():
+    """On Karpenter there is no GPU node group: the controller comes after the system nodes, and the GPU nodes launch
+    once the DGD's pods are Pending, so they start (and bill) later than a node group's."""
+    from stacks.cli.timeline import gpu_launch
+
+    kw = dict(mode="eks", platform=True, **LIGHTNING)
+    ng, kp = build_steps(**kw), build_steps(capacity="karpenter", **kw)
+    assert "gpu-node-group" not in kp and "karpenter" in kp and "gpu-node-launch" not in ng
+    assert kp["karpenter"].after == ("system-node-group",)
+    assert kp["gpu-node-launch"].after == ("dgd",) and kp["image-pull"].after == ("gpu-node-launch",)
+    assert "karpenter" in kp["dgd"].after
+    fn, cn = schedule(ng)
+    fk, ck = schedule(kp)
+    assert "gpu-node-launch" in ck and ck.index("dgd") < ck.index("gpu-node-launch")  # after the DGD, on the path
+    assert "gpu-node-group" in cn
+    start = lambda steps, fin, n: fin[n] - steps[n].minutes  # noqa: E731
+    assert start(kp, fk, "gpu-node-launch") == pytest.approx(fk["dgd"])
+    assert start(kp, fk, "gpu-node-launch") > start(ng, fn, "gpu-node-group")
+    with pytest.raises(ValueError, match="capacity 'spot'"):
+        build_steps(capacity="spot", **kw)
+    # Outside EKS the capacity changes nothing (no node groups of ours).
+    assert build_steps(mode="kubeconfig", capacity="karpenter", **LIGHTNING).keys() == build_steps(mode="kubeconfig", **LIGHTNING).keys()
+    assert gpu_launch(type("T", (), {"capacity": "karpenter", "start": lambda self, n: start(kp, fk, n)})()) == (
+        "gpu-node-launch", pytest.approx(fk["dgd"]))
+
+
+def test_pause_time_is_consolidate_after_plus_karpenters_polling_and_validation():
+    from stacks.cli.timeline import duration_seconds, pause_seconds
+
+    assert duration_seconds("10m") == 600 and duration_seconds("1h30m") == 5400 and duration_seconds("Never") is None
+    for bad in ("10 m", "5d", "", "1.5h"):
+        with pytest.raises(ValueError, match="consolidateAfter"):
+            duration_seconds(bad)
+    k = durations()["karpenter"]
+    assert pause_seconds(600) == 600 + k["disruption_polling_s"] + k["emptiness_validation_s"]
+    assert pause_seconds(None) is None
+    # The real Karpenter's measured pause (tests/test_karpenter_engine.py) stays within the bound at its setting.
+    m = k["measured"]
+    assert max(m["pause_to_zero_nodes_s"]) <= pause_seconds(m["consolidate_after_s"]) + 20
+
+
+def test_cli_shows_node_group_and_karpenter_paths_side_by_side(capsys):
+    assert main(["timeline", "--stack", "h100-disagg"]) == 0
+    out = capsys.readouterr().out.split("GPU capacity, managed node group vs Karpenter")[1]
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith(("node group", "karpenter"))}
+    assert "(this stack)" in rows["node"] and "(this stack)" not in rows["karpenter"]
+    assert "consolidateAfter 600 s" in out  # the default of stacks/karpenter.py: a node-group stack moved to Karpenter
+    assert "tests/test_karpenter_engine.py" in out and "resume on Karpenter" in out
+
+
+def test_karpenter_timeline_of_a_stack_with_its_pool_on_karpenter():
+    from stacks.cli.timeline import report
+
+    program = program_for_stack("h100-disagg")
+    program.cluster = program.cluster.model_copy(update={"capacity": "karpenter", "consolidate_after": "2m"})
+    tl = timeline_for_program(program)
+    assert tl.capacity == "karpenter" and tl.consolidate_after_s == 120
+    assert "gpu-node-launch" in tl.critical and "gpu-node-group" not in tl.steps
+    other = timeline_for_program(program, capacity="node-group")
+    text = report(tl, timeline_for_program(program, sequential=True), other)
+    assert "GPU capacity karpenter" in text.splitlines()[0]
+    assert "consolidateAfter 120 s" in text
+
+
+def test_karpenter_timeline_edges_are_the_programs_dependencies():
+    """With the GPU pool on Karpenter the program has no GPU node group; the DGD waits for the download and the
+    NodePool, and the download does not wait for the NodePool (the timeline's karpenter edges)."""
+    run = run_program({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "capacity": "karpenter", "maxNodes": 2}},
+                      {"hfToken": "hf_x"})
+    groups = [r.name for r in run.by_type("aws:eks/nodeGroup:NodeGroup")]
+    assert groups and all("system" in g for g in groups), groups  # the system group only: no GPU node group
+    pool = run.one("kubernetes:karpenter.sh/v1:NodePool")
+    job = run.one("kubernetes:batch/v1:Job")
+    dgd = run.one("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
+    assert pool.urn in _closure(run, dgd.urn) and job.urn in _closure(run, dgd.urn)
+    assert pool.urn not in _closure(run, job.urn)
+    steps = build_steps(mode="eks", platform=True, capacity="karpenter", **LIGHTNING)
+    assert "karpenter" not in steps["serving-objects"].after and {"model-download", "karpenter"} <= set(steps["dgd"].after)

@@ -13,6 +13,13 @@ checkpoint size / throughput (+ pod start). The sequential recipe runbook (platf
 install order: cluster and GPU nodes, GPU stack, platform, then secret, PVC, download Job, DGD)
 is the same graph with the download after the GPU nodes, plugins and platform; the difference is
 what running the download in parallel saves. All pure: no cloud, no cluster.
+
+GPU capacity: a pool on a managed node group (the default) launches its nodes beside the download; a pool on
+Karpenter (``capacity: karpenter``, stacks/karpenter.py) has no node group: the Karpenter controller is installed
+after the system nodes, and GPU nodes launch on demand once the DGD's pods are Pending, so they are billed only from
+then, and a paused entry's nodes go ``consolidateAfter`` plus Karpenter's disruption polling and emptiness
+validation after its last GPU pod (measured with the real Karpenter by tests/test_karpenter_engine.py, figures in
+stacks/durations.yaml ``karpenter``). The report shows both paths side by side.
 """
 from __future__ import annotations
 
@@ -51,6 +58,8 @@ class Timeline:
     steps: dict[str, Step]
     finish: dict[str, float] = field(default_factory=dict)  # earliest finish per step
     critical: list[str] = field(default_factory=list)
+    capacity: str = "node-group"  # node-group | karpenter (the GPU pools' capacity; eks only)
+    consolidate_after_s: Optional[float] = None  # the Karpenter pools' consolidateAfter (None: Never)
 
     @property
     def total(self) -> float:
@@ -122,12 +131,20 @@ def download_step(model: str, precision: Optional[str], cache_size: Optional[str
     return Step("model-download", round(minutes, 2), src, after, d["basis"])
 
 
+CAPACITIES = ("node-group", "karpenter")
+
+
 def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: Optional[str], cache_storage: str = "efs",
                 device_plugins: bool = False, platform: bool = False, sequential: bool = False,
-                overrides: Optional[dict[str, float]] = None, storage_gb_s: Optional[tuple[float, str]] = None) -> dict[str, Step]:
+                overrides: Optional[dict[str, float]] = None, storage_gb_s: Optional[tuple[float, str]] = None,
+                capacity: str = "node-group") -> dict[str, Step]:
     """The step graph of one ``up`` (see the module docstring). ``sequential``: the recipe runbook's
-    order instead (download after the GPU nodes, plugins and platform). ``overrides``: minutes by step."""
+    order instead (download after the GPU nodes, plugins and platform). ``overrides``: minutes by step.
+    ``capacity``: the GPU pools on managed node groups, or on Karpenter (GPU nodes launched once the DGD exists)."""
+    if capacity not in CAPACITIES:
+        raise ValueError(f"capacity {capacity!r}: choose one of {', '.join(CAPACITIES)}")
     table = durations()["steps"]
+    karpenter = mode == "eks" and capacity == "karpenter"
 
     def step(name: str, after: tuple[str, ...], key: Optional[str] = None) -> Step:
         row = table[key or name]
@@ -136,11 +153,12 @@ def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: 
     steps: list[Step] = []
     if mode == "eks":
         fs = "fsx-lustre" if cache_storage == "fsx-lustre" else "efs"
+        gpu = step("karpenter", ("system-node-group",)) if karpenter else step("gpu-node-group", ("eks-control-plane",))
         steps += [step("vpc", ()), step("eks-control-plane", ("vpc",)), step("system-node-group", ("eks-control-plane",)),
-                  step("gpu-node-group", ("eks-control-plane",)), step("eks-addons", ("system-node-group",)),
+                  gpu, step("eks-addons", ("system-node-group",)),
                   step("cache-file-system", ("vpc",), fs), step("storage-class", ("eks-addons", "cache-file-system"))]
         cache_deps: tuple[str, ...] = ("storage-class", "system-node-group")
-        graph_deps: tuple[str, ...] = ("gpu-node-group",)
+        graph_deps: tuple[str, ...] = (gpu.name,)
         device_plugins = True
     else:
         cache_deps, graph_deps = (), ()
@@ -154,7 +172,11 @@ def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: 
     steps.append(step("serving-objects", serving_after))
     steps.append(download_step(model, precision, cache_size, ("serving-objects",), storage_gb_s))
     steps.append(Step("dgd", 0.0, "the DynamoGraphDeployment object; its pods start once it exists", ("model-download",) + graph_deps, "documented"))
-    steps.append(step("image-pull", ("dgd",)))
+    pull_after: tuple[str, ...] = ("dgd",)
+    if karpenter:  # the DGD's pods are Pending until Karpenter's nodes join
+        steps.append(step("gpu-node-launch", ("dgd",), "karpenter-node-launch"))
+        pull_after = ("gpu-node-launch",)
+    steps.append(step("image-pull", pull_after))
     steps.append(step("worker-startup", ("image-pull",)))
     out = {s.name: s for s in steps}
     for name, minutes in (overrides or {}).items():
@@ -164,8 +186,34 @@ def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: 
     return out
 
 
-def timeline_for_program(program: Any, *, sequential: bool = False, overrides: Optional[dict[str, float]] = None) -> Timeline:
-    """The timeline of a ``stacks.program.ProgramPlan``."""
+def duration_seconds(text: str) -> Optional[float]:
+    """A NodePool duration (``10m``, ``1h30m``, ``90s``; karpenter.sh_nodepools.yaml pattern) in seconds; None for Never."""
+    if text == "Never":
+        return None
+    parts = re.findall(r"([0-9]+)([smh])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"consolidateAfter {text!r}: expected e.g. 30s, 10m, 1h30m or Never")
+    return float(sum(int(n) * {"s": 1, "m": 60, "h": 3600}[u] for n, u in parts))
+
+
+def gpu_capacity(cluster: Any) -> tuple[str, Optional[float]]:
+    """(capacity, consolidateAfter in seconds) of a cluster config's GPU pools: karpenter when any pool is on
+    Karpenter (its consolidateAfter: the shortest of those pools; the stacks/karpenter.py default when unset)."""
+    from ..karpenter import DEFAULT_CONSOLIDATE_AFTER
+
+    pools = list(getattr(cluster, "gpu_pools", None) or ()) or [cluster]
+    on = [p for p in pools if getattr(p, "capacity", "node-group") == "karpenter"]
+    if not on:
+        return "node-group", duration_seconds(DEFAULT_CONSOLIDATE_AFTER)
+    after = [duration_seconds(getattr(p, "consolidate_after", None) or getattr(cluster, "consolidate_after", None)
+                              or DEFAULT_CONSOLIDATE_AFTER) for p in on]
+    known = [a for a in after if a is not None]
+    return "karpenter", min(known) if known else None
+
+
+def timeline_for_program(program: Any, *, sequential: bool = False, overrides: Optional[dict[str, float]] = None,
+                         capacity: Optional[str] = None) -> Timeline:
+    """The timeline of a ``stacks.program.ProgramPlan`` (``capacity``: the stack's own unless named)."""
     cluster, plan = program.cluster, program.serving
     t = plan.target
     size = (plan.cache_pvc or {}).get("spec", {}).get("resources", {}).get("requests", {}).get("storage")
@@ -175,22 +223,26 @@ def timeline_for_program(program: Any, *, sequential: bool = False, overrides: O
         tib = cluster.fsx_storage_capacity_gib / 1024
         storage = (tib * cluster.fsx_throughput_per_tib / 1000, f"FSx {cluster.fsx_storage_capacity_gib} GiB x "
                                                                 f"{cluster.fsx_throughput_per_tib} MB/s/TiB")
+    own, after_s = gpu_capacity(cluster) if cluster.mode == "eks" else ("node-group", None)
+    cap = capacity or own
     steps = build_steps(
         storage_gb_s=storage, mode=cluster.mode, model=t.model, precision=t.precision, cache_size=size,
         cache_storage=getattr(cluster, "cache_storage", "efs"),
         device_plugins=bool(getattr(cluster, "install_device_plugins", False)), platform=cluster.platform_wanted(),
-        sequential=sequential, overrides=overrides,
+        sequential=sequential, overrides=overrides, capacity=cap,
     )
     finish, critical = schedule(steps)
-    return Timeline(program.stack, t.id, cluster.mode, steps, finish, critical)
+    return Timeline(program.stack, t.id, cluster.mode, steps, finish, critical, cap, after_s)
 
 
 def _oneline(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def report(tl: Timeline, seq: Timeline) -> str:
-    lines = [f"timeline: stack {tl.stack} (target {tl.target}, cluster.mode {tl.mode}); minutes, from an empty "
+def report(tl: Timeline, seq: Timeline, other: Optional[Timeline] = None) -> str:
+    """``other``: the same stack on the other GPU capacity path (EKS), shown side by side."""
+    cap = f", GPU capacity {tl.capacity}" if tl.mode == "eks" else ""
+    lines = [f"timeline: stack {tl.stack} (target {tl.target}, cluster.mode {tl.mode}{cap}); minutes, from an empty "
              f"{'account' if tl.mode == 'eks' else 'namespace on the existing cluster'} to a Ready DGD",
              "", "critical path:", f"  {'start':>6} {'end':>6} {'min':>6}  {'step':<20} basis/source"]
     for n in tl.critical:
@@ -207,14 +259,61 @@ def report(tl: Timeline, seq: Timeline) -> str:
     saved = seq.total - tl.total
     lines += ["", f"sequential recipe runbook (download after the GPU nodes, device plugins and platform): {seq.total:.1f} min; "
                   f"running the download in parallel saves {saved:.1f} min"]
+    if other is not None:
+        lines += ["", *capacity_report(tl, other)]
     return "\n".join(lines)
+
+
+def gpu_launch(tl: Timeline) -> tuple[str, float]:
+    """(step, minute) at which the GPU nodes start launching (and billing)."""
+    name = "gpu-node-launch" if tl.capacity == "karpenter" else "gpu-node-group"
+    return name, tl.start(name)
+
+
+def pause_seconds(consolidate_after_s: Optional[float]) -> Optional[float]:
+    """Seconds from an entry's last GPU pod gone to its Karpenter nodes deleted: consolidateAfter, then up to one
+    disruption poll and the emptiness validation (stacks/durations.yaml karpenter). None: consolidateAfter Never."""
+    if consolidate_after_s is None:
+        return None
+    k = durations()["karpenter"]
+    return consolidate_after_s + k["disruption_polling_s"] + k["emptiness_validation_s"]
+
+
+def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
+    """The managed node group path and the Karpenter path of the same stack, side by side."""
+    ng, kp = (tl, other) if tl.capacity == "node-group" else (other, tl)
+    k = durations()["karpenter"]
+    m = k["measured"]
+    ng_step, ng_from = gpu_launch(ng)
+    kp_step, kp_from = gpu_launch(kp)
+    resume = sum(kp.steps[n].minutes for n in ("gpu-node-launch", "image-pull", "worker-startup"))
+    after = kp.consolidate_after_s
+    pause = pause_seconds(after)
+    mine = lambda t: " (this stack)" if t is tl else ""  # noqa: E731
+    out = ["GPU capacity, managed node group vs Karpenter (minutes from the start of `up`):",
+           f"  {'path':<24} {'Ready':>6} {'GPU nodes from':>15}  GPU nodes billed before Ready",
+           f"  {'node group' + mine(ng):<24} {ng.total:6.1f} {ng_from:15.1f}  {ng.total - ng_from:5.1f} min ({ng_step} runs beside the download)",
+           f"  {'karpenter' + mine(kp):<24} {kp.total:6.1f} {kp_from:15.1f}  {kp.total - kp_from:5.1f} min ({kp_step}: nodes launch when the DGD's pods are Pending)",
+           "  pause (an entry at replicas: 0): the node group keeps its GPU nodes, billed; Karpenter deletes them "
+           + (f"within {pause:.0f} s of the last GPU pod (consolidateAfter {after:.0f} s + {k['disruption_polling_s']} s polling + "
+              f"{k['emptiness_validation_s']} s validation)" if pause is not None else "never (consolidateAfter: Never)")
+           + f"; measured with the real Karpenter in the simulated cluster: {max(m['pause_to_zero_nodes_s']):.1f} s at "
+             f"consolidateAfter {m['consolidate_after_s']} s, pending pods bound {m['pending_to_bound_s']} s after they appeared "
+             f"(tests/test_karpenter_engine.py)",
+           f"  resume on Karpenter: node launch + image pull + worker start-up = {resume:.1f} min (the model cache stays; "
+           f"no download)"]
+    return out
 
 
 def cmd(args) -> int:
     from ..render import program_for_stack
 
     program = program_for_stack(args.stack)
-    print(report(timeline_for_program(program), timeline_for_program(program, sequential=True)))
+    tl = timeline_for_program(program)
+    other = None
+    if tl.mode == "eks":
+        other = timeline_for_program(program, capacity="node-group" if tl.capacity == "karpenter" else "karpenter")
+    print(report(tl, timeline_for_program(program, sequential=True), other))
     return 0
 
 
