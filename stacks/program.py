@@ -296,10 +296,17 @@ def demand_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramPlan:
             obs = ObservabilityConfig.model_validate(raw.get("observability") or {})
         except Exception:  # stacks.config.parse has reported it already for a single-target stack
             obs = ObservabilityConfig()
+        where = f"{NS}:autoscaling" if scaled[0].key == NS else f"{scaled[0].key}.autoscaling"
         if not obs.enabled:
-            where = f"{NS}:autoscaling" if scaled[0].key == NS else f"{scaled[0].key}.autoscaling"
             raise ConfigError(f"{where}: needs {NS}:observability.enabled: true (the Prometheus its "
                               f"ScaledObjects query for {', '.join(sorted(scaled[0].plan.notes['autoscaling']))})")
+        if program.multi and obs.prometheus == "install":
+            # optional_layers builds the observability layer of single-target stacks only: a dynamo:serve stack would
+            # install no Prometheus, and its ScaledObjects would query nothing.
+            raise ConfigError(f"{where}: {NS}:observability.prometheus 'install' is not built for {NS}:serve stacks, so "
+                              f"there would be no Prometheus for the ScaledObjects to query; set {NS}:observability "
+                              f"{{enabled: true, prometheus: existing, prometheusEndpoint: <your Prometheus, scraping the "
+                              f"frontends>}}, or autoscale a single-target stack")
         url = obs.prometheus_endpoint or prometheus_url(obs.namespace)
     if program.cluster.mode == "eks" and cp is not None:
         pools = {}

@@ -115,7 +115,7 @@ def test_max_replicas_beyond_the_pool_is_refused_with_the_valid_range(comp):
 
 
 def test_gpu_pool_key_and_other_entries_count_against_the_pool(comp):
-    c = {"imagePullSecrets": ["ngc-secret"], "observability": {"enabled": True},
+    c = {"imagePullSecrets": ["ngc-secret"], "observability": {"enabled": True, "prometheus": "existing", "prometheusEndpoint": "http://prom.obs.svc:9090"},
          "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "nodes": 1}]},
          "serve": [{"name": "a", "target": AGG, "namespace": "a", "replicas": {comp: 4}},
                    {"name": "b", "target": AGG, "namespace": "b",
@@ -126,6 +126,11 @@ def test_gpu_pool_key_and_other_entries_count_against_the_pool(comp):
     c["serve"][0]["replicas"] = {comp: 0}
     p = build_program(c, "a")
     assert [len(e.plan.autoscalers) for e in p.entries] == [0, 1]
+    # a dynamo:serve stack builds no Prometheus of its own: prometheus: install is refused for its ScaledObjects
+    c["observability"] = {"enabled": True}
+    with pytest.raises(ConfigError, match=r"dynamo:serve\[1\].autoscaling: dynamo:observability.prometheus 'install' is not "
+                                          r"built for dynamo:serve stacks.*prometheus: existing"):
+        build_program(c, "a")
 
 
 @pytest.mark.parametrize("body, match", [
@@ -188,7 +193,7 @@ def test_mocks_scaled_object_after_dgd_and_keda_and_replicas_left_to_the_adapter
 
 
 def test_mocks_two_autoscaled_entries_share_one_keda(comp):
-    c = {"imagePullSecrets": ["ngc-secret"], "observability": {"enabled": True},
+    c = {"imagePullSecrets": ["ngc-secret"], "observability": {"enabled": True, "prometheus": "existing", "prometheusEndpoint": "http://prom.obs.svc:9090"},
          "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 2},
          "serve": [{"name": n, "target": AGG, "namespace": n,
                     "autoscaling": {comp: {"maxReplicas": 4, "metric": "queue-depth", "target": 2}}} for n in ("a", "b")]}
