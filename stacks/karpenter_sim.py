@@ -1,8 +1,10 @@
 """The GPU instance types and node class the real Karpenter's KWOK cloud provider runs with in the simulated cluster.
 
 Pure functions. ``kwok_instance_types`` writes the project's GPU instance data (``stacks.gpus``: GPUs, EFA devices,
-vCPUs, memory, pods, instance store, architecture; prices when the caller has them) in the format the KWOK provider
+vCPUs, memory, pods, instance store, architecture) and its prices (the caller passes stacks/prices.yaml's, as
+``python -m stacks cost`` reads them: ``stacks.cli.karpenter_sim.region_prices``) in the format the KWOK provider
 reads from ``--instance-types-file-path`` / ``INSTANCE_TYPES_FILE_PATH``, so nothing about an instance is written twice.
+The provider puts an offering's price on the node it launches (label ``eks-node-viewer/instance-price``).
 ``kwok_node_pool`` points a NodePool of the EKS plan at the KWOK node class instead of its EC2NodeClass.
 
 Format (sigs.k8s.io/karpenter v1.13.0, kwok/cloudprovider/helpers.go ``InstanceTypeOptions``: a JSON list of

@@ -2,19 +2,31 @@
 
 Karpenter v1.13.0 (sigs.k8s.io/karpenter, its KWOK cloud provider: ``tools/karpenter.sh``) runs against this module's
 own local control plane (``tools/kube-local.sh``: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok),
-with the instance types of stacks/gpus.py (``stacks.karpenter_sim.kwok_instance_types``) and the GPU pool's NodePool
-pointed at a KWOKNodeClass (``stacks.cli.karpenter_sim``). The cluster starts with the system node group only (KWOK
-nodes of the EKS plan's system group) and no GPU node. The pods are the Dynamo operator's pods of the Lightning H100
-target's DGD (``stacks.cli.simulate.operator_pod_intents``): the GPU worker pods stay Pending until Karpenter has
-launched nodes of the planned type and count, and the real scheduler binds every pod. Pausing the entry (its GPU
-components at ``replicas: 0``, whose pods the operator deletes) leaves the nodes empty, and Karpenter's emptiness
-consolidation removes them. More worker replicas add nodes. Node counts and timings are printed (``-s``).
+with the instance types of stacks/gpus.py priced from stacks/prices.yaml (``stacks.karpenter_sim.kwok_instance_types``)
+and the GPU pool's NodePool pointed at a KWOKNodeClass (``stacks.cli.karpenter_sim``).
+
+The stack is the committed example ``h100-karpenter`` (Lightning H100 disaggregated, its GPU pool on Karpenter, decode
+workers autoscaled 1-8), built by the same ``build_program`` as ``pulumi up``, with the pool's ``consolidateAfter``
+set short for the test. Its NodePool is the one stacks/karpenter.py plans. The cluster starts with the system node
+group only (KWOK nodes of the EKS plan's system group) and no GPU node. The pods are the Dynamo operator's pods of the
+stack's DGD (``stacks.cli.simulate.operator_pod_intents``):
+
+- at the autoscaler's minimum, the workers stay Pending until Karpenter launches the nodes ``stacks cost`` counts for
+  the minimum (instance type and capacity type as planned), and the real scheduler binds every pod;
+- at its maximum (the replica count the DGD scaling adapter would be driven to), Karpenter adds the nodes ``stacks
+  cost`` counts for the maximum;
+- paused (the program's own pause: ``paused: true``, every worker component at 0 replicas, whose pods the operator
+  deletes), Karpenter's emptiness consolidation removes every node within consolidateAfter plus its disruption
+  polling and validation (stacks/durations.yaml ``karpenter``);
+- resumed, the nodes of the minimum come back.
+
+Node counts and timings are printed (``-s``).
 """
 from __future__ import annotations
 
 import copy
-import re
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -24,16 +36,15 @@ import pytest
 
 from conftest import missing, need_tool
 
-TARGET = "lightning-vllm-agg-h100-mtp"
+STACK = "h100-karpenter"
+TARGET = "lightning-vllm-agg-h100-mtp"  # the unit tests' target (no stack needed)
 RUN = "karpenter"
 NODE_CLASS = "gpu"
-# Fast settings for the test (the NodePool's planned values are checked separately): Karpenter waits consolidateAfter
-# after a node became empty, then validates an emptiness command for 15 s (pkg/controllers/disruption/consolidation.go
-# commandValidationDelay) inside a 10 s polling loop (controller.go pollingPeriod) before it deletes the node.
-CONSOLIDATE_AFTER = "2s"  # the pool's dynamo:cluster consolidateAfter
+# The pool's dynamo:cluster consolidateAfter for the test (the stack's own is 10m).
+CONSOLIDATE_AFTER = "2s"
 MAX_NODES = 4
-CONSOLIDATION_BOUND_S = 2 + 10 + 15 + 20  # consolidateAfter + polling + validation + drain/termination slack
 LAUNCH_BOUND_S = 60
+SLACK_S = 20  # node drain and termination, and this loaded 2-core machine
 
 
 def _target_dgd():
@@ -43,20 +54,9 @@ def _target_dgd():
     return t, next(o for o in catalog.recipe_objects(t) if o["kind"] == "DynamoGraphDeployment")
 
 
-def with_gpu_replicas(dgd: dict, replicas: int) -> dict:
-    """The DGD with every GPU component at ``replicas`` (0 = the entry paused)."""
-    from stacks.cluster import pod_requests
-
-    out = copy.deepcopy(dgd)
-    for c in out["spec"]["components"]:
-        if pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu"):
-            c["replicas"] = replicas
-    return out
-
-
 def karpenter_plan(dgd: dict | None = None):
-    """The EKS plan of the Lightning H100 target with its GPU pool on Karpenter (``capacity: karpenter``,
-    ``consolidateAfter`` short for the test), and that pool (stacks/karpenter.py: NodePool, offerings, nodes needed)."""
+    """The EKS plan of the Lightning H100 agg target with its GPU pool on Karpenter (``capacity: karpenter``), and
+    that pool (stacks/karpenter.py: NodePool, offerings, nodes needed)."""
     from stacks.cluster import EksConfig, build_cluster_plan
 
     t, recipe = _target_dgd()
@@ -66,14 +66,31 @@ def karpenter_plan(dgd: dict | None = None):
     return plan, plan.karpenter.pools[0]
 
 
+def stack_programs(consolidate_after: str = CONSOLIDATE_AFTER):
+    """The example stack's program and its paused program (as `stacks cost` builds them), the pool's consolidateAfter
+    set to ``consolidate_after``."""
+    from stacks.cli.cost import paused_raw
+    from stacks.program import build_program
+    from stacks.render import split_secrets, stack_aws_region, stack_raw_config
+
+    plain, secret = split_secrets(stack_raw_config(STACK))
+    plain = copy.deepcopy(plain)
+    pools = [p for p in plain["cluster"]["gpuPools"] if p.get("capacity") == "karpenter"]
+    assert len(pools) == 1, plain["cluster"]
+    pools[0]["consolidateAfter"] = consolidate_after
+    region = stack_aws_region(STACK)
+    return (build_program(plain, STACK, secret, aws_region=region),
+            build_program(paused_raw(plain), STACK, secret, aws_region=region))
+
+
 @pytest.fixture(scope="module")
 def karpenter(tmp_path_factory):
     """Own control plane + node lifecycle controller + Karpenter with the KWOK provider; the system nodes created."""
-    from stacks.cli.karpenter_sim import KarpenterSim, karpenter_paths
+    from stacks.cli.karpenter_sim import KarpenterSim, karpenter_paths, region_prices
     from stacks.cli.simulate import KUBE_LOCAL, Simulator, eks_groups, node_objects
 
     need_tool("kubectl")
-    if not shutil.which("go") and not os.environ.get("DYNAMO_KARPENTER_PREBUILT"):
+    if not shutil.which("go"):
         missing("go not on PATH", "install Go; tools/karpenter.sh builds Karpenter from the Go module proxy")
     t0 = time.monotonic()
     built: dict = {}  # Karpenter is built (or found in the cache) while the control plane starts
@@ -86,121 +103,125 @@ def karpenter(tmp_path_factory):
     if "paths" not in built:
         pytest.fail("tools/karpenter.sh build failed (see the thread's exception above)")
     binary, crds = built["paths"]
-    t, dgd = _target_dgd()
-    plan, pool = karpenter_plan(dgd)
-    k = KarpenterSim(state / "kubeconfig", state / "karpenter", zones=tuple(sorted({o["zone"] for o in pool.offerings()})))
+    program, paused = stack_programs()
+    cplan = program.cluster_plan
+    pool = cplan.karpenter.pools[0]
+    k = KarpenterSim(state / "kubeconfig", state / "karpenter", zones=tuple(sorted({o["zone"] for o in pool.offerings()})),
+                     prices=region_prices(cplan.region))
     sim = Simulator(state / "kubeconfig")
     try:
         k.install_crds(crds)
         k.start_node_lifecycle()
         ready_s = k.start(binary)
         sim.ensure_namespace()
-        system = [g for g in eks_groups(plan) if g.name == "system"]
+        system = [g for g in eks_groups(cplan) if g.name == "system"]
         sim.create_nodes(node_objects(system, RUN), RUN)
         print(f"\n[karpenter] control plane + Karpenter ready in {time.monotonic() - t0:.1f}s (Karpenter /readyz after {ready_s:.1f}s)")
-        yield {"k": k, "sim": sim, "target": t, "dgd": dgd, "plan": plan, "pool": pool}
+        yield {"k": k, "sim": sim, "program": program, "paused": paused, "pool": pool, "logs": state / "karpenter"}
     finally:
         sim.close()
         k.stop()
         subprocess.run([str(KUBE_LOCAL), "stop"], env=env, timeout=120, stdout=subprocess.DEVNULL)
 
 
-def _submit(sim, dgd: dict) -> list[str]:
+def set_pods(sim, dgd: dict) -> list[str]:
+    """Make the run's pods those the operator runs for ``dgd``: create the missing ones, delete (at once) the ones it
+    no longer has, as the operator does when a component's replicas change."""
     from stacks.cli.simulate import operator_pod_intents
 
     intents = operator_pod_intents(dgd)
-    refused = sim.submit(intents, RUN)
-    assert not refused, refused
-    return [i.pod["metadata"]["name"] for i in intents]
-
-
-def _delete_missing(sim, keep: set[str]) -> list[str]:
-    """Delete the run's pods that the DGD no longer has (what the operator does when replicas drop)."""
-    gone = []
+    want = {i.pod["metadata"]["name"] for i in intents}
+    have = set()
     for p in sim.pods(RUN):
         name = p["metadata"]["name"]
-        if name not in keep:
+        if name in want:
+            have.add(name)
+        else:
             sim.request("DELETE", f"/api/v1/namespaces/{sim.namespace}/pods/{name}?gracePeriodSeconds=0", ok_missing=True)
-            gone.append(name)
-    return gone
+    refused = sim.submit([i for i in intents if i.pod["metadata"]["name"] not in have], RUN)
+    assert not refused, refused
+    return sorted(want)
+
+
+def _gpu_pods(pods: list[dict]) -> list[dict]:
+    return [p for p in pods if any("nvidia.com/gpu" in (c.get("resources") or {}).get("requests", {}) for c in p["spec"]["containers"])]
 
 
 @pytest.mark.engine
-def test_karpenter_launches_the_planned_gpu_nodes_and_removes_them_when_the_entry_is_paused(karpenter):
+def test_karpenter_follows_the_stack_from_zero_to_its_planned_nodes_and_back_when_paused(karpenter):
+    from stacks.autoscaling import at_max, at_min_dgd
+    from stacks.cli.cost import load_prices, pool_costs
+    from stacks.cli.timeline import duration_seconds, pause_seconds
+    from stacks.gpus import INSTANCES
     from stacks.karpenter_sim import kwok_node_pool
 
-    k, sim, plan, dgd = karpenter["k"], karpenter["sim"], karpenter["plan"], karpenter["dgd"]
-    planned = karpenter["pool"].nodes_needed
-    pool = kwok_node_pool(karpenter["pool"].nodepool, NODE_CLASS)
-    assert pool["spec"]["disruption"]["consolidateAfter"] == CONSOLIDATE_AFTER
-    name = pool["metadata"]["name"]
-    timeline = []
+    k, sim, program, pool = karpenter["k"], karpenter["sim"], karpenter["program"], karpenter["pool"]
+    entry = program.entries[0]
+    # The node counts `python -m stacks cost` prices: at minReplicas, at maxReplicas, paused.
+    cost = next(c for c in pool_costs(program, karpenter["paused"], load_prices()) if c.pool == pool.name)
+    assert (cost.nodes_min, cost.nodes_paused) == (pool.nodes_needed, 0) and cost.nodes_max > cost.nodes_min
+    node_pool = kwok_node_pool(pool.nodepool, NODE_CLASS)
+    assert node_pool["spec"]["disruption"]["consolidateAfter"] == CONSOLIDATE_AFTER
+    name = node_pool["metadata"]["name"]
+    pause_bound = pause_seconds(duration_seconds(CONSOLIDATE_AFTER)) + SLACK_S
+    timeline: list[tuple[float, str, int]] = []
     t0 = time.monotonic()
 
     def mark(what: str, nodes: list[dict]):
         timeline.append((round(time.monotonic() - t0, 1), what, len(nodes)))
         print(f"[karpenter] t={timeline[-1][0]:5.1f}s {what}: {len(nodes)} node(s) in NodePool {name}")
 
+    def bound_on_karpenter(names: list[str], nodes: list[dict]):
+        pods = [p for p in sim.pods(RUN) if p["metadata"]["name"] in set(names)]
+        assert len(pods) == len(names) and all(p["spec"].get("nodeName") for p in pods)
+        gpu = _gpu_pods(pods)
+        assert gpu and {p["spec"]["nodeName"] for p in gpu} <= {n["metadata"]["name"] for n in nodes}
+        assert all(n["metadata"]["labels"]["node.kubernetes.io/instance-type"] == pool.instance_type for n in nodes)
+        assert all(n["metadata"]["labels"]["karpenter.sh/capacity-type"] == pool.capacity_type for n in nodes)
+
     k.apply_node_class(NODE_CLASS)
-    k.apply_node_pool(pool)
-    mark("NodePool applied", k.nodes(name))
-    assert k.nodes(name) == []
+    k.apply_node_pool(node_pool)
+    mark("NodePool applied, no GPU node", k.nodes(name))
+    assert k.nodes(name) == [] and k.node_claims(name) == []
 
-    names = _submit(sim, dgd)
-    pods = lambda: [p for p in sim.pods(RUN) if p["metadata"]["name"] in set(names)]  # noqa: E731
-    nodes = k.wait_nodes(name, planned, LAUNCH_BOUND_S, pods=pods)
-    mark("serving pods bound", nodes)
-    assert {n["metadata"]["labels"]["node.kubernetes.io/instance-type"] for n in nodes} == {karpenter["pool"].instance_type}
-    assert all(n["metadata"]["labels"]["karpenter.sh/capacity-type"] == "on-demand" for n in nodes)
-    # Every pod bound by the real scheduler: GPU pods on the Karpenter nodes, the frontend on a system node.
-    placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods()}
-    gpu_nodes = {n["metadata"]["name"] for n in nodes}
-    assert len(placed) == len(names) and all(placed.values())
-    gpu_pods = [p for p in pods() if any("nvidia.com/gpu" in (c.get("resources") or {}).get("requests", {}) for c in p["spec"]["containers"])]
-    assert gpu_pods and all(p["spec"]["nodeName"] in gpu_nodes for p in gpu_pods)
-    # The nodes carry what the instance-types file and the NodePool give them.
+    # 1. The stack applied, workers at minReplicas.
+    names = set_pods(sim, at_min_dgd(entry.plan))
+    nodes = k.wait_nodes(name, cost.nodes_min, LAUNCH_BOUND_S, pods=lambda: [p for p in sim.pods(RUN) if p["metadata"]["name"] in set(names)])
+    mark("stack applied at minReplicas, every pod bound", nodes)
+    bound_on_karpenter(names, nodes)
     n0 = nodes[0]
-    assert n0["status"]["allocatable"]["nvidia.com/gpu"] == str(plan.shape.gpus_per_node)
-    assert n0["metadata"]["labels"]["nvidia.com/gpu.product"] == plan.shape.product
+    assert n0["status"]["allocatable"]["nvidia.com/gpu"] == str(pool.gpus_per_node)
+    assert n0["metadata"]["labels"]["nvidia.com/gpu.product"] == INSTANCES[pool.instance_type].product  # the pool's labels
+    # The offering's price (stacks/prices.yaml via the instance-types file) is on the node (the KWOK provider's
+    # eks-node-viewer/instance-price label).
+    assert float(n0["metadata"]["labels"]["eks-node-viewer/instance-price"]) == pytest.approx(cost.price["usd_per_hour"])
 
-    # Paused: the GPU components at replicas 0; the operator deletes their pods.
-    paused = _submit_keep(sim, with_gpu_replicas(dgd, 0))
+    # 2. Scaled out to maxReplicas (the replicas the scaling adapter is driven to): the nodes `stacks cost` counts.
+    names = set_pods(sim, at_max(entry.plan.dgd, entry.plan.notes.get("autoscaling") or {}))
+    nodes = k.wait_nodes(name, cost.nodes_max, LAUNCH_BOUND_S, pods=lambda: [p for p in sim.pods(RUN) if p["metadata"]["name"] in set(names)])
+    mark("scaled to maxReplicas, every pod bound", nodes)
+    bound_on_karpenter(names, nodes)
+
+    # 3. Paused (the program's paused DGD): the GPU pods go, the nodes are consolidated away.
+    names = set_pods(sim, karpenter["paused"].entries[0].plan.dgd)
+    assert not _gpu_pods(sim.pods(RUN))
     t_pause = time.monotonic()
-    nodes = k.wait_nodes(name, 0, CONSOLIDATION_BOUND_S)
-    mark("entry paused, nodes consolidated", nodes)
+    nodes = k.wait_nodes(name, cost.nodes_paused, pause_bound)
     took = time.monotonic() - t_pause
-    assert took < CONSOLIDATION_BOUND_S
+    mark(f"paused, nodes consolidated ({took:.1f}s after the last GPU pod; bound {pause_bound:.0f}s)", nodes)
     assert k.node_claims(name) == []
-    assert all(p["spec"].get("nodeName") for p in sim.pods(RUN)), "the frontend stays bound on a system node"
-    assert len(sim.pods(RUN)) == len(paused)
+    assert len(sim.pods(RUN)) == len(names) and all(p["spec"].get("nodeName") for p in sim.pods(RUN))  # the frontend stays
 
-    # Resumed with more worker replicas than one node holds: the plan's count for that DGD, launched on demand.
-    more = with_gpu_replicas(dgd, plan.shape.gpus_per_node + 1)
-    planned_more = karpenter_plan(more)[1].nodes_needed
-    assert planned_more > planned
-    names = _submit_keep(sim, more)
-    nodes = k.wait_nodes(name, planned_more, LAUNCH_BOUND_S, pods=lambda: [p for p in sim.pods(RUN) if p["metadata"]["name"] in set(names)])
-    mark(f"resumed at {plan.shape.gpus_per_node + 1} worker replicas", nodes)
+    # 4. Resumed at minReplicas: the nodes come back.
+    names = set_pods(sim, at_min_dgd(entry.plan))
+    nodes = k.wait_nodes(name, cost.nodes_min, LAUNCH_BOUND_S, pods=lambda: [p for p in sim.pods(RUN) if p["metadata"]["name"] in set(names)])
+    mark("resumed at minReplicas", nodes)
 
-    _submit_keep(sim, with_gpu_replicas(dgd, 0))
-    nodes = k.wait_nodes(name, 0, CONSOLIDATION_BOUND_S)
-    mark("paused again", nodes)
     counts = [c for _, _, c in timeline]
     print("[karpenter] node counts:", " -> ".join(map(str, counts)), "| timeline:", timeline)
-    assert counts == [0, planned, 0, planned_more, 0]
-
-
-def _submit_keep(sim, dgd: dict) -> list[str]:
-    """Make the run's pods those of ``dgd``: create the missing ones, delete the ones it no longer has."""
-    from stacks.cli.simulate import operator_pod_intents
-
-    intents = operator_pod_intents(dgd)
-    want = {i.pod["metadata"]["name"] for i in intents}
-    _delete_missing(sim, want)
-    have = {p["metadata"]["name"] for p in sim.pods(RUN)}
-    refused = sim.submit([i for i in intents if i.pod["metadata"]["name"] not in have], RUN)
-    assert not refused, refused
-    return sorted(want)
+    assert counts == [0, cost.nodes_min, cost.nodes_max, 0, cost.nodes_min]
+    # The launches created exactly these NodeClaims: none failed or left over.
+    assert len(k.node_claims(name)) == cost.nodes_min
 
 
 # ---------------------------------------------------------------------------------------------- without a cluster

@@ -5,7 +5,7 @@
 - the CRDs of the pinned module (NodePool, NodeClaim, NodeOverlay, KWOKNodeClass: ``tools/karpenter.sh build`` copies
   them next to the binary);
 - the instance-types file the KWOK provider reads (``INSTANCE_TYPES_FILE_PATH``), generated from stacks/gpus.py by
-  ``stacks.karpenter_sim.kwok_instance_types``;
+  ``stacks.karpenter_sim.kwok_instance_types``, priced from stacks/prices.yaml for the plan's region (``region_prices``);
 - the node lifecycle controller of kube-controller-manager (the real one, same binary as kube-local's, run with only
   ``--controllers=nodelifecycle``): kube-local's controller manager runs without it, and without it the
   ``node.kubernetes.io/not-ready:NoSchedule`` taint that the API server's TaintNodesByCondition admission puts on every
@@ -69,6 +69,19 @@ def kube_controller_manager() -> Path:
     if not path.is_file():
         raise RuntimeError(f"{path} is missing: run tools/kube-local.sh build")
     return path
+
+
+def region_prices(region: str) -> dict[str, float]:
+    """On-demand $/h of every instance type stacks/prices.yaml prices in ``region`` (the `stacks cost` data)."""
+    from .cost import ec2_price, load_prices
+
+    data = load_prices()
+    out = {}
+    for it in data.get("ec2") or {}:
+        p = ec2_price(data, it, region)
+        if p:
+            out[it] = float(p["usd_per_hour"])
+    return out
 
 
 def free_port() -> int:
