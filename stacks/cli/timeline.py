@@ -298,7 +298,7 @@ def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
            + (f"within {pause:.0f} s of the last GPU pod (consolidateAfter {after:.0f} s + {k['disruption_polling_s']} s polling + "
               f"{k['emptiness_validation_s']} s validation)" if pause is not None else "never (consolidateAfter: Never)")
            + f"; measured with the real Karpenter in the simulated cluster: {max(m['pause_to_zero_nodes_s']):.1f} s at "
-             f"consolidateAfter {m['consolidate_after_s']} s, pending pods bound {m['pending_to_bound_s']} s after they appeared "
+             f"consolidateAfter {m['consolidate_after_s']} s, pending pods bound within {max(m['pending_to_bound_s'])} s "
              f"(tests/test_karpenter_engine.py)",
            f"  resume on Karpenter: node launch + image pull + worker start-up = {resume:.1f} min (the model cache stays; "
            f"no download)"]
