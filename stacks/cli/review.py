@@ -290,7 +290,9 @@ def cmd_diff(args) -> int:
 
 # Keys that belong to an environment and are never copied.
 ENV_KEYS = frozenset({"namespace", "createNamespace", "cluster", "replicas", "storage", "hfTokenSecretName",
-                      "imagePullSecrets", "kubeconfig", "hfToken", "wait", "observability", "benchmark"})
+                      "imagePullSecrets", "kubeconfig", "hfToken", "wait", "observability", "benchmark",
+                      # capacity of an environment (stacks/autoscaling.py): staging may be paused while prod serves
+                      "paused", "autoscaling"})
 # Keys a release pins and promotion copies: what selects and shapes the DGD. Every StackConfig key is
 # either here or in ENV_KEYS (a test keeps it so), and nothing else is copied: a key the program does
 # not know would make the destination fail.
