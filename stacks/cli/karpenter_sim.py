@@ -250,7 +250,7 @@ class KarpenterSim:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
                 try:
-                    p.wait(10)
+                    p.wait(3)  # nothing to hand over: no leader election, and the cluster is thrown away
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait(5)
