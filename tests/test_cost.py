@@ -112,3 +112,9 @@ def test_karpenter_pool_runs_what_its_replicas_need():
     # (9 GPUs: two 8-GPU nodes, under the NodePool's 4); paused: no GPU pod, no node.
     assert row[:6] == ["gpu", "h100", "p5.48xlarge", "karpenter", "on-demand", "1/2/0"]
     assert row[6:] == [f"{P5:,.2f}", f"{P5:,.2f}", f"{2 * P5:,.2f}", "0.00"]
+
+
+def test_readme_example_is_the_commands_output():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("$ uv run python -m stacks cost --stack h100-karpenter\n", 1)[1].split("```", 1)[0].splitlines()
+    assert block[:5] == stack_cost("h100-karpenter").splitlines()[:5]
