@@ -1,4 +1,4 @@
-"""Benchmark (issue 11): `pulumi up` of 1, 8 and all catalog targets in one `dynamo:serve` stack on the
+"""Benchmark (how `up` cost grows with the stack): `pulumi up` of 1, 8 and all catalog targets in one `dynamo:serve` stack on the
 local kube-apiserver, against `kubectl apply --server-side` of the same objects. Prints, for each tool,
 the wall time per size, the fixed start-up (``time = start-up + objects x marginal`` through the two smallest
 sizes) and the marginal cost per object between consecutive sizes.

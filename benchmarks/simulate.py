@@ -1,4 +1,4 @@
-"""Benchmark: the simulated GPU cluster (issue 12).
+"""Benchmark: the simulated GPU cluster (KWOK nodes and the real kube-scheduler, no GPU needed).
 
 Prints, asserts nothing:
 - control-plane start (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok) in a fresh state dir;

@@ -28,7 +28,7 @@ def policy_config(stack: str) -> dict:
 
 
 def _serve_policy_config(stack: str) -> dict:
-    """A ``dynamo:serve`` stack (issue 11): the entries' settings where they agree; a cluster-only stack has none.
+    """A ``dynamo:serve`` stack (several entries): the entries' settings where they agree; a cluster-only stack has none.
     Several GPUs: a pod must fit the smallest of their nodes (conservative)."""
     from stacks.gpus import shape_for
     from stacks.render import program_for_stack

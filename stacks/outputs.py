@@ -58,7 +58,7 @@ def _served_model(dgd: dict) -> str:
 
 
 def follow_commands(plan: ServingPlan, cluster_plan=None, benchmark=None) -> dict:
-    """Commands to follow a long ``up`` (issue 13). ``__main__.py`` logs them as soon as the program is
+    """Commands to follow a long ``up`` (a download or a DGD can take many minutes). ``__main__.py`` logs them as soon as the program is
     evaluated (before any resource is created) and exports them: the download Job's log, the DGD's
     Ready column, and the benchmark Job's log when there is one. On EKS, the first command writes the
     new cluster's kubeconfig (it works as soon as the control plane exists)."""

@@ -6,8 +6,8 @@ await (pulumi-kubernetes 4.25.0, ``provider/pkg/await``):
 - ``job.go`` ``jobInitAwaiter.Await`` selects on ``time.After(timeout)`` *inside* its event loop, so
   every Job or Pod event re-arms the timer. Its events come from shared informers that resync every
   minute (``informers/factory.go``: ``resyncInterval := 1 * time.Minute``) and deliver every Job in
-  the namespace, so a timeout of 60 s or more never fires: issue 9 saw `up` still waiting after
-  1128 s with ``jobTimeout: 180s``. ``customTimeouts`` does not help: the engine only passes it to
+  the namespace, so a timeout of 60 s or more never fires: a Job that never completed kept `up`
+  waiting past 1128 s with ``jobTimeout: 180s``. ``customTimeouts`` does not help: the engine only passes it to
   the provider as ``req.Timeout`` (``pkg/resource/deploy/step.go``), where it feeds the same timer.
 - When an object carries ``pulumi.com/waitFor``, ``await.go`` ``Creation``/``Update`` skip the
   built-in awaiter and wait on the condition under ``context.WithTimeout(ctx, timeout)``: a fixed

@@ -1,4 +1,5 @@
-"""Issue 9: a table of bad stack configurations, every key, three paths that must agree.
+"""A table of bad stack configurations, every key, three paths that must agree (so no bad value is accepted
+silently or ends in a traceback, and ``render --stack`` shows what ``up`` would do).
 
 For each case:
 - ``stacks.program.build_program`` (what ``pulumi up`` runs) raises ``ConfigError`` and nothing else;

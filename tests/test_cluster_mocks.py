@@ -188,7 +188,7 @@ def test_h100_with_9_decode_replicas_gets_2_gpu_nodes():
     assert ng.inputs["scalingConfig"]["desiredSize"] == 2
 
 
-# ---------------------------------------------------------------------------- issue 11: several GPU groups, cluster and serving stacks
+# ---------------------------------------------------------------------------- several GPU node groups, cluster and serving stacks
 
 NODEGROUP = "aws:eks/nodeGroup:NodeGroup"
 TWO_GPUS = {"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200"}]},

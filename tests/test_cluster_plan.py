@@ -1,6 +1,6 @@
 """Pure cluster plan: GPU node groups shaped by the GPU catalog and the final DGD, EFA interfaces, placement,
-capacity, storage, and the EKS settings refused before any resource (issue 9: each a ConfigError naming
-dynamo:cluster.<key>, the value and the valid choices)."""
+capacity, storage, and the EKS settings refused before any resource (each a ConfigError naming
+dynamo:cluster.<key>, the value and the valid choices, so a bad value never reaches AWS mid-apply)."""
 import base64
 
 import pytest
@@ -253,7 +253,7 @@ def test_kubernetes_version_defaults_to_standard_support_pin():
     assert (major, minor) >= (1, 34)
 
 
-# ------------------------------------------------------------------ issue 9: bad EKS settings, refused by name
+# ------------------------------------------------------------------ bad EKS settings, refused by name before any resource
 
 BAD = [
     ({"availabilityZones": ["us-west-2a", "us-west-2b"]}, "availabilityZones", "us-west-2a"),
@@ -328,7 +328,7 @@ def test_a_storage_class_the_new_cluster_does_not_have_is_refused():
     plan_eks("t", parse(raw), cluster_config(raw), raw, {"hfToken"})
 
 
-# ---------------------------------------------------------------------------- issue 11: GPU pools, cluster stacks
+# ---------------------------------------------------------------------------- GPU pools (one node group each), cluster stacks
 
 
 @pytest.mark.parametrize("cluster, must", [

@@ -105,7 +105,7 @@ def test_model_revision_only_where_the_download_supports_it():
     assert {"name": "MODEL_REVISION", "value": "a" * 40} in download["spec"]["template"]["spec"]["containers"][0]["env"]
 
 
-# --------------------------------------------------------------------------- issue 9 finding 6: the protected cache's immutable spec
+# --------------------------------------------------------------------------- the protected cache's immutable spec: refused with a migration message
 
 from stacks.config import CACHE_SPEC_ANNOTATION, cache_claim_changes, cache_migration_error  # noqa: E402
 

@@ -1,7 +1,8 @@
 """A new model is a data module: a small family defined below only as data (no function of its own),
 registered in stacks.registry, selected by the config axes, rendered with its download Job; and a new
 GPU is one registry entry. Also: ``storage.existingClaim`` renames every reference to the model's own
-cache claim on every family, whatever the claim is called (the silent bug of issue 10)."""
+cache claim on every family, whatever the claim is called (a model whose claim was not called
+``shared-model-cache`` once silently kept mounting its own claim)."""
 import json
 import os
 import subprocess

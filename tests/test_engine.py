@@ -310,8 +310,9 @@ def test_dgd_wait_follows_the_ready_condition(kube, workspace, wffc_storage_clas
 
 
 def test_render_stack_with_empty_render_dir_never_touches_the_cluster(kube, workspace):
-    """Issue 9 finding 2: with the current kubeconfig pointing at a live API server, a render stack
-    whose renderDir is empty fails before any resource and creates nothing there."""
+    """A render stack must never talk to a cluster: with the current kubeconfig pointing at a live API server,
+    a render stack whose renderDir is empty fails before any resource and creates nothing there (an empty
+    renderDir used to fall back to the default provider and deploy to whatever cluster the kubeconfig named)."""
     from pulumi import automation as auto
     from pulumi.automation import errors
 
@@ -330,7 +331,7 @@ def test_render_stack_with_empty_render_dir_never_touches_the_cluster(kube, work
         stack.workspace.remove_stack(stack.name, force=True)
 
 
-# ---- waits end at their timeout (issue 9 finding 1) ------------------------------------------------------------------
+# ---- waits end at their timeout (the provider's await alone re-arms its timer on every resync) ----------------------
 
 
 def _no_pods_namespace(kube, ns: str) -> None:
@@ -412,7 +413,7 @@ def _long_waits_in_background(request):
 
 
 def test_waits_of_a_minute_or_more_end_at_their_timeout(kube, long_waits):
-    """Issue 9 finding 1 and its acceptance line: a Job that never completes with jobTimeout: 3m ends
+    """Every wait ends by its timeout plus at most a minute: a Job that never completes with jobTimeout: 3m ends
     `pulumi up` within 4 minutes, and a DGD that never becomes Ready ends it at dgdTimeout (75 s: above
     the provider's one-minute informer resync, which re-armed the old Job await's timer forever).
     Each message says what was awaited, for how long, and the command to look; a Job that ends
@@ -464,7 +465,7 @@ def test_waits_of_a_minute_or_more_end_at_their_timeout(kube, long_waits):
     assert kubectl(kube, "get", "dgd", "-n", fail_ns, "-o", "name").stdout.strip() == ""
 
 
-# --------------------------------------------------------------------------- issue 13: observability and benchmark objects
+# --------------------------------------------------------------------------- observability and benchmark objects (both opt-in)
 
 MONITORING_CRDS = ROOT.parent / "shared" / "reference" / "crds" / "monitoring"  # Prometheus Operator v0.93.0, kube-prometheus-stack 88.0.0's
 
@@ -530,8 +531,8 @@ def _kinds(stack) -> dict[str, list[str]]:
 
 
 def test_one_stack_serves_several_targets(kube, workspace):
-    """Issue 11: three entries (two of one model, sharing its cache) come up together; a replica change
-    updates only that DGD; removing an entry deletes only its objects; the shared cache stays."""
+    """One dynamo:serve stack, several entries: three entries (two of one model, sharing its cache) come up
+    together; a replica change updates only that DGD; removing an entry deletes only its objects; the shared cache stays."""
     ns_a, ns_m = "e-serve-l", "e-serve-m"
     agg, disagg, motif = TARGETS[0], TARGETS[1], TARGETS[5]
     entries = [{"target": agg, "namespace": ns_a}, {"target": disagg, "namespace": ns_a}, {"target": motif, "namespace": ns_m}]
@@ -587,7 +588,7 @@ def test_single_target_stack_moves_to_serve_without_replacing(kube, workspace):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Simulated GPU cluster (issue 12): KWOK nodes shaped like the cluster plan; the real kube-scheduler binds the pods
+# Simulated GPU cluster (no GPU needed): KWOK nodes shaped like the cluster plan; the real kube-scheduler binds the pods
 # and kwok's default stages run them (Job pods Succeed). Nodes exist only during these tests: every other test sees
 # a cluster without nodes, where no pod is scheduled and no Job completes.
 
@@ -625,7 +626,7 @@ def test_simulated_cluster_places_every_target_on_its_default_shape(simulator):
     """Every catalog target's pods, on the default cluster shape of its GPU, are bound by the real scheduler,
     and stacks/scheduling.py says the same of each target.
 
-    Finding (issue 12): the Ultra recipes name ``runtimeClassName: nvidia``; the EKS device-plugin stack
+    Why the real API server is needed: the Ultra recipes name ``runtimeClassName: nvidia``; the EKS device-plugin stack
     created no RuntimeClass, so the API server refused those pods before the scheduler saw them (10 targets).
     The stack now creates it (stacks.platform.nvidia_runtime_class); below, no pod is refused at admission.
     scheduling.py does not read runtimeClassName, so only the real API server caught this."""
@@ -767,8 +768,9 @@ def test_simulated_cluster_up_completes_the_download_job(kube, workspace, simula
 
 
 def test_protected_cache_class_change_is_refused(kube, workspace):
-    """Issue 9 finding 6: changing storage.className of the protected cache is refused on preview and up with
-    the migration message, the claim is untouched, and going back converges."""
+    """A PVC's storageClassName is immutable, so changing storage.className of the protected cache is refused
+    on preview and up with the migration message (instead of every `up` failing on the API server's
+    immutable-spec error), the claim is untouched, and going back converges."""
     from pulumi import automation as auto
     from pulumi.automation import errors
 

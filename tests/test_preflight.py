@@ -326,7 +326,7 @@ def test_cli_exit_codes(aws, monkeypatch, capsys):
     assert "FAIL  offering" in capsys.readouterr().out
 
 
-# --------------------------------------------------------------------------- issue 8 finding 12
+# --------------------------------------------------------------------------- reservations, zones, capacity and credentials
 
 
 def test_scheduled_capacity_block_is_a_warning(aws):

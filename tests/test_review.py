@@ -204,7 +204,7 @@ def test_clean_promotion_copies_release_keys_and_keeps_environment(stacks_dir, c
     ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"}, "dynamo:images.Frontend = 'nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest'"),
     ("images", {"*": "registry.example.com:5000/dynamo/vllm-runtime"}, "dynamo:images.* = 'registry.example.com:5000/dynamo/vllm-runtime': no tag or digest"),
     ("modelRevision", "main", "dynamo:modelRevision = 'main' is floating"),
-    # issue 9 finding 7: moving tags other than latest, trailing whitespace, a revision that escapes refs/tags
+    # floating values that look pinned: moving tags other than latest, trailing whitespace, a revision that escapes refs/tags
     ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:nightly"}, "tag 'nightly' is a moving tag"),
     ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:main"}, "tag 'main' is a moving tag"),
     ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:dev"}, "tag 'dev' is a moving tag"),
@@ -256,7 +256,7 @@ def test_committed_promotion_examples_are_at_the_dev_release():
         assert {k: v for k, v in yaml.safe_load(new)["config"].items()} == yaml.safe_load(old)["config"]
 
 
-# --------------------------------------------------------------------------- promotion edge cases (issue 9 finding 7)
+# --------------------------------------------------------------------------- promotion edge cases (unknown keys, fabricProfile, secrets)
 
 CANARY = "hf_CANARY_promote_4b1e"
 
@@ -363,7 +363,7 @@ def _serve_stack(path: Path, serve: list, top: str = "") -> None:
 
 
 def test_serve_stacks_promote_release_keys_per_entry_by_name(tmp_path, capsys):
-    """Issue 11: promotion works on dynamo:serve stacks: per entry (matched by name) the release keys come from
+    """Promotion works on dynamo:serve (several-entry) stacks: per entry (matched by name) the release keys come from
     the source; namespace, replicas and other environment keys stay; an entry only the destination has stays."""
     top = "  dynamo:hfTokenSecretName: hf-token-secret\n"
     _serve_stack(tmp_path / "Pulumi.s-dev.yaml", [

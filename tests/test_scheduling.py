@@ -72,7 +72,8 @@ def test_infiniband_recipe_fits_eks_with_the_efa_profile(gpu):
 
 
 def test_final_plan_fits_after_replica_overrides():
-    """issue 8 findings 5, 6: the node group is sized from the final DGD, with EFA per GPU from the instance."""
+    """The node group is sized from the final DGD (after replica overrides), with EFA per GPU from the instance's
+    data: sized from the recipe, h100 with 9 decode replicas kept 1 node and `up` waited out the DGD timeout."""
     h100 = {"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks"}}
     assert _eks_fit(h100) == []
     b200 = {"gpu": "b200", "topology": "disagg", "fabricProfile": "aws-efa", "replicas": {"VllmDecodeWorker": 3}, "cluster": {"mode": "eks"}}

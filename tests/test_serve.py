@@ -1,4 +1,4 @@
-"""Several targets in one stack (issue 11): entries, shared caches, per-entry overrides, capacity from the sum."""
+"""Several targets in one `dynamo:serve` stack: entries, shared caches, per-entry overrides, capacity from the sum."""
 import pytest
 
 from harness import run_program
