@@ -1,16 +1,90 @@
-"""Every catalog target's workers fit its default cluster shape: GPU/EFA/RDMA requests, affinity, tolerations."""
+"""Every catalog target's workers fit its cluster: GPU/EFA/RDMA requests, affinity, tolerations.
+
+The oracle is independent of the product: the GPU nodes are written here from the instance data
+(stacks/gpus.py: GPUs per node, EFA devices, product label, architecture) and the taint is spelled
+literally, never read back from what the target tolerates. A typo in a toleration the catalog renders
+therefore makes these tests fail (checked by mutating ``stacks/catalog/k8s.py GPU_TOLERATION``)."""
+
+import math
 
 import pytest
 
 from stacks import catalog
-from stacks.scheduling import check_target, default_shapes
+from stacks.cluster import NodeShape
+from stacks.gpus import DEFAULT_INSTANCE, INSTANCES
+from stacks.scheduling import SYSTEM, check_target, default_shapes
 
 TARGETS = catalog.targets()
 
+# The taint on GPU nodes, spelled here. Kubernetes form (NoSchedule); the EKS managed node group API spells the
+# same effect NO_SCHEDULE ("When using AWS CLI or API, taint effects must be NO_SCHEDULE, PREFER_NO_SCHEDULE, or
+# NO_EXECUTE. When using Kubernetes directly or kubectl, taint effects must be NoSchedule ...":
+# https://docs.aws.amazon.com/cdk/api/v2/docs/aws-cdk-lib.aws_eks_v2.TaintEffect.html, which points at
+# https://docs.aws.amazon.com/eks/latest/userguide/node-taints-managed-node-groups.html).
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+# The Nemotron Ultra GB200 recipes are written for nodes tainted nvidia.com/gpu=present (upstream
+# recipes/nemotron-3-ultra/vllm/{agg-gb200-agentic-1M-kv-router,disagg-gb200-agentic-256K,...}/deploy.yaml tolerate
+# that value; the NVIDIA device plugin chart's values tolerate it too: shared reference
+# device-plugins/nvidia/nvidia-device-plugin-values.yaml); the program taints those targets' GB200 node group so.
+PRESENT_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+PRESENT_TARGETS = {
+    "ultra-vllm-agg-gb200-agentic-1M-kv-router", "ultra-vllm-agg-gb200-agentic-256K-kv-router",
+    "ultra-vllm-disagg-gb200-agentic-1M", "ultra-vllm-disagg-gb200-agentic-256K",
+}
+# Interconnect capacity each fabric's nodes advertise (device plugins): EFA from the instance data; the
+# InfiniBand/GKE/nscale clusters' RDMA resources as those clusters' device plugins name them.
+GKE_RDMA = {f"networking.gke.io.networks/rdma-{i}{s}": 1 for i in range(4) for s in ("", ".IP")}
+
+
+def literal_gpu_node(t) -> NodeShape:
+    """The GPU node a target's cluster offers, from the instance data and the literal taint only."""
+    inst = INSTANCES[DEFAULT_INSTANCE[t.gpu]]
+    labels = {"nvidia.com/gpu.product": inst.product, "nvidia.com/gpu.present": "true",
+              "kubernetes.io/arch": {"x86_64": "amd64", "arm64": "arm64"}[inst.arch], "kubernetes.io/os": "linux",
+              "node.kubernetes.io/instance-type": inst.instance_type}
+    capacity = {"nvidia.com/gpu": inst.gpus_per_node}
+    if t.fabric == "aws-efa":
+        capacity["vpc.amazonaws.com/efa"] = len(inst.efa_cards)
+        labels["vpc.amazonaws.com/efa.present"] = "true"
+    elif t.fabric == "infiniband":
+        capacity["rdma/ib"] = 1000
+    elif t.fabric == "nscale":
+        capacity["rdma/shared_ib"] = 1000
+        labels["node.kubernetes.io/instance-type"] = "g.192.b200.8"
+    elif t.fabric == "gke-rdma":
+        capacity.update(GKE_RDMA)
+        labels["cloud.google.com/gke-accelerator"] = "nvidia-gb200"
+    taint = PRESENT_TAINT if t.id in PRESENT_TARGETS else GPU_TAINT
+    gpus = catalog.gpus_needed(next(o for o in catalog.recipe_objects(t) if o["kind"] == "DynamoGraphDeployment"))
+    return NodeShape("gpu", labels, [dict(taint)], capacity, max(1, math.ceil(gpus / inst.gpus_per_node)))
+
 
 @pytest.mark.parametrize("tid", sorted(TARGETS))
-def test_target_schedules_on_default_cluster_shape(tid):
-    assert check_target(TARGETS[tid]) == []
+def test_target_schedules_on_nodes_written_from_the_instance_data(tid):
+    t = TARGETS[tid]
+    assert check_target(t, [SYSTEM, literal_gpu_node(t)]) == []
+
+
+@pytest.mark.parametrize("tid", sorted(TARGETS))
+def test_target_does_not_fit_a_node_tainted_otherwise(tid):
+    """The check above can fail: the same node with the other literal taint value repels the GPU workers."""
+    t = TARGETS[tid]
+    node = literal_gpu_node(t)
+    node.taints = [dict(GPU_TAINT if t.id in PRESENT_TARGETS else PRESENT_TAINT)]
+    other = node.taints[0]["value"]
+    assert any(f"taint nvidia.com/gpu={other}:NoSchedule not tolerated" in p for p in check_target(t, [SYSTEM, node]))
+
+
+@pytest.mark.parametrize("tid", sorted(tid for tid, t in TARGETS.items() if t.fabric in ("aws-efa", "none")))
+def test_eks_node_group_carries_the_literal_taint(tid):
+    """What the program's EKS GPU node group sets (EKS API form) is the literal taint."""
+    from stacks.cluster import build_cluster_plan
+    from stacks.scheduling import default_eks_config
+
+    t = TARGETS[tid]
+    plan = build_cluster_plan("check", default_eks_config(t), t)
+    expected = PRESENT_TAINT if tid in PRESENT_TARGETS else GPU_TAINT
+    assert plan.gpu_pools[0].nodegroup["taints"] == [{**expected, "effect": "NO_SCHEDULE"}]
 
 
 def test_mismatched_product_label_is_reported_with_target_and_field():
