@@ -33,7 +33,7 @@ class ProgramPlan:
     cluster_plan: Optional[Any] = None
     # Layers ``up`` creates besides the serving objects (render --stack shows the serving layer only).
     other_layers: list[str] = field(default_factory=list)
-    # issue 13: optional layers (None when off): stacks.observability.ObservabilityPlan, stacks.benchmark.BenchmarkPlan
+    # Optional layers (None when off): stacks.observability.ObservabilityPlan, stacks.benchmark.BenchmarkPlan
     observability: Optional[Any] = None
     benchmark: Optional[Any] = None
     # One per serving entry (``dynamo:serve``); a single-target stack has one, keyed ``dynamo``.
@@ -185,7 +185,7 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
     if cluster.mode != "render" and cluster.platform_wanted():
         layers.append("Dynamo platform")
     program = ProgramPlan(stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries)
-    return demand_layers(optional_layers(program), raw)
+    return demand_layers(optional_layers(program, raw), raw)
 
 
 def _karpenter_layer(cluster_plan: Any) -> str:
@@ -250,27 +250,101 @@ def cluster_only_program(raw: dict[str, Any], stack: str, cluster: ClusterConfig
     return ProgramPlan(stack, None, cluster, None, plan, [x for x in layers if x], entries=[])
 
 
-def optional_layers(program: ProgramPlan) -> ProgramPlan:
-    """issue 13: ``dynamo:observability`` and ``dynamo:benchmark`` plans, both off by default. Render mode
-    cannot install Helm charts, so there only the dashboards and monitors are registered (rendered)."""
+def optional_layers(program: ProgramPlan, raw: Optional[dict[str, Any]] = None) -> ProgramPlan:
+    """``dynamo:observability`` and ``dynamo:benchmark`` plans, both off by default. Render mode
+    cannot install Helm charts, so there only the dashboards and monitors are registered (rendered).
+    A ``dynamo:serve`` stack (``raw`` given) reads both from its top level (entries cannot set them):
+    see ``serve_optional_layers``."""
+    if program.multi:
+        return serve_optional_layers(program, raw or {})
     cfg, cluster, serving = program.cfg, program.cluster, program.serving
     if cfg.observability.enabled:
         from .observability import build_observability
 
-        ours = cluster.mode == "eks" or (cluster.mode == "kubeconfig" and cluster.install_device_plugins)
         obs = build_observability(cfg.observability, serving_namespace=serving.dgd["metadata"]["namespace"],
-                                  dgd_name=serving.dgd["metadata"]["name"], nvidia_stack=cluster.nvidia_stack if ours else None)
-        if cluster.mode == "render":
-            obs.charts = []  # a render provider cannot install Helm charts
-        elif obs.charts:
-            program.other_layers.append("observability charts (" + ", ".join(c.chart for c in obs.charts) + ")")
-        program.observability = obs
+                                  dgd_name=serving.dgd["metadata"]["name"], nvidia_stack=_our_nvidia_stack(cluster))
+        _place_observability(program, obs)
     if cfg.benchmark.enabled:
         from .benchmark import build_benchmark, synthetic_speculative_dgd
 
         if cfg.benchmark.synthetic_acceptance:  # the DGD that up creates serves what the published rows measured
             serving.dgd = synthetic_speculative_dgd(serving.dgd, serving.target)
         program.benchmark = build_benchmark(serving, cfg.benchmark)
+    return program
+
+
+def _our_nvidia_stack(cluster: ClusterConfig) -> Optional[str]:
+    """The NVIDIA stack this program installs (its DCGM exporter is scraped), or None."""
+    ours = cluster.mode == "eks" or (cluster.mode == "kubeconfig" and cluster.install_device_plugins)
+    return cluster.nvidia_stack if ours else None
+
+
+def _place_observability(program: ProgramPlan, obs: Any) -> None:
+    if program.cluster.mode == "render":
+        obs.charts = []  # a render provider cannot install Helm charts
+    elif obs.charts:
+        program.other_layers.append("observability charts (" + ", ".join(c.chart for c in obs.charts) + ")")
+    program.observability = obs
+
+
+def _stack_section(model: Any, raw: dict[str, Any], key: str) -> Any:
+    """A stack-wide section of a ``dynamo:serve`` stack, validated like a single-target stack's."""
+    from pydantic import ValidationError
+
+    from .config import validation_error
+
+    try:
+        return model.model_validate(raw.get(key) or {})
+    except ValidationError as e:
+        raise validation_error(e, (key,), model) from None
+
+
+def serve_optional_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramPlan:
+    """The stack-wide ``dynamo:observability`` of a ``dynamo:serve`` stack: one install (the charts, the
+    observability namespace, the DCGM monitor, the GPU dashboard) and, per entry, the PodMonitors of its DGD
+    (named by the entry, which is unique in the stack, so two entries serving one DGD name in two namespaces
+    do not collide); the serving dashboard offers every serving namespace (a Grafana custom variable is a
+    comma-separated list of values: https://grafana.com/docs/grafana/latest/variables/manage-variable).
+    ``dynamo:benchmark`` is refused there: the AIPerf Job measures one frontend against one target's
+    published row, and a ``dynamo:serve`` stack has several."""
+    from .config import BenchmarkConfig, ObservabilityConfig
+
+    obs_cfg = _stack_section(ObservabilityConfig, raw, "observability")
+    bench_cfg = _stack_section(BenchmarkConfig, raw, "benchmark")
+    if bench_cfg.enabled:
+        raise ConfigError(
+            f"{NS}:benchmark.enabled: True is not built for {NS}:serve stacks (entries: "
+            f"{', '.join(e.name for e in program.entries)}): its AIPerf Job measures one target's frontend against that "
+            f"target's published row; benchmark one target from a single-target stack (its {NS}:target and "
+            f"{NS}:benchmark), or remove {NS}:benchmark here")
+    if not obs_cfg.enabled:
+        return program
+    import json
+
+    from .observability import build_observability, dynamo_pod_monitors
+
+    first = program.entries[0]
+    namespaces = list(dict.fromkeys(e.plan.dgd["metadata"]["namespace"] for e in program.entries))
+    obs = build_observability(obs_cfg, serving_namespace=namespaces[0], dgd_name=first.plan.dgd["metadata"]["name"],
+                              nvidia_stack=_our_nvidia_stack(program.cluster))
+    if obs.namespace_object is not None and obs.namespace in namespaces:
+        obs.namespace_object = None  # a serving entry creates it
+    entry_monitors = []
+    for e in program.entries:
+        md = e.plan.dgd["metadata"]
+        for m in dynamo_pod_monitors(md["namespace"], md["name"], obs.monitor_labels):
+            m["metadata"]["name"] = e.name + m["metadata"]["name"][len(md["name"]):]
+            entry_monitors.append(m)
+    first_monitors = dynamo_pod_monitors(namespaces[0], first.plan.dgd["metadata"]["name"], obs.monitor_labels)
+    obs.monitors = entry_monitors + obs.monitors[len(first_monitors):]
+    for cm in obs.dashboards:
+        for key, text in list(cm["data"].items()):
+            board = json.loads(text)
+            for var in board.get("templating", {}).get("list", []):
+                if var.get("name") == "namespace" and var.get("type") == "custom":
+                    var["query"] = ",".join(namespaces)
+            cm["data"][key] = json.dumps(board, indent=1, sort_keys=True)
+    _place_observability(program, obs)
     return program
 
 
@@ -300,13 +374,6 @@ def demand_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramPlan:
         if not obs.enabled:
             raise ConfigError(f"{where}: needs {NS}:observability.enabled: true (the Prometheus its "
                               f"ScaledObjects query for {', '.join(sorted(scaled[0].plan.notes['autoscaling']))})")
-        if program.multi and obs.prometheus == "install":
-            # optional_layers builds the observability layer of single-target stacks only: a dynamo:serve stack would
-            # install no Prometheus, and its ScaledObjects would query nothing.
-            raise ConfigError(f"{where}: {NS}:observability.prometheus 'install' is not built for {NS}:serve stacks, so "
-                              f"there would be no Prometheus for the ScaledObjects to query; set {NS}:observability "
-                              f"{{enabled: true, prometheus: existing, prometheusEndpoint: <your Prometheus, scraping the "
-                              f"frontends>}}, or autoscale a single-target stack")
         url = obs.prometheus_endpoint or prometheus_url(obs.namespace)
     if program.cluster.mode == "eks" and cp is not None:
         pools = {}

@@ -126,11 +126,11 @@ def test_gpu_pool_key_and_other_entries_count_against_the_pool(comp):
     c["serve"][0]["replicas"] = {comp: 0}
     p = build_program(c, "a")
     assert [len(e.plan.autoscalers) for e in p.entries] == [0, 1]
-    # a dynamo:serve stack builds no Prometheus of its own: prometheus: install is refused for its ScaledObjects
+    # a dynamo:serve stack installs the stack-wide Prometheus too: its ScaledObjects query that one
     c["observability"] = {"enabled": True}
-    with pytest.raises(ConfigError, match=r"dynamo:serve\[1\].autoscaling: dynamo:observability.prometheus 'install' is not "
-                                          r"built for dynamo:serve stacks.*prometheus: existing"):
-        build_program(c, "a")
+    p = build_program(c, "a")
+    assert p.observability.charts and p.observability.prometheus_endpoint.startswith("http://")
+    assert p.observability.prometheus_endpoint in str(p.entries[1].plan.autoscalers)
 
 
 @pytest.mark.parametrize("body, match", [

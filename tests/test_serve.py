@@ -147,3 +147,44 @@ def test_eks_plan_that_cannot_fit_is_refused_before_any_resource():
            "serve": [{"target": DISAGG, "namespace": "a"}, {"target": DISAGG, "namespace": "b"}]}
     with pytest.raises(ConfigError, match=r"dynamo:cluster.gpuNodes"):
         build_program(raw, "t", TOKEN)
+
+
+# --------------------------------------------------------------------------- stack-wide optional layers on dynamo:serve
+
+
+def test_serve_stack_with_observability_registers_monitors_and_dashboards():
+    """A dynamo:serve stack reads dynamo:observability at its top level: one chart install, the PodMonitors of every
+    entry's DGD (in its namespace, selecting its DGD), one serving dashboard offering every serving namespace."""
+    import json
+
+    from stacks.observability import DGD_NAME_LABEL
+
+    run = run_program(three(observability={"enabled": True}), {"hfToken": "hf_serveobs"}, stack="t")
+    monitors = run.by_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")
+    got = sorted((m.inputs["metadata"]["namespace"], m.inputs["spec"]["selector"]["matchLabels"][DGD_NAME_LABEL])
+                 for m in monitors)
+    dgds = sorted((d.inputs["metadata"]["namespace"], d.inputs["metadata"]["name"])
+                  for d in run.by_type("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"))
+    assert got == sorted(dgds * 2)  # a frontend and a worker monitor per DGD
+    assert len({m.name for m in monitors}) == len(monitors)
+    assert run.by_type("kubernetes:helm.sh/v3:Release") == []  # the default render mode installs no chart
+    boards = [c for c in run.by_type("kubernetes:core/v1:ConfigMap") if c.inputs["metadata"].get("labels", {}).get("grafana_dashboard")]
+    serving = [json.loads(v) for c in boards for k, v in c.inputs["data"].items() if k.startswith("dynamo-serving")]
+    assert len(serving) == 1
+    var = next(v for v in serving[0]["templating"]["list"] if v["name"] == "namespace")
+    assert var["query"].split(",") == ["llm", "motif"]
+    # On a cluster, one install of the charts for the whole stack.
+    live = build_program(three(observability={"enabled": True}, cluster={"mode": "kubeconfig"}), "t", TOKEN | {"kubeconfig"})
+    assert [c.chart for c in live.observability.charts] == ["kube-prometheus-stack"]
+    assert sum(layer.startswith("observability charts") for layer in live.other_layers) == 1
+
+
+def test_serve_stack_refuses_invalid_or_unbuilt_stack_wide_settings():
+    with pytest.raises(ConfigError, match=r"dynamo:observability.prometheus: 'prom' is not valid"):
+        build_program(three(observability={"enabled": True, "prometheus": "prom"}), "t", TOKEN)
+    with pytest.raises(ConfigError, match=r"dynamo:observability.dashboards: has no effect"):
+        build_program(three(observability={"dashboards": False}), "t", TOKEN)
+    with pytest.raises(ConfigError, match=r"dynamo:benchmark.requestCount: .*0"):
+        build_program(three(benchmark={"enabled": True, "requestCount": 0}), "t", TOKEN)
+    with pytest.raises(ConfigError, match=r"dynamo:benchmark.enabled: True is not built for dynamo:serve stacks"):
+        build_program(three(benchmark={"enabled": True}), "t", TOKEN)
