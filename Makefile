@@ -16,7 +16,7 @@ export PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_CONFIG_PASSPHRASE ?= dynamo-local-dev
 export DYNAMO_TOOLCHAIN_CACHE ?= $(CACHE)
 
-.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain rig-toolchain prometheus-toolchain up local-up local-down test unit engine bench fidelity clean
+.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain rig-toolchain prometheus-toolchain up local-up local-down test unit engine bench fidelity golden clean
 
 help:
 	@echo "make up    - set-up, then pulumi up --stack dev (renders manifests to ./rendered, no cloud account)"
@@ -82,6 +82,10 @@ bench: setup
 
 fidelity: python
 	$(PY) -m stacks fidelity
+
+# The only way the URN golden files (tests/golden/urns-*.txt) change: run on purpose, review the printed diff.
+golden: python
+	$(PY) tests/update_golden.py
 
 clean:
 	rm -rf .venv .tools .pulumi-state rendered

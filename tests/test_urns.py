@@ -1,8 +1,8 @@
 """URNs are the identity of every resource in state: a rename or a move that changes one makes
 Pulumi delete and recreate it (the model cache included). This test pins them; if it fails after
-a refactor, add `aliases=[pulumi.Alias(...)]` for the old name/parent (then regenerate with
-UPDATE_GOLDEN=1) rather than letting resources be replaced."""
-import os
+a refactor, add `aliases=[pulumi.Alias(...)]` for the old name/parent rather than letting resources
+be replaced. Only an explicit `make golden` (tests/update_golden.py) rewrites the golden files; this
+test never writes them."""
 from pathlib import Path
 
 import pytest
@@ -16,13 +16,27 @@ CASES = {
 }
 
 
+def current_urns(case: str) -> list[str]:
+    run = run_program(CASES[case], {"hfToken": "hf_x"}, stack="golden")
+    return sorted(r.urn for r in run.resources)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_urns_are_stable(case):
-    run = run_program(CASES[case], {"hfToken": "hf_x"}, stack="golden")
-    urns = sorted(r.urn for r in run.resources)
-    path = GOLDEN / f"urns-{case}.txt"
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text("\n".join(urns) + "\n")
-    expected = path.read_text().split()
+    urns = current_urns(case)
+    expected = (GOLDEN / f"urns-{case}.txt").read_text().split()
     gone, new = sorted(set(expected) - set(urns)), sorted(set(urns) - set(expected))
-    assert not gone and not new, "URNs changed (add aliases for renamed/moved resources):\n- " + "\n- ".join(gone) + "\n+ " + "\n+ ".join(new)
+    assert not gone and not new, ("URNs changed (add aliases for renamed/moved resources; if every change is wanted, "
+                                  "`make golden` rewrites the golden files):\n- " + "\n- ".join(gone) + "\n+ " + "\n+ ".join(new))
+
+
+def test_the_check_never_writes_the_golden_files(tmp_path, monkeypatch):
+    """Even with the old UPDATE_GOLDEN variable set, a failing comparison stays failing and the file is unchanged."""
+    import test_urns
+
+    monkeypatch.setenv("UPDATE_GOLDEN", "1")
+    (tmp_path / "urns-render.txt").write_text("urn:pulumi:golden::dynamo::not:a:Resource::gone\n")
+    monkeypatch.setattr(test_urns, "GOLDEN", tmp_path)
+    with pytest.raises(AssertionError, match="URNs changed"):
+        test_urns.test_urns_are_stable("render")
+    assert (tmp_path / "urns-render.txt").read_text() == "urn:pulumi:golden::dynamo::not:a:Resource::gone\n"
