@@ -121,14 +121,15 @@ if cluster.mode != "render" and (cluster.mode == "eks" or cluster.install_device
             runtime_class_node_selector=dict(GPU_PRESENT_LABELS) if cluster.mode == "eks" else None,
         )
         graph_deps = graph_deps + plugins.ready
-    from stacks.platform import dynamo_platform  # issue 13: the operator learns the Prometheus URL (Planner, autoscaling)
+    from stacks.platform import dynamo_platform  # the operator learns the Prometheus URL (Planner, autoscaling)
 
     platform_spec = dynamo_platform(prometheus_endpoint=program.observability.prometheus_endpoint) if program.observability else None
     platform = DynamoPlatform("dynamo-platform", skip=not cluster.platform_wanted(), opts=pulumi.ResourceOptions(provider=provider, depends_on=cache_deps),
                               spec=platform_spec)
     graph_deps = graph_deps + platform.ready
 
-# The DGD waits for the image pull secrets (issue 8 finding 10). They need the namespace Serving creates, so each is
+# The DGD waits for the image pull secrets (on a cluster this `up` creates, its pods would otherwise fail
+# ErrImagePull before the stack's Secrets exist). They need the namespace Serving creates, so each is
 # a dependency that resolves to the Secret registered just below: the program body runs to its end before any
 # registration is sent, so the Secret exists by then.
 created_pull_secrets: dict = {}
@@ -197,7 +198,7 @@ if program.multi:
 for key, value in (next_steps(plan).items() if not program.multi and plan is not None else ()):
     pulumi.export(key, value)
 
-# issue 13: commands to follow the `up` (logged now, before any resource is created, and exported), then the optional
+# Commands to follow the `up` (logged now, before any resource is created, and exported), then the optional
 # observability layer and the benchmark Job (both off by default; stacks/program.py optional_layers builds them).
 from stacks.outputs import follow_commands  # noqa: E402
 

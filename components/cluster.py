@@ -155,7 +155,7 @@ class EksGpuCluster(pulumi.ComponentResource):
         self.system_nodes = aws.eks.NodeGroup(
             f"{name}-system", cluster_name=self.cluster.name, node_role_arn=node_role.arn, subnet_ids=private_ids, **plan.system_nodegroup, tags=tags, opts=node_deps
         )
-        # One GPU node group per pool (issue 11): the first keeps the single-target names (cluster-gpu), the others
+        # One GPU node group per pool (cluster.gpuPools): the first keeps the single-target names (cluster-gpu), the others
         # carry their GPU (cluster-gpu-b200).
         self.gpu_node_groups: list[aws.eks.NodeGroup] = []
         self.launch_templates: list[aws.ec2.LaunchTemplate] = []

@@ -140,7 +140,8 @@ class HfTokenSecret(pulumi.ComponentResource):
 
 def claim_spec_guard(obj: dict) -> Callable[..., None]:
     """The ``before_update`` check of a protected cache claim: raises ConfigError with the migration
-    message when the previous inputs' immutable spec differs from ``obj``'s (stacks.config, issue 9 finding 6)."""
+    message when the previous inputs' immutable spec differs from ``obj``'s (stacks.config: the provider would
+    replace the claim, and on a protected claim that replacement fails on this and every later ``up``)."""
     from stacks.config import ConfigError, cache_claim_changes, cache_migration_error
 
     spec, md = obj["spec"], _meta(obj)

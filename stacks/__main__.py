@@ -141,8 +141,8 @@ def main(argv=None) -> int:
     from .cli.simulate import add_subparser as add_simulate
 
     add_simulate(sub)
-    from .cli.bench_report import add_subparser as add_bench_report; add_bench_report(sub)  # noqa: E702 (issue 13)
-    from .cli.timeline import add_subparser as add_timeline; add_timeline(sub)  # noqa: E702 (issue 13)
+    from .cli.bench_report import add_subparser as add_bench_report; add_bench_report(sub)  # noqa: E702
+    from .cli.timeline import add_subparser as add_timeline; add_timeline(sub)  # noqa: E702
     from .cli.drift import add_subparser as add_drift
 
     add_drift(sub)

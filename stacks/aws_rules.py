@@ -4,7 +4,7 @@ Each rule takes a ``Graph`` (the recorded registrations: ``type``, ``name``, ``i
 ``ignore_changes``, ``dependencies``; tests/harness.py ``run_program`` records them under mocks, where a
 resource's id is ``<name>-id``) and returns violations, one line each. The mocks accept any request; these
 rules are what AWS would refuse or misbuild. Each docstring names the AWS page the constraint comes from.
-``check(graph)`` runs them all; ``RULES`` maps a rule to the issue-8 finding it guards.
+``check(graph)`` runs them all; ``RULES`` maps a rule to the AWS constraint areas it guards (``AREAS``).
 """
 from __future__ import annotations
 
@@ -79,12 +79,33 @@ class Graph:
 
 
 Rule = Callable[[Graph], list[str]]
-RULES: dict[Rule, tuple[int, ...]] = {}
+# The AWS constraint areas the cluster layer must get right; every area has at least one rule (tests/test_aws_rules.py).
+AREA_CAPACITY_BLOCKS = "Capacity Blocks: instance type and reservation on the launch template"
+AREA_PLACEMENT_GROUPS = "cluster placement groups: on-demand EFA only, never with a reservation"
+AREA_ULTRASERVERS_AND_ZONES = "GB200 UltraServers, Local Zones and availability zones"
+AREA_NETWORK = "network cost (NAT, S3 and ECR endpoints) and the API endpoint"
+AREA_GPU_NODE_SOFTWARE = "GPU Operator and RuntimeClass on the EKS NVIDIA AMI"
+AREA_FSX_LUSTRE = "FSx for Lustre cache: argument types, static binding, capacity and throughput"
+AREA_EFA = "EFA interfaces per instance and per GPU"
+AREA_NODE_COUNT = "GPU node count holds the DGDs"
+AREA_NODE_GROUP_SIZES = "node group scalingConfig on create and update"
+AREA_RETENTION = "retention and destroy of the cache and its network"
+AREA_KUBERNETES_VERSION = "Kubernetes version in EKS standard support"
+AREA_SECRETS = "Secrets the pods reference exist on a new cluster"
+AREA_EFS_THROUGHPUT = "EFS provisioned throughput"
+AREAS = (AREA_CAPACITY_BLOCKS, AREA_PLACEMENT_GROUPS, AREA_ULTRASERVERS_AND_ZONES, AREA_NETWORK, AREA_GPU_NODE_SOFTWARE,
+         AREA_FSX_LUSTRE, AREA_EFA, AREA_NODE_COUNT, AREA_NODE_GROUP_SIZES, AREA_RETENTION, AREA_KUBERNETES_VERSION,
+         AREA_SECRETS, AREA_EFS_THROUGHPUT)
+RULES: dict[Rule, tuple[str, ...]] = {}
 
 
-def rule(*findings: int):
+def rule(*areas: str):
+    unknown = [a for a in areas if a not in AREAS]
+    if unknown:
+        raise ValueError(f"unknown AWS constraint area(s) {unknown}; valid: {list(AREAS)}")
+
     def deco(fn: Rule) -> Rule:
-        RULES[fn] = findings
+        RULES[fn] = areas
         return fn
     return deco
 
@@ -166,10 +187,10 @@ def _efa_devices(lt: Optional[Res]) -> int:
     return sum(1 for n in nis if n.get("interfaceType") in ("efa", "efa-only"))
 
 
-# --------------------------------------------------------------------------- finding 1: Capacity Blocks
+# --------------------------------------------------------------------------- Capacity Blocks
 
 
-@rule(1)
+@rule(AREA_CAPACITY_BLOCKS)
 def capacity_block_launch_template(g: Graph) -> list[str]:
     """A managed node group on a Capacity Block uses a launch template that carries ``InstanceType``,
     ``InstanceMarketOptions.MarketType = capacity-block`` and ``CapacityReservationSpecification`` targeting the
@@ -199,7 +220,7 @@ def capacity_block_launch_template(g: Graph) -> list[str]:
     return out
 
 
-@rule(1)
+@rule(AREA_CAPACITY_BLOCKS)
 def instance_type_in_one_place(g: Graph) -> list[str]:
     """The instance type is set in the launch template or in the node group, not both.
     Source: EKS user guide, "Customize managed nodes with launch templates" (launch-templates: instance types)."""
@@ -213,10 +234,10 @@ def instance_type_in_one_place(g: Graph) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------- finding 2: placement groups
+# --------------------------------------------------------------------------- placement groups
 
 
-@rule(2)
+@rule(AREA_PLACEMENT_GROUPS)
 def no_placement_group_with_reservation(g: Graph) -> list[str]:
     """No cluster placement group when a launch template targets a capacity reservation or block: instances
     of a Capacity Block are already placed together in an UltraCluster, and a targeted On-Demand Capacity
@@ -230,7 +251,7 @@ def no_placement_group_with_reservation(g: Graph) -> list[str]:
     return out
 
 
-@rule(2)
+@rule(AREA_PLACEMENT_GROUPS)
 def on_demand_efa_in_cluster_placement_group(g: Graph) -> list[str]:
     """On-demand EFA nodes (no reservation) launch into a cluster placement group, for the lowest latency between
     them. Source: EC2 user guide "Get started with EFA" (launch into a cluster placement group); EKS user guide
@@ -245,10 +266,10 @@ def on_demand_efa_in_cluster_placement_group(g: Graph) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------- finding 3: GB200 UltraServers, zones
+# --------------------------------------------------------------------------- GB200 UltraServers, zones
 
 
-@rule(3)
+@rule(AREA_ULTRASERVERS_AND_ZONES)
 def ultraserver_only_as_capacity_block(g: Graph) -> list[str]:
     """``p6e-gb200.36xlarge`` is sold only inside UltraServers (u-p6e-gb200x36: 9 instances, x72: 18), through
     Capacity Blocks; EKS supports it from Kubernetes 1.33 with the AL2023 ARM NVIDIA AMI.
@@ -266,7 +287,7 @@ def ultraserver_only_as_capacity_block(g: Graph) -> list[str]:
     return out
 
 
-@rule(3)
+@rule(AREA_ULTRASERVERS_AND_ZONES)
 def capacity_block_in_one_zone(g: Graph) -> list[str]:
     """Capacity Block instances launch only in subnets of the block's Availability Zone, so a CAPACITY_BLOCK node
     group's subnets are all in one zone. Source: EC2 user guide "Launch instances using Capacity Blocks"
@@ -281,7 +302,7 @@ def capacity_block_in_one_zone(g: Graph) -> list[str]:
     return out
 
 
-@rule(3)
+@rule(AREA_ULTRASERVERS_AND_ZONES)
 def eks_cluster_subnets_in_two_availability_zones(g: Graph) -> list[str]:
     """The EKS cluster's subnets are in at least two Availability Zones, and none is in a Local Zone (a Local Zone
     subnet serves node groups only). Source: EKS user guide "View Amazon EKS networking requirements for VPC and
@@ -300,7 +321,7 @@ def eks_cluster_subnets_in_two_availability_zones(g: Graph) -> list[str]:
     return out
 
 
-@rule(3)
+@rule(AREA_ULTRASERVERS_AND_ZONES)
 def gb200_nvlink_domain_has_dra_and_compute_domain(g: Graph) -> list[str]:
     """GB200 nodes run the NVIDIA DRA driver (ComputeDomains, IMEX); when a ComputeDomain is registered every GPU
     worker of the DGD claims its channel. Source: EKS user guide "Use P6e-GB200 UltraServers with Amazon EKS"
@@ -385,7 +406,7 @@ def _admits(pod: dict, g: Graph, ng: Res) -> bool:
     return _selects(pod, _node_labels(g, ng)) and all(tolerates(pod, t) for t in ng.inputs.get("taints") or [])
 
 
-@rule(3)
+@rule(AREA_ULTRASERVERS_AND_ZONES)
 def dra_driver_values_follow_the_eks_guide(g: Graph) -> list[str]:
     """The NVIDIA DRA driver on EKS: ComputeDomains on, GPU allocation off (the device plugin allocates GPUs); the
     controller Deployment schedules on a node group of the cluster (EKS has no control-plane nodes, where the chart's
@@ -417,7 +438,7 @@ def dra_driver_values_follow_the_eks_guide(g: Graph) -> list[str]:
 # --------------------------------------------------------------------------- Local Zone GPU groups and the model cache
 
 
-@rule(3)
+@rule(AREA_ULTRASERVERS_AND_ZONES)
 def local_zone_nodes_do_not_mount_efs(g: Graph) -> list[str]:
     """No EFS model cache when a GPU node group runs in a Local Zone: EFS mount targets exist in Availability Zones
     only, and the file system's DNS name resolves only in a zone with a mount target. Source: EFS user guide
@@ -448,7 +469,7 @@ def _nat_route_tables(g: Graph) -> list[Res]:
     return [rt for rt in g.of(ROUTE_TABLE) if any(r.get("natGatewayId") for r in rt.inputs.get("routes") or [])]
 
 
-@rule(4)
+@rule(AREA_NETWORK)
 def private_route_tables_reach_s3_through_a_gateway_endpoint(g: Graph) -> list[str]:
     """Every route table that sends traffic to a NAT gateway also carries the S3 gateway endpoint, so S3 traffic (ECR
     image layers, pre-signed S3 downloads) does not pay the NAT gateway's per-GB processing charge; a gateway
@@ -463,7 +484,7 @@ def private_route_tables_reach_s3_through_a_gateway_endpoint(g: Graph) -> list[s
     return out
 
 
-@rule(4)
+@rule(AREA_NETWORK)
 def private_subnet_uses_its_zones_nat(g: Graph) -> list[str]:
     """A private subnet in a zone that has a NAT gateway routes through that zone's NAT gateway: traffic to a NAT in
     another zone pays inter-AZ transfer on top of NAT processing, and loses egress when that zone fails. Source: VPC
@@ -487,7 +508,7 @@ def private_subnet_uses_its_zones_nat(g: Graph) -> list[str]:
     return out
 
 
-@rule(4)
+@rule(AREA_NETWORK)
 def ecr_interface_endpoints_are_complete(g: Graph) -> list[str]:
     """ECR interface endpoints come as a pair, ``ecr.api`` and ``ecr.dkr``, with private DNS, in a subnet of every
     Availability Zone the node groups use, next to the S3 gateway endpoint that carries the image layers. Source: ECR
@@ -518,7 +539,7 @@ def ecr_interface_endpoints_are_complete(g: Graph) -> list[str]:
     return out
 
 
-@rule(5)
+@rule(AREA_NETWORK)
 def eks_public_endpoint_cidrs_are_explicit(g: Graph) -> list[str]:
     """A cluster whose Kubernetes API endpoint is public names the CIDR blocks allowed to reach it
     (``publicAccessCidrs``, from ``dynamo:cluster.publicAccessCidrs``) instead of leaving EKS's default of 0.0.0.0/0
@@ -532,7 +553,7 @@ def eks_public_endpoint_cidrs_are_explicit(g: Graph) -> list[str]:
     return out
 
 
-@rule(5)
+@rule(AREA_GPU_NODE_SOFTWARE)
 def gpu_operator_leaves_driver_and_toolkit_to_the_ami(g: Graph) -> list[str]:
     """On the EKS AL2023 NVIDIA AMI the GPU Operator installs neither the driver nor the NVIDIA Container Toolkit: the
     AMI ships both (the chart's defaults install both). Source: EKS user guide "Use P6e-GB200 UltraServers with Amazon
@@ -552,7 +573,7 @@ def gpu_operator_leaves_driver_and_toolkit_to_the_ami(g: Graph) -> list[str]:
     return out
 
 
-@rule(5)
+@rule(AREA_GPU_NODE_SOFTWARE)
 def nvidia_runtime_class_selects_gpu_nodes(g: Graph) -> list[str]:
     """The ``nvidia`` RuntimeClass on an EKS cluster carries ``scheduling.nodeSelector`` labels that every GPU node group
     has and the system node group does not, so a pod naming the class lands only where the handler exists. Source:
@@ -577,7 +598,7 @@ def nvidia_runtime_class_selects_gpu_nodes(g: Graph) -> list[str]:
                 out.append(f"{rc.name}: nodeSelector {sel} also selects non-GPU node group {ng.name}")
     return out
 
-# --------------------------------------------------------------------------- finding 4: FSx for Lustre
+# --------------------------------------------------------------------------- FSx for Lustre
 
 
 @lru_cache(maxsize=None)
@@ -600,7 +621,7 @@ def _sdk_params(typ: str) -> dict[str, str]:
     return out
 
 
-@rule(4)
+@rule(AREA_FSX_LUSTRE)
 def argument_types_match_the_installed_sdk(g: Graph) -> list[str]:
     """Every pulumi-aws argument has the shape the installed SDK declares: a list where it takes a Sequence, a
     single value where it does not (pulumi-aws 7.x ``aws.fsx.LustreFileSystem(subnet_ids=...)`` is one string).
@@ -621,7 +642,7 @@ def argument_types_match_the_installed_sdk(g: Graph) -> list[str]:
     return out
 
 
-@rule(4)
+@rule(AREA_FSX_LUSTRE)
 def fsx_cache_is_bound_statically(g: Graph) -> list[str]:
     """The FSx CSI driver provisions a new file system per PVC or binds statically; it has no StorageClass
     parameter naming an existing file system. The stack's file system is bound by a PersistentVolume with
@@ -650,7 +671,7 @@ def fsx_cache_is_bound_statically(g: Graph) -> list[str]:
     return out
 
 
-@rule(4)
+@rule(AREA_FSX_LUSTRE)
 def fsx_capacity_and_throughput(g: Graph) -> list[str]:
     """PERSISTENT_2 SSD capacity is 1200 GiB, 2400 GiB or a multiple of 2400 GiB, and throughput is per TiB
     (125, 250, 500 or 1000 MB/s/TiB); the model cache must read at least as fast as one EFS client (~1.5 GiB/s).
@@ -669,7 +690,7 @@ def fsx_capacity_and_throughput(g: Graph) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------- findings 5, 6: EFA per GPU, node count
+# --------------------------------------------------------------------------- EFA per GPU, node count
 
 
 def _gpu_workers(g: Graph):
@@ -681,7 +702,7 @@ def _gpu_workers(g: Graph):
                     yield comp, lim
 
 
-@rule(5)
+@rule(AREA_EFA)
 def efa_requests_follow_the_instance(g: Graph) -> list[str]:
     """A worker that requests EFA devices requests its GPU count times the instance's EFA devices per GPU:
     p5/p5e 32 EFA / 8 GPU = 4, p5en 16 / 8 = 2, p6-b200 8 / 8 = 1 (the EFA interfaces the launch template attaches).
@@ -706,7 +727,7 @@ def efa_requests_follow_the_instance(g: Graph) -> list[str]:
     return out
 
 
-@rule(6)
+@rule(AREA_NODE_COUNT)
 def gpu_node_group_holds_the_dgd(g: Graph) -> list[str]:
     """Each GPU node group's size holds every GPU and EFA device of the DGD workers that land on it, summed over all
     the stack's DGDs (replicas included); otherwise pods stay Pending and ``pulumi up`` waits out the DGD timeout.
@@ -729,10 +750,10 @@ def gpu_node_group_holds_the_dgd(g: Graph) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------- finding 7: node group sizes, create and update
+# --------------------------------------------------------------------------- node group sizes, create and update
 
 
-@rule(7)
+@rule(AREA_NODE_GROUP_SIZES)
 def scaling_config_in_order(g: Graph) -> list[str]:
     """Every node group's scalingConfig has min <= desired <= max (CreateNodegroup refuses "minSize can't be greater
     than desiredSize" and "desiredSize can't be greater than maxSize"). Source: EKS API ``NodegroupScalingConfig``;
@@ -746,7 +767,7 @@ def scaling_config_in_order(g: Graph) -> list[str]:
     return out
 
 
-@rule(7)
+@rule(AREA_NODE_GROUP_SIZES)
 def desired_size_sent_on_every_update(g: Graph) -> list[str]:
     """A GPU node group's desired size is never in ``ignoreChanges``: the provider sends the whole scalingConfig in one
     UpdateNodegroupConfig, so an ignored desired size goes out unchanged with the new bounds, and EKS refuses a new
@@ -856,10 +877,10 @@ def node_group_update_reaches_the_nodes_the_dgds_need(before: Graph, after: Grap
     return out
 
 
-# --------------------------------------------------------------------------- finding 8: retention and destroy
+# --------------------------------------------------------------------------- retention and destroy
 
 
-@rule(8)
+@rule(AREA_RETENTION)
 def cache_file_system_follows_the_claim(g: Graph) -> list[str]:
     """The cache file system is retained exactly when the cache claim is (``dynamo:storage.protect``): a protected
     claim on a deleted file system is useless, and an unprotected stack must not leave a billed file system.
@@ -876,7 +897,7 @@ def cache_file_system_follows_the_claim(g: Graph) -> list[str]:
 _REFS = {"subnetId": SUBNET, "subnetIds": SUBNET, "securityGroupIds": SECURITY_GROUP, "securityGroups": SECURITY_GROUP, "vpcId": VPC}
 
 
-@rule(8)
+@rule(AREA_RETENTION)
 def retained_resources_keep_their_network(g: Graph) -> list[str]:
     """A retained resource with network interfaces keeps the subnets, security groups and VPC they sit in: deleting
     a subnet or security group that an ENI still uses fails with DependencyViolation, so ``pulumi destroy`` would
@@ -903,10 +924,10 @@ def retained_resources_keep_their_network(g: Graph) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------- finding 9: Kubernetes version
+# --------------------------------------------------------------------------- Kubernetes version
 
 
-@rule(9)
+@rule(AREA_KUBERNETES_VERSION)
 def kubernetes_version_in_standard_support(g: Graph) -> list[str]:
     """The control plane runs a Kubernetes version in EKS standard support (14 months from release; extended
     support costs extra per cluster hour): 1.34 or newer today, pinned in stacks/versions.yaml.
@@ -920,7 +941,7 @@ def kubernetes_version_in_standard_support(g: Graph) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------- finding 10: Secrets on a new cluster
+# --------------------------------------------------------------------------- Secrets on a new cluster
 
 
 def _pull_secret_refs(x: Any) -> Iterable[str]:
@@ -946,7 +967,7 @@ def _secret_refs(x: Any) -> Iterable[str]:
             yield from _secret_refs(v)
 
 
-@rule(10)
+@rule(AREA_SECRETS)
 def secrets_exist_on_a_new_cluster(g: Graph) -> list[str]:
     """On a cluster the same ``up`` creates, every Secret the workloads name (image pull secrets, the HF token)
     must be created by the stack: nothing else could have made it, and pods would fail ErrImagePull or
@@ -971,10 +992,10 @@ def secrets_exist_on_a_new_cluster(g: Graph) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------- finding 11: EFS throughput
+# --------------------------------------------------------------------------- EFS throughput
 
 
-@rule(11)
+@rule(AREA_EFS_THROUGHPUT)
 def efs_provisioned_throughput_in_the_api_range(g: Graph) -> list[str]:
     """``ProvisionedThroughputInMibps`` is one the EFS API accepts: "Valid values are 1-3414 MiBps, with the upper limit
     depending on Region" (AWS Support raises it). Source: EFS API reference ``CreateFileSystem`` /
@@ -985,7 +1006,7 @@ def efs_provisioned_throughput_in_the_api_range(g: Graph) -> list[str]:
             and not lo <= float(fs.inputs["provisionedThroughputInMibps"]) <= hi]
 
 
-@rule(11)
+@rule(AREA_EFS_THROUGHPUT)
 def efs_provisioned_throughput_has_its_value(g: Graph) -> list[str]:
     """An EFS file system in provisioned throughput mode carries ``ProvisionedThroughputInMibps``.
     Source: EFS API ``CreateFileSystem`` (ProvisionedThroughputInMibps: required with ThroughputMode provisioned);
@@ -1000,7 +1021,7 @@ def efs_provisioned_throughput_has_its_value(g: Graph) -> list[str]:
 # --------------------------------------------------------------------------- EFA launch template shape
 
 
-@rule(5)
+@rule(AREA_EFA)
 def efa_only_is_never_the_primary_interface(g: Graph) -> list[str]:
     """The primary network interface (network card 0, device 0) is ENA or EFA (with ENA), never EFA-only; each
     network card carries at most one interface at device index 0. Source: EC2 user guide
@@ -1017,7 +1038,7 @@ def efa_only_is_never_the_primary_interface(g: Graph) -> list[str]:
     return out
 
 
-@rule(5)
+@rule(AREA_EFA)
 def single_node_without_efa_workers_gets_no_efa(g: Graph) -> list[str]:
     """A GPU node group of one node whose DGD workers request no EFA device (an aggregated target on one node) gets
     no EFA interfaces and no placement group: EFA is OS-bypass networking with other instances and a cluster placement

@@ -182,7 +182,7 @@ class EksConfig(_Model):
     # the NAT's per-GB charge). ECR interface endpoints (ecr.api + ecr.dkr, billed per endpoint per zone-hour).
     s3_gateway_endpoint: bool = True
     ecr_endpoints: bool = False
-    # One GPU node group per pool (issue 11); empty: one node group for the GPU of the stack's entries.
+    # One GPU node group per pool (cluster.gpuPools); empty: one node group for the GPU of the stack's entries.
     gpu_pools: tuple[GpuPoolConfig, ...] = ()
 
     @model_validator(mode="after")
@@ -455,7 +455,7 @@ class ClusterPlan:
     admin_principal_arns: tuple[str, ...] = ()
     notes: dict[str, Any] = field(default_factory=dict)
     addon_versions: dict[str, str] = field(default_factory=dict)  # add-on -> pinned version (stacks/versions.yaml eks.addons)
-    # Every GPU node group (issue 11), the first one also as gpu_nodegroup, launch_template, placement_group,
+    # Every GPU node group (one per gpuPools entry), the first one also as gpu_nodegroup, launch_template, placement_group,
     # shape and gpu_shape above (its resources keep the single-target names).
     gpu_pools: list["GpuPool"] = field(default_factory=list)
     # Egress and endpoints (``network_plan``): NAT gateways, the S3 gateway endpoint, ECR interface endpoints, the
@@ -1104,7 +1104,7 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
     return cluster, cp, serving
 
 
-# --------------------------------------------------------------------------- several GPU node groups (issue 11)
+# --------------------------------------------------------------------------- several GPU node groups (cluster.gpuPools)
 
 def _pins_gpu_product(pod: dict) -> bool:
     if "nvidia.com/gpu.product" in (pod.get("nodeSelector") or {}):

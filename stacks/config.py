@@ -250,7 +250,7 @@ class WaitConfig(_Model):
         return self
 
 
-# --- issue 13 (observability and benchmark helper): both optional, off by default; see stacks/observability.py, stacks/benchmark.py
+# --- observability and the benchmark helper: both optional, off by default; see stacks/observability.py, stacks/benchmark.py
 def _off_keys_unused(model: BaseModel, section: str) -> None:
     """A key under a switched-off section would be ignored silently: refuse it."""
     if not model.enabled:
@@ -357,8 +357,8 @@ class StackConfig(_Model):
     # Pin the downloaded checkpoint to a Hugging Face revision (a commit or tag), where the model's
     # download Job supports it; promotion refuses floating revisions such as "main".
     model_revision: Optional[str] = None
-    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)  # issue 13
-    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)  # issue 13
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)  # optional, off by default
+    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)  # optional, off by default
     # Pause: every GPU worker component at 0 replicas (frontend and cache kept); stacks/autoscaling.py.
     paused: bool = False
     # Per component: minReplicas, maxReplicas, metric, target (a KEDA ScaledObject on the component's DGDSA);
@@ -615,7 +615,7 @@ def _hint(axis: str, chosen: dict, values: list[str]) -> str:
     return ""
 
 
-# --------------------------------------------------------------------------- the protected model cache (issue 9 finding 6)
+# --------------------------------------------------------------------------- the protected model cache: immutable claim fields
 #
 # A PVC's spec is immutable after creation except ``resources.requests`` (which may only grow, and only where
 # the StorageClass allows expansion): https://kubernetes.io/docs/concepts/storage/persistent-volumes/. The

@@ -39,9 +39,10 @@ Facts, with their sources:
   count or a percentage) with ``reasons`` Underutilized | Empty | Drifted, requirement operators In, NotIn, Exists,
   DoesNotExist, Gt, Lt, Gte, Lte; the ``karpenter.sh`` label domain is restricted except ``karpenter.sh/capacity-type``.
 * EFA: "Pods can request ``vpc.amazonaws.com/efa`` resources, and nodes launched for this pod will have EFA interfaces
-  configured on all network cards" (aws/karpenter-provider-aws issue 9071, about v1.11.0 and later; issue 6296;
-  @v1.13.1 pkg/providers/instancetype/suite_test.go "should launch instances for vpc.amazonaws.com/efa resource
-  requests"): the workers' EFA requests drive it, so the EC2NodeClass names no network interfaces.
+  configured on all network cards" (aws/karpenter-provider-aws issue 9071, about v1.11.0 and later;
+  aws/karpenter-provider-aws issue 6296; @v1.13.1 pkg/providers/instancetype/suite_test.go "should launch instances
+  for vpc.amazonaws.com/efa resource requests"): the workers' EFA requests drive it, so the EC2NodeClass names no
+  network interfaces.
 * Placement groups: v1.13 can select an existing one (EC2NodeClass ``placementGroupSelector``;
   designs/placement-groups-support.md @v1.13.1), but the controller permissions it needs were not confirmed here, so
   Karpenter pools get none (``placementGroup: true`` is refused for them).

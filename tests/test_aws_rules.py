@@ -1,6 +1,6 @@
 """AWS rules suite (stacks/aws_rules.py) on the resource graphs the real program registers under mocks:
 every committed EKS stack and a GPU x capacity x cache-storage matrix pass every rule, and each rule fails
-on a graph carrying the mistake it guards against (the shapes the cluster layer produced before issue 8)."""
+on a graph carrying the mistake it guards against (the shapes earlier versions of the cluster layer produced)."""
 from __future__ import annotations
 
 import copy
@@ -57,11 +57,16 @@ MATRIX = [(g, c, s) for g in ("h100", "h200", "b200", "gb200") for c in CAPACITY
           if g != "gb200" or (c == "capacity-block" and s == "fsx-lustre")]
 
 
-def test_every_finding_1_to_11_has_a_rule_with_a_cited_source():
-    covered = {f for fs in R.RULES.values() for f in fs}
-    assert covered >= set(range(1, 12))
+def test_every_aws_constraint_area_has_a_rule_with_a_cited_source():
+    covered = {a for areas in R.RULES.values() for a in areas}
+    assert covered == set(R.AREAS), set(R.AREAS) - covered
     for fn in R.RULES:
         assert fn.__doc__ and "Source" in fn.__doc__, fn.__name__
+
+
+def test_a_rule_names_only_a_known_constraint_area():
+    with pytest.raises(ValueError, match="unknown AWS constraint area"):
+        R.rule("not an area")
 
 
 def test_committed_eks_stacks_are_found():
@@ -124,7 +129,7 @@ def only(rule, g):
 def test_capacity_block_rule_fails_on_the_old_node_group(block_fsx):
     assert only(R.capacity_block_launch_template, block_fsx) == []
 
-    def old(res):  # before issue 8: instance type on the node group, none on the launch template
+    def old(res):  # an earlier cluster layer: instance type on the node group, none on the launch template
         one(res, R.NODEGROUP, "-gpu").inputs["instanceTypes"] = ["p5.48xlarge"]
         one(res, R.LAUNCH_TEMPLATE).inputs.pop("instanceType")
     v = only(R.capacity_block_launch_template, mutate(block_fsx, old))
@@ -174,7 +179,7 @@ def test_fsx_rules_fail_on_the_old_fsx_path(block_fsx):
     assert only(R.fsx_cache_is_bound_statically, block_fsx) == []
     assert only(R.fsx_capacity_and_throughput, block_fsx) == []
     fs = one(block_fsx.resources, R.FSX)
-    # before issue 8: subnet_ids as a list, a StorageClass with a fileSystemId parameter and no PersistentVolume
+    # an earlier cluster layer: subnet_ids as a list, a StorageClass with a fileSystemId parameter and no PersistentVolume
     listed = mutate(block_fsx, lambda res: one(res, R.FSX).inputs.update(subnetIds=[fs.inputs["subnetIds"]]))
     assert any("subnetIds is a list" in x for x in only(R.argument_types_match_the_installed_sdk, listed))
 
@@ -194,7 +199,7 @@ def test_efa_per_gpu_rule_fails_with_four_per_gpu_on_b200():
     g = graph(matrix_config("b200", "on-demand", "efs"))
     assert only(R.efa_requests_follow_the_instance, g) == []
 
-    def four_per_gpu(res):  # the fabric profile before issue 8: 4 EFA per GPU on every instance
+    def four_per_gpu(res):  # an earlier fabric profile: 4 EFA per GPU on every instance
         for comp in one(res, R.DGD).inputs["spec"]["components"]:
             for c in comp["podTemplate"]["spec"]["containers"]:
                 for part in ("limits", "requests"):
@@ -211,7 +216,7 @@ def test_node_count_rule_fails_when_replicas_outgrow_the_group():
     assert only(R.gpu_node_group_holds_the_dgd, g) == []
     assert one(g.resources, R.NODEGROUP, "-gpu").inputs["scalingConfig"]["desiredSize"] == 2
 
-    def one_node(res):  # before issue 8: the node count ignored the replicas override
+    def one_node(res):  # an earlier cluster layer: the node count ignored the replicas override
         one(res, R.NODEGROUP, "-gpu").inputs["scalingConfig"].update(desiredSize=1, minSize=1, maxSize=1)
     assert any("desiredSize 1 < 2" in x for x in only(R.gpu_node_group_holds_the_dgd, mutate(g, one_node)))
 
@@ -231,7 +236,7 @@ def test_retention_rules_fail_on_the_old_retention(block_fsx):
     assert only(R.retained_resources_keep_their_network, block_fsx) == []
     unprotected = graph({**matrix_config("h100", "capacity-block", "fsx-lustre"), "storage": {"protect": False}})
     assert only(R.cache_file_system_follows_the_claim, unprotected) == []
-    # before issue 8: the file system always retained, whatever storage.protect said
+    # an earlier cluster layer: the file system always retained, whatever storage.protect said
     bad = mutate(unprotected, lambda res: setattr(one(res, R.FSX), "retain_on_delete", True))
     assert only(R.cache_file_system_follows_the_claim, bad)
     # a retained FSx whose subnet and security group are deleted: destroy stops on DependencyViolation
@@ -261,7 +266,7 @@ def test_efs_provisioned_rule_fails_without_the_value(on_demand_efs):
     assert only(R.efs_provisioned_throughput_has_its_value, bad)
 
 
-# ---------------------------------------------------------------------------- issue 11: every rule on every GPU node group
+# ---------------------------------------------------------------------------- several GPU node groups (gpuPools): every rule on each
 
 TWO_GPUS = {"cluster": {"mode": "eks", "region": "us-east-1", "cacheStorage": "efs", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200"}]}, "imagePullSecrets": ["ngc-secret"],
             "serve": [{"target": "lightning-vllm-disagg-h100-dspark", "namespace": "a", "replicas": {"VllmDecodeWorker": 9}},

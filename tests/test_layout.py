@@ -86,9 +86,6 @@ def test_tracker_reference_detector(text, found):
     assert [ref for _, ref in tracker_references(_words(text))] == [_words(f) for f in found]
 
 
-@pytest.mark.xfail(strict=False, reason="files still being cleaned: stacks/aws_rules.py, stacks/config.py, "
-                   "stacks/cluster.py, stacks/program.py, stacks/karpenter.py, stacks/__main__.py, __main__.py, "
-                   "components/*.py, tests/test_aws_rules.py")
 def test_no_tracker_numbers_in_tracked_files():
     try:
         files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
