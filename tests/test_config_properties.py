@@ -232,3 +232,118 @@ def test_render_stack_file_of_any_text_raises_only_config_errors(text, tmp_path_
     root = tmp_path_factory.mktemp("prop")
     (root / "Pulumi.prop.yaml").write_text(text)
     _only_config_errors(program_for_stack, "prop", root)
+
+
+# ---- Properties of the output (not only "nothing but ConfigError escapes") ----
+
+TARGET_IDS = sorted(catalog.targets())
+# EKS stacks the program sizes on its own node group (aws-efa and aggregated targets on the default instances).
+EKS_BASES = [{"gpu": "h100", "topology": "disagg"}, {"gpu": "h100", "topology": "agg"}, {"gpu": "h200", "topology": "agg"},
+             {"gpu": "b200", "topology": "agg"}]
+dns_names = st.from_regex(r"[a-z][a-z0-9-]{0,12}[a-z0-9]", fullmatch=True)
+
+
+def _recipe_dgd(tid: str) -> dict:
+    return next(o for o in catalog.recipe_objects(catalog.targets()[tid]) if o["kind"] == "DynamoGraphDeployment")
+
+
+@st.composite
+def replica_overrides(draw):
+    tid = draw(st.sampled_from(TARGET_IDS))
+    comps = [c["name"] for c in _recipe_dgd(tid)["spec"]["components"]]
+    chosen = draw(st.lists(st.sampled_from(comps), min_size=1, max_size=len(comps), unique=True))
+    return tid, {c: draw(st.integers(min_value=1, max_value=12)) for c in chosen}
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(case=replica_overrides())
+def test_a_replica_override_is_applied_to_the_component_it_names(case):
+    """dynamo:replicas.<component>: n gives that DGD component n replicas and leaves every other one at the recipe's."""
+    tid, reps = case
+    recipe = {c["name"]: c.get("replicas", 1) for c in _recipe_dgd(tid)["spec"]["components"]}
+    try:
+        program = build_program({"target": tid, "replicas": reps}, "prop", frozenset({"hfToken"}), env=None)
+    except ConfigError as e:  # a refusal names the key it refuses
+        assert "dynamo:replicas" in str(e), str(e)
+        return
+    dgd = next(o for o in program.objects() if o.get("kind") == "DynamoGraphDeployment")
+    got = {c["name"]: c.get("replicas", 1) for c in dgd["spec"]["components"]}
+    assert got == {name: reps.get(name, n) for name, n in recipe.items()}
+
+
+def _pod_specs(objects: list[dict]):
+    """(namespace, pod spec) of every pod template in the objects (anything with a containers list)."""
+    def walk(x, ns):
+        if isinstance(x, dict):
+            if isinstance(x.get("containers"), list):
+                yield ns, x
+            for v in x.values():
+                yield from walk(v, ns)
+        elif isinstance(x, list):
+            for v in x:
+                yield from walk(v, ns)
+
+    for o in objects:
+        yield from walk(o, (o.get("metadata") or {}).get("namespace"))
+
+
+@st.composite
+def pull_secret_stacks(draw):
+    names = draw(st.lists(dns_names, max_size=3, unique=True))
+    mode = draw(st.sampled_from(["render", "kubeconfig", "eks"]))
+    base = dict(draw(st.sampled_from(EKS_BASES))) if mode == "eks" else {"target": draw(st.sampled_from(TARGET_IDS[::2]))}
+    raw = {**base, "cluster": {"mode": mode}, **({"imagePullSecrets": names} if names or draw(st.booleans()) else {})}
+    return raw
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(raw=pull_secret_stacks())
+def test_every_pull_secret_a_pod_names_is_created_or_declared_existing(raw):
+    """Each imagePullSecrets name in any pod the plan holds is a Secret the plan creates in that namespace (EKS:
+    from ngcApiKey) or one the stack declares existing (dynamo:imagePullSecrets on a cluster it does not create);
+    the recipes' placeholder never survives."""
+    program = build_program(raw, "prop", frozenset({"hfToken", "ngcApiKey"}), env=None)
+    objects = program.objects()
+    created = {(o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects if o.get("kind") == "Secret"}
+    declared = set(raw.get("imagePullSecrets") or []) if raw["cluster"]["mode"] != "eks" else set()
+    named = [(ns, s["name"]) for ns, spec in _pod_specs(objects) for s in spec.get("imagePullSecrets") or []]
+    missing = [(ns, n) for ns, n in named if (ns, n) not in created and n not in declared]
+    assert not missing, f"pods name pull secrets nobody creates or declares: {missing}"
+    assert {n for _, n in named} == set(raw.get("imagePullSecrets") or []) or not named
+
+
+# Secret values a stack may hold, generated (long enough to be unambiguous in the output).
+secret_values = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_", min_size=16, max_size=40)
+
+
+@settings(max_examples=6, **SETTINGS)
+@given(hf=secret_values, ngc=secret_values, whole=st.none() | secret_values,
+       base=st.sampled_from([{"target": "lightning-vllm-disagg-h100-dspark", "cluster": {"mode": "render"}},
+                             {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks"}, "imagePullSecrets": ["ngc-secret"]}]))
+def test_no_secret_value_appears_outside_a_secret(hf, ngc, whole, base):
+    """The real program (__main__.py under Pulumi's mocks) with generated hfToken, ngcApiKey and imagePullSecret
+    values: no value appears in plain text in any resource's inputs or in the stack outputs; inside a Secret only
+    within Pulumi's secret envelope; and a render stack's Secret carries the redaction, not the value."""
+    from harness import plain_occurrences, run_program, unwrap
+
+    secrets = {"hfToken": "hf_" + hf, "ngcApiKey": "ngc_" + ngc, **({"imagePullSecret": '{"auths":{"x":{"auth":"' + whole + '"}}}'} if whole else {})}
+    run = run_program(base, secrets, stack="prop")
+    render = base["cluster"]["mode"] == "render"
+    needles = [secrets["hfToken"], secrets["ngcApiKey"], *([whole] if whole else [])]
+    for r in run.resources:
+        for needle in needles:
+            assert not plain_occurrences(r.raw_inputs, needle), f"{r.type} {r.name} holds a secret value in plain text"
+            if render or r.type != "kubernetes:core/v1:Secret":  # outside a Secret: not even inside an envelope
+                assert needle not in repr(unwrap(r.raw_inputs)), f"{r.type} {r.name} holds a secret value"
+    for raw in run.raw_outputs:
+        for needle in needles:
+            assert not plain_occurrences(raw, needle)
+    secrets_made = [r for r in run.resources if r.type == "kubernetes:core/v1:Secret"]
+    assert secrets_made, "the stack creates its HF token Secret"
+    if not render:  # the values do reach the cluster, in the Secrets only (so the search above looks at the right text)
+        assert any(secrets["hfToken"] in repr(unwrap(r.raw_inputs)) for r in secrets_made)
+        assert any((whole or secrets["ngcApiKey"]) in repr(unwrap(r.raw_inputs)) for r in secrets_made)
+    if render:
+        from stacks.serving import REDACTED
+
+        assert all(v == REDACTED for r in secrets_made for v in (r.inputs.get("stringData") or {}).values())
