@@ -485,6 +485,11 @@ def build_benchmark(serving: Any, cfg: Any) -> BenchmarkPlan:
     for key in ("nodeSelector", "tolerations", "imagePullSecrets"):
         if dl.get(key):
             pod[key] = dl[key]
+    # Non-root, no capabilities, read-only root with /tmp and HOME on an emptyDir (stacks/hardening.py); AIPerf writes
+    # its artifacts to ARTIFACT_DIR on the cache volume.
+    from .hardening import harden_pod
+
+    harden_pod(pod)
     job = {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {

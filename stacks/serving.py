@@ -13,6 +13,7 @@ from . import catalog, waits
 from .catalog import k8s
 from .catalog.model import Target
 from .config import NS, ConfigError, StackConfig, duration_seconds, select_target
+from .hardening import harden_job
 
 REDACTED = "<redacted: Pulumi secret>"
 HF_TOKEN_KEY = "HF_TOKEN"
@@ -157,6 +158,7 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
     if not wait.enabled and not cfg.storage.existing_claim:
         pvc["metadata"].setdefault("annotations", {})[SKIP_AWAIT] = "true"  # no waiting for Bound either
     for job in jobs:
+        harden_job(job)  # non-root, no capabilities, read-only root (stacks/hardening.py; fidelity allows exactly these)
         if job_node_selector:
             job["spec"]["template"]["spec"]["nodeSelector"] = dict(job_node_selector)
         ann = job["metadata"].setdefault("annotations", {})

@@ -126,7 +126,9 @@ def test_results_and_trace_live_on_the_cache_volume():
     b = _plan(TARGET)
     spec = b.job["spec"]["template"]["spec"]
     mount = spec["containers"][0]["volumeMounts"][0]["mountPath"]
-    assert spec["volumes"] == [{"name": "shared-model-cache", "persistentVolumeClaim": {"claimName": "shared-model-cache"}}]
+    # The cache claim, and the hardened pod's /tmp emptyDir (stacks/hardening.py)
+    assert spec["volumes"] == [{"name": "shared-model-cache", "persistentVolumeClaim": {"claimName": "shared-model-cache"}},
+                               {"name": "tmp", "emptyDir": {}}]
     env = _env(b.job)
     assert env["ARTIFACT_DIR"].startswith(mount + "/aiperf/") and env["TRACE_FILE"].startswith(mount + "/aiperf/traces/")
     assert env["HF_HOME"] == mount  # the tokenizer from the cache the download Job filled

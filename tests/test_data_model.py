@@ -94,7 +94,8 @@ def test_data_model_renders_its_targets_and_download_job(registered):
     (job,) = _objs(objs, "Job")
     assert job["metadata"]["name"] == "qwen3-model-download"
     pod = job["spec"]["template"]["spec"]
-    assert pod["volumes"] == [{"name": "qwen3-model-cache", "persistentVolumeClaim": {"claimName": "qwen3-model-cache"}}]
+    assert pod["volumes"] == [{"name": "qwen3-model-cache", "persistentVolumeClaim": {"claimName": "qwen3-model-cache"}},
+                              {"name": "tmp", "emptyDir": {}}]  # the hardened pod's /tmp (stacks/hardening.py)
     assert pod["containers"][0]["envFrom"] == [{"secretRef": {"name": "hf-token-secret"}}]
     (dgd,) = _objs(objs, "DynamoGraphDeployment")
     fe, worker = dgd["spec"]["components"]
