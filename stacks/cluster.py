@@ -139,6 +139,12 @@ class GpuPoolConfig(_Model):
     ami_alias: Optional[str] = None
 
 
+PRIVATE_VPC_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+# ARN format arn:partition:service:region:account-id:resource (IAM user guide, reference-arns); IAM has no region and
+# a 12-digit account; an EKS access entry's principal is an IAM user or role (EKS access entries, principalArn).
+_PRINCIPAL_ARN = re.compile(r"arn:aws(?:-cn|-us-gov)?:iam::[0-9]{12}:(?:role|user)/[\w+=,.@/-]{1,512}", re.ASCII)
+
+
 class EksConfig(_Model):
     """``dynamo:cluster`` settings for ``mode: eks``. Every check raises before any resource is registered;
     the message names ``dynamo:cluster.<key>``, the value and the valid choices."""
@@ -199,6 +205,16 @@ class EksConfig(_Model):
             raise ValueError(f"{k}.vpcCidr: {self.vpc_cidr!r} is not a CIDR like 10.0.0.0/16") from None
         if net.version != 4 or net.prefixlen > 20 or net.prefixlen < 16:
             raise ValueError(f"{k}.vpcCidr: {self.vpc_cidr!r} must be an IPv4 network from /16 to /20 (VPC sizes AWS allows, room for 2 subnets per zone)")
+        # A VPC range should be private: RFC 1918 (10/8, 172.16/12, 192.168/16) or RFC 6598 shared space (100.64/10), as the
+        # Amazon VPC user guide recommends for a VPC's IPv4 block (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-cidr-blocks.html,
+        # private ranges of RFC 1918). A public range would shadow the real hosts of that range for every pod and node.
+        if not any(net.subnet_of(ipaddress.ip_network(r)) for r in PRIVATE_VPC_RANGES):
+            raise ValueError(f"{k}.vpcCidr: {self.vpc_cidr!r} is a public address range; use a private one inside "
+                             f"{', '.join(PRIVATE_VPC_RANGES)} (RFC 1918, RFC 6598), e.g. 10.0.0.0/16")
+        for arn in self.admin_principal_arns:
+            if not isinstance(arn, str) or not _PRINCIPAL_ARN.fullmatch(arn):
+                raise ValueError(f"{k}.adminPrincipalArns: {str(arn)[:120]!r} is not an IAM principal ARN like "
+                                 "arn:aws:iam::123456789012:role/admin or arn:aws:iam::123456789012:user/alice")
         zones = self.availability_zones
         if zones:
             bad = [z for z in zones if not (m := _ZONE.fullmatch(z)) or m["region"] != self.region]

@@ -49,11 +49,49 @@ def _camel(s: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
+def _number_field(annotation: Any) -> bool:
+    """A field that holds a number (int, float, or a Literal/Optional of them), not a boolean."""
+    import typing
+
+    if annotation in (int, float):
+        return True
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Literal:
+        return bool(args) and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
+    return typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and \
+        any(_number_field(a) for a in args if a is not type(None))
+
+
+def number_problem(v: Any) -> Optional[str]:
+    """Why a value given for a number is not one, or None. YAML ``true`` is not 1 and ``٣`` (a non-ASCII digit,
+    which Python's ``int()`` would read as 3) is not 3: a number is an int, a float or ASCII digits."""
+    if isinstance(v, bool):
+        return f"{v!r} is a boolean, not a number"
+    if isinstance(v, str) and not re.fullmatch(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", v.strip(), re.ASCII):
+        return f"{v!r} is not a number (ASCII digits)"
+    return None
+
+
 class _Model(BaseModel):
     # Numbers given where a name or revision is expected (``namespace: 123`` in YAML) are the same
-    # value Pulumi passes as the string "123": accept both alike.
+    # value Pulumi passes as the string "123": accept both alike. Stack files spell keys in camelCase only
+    # (``parse`` validates with ``by_name=False``, so ``job_timeout`` is an unknown key there); Python code may
+    # still build a model by field name.
     model_config = ConfigDict(extra="forbid", alias_generator=_camel, populate_by_name=True, frozen=True,
                               coerce_numbers_to_str=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_numbers(cls, data: Any) -> Any:
+        """pydantic's lax mode reads ``true`` as 1 and non-ASCII digit strings as numbers: refuse both."""
+        if isinstance(data, dict):
+            for name, f in cls.model_fields.items():
+                key = f.alias or name
+                if key in data and _number_field(f.annotation):
+                    why = number_problem(data[key])
+                    if why:
+                        raise _key_error(key, why)
+        return data
 
 
 def _key_error(key: str, message: str) -> ValueError:
@@ -71,6 +109,21 @@ def dns_label_problem(v: Any) -> Optional[str]:
         return f"{v!r} is not a name"
     if not v or len(v) > 63 or not _DNS_LABEL.fullmatch(v):
         return f"{v!r} is not a valid DNS-1123 label (1-63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
+    return None
+
+
+# Namespaces the cluster itself owns: ``default`` and the ``kube-`` prefix are reserved for Kubernetes system use
+# (https://kubernetes.io/docs/concepts/overview/working-with-objects/namespaces/#initial-namespaces: "Avoid creating
+# namespaces with the prefix kube-, since it is reserved for Kubernetes system namespaces"). A stack that creates
+# such a namespace would own it, and its destroy would delete it.
+def reserved_namespace(v: Any) -> bool:
+    return isinstance(v, str) and (v == "default" or v.startswith("kube-"))
+
+
+def owned_namespace_problem(v: Any, key: str, create_key: str) -> Optional[str]:
+    if reserved_namespace(v):
+        return (f"{v!r} belongs to the cluster (default and kube-* are Kubernetes' own namespaces), so this stack must "
+                f"not create or delete it: choose a namespace of its own, or set {create_key}: false to use it as is")
     return None
 
 
@@ -119,6 +172,21 @@ def quantity_bytes(text: Any) -> Decimal:
 
 
 MIN_CACHE_BYTES = 2**30
+
+
+def url_problem(v: Any) -> Optional[str]:
+    """Why a value is not a plain http(s) URL, or None: printable ASCII only (no NUL, no Unicode bidi controls
+    such as U+202E, which make a URL display as something else), a host, and a TCP port 1-65535 (RFC 793)."""
+    if not isinstance(v, str):
+        return "is not a URL"
+    if any(not (0x21 <= ord(c) <= 0x7e) for c in v):
+        return "contains a control, space or non-ASCII character"
+    m = re.fullmatch(r"https?://([^\s/:?#@]+)(?::([0-9]+))?(/\S*)?", v, re.ASCII)
+    if not m:
+        return "is not an http(s) URL"
+    if m.group(2) is not None and not 1 <= int(m.group(2)) <= 65535:
+        return f"has port {m.group(2)}, outside 1-65535"
+    return None
 
 
 _DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*(?::[0-9]+)?"
@@ -174,8 +242,24 @@ def revision_problem(rev: Any) -> Optional[str]:
     return None
 
 
+# Branch names a Hugging Face repository commonly has (its default branch is ``main``; ``refs/pr/<n>`` are the refs of
+# its pull requests: https://huggingface.co/docs/huggingface_hub/guides/download, "revision" may be a branch name, a tag
+# or a commit hash). A branch moves, so the stack would download a different checkpoint on a later `up`.
+BRANCH_NAMES = frozenset({"main", "master", "head", "trunk", "dev", "develop", "nightly", "latest"})
+
+
+def branch_problem(rev: Any) -> Optional[str]:
+    """Why a ``modelRevision`` names a moving branch (refused on every model family), or None."""
+    if not isinstance(rev, str):
+        return None
+    if rev.lower() in BRANCH_NAMES or rev.startswith(("refs/heads/", "refs/pr/", "refs/remotes/")):
+        return "a branch, which moves (a later `up` would download another checkpoint)"
+    return None
+
+
 def duration_seconds(text: str) -> int:
-    m = re.fullmatch(r"(\d+)(s|m|h)", text) if isinstance(text, str) else None
+    # ASCII digits only: ``\d`` (and int()) would read ``٣m`` or ``３m`` as 3 minutes.
+    m = re.fullmatch(r"([0-9]+)(s|m|h)", text, re.ASCII) if isinstance(text, str) else None
     if not m:
         raise ValueError(f"{text!r} is not a duration like 90s, 60m or 2h")
     n = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
@@ -291,13 +375,18 @@ class ObservabilityConfig(_Model):
     @field_validator("prometheus_endpoint")
     @classmethod
     def _url(cls, v):
-        if v is not None and not re.fullmatch(r"https?://[^\s/]+(:\d+)?(/\S*)?", v):
-            raise ValueError(f"{v!r} is not an http(s) URL like http://prometheus.monitoring.svc:9090")
+        if v is not None:
+            why = url_problem(v)
+            if why:
+                raise ValueError(f"{_short(v)} {why}; use an http(s) URL like http://prometheus.monitoring.svc:9090")
         return v
 
     @model_validator(mode="after")
     def _check(self):
         _off_keys_unused(self, "observability")
+        why = owned_namespace_problem(self.namespace, "namespace", "observability.createNamespace") if self.create_namespace else None
+        if why:
+            raise _key_error("namespace", why)
         if self.enabled and self.prometheus == "existing" and not self.prometheus_endpoint:
             raise _key_error("prometheusEndpoint", "required with prometheus: existing (the URL of your Prometheus, "
                                                    "e.g. http://prometheus-operated.monitoring.svc:9090)")
@@ -425,7 +514,7 @@ class StackConfig(_Model):
     @field_validator("model_revision")
     @classmethod
     def _revision(cls, v):
-        why = revision_problem(v) if v is not None else None
+        why = (revision_problem(v) or branch_problem(v)) if v is not None else None
         if why:
             raise ValueError(f"{v!r}: {why}; use a 40-hex commit or a tag such as v1.0")
         return v
@@ -451,6 +540,9 @@ def check_secret_keys(secret_keys) -> None:
     for key in sorted(set(secret_keys) - SECRET_KEYS):
         plain = key in {(f.alias or n) for n, f in StackConfig.model_fields.items()} | CLUSTER_KEYS
         why = (f"is not a secret setting; set it without --secret (`pulumi config set {NS}:{key} ...`)" if plain
+        why = owned_namespace_problem(self.namespace, "namespace", "createNamespace") if self.create_namespace else None
+        if why:
+            raise _key_error("namespace", why)
                else f"is not a setting{_did_you_mean(key, sorted(SECRET_KEYS))}")
         raise ConfigError(f"{NS}:{key}: set as a Pulumi secret, but {why}; secret settings: {', '.join(sorted(SECRET_KEYS))}")
 
@@ -521,7 +613,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
         raise ConfigError(f"{NS}: the stack config is a {type(raw).__name__}, not a mapping of dynamo: keys")
     data = {k: v for k, v in raw.items() if k not in SECRET_KEYS | CLUSTER_KEYS}
     try:
-        cfg = StackConfig.model_validate(data)
+        cfg = StackConfig.model_validate(data, by_name=False)
     except ValidationError as e:
         raise validation_error(e) from None
     select_target(cfg)  # unqualified combinations fail here, before any resource exists
@@ -671,3 +763,73 @@ def cache_migration_error(changes: list[tuple[str, Any, Any]], claim: str, names
         f"start over: `pulumi config set --path {NS}:storage.protect false` with the current value, `pulumi up`, then "
         "change the value and `pulumi up` again (the old claim and its cached model are deleted and downloaded again)."
     )
+
+
+# --------------------------------------------------------------------------- secret values and config namespaces
+#
+# Secret values are checked for shape where the program can read them (``pulumi up``: stacks.pulumi_config reads
+# them from the Pulumi runtime), and never printed: a message names the key and what is wrong, not the value.
+# ``render --stack`` sees only ciphertext (``secure: v1:...``) and says so.
+
+# Hugging Face user access tokens start with ``hf_`` (https://huggingface.co/docs/hub/security-tokens shows
+# ``hf_...`` tokens), followed by letters and digits (``_`` tolerated: test canaries use it).
+_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9_]*[A-Za-z0-9][A-Za-z0-9_]*", re.ASCII)
+
+
+def secret_value_problems(values: dict[str, Any]) -> list[str]:
+    """``dynamo:<key>: <what is wrong>`` for every secret value of the wrong shape (the value itself never shown)."""
+    out = []
+    for key, value in sorted(values.items()):
+        if value is None:
+            continue
+        text = value if isinstance(value, str) else json.dumps(value)
+        if key in ("ngcApiKey", "hfToken", "imagePullSecret", "kubeconfig") and not text.strip():
+            out.append(f"{NS}:{key}: the secret is empty; set it with `pulumi config set --secret {NS}:{key} <value>` or remove it")
+        elif key == "hfToken" and not _HF_TOKEN.fullmatch(text):
+            out.append(f"{NS}:hfToken: the secret is not a Hugging Face token (hf_ followed by letters and digits, no spaces "
+                       f"or quotes; value not shown); copy it from https://huggingface.co/settings/tokens")
+        elif key == "ngcApiKey" and (text != text.strip() or any(c.isspace() or not c.isprintable() for c in text)):
+            out.append(f"{NS}:ngcApiKey: the secret contains whitespace or control characters (value not shown); "
+                       f"paste the NGC API key alone")
+        elif key == "imagePullSecret":
+            why = _dockerconfigjson_problem(text)
+            if why:
+                out.append(f"{NS}:imagePullSecret: {why} (value not shown); it must be a whole .dockerconfigjson: "
+                           '{"auths": {"<registry>": {"auth": "<base64 user:password>"}}}, e.g. the content of ~/.docker/config.json')
+    return out
+
+
+def _dockerconfigjson_problem(text: str) -> Optional[str]:
+    """A ``kubernetes.io/dockerconfigjson`` Secret's ``.dockerconfigjson`` is a JSON object whose ``auths`` maps each
+    registry to its credentials (https://kubernetes.io/docs/concepts/configuration/secret/#docker-config-secrets)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return "the secret is not JSON"
+    if not isinstance(doc, dict) or not isinstance(doc.get("auths"), dict) or not doc["auths"]:
+        return "the secret is JSON without a non-empty \"auths\" mapping"
+    if not all(isinstance(k, str) and k and isinstance(v, dict) for k, v in doc["auths"].items()):
+        return "an \"auths\" entry is not a registry mapped to its credentials"
+    return None
+
+
+def check_secret_values(values: dict[str, Any]) -> None:
+    problems = secret_value_problems(values)
+    if problems:
+        raise ConfigError("invalid stack config:\n  " + "\n  ".join(problems))
+
+
+# Config namespaces a stack file may hold besides dynamo: the providers the program uses, and Pulumi's own.
+KNOWN_NAMESPACES = ("dynamo", "aws", "kubernetes", "pulumi", "eks")
+
+
+def check_config_namespaces(keys) -> None:
+    """A key whose namespace is a misspelling of ``dynamo`` (``dyanmo:gpu``) would be ignored silently (the program
+    reads ``dynamo:`` keys only): refuse it, naming the key. Other namespaces (aws:, kubernetes:) are other programs'."""
+    for key in sorted(k for k in keys if isinstance(k, str)):
+        ns, sep, rest = key.partition(":")
+        if not sep or ns == NS or ns in KNOWN_NAMESPACES:
+            continue
+        if difflib.get_close_matches(ns.lower(), [NS], n=1, cutoff=0.6) or ns.lower() == NS:
+            raise ConfigError(f"{key}: {ns!r} is not this project's config namespace, so the program would never read "
+                              f"this key; did you mean '{NS}:{rest}'? (the project is {NS!r}; its keys are {NS}:<key>)")

@@ -114,14 +114,42 @@ def check_secrets(secret_keys: frozenset[str], cfg: StackConfig, require_present
         )
 
 
+def check_unused_secrets(secret_keys: frozenset[str], program: "ProgramPlan") -> None:
+    """A secret the stack never reads would be ignored silently, and two that fill the same Secret would leave one
+    unused: refuse them (names only, never values). ``kubeconfig`` is read by ``cluster.mode: kubeconfig`` only;
+    ``ngcApiKey``/``imagePullSecret`` only on a cluster this stack creates or reaches through a cluster stack (where it
+    creates the ``imagePullSecrets``; one with no ``imagePullSecrets`` yet may keep the key for a later entry)."""
+    pull = {"ngcApiKey", "imagePullSecret"} & secret_keys
+    if len(pull) == 2:
+        raise ConfigError(f"{NS}:ngcApiKey and {NS}:imagePullSecret: both are set, and both fill the same image pull "
+                          f"Secret (one would be ignored); keep one: {NS}:ngcApiKey (nvcr.io) or {NS}:imagePullSecret "
+                          f"(a whole .dockerconfigjson, any registry)")
+    mode = program.cluster.mode
+    if "kubeconfig" in secret_keys and mode != "kubeconfig":
+        raise ConfigError(f"{NS}:kubeconfig: set as a secret, but cluster.mode is {mode!r}, which never reads it "
+                          f"(only cluster.mode 'kubeconfig' does); remove it: `pulumi config rm {NS}:kubeconfig`")
+    if pull and mode not in ("eks", "stack"):
+        key = sorted(pull)[0]
+        raise ConfigError(f"{NS}:{key}: set as a secret, but this stack never creates an image pull Secret (cluster.mode is "
+                          f"{mode!r}: the cluster's own Secrets are named by {NS}:imagePullSecrets); remove it "
+                          f"(`pulumi config rm {NS}:{key}`); only an EKS or cluster-stack stack creates pull Secrets from it")
+
+
 def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = frozenset(),
-                  env: Optional[dict[str, str]] = None, aws_region: Optional[str] = None) -> ProgramPlan:
+                  env: Optional[dict[str, str]] = None, aws_region: Optional[str] = None,
+                  secret_values: Optional[dict[str, Any]] = None) -> ProgramPlan:
     """Validate everything (serving keys of every entry, cluster keys, secrets) and build the objects.
 
     ``raw``: the plain ``dynamo:`` keys without the namespace; ``secret_keys``: the ``dynamo:``
     keys that are set as Pulumi secrets (their values are never needed here); ``env``: the
-    environment of the ``up`` (None when rendering for review); ``aws_region``: the stack's ``aws:region``."""
+    environment of the ``up`` (None when rendering for review); ``aws_region``: the stack's ``aws:region``;
+    ``secret_values``: the secrets' values where known (``up``: stacks.pulumi_config checks them the same way),
+    checked for shape and never printed."""
     secret_keys = frozenset(secret_keys)
+    if secret_values:
+        from .config import check_secret_values
+
+        check_secret_values(secret_values)
     if not isinstance(raw, dict):
         parse(raw)  # the ConfigError for a config that is not a mapping
     if aws_region:
@@ -140,7 +168,9 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
         kubeconfig_path(cluster, secret_keys, env)
     single, eks = SERVE not in raw, cluster.mode == "eks"
     if raw.get(SERVE) == [] and eks:
-        return cluster_only_program(raw, stack, cluster, aws_region)
+        program = cluster_only_program(raw, stack, cluster, aws_region)
+        check_unused_secrets(secret_keys, program)
+        return program
     configs: list[StackConfig] = []
     eks_plans: list[tuple] = []
 
@@ -185,7 +215,9 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
     if cluster.mode != "render" and cluster.platform_wanted():
         layers.append("Dynamo platform")
     program = ProgramPlan(stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries)
-    return demand_layers(optional_layers(program, raw), raw)
+    program = demand_layers(optional_layers(program, raw), raw)
+    check_unused_secrets(secret_keys, program)
+    return program
 
 
 def _karpenter_layer(cluster_plan: Any) -> str:

@@ -62,6 +62,12 @@ class ClusterConfig(EksConfig):
             if not _STACK_REF.fullmatch(self.stack):
                 raise _key_error("stack", f"{self.stack!r} is not a stack name org/project/stack (e.g. org/dynamo/h100-cluster; "
                                           "a DIY backend's org is 'organization') or a bare stack name (legacy DIY backends)")
+            # Pulumi limits stack (and project) names to 100 characters (pulumi/pulumi pkg/backend/diy store.go:
+            # "stack names are limited to 100 characters and may only contain alphanumeric, hyphens, underscores, or periods").
+            long = [p for p in self.stack.split("/") if len(p) > 100]
+            if long:
+                raise _key_error("stack", f"{self.stack[:40]!r}... has a name part of {len(long[0])} characters; Pulumi stack and "
+                                          "project names are at most 100 characters (org/project/stack)")
         return self
 
     def platform_wanted(self) -> bool:
@@ -77,6 +83,6 @@ def cluster_config(raw: dict[str, Any]) -> ClusterConfig:
         raise ConfigError(f"{NS}:cluster: {value!r} is not a mapping; set cluster.mode to one of {', '.join(repr(m) for m in MODES)} "
                           "with its keys, e.g. {mode: render, renderDir: rendered}")
     try:
-        return ClusterConfig.model_validate(value)
+        return ClusterConfig.model_validate(value, by_name=False)  # camelCase keys only, as in the stack file
     except ValidationError as e:
         raise validation_error(e, ("cluster",), ClusterConfig) from None

@@ -29,6 +29,46 @@ def to_yaml(objs: Iterable[dict]) -> str:
     return yaml.dump_all(list(objs), Dumper=_Dumper, sort_keys=False, width=4096, default_flow_style=False)
 
 
+class StackFileLoader(yaml.SafeLoader):
+    """Reads ``Pulumi.<stack>.yaml`` as the Pulumi CLI does (Go, gopkg.in/yaml.v3: YAML 1.2 scalars, duplicate
+    keys an error), so ``render --stack`` and ``up`` see the same values:
+
+    - booleans are ``true``/``false`` only (YAML 1.2 core schema, https://yaml.org/spec/1.2.2/#1032-tag-resolution);
+      PyYAML's YAML 1.1 also reads ``yes``, ``no``, ``on``, ``off`` as booleans, which ``up`` gets as strings;
+    - a key given twice in one mapping is refused (yaml.v3: "mapping key ... already defined"), where PyYAML
+      would keep the last value.
+    """
+
+
+StackFileLoader.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+                                           for k, v in yaml.SafeLoader.yaml_implicit_resolvers.copy().items()}
+StackFileLoader.add_implicit_resolver("tag:yaml.org,2002:bool", __import__("re").compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                      list("tTfF"))
+
+
+def _mapping_without_duplicates(loader: StackFileLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            continue  # PyYAML reports an unhashable key itself
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"mapping key {key!r} is given twice (line {seen[key] + 1} and line {key_node.start_mark.line + 1}); "
+                            "the Pulumi CLI refuses such a file: keep one", key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+StackFileLoader.add_constructor("tag:yaml.org,2002:map", lambda loader, node: _mapping_without_duplicates(loader, node, deep=True))
+
+
+def load_stack_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=StackFileLoader)
+
+
 def stack_file(name: str, root: Path = REPO_ROOT) -> Path:
     return root / f"Pulumi.{name}.yaml"
 
@@ -42,7 +82,7 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
 
         raise ConfigError(f"stack {name!r} has no {path.name}{did_you_mean(name, stacks)}; committed stacks: {', '.join(stacks)}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_stack_yaml(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path.name} is not valid YAML: {e}") from None
     cfg = data.get("config") if isinstance(data, dict) else data
@@ -51,8 +91,13 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path.name}: {'config' if isinstance(data, dict) else 'the file'} is a {type(cfg).__name__}, not a mapping; "
                           f"write `config:` followed by `  {NS}:<key>: <value>` lines")
+    from .config import check_config_namespaces
+
+    check_config_namespaces(cfg)  # a misspelt project prefix (dyanmo:gpu) would be ignored silently
     out = {}
     for k, v in cfg.items():
+        if v is None or v == "":
+            continue  # an empty value is unset, as under `up` (the Pulumi CLI hands YAML null and "" over as "")
         if isinstance(k, str) and k.startswith(NS + ":"):
             # Pulumi hands a top-level number to the program as text ("3"); objects keep their JSON types.
             out[k[len(NS) + 1:]] = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
@@ -84,7 +129,7 @@ def program_for_stack(name: str, root: Path = REPO_ROOT):
 
 def stack_aws_region(name: str, root: Path = REPO_ROOT):
     """The stack's ``aws:region`` (the AWS provider's region), which ``dynamo:cluster.region`` must agree with."""
-    data = yaml.safe_load(stack_file(name, root).read_text()) or {}
+    data = load_stack_yaml(stack_file(name, root).read_text()) or {}
     cfg = data.get("config") if isinstance(data, dict) else None
     return cfg.get("aws:region") if isinstance(cfg, dict) else None
 

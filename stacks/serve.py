@@ -70,11 +70,21 @@ class ResourcesOverride(_Strict):
         from .config import quantity_bytes
 
         for k, q in v.items():
+            if isinstance(q, bool):
+                raise ValueError(f"{k}: {q!r} is a boolean, not a quantity")
             try:
-                if quantity_bytes(str(q)) < 0:
+                n = quantity_bytes(str(q))
+                if n < 0:
                     raise ValueError(f"{q!r} is negative")
             except ValueError as e:
                 raise ValueError(f"{k}: {e}") from None
+            # Extended resources (a domain-prefixed name such as nvidia.com/gpu or vpc.amazonaws.com/efa) are counted in
+            # whole units: the API server refuses a quantity whose milli-value is not a multiple of 1000
+            # (kubernetes/kubernetes pkg/apis/core/helper/helpers.go IsIntegerResourceName: every extended resource;
+            # pkg/apis/core/validation ValidateResourceQuantityValue: "must be an integer").
+            if "/" in str(k) and not str(k).startswith("kubernetes.io/") and n != n.to_integral_value():
+                raise ValueError(f"{k}: {q!r} is not a whole number; {k} is an extended resource, counted in whole units "
+                                 f"(a GPU cannot be split by a request); use 0, 1, 2...")
         return v
 
 
@@ -228,6 +238,9 @@ def cache_identity(plan: ServingPlan) -> str:
 def entry_configs(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """``(error key, entry config)`` per entry: the stack's top-level serving keys are the defaults."""
     entries = raw.get(SERVE)
+    if "name" in raw:  # an entry's name; at the top level it would name nothing (or every entry alike)
+        raise ConfigError(f"{NS}:name: {raw['name']!r} names a {NS}:serve entry and has no effect at the top level; "
+                          f"set it inside an entry ({NS}:serve[0].name), or remove it (a single-target stack is named by its stack)")
     defaults = {k: v for k, v in raw.items() if k not in STACK_KEYS}
     if entries is None:
         return [(NS, dict(raw))]
@@ -270,7 +283,7 @@ def build_entries(raw: dict[str, Any], build=None) -> list[Entry]:
         comps = [c["name"] for c in plan.dgd["spec"]["components"]]
         overrides = _parse_override(cfg_raw.get("overrides"), key, comps)
         apply_overrides(plan.dgd, overrides, key)
-        name = cfg_raw.get("name") or plan.dgd["metadata"]["name"]
+        name = cfg_raw["name"] if "name" in cfg_raw else plan.dgd["metadata"]["name"]
         if "name" not in cfg_raw and name in names:  # the same target in another namespace
             name = f"{name}-{plan.dgd['metadata']['namespace']}"[:40].rstrip("-")
         if key != NS and not (isinstance(name, str) and _NAME.fullmatch(name)):

@@ -42,14 +42,16 @@ class Case:
     secrets: dict = field(default_factory=lambda: {"hfToken": TOKEN})
     # The kubeconfig file belongs to the machine that runs `up`: render (review, CI) does not look for it.
     machine: bool = False
+    # A secret's value is wrong: `up` reads it (and refuses it without printing it); render sees only ciphertext.
+    values: bool = False
 
     def __post_init__(self):
         self.shows = tuple(self.shows)
 
 
-def C(id, raw, key, *shows, base=None, secrets=None, machine=False) -> Case:
+def C(id, raw, key, *shows, base=None, secrets=None, machine=False, values=False) -> Case:
     merged = {**copy.deepcopy(base if base is not None else AGG), **raw}
-    return Case(id, merged, key, shows, {"hfToken": TOKEN} if secrets is None else secrets, machine)
+    return Case(id, merged, key, shows, {"hfToken": TOKEN} if secrets is None else secrets, machine, values)
 
 
 def eks(**cluster) -> dict:
@@ -59,7 +61,6 @@ def eks(**cluster) -> dict:
 CASES = [
     # ---- selection axes: unknown values (finite sets: the choices are listed)
     C("model-unknown", {"model": "llama"}, "model", "'llama'", "nemotron-3.5-lightning", "motif-3", base={}),
-    C("model-empty", {"model": ""}, "model", "''", "nemotron-3-ultra", base={}),
     C("model-case", {"model": "Motif-3"}, "model", "'Motif-3'", "did you mean 'motif-3'", base={}),
     C("runtime-unknown", {"runtime": "sglang"}, "runtime", "'sglang'", "'vllm'", "'trtllm'", base={}),
     C("gpu-unknown", {"gpu": "a100"}, "gpu", "'a100'", "'h100'", "'gb200'", base={}),
@@ -79,7 +80,6 @@ CASES = [
     # ---- target
     C("target-unknown", {"target": "nope"}, "target", "'nope'", TARGETS_SAMPLE, base={}),
     C("target-typo", {"target": "lightning-vllm-agg-h100-dspak"}, "target", "did you mean 'lightning-vllm-agg-h100-dspark'", base={}),
-    C("target-empty", {"target": ""}, "target", "''", base={}),
     C("target-list", {"target": ["a"]}, "target", "['a']", base={}),
     C("target-vs-model", {"model": "motif-3"}, "model", "'motif-3'", "nemotron-3.5-lightning", TARGETS_SAMPLE),
     C("target-vs-gpu", {"gpu": "h200"}, "gpu", "'h200'", "gpu=h100"),
@@ -107,7 +107,6 @@ CASES = [
     C("unknown-cluster-key", {"cluster": {"mde": "eks"}}, "cluster.mde", "unknown key", "did you mean 'mode'"),
     # ---- namespace (DNS-1123 label)
     C("ns-underscore", {"namespace": "Bad_NS"}, "namespace", "'Bad_NS'", "DNS-1123 label"),
-    C("ns-empty", {"namespace": ""}, "namespace", "''", "DNS-1123 label"),
     C("ns-leading-dash", {"namespace": "-dynamo"}, "namespace", "'-dynamo'"),
     C("ns-too-long", {"namespace": "a" * 64}, "namespace", "'" + "a" * 64 + "'", "1-63"),
     C("ns-dot", {"namespace": "dynamo.prod"}, "namespace", "'dynamo.prod'"),
@@ -116,7 +115,6 @@ CASES = [
     C("createNamespace-word", {"createNamespace": "maybe"}, "createNamespace", "'maybe'"),
     # ---- the HF token and its Secret
     C("hfTokenSecretName-underscore", {"hfTokenSecretName": "HF_Token"}, "hfTokenSecretName", "'HF_Token'", "DNS-1123", secrets={}),
-    C("hfTokenSecretName-empty", {"hfTokenSecretName": ""}, "hfTokenSecretName", "''", secrets={}),
     C("hfTokenSecretName-space", {"hfTokenSecretName": "hf token"}, "hfTokenSecretName", "'hf token'", secrets={}),
     C("hfTokenSecretName-with-token", {"hfTokenSecretName": "team-hf"}, "hfTokenSecretName", "'team-hf'", "hfToken"),
     C("hfToken-plain-text", {"hfToken": TOKEN}, "hfToken", "plain text", "--secret", secrets={}),
@@ -155,7 +153,6 @@ CASES = [
     # ---- modelRevision
     C("revision-escapes-tags", {"modelRevision": "refs/tags/../heads/main"}, "modelRevision", "'refs/tags/../heads/main'", "not a valid git revision", base=ULTRA),
     C("revision-space", {"modelRevision": "main branch"}, "modelRevision", "'main branch'", base=ULTRA),
-    C("revision-empty", {"modelRevision": ""}, "modelRevision", "''", base=ULTRA),
     C("revision-tilde", {"modelRevision": "v1.0~1"}, "modelRevision", "'v1.0~1'", base=ULTRA),
     C("revision-hidden-component", {"modelRevision": "feature/.hidden"}, "modelRevision", "'feature/.hidden'", base=ULTRA),
     C("revision-lock", {"modelRevision": "v1.lock"}, "modelRevision", "'v1.lock'", base=ULTRA),
@@ -245,6 +242,77 @@ CASES = [
     C("efa-off-on-efa-disagg", eks(efa=False), "cluster.efa", "false",
       base={"gpu": "h100", "topology": "disagg"}),
     C("eks-infiniband-recipe", eks(), "fabricProfile", "aws-efa", base={"gpu": "b200", "topology": "disagg"}),
+    # ---- settings that would be ignored silently: secrets the stack never reads, two that fill one Secret, a name
+    #      that names nothing, an entry name that falls back to the default
+    C("ngcApiKey-never-used", {}, "ngcApiKey", "never creates an image pull Secret", "'render'",
+      secrets={"hfToken": TOKEN, "ngcApiKey": "nvapiTABLEkey"}),
+    C("imagePullSecret-never-used", {}, "imagePullSecret", "never creates an image pull Secret",
+      secrets={"hfToken": TOKEN, "imagePullSecret": '{"auths": {"nvcr.io": {"auth": "eA=="}}}'}),
+    C("imagePullSecret-kubeconfig-cluster", {"cluster": {"mode": "kubeconfig"}}, "imagePullSecret", "'kubeconfig'",
+      secrets={"hfToken": TOKEN, "kubeconfig": "apiVersion: v1", "imagePullSecret": '{"auths": {"nvcr.io": {"auth": "eA=="}}}'}),
+    C("kubeconfig-never-used", {}, "kubeconfig", "'render'", "never reads it", secrets={"hfToken": TOKEN, "kubeconfig": "apiVersion: v1"}),
+    C("ngcApiKey-and-imagePullSecret", {**eks(), "imagePullSecrets": ["ngc-secret"]}, "ngcApiKey", "dynamo:imagePullSecret", "both", base=EKS,
+      secrets={"hfToken": TOKEN, "ngcApiKey": "nvapiTABLEkey", "imagePullSecret": '{"auths": {"nvcr.io": {"auth": "eA=="}}}'}),
+    C("top-level-name", {"name": "chat"}, "name", "'chat'", "dynamo:serve[0].name"),
+    C("serve-top-level-name", {"name": "chat", "serve": [AGG]}, "name", "'chat'", base={}),
+    C("serve-entry-name-empty", {"serve": [{**AGG, "name": ""}]}, "serve[0].name", "''", "1-40", base={}),
+    # ---- values that are not what they claim: booleans as numbers, non-ASCII digits, snake_case spellings
+    C("gpuNodes-true", eks(gpuNodes=True), "cluster.gpuNodes", "True", "boolean", base=EKS),
+    C("gpuPools-nodes-true", eks(gpuPools=[{"gpu": "h100", "nodes": True}]), "cluster.gpuPools.0.nodes", "True", "boolean", base=EKS),
+    C("systemNodes-false", eks(systemNodes=False), "cluster.systemNodes", "False", "boolean", base=EKS),
+    C("requestCount-true", {"benchmark": {"enabled": True, "requestCount": True}}, "benchmark.requestCount", "True", "boolean"),
+    C("gpuNodes-arabic-digits", eks(gpuNodes="٣"), "cluster.gpuNodes", "'٣'", "ASCII", base=EKS),
+    C("jobTimeout-arabic-digit", {"wait": {"jobTimeout": "٣m"}}, "wait.jobTimeout", "'٣m'", "60m"),
+    C("jobTimeout-fullwidth-digit", {"wait": {"jobTimeout": "３m"}}, "wait.jobTimeout", "'３m'", "60m"),
+    C("snake-wait-key", {"wait": {"job_timeout": "5m"}}, "wait.job_timeout", "unknown key", "did you mean 'jobTimeout'"),
+    C("snake-top-key", {"create_namespace": False}, "create_namespace", "unknown key", "createNamespace"),
+    C("snake-storage-key", {"storage": {"existing_claim": "cache"}}, "storage.existing_claim", "unknown key", "existingClaim"),
+    C("snake-cluster-key", eks(gpu_nodes=2), "cluster.gpu_nodes", "unknown key", "gpuNodes", base=EKS),
+    C("snake-observability-key", {"observability": {"enabled": True, "create_namespace": False}}, "observability.create_namespace",
+      "unknown key", "createNamespace"),
+    # ---- URLs: a port past 65535, NUL, a bidi control
+    C("prometheusEndpoint-port", {"observability": {"enabled": True, "prometheus": "existing", "prometheusEndpoint": "http://prom:99999"}},
+      "observability.prometheusEndpoint", "'http://prom:99999'", "1-65535"),
+    C("prometheusEndpoint-nul", {"observability": {"enabled": True, "prometheus": "existing", "prometheusEndpoint": "http://prom:9090/\x00"}},
+      "observability.prometheusEndpoint", "\\x00", "control"),
+    C("prometheusEndpoint-bidi", {"observability": {"enabled": True, "prometheus": "existing",
+                                                    "prometheusEndpoint": "http://prom\u202e.svc:9090"}},
+      "observability.prometheusEndpoint", "\\u202e", "control"),
+    # ---- a fractional extended resource (was a ValueError traceback in gpus_needed)
+    C("override-fractional-gpu", {"serve": [{**AGG, "overrides": {"agg": {"resources": {"limits": {"nvidia.com/gpu": "0.5"}}}}}]},
+      "serve[0].overrides.agg.resources.limits", "'0.5'", "whole", base={}),
+    C("override-gpu-bool", {"serve": [{**AGG, "overrides": {"agg": {"resources": {"limits": {"nvidia.com/gpu": True}}}}}]},
+      "serve[0].overrides.agg.resources.limits", "True", base={}),
+    # ---- secret values of the wrong shape (refused by `up`, never echoed; render sees ciphertext only)
+    C("imagePullSecret-empty", {**eks(), "imagePullSecrets": ["ngc-secret"]}, "imagePullSecret", "empty", base=EKS,
+      secrets={"hfToken": TOKEN, "imagePullSecret": ""}, values=True),
+    C("imagePullSecret-not-json", {**eks(), "imagePullSecrets": ["ngc-secret"]}, "imagePullSecret", "not JSON", "auths", base=EKS,
+      secrets={"hfToken": TOKEN, "imagePullSecret": "hf_TABLE_canary_93c1"}, values=True),
+    C("imagePullSecret-no-auths", {**eks(), "imagePullSecrets": ["ngc-secret"]}, "imagePullSecret", "\"auths\"", base=EKS,
+      secrets={"hfToken": TOKEN, "imagePullSecret": '{"registry": "hf_TABLE_canary_93c1"}'}, values=True),
+    C("ngcApiKey-empty", {**eks(), "imagePullSecrets": ["ngc-secret"]}, "ngcApiKey", "empty", base=EKS,
+      secrets={"hfToken": TOKEN, "ngcApiKey": ""}, values=True),
+    C("hfToken-empty", {}, "hfToken", "empty", secrets={"hfToken": ""}, values=True),
+    C("hfToken-not-a-token", {}, "hfToken", "not a Hugging Face token", "hf_",
+      secrets={"hfToken": "Bearer hf_TABLE_canary_93c1"}, values=True),
+    # ---- names and ranges
+    C("stack-ref-1000", {"cluster": {"mode": "stack", "stack": "a" * 1000}}, "cluster.stack", "1000 characters", "100"),
+    C("vpcCidr-public", eks(vpcCidr="8.8.0.0/16"), "cluster.vpcCidr", "'8.8.0.0/16'", "10.0.0.0/8", "RFC 1918", base=EKS),
+    C("vpcCidr-public-edge", eks(vpcCidr="172.32.0.0/16"), "cluster.vpcCidr", "'172.32.0.0/16'", "172.16.0.0/12", base=EKS),
+    C("adminArn-not-an-arn", eks(adminPrincipalArns=["alice"]), "cluster.adminPrincipalArns", "'alice'", "arn:aws:iam::", base=EKS),
+    C("adminArn-s3", eks(adminPrincipalArns=["arn:aws:s3:::bucket"]), "cluster.adminPrincipalArns", "'arn:aws:s3:::bucket'", base=EKS),
+    # ---- namespaces the cluster owns, as namespaces the stack would create
+    C("ns-default-created", {"namespace": "default"}, "namespace", "'default'", "createNamespace: false"),
+    C("ns-kube-system-created", {"namespace": "kube-system"}, "namespace", "'kube-system'", "kube-*"),
+    C("ns-kube-public-created", {"namespace": "kube-public"}, "namespace", "'kube-public'"),
+    C("observability-ns-kube-system", {"observability": {"enabled": True, "namespace": "kube-system"}}, "observability.namespace",
+      "'kube-system'", "observability.createNamespace: false"),
+    C("observability-ns-default", {"observability": {"enabled": True, "namespace": "default"}}, "observability.namespace", "'default'"),
+    # ---- floating references, on every model family
+    C("revision-main", {"modelRevision": "main"}, "modelRevision", "'main'", "branch", base=ULTRA),
+    C("revision-main-lightning", {"modelRevision": "main"}, "modelRevision", "'main'", "branch"),
+    C("revision-main-motif", {"modelRevision": "main"}, "modelRevision", "'main'", "branch", base={"model": "motif-3"}),
+    C("revision-refs-heads", {"modelRevision": "refs/heads/release"}, "modelRevision", "'refs/heads/release'", "branch", base=ULTRA),
 ]
 assert len(CASES) >= 120, len(CASES)
 assert len({c.id for c in CASES}) == len(CASES)
@@ -253,13 +321,14 @@ assert len({c.id for c in CASES}) == len(CASES)
 def as_pulumi(raw: dict) -> dict:
     """The mapping as the Pulumi runtime hands it over (stacks.pulumi_config.raw_config): a top-level number
     arrives as text, objects keep their JSON types."""
-    return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else copy.deepcopy(v) for k, v in raw.items()}
+    return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else copy.deepcopy(v) for k, v in raw.items()
+            if v is not None and v != ""}  # a top-level empty value arrives as "" and means unset
 
 
 def _program_error(case: Case, monkeypatch) -> ConfigError:
     env = {k: v for k, v in __import__("os").environ.items() if k != "KUBECONFIG"}
     with pytest.raises(Exception) as e:
-        build_program(as_pulumi(case.raw), "table", frozenset(case.secrets), env=env)
+        build_program(as_pulumi(case.raw), "table", frozenset(case.secrets), env=env, secret_values=case.secrets)
     assert type(e.value) is ConfigError, f"{type(e.value).__name__}: {e.value}"
     return e.value
 
@@ -295,6 +364,10 @@ def _stack_file(tmp_path: Path, raw: dict, secrets: dict) -> Path:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_render_stack_gives_the_same_verdict(case, tmp_path, monkeypatch):
     root = _stack_file(tmp_path, case.raw, case.secrets)
+    if case.values:
+        # render reads `secure: v1:...` ciphertext only: the value is checked by `up` (the test above), not here
+        assert program_for_stack("table", root).objects()
+        return
     if case.machine:
         # The kubeconfig file is the deploying machine's, not the config's: render --stack (review, CI)
         # accepts the stack, `up` on a machine without the file refuses it (test above).
@@ -330,6 +403,20 @@ VALID = [
     ("pull-secrets", {**AGG, "imagePullSecrets": ["ngc-secret", "team.registry"]}, {}),
     ("eks-six-zones", {**EKS, **eks(availabilityZones=[f"us-east-1{c}" for c in "abcdef"])}, {}),
     ("render-dir-set", {**AGG, "cluster": {"mode": "render", "renderDir": "out/x"}}, {}),
+    # A top-level empty value is unset (the default): `up` gets YAML null and '' as "" from the Pulumi CLI.
+    ("empty-model-is-default", {**AGG, "model": ""}, {}),
+    ("empty-target-is-default", {"target": "", "gpu": "h100", "topology": "agg"}, {}),
+    ("empty-namespace-is-default", {**AGG, "namespace": ""}, {}),
+    ("empty-secret-name-is-default", {**AGG, "hfTokenSecretName": ""}, {}),
+    ("empty-revision-is-default", {**ULTRA, "modelRevision": ""}, {}),
+    # Values that look like the bad ones but are fine.
+    ("revision-version-tag", {**ULTRA, "modelRevision": "v1.0"}, {}),
+    ("vpcCidr-rfc6598", {**EKS, **eks(vpcCidr="100.64.0.0/16")}, {}),
+    ("admin-role-arn", {**EKS, **eks(adminPrincipalArns=["arn:aws:iam::123456789012:role/admin"])}, {}),
+    ("prometheusEndpoint-port-65535", {**AGG, "observability": {"enabled": True, "prometheus": "existing",
+                                                                 "prometheusEndpoint": "http://prom.monitoring.svc:65535"}}, {}),
+    ("kube-namespace-not-created", {**AGG, "namespace": "kube-tools", "createNamespace": False}, {}),
+    ("override-whole-gpu", {"serve": [{**AGG, "overrides": {"agg": {"resources": {"limits": {"nvidia.com/gpu": "1"}}}}}]}, {}),
 ]
 
 

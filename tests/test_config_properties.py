@@ -302,7 +302,8 @@ def test_every_pull_secret_a_pod_names_is_created_or_declared_existing(raw):
     """Each imagePullSecrets name in any pod the plan holds is a Secret the plan creates in that namespace (EKS:
     from ngcApiKey) or one the stack declares existing (dynamo:imagePullSecrets on a cluster it does not create);
     the recipes' placeholder never survives."""
-    program = build_program(raw, "prop", frozenset({"hfToken", "ngcApiKey"}), env=None)
+    secrets = {"hfToken", "ngcApiKey"} if raw["cluster"]["mode"] in ("eks", "stack") else {"hfToken"}  # ngcApiKey: EKS only
+    program = build_program(raw, "prop", frozenset(secrets), env=None)
     objects = program.objects()
     created = {(o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects if o.get("kind") == "Secret"}
     declared = set(raw.get("imagePullSecrets") or []) if raw["cluster"]["mode"] != "eks" else set()
@@ -326,10 +327,12 @@ def test_no_secret_value_appears_outside_a_secret(hf, ngc, whole, base):
     within Pulumi's secret envelope; and a render stack's Secret carries the redaction, not the value."""
     from harness import plain_occurrences, run_program, unwrap
 
-    secrets = {"hfToken": "hf_" + hf, "ngcApiKey": "ngc_" + ngc, **({"imagePullSecret": '{"auths":{"x":{"auth":"' + whole + '"}}}'} if whole else {})}
-    run = run_program(base, secrets, stack="prop")
     render = base["cluster"]["mode"] == "render"
-    needles = [secrets["hfToken"], secrets["ngcApiKey"], *([whole] if whole else [])]
+    # One pull secret source, and only where the stack creates pull Secrets (both, or either on render, are refused).
+    pull = {} if render else ({"imagePullSecret": '{"auths":{"x":{"auth":"' + whole + '"}}}'} if whole else {"ngcApiKey": "ngc_" + ngc})
+    secrets = {"hfToken": "hf_" + hf, **pull}
+    run = run_program(base, secrets, stack="prop")
+    needles = [secrets["hfToken"], *([whole] if whole and not render else []), *([secrets["ngcApiKey"]] if "ngcApiKey" in secrets else [])]
     for r in run.resources:
         for needle in needles:
             assert not plain_occurrences(r.raw_inputs, needle), f"{r.type} {r.name} holds a secret value in plain text"
@@ -342,7 +345,7 @@ def test_no_secret_value_appears_outside_a_secret(hf, ngc, whole, base):
     assert secrets_made, "the stack creates its HF token Secret"
     if not render:  # the values do reach the cluster, in the Secrets only (so the search above looks at the right text)
         assert any(secrets["hfToken"] in repr(unwrap(r.raw_inputs)) for r in secrets_made)
-        assert any((whole or secrets["ngcApiKey"]) in repr(unwrap(r.raw_inputs)) for r in secrets_made)
+        assert any((whole or secrets.get("ngcApiKey")) in repr(unwrap(r.raw_inputs)) for r in secrets_made)
     if render:
         from stacks.serving import REDACTED
 
