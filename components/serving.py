@@ -303,7 +303,13 @@ class Serving(pulumi.ComponentResource):
         announce = not redact_secrets
         self.cache = ModelCache(f"{name}-model-cache", plan.cache_pvc, plan.claim_name, protect_cache, opts=child, depends_on=base,
                                 wait=waits.get(("PersistentVolumeClaim", plan.claim_name)), probe=probe, announce=announce)
-        ready = base + [r for r in (self.secret.resource, self.cache.resource) if r]
+        # Optional NetworkPolicies (dynamo:networkPolicy, stacks/network_policy.py): in place before the Jobs and the DGD start.
+        policies = {_meta(np_)["name"]: np_ for _, p in (graphs if graphs is not None else [("graph", plan)]) for np_ in p.network_policies}
+        self.network_policies = [
+            k8s.networking.v1.NetworkPolicy(f"{name}-netpol-{pname}", metadata=_meta(np_), spec=np_["spec"], opts=_opts(self, base))
+            for pname, np_ in policies.items()
+        ]
+        ready = base + [r for r in (self.secret.resource, self.cache.resource) if r] + self.network_policies
         self.download = ModelDownload(f"{name}-model-download", plan.jobs, opts=child, depends_on=ready, waits=waits,
                                       probe=probe, announce=announce)
         self.graphs = []
@@ -311,7 +317,7 @@ class Serving(pulumi.ComponentResource):
             alias = [pulumi.Alias(name=first_graph_alias)] if i == 0 and first_graph_alias else None
             self.graphs.append(DynamoGraph(
                 f"{name}-{suffix}", p, opts=pulumi.ResourceOptions(parent=self, aliases=alias),
-                depends_on=base + list(graph_depends_on) + self.download.jobs + self.download.checks,
+                depends_on=base + list(graph_depends_on) + self.download.jobs + self.download.checks + self.network_policies,
                 wait=_waits.waits_of(p).get(("DynamoGraphDeployment", _meta(p.dgd)["name"])), probe=probe, announce=announce))
         self.graph = self.graphs[0]
         self.dgd_name = self.graph.dgd_name

@@ -413,6 +413,24 @@ class BenchmarkConfig(_Model):
         return self
 
 
+class NetworkPolicyConfig(_Model):
+    """Optional NetworkPolicies in the serving namespace (stacks/network_policy.py): deny by default, allow what Dynamo
+    needs. ``ingressNamespaces``: namespaces whose pods may reach the frontend's HTTP port (the serving namespace
+    always may); ``monitoringNamespaces``: namespaces whose pods may scrape every component's ports (Prometheus)."""
+
+    enabled: bool = False
+    ingress_namespaces: tuple[str, ...] = ()
+    monitoring_namespaces: tuple[str, ...] = ()
+
+    @field_validator("ingress_namespaces", "monitoring_namespaces")
+    @classmethod
+    def _names(cls, v):
+        for n in v:
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", n) or len(n) > 63:
+                raise ValueError(f"{n!r} is not a namespace name (RFC 1123 label: lowercase letters, digits and '-', at most 63)")
+        return v
+
+
 class StackConfig(_Model):
     target: Optional[str] = None
     # The choices of every axis come from stacks/registry.py (the one registry of choices).
@@ -448,6 +466,7 @@ class StackConfig(_Model):
     model_revision: Optional[str] = None
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)  # optional, off by default
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)  # optional, off by default
+    network_policy: NetworkPolicyConfig = Field(default_factory=NetworkPolicyConfig)  # optional, off by default
     # Pause: every GPU worker component at 0 replicas (frontend and cache kept); stacks/autoscaling.py.
     paused: bool = False
     # Per component: minReplicas, maxReplicas, metric, target (a KEDA ScaledObject on the component's DGDSA);

@@ -38,10 +38,12 @@ class ServingPlan:
 
     # KEDA ScaledObjects driving the DGD's scaling adapters (stacks/autoscaling.py; filled by stacks.program)
     autoscalers: list[dict] = field(default_factory=list)
+    # Optional NetworkPolicies of the namespace (dynamo:networkPolicy, stacks/network_policy.py)
+    network_policies: list[dict] = field(default_factory=list)
 
     def objects(self) -> list[dict]:
         out = [o for o in (self.namespace, self.hf_secret, self.cache_pvc) if o]
-        return out + self.jobs + self.configmaps + [self.dgd] + self.autoscalers
+        return out + self.network_policies + self.jobs + self.configmaps + [self.dgd] + self.autoscalers
 
 
 def _walk(x: Any) -> Iterator[dict]:
@@ -188,6 +190,15 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
             "stringData": {HF_TOKEN_KEY: REDACTED},
         }
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} if cfg.create_namespace else None
+    policies = []
+    if cfg.network_policy.enabled:
+        from .network_policy import network_policies
+
+        from .network_policy import benchmark_job_name
+
+        job_names = [j["metadata"]["name"] for j in jobs] + ([benchmark_job_name(dgd)] if cfg.benchmark.enabled else [])
+        policies = network_policies(dgd, job_names, cfg.network_policy.ingress_namespaces,
+                                    cfg.network_policy.monitoring_namespaces)
     return ServingPlan(
         target=t,
         namespace=namespace,
@@ -199,4 +210,5 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         hf_secret_name=hf_name,
         claim_name=claim,
         notes={k: v for k, v in (("autoscaling", scaling), ("paused", paused)) if v or (k == "paused" and cfg.paused)},
+        network_policies=policies,
     )
