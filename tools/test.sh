@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# `make test`: every test, in three pytest processes that run at the same time, because most of the wall time is
-# spent waiting on real processes (kube-apiserver, the Pulumi engine, the Dynamo frontend and mocker, Prometheus),
-# not on this machine's two cores:
-#   engine-main   tests/test_engine.py (the Pulumi engine against the local control plane, its long waits)
-#   engine-other  the other engine-marked files; each starts its own small control plane (simulate, DRA, Karpenter,
-#                 upgrade path, selection)
-#   unit          everything else: unit, mocks, fidelity, the AWS rules, the serving rig and Prometheus
+# `make test`: every test, in four pytest processes that run at the same time, because most of the wall time is
+# spent waiting on real processes (kube-apiserver, the Pulumi engine, the Dynamo frontend and mocker, Prometheus,
+# git worktrees), not on this machine's two cores:
+#   engine-lifecycle  tests/test_engine.py's per-target up/update/destroy lifecycle (its own local control plane)
+#   engine-main       the rest of tests/test_engine.py (waits, cache, policy pack, simulate; its own control plane)
+#   engine-other      the other engine-marked files, each on its own small control plane (selection, DRA, Karpenter,
+#                     autoscaling admission, upgrade path), then `stacks diff --base` on git worktrees (test_review)
+#   unit              everything else: unit, mocks, fidelity, the AWS rules, the serving rig and Prometheus
 # Each process writes its own log; they are printed in this order when all have ended, with the slowest tests.
-# Exit status: 0 only when all three pass. Extra arguments go to every pytest process.
+# Exit status: 0 only when all pass. Extra arguments go to every pytest process.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -15,26 +16,31 @@ LOGS=${TEST_LOG_DIR:-$(mktemp -d)}
 mkdir -p "$LOGS"
 
 declare -A pids
-start() { # name, pytest args...
+pytest() { "$PY" -m pytest -p no:cacheprovider --durations=8 "$@"; }
+start() { # name, then a command (a shell function call) run in the background with its output in the group's log
   local name=$1
   shift
-  "$PY" -m pytest -p no:cacheprovider --durations=8 "$@" >"$LOGS/$name.log" 2>&1 &
+  "$@" >"$LOGS/$name.log" 2>&1 &
   pids[$name]=$!
   echo "test: $name started (log: $LOGS/$name.log)"
 }
+# The other engine files, then the review tests (not engine-marked, but slow: they render every target at two refs):
+# both pytest runs must pass.
+engine_other() { pytest -m engine --ignore=tests/test_engine.py "$@" && pytest tests/test_review.py "$@"; }
 
 t0=$SECONDS
-start engine-main -m engine tests/test_engine.py "$@"
-start engine-other -m engine --ignore=tests/test_engine.py "$@"
-start unit -m "not engine" "$@"
+start engine-lifecycle pytest -m engine -k "lifecycle" tests/test_engine.py "$@"
+start engine-main pytest -m engine -k "not lifecycle" tests/test_engine.py "$@"
+start engine-other engine_other "$@"
+start unit pytest -m "not engine" --ignore=tests/test_review.py "$@"
 
 rc=0
 declare -A status
-for name in engine-main engine-other unit; do
+for name in engine-lifecycle engine-main engine-other unit; do
   wait "${pids[$name]}"
   status[$name]=$?
 done
-for name in engine-main engine-other unit; do
+for name in engine-lifecycle engine-main engine-other unit; do
   echo
   echo "================================ $name (exit ${status[$name]}) ================================"
   cat "$LOGS/$name.log"
@@ -42,7 +48,7 @@ for name in engine-main engine-other unit; do
   if [[ ${status[$name]} -ne 0 && ${status[$name]} -ne 5 ]]; then rc=1; fi
 done
 echo
-for name in engine-main engine-other unit; do
+for name in engine-lifecycle engine-main engine-other unit; do
   echo "test: $name exit ${status[$name]}: $(grep -E '^(=+ )?[0-9]+ (passed|failed)|^=+ .*(passed|failed|error).* in ' "$LOGS/$name.log" | tail -1)"
 done
 echo "test: wall time $((SECONDS - t0)) s; exit $rc"
