@@ -137,6 +137,42 @@ def live(kube, obj: dict) -> dict:
     return json.loads(kubectl(kube, *args).stdout)
 
 
+def upstream_problems(kube, target: str, ns: str) -> list[str]:
+    """An oracle independent of the render code: every field that upstream's files set (the target's deploy file and
+    its model's model-cache/*.yaml objects the server holds), placeholders replaced as configured (no storage class,
+    no pull secret here), is on the API server's object with the same value (the server may add defaults, and the
+    program's documented additions: Pulumi annotations, the hardened Jobs' securityContext)."""
+    from stacks import fidelity
+    from stacks.config import parse, select_target
+    from stacks.hardening import without_hardening
+
+    t = select_target(parse({"target": target}))
+    if not t.upstream:
+        return []
+    ref = fidelity.snapshot_dir(t.reference)
+    deploy = ref / t.upstream
+    if not deploy.is_file():
+        from conftest import REFERENCE_SETUP, missing
+
+        missing(f"no upstream file {deploy}", REFERENCE_SETUP)
+    docs = [(d, True) for d in fidelity.load_docs(deploy)]
+    docs += [(d, False) for f in sorted((ref / t.upstream.split("/")[0] / "model-cache").glob("*.yaml")) for d in fidelity.load_docs(f)]
+    problems = []
+    for doc, required in docs:
+        want = fidelity.normalize(fidelity.substitute_placeholders(doc, None, ()))
+        obj = {**doc, "metadata": {**doc["metadata"], "namespace": ns}}
+        kind = obj["kind"]
+        resource = {"DynamoGraphDeployment": "dynamographdeployments.nvidia.com"}.get(kind, kind.lower())
+        got = kubectl(kube, "get", resource, obj["metadata"]["name"], "-n", ns, "-o", "json", check=False)
+        if got.returncode != 0:
+            if required:
+                problems.append(f"{kind}/{obj['metadata']['name']}: in {t.upstream}, not on the server")
+            continue  # a model-cache object another target of the model uses
+        server = without_hardening(json.loads(got.stdout), want)  # the Jobs' listed hardening additions, nothing else
+        problems += [f"{kind}/{obj['metadata']['name']}{d}" for d in subset_diff(want, server)]
+    return problems
+
+
 def comparable(obj: dict) -> dict:
     obj = copy.deepcopy(obj)
     if obj["kind"] == "Secret":
@@ -160,6 +196,8 @@ def test_engine_lifecycle(kube, workspace, target):
             server = live(kube, obj)
             problems += [f"{obj['kind']}/{obj['metadata']['name']}{d}" for d in subset_diff(comparable(obj), server)]
         assert problems == []
+        # ...and every field of upstream's own files is on the server (the render code is not its own oracle).
+        assert upstream_problems(kube, target, ns) == []
         secret = live(kube, next(o for o in rendered if o["kind"] == "Secret"))
         import base64
 
