@@ -83,14 +83,20 @@ class _Model(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _plain_numbers(cls, data: Any) -> Any:
-        """pydantic's lax mode reads ``true`` as 1 and non-ASCII digit strings as numbers: refuse both."""
+        """pydantic's lax mode reads ``true`` as 1, non-ASCII digit strings as numbers, and ``"yes"``, ``"on"``,
+        ``"y"`` or 1 as true: refuse them all. A boolean is YAML 1.2's ``true``/``false`` (what the Pulumi CLI and
+        ``render --stack`` read; https://yaml.org/spec/1.2.2/#1032-tag-resolution)."""
         if isinstance(data, dict):
             for name, f in cls.model_fields.items():
                 key = f.alias or name
-                if key in data and _number_field(f.annotation):
-                    why = number_problem(data[key])
-                    if why:
-                        raise _key_error(key, why)
+                if key not in data:
+                    continue
+                why = number_problem(data[key]) if _number_field(f.annotation) else None
+                if why is None and f.annotation in (bool, Optional[bool]) and not isinstance(data[key], bool) \
+                        and not (data[key] is None and f.annotation is Optional[bool]):
+                    why = f"{_short(data[key])} is not a boolean; use true or false"
+                if why:
+                    raise _key_error(key, why)
         return data
 
 
@@ -540,6 +546,9 @@ class StackConfig(_Model):
 
     @model_validator(mode="after")
     def _combinations(self):
+        why = owned_namespace_problem(self.namespace, "namespace", "createNamespace") if self.create_namespace else None
+        if why:
+            raise _key_error("namespace", why)
         if self.storage.access_mode == "ReadOnlyMany" and not self.storage.existing_claim:
             raise _key_error("storage.accessMode", "'ReadOnlyMany': the download Job writes the model into the stack's own claim; "
                                         "choose ReadWriteMany (default), ReadWriteOnce or ReadWriteOncePod, or point "
@@ -559,9 +568,6 @@ def check_secret_keys(secret_keys) -> None:
     for key in sorted(set(secret_keys) - SECRET_KEYS):
         plain = key in {(f.alias or n) for n, f in StackConfig.model_fields.items()} | CLUSTER_KEYS
         why = (f"is not a secret setting; set it without --secret (`pulumi config set {NS}:{key} ...`)" if plain
-        why = owned_namespace_problem(self.namespace, "namespace", "createNamespace") if self.create_namespace else None
-        if why:
-            raise _key_error("namespace", why)
                else f"is not a setting{_did_you_mean(key, sorted(SECRET_KEYS))}")
         raise ConfigError(f"{NS}:{key}: set as a Pulumi secret, but {why}; secret settings: {', '.join(sorted(SECRET_KEYS))}")
 

@@ -350,3 +350,99 @@ def test_no_secret_value_appears_outside_a_secret(hf, ngc, whole, base):
         from stacks.serving import REDACTED
 
         assert all(v == REDACTED for r in secrets_made for v in (r.inputs.get("stringData") or {}).values())
+
+
+# =========================================================================== values that are not what they claim
+# (booleans and non-ASCII digits as numbers, snake_case keys, URLs, secret values, cluster-owned namespaces): each
+# generated bad value is refused with a ConfigError naming its key, and a secret's value never appears in a message.
+
+_AGG = {"target": "lightning-vllm-agg-h100-dspark"}
+_EKS = {"gpu": "h100", "topology": "agg", "cluster": {"mode": "eks", "region": "us-east-1"}}
+# Where a number is read, as (config, key the message names) builders.
+_NUMBER_KEYS = [
+    (lambda v: {**_EKS, "cluster": {**_EKS["cluster"], "gpuNodes": v}}, "cluster.gpuNodes"),
+    (lambda v: {**_EKS, "cluster": {**_EKS["cluster"], "systemNodes": v}}, "cluster.systemNodes"),
+    (lambda v: {**_EKS, "cluster": {**_EKS["cluster"], "gpuPools": [{"gpu": "h100", "nodes": v}]}}, "cluster.gpuPools.0.nodes"),
+    (lambda v: {**_EKS, "cluster": {**_EKS["cluster"], "fsxStorageCapacityGib": v, "cacheStorage": "fsx-lustre"}},
+     "cluster.fsxStorageCapacityGib"),
+    (lambda v: {**_AGG, "benchmark": {"enabled": True, "requestCount": v}}, "benchmark.requestCount"),
+    (lambda v: {**_AGG, "benchmark": {"enabled": True, "tolerance": v}}, "benchmark.tolerance"),
+]
+_non_ascii_digits = st.characters(categories=["Nd"]).filter(lambda c: not c.isascii())
+
+
+def _refusal(raw, secrets=frozenset({"hfToken"}), **kw) -> str:
+    with pytest.raises(ConfigError) as e:
+        build_program(raw, "prop", secrets, **kw)
+    return str(e.value)
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(where=st.sampled_from(_NUMBER_KEYS), value=st.booleans() | st.text(_non_ascii_digits, min_size=1, max_size=3))
+def test_a_boolean_or_non_ascii_digits_is_never_a_number(where, value):
+    build, key = where
+    msg = _refusal(build(value))
+    assert f"dynamo:{key}" in msg and repr(value) in msg, msg
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(digits=st.text(_non_ascii_digits, min_size=1, max_size=3), unit=st.sampled_from("smh"),
+       key=st.sampled_from(["jobTimeout", "dgdTimeout"]))
+def test_durations_take_ascii_digits_only(digits, unit, key):
+    assert f"dynamo:wait.{key}" in _refusal({**_AGG, "wait": {key: digits + unit}})
+
+
+def _snake(name: str) -> str:
+    import re
+
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(section=st.sampled_from([("", StackConfig), ("cluster", ClusterConfig)]), data=st.data())
+def test_snake_case_spellings_are_unknown_keys(section, data):
+    """Every camelCase key has one spelling: its snake_case form is an unknown key (no undeclared alias)."""
+    where, model = section
+    camel = sorted(k for k in _aliases(model) if _snake(k) != k)
+    key = data.draw(st.sampled_from(camel))
+    raw = {**_AGG, where: {"mode": "kubeconfig", _snake(key): "x"}} if where else {**_AGG, _snake(key): "x"}
+    msg = _refusal(raw, frozenset({"hfToken", "kubeconfig"}))
+    assert f"dynamo:{where + '.' if where else ''}{_snake(key)}: unknown key" in msg, msg
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(port=st.integers(65536, 10**7) | st.just(0),
+       bad=st.sampled_from(["", "\x00", "\u202e", "\u2066", " ", "\x7f", "é"]))
+def test_prometheus_urls_are_plain_with_a_real_port(port, bad):
+    obs = lambda url: {**_AGG, "observability": {"enabled": True, "prometheus": "existing", "prometheusEndpoint": url}}  # noqa: E731
+    assert "dynamo:observability.prometheusEndpoint" in _refusal(obs(f"http://prom.svc:{port}"))
+    if bad:
+        assert "dynamo:observability.prometheusEndpoint" in _refusal(obs(f"http://prom{bad}.svc:9090"))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(value=st.text(max_size=60), key=st.sampled_from(["hfToken", "imagePullSecret", "ngcApiKey"]))
+def test_a_secret_value_is_checked_but_never_printed(value, key):
+    """Any secret value: accepted, or refused naming its key; the value (when longer than the words of a message)
+    never appears in the message."""
+    raw = {**_EKS, "imagePullSecrets": ["ngc-secret"]} if key != "hfToken" else dict(_AGG)
+    secrets = {"hfToken": "hf_propToken1", key: value}
+    try:
+        build_program(raw, "prop", frozenset(secrets), env=None, secret_values=secrets)
+    except ConfigError as e:
+        msg = str(e)
+        assert f"dynamo:{key}" in msg, msg
+        if len(value.strip()) >= 6:
+            assert value not in msg, msg
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(name=st.from_regex(r"kube-[a-z0-9]{1,20}", fullmatch=True) | st.just("default"),
+       where=st.sampled_from(["namespace", "observability"]))
+def test_cluster_owned_namespaces_are_never_created(name, where):
+    raw = {**_AGG, "namespace": name} if where == "namespace" else {**_AGG, "observability": {"enabled": True, "namespace": name}}
+    msg = _refusal(raw)
+    assert f"dynamo:{where}" in msg and repr(name) in msg, msg
+    off = {**raw, "createNamespace": False} if where == "namespace" else {**_AGG, "observability": {"enabled": True, "namespace": name,
+                                                                                                      "createNamespace": False}}
+    build_program(off, "prop", frozenset({"hfToken"}))  # using it as is (not created) stays allowed

@@ -103,3 +103,98 @@ def test_render_stack_says_serving_layer_only(capsys):
 def test_render_never_prints_the_token_value():
     text = to_yaml(render_stack("dev"))
     assert "secure" not in text and program_for_stack("dev").serving.hf_secret["stringData"]["HF_TOKEN"].startswith("<redacted")
+
+
+# --------------------------------------------------------------------------- `up` and `render` read the stack file alike
+# `up` gets its config from the Pulumi CLI (Go, YAML 1.2 scalars, duplicate keys refused; a top-level YAML null or ''
+# arrives as ""); `render --stack` reads the file with stacks.render.StackFileLoader to the same effect.
+
+def _write(tmp_path, text: str):
+    (tmp_path / "Pulumi.t.yaml").write_text(text)
+    return tmp_path
+
+
+def test_duplicate_key_in_a_stack_file_is_refused_by_render(tmp_path):
+    root = _write(tmp_path, "config:\n  dynamo:serve:\n    - target: lightning-vllm-agg-h100-dspark\n      namespace: a\n      namespace: b\n")
+    with pytest.raises(ConfigError, match=r"Pulumi.t.yaml is not valid YAML: mapping key 'namespace' is given twice"):
+        program_for_stack("t", root)
+    root = _write(tmp_path, "config:\n  dynamo:gpu: h100\n  dynamo:gpu: h200\n")
+    with pytest.raises(ConfigError, match=r"mapping key 'dynamo:gpu' is given twice"):
+        program_for_stack("t", root)
+
+
+@pytest.mark.parametrize("word", ["yes", "no", "on", "off", "y", "n"])
+def test_yaml_1_1_booleans_are_strings_on_both_paths(word, tmp_path):
+    """YAML 1.2 has only true/false: `namespace: yes` is the namespace 'yes' for `up` and for render alike."""
+    root = _write(tmp_path, f"config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dynamo:namespace: {word}\n"
+                            "  dynamo:hfToken:\n    secure: v1:AAAA\n")
+    rendered = program_for_stack("t", root)
+    assert rendered.entries[0].plan.dgd["metadata"]["namespace"] == word
+    up = run_program({"target": "lightning-vllm-agg-h100-dspark", "namespace": word}, TOKEN, stack="t")
+    assert up.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"] == word
+    nested = _write(tmp_path, f"config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dynamo:wait:\n    enabled: {word}\n")
+    with pytest.raises(ConfigError, match=rf"dynamo:wait.enabled: .*'{word}'"):
+        program_for_stack("t", nested)
+
+
+@pytest.mark.parametrize("empty", ["", "''", "null", "~"])
+def test_an_empty_top_level_value_means_unset_on_both_paths(empty, tmp_path):
+    """`gpu:` (null) and `gpu: ''` arrive at `up` as "" from the CLI: both paths read them as unset (the default)."""
+    root = _write(tmp_path, f"config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dynamo:gpu: {empty}\n  dynamo:namespace: {empty}\n")
+    rendered = program_for_stack("t", root).objects()
+    assert rendered == build_program({"target": "lightning-vllm-agg-h100-dspark"}, "t").objects()
+    up = run_program({"target": "lightning-vllm-agg-h100-dspark", "gpu": "", "namespace": ""}, TOKEN, stack="t")
+    assert up.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"] == "dynamo"
+
+
+def test_misspelt_project_prefix_is_refused_on_both_paths(tmp_path):
+    from pulumi.runtime import config as rc
+
+    from stacks.pulumi_config import raw_config
+
+    root = _write(tmp_path, "config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dyanmo:gpu: h100\n  aws:region: us-east-1\n")
+    with pytest.raises(ConfigError, match=r"dyanmo:gpu: 'dyanmo' is not this project's config namespace.*'dynamo:gpu'"):
+        program_for_stack("t", root)
+    rc.set_all_config({"dynamo:target": "lightning-vllm-agg-h100-dspark", "dyanmo:gpu": "h100", "aws:region": "us-east-1"}, [])
+    try:
+        with pytest.raises(ConfigError, match=r"dyanmo:gpu: 'dyanmo' is not this project's config namespace"):
+            raw_config()
+        rc.set_all_config({"dynamo:target": "x", "aws:region": "us-east-1", "kubernetes:context": "c"}, [])
+        assert raw_config() == {"target": "x"}  # other programs' namespaces are not ours, and not refused
+    finally:
+        rc.set_all_config({}, [])
+
+
+# --------------------------------------------------------------------------- what `pulumi destroy` keeps
+
+def test_destroy_report_lists_what_the_program_registers_with_retain_on_delete():
+    """The report (python -m stacks destroy-report) and the wiring agree: every Kubernetes object the real program
+    registers with retainOnDelete is in the report with a delete command, and nothing else is."""
+    from stacks.program import retained_after_destroy
+
+    raw = {"serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "namespace": "b"}]}
+    run = run_program(raw, TOKEN, stack="t")
+    kept = sorted((r.type.split(":")[-1], (r.inputs["metadata"].get("namespace", "") + "/" if r.inputs["metadata"].get("namespace") else "")
+                   + r.inputs["metadata"]["name"]) for r in run.resources if r.retain_on_delete and r.type.startswith("kubernetes:"))
+    report = retained_after_destroy(build_program(raw, "t", frozenset({"hfToken"})))
+    assert sorted((i["kind"], i["name"]) for i in report) == kept
+    assert kept and all(i["delete"].startswith("kubectl delete") and i["why"] and i["adopt"] for i in report)
+
+
+def test_destroy_report_of_the_local_stack_and_of_an_unprotected_one(capsys):
+    from stacks.__main__ import main
+    from stacks.program import retained_report
+
+    assert main(["destroy-report", "--stack", "local"]) == 0
+    out = capsys.readouterr().out
+    assert "keeps" in out and "Namespace dynamo-local" in out and "kubectl delete pvc shared-model-cache -n dynamo-local" in out
+    off = build_program({"target": "lightning-vllm-agg-h100-dspark", "storage": {"protect": False}}, "t", frozenset({"hfToken"}))
+    assert "keeps nothing" in retained_report(off)
+
+
+def test_destroy_report_names_a_kept_fsx_file_system_and_its_network():
+    from stacks.program import retained_after_destroy
+
+    raw = {"gpu": "h100", "topology": "agg", "cluster": {"mode": "eks", "region": "us-east-1", "cacheStorage": "fsx-lustre"}}
+    kinds = [i["kind"] for i in retained_after_destroy(build_program(raw, "t", frozenset({"hfToken"})))]
+    assert "FSx for Lustre file system" in kinds and "VPC, subnet and security group of the file system" in kinds
