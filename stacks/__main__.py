@@ -149,6 +149,7 @@ def main(argv=None) -> int:
     from .cli.cost import add_subparser as add_cost
 
     add_cost(sub)
+    from .cli.retained import add_subparser as add_destroy_report; add_destroy_report(sub)  # noqa: E702
     args = p.parse_args(argv)
     try:
         return args.fn(args)

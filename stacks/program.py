@@ -432,3 +432,69 @@ def _pool_key(program: ProgramPlan, index: int, key: str = "nodes") -> str:
     if program.cluster.gpu_pools:
         return f"{NS}:cluster.gpuPools[{index}].{key}"
     return f"{NS}:cluster.{'gpuNodes' if key == 'nodes' else key}"
+
+
+# --------------------------------------------------------------------------- what `pulumi destroy` keeps
+# `pulumi destroy` does not run the program (the engine deletes what the state holds), so the program cannot print
+# this at destroy time: ``python -m stacks destroy-report --stack NAME`` prints it from the same plan, before or after
+# the destroy. The kept resources are those registered with retainOnDelete (components/serving.py, components/cluster.py,
+# __main__.py): Pulumi removes them from the state and leaves them in the cluster or account
+# (https://www.pulumi.com/docs/iac/concepts/options/retainondelete/).
+
+def retained_after_destroy(program: ProgramPlan) -> list[dict[str, str]]:
+    """What ``pulumi destroy`` leaves behind, why, and how to delete or re-adopt each (``kind``, ``name``, ``why``,
+    ``delete``, ``adopt``). Empty when ``storage.protect: false`` everywhere."""
+    out: list[dict[str, str]] = []
+    adopt_claim = (f"a later `pulumi up` of this stack finds the claim and keeps its cached model (the protected claim is "
+                   f"applied onto, never recreated); or point another stack at it with {NS}:storage.existingClaim")
+    for e in program.entries:
+        plan = e.plan
+        if plan.cache_pvc is None or not e.cfg.storage.protect:
+            continue
+        ns, claim = plan.dgd["metadata"]["namespace"], plan.claim_name
+        if e.owns_namespace and plan.namespace is not None:
+            out.append({"kind": "Namespace", "name": ns,
+                        "why": f"it holds the protected model cache (deleting a namespace deletes its claims); {NS}:storage.protect is true",
+                        "delete": f"kubectl delete namespace {ns}   (deletes the claim and the cached model with it)",
+                        "adopt": "a later `pulumi up` of this stack applies onto it"})
+        out.append({"kind": "PersistentVolumeClaim", "name": f"{ns}/{claim}",
+                    "why": f"the downloaded model is kept for the next `up` ({NS}:storage.protect: true)",
+                    "delete": f"kubectl delete pvc {claim} -n {ns}", "adopt": adopt_claim})
+    cp = program.cluster_plan
+    if program.cluster.mode == "eks" and cp is not None and getattr(cp, "protect_cache", False):
+        kind = (cp.storage or {}).get("kind", "efs")
+        tag = f"tag Name={cp.name}-model-cache"  # components/cluster.py tags the file system so
+        if kind == "fsx-lustre":
+            out.append({"kind": "FSx for Lustre file system", "name": f"{cp.name}-model-cache",
+                        "why": "it holds the model cache the claim binds to (storage.protect: true)",
+                        "delete": f"aws fsx describe-file-systems --region {cp.region} (the one with {tag}), then "
+                                  f"aws fsx delete-file-system --file-system-id <id> --region {cp.region}",
+                        "adopt": "not re-adopted by a new cluster of this stack (it creates its own); copy the model out first"})
+            out.append({"kind": "VPC, subnet and security group of the file system", "name": cp.name,
+                        "why": "the file system's network interfaces hold them, so destroy could not delete them",
+                        "delete": f"after the file system: aws ec2 describe-vpcs --filters Name=tag:Name,Values={cp.name} "
+                                  f"--region {cp.region}, then delete its security groups, subnets and the VPC",
+                        "adopt": "not re-adopted"})
+            if cp.static_pv:
+                pv = cp.static_pv["metadata"]["name"]
+                out.append({"kind": "PersistentVolume", "name": pv, "why": "it points at the kept file system",
+                            "delete": f"deleted with the cluster (kubectl delete pv {pv} if the cluster stays)", "adopt": "not re-adopted"})
+        else:
+            out.append({"kind": "EFS file system", "name": f"{cp.name}-model-cache",
+                        "why": "it holds the model cache (storage.protect: true)",
+                        "delete": f"aws efs describe-file-systems --region {cp.region} (the one with {tag}), delete its "
+                                  f"access points, then aws efs delete-file-system --file-system-id <id> --region {cp.region}",
+                        "adopt": "not re-adopted by a new cluster of this stack (it creates its own)"})
+    return out
+
+
+def retained_report(program: ProgramPlan) -> str:
+    items = retained_after_destroy(program)
+    if not items:
+        return (f"`pulumi destroy` of stack {program.stack} keeps nothing: {NS}:storage.protect is false, so the namespace, "
+                f"the model cache and any file system are deleted")
+    lines = [f"`pulumi destroy` of stack {program.stack} deletes everything else, and keeps (retainOnDelete; the summary counts "
+             f"them as deleted because they leave the stack's state):"]
+    for it in items:
+        lines += [f"- {it['kind']} {it['name']}", f"    why:    {it['why']}", f"    delete: {it['delete']}", f"    adopt:  {it['adopt']}"]
+    return "\n".join(lines)

@@ -193,7 +193,15 @@ def seen_from_object(kind: str, obj: Mapping[str, Any]) -> str:
     if kind == "Job":
         return job_seen(status)
     if kind == "PersistentVolumeClaim":
-        sc = (obj.get("spec") or {}).get("storageClassName") or "the default class"
-        return f"phase {status.get('phase') or 'unknown'}, storage class {sc}"
+        phase = status.get("phase") or "unknown"
+        sc = (obj.get("spec") or {}).get("storageClassName")
+        if sc:
+            return f"phase {phase}, storage class {sc}"
+        # The live claim names no class: the DefaultStorageClass admission plugin writes the cluster's default class into
+        # a claim that names none, so none here means the cluster had no default class when the claim was created, and
+        # the claim waits for a PersistentVolume without a class (https://kubernetes.io/docs/concepts/storage/persistent-volumes/#class-1).
+        return (f"phase {phase}, no storage class: the cluster has no default StorageClass, so nothing provisions this claim; "
+                f"set {NS}:storage.className to a class of the cluster (kubectl get storageclass), or mark one default "
+                f"(annotation storageclass.kubernetes.io/is-default-class: \"true\") and replace the claim")
     state = status.get("state")
     return (f"state {state}; " if state else "") + conditions_text(status)

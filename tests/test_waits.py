@@ -173,8 +173,12 @@ def test_seen_from_live_objects():
         {"type": "Ready", "status": "False", "reason": "Pending", "message": "0/2 ready"}]}}) == \
         "state pending; Ready=False (Pending: 0/2 ready)"
     assert waits.seen_from_object("DynamoGraphDeployment", {}) == "no conditions"
-    assert waits.seen_from_object("PersistentVolumeClaim", {"spec": {}, "status": {"phase": "Pending"}}) == \
-        "phase Pending, storage class the default class"
+    # A live claim without a class: the cluster had no default class (admission fills it in otherwise), so the
+    # message must not blame "the default class" and must say what to set.
+    no_class = waits.seen_from_object("PersistentVolumeClaim", {"spec": {}, "status": {"phase": "Pending"}})
+    assert "default class" not in no_class and "no default StorageClass" in no_class and "dynamo:storage.className" in no_class
+    assert waits.seen_from_object("PersistentVolumeClaim", {"spec": {"storageClassName": "efs-sc"}, "status": {"phase": "Pending"}}) == \
+        "phase Pending, storage class efs-sc"
 
 
 # ---- the program under mocks: options the engine receives -------------------------------------------------------
