@@ -50,6 +50,10 @@ def cmd_render(args) -> int:
         if program.other_layers:
             print(f"note: serving layer only; `pulumi up --stack {args.stack}` also creates: {', '.join(program.other_layers)} "
                   f"(see `pulumi preview --stack {args.stack}`)", file=sys.stderr)
+        from .render import skipped_checks
+
+        for note in skipped_checks(args.stack, program):
+            print(f"note: not checked by render (met at `pulumi up`): {note}", file=sys.stderr)
         from .config import deprecation_warnings
 
         for e in program.entries or ():

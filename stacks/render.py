@@ -136,3 +136,20 @@ def stack_aws_region(name: str, root: Path = REPO_ROOT):
 
 def render_stack(name: str, root: Path = REPO_ROOT) -> list[dict]:
     return program_for_stack(name, root).objects()
+
+
+def skipped_checks(name: str, program: Any, root: Path = REPO_ROOT) -> list[str]:
+    """What ``render --stack`` cannot check that ``pulumi up`` does, so the output says so instead of implying it
+    passed: secret values (the file holds ciphertext), the kubeconfig file (the deploying machine's), and what only the
+    live cluster knows (its storage classes, whether a default class exists)."""
+    _, secret = split_secrets(stack_raw_config(name, root))
+    notes = []
+    if secret:
+        notes.append(f"the values of the secrets {', '.join(sorted(secret))} (ciphertext here; `up` checks their shape)")
+    mode = program.cluster.mode
+    if mode == "kubeconfig":
+        notes.append("the kubeconfig file (cluster.kubeconfigPath or KUBECONFIG belongs to the machine that runs `up`)")
+    if mode in ("kubeconfig", "stack"):
+        notes.append("the live cluster: that the cache claim's storage class exists (or that a default class does), "
+                     "and that the GPU nodes exist")
+    return notes

@@ -198,3 +198,13 @@ def test_destroy_report_names_a_kept_fsx_file_system_and_its_network():
     raw = {"gpu": "h100", "topology": "agg", "cluster": {"mode": "eks", "region": "us-east-1", "cacheStorage": "fsx-lustre"}}
     kinds = [i["kind"] for i in retained_after_destroy(build_program(raw, "t", frozenset({"hfToken"})))]
     assert "FSx for Lustre file system" in kinds and "VPC, subnet and security group of the file system" in kinds
+
+
+def test_render_says_what_it_did_not_check(capsys):
+    """Checks only `up` can make (secret values, the kubeconfig file, the live cluster's storage classes) are named
+    on render's stderr, so a clean render is not read as a passed deploy check."""
+    from stacks.__main__ import main
+
+    assert main(["render", "--stack", "local"]) == 0
+    err = capsys.readouterr().err
+    assert "not checked by render" in err and "kubeconfig file" in err and "storage class" in err
