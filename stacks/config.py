@@ -93,7 +93,7 @@ class _Model(BaseModel):
                     continue
                 why = number_problem(data[key]) if _number_field(f.annotation) else None
                 if why is None and f.annotation in (bool, Optional[bool]) and not isinstance(data[key], bool) \
-                        and not (data[key] is None and f.annotation is Optional[bool]):
+                        and not (data[key] is None and f.annotation == Optional[bool]):
                     why = f"{_short(data[key])} is not a boolean; use true or false"
                 if why:
                     raise _key_error(key, why)
