@@ -292,7 +292,9 @@ def cmd_diff(args) -> int:
 ENV_KEYS = frozenset({"namespace", "createNamespace", "cluster", "replicas", "storage", "hfTokenSecretName",
                       "imagePullSecrets", "kubeconfig", "hfToken", "wait", "observability", "benchmark",
                       # capacity of an environment (stacks/autoscaling.py): staging may be paused while prod serves
-                      "paused", "autoscaling"})
+                      "paused", "autoscaling",
+                      # which namespaces may reach the frontend and scrape it differs per environment
+                      "networkPolicy"})
 # Keys a release pins and promotion copies: what selects and shapes the DGD. Every StackConfig key is
 # either here or in ENV_KEYS (a test keeps it so), and nothing else is copied: a key the program does
 # not know would make the destination fail.
