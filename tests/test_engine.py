@@ -246,9 +246,10 @@ def test_cache_opt_out_destroys_the_pvc(kube, workspace):
 
 def test_crd_schema_rejects_an_invalid_dgd(kube):
     """The DGDs above were admitted by the real CRD schema; the same schema refuses a bad one."""
-    objs = render_config({"target": TARGETS[0], "namespace": "default"})
+    objs = render_config({"target": TARGETS[0]})
     dgd = copy.deepcopy(next(o for o in objs if o["kind"] == "DynamoGraphDeployment"))
-    dgd["metadata"]["name"] = "schema-check"
+    # Applied into the cluster's own `default` namespace (which a stack may not own, so not rendered there).
+    dgd["metadata"].update(name="schema-check", namespace="default")
     dgd["spec"]["components"][1]["replicas"] = "four"
     r = kubectl(kube, "apply", "--server-side", "-f", "-", check=False, input=json.dumps(dgd))
     assert r.returncode != 0 and "replicas" in r.stderr, r.stderr
