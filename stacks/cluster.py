@@ -416,10 +416,20 @@ def apply_aws_region(raw: dict, aws_region: Optional[str]) -> dict:
     return {**raw, "cluster": {**cluster, "region": aws_region}}
 
 
+def missing_region_message() -> str:
+    """The refusal of an EKS stack that sets neither ``dynamo:cluster.region`` nor ``aws:region``."""
+    return (f"{NS}:cluster.region: not set, and aws:region is not set either; an EKS stack needs its AWS Region "
+            f"(no default is assumed). Set one of them, e.g. `pulumi config set aws:region us-east-1` or "
+            f"dynamo:cluster.region: us-east-1 in the stack file; choose one of: {', '.join(AWS_REGIONS)}")
+
+
 def resolve_region(cfg: EksConfig, cluster_raw: dict, aws_region: Optional[str]) -> EksConfig:
     """``aws:region`` and ``dynamo:cluster.region`` must agree; the program's AWS provider uses the result.
-    Without ``dynamo:cluster.region``, ``aws:region`` sets it."""
+    Without ``dynamo:cluster.region``, ``aws:region`` sets it; with neither the stack is refused (no silent
+    default region: an EKS cluster, its VPC and its prices are all per Region)."""
     if not aws_region:
+        if "region" not in (cluster_raw or {}):
+            raise ConfigError(missing_region_message())
         return cfg
     if "region" in (cluster_raw or {}):
         if cluster_raw["region"] != aws_region:

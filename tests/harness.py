@@ -166,14 +166,23 @@ def plain_occurrences(x: Any, needle: str) -> list[str]:
 LAST_RUN: "Run | None" = None  # the run in progress, inspectable after run_program raised
 
 
+# The AWS provider's region a real EKS stack has configured (`pulumi config set aws:region ...`); an EKS stack with
+# neither aws:region nor dynamo:cluster.region is refused, so the harness sets it the way such a stack would.
+AWS_REGION = "us-east-1"
+
+
 def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, stack: str = "test",
-                stack_outputs: dict[str, dict] | None = None) -> Run:
+                stack_outputs: dict[str, dict] | None = None, aws_region: str | None = AWS_REGION) -> Run:
     """Run __main__.py with ``dynamo:`` config (plain values) and secret config. ``stack_outputs``: the outputs of
-    the stacks a ``cluster.mode: stack`` program references, by name (default: ``cluster_stack_outputs``)."""
+    the stacks a ``cluster.mode: stack`` program references, by name (default: ``cluster_stack_outputs``).
+    ``aws_region``: ``aws:region``, set for an EKS config that names no ``cluster.region`` (None: not set)."""
     global LAST_RUN
     run = LAST_RUN = Run()
     secrets = secrets or {}
     all_cfg = {f"dynamo:{k}": (json.dumps(v) if not isinstance(v, str) else v) for k, v in config.items()}
+    cluster = config.get("cluster")
+    if aws_region and isinstance(cluster, dict) and cluster.get("mode") == "eks" and "region" not in cluster:
+        all_cfg["aws:region"] = aws_region
     all_cfg.update({f"dynamo:{k}": v for k, v in secrets.items()})
     rc.set_all_config(all_cfg, [f"dynamo:{k}" for k in secrets])
     monitor = RecordingMonitor(Mocks(stack_outputs), run)

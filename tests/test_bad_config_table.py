@@ -220,6 +220,10 @@ CASES = [
     # ---- cluster: EKS keys (stacks/cluster.py EksConfig)
     C("region-mars", eks(region="mars-1"), "cluster.region", "'mars-1'", "us-west-2", base=EKS),
     C("region-empty", eks(region=""), "cluster.region", "''", "us-east-1", base=EKS),
+    # Neither dynamo:cluster.region nor aws:region: no region is assumed (the table's stacks set no aws:region).
+    C("region-missing", {"cluster": {"mode": "eks"}}, "cluster.region", "aws:region", "pulumi config set aws:region us-east-1", base=EKS),
+    C("region-missing-cluster-only", {"serve": [], "cluster": {"mode": "eks", "gpuPools": [{"gpu": "h100"}]}}, "cluster.region",
+      "aws:region", "pulumi config set aws:region us-east-1", base={}),
     C("zones-other-region", eks(availabilityZones=["us-west-2a", "us-west-2b"]), "cluster.availabilityZones", "us-west-2a", "us-east-1a", base=EKS),
     C("zones-duplicate", eks(availabilityZones=["us-east-1a", "us-east-1a"]), "cluster.availabilityZones", "us-east-1a", "once", base=EKS),
     C("zones-one", eks(availabilityZones=["us-east-1a"]), "cluster.availabilityZones", "us-east-1a", "two", base=EKS),
@@ -351,7 +355,7 @@ def test_program_under_mocks_registers_nothing(case, monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     expected = str(_program_error(case, monkeypatch))
     with pytest.raises(Exception) as e:
-        run_program(copy.deepcopy(case.raw), dict(case.secrets), stack="table")
+        run_program(copy.deepcopy(case.raw), dict(case.secrets), stack="table", aws_region=None)  # as its stack file
     assert isinstance(e.value, pulumi.RunError), f"{type(e.value).__name__}: {e.value}"
     assert str(e.value) == expected
     assert harness.LAST_RUN.resources == []
@@ -427,7 +431,7 @@ VALID = [
 def test_valid_edge_cases_are_accepted_everywhere(raw, opts, tmp_path):
     secrets = {} if opts.get("__no_token__") else {"hfToken": TOKEN}
     plan = build_program(as_pulumi(raw), "table", frozenset(secrets), env={})
-    run = run_program(copy.deepcopy(raw), secrets, stack="table")
+    run = run_program(copy.deepcopy(raw), secrets, stack="table", aws_region=None)
     assert run.by_type("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
     rendered = program_for_stack("table", _stack_file(tmp_path, raw, secrets)).objects()
     assert rendered == plan.objects()

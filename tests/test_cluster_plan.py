@@ -124,7 +124,7 @@ def test_gb200_in_a_local_zone_gets_a_gpu_only_subnet():
 
 def test_gb200_disagg_spanning_nodes_gets_a_compute_domain():
     tid = "ultra-vllm-disagg-gb200-agentic-1m-1p1d"
-    sp, cp = final({"target": tid, "fabricProfile": "aws-efa", "cluster": {"mode": "eks", "marketType": "capacity-block",
+    sp, cp = final({"target": tid, "fabricProfile": "aws-efa", "cluster": {"mode": "eks", "region": "us-east-1", "marketType": "capacity-block",
                                                                           "capacityReservationId": "cr-0123456789abcdef0"}})
     assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 2
     assert cp.compute_domain["kind"] == "ComputeDomain" and cp.compute_domain["spec"]["numNodes"] == 2
@@ -174,20 +174,20 @@ def test_node_count_derived_from_target(tid, nodes):
 
 def test_h100_with_9_decode_replicas_gets_2_gpu_nodes():
     # 1 prefill + 9 decode workers, 1 GPU and 4 EFA each: 10 GPUs, 40 EFA > one p5 node (8 GPUs, 32 EFA)
-    _, cp = final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks"}})
+    _, cp = final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks", "region": "us-east-1"}})
     assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 2
 
 
 def test_efa_not_gpus_can_be_what_fills_a_node():
     # 8 one-GPU workers with 4 EFA each fit 8 GPUs but 32 EFA exactly: 1 node; 9 need 2
-    sp, cp = final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 7}, "cluster": {"mode": "eks"}})
+    sp, cp = final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 7}, "cluster": {"mode": "eks", "region": "us-east-1"}})
     assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 1
 
 
 def test_b200_disagg_with_3_decode_replicas_fits_one_node():
     from stacks.scheduling import SYSTEM, check_target
 
-    sp, cp = final({"gpu": "b200", "topology": "disagg", "fabricProfile": "aws-efa", "replicas": {"VllmDecodeWorker": 3}, "cluster": {"mode": "eks"}})
+    sp, cp = final({"gpu": "b200", "topology": "disagg", "fabricProfile": "aws-efa", "replicas": {"VllmDecodeWorker": 3}, "cluster": {"mode": "eks", "region": "us-east-1"}})
     assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 1
     assert check_target(sp.target, [SYSTEM, cp.gpu_shape], dgd=sp.dgd) == []
 
@@ -196,7 +196,7 @@ def test_too_few_gpu_nodes_is_a_config_error():
     with pytest.raises(ConfigError, match=r"dynamo:cluster\.gpuNodes: 1 .*use at least 2"):
         plan("ultra-vllm-agg-h200-agentic-256k-2w-kv", gpu_nodes=1)
     with pytest.raises(ConfigError, match=r"dynamo:cluster\.gpuNodes: 1 .*use at least 2"):
-        final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks", "gpuNodes": 1}})
+        final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 1}})
 
 
 def test_instance_type_must_carry_the_gpu():
@@ -290,7 +290,11 @@ def test_many_zones_get_distinct_subnets(n):
 def test_aws_region_sets_or_must_match_the_cluster_region():
     cc = cluster_config({"cluster": {"mode": "eks"}})
     assert resolve_region(cc, {"mode": "eks"}, "us-west-2").region == "us-west-2"
-    assert resolve_region(cc, {"mode": "eks"}, None).region == "us-east-1"
+    assert resolve_region(cc, {"mode": "eks", "region": "us-east-1"}, None).region == "us-east-1"
+    for cluster_raw in ({"mode": "eks"}, {}, None):  # neither key: refused, naming both and how to set one
+        with pytest.raises(ConfigError, match=r"dynamo:cluster\.region: not set, and aws:region is not set either.*"
+                                              r"pulumi config set aws:region us-east-1"):
+            resolve_region(cc, cluster_raw, None)
     with pytest.raises(ConfigError, match=r"dynamo:cluster\.region: 'us-east-1' contradicts aws:region 'us-west-2'"):
         resolve_region(cluster_config({"cluster": {"mode": "eks", "region": "us-east-1"}}), {"mode": "eks", "region": "us-east-1"}, "us-west-2")
     with pytest.raises(ConfigError, match="aws:region: 'mars-1'"):
@@ -321,7 +325,7 @@ def test_dockerconfigjson_for_nvcr():
 def test_a_storage_class_the_new_cluster_does_not_have_is_refused():
     from stacks.cluster import plan_eks
 
-    raw = {"gpu": "h100", "storage": {"className": "efs-sc"}, "cluster": {"mode": "eks", "cacheStorage": "fsx-lustre"}}
+    raw = {"gpu": "h100", "storage": {"className": "efs-sc"}, "cluster": {"mode": "eks", "region": "us-east-1", "cacheStorage": "fsx-lustre"}}
     with pytest.raises(ConfigError, match=r"dynamo:storage\.className: 'efs-sc'.*'fsx-model-cache'"):
         plan_eks("t", parse(raw), cluster_config(raw), raw, {"hfToken"})
     raw["storage"] = {"className": "fsx-model-cache"}
@@ -353,7 +357,7 @@ def test_bad_gpu_pools_name_the_key(cluster, must):
 def test_pool_settings_apply_to_their_gpu_only():
     from stacks.program import build_program
 
-    raw = {"cluster": {"mode": "eks", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "marketType": "capacity-block",
+    raw = {"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "marketType": "capacity-block",
                                                                        "capacityReservationId": "cr-0123456789abcdef0", "availabilityZone": "us-east-1b"}]},
            "serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "topology": "agg", "namespace": "m"}]}
     plan = build_program(raw, "t", frozenset({"hfToken"})).cluster_plan
@@ -368,7 +372,7 @@ def test_pool_settings_apply_to_their_gpu_only():
     from stacks.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"dynamo:serve\[1\]\.gpu: 'b200' has no pool in dynamo:cluster\.gpuPools"):
-        build_program({**raw, "cluster": {"mode": "eks", "gpuPools": [{"gpu": "h100"}]}}, "t", frozenset({"hfToken"}))
+        build_program({**raw, "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}]}}, "t", frozenset({"hfToken"}))
 
 
 def test_preflight_reads_the_cluster_stacks_pool():
@@ -399,7 +403,7 @@ def test_one_group_settings_are_refused_with_several_gpus():
     from stacks.config import ConfigError
     from stacks.program import build_program
 
-    raw = {"cluster": {"mode": "eks", "gpuNodes": 3},
+    raw = {"cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 3},
            "serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "topology": "agg", "namespace": "m"}]}
     with pytest.raises(ConfigError, match=r"dynamo:cluster\.gpuNodes: applies to one GPU node group, but the entries run on h100, b200"):
         build_program(raw, "t", frozenset({"hfToken"}))
@@ -411,7 +415,7 @@ def test_group_names_follow_the_pools_not_the_entries():
     pools = [{"gpu": "h100", "nodes": 1}, {"gpu": "b200"}]
     both = [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "topology": "agg", "namespace": "m"}]
     for serve in (both, both[::-1], both[1:]):  # reordered, or the h100 entry removed: the b200 group keeps its name
-        plan = build_program({"cluster": {"mode": "eks", "gpuPools": pools}, "serve": serve}, "t", frozenset({"hfToken"})).cluster_plan
+        plan = build_program({"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": pools}, "serve": serve}, "t", frozenset({"hfToken"})).cluster_plan
         assert [(p.name, p.gpu) for p in plan.gpu_pools] == [("gpu", "h100"), ("gpu-b200", "b200")]
 
 
@@ -460,7 +464,7 @@ def test_a_version_skip_is_refused_before_any_resource():
     import harness
 
     with pytest.raises(Exception, match="2 minor versions ahead"):
-        harness.run_program({"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": "1.36", "currentKubernetesVersion": "1.34"}},
+        harness.run_program({"gpu": "h100", "cluster": {"mode": "eks", "region": "us-east-1", "kubernetesVersion": "1.36", "currentKubernetesVersion": "1.34"}},
                             {"hfToken": "hf_x"}, stack="t")
     assert harness.LAST_RUN.resources == []
 

@@ -292,7 +292,8 @@ def pull_secret_stacks(draw):
     names = draw(st.lists(dns_names, max_size=3, unique=True))
     mode = draw(st.sampled_from(["render", "kubeconfig", "eks"]))
     base = dict(draw(st.sampled_from(EKS_BASES))) if mode == "eks" else {"target": draw(st.sampled_from(TARGET_IDS[::2]))}
-    raw = {**base, "cluster": {"mode": mode}, **({"imagePullSecrets": names} if names or draw(st.booleans()) else {})}
+    cluster = {"mode": mode, "region": "us-east-1"} if mode == "eks" else {"mode": mode}
+    raw = {**base, "cluster": cluster, **({"imagePullSecrets": names} if names or draw(st.booleans()) else {})}
     return raw
 
 

@@ -35,7 +35,7 @@ KARPENTER_RULES = [fn for fn in R.RULES if fn.__name__.startswith("karpenter_")]
 
 def stack_config(kind: str = "on-demand", **cluster) -> dict:
     return {"gpu": "h100", "topology": "disagg", "imagePullSecrets": ["ngc-secret"],
-            "cluster": {"mode": "eks", "capacity": "karpenter", **CAPACITY[kind], **cluster}}
+            "cluster": {"mode": "eks", "region": "us-east-1", "capacity": "karpenter", **CAPACITY[kind], **cluster}}
 
 
 @functools.lru_cache(maxsize=None)
@@ -128,7 +128,7 @@ def test_stacks_without_karpenter_register_nothing_karpenter():
 
 def test_mixed_pools_node_group_and_karpenter():
     raw = {"imagePullSecrets": ["ngc-secret"],
-           "cluster": {"mode": "eks", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "capacity": "karpenter", "maxNodes": 2}]},
+           "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "capacity": "karpenter", "maxNodes": 2}]},
            "serve": [{"name": "a", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
                      {"name": "b", "target": "lightning-vllm-agg-b200-mtp", "namespace": "b"}]}
     g = graph(raw, "mixed")
@@ -140,7 +140,7 @@ def test_mixed_pools_node_group_and_karpenter():
 
 
 def test_cluster_only_karpenter_pool():
-    raw = {"serve": [], "cluster": {"mode": "eks", "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 3}]}}
+    raw = {"serve": [], "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 3}]}}
     g = graph(raw, "konly")
     assert check(g) == []
     assert one(g, R.NODEPOOL).inputs["spec"]["limits"]["nodes"] == "3"
@@ -211,15 +211,15 @@ def test_max_nodes_below_what_the_dgd_needs():
 
 
 def test_pool_keys_and_refusals_per_pool():
-    base = {"serve": [], "cluster": {"mode": "eks", "gpuPools": [{"gpu": "h100", "capacity": "karpenter"}]}}
+    base = {"serve": [], "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter"}]}}
     with pytest.raises(ConfigError, match=r"dynamo:cluster.gpuPools\[0\].maxNodes: not set"):
         build_program(base, "k", frozenset())
-    gb = {"serve": [], "cluster": {"mode": "eks", "cacheStorage": "fsx-lustre", "gpuPools": [
+    gb = {"serve": [], "cluster": {"mode": "eks", "region": "us-east-1", "cacheStorage": "fsx-lustre", "gpuPools": [
         {"gpu": "gb200", "capacity": "karpenter", "maxNodes": 2, "marketType": "capacity-block", "capacityReservationId": CR,
          "availabilityZone": "us-east-1-dfw-2a"}]}}
     with pytest.raises(ConfigError, match=r"gpuPools\[0\].capacity: karpenter: p6e-gb200.36xlarge .* use capacity: node-group"):
         build_program(gb, "k", frozenset())
-    both = {"serve": [], "cluster": {"mode": "eks", "capacity": "karpenter", "gpuPools": [{"gpu": "h100", "maxNodes": 1}]}}
+    both = {"serve": [], "cluster": {"mode": "eks", "region": "us-east-1", "capacity": "karpenter", "gpuPools": [{"gpu": "h100", "maxNodes": 1}]}}
     with pytest.raises(ConfigError, match=r"dynamo:cluster.capacity: set per pool in dynamo:cluster.gpuPools"):
         build_program(both, "k", frozenset())
 

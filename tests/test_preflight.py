@@ -418,7 +418,7 @@ def test_every_gpu_pool_is_checked_under_its_own_key(tmp_path):
     assert [(r.key, r.instance_type, r.nodes, r.availability_zone) for r in reqs] == [
         ("dynamo:cluster.gpuPools[0]", "p5.48xlarge", 2, "us-east-1a"), ("dynamo:cluster.gpuPools[1]", "p6-b200.48xlarge", 1, "us-east-1b")]
     assert reqs[1].k("gpuNodes") == "dynamo:cluster.gpuPools[1].nodes" and reqs[1].k("gpuAvailabilityZone") == "dynamo:cluster.gpuPools[1].availabilityZone"
-    name = _stack(tmp_path, "s", "config:\n  dynamo:gpu: h100\n  dynamo:topology: disagg\n  dynamo:cluster:\n    mode: eks\n    gpuPools:\n"
+    name = _stack(tmp_path, "s", "config:\n  dynamo:gpu: h100\n  dynamo:topology: disagg\n  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n    gpuPools:\n"
                                   "      - {gpu: h100}\n      - {gpu: b200, nodes: 3}\n")
     reqs = preflight.requests_from_stack(name, tmp_path)
     assert [(r.key, r.instance_type) for r in reqs] == [("dynamo:cluster.gpuPools[0]", "p5.48xlarge"), ("dynamo:cluster.gpuPools[1]", "p6-b200.48xlarge")]

@@ -139,7 +139,7 @@ def _eks_fit(stack_cfg):
 
 @pytest.mark.parametrize("gpu", ["h200", "b200"])
 def test_infiniband_recipe_fits_eks_with_the_efa_profile(gpu):
-    base = {"gpu": gpu, "topology": "disagg", "cluster": {"mode": "eks"}}
+    base = {"gpu": gpu, "topology": "disagg", "cluster": {"mode": "eks", "region": "us-east-1"}}
     assert any("rdma/ib=1 > node capacity 0" in p for p in _eks_fit(base))
     assert _eks_fit({**base, "fabricProfile": "aws-efa"}) == []
 
@@ -148,7 +148,7 @@ def test_infiniband_recipe_fits_eks_with_the_efa_profile(gpu):
 def test_final_plan_fits_after_replica_overrides():
     """The node group is sized from the final DGD (after replica overrides), with EFA per GPU from the instance's
     data: sized from the recipe, h100 with 9 decode replicas kept 1 node and `up` waited out the DGD timeout."""
-    h100 = {"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks"}}
+    h100 = {"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks", "region": "us-east-1"}}
     assert _eks_fit(h100) == []
-    b200 = {"gpu": "b200", "topology": "disagg", "fabricProfile": "aws-efa", "replicas": {"VllmDecodeWorker": 3}, "cluster": {"mode": "eks"}}
+    b200 = {"gpu": "b200", "topology": "disagg", "fabricProfile": "aws-efa", "replicas": {"VllmDecodeWorker": 3}, "cluster": {"mode": "eks", "region": "us-east-1"}}
     assert _eks_fit(b200) == []
