@@ -189,3 +189,10 @@ def test_karpenter_timeline_edges_are_the_programs_dependencies():
     assert pool.urn not in _closure(run, job.urn)
     steps = build_steps(mode="eks", platform=True, capacity="karpenter", **LIGHTNING)
     assert "karpenter" not in steps["serving-objects"].after and {"model-download", "karpenter"} <= set(steps["dgd"].after)
+
+
+def test_cli_refuses_a_cluster_only_stack_in_one_line(capsys):
+    """A cluster-only stack serves nothing: timeline says so with exit 2 instead of a traceback."""
+    assert main(["timeline", "--stack", "h100-cluster"]) == 2
+    err = capsys.readouterr().err
+    assert "h100-cluster serves nothing" in err and len(err.strip().splitlines()) == 1

@@ -306,9 +306,13 @@ def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
 
 
 def cmd(args) -> int:
+    from ..config import ConfigError
     from ..render import program_for_stack
 
     program = program_for_stack(args.stack)
+    if program.serving is None:  # a cluster-only stack (dynamo:serve: []): nothing reaches a Ready DGD
+        raise ConfigError(f"timeline: stack {args.stack} serves nothing (a cluster-only stack, dynamo:serve: []); "
+                          "run it on a serving stack that uses this cluster (cluster.mode: stack)")
     tl = timeline_for_program(program)
     other = None
     if tl.mode == "eks":
