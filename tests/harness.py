@@ -51,6 +51,15 @@ class Run:
         return self.one(typ).urn
 
 
+# Secrets and GPU capacity types the AWS-rules tests build EKS stacks with (one per capacity type the rules cover).
+SECRETS = {"hfToken": "hf_mock", "ngcApiKey": "nvapi-mock"}
+CR = "cr-0123456789abcdef0"
+CAPACITY = {
+    "on-demand": {},
+    "reservation": {"capacityReservationId": CR},
+    "capacity-block": {"marketType": "capacity-block", "capacityReservationId": CR},
+}
+
 MOCK_KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: [{name: mock, cluster: {server: https://mock.eks.example}}]\n"
 
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from harness import run_program
+from local_cluster import control_plane
 from stacks import fidelity
 from stacks.autoscaling import DGDSA_API, DGDSA_KIND, adapter_name, gpus_per_replica
 from stacks.config import ConfigError
@@ -226,28 +227,26 @@ def apiserver(tmp_path_factory):
 
     crds = keda_crds()
     state = tmp_path_factory.mktemp("kube-autoscaling")
-    env = {**os.environ, "KUBE_LOCAL_DIR": str(state), "KUBE_LOCAL_NO_SIM": "1", "KUBE_LOCAL_NO_KCM": "1", "KUBE_LOCAL_SKIP_CRDS": "1"}
-    subprocess.run([str(ROOT / "tools" / "kube-local.sh"), "start"], check=True, env=env, timeout=300, stdout=subprocess.DEVNULL)
-    sim = Simulator(state / "kubeconfig")
-    try:
-        docs = [yaml.safe_load((crds / "keda.sh_scaledobjects.yaml").read_text())]
-        for f in ("nvidia.com_dynamographdeployments.yaml", "nvidia.com_dynamographdeploymentscalingadapters.yaml"):
-            d = yaml.safe_load((fidelity.reference_root() / "crds" / f).read_text())
-            d["spec"]["conversion"] = {"strategy": "None"}  # no operator webhook here; both versions share one schema shape per object
-            docs.append(d)
-        for d in docs:
-            d["metadata"].pop("annotations", None)
-            sim.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", d)
-        deadline = time.monotonic() + 60
-        for d in docs:
-            while not any(c["type"] == "Established" and c["status"] == "True" for c in (sim.request(
-                    "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{d['metadata']['name']}").get("status") or {}).get("conditions") or []):
-                assert time.monotonic() < deadline, f"CRD {d['metadata']['name']} not Established"
-                time.sleep(0.2)
-        yield sim
-    finally:
-        sim.close()
-        subprocess.run([str(ROOT / "tools" / "kube-local.sh"), "stop"], env=env, timeout=120, stdout=subprocess.DEVNULL)
+    with control_plane(state, apiserver_only=True, crds=False, timeout=300):
+        sim = Simulator(state / "kubeconfig")
+        try:
+            docs = [yaml.safe_load((crds / "keda.sh_scaledobjects.yaml").read_text())]
+            for f in ("nvidia.com_dynamographdeployments.yaml", "nvidia.com_dynamographdeploymentscalingadapters.yaml"):
+                d = yaml.safe_load((fidelity.reference_root() / "crds" / f).read_text())
+                d["spec"]["conversion"] = {"strategy": "None"}  # no operator webhook here; both versions share one schema shape per object
+                docs.append(d)
+            for d in docs:
+                d["metadata"].pop("annotations", None)
+                sim.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", d)
+            deadline = time.monotonic() + 60
+            for d in docs:
+                while not any(c["type"] == "Established" and c["status"] == "True" for c in (sim.request(
+                        "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{d['metadata']['name']}").get("status") or {}).get("conditions") or []):
+                    assert time.monotonic() < deadline, f"CRD {d['metadata']['name']} not Established"
+                    time.sleep(0.2)
+            yield sim
+        finally:
+            sim.close()
 
 
 def _post(sim, obj: dict) -> dict:

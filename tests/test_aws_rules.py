@@ -10,18 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import run_program
+from harness import CAPACITY, CR, SECRETS, run_program
 from stacks import aws_rules as R
 from stacks.aws_rules import Graph, check
 
 ROOT = Path(__file__).resolve().parent.parent
-SECRETS = {"hfToken": "hf_mock", "ngcApiKey": "nvapi-mock"}
-CR = "cr-0123456789abcdef0"
-CAPACITY = {
-    "on-demand": {},
-    "reservation": {"capacityReservationId": CR},
-    "capacity-block": {"marketType": "capacity-block", "capacityReservationId": CR},
-}
 
 
 def _stack_config(path: Path) -> dict:

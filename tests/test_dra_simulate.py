@@ -18,13 +18,12 @@ wait out its timeout while the UltraServer block bills.
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
 import time
 
 import pytest
 
 from conftest import need_tool
+from local_cluster import control_plane
 
 pytestmark = pytest.mark.engine
 
@@ -38,19 +37,17 @@ RUN = "dra"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     """A local control plane of this module's own (no CRDs needed), with the simulation client."""
-    from stacks.cli.simulate import KUBE_LOCAL, Simulator
+    from stacks.cli.simulate import Simulator
 
     need_tool("kubectl")
     state = tmp_path_factory.mktemp("kube-dra")
-    env = {**os.environ, "KUBE_LOCAL_DIR": str(state), "KUBE_LOCAL_SKIP_CRDS": "1"}
-    subprocess.run([str(KUBE_LOCAL), "start"], check=True, env=env, timeout=900, stdout=subprocess.DEVNULL)
-    s = Simulator(state / "kubeconfig", namespace="nvidia-dra-driver-gpu")
-    try:
-        s.ensure_namespace()
-        yield s
-    finally:
-        s.close()
-        subprocess.run([str(KUBE_LOCAL), "stop"], env=env, timeout=120, stdout=subprocess.DEVNULL)
+    with control_plane(state, crds=False):
+        s = Simulator(state / "kubeconfig", namespace="nvidia-dra-driver-gpu")
+        try:
+            s.ensure_namespace()
+            yield s
+        finally:
+            s.close()
 
 
 def gb200_nodes(run: str) -> tuple[list[dict], dict[str, str]]:

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from local_cluster import chart_repo, control_plane
 from stacks.render import render_config
 
 ROOT = Path(__file__).resolve().parent.parent
-KUBE_LOCAL = ROOT / "tools" / "kube-local.sh"
 TOKEN = "hf_ENGINE_CANARY_9d1e"
 
 pytestmark = pytest.mark.engine
@@ -46,11 +45,8 @@ def kube(tmp_path_factory):
     _need("pulumi")
     _need("kubectl")
     state = tmp_path_factory.mktemp("kube")
-    env = {**os.environ, "KUBE_LOCAL_DIR": str(state)}
-    subprocess.run([str(KUBE_LOCAL), "start"], check=True, env=env, timeout=900)
-    kubeconfig = state / "kubeconfig"
-    yield {"kubeconfig": str(kubeconfig), "env": env}
-    subprocess.run([str(KUBE_LOCAL), "stop"], env=env, timeout=120)
+    with control_plane(state, quiet=False) as env:
+        yield {"kubeconfig": str(state / "kubeconfig"), "env": env}
 
 
 def kubectl(kube, *args, check=True, input=None) -> subprocess.CompletedProcess:
@@ -873,32 +869,6 @@ def test_simulated_cluster_checks_a_stack_against_a_node_inventory(kube, simulat
 # versions of a one-ConfigMap stand-in for the nvidia-device-plugin chart; moving the pin from the first to the
 # second is one in-place update of the Helm release (same URN, the same object upgraded), nothing replaced.
 
-def _chart_repo(root: Path, name: str, versions: list[str]) -> Path:
-    import hashlib
-    import io
-    import tarfile
-
-    import yaml
-
-    entries = []
-    for v in versions:
-        files = {f"{name}/Chart.yaml": yaml.safe_dump({"apiVersion": "v2", "name": name, "version": v, "appVersion": v}),
-                 f"{name}/templates/cm.yaml": ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-pin\n"
-                                               "data:\n  chartVersion: {{ .Chart.Version | quote }}\n")}
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            for path, text in files.items():
-                data = text.encode()
-                info = tarfile.TarInfo(path)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-        tgz = f"{name}-{v}.tgz"
-        (root / tgz).write_bytes(buf.getvalue())
-        entries.append({"apiVersion": "v2", "name": name, "version": v, "appVersion": v, "urls": [tgz],
-                        "digest": hashlib.sha256(buf.getvalue()).hexdigest(), "created": "2026-12-01T00:00:00Z"})
-    (root / "index.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "entries": {name: entries}, "generated": "2026-12-01T00:00:00Z"}))
-    return root
-
 
 def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_path):
     import functools
@@ -908,7 +878,7 @@ def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_pat
     import yaml
 
     (tmp_path / "repo").mkdir()
-    repo = _chart_repo(tmp_path / "repo", "nvidia-device-plugin", ["0.20.0", "0.20.1"])
+    repo = chart_repo(tmp_path / "repo", "nvidia-device-plugin", ["0.20.0", "0.20.1"])
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     work = tmp_path / "project"  # this test's own copy: it edits stacks/versions.yaml

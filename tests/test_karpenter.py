@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import run_program
+from harness import CAPACITY, CR, SECRETS, run_program
 from stacks import aws_rules as R
 from stacks import karpenter as K
 from stacks.aws_rules import Graph, check
@@ -23,13 +23,6 @@ from stacks.program import build_program
 from stacks.versions import versions
 
 ROOT = Path(__file__).resolve().parent.parent
-SECRETS = {"hfToken": "hf_mock", "ngcApiKey": "nvapi-mock"}
-CR = "cr-0123456789abcdef0"
-CAPACITY = {
-    "on-demand": {},
-    "reservation": {"capacityReservationId": CR},
-    "capacity-block": {"marketType": "capacity-block", "capacityReservationId": CR},
-}
 KARPENTER_RULES = [fn for fn in R.RULES if fn.__name__.startswith("karpenter_")]
 
 

@@ -25,16 +25,15 @@ Node counts and timings are printed (``-s``).
 from __future__ import annotations
 
 import copy
-import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 
 import pytest
 
 from conftest import missing, need_tool
+from local_cluster import control_plane
 
 STACK = "h100-karpenter"
 TARGET = "lightning-vllm-agg-h100-mtp"  # the unit tests' target (no stack needed)
@@ -87,7 +86,7 @@ def stack_programs(consolidate_after: str = CONSOLIDATE_AFTER):
 def karpenter(tmp_path_factory):
     """Own control plane + node lifecycle controller + Karpenter with the KWOK provider; the system nodes created."""
     from stacks.cli.karpenter_sim import KarpenterSim, karpenter_paths, region_prices
-    from stacks.cli.simulate import KUBE_LOCAL, Simulator, eks_groups, node_objects
+    from stacks.cli.simulate import Simulator, eks_groups, node_objects
 
     need_tool("kubectl")
     if not shutil.which("go"):
@@ -97,31 +96,29 @@ def karpenter(tmp_path_factory):
     th = threading.Thread(target=lambda: built.update(paths=karpenter_paths()))
     th.start()
     state = tmp_path_factory.mktemp("kube-karpenter")
-    env = {**os.environ, "KUBE_LOCAL_DIR": str(state), "KUBE_LOCAL_SKIP_CRDS": "1"}
-    subprocess.run([str(KUBE_LOCAL), "start"], check=True, env=env, timeout=900, stdout=subprocess.DEVNULL)
-    th.join()
-    if "paths" not in built:
-        pytest.fail("tools/karpenter.sh build failed (see the thread's exception above)")
-    binary, crds = built["paths"]
-    program, paused = stack_programs()
-    cplan = program.cluster_plan
-    pool = cplan.karpenter.pools[0]
-    k = KarpenterSim(state / "kubeconfig", state / "karpenter", zones=tuple(sorted({o["zone"] for o in pool.offerings()})),
-                     prices=region_prices(cplan.region))
-    sim = Simulator(state / "kubeconfig")
-    try:
-        k.install_crds(crds)
-        k.start_node_lifecycle()
-        ready_s = k.start(binary)
-        sim.ensure_namespace()
-        system = [g for g in eks_groups(cplan) if g.name == "system"]
-        sim.create_nodes(node_objects(system, RUN), RUN)
-        print(f"\n[karpenter] control plane + Karpenter ready in {time.monotonic() - t0:.1f}s (Karpenter /readyz after {ready_s:.1f}s)")
-        yield {"k": k, "sim": sim, "program": program, "paused": paused, "pool": pool, "logs": state / "karpenter"}
-    finally:
-        sim.close()
-        k.stop()
-        subprocess.run([str(KUBE_LOCAL), "stop"], env=env, timeout=120, stdout=subprocess.DEVNULL)
+    with control_plane(state, crds=False):
+        th.join()
+        if "paths" not in built:
+            pytest.fail("tools/karpenter.sh build failed (see the thread's exception above)")
+        binary, crds = built["paths"]
+        program, paused = stack_programs()
+        cplan = program.cluster_plan
+        pool = cplan.karpenter.pools[0]
+        k = KarpenterSim(state / "kubeconfig", state / "karpenter", zones=tuple(sorted({o["zone"] for o in pool.offerings()})),
+                         prices=region_prices(cplan.region))
+        sim = Simulator(state / "kubeconfig")
+        try:
+            k.install_crds(crds)
+            k.start_node_lifecycle()
+            ready_s = k.start(binary)
+            sim.ensure_namespace()
+            system = [g for g in eks_groups(cplan) if g.name == "system"]
+            sim.create_nodes(node_objects(system, RUN), RUN)
+            print(f"\n[karpenter] control plane + Karpenter ready in {time.monotonic() - t0:.1f}s (Karpenter /readyz after {ready_s:.1f}s)")
+            yield {"k": k, "sim": sim, "program": program, "paused": paused, "pool": pool, "logs": state / "karpenter"}
+        finally:
+            sim.close()
+            k.stop()
 
 
 def set_pods(sim, dgd: dict) -> list[str]:

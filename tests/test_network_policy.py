@@ -4,14 +4,12 @@ Jobs' pods. The engine test creates them, the hardened Jobs and the pods on a re
 etcd + kube-apiserver only, as tests/test_selection.py) and lists pods through each policy's own selector."""
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
+from local_cluster import control_plane
 from stacks import catalog
 from stacks.benchmark import build_benchmark
 from stacks.config import BenchmarkConfig, ConfigError, parse
@@ -19,8 +17,6 @@ from stacks.network_policy import benchmark_job_name
 from stacks.operator import label_selector_string, operator_pods
 from stacks.serving import build_plan
 
-ROOT = Path(__file__).resolve().parent.parent
-KUBE_LOCAL = ROOT / "tools" / "kube-local.sh"
 TARGETS = sorted(catalog.targets())
 SAMPLE = ["lightning-vllm-agg-h100-dspark", "lightning-vllm-disagg-h100-dspark", "ultra-vllm-agg-b200-chat-256k-mtp",
           "motif3-vllm-disagg-b200-chat-generic-2p1d-kv", "ultra-vllm-disagg-gb200-agentic-1M"]
@@ -105,14 +101,12 @@ def apiserver(tmp_path_factory):
     from stacks.cli.simulate import Simulator
 
     state = tmp_path_factory.mktemp("kube-netpol")
-    env = {**os.environ, "KUBE_LOCAL_DIR": str(state), "KUBE_LOCAL_NO_SIM": "1", "KUBE_LOCAL_NO_KCM": "1", "KUBE_LOCAL_SKIP_CRDS": "1"}
-    subprocess.run([str(KUBE_LOCAL), "start"], check=True, env=env, timeout=300, stdout=subprocess.DEVNULL)
-    sim = Simulator(state / "kubeconfig")
-    try:
-        yield sim
-    finally:
-        sim.close()
-        subprocess.run([str(KUBE_LOCAL), "stop"], env=env, timeout=120, stdout=subprocess.DEVNULL)
+    with control_plane(state, apiserver_only=True, crds=False, timeout=300):
+        sim = Simulator(state / "kubeconfig")
+        try:
+            yield sim
+        finally:
+            sim.close()
 
 
 def _pod(name: str, ns: str, labels: dict) -> dict:

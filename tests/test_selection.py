@@ -10,24 +10,20 @@ a LIST only needs the objects. The control plane is this module's own, etcd + ku
 """
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import time
 from collections import Counter, defaultdict
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
+from local_cluster import control_plane
 from stacks import catalog
 from stacks.config import parse
 from stacks.observability import dynamo_pod_monitors
 from stacks.operator import label_selector_string, operator_pods, operator_services
 from stacks.serving import build_plan
 
-ROOT = Path(__file__).resolve().parent.parent
-KUBE_LOCAL = ROOT / "tools" / "kube-local.sh"
 SERVING_TYPES = ("frontend", "worker", "prefill", "decode")
 RUN = "selection.dynamo.nvidia.com/target"
 
@@ -41,16 +37,14 @@ def apiserver(tmp_path_factory):
     from stacks.cli.simulate import Simulator
 
     state = tmp_path_factory.mktemp("kube-selection")
-    env = {**os.environ, "KUBE_LOCAL_DIR": str(state), "KUBE_LOCAL_NO_SIM": "1", "KUBE_LOCAL_NO_KCM": "1", "KUBE_LOCAL_SKIP_CRDS": "1"}
     t0 = time.perf_counter()
-    subprocess.run([str(KUBE_LOCAL), "start"], check=True, env=env, timeout=300, stdout=subprocess.DEVNULL)
-    print(f"\ncontrol plane (etcd + kube-apiserver) started in {time.perf_counter() - t0:.1f} s")
-    sim = Simulator(state / "kubeconfig")
-    try:
-        yield sim
-    finally:
-        sim.close()
-        subprocess.run([str(KUBE_LOCAL), "stop"], env=env, timeout=120, stdout=subprocess.DEVNULL)
+    with control_plane(state, apiserver_only=True, crds=False, timeout=300):
+        print(f"\ncontrol plane (etcd + kube-apiserver) started in {time.perf_counter() - t0:.1f} s")
+        sim = Simulator(state / "kubeconfig")
+        try:
+            yield sim
+        finally:
+            sim.close()
 
 
 def _pod(op, namespace: str, tid: str) -> dict:

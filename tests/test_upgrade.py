@@ -17,52 +17,26 @@ new program and the preview warns with the new names; setting the new id then ch
 from __future__ import annotations
 
 import functools
-import hashlib
 import http.server
-import io
 import json
-import os
 import shutil
 import subprocess
-import tarfile
 import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
+from local_cluster import chart_repo, control_plane
 from stacks import catalog, fidelity
 
 ROOT = Path(__file__).resolve().parent.parent
-KUBE_LOCAL = ROOT / "tools" / "kube-local.sh"
 OLD_ULTRA = ROOT / "tests" / "fixtures" / "catalog-1.5" / "ultra.py.txt"
 OLD_ID = "ultra-vllm-agg-b200-agentic-256k-2w-kv"
 NEW_ID = catalog.renamed()[OLD_ID]
 PLATFORM_15, PLATFORM_16 = "1.5.0", "1.6.0"
 
 pytestmark = pytest.mark.needs_reference
-
-
-def _chart_repo(root: Path, name: str, versions: list[str]) -> Path:
-    """A Helm repository serving a one-ConfigMap stand-in chart at each version."""
-    entries = []
-    for v in versions:
-        files = {f"{name}/Chart.yaml": yaml.safe_dump({"apiVersion": "v2", "name": name, "version": v, "appVersion": v}),
-                 f"{name}/templates/cm.yaml": ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-pin\n"
-                                               "data:\n  chartVersion: {{ .Chart.Version | quote }}\n")}
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            for path, text in files.items():
-                data = text.encode()
-                info = tarfile.TarInfo(path)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-        tgz = f"{name}-{v}.tgz"
-        (root / tgz).write_bytes(buf.getvalue())
-        entries.append({"apiVersion": "v2", "name": name, "version": v, "appVersion": v, "urls": [tgz],
-                        "digest": hashlib.sha256(buf.getvalue()).hexdigest(), "created": "2026-12-01T00:00:00Z"})
-    (root / "index.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "entries": {name: entries}, "generated": "2026-12-01T00:00:00Z"}))
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +48,8 @@ def kube(tmp_path_factory):
 
             need_tool(tool)
     state = tmp_path_factory.mktemp("kube-upgrade")
-    env = {**os.environ, "KUBE_LOCAL_DIR": str(state)}
-    subprocess.run([str(KUBE_LOCAL), "start"], check=True, env=env, timeout=900)
-    yield {"kubeconfig": str(state / "kubeconfig")}
-    subprocess.run([str(KUBE_LOCAL), "stop"], env=env, timeout=120)
+    with control_plane(state, quiet=False):
+        yield {"kubeconfig": str(state / "kubeconfig")}
 
 
 def kubectl(kube, *args) -> subprocess.CompletedProcess:
@@ -147,7 +119,7 @@ def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
     from pulumi import automation as auto
 
     (tmp_path / "repo").mkdir()
-    repo = _chart_repo(tmp_path / "repo", "dynamo-platform", [PLATFORM_15, PLATFORM_16])
+    repo = chart_repo(tmp_path / "repo", "dynamo-platform", [PLATFORM_15, PLATFORM_16])
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     (tmp_path / "project").mkdir()
