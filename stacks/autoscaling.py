@@ -5,8 +5,8 @@ Pause (``paused: true`` on an entry or a single-target stack): every GPU worker 
 ``python -m stacks``/``pulumi up`` with ``paused`` removed brings the configured replicas back. A managed node group
 whose entries are all paused (or all at ``replicas: 0``) goes to desired 0 / min 0 and keeps its maximum, so a
 pause and the resume that follows change only replica and node counts (``pause_pools``). EKS managed node groups take
-minSize and desiredSize 0 with a maxSize of at least 1 (aws/containers-roadmap issue 724, "Managed Nodes scale to 0",
-closed as shipped; eksctl-io/eksctl issue 3793: "desiredCapacity: 0, minSize: 0, maxSize: 1 // EKS API requires maxSize
+minSize and desiredSize 0 with a maxSize of at least 1 (aws/containers-roadmap#724, "Managed Nodes scale to 0",
+closed as shipped; eksctl-io/eksctl#3793: "desiredCapacity: 0, minSize: 0, maxSize: 1 // EKS API requires maxSize
 > 0"), which is why the maximum is kept and never 0. The DGD CRD of the pinned platform
 (dynamo-platform 1.6.0) allows it: ``spec.components[].replicas`` is ``minimum: 0`` (../shared/reference/crds/
 nvidia.com_dynamographdeployments.yaml, v1beta1), and Dynamo's autoscaling guide says "The DGDSA and operator accept

@@ -757,7 +757,7 @@ def gpu_node_group_holds_the_dgd(g: Graph) -> list[str]:
 def scaling_config_in_order(g: Graph) -> list[str]:
     """Every node group's scalingConfig has min <= desired <= max (CreateNodegroup refuses "minSize can't be greater
     than desiredSize" and "desiredSize can't be greater than maxSize"). Source: EKS API ``NodegroupScalingConfig``;
-    the errors as AWS returns them in sassoftware/viya4-iac-aws issue 298 and ministryofjustice/cloud-platform-infrastructure PR 4595."""
+    the errors as AWS returns them in sassoftware/viya4-iac-aws#298 and ministryofjustice/cloud-platform-infrastructure PR 4595."""
     out = []
     for ng in g.of(NODEGROUP):
         sc = ng.inputs.get("scalingConfig") or {}
@@ -1202,7 +1202,7 @@ def karpenter_reservation_selector_exactly_for_reserved(g: Graph) -> list[str]:
     pool also requires ``capacity-reservation-type: capacity-block``; with reserved pools the release enables the
     ReservedCapacity feature gate, and the controller may describe reservations and launch into them. Source:
     karpenter.sh/docs/tasks/odcrs (v1.3 reservations, v1.6 Capacity Blocks, ReservedCapacity gate); terraform-aws-eks
-    PR 3510 and eksctl issue 8748 (ec2:DescribeCapacityReservations); aws/karpenter-provider-aws PR 7801
+    PR 3510 and eksctl-io/eksctl#8748 (ec2:DescribeCapacityReservations); aws/karpenter-provider-aws PR 7801
     (capacity-reservation/* on RunInstances)."""
     from .karpenter import CAPACITY_TYPE_LABEL, RESERVATION_TYPE_LABEL
 

@@ -39,8 +39,8 @@ Facts, with their sources:
   count or a percentage) with ``reasons`` Underutilized | Empty | Drifted, requirement operators In, NotIn, Exists,
   DoesNotExist, Gt, Lt, Gte, Lte; the ``karpenter.sh`` label domain is restricted except ``karpenter.sh/capacity-type``.
 * EFA: "Pods can request ``vpc.amazonaws.com/efa`` resources, and nodes launched for this pod will have EFA interfaces
-  configured on all network cards" (aws/karpenter-provider-aws issue 9071, about v1.11.0 and later;
-  aws/karpenter-provider-aws issue 6296; @v1.13.1 pkg/providers/instancetype/suite_test.go "should launch instances
+  configured on all network cards" (aws/karpenter-provider-aws#9071, about v1.11.0 and later;
+  aws/karpenter-provider-aws#6296; @v1.13.1 pkg/providers/instancetype/suite_test.go "should launch instances
   for vpc.amazonaws.com/efa resource requests"): the workers' EFA requests drive it, so the EC2NodeClass names no
   network interfaces.
 * Placement groups: v1.13 can select an existing one (EC2NodeClass ``placementGroupSelector``;
@@ -50,7 +50,7 @@ Facts, with their sources:
   website/content/en/preview/getting-started/getting-started-with-karpenter/cloudformation.yaml @0110690d) and
   terraform-aws-modules/terraform-aws-eks modules/karpenter/policy.tf (v1 controller policy @052bba89: the
   ``capacity-reservation/*`` resource on RunInstances/CreateFleet); ``ec2:DescribeCapacityReservations`` is needed by
-  ``capacityReservationSelectorTerms`` (terraform-aws-eks PR 3510; eksctl issue 8748: EC2NodeClass stuck without it).
+  ``capacityReservationSelectorTerms`` (terraform-aws-eks PR 3510; eksctl-io/eksctl#8748: EC2NodeClass stuck without it).
 """
 from __future__ import annotations
 

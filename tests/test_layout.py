@@ -40,7 +40,7 @@ def test_cli_modules_live_under_stacks_cli():
 # --------------------------------------------------------------------------- no tracker numbers in the tree
 # A reader of the code cannot open our tracker, so code, comments, test names and docs say what and why instead of
 # citing an issue or finding by number. A public upstream issue stays citable when its repository is named right
-# before it (``owner/repo issue 123``, ``eksctl issue 123``, or a URL / ``owner/repo#123``, which this never matches).
+# before it; the tree writes those as ``owner/repo#N`` or a URL, which this never matches.
 
 import re  # noqa: E402
 import subprocess  # noqa: E402
