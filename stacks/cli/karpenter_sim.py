@@ -225,8 +225,9 @@ class KarpenterSim:
         return self.api.request("GET", f"{NODECLAIMS}?labelSelector={quote(f'{NODEPOOL_LABEL}={node_pool}')}").get("items", [])
 
     def wait_nodes(self, node_pool: str, count: int, timeout: float, pods: Optional[Callable[[], list[dict]]] = None) -> list[dict]:
-        """Until the pool has exactly ``count`` live nodes (none being deleted) and, when ``pods`` is given, every
-        one of those pods is bound."""
+        """Until the pool has exactly ``count`` live nodes (none being deleted) and ``count`` NodeClaims, and, when
+        ``pods`` is given, every one of those pods is bound. Karpenter removes a node before the NodeClaim's
+        termination finalizer lets the claim go, so counting nodes alone ends a scale-in wait early."""
         last = {}
 
         def seen():
@@ -235,7 +236,8 @@ class KarpenterSim:
             ps = pods() if pods is not None else []
             last.update(nodes=len(everything), live=len(live), claims=len(self.node_claims(node_pool)),
                         bound=sum(map(_pod_bound, ps)), pods=len(ps))
-            if len(everything) == count and len(live) == count and (pods is None or last["bound"] == last["pods"]):
+            settled = len(everything) == count and len(live) == count and last["claims"] == count
+            if settled and (pods is None or last["bound"] == last["pods"]):
                 return everything or True
             return None
 
