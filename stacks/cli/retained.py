@@ -12,7 +12,7 @@ def add_subparser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..program import retained_report
+    from ..retained import retained_report
     from ..render import program_for_stack
 
     print(retained_report(program_for_stack(args.stack)))
