@@ -18,6 +18,7 @@ run time by ``python -m stacks preflight`` against ``NetworkInfo.NetworkCards``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from . import registry
 
@@ -65,21 +66,40 @@ INSTANCES: dict[str, InstanceShape] = {
 }
 
 # The instance type a GPU gets unless the stack names another one of the same GPU.
-# (defined once, with each GPU, in stacks/registry.py GPUS).
+# (defined once, with each GPU, in stacks/registry.py GPUS; a GPU registered without one is absent here).
 DEFAULT_INSTANCE = {g.id: g.instance for g in registry.GPUS.values() if g.instance}
+
+# What a GPU registered without instance data lacks, for every error that refuses it on an EKS cluster.
+MISSING_INSTANCE_DATA = ("no EC2 instance data: its stacks/registry.py GPUS entry names no instance and no stacks/gpus.py "
+                         "INSTANCES entry carries it, so it runs on existing clusters only (dynamo:cluster.mode kubeconfig, "
+                         "or render); to build an EKS cluster for it, add its instance type to stacks/gpus.py INSTANCES and "
+                         "HOSTS and name it as the instance of its registry entry (docs/adding-a-model-or-gpu.md)")
+
+
+def default_shape(gpu: str) -> Optional[InstanceShape]:
+    """The shape of the GPU's default instance (read from the registry when called), or None for a GPU registered
+    without instance data (``Gpu.instance`` None): it runs on existing clusters only."""
+    g = registry.GPUS.get(gpu)
+    return INSTANCES.get(g.instance) if g and g.instance else None
 
 
 def shape_for(gpu: str, instance_type: str | None = None) -> InstanceShape:
     """The instance shape for a GPU, checking that an explicit instance type carries that GPU."""
-    it = instance_type or DEFAULT_INSTANCE.get(gpu)
+    g = registry.GPUS.get(gpu)
+    it = instance_type or (g.instance if g else None)
     if it is None:
-        raise ValueError(f"GPU {gpu!r} has no default instance type (stacks/registry.py GPUS); name an instance type that carries it")
+        carriers = sorted(k for k, v in INSTANCES.items() if v.gpu == gpu)
+        if not carriers:
+            raise ValueError(f"GPU {gpu!r} has {MISSING_INSTANCE_DATA}")
+        raise ValueError(f"GPU {gpu!r} has no default instance type (stacks/registry.py GPUS); name an instance type that "
+                         f"carries it: {', '.join(carriers)}")
     if it not in INSTANCES:
         raise ValueError(f"instance type {it!r} is not in the GPU catalog; known: {', '.join(sorted(INSTANCES))}")
     shape = INSTANCES[it]
     if shape.gpu != gpu:
         choices = ", ".join(sorted(k for k, v in INSTANCES.items() if v.gpu == gpu))
-        raise ValueError(f"instance type {it!r} carries {shape.gpu}, not {gpu}; choose one of: {choices}")
+        raise ValueError(f"instance type {it!r} carries {shape.gpu}, not {gpu}; choose one of: "
+                         f"{choices or 'none (' + gpu + ' has ' + MISSING_INSTANCE_DATA + ')'}")
     return shape
 
 
@@ -114,3 +134,15 @@ HOSTS: dict[str, HostResources] = {
     "p6e-gb200.36xlarge": HostResources(INSTANCES["p6e-gb200.36xlarge"].vcpus, 960, 0, 110),
     "m7i.2xlarge": HostResources(8, 32, 0, 58),
 }
+
+
+# An existing cluster's GPU node, where the GPU has no instance data of its own: the scheduling check and
+# ``simulate`` give it the CPU, memory and disk of this catalog host (an approximation, like every
+# existing-cluster shape here; ``simulate --nodes`` checks a cluster's real nodes instead).
+EXISTING_HOST = "p5.48xlarge"
+
+
+def host_type_for(gpu: str) -> str:
+    """The instance type whose ``HOSTS`` entry stands for a node of ``gpu``: its default instance, else ``EXISTING_HOST``."""
+    shape = default_shape(gpu)
+    return shape.instance_type if shape else EXISTING_HOST

@@ -5,46 +5,58 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from . import catalog
+from . import catalog, registry
 from .catalog.model import Target
 from .cluster import POOL_LABEL, EksConfig, NodeShape, build_cluster_plan, gpu_taint_for
-from .gpus import INSTANCES, DEFAULT_INSTANCE, nodes_needed
+from .gpus import default_shape
 
-PRODUCT = {s.gpu: s.product for s in INSTANCES.values()}
 SYSTEM = NodeShape("system", {POOL_LABEL: "system", "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}, [], {}, 2)
 EXTENDED_SKIP = {"cpu", "memory", "ephemeral-storage", "hugepages-2Mi"}
+
+# Existing clusters of the fabrics no plan of ours builds: GPUs per node, kubernetes arch, extended resources beyond
+# nvidia.com/gpu, extra labels the recipes of that fabric select on. "none" is the existing cluster of a GPU
+# registered without instance data (with instance data, "none" and "aws-efa" run on the EKS plan).
+EXISTING_FABRICS: dict[str, tuple[int, str, dict[str, int], dict[str, str]]] = {
+    "infiniband": (8, "amd64", {"rdma/ib": 1000}, {}),
+    "gke-rdma": (4, "arm64", {f"networking.gke.io.networks/rdma-{i}{s}": 1 for i in range(4) for s in ("", ".IP")},
+                 {"cloud.google.com/gke-accelerator": "nvidia-gb200"}),
+    "nscale": (8, "amd64", {"rdma/shared_ib": 1000}, {"node.kubernetes.io/instance-type": "g.192.b200.8"}),
+    "none": (8, "amd64", {}, {}),
+}
 
 
 def default_eks_config(t: Target) -> EksConfig:
     """The EKS settings a target gets by default: on-demand, except UltraServer GPUs (GB200), which are sold
-    only as Capacity Blocks (a placeholder reservation id; stacks name their own)."""
-    if INSTANCES[DEFAULT_INSTANCE[t.gpu]].ultraserver:
+    only as Capacity Blocks (a placeholder reservation id; stacks name their own). A GPU without instance data
+    gets the plain settings, and the EKS plan refuses it by name."""
+    shape = default_shape(t.gpu)
+    if shape is not None and shape.ultraserver:
         return EksConfig(market_type="capacity-block", capacity_reservation_id="cr-00000000000000000")
     return EksConfig()
 
 
-def _existing_gpu_shape(t: Target, per_node: int, arch: str, capacity: dict, extra_labels: dict) -> NodeShape:
+def on_eks_by_default(t: Target) -> bool:
+    """Whether the target's default cluster is the EKS plan: an AWS fabric, on a GPU with instance data (EFA
+    targets always: their fabric is EC2's, and the EKS plan refuses a GPU without an instance by name)."""
+    return t.fabric == "aws-efa" or (t.fabric == "none" and default_shape(t.gpu) is not None)
+
+
+def _existing_gpu_shape(t: Target, gpus: int) -> NodeShape:
+    per_node, arch, capacity, extra_labels = EXISTING_FABRICS[t.fabric]
     taint = gpu_taint_for(t)
-    labels = {"nvidia.com/gpu.product": PRODUCT[t.gpu], "nvidia.com/gpu.present": "true", "kubernetes.io/arch": arch, **extra_labels}
-    return NodeShape("gpu", labels, [{"key": taint["key"], "value": taint["value"], "effect": "NoSchedule"}], {"nvidia.com/gpu": per_node, **capacity}, 0)
+    labels = {"nvidia.com/gpu.product": registry.label(t.gpu), "nvidia.com/gpu.present": "true", "kubernetes.io/arch": arch, **extra_labels}
+    return NodeShape("gpu", labels, [{"key": taint["key"], "value": taint["value"], "effect": "NoSchedule"}],
+                     {"nvidia.com/gpu": per_node, **capacity}, max(1, -(-gpus // per_node)))
 
 
 def default_shapes(t: Target) -> list[NodeShape]:
-    """The node shapes a target runs on by default: EKS for AWS fabrics, the fabric's own cluster otherwise."""
-    gpus = catalog.gpus_needed(_dgd(t))
-    if t.fabric in ("aws-efa", "none"):
+    """The node shapes a target runs on by default: the EKS plan for AWS fabrics, the fabric's own existing cluster
+    otherwise (and for a GPU registered without instance data)."""
+    if on_eks_by_default(t):
         return [SYSTEM, build_cluster_plan("check", default_eks_config(t), t).gpu_shape]
-    if t.fabric == "infiniband":
-        shape = _existing_gpu_shape(t, 8, "amd64", {"rdma/ib": 1000}, {})
-    elif t.fabric == "gke-rdma":
-        nets = {f"networking.gke.io.networks/rdma-{i}{s}": 1 for i in range(4) for s in ("", ".IP")}
-        shape = _existing_gpu_shape(t, 4, "arm64", nets, {"cloud.google.com/gke-accelerator": "nvidia-gb200"})
-    elif t.fabric == "nscale":
-        shape = _existing_gpu_shape(t, 8, "amd64", {"rdma/shared_ib": 1000}, {"node.kubernetes.io/instance-type": "g.192.b200.8"})
-    else:
-        raise ValueError(f"{t.id}: no default cluster shape for fabric {t.fabric!r}")
-    shape.count = nodes_needed(gpus, INSTANCES[DEFAULT_INSTANCE[t.gpu]]) if shape.capacity["nvidia.com/gpu"] == 8 else max(1, -(-gpus // 4))
-    return [SYSTEM, shape]
+    if t.fabric not in EXISTING_FABRICS:
+        raise ValueError(f"{t.id}: no default cluster shape for fabric {t.fabric!r}; known: aws-efa, {', '.join(EXISTING_FABRICS)}")
+    return [SYSTEM, _existing_gpu_shape(t, catalog.gpus_needed(_dgd(t)))]
 
 
 def _dgd(t: Target) -> dict:

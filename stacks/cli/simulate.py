@@ -48,11 +48,11 @@ from urllib.parse import quote, urlparse
 
 import yaml
 
-from .. import catalog
+from .. import catalog, registry
 from ..catalog.model import Target
 from ..cluster import EFA_LABEL, POOL_LABEL, EksConfig, build_cluster_plan, gpu_taint_for
 from ..config import NS, ConfigError
-from ..gpus import DEFAULT_INSTANCE, HOSTS, INSTANCES, HostResources
+from ..gpus import HOSTS, HostResources, default_shape, host_type_for
 from ..operator import WORKER_TYPES, operator_pods
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -132,7 +132,8 @@ def eks_groups(plan) -> list[NodeGroup]:
 def default_eks_config(t: Target) -> EksConfig:
     """The EKS settings a target gets when a stack names none: on-demand, except UltraServer GPUs (GB200),
     sold only as Capacity Blocks (a placeholder reservation id)."""
-    if getattr(INSTANCES[DEFAULT_INSTANCE[t.gpu]], "ultraserver", False):
+    shape = default_shape(t.gpu)  # None: a GPU without instance data, which the EKS plan refuses by name
+    if shape is not None and shape.ultraserver:
         return EksConfig(market_type="capacity-block", capacity_reservation_id="cr-00000000000000000")
     return EksConfig()
 
@@ -146,6 +147,9 @@ EXISTING_FABRICS: dict[str, tuple[int, str, dict[str, str]]] = {
     "infiniband": (8, "amd64", {}),
     "gke-rdma": (4, "arm64", {"cloud.google.com/gke-accelerator": "nvidia-gb200"}),
     "nscale": (8, "amd64", {"node.kubernetes.io/instance-type": "g.192.b200.8"}),
+    # No KV-transfer fabric, for a GPU registered without instance data (existing clusters only; with instance data
+    # the EKS plan is the default shape): 8 GPUs per node, assumed like the rest of this table.
+    "none": (8, "amd64", {}),
 }
 
 
@@ -166,17 +170,17 @@ def default_groups(t: Target) -> tuple[list[NodeGroup], set[str]]:
     AWS fabrics: the EKS plan with default settings; both NVIDIA stacks give RuntimeClass ``nvidia``
     (the device plugin with ``stacks.platform.nvidia_runtime_class``, the GPU Operator its own). Other
     fabrics: an existing cluster of that fabric, assumed to run the GPU Operator (RuntimeClass ``nvidia``)."""
-    if t.fabric in ("aws-efa", "none"):
+    if t.fabric == "aws-efa" or (t.fabric == "none" and default_shape(t.gpu) is not None):
         plan = build_cluster_plan("simulate", default_eks_config(t), t)
         return eks_groups(plan), {"nvidia"}
     if t.fabric not in EXISTING_FABRICS:
-        raise ConfigError(f"{NS}:fabric: no default cluster shape for fabric {t.fabric!r}; known: aws-efa, none, {', '.join(EXISTING_FABRICS)}")
+        raise ConfigError(f"{NS}:fabric: no default cluster shape for fabric {t.fabric!r}; known: aws-efa, {', '.join(EXISTING_FABRICS)}")
     per_node, arch, extra = EXISTING_FABRICS[t.fabric]
     extended = _fabric_resources(t.fabric)
-    host_type = DEFAULT_INSTANCE[t.gpu]
+    host_type = host_type_for(t.gpu)
     gpus = catalog.gpus_needed(_dgd(catalog.recipe_objects(t)))
     taint = gpu_taint_for(t)
-    product = INSTANCES[host_type].product
+    product = registry.label(t.gpu)
     labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.present": "true", "kubernetes.io/arch": arch, **extra}
     alloc = eks_allocatable(_host(host_type), GPU_ROOT_GIB)
     alloc.update({"nvidia.com/gpu": str(per_node), **{k: str(v) for k, v in extended.items()}})
