@@ -5,14 +5,19 @@ Models, GPUs (with their node label and a reference to the instance data in
 shapes, routing, precision, context, workload, fabrics and profiles. Everything
 else derives from here: the pydantic ``Literal`` types of ``stacks/config.py``
 (so error messages list these choices), the catalog's ``AXES``, the default
-instance of each GPU in ``stacks/gpus.py``, the family builders' node labels
-and Blackwell/Hopper switches, and the README's "Choosing what to serve" table
-(``readme_rows``; a test keeps the README in step).
+instance of each GPU in ``stacks/gpus.py``, the family builders' node labels,
+and the README's "Choosing what to serve" table (``readme_rows``; a test keeps
+the README in step).
+
+A GPU entry holds no engine setting: flags that differ per GPU (quantization,
+backends, engine config) are data on the model family's targets or per-GPU
+profiles, so registering a GPU never changes what an existing recipe runs.
 
 Adding a GPU is one ``Gpu`` entry here (plus that GPU's engine settings in the
 model families that serve it, and its instance in ``stacks/gpus.py`` if it runs
-on an instance type the project does not know yet). Adding a model is one
-``Model`` entry pointing at its data module (see README "Adding a model").
+on an instance type the project does not know yet; without one it runs on
+existing clusters only). Adding a model is one ``Model`` entry pointing at its
+data module. Every step: docs/adding-a-model-or-gpu.md.
 
 This module imports nothing from the project, so every other module may import it.
 """
@@ -38,21 +43,14 @@ class Gpu:
     ``instance``: the default EC2 instance type, a key of ``stacks.gpus.INSTANCES`` (its EFA layout,
     GPUs per node and architecture live there, not here); None for a GPU served only on existing
     clusters (``cluster.mode: kubeconfig``), which the EKS plan then refuses by name.
+    ``arch``: the nodes' ``kubernetes.io/arch``.
+    No engine setting lives here (see the module docstring).
     """
 
     id: str
     label: str
     instance: Optional[str]
-    generation: Literal["hopper", "blackwell"]
     arch: Literal["amd64", "arm64"] = "amd64"
-
-    @property
-    def blackwell(self) -> bool:
-        return self.generation == "blackwell"
-
-    @property
-    def hopper(self) -> bool:
-        return self.generation == "hopper"
 
 
 MODELS: dict[str, Model] = {
@@ -68,10 +66,10 @@ DEFAULT_MODEL = "nemotron-3.5-lightning"
 GPUS: dict[str, Gpu] = {
     g.id: g
     for g in (
-        Gpu("h100", "NVIDIA-H100-80GB-HBM3", "p5.48xlarge", "hopper"),
-        Gpu("h200", "NVIDIA-H200", "p5en.48xlarge", "hopper"),
-        Gpu("b200", "NVIDIA-B200", "p6-b200.48xlarge", "blackwell"),
-        Gpu("gb200", "NVIDIA-GB200", "p6e-gb200.36xlarge", "blackwell", arch="arm64"),
+        Gpu("h100", "NVIDIA-H100-80GB-HBM3", "p5.48xlarge"),
+        Gpu("h200", "NVIDIA-H200", "p5en.48xlarge"),
+        Gpu("b200", "NVIDIA-B200", "p6-b200.48xlarge"),
+        Gpu("gb200", "NVIDIA-GB200", "p6e-gb200.36xlarge", arch="arm64"),
     )
 }
 

@@ -53,7 +53,7 @@ FAMILY = ModelFamily(id=MODEL, short="qwen3", served_model=REPO, cache=CACHE, bu
 # One line in stacks/registry.py MODELS registers the model (its data module: this file).
 MODEL_ENTRY = f"        Model({MODEL!r}, {Path(__file__).stem!r}, 'Qwen3 0.6B'),\n"
 # One line in stacks/registry.py GPUS adds a GPU (served on existing clusters: no EC2 instance type).
-GPU_ENTRY = '        Gpu("rtx-pro-6000", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", None, "blackwell"),\n'
+GPU_ENTRY = '        Gpu("rtx-pro-6000", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", None),\n'
 
 
 def _data_block() -> list[str]:
@@ -218,7 +218,7 @@ print(json.dumps({{"axes": list(AXES["gpu"]), "err": err, "label": label, "eks":
     assert "did you mean 'rtx-pro-6000'" in got["err"]
     assert got["label"] == "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
     assert "`rtx-pro-6000`" in got["readme"]
-    assert "rtx-pro-6000" in got["eks"] and "no default instance type" in got["eks"]
+    assert "rtx-pro-6000" in got["eks"] and "no EC2 instance data" in got["eks"]
 
 
 def test_registry_gpus_reference_the_instance_data():

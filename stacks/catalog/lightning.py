@@ -109,9 +109,17 @@ def _configmap(t: Target) -> dict:
     )
 
 
+# The ``--quantization`` value of the upstream files that name one: the 12 Lightning deploy files with
+# ``modelopt_fp4`` (../shared/reference/dynamo-recipes/nemotron-3.5-lightning/vllm/*/deploy.yaml).
+FP4 = "modelopt_fp4"
+
+
 def _quantization(t: Target) -> list[str]:
-    """NVFP4 checkpoints on Blackwell name the quantization explicitly (the PR #13021 recipes)."""
-    return ["--quantization", "modelopt_fp4"] if t.params.get("explicit_quantization", t.precision == "nvfp4" and registry.gpu(t.gpu).blackwell) else []
+    """``--quantization`` where the target's upstream file names it (param ``quantization``: the NVFP4 files of
+    PR #13021 on B200/GB200 and the first H100/H200 disagg MTP files say ``modelopt_fp4``). Data on the target,
+    never derived from the GPU, so a new GPU gets no engine flag it was not given."""
+    q = t.params.get("quantization")
+    return ["--quantization", q] if q else []
 
 
 def _worker_env(cm_name: str, *, before_spec: dict | None = None, after_spec: dict | None = None, tail: dict | None = None,
@@ -254,13 +262,15 @@ VLLM_TARGETS = (
     _vllm("agg-h200-dflash", "h200", "agg", "dflash", "nvfp4", 5, 3.18, parsers_first=True, perf=(16, 243.30, 1744.04, 109.00)),
     _vllm("agg-h200-dspark", "h200", "agg", "dspark", "nvfp4", 7, 3.69, perf=(20, 243.97, 2193.59, 109.68)),
     _vllm("agg-h200-dspark-kv-router", "h200", "agg", "dspark", "nvfp4", 7, 3.69, routing="kv", perf=(80, 286.67, 2171.00, 108.55)),
-    _vllm("disagg-h100-mtp", "h100", "disagg", "mtp", "nvfp4", 5, 3.421, parsers_first=True, spec_flag_split=True, explicit_quantization=True,
+    _vllm("disagg-h100-mtp", "h100", "disagg", "mtp", "nvfp4", 5, 3.421, parsers_first=True, spec_flag_split=True, quantization=FP4,
           fabric_env_before_layout=True, perf=(12, 493.52, 1055.68, 175.95), perf_source=PERF_FIRST),
-    _vllm("disagg-h100-dflash", "h100", "disagg", "dflash", "nvfp4", 3, 2.73, parsers_first=True, spec_flag_split=True, perf=(12, 542.71, 1117.29, 186.21)),
+    _vllm("disagg-h100-dflash", "h100", "disagg", "dflash", "nvfp4", 3, 2.73, parsers_first=True, spec_flag_split=True,
+          perf=(12, 542.71, 1117.29, 186.21)),
     _vllm("disagg-h100-dspark", "h100", "disagg", "dspark", "nvfp4", 1, 1.83, spec_flag_split=True, perf=(24, 2028.23, 1445.29, 120.44)),
-    _vllm("disagg-h200-mtp", "h200", "disagg", "mtp", "nvfp4", 5, 3.421, explicit_quantization=True, fabric_env_before_layout=True,
+    _vllm("disagg-h200-mtp", "h200", "disagg", "mtp", "nvfp4", 5, 3.421, quantization=FP4, fabric_env_before_layout=True,
           module_in_command=("prefill", "decode"), perf=(12, 424.66, 1203.97, 200.66), perf_source=PERF_FIRST),
-    _vllm("disagg-h200-dflash", "h200", "disagg", "dflash", "nvfp4", 3, 2.73, philox_rounds=1, module_in_command=("prefill", "decode"), perf=(12, 408.30, 1277.86, 212.98)),
+    _vllm("disagg-h200-dflash", "h200", "disagg", "dflash", "nvfp4", 3, 2.73, philox_rounds=1, module_in_command=("prefill", "decode"),
+          perf=(12, 408.30, 1277.86, 212.98)),
     _vllm("disagg-h200-dspark", "h200", "disagg", "dspark", "nvfp4", 1, 1.83, perf=(24, 834.80, 1656.90, 138.08)),
     # B200 / GB200, BF16 (current main)
     _vllm("agg-b200-mtp-bf16", "b200", "agg", "mtp", "bf16", 3, 2.874, perf=(18, 165.43, 2454.72, 136.37)),
@@ -274,17 +284,23 @@ VLLM_TARGETS = (
           perf=(24, 10641.10, 1148.33, 95.69)),
     _vllm("disagg-gb200-dspark-bf16", "gb200", "disagg", "dspark", "bf16", 1, 1.83, perf=(8, 569.70, 802.30, 200.58)),
     # B200 / GB200, NVFP4 (first published layout, PR #13021; renamed or deleted upstream since)
-    _vllm("agg-b200-mtp", "b200", "agg", "mtp", "nvfp4", 3, 2.874, perf=(18, 217.12, 1829.94, 101.66), perf_source=PERF_FIRST),
-    _vllm("agg-b200-dflash", "b200", "agg", "dflash", "nvfp4", 5, 3.18, draft_triton_attn=True, perf=(20, 212.57, 2004.06, 100.20), perf_source=PERF_FIRST),
-    _vllm("agg-b200-dspark", "b200", "agg", "dspark", "nvfp4", 7, 3.69, perf=(24, 207.44, 2471.12, 102.96), perf_source=PERF_FIRST),
-    _vllm("agg-b200-dspark-kv-router", "b200", "agg", "dspark", "nvfp4", 7, 3.69, routing="kv", perf=(96, 295.03, 2507.70, 104.49), perf_source=PERF_FIRST),
-    _vllm("disagg-b200-dspark", "b200", "disagg", "dspark", "nvfp4", 1, 1.83, perf=(8, 236.43, 904.03, 226.01), perf_source=PERF_FIRST),
-    _vllm("agg-gb200-mtp", "gb200", "agg", "mtp", "nvfp4", 3, 2.874, perf=(18, 402.99, 1758.22, 97.68), perf_source=PERF_FIRST),
-    _vllm("agg-gb200-dflash", "gb200", "agg", "dflash", "nvfp4", 5, 3.18, draft_triton_attn=True, perf=(20, 429.97, 842.42, 42.12), perf_source=PERF_FIRST),
-    _vllm("agg-gb200-dspark", "gb200", "agg", "dspark", "nvfp4", 7, 3.69, perf=(24, 296.82, 2860.20, 119.18), perf_source=PERF_FIRST),
-    _vllm("disagg-gb200-dflash", "gb200", "disagg", "dflash", "nvfp4", 7, 3.41, philox_rounds=1, module_in_command=("prefill", "decode"),
+    _vllm("agg-b200-mtp", "b200", "agg", "mtp", "nvfp4", 3, 2.874, quantization=FP4, perf=(18, 217.12, 1829.94, 101.66), perf_source=PERF_FIRST),
+    _vllm("agg-b200-dflash", "b200", "agg", "dflash", "nvfp4", 5, 3.18, quantization=FP4, draft_triton_attn=True,
+          perf=(20, 212.57, 2004.06, 100.20), perf_source=PERF_FIRST),
+    _vllm("agg-b200-dspark", "b200", "agg", "dspark", "nvfp4", 7, 3.69, quantization=FP4, perf=(24, 207.44, 2471.12, 102.96), perf_source=PERF_FIRST),
+    _vllm("agg-b200-dspark-kv-router", "b200", "agg", "dspark", "nvfp4", 7, 3.69, quantization=FP4, routing="kv",
+          perf=(96, 295.03, 2507.70, 104.49), perf_source=PERF_FIRST),
+    _vllm("disagg-b200-dspark", "b200", "disagg", "dspark", "nvfp4", 1, 1.83, quantization=FP4,
+          perf=(8, 236.43, 904.03, 226.01), perf_source=PERF_FIRST),
+    _vllm("agg-gb200-mtp", "gb200", "agg", "mtp", "nvfp4", 3, 2.874, quantization=FP4, perf=(18, 402.99, 1758.22, 97.68), perf_source=PERF_FIRST),
+    _vllm("agg-gb200-dflash", "gb200", "agg", "dflash", "nvfp4", 5, 3.18, quantization=FP4, draft_triton_attn=True,
+          perf=(20, 429.97, 842.42, 42.12), perf_source=PERF_FIRST),
+    _vllm("agg-gb200-dspark", "gb200", "agg", "dspark", "nvfp4", 7, 3.69, quantization=FP4,
+          perf=(24, 296.82, 2860.20, 119.18), perf_source=PERF_FIRST),
+    _vllm("disagg-gb200-dflash", "gb200", "disagg", "dflash", "nvfp4", 7, 3.41, quantization=FP4, philox_rounds=1, module_in_command=("prefill", "decode"),
           perf=(4, 491.40, 584.85, 292.43), perf_source=PERF_FIRST),
-    _vllm("disagg-gb200-dspark", "gb200", "disagg", "dspark", "nvfp4", 1, 1.83, perf=(8, 599.17, 939.28, 234.82), perf_source=PERF_FIRST),
+    _vllm("disagg-gb200-dspark", "gb200", "disagg", "dspark", "nvfp4", 1, 1.83, quantization=FP4,
+          perf=(8, 599.17, 939.28, 234.82), perf_source=PERF_FIRST),
 )
 
 

@@ -2,12 +2,13 @@
 
 One base: the vLLM Lightning frontend/worker pod shapes with the TRT-LLM engine
 flags, the ``agg.yaml`` engine config mounted from the ConfigMap and the TRT-LLM
-env. The engine config varies by GPU generation (Blackwell enables block reuse,
-KV-cache manager v2 and a mamba snapshot) and by MTP draft length.
+env. The engine config varies per GPU, as data (``KV_CACHE_EXTRA``: the B200/GB200 files
+enable block reuse, KV-cache manager v2 and a mamba snapshot; ``MTP_DRAFT``: the draft
+length), never derived from the GPU's generation.
 """
 from __future__ import annotations
 
-from .. import registry, versions
+from .. import versions
 from . import k8s
 from .engine import Component, Recipe, shm
 from .lightning_base import FRONTEND, MODEL, PERF_FIRST, PERF_MAIN, REPO, SHM, WORKER
@@ -23,8 +24,8 @@ stream_interval: 10
 kv_cache_config:
   dtype: fp8
 """
-# Blackwell recipes add prefix-block reuse and the hybrid (mamba) state snapshot settings.
-ENGINE_CONFIG_BLACKWELL_KV = """  enable_block_reuse: true
+# The B200/GB200 recipes add prefix-block reuse and the hybrid (mamba) state snapshot settings.
+ENGINE_CONFIG_BLOCK_REUSE = """  enable_block_reuse: true
   use_kv_cache_manager_v2: true
   mamba_state_config:
     periodic_snapshot_interval: 0
@@ -40,7 +41,9 @@ speculative_config:
   mtp_eagle_one_model: true
   speculative_model: {repo}
 """
-# MTP draft length per GPU and the synthetic acceptance length upstream benchmarked it with.
+# Per-GPU engine settings of the TRT-LLM files (a GPU with TRT-LLM targets adds its row to both): the kv_cache_config
+# lines after ``dtype``, and the MTP draft length with the synthetic acceptance length upstream benchmarked it with.
+KV_CACHE_EXTRA = {"h100": "", "h200": "", "b200": ENGINE_CONFIG_BLOCK_REUSE, "gb200": ENGINE_CONFIG_BLOCK_REUSE}
 MTP_DRAFT = {"h100": (7, "3.687"), "h200": (7, "3.687"), "b200": (3, "2.874"), "gb200": (3, "2.874")}
 
 TRTLLM_ENV_TAIL = {
@@ -54,7 +57,7 @@ TRTLLM_ENV_TAIL = {
 
 def engine_config(gpu: str, spec: str, precision: str) -> str:
     """The ``agg.yaml`` text exactly as upstream writes it (comments included)."""
-    text = ENGINE_CONFIG_HEAD + (ENGINE_CONFIG_BLACKWELL_KV if registry.gpu(gpu).blackwell else "") + ENGINE_CONFIG_MOE
+    text = ENGINE_CONFIG_HEAD + KV_CACHE_EXTRA[gpu] + ENGINE_CONFIG_MOE
     if spec == "mtp":
         tokens, al = MTP_DRAFT[gpu]
         text += ENGINE_CONFIG_MTP.format(al=al, tokens=tokens, repo=REPO[precision])

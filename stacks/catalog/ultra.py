@@ -192,6 +192,16 @@ BLACKWELL_BACKENDS = ["--attention-backend FLASHINFER", "--linear-backend cutlas
 HOPPER_PARALLEL = ["--data-parallel-size 1", "--pipeline-parallel-size 1", "--decode-context-parallel-size 1"]
 HOPPER_COMPILE = ["-cc.pass_config.fuse_norm_quant=True", "-cc.pass_config.fuse_act_quant=True"]
 REFRESH_MAMBA = ["--mamba-cache-mode align", "--mamba-ssm-cache-dtype bfloat16"]
+# Per-GPU flags of the Refresh files, as data (a GPU with Ultra Refresh targets adds its row), never derived from the
+# GPU's generation: ``agg_layout``, the upstream file family of its aggregated profiles; ``backends``, the
+# attention/linear/MoE backends its 256K disagg files pin; ``parallel``/``attention``/``compile``, what its
+# ``_flags_b`` files (H200 agg, B200/H200 InfiniBand disagg) add.
+REFRESH_FLAGS: dict[str, dict] = {
+    "b200": {"agg_layout": "agg-blackwell", "backends": BLACKWELL_BACKENDS},
+    "gb200": {"agg_layout": "agg-blackwell", "backends": BLACKWELL_BACKENDS},
+    "h200": {"agg_layout": "agg-hopper", "parallel": HOPPER_PARALLEL, "attention": ["--attention-backend FLASH_ATTN"],
+             "compile": HOPPER_COMPILE},
+}
 FRONTEND_FLAGS = [
     "--router-mode kv", "--router-kv-events", "--kv-cache-block-size 64", "--router-track-prefill-tokens",
     "--router-kv-overlap-score-credit-decay 0.1", "--http-host 0.0.0.0", "--http-port 8000",
@@ -216,17 +226,17 @@ def _sizes(t: Target) -> list[str]:
             f"--max-num-batched-tokens {p['batched']}", f"--gpu-memory-utilization {p['util']}"]
 
 
-def _blackwell_backends(t: Target) -> list[str]:
-    """Only the 256K Blackwell Refresh disagg profiles pin attention/linear/MoE backends."""
-    pinned = t.profile == "refresh" and t.topology == "disagg" and t.gpu != "h200" and t.context == "256k"
-    return BLACKWELL_BACKENDS if pinned else []
+def _pinned_backends(t: Target) -> list[str]:
+    """Only the 256K Refresh disagg profiles pin attention/linear/MoE backends, where their GPU's row names them."""
+    pinned = t.profile == "refresh" and t.topology == "disagg" and t.context == "256k"
+    return list(REFRESH_FLAGS[t.gpu].get("backends", ())) if pinned else []
 
 
 def _flags_a(t: Target, role: str | None, plugin: str) -> list[str]:
     """Blackwell Refresh agg, GB200 (GKE) disagg and every Day-0 profile."""
     refresh = t.profile == "refresh"
     f = _head(t) + ["--trust-remote-code"] + (["--kv-cache-dtype fp8"] if refresh else []) + _sizes(t)
-    f += _blackwell_backends(t) + ["--no-enable-flashinfer-autotune", f"--block-size {t.params.get('block', 64)}"]
+    f += _pinned_backends(t) + ["--no-enable-flashinfer-autotune", f"--block-size {t.params.get('block', 64)}"]
     if refresh:
         f += ([KV_EVENTS_LOCAL] if role is None else []) + ["--no-enable-expert-parallel", "--enable-prefix-caching", "--async-scheduling"]
         f += REFRESH_MAMBA + ["--mamba-backend triton"]
@@ -240,12 +250,12 @@ def _flags_a(t: Target, role: str | None, plugin: str) -> list[str]:
 
 def _flags_b(t: Target, role: str | None, plugin: str) -> list[str]:
     """H200 Refresh agg and the B200/H200 (InfiniBand) Refresh disagg profiles."""
-    hopper = registry.gpu(t.gpu).hopper
-    f = _head(t) + (HOPPER_PARALLEL if hopper else []) + ["--no-enable-expert-parallel", "--trust-remote-code", "--kv-cache-dtype fp8"]
-    f += _sizes(t) + _blackwell_backends(t) + ["--block-size 64"] + ([KV_EVENTS_LOCAL] if role is None else [])
-    f += (["--attention-backend FLASH_ATTN"] if hopper else []) + ["--mamba-backend triton", "--no-enable-flashinfer-autotune"]
+    g = REFRESH_FLAGS[t.gpu]
+    f = _head(t) + list(g.get("parallel", ())) + ["--no-enable-expert-parallel", "--trust-remote-code", "--kv-cache-dtype fp8"]
+    f += _sizes(t) + _pinned_backends(t) + ["--block-size 64"] + ([KV_EVENTS_LOCAL] if role is None else [])
+    f += list(g.get("attention", ())) + ["--mamba-backend triton", "--no-enable-flashinfer-autotune"]
     f += REFRESH_MAMBA + ["--enable-prefix-caching", "--no-disable-hybrid-kv-cache-manager"] + _spec(t) + ["--async-scheduling"]
-    f += (HOPPER_COMPILE if hopper else []) + ([_kv_transfer(t, role), f"--disaggregation-mode {role}"] if role else [])
+    f += list(g.get("compile", ())) + ([_kv_transfer(t, role), f"--disaggregation-mode {role}"] if role else [])
     return f + _parsers(plugin) + ([KV_EVENTS_ZMQ] if role == "prefill" else [])
 
 
@@ -256,7 +266,7 @@ def _layout(t: Target) -> str:
     if t.profile == "day0":
         return "day0"
     if t.topology == "agg":
-        return "agg-hopper" if registry.gpu(t.gpu).hopper else "agg-blackwell"
+        return REFRESH_FLAGS[t.gpu]["agg_layout"]
     return "disagg-gke" if t.fabric == "gke-rdma" else "disagg-ib"
 
 
