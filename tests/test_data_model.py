@@ -19,7 +19,7 @@ from stacks.render import render_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# ---- model data: begin (README "Adding a model"; no def/lambda/class in here, at most 60 lines)
+# ---- model data: begin (docs/development.md "Adding a model"; no def/lambda/class in here, at most 60 lines)
 MODEL = "qwen3-0.6b"
 REPO = "Qwen/Qwen3-0.6B"
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.9.0"
@@ -231,16 +231,16 @@ def test_registry_gpus_reference_the_instance_data():
     assert gpus.DEFAULT_INSTANCE == {g.id: g.instance for g in registry.GPUS.values()}
 
 
-def test_readme_adding_a_model_example_builds():
-    """The README's "Adding a model" snippet is valid data for the same builders."""
+def test_docs_adding_a_model_example_builds():
+    """The "Adding a model" snippet of docs/development.md is valid data for the same builders."""
     import re
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "development.md").read_text()
     section = text[text.index("## Adding a model"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     ns = {"Cache": Cache, "Component": Component, "DownloadJob": DownloadJob, "Recipe": Recipe, "Target": Target,
           "ModelFamily": ModelFamily, "k8s": k8s, "registry": registry, "IMAGE": IMAGE}
-    exec(compile(code, "README.md", "exec"), ns)
+    exec(compile(code, "docs/development.md", "exec"), ns)
     fam = ns["FAMILY"]
     t = fam.targets[0]
     cm_and_dgd = fam.builders[t.family](t)
