@@ -294,7 +294,10 @@ class EksConfig(_Model):
         for i, p in enumerate(self.gpu_pools):
             pk = f"{k}.gpuPools[{i}]"
             if p.gpu not in GPUS or not GPUS[p.gpu].instance:
-                raise ValueError(f"{pk}.gpu: {p.gpu!r} is not a GPU with an EC2 instance type; choose one of: {', '.join(eks_gpus)}")
+                from .gpus import MISSING_INSTANCE_DATA
+
+                raise ValueError(f"{pk}.gpu: {p.gpu!r} is not a GPU with an EC2 instance type; choose one of: {', '.join(eks_gpus)}"
+                                 + (f" ({p.gpu} has {MISSING_INSTANCE_DATA})" if p.gpu in GPUS else ""))
             if p.gpu in seen:
                 raise ValueError(f"{pk}.gpu: {p.gpu!r} already has pool gpuPools[{seen[p.gpu]}]; one pool per GPU (raise its nodes)")
             seen[p.gpu] = i
@@ -330,7 +333,11 @@ class EksConfig(_Model):
     def pool_for(self, gpu: str, gpu_key: str = "") -> tuple["EksConfig", str]:
         """The cluster settings of ``gpu``'s node group and the key its errors name: with ``gpuPools``, the
         pool's (a GPU without a pool is a ConfigError naming ``gpu_key``, where the GPU was chosen); else the cluster's."""
+        from .gpus import INSTANCES, MISSING_INSTANCE_DATA
+
         k = f"{NS}:cluster"
+        if not any(s.gpu == gpu for s in INSTANCES.values()):  # a GPU registered for existing clusters only
+            raise ConfigError(f"{gpu_key or NS + ':gpu'}: {gpu!r} cannot run on an EKS cluster: it has {MISSING_INSTANCE_DATA}")
         if not self.gpu_pools:
             return self, k
         for i, p in enumerate(self.gpu_pools):

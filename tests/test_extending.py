@@ -1,0 +1,238 @@
+"""Adding a model and a GPU, as docs/adding-a-model-or-gpu.md says, keeps every path honest.
+
+A throwaway model (data only, below) and a throwaway GPU registered without instance data ("existing clusters
+only") are added to a temporary registry (monkeypatched entries of ``stacks.registry``; the committed registry is
+not edited). Then: its targets render through the same serving plan as every stack; the scheduling check and
+``simulate``'s pure parts (node shapes, operator pods) place them on an existing cluster; a kubeconfig stack plans
+them; every EKS plan (a single stack, a GPU pool, a serving stack on a cluster stack) refuses the GPU naming it and
+the missing instance data; and no existing target renders differently for the addition.
+"""
+import json
+
+import pytest
+
+from stacks import catalog, registry
+from stacks.catalog import k8s
+from stacks.catalog.engine import Cache, Component, DownloadJob, Recipe, shm
+from stacks.catalog.model import ModelFamily, Target
+from stacks.config import ConfigError
+from stacks.render import render_config
+
+# ---- the throwaway model and GPU, as data (what docs/adding-a-model-or-gpu.md asks a contributor to write)
+MODEL = "throwaway-7b"
+GPU = "throwaway-gpu"
+LABEL = "NVIDIA-Throwaway-GPU-96GB"  # the nvidia.com/gpu.product label GPU Feature Discovery would set
+REPO = "example/Throwaway-7B"
+IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.9.0"
+CACHE = Cache(claim="throwaway-model-cache", mount="/models", size="40Gi")
+HF_ENV = {"HF_HOME": "/models", "HF_HUB_OFFLINE": "1"}
+WORKER = dict(cache=CACHE, affinity="{gpu}", tolerations=(k8s.GPU_TOLERATION,), requests={"memory": "64Gi"}, shm="16Gi",
+              volumes=(shm("16Gi"),), startup_probe=k8s.http_probe("/live", 9090, 30, 20, 60))
+FRONTEND = Component("Frontend", "frontend", "{image}", args=("-m", "dynamo.frontend"), env=HF_ENV, cache=CACHE)
+ENGINE = ("--model", "{repo}", "--served-model-name", "{repo}", "--tensor-parallel-size", "{gpus}")
+AGG = Recipe("vllm", (FRONTEND, Component("VllmWorker", "worker", "{image}", ("python3", "-m", "dynamo.vllm"), ENGINE, HF_ENV,
+                                         replicas="{workers}", gpus="{gpus}", **WORKER)), vars={"repo": REPO})
+DISAGG = Recipe("vllm", (FRONTEND,) + tuple(
+    Component(name, kind, "{image}", ("python3", "-m", "dynamo.vllm"), ENGINE + ("--disaggregation-mode", kind), HF_ENV,
+              gpus="{gpus}", devices={"rdma/ib": "1"}, **WORKER)
+    for name, kind in (("VllmPrefillWorker", "prefill"), ("VllmDecodeWorker", "decode"))), vars={"repo": REPO})
+DOWNLOAD = DownloadJob("throwaway-model-download", IMAGE, 'hf download "$MODEL_NAME"', CACHE, ("sh", "-c"),
+                       env={"MODEL_NAME": REPO, "HF_HOME": "/models"})
+COMMON = dict(upstream=None, model=MODEL, runtime="vllm", spec="none", image=IMAGE, cache_jobs=(DOWNLOAD.name,))
+TARGETS = (
+    Target(id=f"throwaway-vllm-agg-{GPU}", gpu=GPU, topology="agg", routing="round-robin", precision="nvfp4", fabric="none",
+           family="vllm-agg", dgd_name="throwaway-agg", params={"gpus": 2, "workers": 6}, **COMMON),
+    Target(id=f"throwaway-vllm-disagg-{GPU}", gpu=GPU, topology="disagg", shape="1P1D", routing="single", precision="nvfp4",
+           fabric="infiniband", family="vllm-disagg", dgd_name="throwaway-disagg", params={"gpus": 4}, **COMMON),
+    Target(id="throwaway-vllm-agg-h100", gpu="h100", topology="agg", routing="round-robin", precision="nvfp4", fabric="none",
+           family="vllm-agg", dgd_name="throwaway-agg-h100", params={"gpus": 1, "workers": 1}, **COMMON),
+)
+FAMILY = ModelFamily(id=MODEL, short="throwaway", served_model=REPO, cache=CACHE,
+                     builders={"vllm-agg": AGG, "vllm-disagg": DISAGG}, cache_job_builders={DOWNLOAD.name: DOWNLOAD},
+                     targets=TARGETS, defaults={"gpu": GPU, "runtime": "vllm", "topology": "agg"})
+# ---- end of the data
+
+AGG_ID, DISAGG_ID, H100_ID = (t.id for t in TARGETS)
+
+
+def _render_all() -> str:
+    return json.dumps({tid: catalog.recipe_objects(t) + catalog.cache_objects(t) for tid, t in sorted(catalog.targets().items())},
+                      sort_keys=True)
+
+
+@pytest.fixture
+def extended(monkeypatch):
+    """The temporary registry: one ``Gpu`` entry without instance data and one ``Model`` entry naming this module."""
+    monkeypatch.setitem(registry.GPUS, GPU, registry.Gpu(GPU, LABEL, None))
+    monkeypatch.setitem(registry.MODELS, MODEL, registry.Model(MODEL, __name__, "Throwaway 7B"))
+    catalog.reload()
+    yield
+    monkeypatch.undo()
+    catalog.reload()
+
+
+def _objs(objs, kind):
+    return [o for o in objs if o["kind"] == kind]
+
+
+def _dgd(objs):
+    (dgd,) = _objs(objs, "DynamoGraphDeployment")
+    return dgd
+
+
+def test_the_additions_are_data_only():
+    """The throwaway model and GPU are written as data: no function, lambda or class of their own."""
+    import inspect
+
+    src = inspect.getsource(__import__(__name__))
+    block = src[src.index("# ---- the throwaway model and GPU"):src.index("# ---- end of the data")]
+    for word in ("def ", "lambda", "class "):
+        assert word not in block, f"the throwaway model defines code: {word!r}"
+
+
+def test_registering_adds_the_targets_and_changes_no_existing_render(monkeypatch):
+    before_ids, before = set(catalog.targets()), _render_all()
+    monkeypatch.setitem(registry.GPUS, GPU, registry.Gpu(GPU, LABEL, None))
+    monkeypatch.setitem(registry.MODELS, MODEL, registry.Model(MODEL, __name__, "Throwaway 7B"))
+    catalog.reload()
+    try:
+        assert set(catalog.targets()) == before_ids | {t.id for t in TARGETS}
+        after = json.loads(_render_all())
+        for tid in TARGETS:
+            after.pop(tid.id)
+        assert json.dumps(after, sort_keys=True) == before, "registering a model and a GPU changed an existing target's objects"
+    finally:
+        monkeypatch.undo()
+        catalog.reload()
+    assert set(catalog.targets()) == before_ids
+
+
+def test_target_on_the_new_gpu_renders_the_serving_plan(extended):
+    objs = render_config({"target": AGG_ID, "namespace": "throwaway"})
+    assert [o["kind"] for o in objs] == ["Namespace", "Secret", "PersistentVolumeClaim", "Job", "DynamoGraphDeployment"]
+    (pvc,) = _objs(objs, "PersistentVolumeClaim")
+    assert pvc["metadata"]["name"] == CACHE.claim and pvc["spec"]["resources"]["requests"]["storage"] == CACHE.size
+    (job,) = _objs(objs, "Job")
+    assert job["metadata"]["name"] == DOWNLOAD.name
+    dgd = _dgd(objs)
+    assert dgd["metadata"]["name"] == "throwaway-agg" and dgd["metadata"]["namespace"] == "throwaway"
+    worker = dgd["spec"]["components"][1]
+    pod = worker["podTemplate"]["spec"]
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term["matchExpressions"][0] == {"key": "nvidia.com/gpu.product", "operator": "In", "values": [LABEL]}
+    main = pod["containers"][0]
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "2"} and worker["replicas"] == 6
+    assert catalog.gpus_needed(dgd) == 12
+
+
+def test_no_engine_flag_comes_from_the_gpu(extended, monkeypatch):
+    """A registry GPU entry carries no engine setting, and a target on a new GPU gets exactly the flags its data gives:
+    Lightning's NVFP4 B200 recipe moved to the new GPU (with B200's profile row) keeps ``--quantization modelopt_fp4``
+    only while the target names it (registering a GPU as Blackwell used to add it to every NVFP4 target on it)."""
+    import dataclasses
+
+    from stacks.catalog import lightning
+
+    assert {f.name for f in dataclasses.fields(registry.Gpu)} == {"id", "label", "instance", "arch"}
+    monkeypatch.setitem(lightning.GPU_PROFILE, GPU, lightning.GPU_PROFILE["b200"])
+    b200 = catalog.targets()["lightning-vllm-agg-b200-dspark"]
+    assert b200.precision == "nvfp4" and b200.params["quantization"] == "modelopt_fp4"
+
+    def worker_args(t):
+        return _dgd(catalog.recipe_objects(t))["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["args"]
+
+    named = dataclasses.replace(b200, id="x", gpu=GPU)
+    assert worker_args(named) == worker_args(b200)  # same data, same flags: only the GPU's label differs (affinity)
+    unnamed = dataclasses.replace(named, params={k: v for k, v in b200.params.items() if k != "quantization"})
+    args = worker_args(unnamed)
+    assert "--quantization" not in args and args == [a for a in worker_args(b200) if a not in ("--quantization", "modelopt_fp4")]
+    assert not any("quantization" in a for a in worker_args(catalog.targets()[AGG_ID]))
+
+
+def test_scheduling_check_places_the_new_gpu_on_an_existing_cluster(extended):
+    from stacks.scheduling import check_target, default_shapes
+
+    for tid, per_gpu_devices in ((AGG_ID, {}), (DISAGG_ID, {"rdma/ib": 1000})):
+        t = catalog.targets()[tid]
+        system, gpu = default_shapes(t)
+        assert gpu.labels["nvidia.com/gpu.product"] == LABEL
+        assert gpu.capacity == {"nvidia.com/gpu": 8, **per_gpu_devices}
+        assert gpu.count == -(-catalog.gpus_needed(_dgd(catalog.recipe_objects(t))) // 8)
+        assert check_target(t) == []
+    # The check can fail: one node too few for the six 2-GPU workers of the aggregated target.
+    t = catalog.targets()[AGG_ID]
+    system, gpu = default_shapes(t)
+    gpu.count -= 1
+    (problem,) = check_target(t, [system, gpu])
+    assert "VllmWorker: replica 5 does not fit on 1 gpu node(s)" in problem
+
+
+def test_simulate_shapes_and_pods_for_the_new_gpu(extended):
+    from stacks.cli.simulate import default_groups, node_objects, operator_pod_intents, target_scenario
+
+    t = catalog.targets()[DISAGG_ID]
+    (system, gpu), runtime_classes = default_groups(t)
+    assert gpu.labels["nvidia.com/gpu.product"] == LABEL and gpu.allocatable["nvidia.com/gpu"] == "8"
+    assert gpu.allocatable["rdma/ib"] == "1000" and gpu.count == 1 and "existing infiniband cluster" in gpu.note
+    sc = target_scenario(t)
+    gpu_nodes = [n for n in sc.nodes if n["metadata"]["labels"].get("nvidia.com/gpu.product") == LABEL]
+    assert len(gpu_nodes) == 1 and len(sc.nodes) == len(node_objects([system, gpu], "sim"))
+    kinds = sorted(i.component for i in sc.intents)
+    assert kinds == sorted(c["name"] for c in _dgd(catalog.recipe_objects(t))["spec"]["components"])
+    agg = catalog.targets()[AGG_ID]
+    (_, gpu), _ = default_groups(agg)
+    assert gpu.count == 2 and "existing none cluster" in gpu.note  # twelve GPUs on 8-GPU nodes, no KV fabric
+    assert len(operator_pod_intents(_dgd(catalog.recipe_objects(agg)))) == 1 + 6
+
+
+KUBECONFIG = {"cluster": {"mode": "kubeconfig", "kubeconfigPath": __file__}}
+
+
+def _program(raw):
+    from stacks.program import build_program
+
+    return build_program(raw, "throwaway", frozenset({"hfToken"}), env={})
+
+
+def test_kubeconfig_and_render_stacks_plan_the_new_gpu(extended):
+    for raw in ({**KUBECONFIG, "target": AGG_ID}, {"cluster": {"mode": "render"}, "target": DISAGG_ID},
+                {**KUBECONFIG, "serve": [{"target": AGG_ID, "namespace": "a"}, {"target": DISAGG_ID, "namespace": "b"}]}):
+        objs = _program(raw).objects()
+        labels = [e["values"][0] for d in _objs(objs, "DynamoGraphDeployment") for c in d["spec"]["components"][1:]
+                  for e in c["podTemplate"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                  ["nodeSelectorTerms"][0]["matchExpressions"]]
+        assert labels and set(labels) == {LABEL}, raw
+
+
+MISSING = "no EC2 instance data"
+
+
+@pytest.mark.parametrize("raw, key", [
+    ({"cluster": {"mode": "eks", "region": "us-east-1"}, "target": AGG_ID}, "dynamo:gpu"),
+    ({"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}]},
+      "serve": [{"target": H100_ID, "namespace": "a"}, {"target": AGG_ID, "namespace": "b"}]}, r"dynamo:serve\[1\]\.gpu"),
+    ({"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": GPU, "nodes": 1}]}}, r"dynamo:cluster\.gpuPools\[0\]\.gpu"),
+    ({"cluster": {"mode": "stack", "stack": "org/throwaway/cluster"}, "target": AGG_ID}, "dynamo:gpu"),
+], ids=["eks", "eks-serve-pools", "eks-cluster-only-pool", "cluster-stack"])
+def test_every_eks_plan_refuses_the_gpu_naming_it_and_the_missing_data(extended, raw, key):
+    with pytest.raises(ConfigError, match=rf"{key}: '?{GPU}'?.*{MISSING}.*stacks/gpus.py INSTANCES"):
+        _program(raw)
+
+
+def test_the_eks_plan_still_takes_the_new_model_on_a_known_gpu(extended):
+    plan = _program({"cluster": {"mode": "eks", "region": "us-east-1"}, "target": H100_ID})
+    assert any(o["kind"] == "DynamoGraphDeployment" and o["metadata"]["name"] == "throwaway-agg-h100" for o in plan.objects())
+
+
+def test_eks_default_shape_of_an_efa_target_refuses_the_gpu(extended):
+    """An EFA target's default cluster is the EKS plan, which the scheduling check and simulate reuse: they refuse the
+    GPU by name too (EFA exists only on EC2 instances)."""
+    import dataclasses
+
+    from stacks.cli.simulate import default_groups
+    from stacks.scheduling import default_shapes
+
+    efa = dataclasses.replace(catalog.targets()[DISAGG_ID], fabric="aws-efa")
+    for f in (default_shapes, default_groups):
+        with pytest.raises(ConfigError, match=f"GPU '{GPU}' has {MISSING}"):
+            f(efa)
