@@ -118,7 +118,28 @@ class EksGpuCluster(pulumi.ComponentResource):
 
         # ---- control plane
         cluster_role = aws.iam.Role(f"{name}-cluster", assume_role_policy=ASSUME_EKS, opts=child)
-        aws.iam.RolePolicyAttachment(f"{name}-cluster", role=cluster_role.name, policy_arn="arn:aws:iam::aws:policy/AmazonEKSClusterPolicy", opts=child)
+        cluster_deps = [aws.iam.RolePolicyAttachment(f"{name}-cluster", role=cluster_role.name,
+                                                     policy_arn="arn:aws:iam::aws:policy/AmazonEKSClusterPolicy", opts=child)]
+        # Secrets envelope encryption and control-plane logs (stacks.cluster.control_plane_plan): the KMS key and the
+        # cluster role's use of it, and the log group with its retention, all before the cluster.
+        cp = plan.control_plane or {"secrets_encryption": False, "logs": None}
+        encryption = None
+        self.secrets_key = None
+        if cp["secrets_encryption"]:
+            self.secrets_key = aws.kms.Key(f"{name}-secrets", description=f"{plan.name}: envelope encryption of Kubernetes Secrets",
+                                           enable_key_rotation=True, tags=tags, opts=child)
+            cluster_deps.append(aws.iam.RolePolicy(
+                f"{name}-cluster-secrets-key", role=cluster_role.id,
+                policy=self.secrets_key.arn.apply(lambda arn: json.dumps({"Version": "2012-10-17", "Statement": [{
+                    "Effect": "Allow", "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"], "Resource": arn}]})),
+                opts=child))
+            encryption = {"provider": {"key_arn": self.secrets_key.arn}, "resources": ["secrets"]}
+        self.log_group = None
+        if cp["logs"]:
+            self.log_group = aws.cloudwatch.LogGroup(f"{name}-control-plane-logs", name=cp["logs"]["log_group"],
+                                                     retention_in_days=cp["logs"]["retention_in_days"], tags=tags, opts=child)
+            cluster_deps.append(self.log_group)
+        access = plan.access or {"authentication_mode": "API", "bootstrap_creator_admin": True, "entries": [], "warnings": []}
         self.cluster = aws.eks.Cluster(
             f"{name}-eks",
             name=plan.name,
@@ -126,15 +147,26 @@ class EksGpuCluster(pulumi.ComponentResource):
             role_arn=cluster_role.arn,
             vpc_config={"subnet_ids": private_ids + [sn.id for sn in self.public_subnets], "endpoint_public_access": True, "endpoint_private_access": True,
                         "public_access_cidrs": net["public_access_cidrs"]},
-            access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
+            access_config={"authentication_mode": access["authentication_mode"],
+                           "bootstrap_cluster_creator_admin_permissions": access["bootstrap_creator_admin"]},
+            encryption_config=encryption,
+            enabled_cluster_log_types=cp["logs"]["types"] if cp["logs"] else None,
             tags=tags,
-            opts=child,
+            # The bootstrap flag acts only on CreateCluster and the provider replaces the cluster when it changes
+            # (stacks.cluster.access_plan): an existing cluster keeps the value it was created with.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=cluster_deps,
+                                        ignore_changes=["accessConfig.bootstrapClusterCreatorAdminPermissions"]),
         )
-        for i, arn in enumerate(plan.admin_principal_arns):
-            entry = aws.eks.AccessEntry(f"{name}-admin-{i}", cluster_name=self.cluster.name, principal_arn=arn, opts=child)
-            aws.eks.AccessPolicyAssociation(f"{name}-admin-{i}", cluster_name=self.cluster.name, principal_arn=arn,
-                                            policy_arn="arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
-                                            access_scope={"type": "cluster"}, opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
+        for w in access["warnings"]:
+            pulumi.log.warn(w, resource=self)
+        self.access_entries: list[aws.eks.AccessEntry] = []
+        self.access_policies: list[aws.eks.AccessPolicyAssociation] = []
+        for e in access["entries"]:
+            entry = aws.eks.AccessEntry(f"{name}-{e['name']}", cluster_name=self.cluster.name, principal_arn=e["principal_arn"], opts=child)
+            self.access_entries.append(entry)
+            self.access_policies.append(aws.eks.AccessPolicyAssociation(f"{name}-{e['name']}", cluster_name=self.cluster.name, principal_arn=e["principal_arn"],
+                                            policy_arn=e["policy_arn"], access_scope=e["access_scope"],
+                                            opts=pulumi.ResourceOptions(parent=self, depends_on=[entry])))
 
         # ---- nodes
         node_role = aws.iam.Role(f"{name}-node", assume_role_policy=ASSUME_EC2, opts=child)
@@ -240,7 +272,10 @@ class EksGpuCluster(pulumi.ComponentResource):
                 lambda a: {"driver": "fsx.csi.aws.com", "volumeHandle": a[0], "volumeAttributes": {"dnsname": a[1], "mountname": a[2]}})
 
         self.cluster_name = self.cluster.name
-        self.kubeconfig = pulumi.Output.secret(kubeconfig_for(self.cluster.name, self.cluster.endpoint, self.cluster.certificate_authority.data, plan.region))
+        # Everything that uses the kubeconfig waits for the access entries: with accessEntries set the identity that runs
+        # `up` reaches the Kubernetes API through its own entry, not through the creator's bootstrap admin.
+        granted = pulumi.Output.all(*[a.id for a in self.access_policies]).apply(lambda _: self.cluster.name) if self.access_policies else self.cluster.name
+        self.kubeconfig = pulumi.Output.secret(kubeconfig_for(granted, self.cluster.endpoint, self.cluster.certificate_authority.data, plan.region))
         self.storage_class_name = pulumi.Output.from_input(plan.cache_class_name)
         # ---- Karpenter (GPU pools with capacity: karpenter): after the kubeconfig, which its Helm release and objects use
         self.karpenter_node_pools: list[pulumi.Resource] = []

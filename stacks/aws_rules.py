@@ -93,9 +93,10 @@ AREA_RETENTION = "retention and destroy of the cache and its network"
 AREA_KUBERNETES_VERSION = "Kubernetes version in EKS standard support"
 AREA_SECRETS = "Secrets the pods reference exist on a new cluster"
 AREA_EFS_THROUGHPUT = "EFS provisioned throughput"
+AREA_CLUSTER_ACCESS = "cluster access entries, Secrets envelope encryption and control-plane logs"
 AREAS = (AREA_CAPACITY_BLOCKS, AREA_PLACEMENT_GROUPS, AREA_ULTRASERVERS_AND_ZONES, AREA_NETWORK, AREA_GPU_NODE_SOFTWARE,
          AREA_FSX_LUSTRE, AREA_EFA, AREA_NODE_COUNT, AREA_NODE_GROUP_SIZES, AREA_RETENTION, AREA_KUBERNETES_VERSION,
-         AREA_SECRETS, AREA_EFS_THROUGHPUT)
+         AREA_SECRETS, AREA_EFS_THROUGHPUT, AREA_CLUSTER_ACCESS)
 RULES: dict[Rule, tuple[str, ...]] = {}
 
 
@@ -779,6 +780,150 @@ def desired_size_sent_on_every_update(g: Graph) -> list[str]:
             for ng in _gpu_nodegroups(g) if any(k in ("scalingConfig", "scalingConfig.desiredSize") for k in ng.ignore_changes)]
 
 
+# --------------------------------------------------------------------------- cluster access, Secrets encryption, control-plane logs
+
+ACCESS_POLICY_ASSOCIATION = "aws:eks/accessPolicyAssociation:AccessPolicyAssociation"
+KMS_KEY = "aws:kms/key:Key"
+IAM_ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
+CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+AUTHENTICATION_MODES = ("API", "API_AND_CONFIG_MAP", "CONFIG_MAP")
+
+
+def _urn_name(urn: str) -> str:
+    return urn.rsplit("::", 1)[-1]
+
+
+@rule(AREA_CLUSTER_ACCESS)
+def access_entries_are_complete(g: Graph) -> list[str]:
+    """Every standard access entry has an access policy association for the same principal and cluster, registered
+    after it (AssociateAccessPolicy needs the entry: "the access entry must already exist"), with an EKS access policy
+    ARN and a scope EKS accepts (``cluster``, or ``namespace`` with namespaces); one entry per principal per cluster
+    (CreateAccessEntry refuses a second one, ResourceInUseException). Sources: EKS API CreateAccessEntry,
+    AssociateAccessPolicy, AccessScope; EKS user guide "Review access policy permissions"."""
+    out = []
+    seen: dict[tuple, str] = {}
+    for e in g.of(ACCESS_ENTRY):
+        key = (e.inputs.get("clusterName"), e.inputs.get("principalArn"))
+        if key in seen:
+            out.append(f"{e.name}: a second access entry for {key[1]} (already {seen[key]}); EKS allows one per principal")
+        seen[key] = e.name
+        if e.inputs.get("type") not in (None, "STANDARD"):
+            continue
+        assoc = [a for a in g.of(ACCESS_POLICY_ASSOCIATION)
+                 if (a.inputs.get("clusterName"), a.inputs.get("principalArn")) == key]
+        if not assoc:
+            out.append(f"{e.name}: access entry for {key[1]} without an access policy association (it authenticates, but may do nothing)")
+        for a in assoc:
+            if e.urn and e.urn not in a.dependencies:
+                out.append(f"{a.name}: associated without waiting for access entry {e.name}")
+            if not str(a.inputs.get("policyArn", "")).startswith("arn:aws:eks::aws:cluster-access-policy/"):
+                out.append(f"{a.name}: policyArn {a.inputs.get('policyArn')!r} is not an EKS access policy")
+            scope = a.inputs.get("accessScope") or {}
+            if scope.get("type") not in ("cluster", "namespace") or (scope.get("type") == "namespace") != bool(scope.get("namespaces")):
+                out.append(f"{a.name}: accessScope {scope} is neither cluster nor namespace with namespaces")
+    return out
+
+
+@rule(AREA_CLUSTER_ACCESS)
+def cluster_is_administered_without_the_creator(g: Graph) -> list[str]:
+    """A cluster created with ``bootstrapClusterCreatorAdminPermissions: false`` gives its creator no access entry, so the
+    stack names at least one cluster-admin (AmazonEKSClusterAdminPolicy, cluster scope) and the Kubernetes objects of
+    the same ``up`` come after that association (else the installing identity is refused by the API server). The mode is
+    API or API_AND_CONFIG_MAP (access entries exist only there); with CONFIG_MAP EKS refuses the flag off. Sources: EKS API
+    CreateAccessConfigRequest (bootstrapClusterCreatorAdminPermissions, authenticationMode API | API_AND_CONFIG_MAP |
+    CONFIG_MAP); upbound/configuration-aws-eks PR 130 ("bootstrapClusterCreatorAdminPermissions must be true if cluster
+    authentication mode is set to CONFIG_MAP")."""
+    out = []
+    for c in g.of(EKS):
+        ac = c.inputs.get("accessConfig") or {}
+        mode = ac.get("authenticationMode", "CONFIG_MAP")
+        if mode not in AUTHENTICATION_MODES:
+            out.append(f"{c.name}: authenticationMode {mode!r} is not one of {AUTHENTICATION_MODES}")
+        if ac.get("bootstrapClusterCreatorAdminPermissions", True):
+            continue
+        if mode == "CONFIG_MAP":
+            out.append(f"{c.name}: bootstrapClusterCreatorAdminPermissions false with authenticationMode CONFIG_MAP (EKS refuses it)")
+        admins = [a for a in g.of(ACCESS_POLICY_ASSOCIATION) if a.inputs.get("clusterName") == c.inputs.get("name")
+                  and a.inputs.get("policyArn") == CLUSTER_ADMIN_POLICY and (a.inputs.get("accessScope") or {}).get("type") == "cluster"]
+        if not admins:
+            out.append(f"{c.name}: created without the creator's admin and no cluster-admin access entry: nobody can administer it")
+            continue
+        admin_urns = {a.urn for a in admins}
+        for p in g.of("pulumi:providers:kubernetes"):
+            if not admin_urns & set(p.dependencies):
+                out.append(f"{p.name}: Kubernetes provider does not wait for a cluster-admin access entry of {c.name}")
+    return out
+
+
+@rule(AREA_CLUSTER_ACCESS)
+def secrets_are_envelope_encrypted_with_a_rotating_key(g: Graph) -> list[str]:
+    """A cluster with ``encryptionConfig`` encrypts ``secrets`` (the one resource EKS takes) with a symmetric KMS key of
+    the stack that has automatic rotation on and that the cluster waits for, and the cluster role may use that key
+    (kms:Encrypt, kms:Decrypt, kms:ListGrants, kms:DescribeKey). Sources: EKS API EncryptionConfig (resources:
+    "secrets"); EKS user guide enable-kms (symmetric key, same Region); terraform-aws-modules/terraform-aws-eks main.tf
+    @0005984c (cluster_encryption policy, enable_key_rotation)."""
+    out = []
+    keys = {k.urn: k for k in g.of(KMS_KEY)}
+    for c in g.of(EKS):
+        enc = c.inputs.get("encryptionConfig")
+        if not enc:
+            continue
+        if sorted(enc.get("resources") or []) != ["secrets"]:
+            out.append(f"{c.name}: encryptionConfig resources {enc.get('resources')} (EKS takes [secrets])")
+        mine = [keys[u] for u in c.dependencies if u in keys]
+        if not mine:
+            out.append(f"{c.name}: encryptionConfig with no KMS key of the stack that the cluster waits for")
+        for k in mine:
+            if k.inputs.get("enableKeyRotation") is not True:
+                out.append(f"{k.name}: KMS key for {c.name}'s Secrets without enableKeyRotation")
+            if k.inputs.get("customerMasterKeySpec", k.inputs.get("keySpec", "SYMMETRIC_DEFAULT")) != "SYMMETRIC_DEFAULT":
+                out.append(f"{k.name}: not a symmetric key (EKS envelope encryption needs SYMMETRIC_DEFAULT)")
+            uses = [p for p in g.of(IAM_ROLE_POLICY) if k.urn in p.dependencies and p.urn in c.dependencies
+                    and str(p.inputs.get("role")) == _role_id_of(g, c)]
+            if not uses or not all(a in str(uses[0].inputs.get("policy")) for a in ("kms:Encrypt", "kms:Decrypt", "kms:DescribeKey")):
+                out.append(f"{c.name}: its role has no policy on KMS key {k.name} that the cluster waits for")
+    return out
+
+
+def _role_id_of(g: Graph, c: Res) -> str:
+    """The mock id of the cluster's IAM role (its roleArn ends with the role's name under the mocks)."""
+    role = next((r for r in g.of(IAM_ROLE) if str(c.inputs.get("roleArn", "")).endswith("/" + str(r.inputs.get("name") or r.name))), None)
+    return role.id if role else ""
+
+
+@rule(AREA_CLUSTER_ACCESS)
+def control_plane_logs_have_their_log_group_first(g: Graph) -> list[str]:
+    """A cluster that sends control-plane logs writes to the log group ``/aws/eks/<cluster>/cluster``; the stack creates
+    it with a retention before the cluster, or EKS creates it on first delivery with no retention (kept forever) and the
+    stack's own create then fails on the existing group. Every log type is one EKS knows. Sources: EKS user guide "Send
+    control plane logs to CloudWatch Logs" (log group /aws/eks/my-cluster/cluster; api, audit, authenticator,
+    controllerManager, scheduler); terraform-aws-modules/terraform-aws-eks main.tf @0005984c (aws_cloudwatch_log_group
+    /aws/eks/${cluster_name}/cluster, retention_in_days, in the cluster's depends_on); CloudWatch Logs
+    PutRetentionPolicy (retention values)."""
+    from .cluster import CONTROL_PLANE_LOG_TYPES, LOG_RETENTION_DAYS
+
+    out = []
+    for c in g.of(EKS):
+        types = c.inputs.get("enabledClusterLogTypes") or []
+        bad = [t for t in types if t not in CONTROL_PLANE_LOG_TYPES]
+        if bad:
+            out.append(f"{c.name}: enabledClusterLogTypes {bad} are not EKS log types {CONTROL_PLANE_LOG_TYPES}")
+        if not types:
+            continue
+        want = f"/aws/eks/{c.inputs.get('name')}/cluster"
+        groups = [lg for lg in g.of(LOG_GROUP) if lg.inputs.get("name") == want]
+        if not groups:
+            out.append(f"{c.name}: logs {types} without the stack's log group {want} (EKS would create it with no retention)")
+            continue
+        for lg in groups:
+            if lg.urn not in c.dependencies:
+                out.append(f"{c.name}: does not wait for log group {lg.name} ({want})")
+            if int(lg.inputs.get("retentionInDays") or 0) not in LOG_RETENTION_DAYS:
+                out.append(f"{lg.name}: retentionInDays {lg.inputs.get('retentionInDays')} is not a CloudWatch Logs retention")
+    return out
+
+
 # --------------------------------------------------------------------------- update rules: a before/after pair of graphs
 # What the program registers on one `up` (before) and on the next (after), for the resources both hold (same name):
 # the request the provider sends to AWS for the change, checked against what the AWS API accepts on update.
@@ -874,6 +1019,79 @@ def node_group_update_reaches_the_nodes_the_dgds_need(before: Graph, after: Grap
         needed, _ = pack({"spec": {"components": assigned[new.name]}}, cap)
         if runs < needed:
             out.append(f"{new.name}: keeps {runs} node(s) after the update, the DGDs need {needed} {shape.instance_type}")
+    return out
+
+
+def _ignored(res: Res, path: str) -> bool:
+    """``path`` (dotted input path) or one of its parents is in the resource's ignoreChanges."""
+    parts = path.split(".")
+    return any(".".join(parts[:i]) in res.ignore_changes for i in range(1, len(parts) + 1))
+
+
+def _bootstrap(c: Res) -> bool:
+    return bool(_get(c.inputs, "accessConfig", "bootstrapClusterCreatorAdminPermissions", default=True))
+
+
+def _secrets_key(g: Graph, c: Res) -> Optional[str]:
+    """The name of the stack's KMS key a cluster's encryptionConfig uses (the key the cluster waits for), or None
+    without encryptionConfig."""
+    if not c.inputs.get("encryptionConfig"):
+        return None
+    return next((_urn_name(u) for u in c.dependencies if "$aws:kms/key:Key::" in u), "<a key outside the stack>")
+
+
+@update_rule
+def eks_update_keeps_the_creator_bootstrap(before: Graph, after: Graph) -> list[str]:
+    """``accessConfig.bootstrapClusterCreatorAdminPermissions`` acts only when EKS creates the cluster and the provider
+    replaces the cluster when it changes, so an update carries the value the cluster was created with: the program
+    keeps it with ``ignoreChanges`` (the old input, from the state; the new value only on create). A replaced cluster
+    takes every node, add-on and workload with it. Sources: EKS API CreateAccessConfigRequest ("set as a cluster admin
+    access entry during cluster creation time"); terraform-provider-aws internal/service/eks/cluster.go
+    (bootstrap_cluster_creator_admin_permissions ForceNew); opendatacube/datacube-k8s-eks PR 303 (the same change
+    recreating existing clusters); Pulumi docs, "Resource option: ignoreChanges"."""
+    out = []
+    for old, new in _pairs(before, after, EKS):
+        sent = _bootstrap(old) if _ignored(new, "accessConfig.bootstrapClusterCreatorAdminPermissions") else _bootstrap(new)
+        if sent != _bootstrap(old):
+            out.append(f"{new.name}: bootstrapClusterCreatorAdminPermissions {_bootstrap(old)} -> {sent} replaces the cluster "
+                       "(create-only); keep it in ignoreChanges so an existing cluster keeps its value")
+    return out
+
+
+@update_rule
+def eks_update_never_removes_secrets_encryption(before: Graph, after: Graph) -> list[str]:
+    """Secrets envelope encryption cannot be removed from a cluster ("You can't disable secrets encryption after enabling
+    it. This action is irreversible"): an update without the ``encryptionConfig`` the cluster has makes the provider
+    replace the cluster, and adding one is an in-place AssociateEncryptionConfig. Its key cannot be swapped either: the
+    provider sends nothing for a changed key (it associates only when there was none), so the cluster keeps using the
+    old key, which the stack would then delete. Sources: EKS user guide enable-kms (the warning); terraform-provider-aws
+    internal/service/eks/cluster.go (``ForceNewIfChange("encryption_config", ...)`` from one to none;
+    AssociateEncryptionConfig only from none to one); EKS API AssociateEncryptionConfig."""
+    out = []
+    for old, new in _pairs(before, after, EKS):
+        had, has = _secrets_key(before, old), (None if _ignored(new, "encryptionConfig") else _secrets_key(after, new))
+        if _ignored(new, "encryptionConfig"):
+            has = had
+        if had and not has:
+            out.append(f"{new.name}: Secrets envelope encryption (key {had}) removed from an existing cluster: EKS cannot disable it "
+                       "and the provider replaces the cluster; keep dynamo:cluster.secretsEncryption: true on this stack")
+        elif had and has and had != has:
+            out.append(f"{new.name}: Secrets key {had} -> {has}: EKS keeps the key a cluster was given, and {had} would be deleted")
+    return out
+
+
+@update_rule
+def eks_update_authentication_mode_only_moves_to_api(before: Graph, after: Graph) -> list[str]:
+    """The authentication mode moves CONFIG_MAP -> API_AND_CONFIG_MAP -> API and never back ("you can't change the
+    authentication mode back to a mode that removes the EKS API and access entries"). Sources: EKS user guide "Change
+    authentication mode to use access entries" (setting-up-access-entries); EKS API UpdateAccessConfigRequest."""
+    order = {m: i for i, m in enumerate(("CONFIG_MAP", "API_AND_CONFIG_MAP", "API"))}
+    out = []
+    for old, new in _pairs(before, after, EKS):
+        a = _get(old.inputs, "accessConfig", "authenticationMode", default="CONFIG_MAP")
+        b = _get(new.inputs, "accessConfig", "authenticationMode", default=a)
+        if order.get(b, -1) < order.get(a, -1):
+            out.append(f"{new.name}: authenticationMode {a} -> {b}: EKS cannot move back from access entries")
     return out
 
 

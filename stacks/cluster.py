@@ -145,6 +145,32 @@ PRIVATE_VPC_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0
 _PRINCIPAL_ARN = re.compile(r"arn:aws(?:-cn|-us-gov)?:iam::[0-9]{12}:(?:role|user)/[\w+=,.@/-]{1,512}", re.ASCII)
 
 
+# EKS access policies a stack may associate (EKS user guide "Review access policy permissions", access-policy-permissions:
+# arn:aws:eks::aws:cluster-access-policy/<name>; like the Kubernetes cluster-admin, admin, edit and view roles).
+ACCESS_POLICIES = {
+    "cluster-admin": "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
+    "admin": "arn:aws:eks::aws:cluster-access-policy/AmazonEKSAdminPolicy",
+    "edit": "arn:aws:eks::aws:cluster-access-policy/AmazonEKSEditPolicy",
+    "view": "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy",
+}
+# EKS control-plane log types (EKS API LogSetup types; EKS user guide "Send control plane logs to CloudWatch Logs").
+CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+DEFAULT_CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
+# CloudWatch Logs PutRetentionPolicy retentionInDays: "Possible values are: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365,
+# 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, and 3653" (CloudWatch Logs API reference, PutRetentionPolicy).
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+_K8S_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+class AccessEntryConfig(_Model):
+    """One EKS access entry (``dynamo:cluster.accessEntries[i]``): an IAM role or user, the access policy it gets
+    (``ACCESS_POLICIES``) and, for admin/edit/view, the namespaces it is limited to (empty: the whole cluster)."""
+
+    principal_arn: str
+    policy: Literal["cluster-admin", "admin", "edit", "view"]
+    namespaces: tuple[str, ...] = ()
+
+
 class EksConfig(_Model):
     """``dynamo:cluster`` settings for ``mode: eks``. Every check raises before any resource is registered;
     the message names ``dynamo:cluster.<key>``, the value and the valid choices."""
@@ -179,6 +205,14 @@ class EksConfig(_Model):
     fsx_throughput_per_tib: Literal[125, 250, 500, 1000] = 1000
     nvidia_stack: Literal["device-plugin", "gpu-operator"] = "device-plugin"
     admin_principal_arns: tuple[str, ...] = ()
+    # Who may use the Kubernetes API, as EKS access entries (access_plan). Set: a new cluster grants nobody implicit admin
+    # (bootstrapClusterCreatorAdminPermissions false); unset: EKS makes the identity that creates the cluster its admin.
+    access_entries: tuple[AccessEntryConfig, ...] = ()
+    # Envelope encryption of Kubernetes Secrets with a customer-managed KMS key the stack creates (rotation on), and
+    # control-plane logs to CloudWatch Logs (/aws/eks/<cluster>/cluster, created before the cluster with this retention).
+    secrets_encryption: bool = True
+    control_plane_logs: tuple[Literal["api", "audit", "authenticator", "controllerManager", "scheduler"], ...] = DEFAULT_CONTROL_PLANE_LOGS
+    control_plane_log_retention_days: int = 90
     # Who may reach the public Kubernetes API endpoint. EKS's own default is 0.0.0.0/0 (EKS API reference,
     # VpcConfigRequest.publicAccessCidrs); kept as the default here, and the plan warns about it.
     public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
@@ -215,6 +249,16 @@ class EksConfig(_Model):
             if not isinstance(arn, str) or not _PRINCIPAL_ARN.fullmatch(arn):
                 raise ValueError(f"{k}.adminPrincipalArns: {str(arn)[:120]!r} is not an IAM principal ARN like "
                                  "arn:aws:iam::123456789012:role/admin or arn:aws:iam::123456789012:user/alice")
+        self._check_access(k)
+        if len(set(self.control_plane_logs)) != len(self.control_plane_logs):
+            dup = sorted({t for t in self.control_plane_logs if self.control_plane_logs.count(t) > 1})
+            raise ValueError(f"{k}.controlPlaneLogs: {dup} listed more than once; list each of {', '.join(CONTROL_PLANE_LOG_TYPES)} once")
+        if self.control_plane_log_retention_days not in LOG_RETENTION_DAYS:
+            raise ValueError(f"{k}.controlPlaneLogRetentionDays: {self.control_plane_log_retention_days} is not a CloudWatch Logs retention; "
+                             f"choose one of: {', '.join(map(str, LOG_RETENTION_DAYS))}")
+        if not self.control_plane_logs and "control_plane_log_retention_days" in self.model_fields_set:
+            raise ValueError(f"{k}.controlPlaneLogRetentionDays: only applies with {k}.controlPlaneLogs (set to [], no log group "
+                             "is created); remove it or list the log types")
         zones = self.availability_zones
         if zones:
             bad = [z for z in zones if not (m := _ZONE.fullmatch(z)) or m["region"] != self.region]
@@ -278,6 +322,35 @@ class EksConfig(_Model):
         if not self.gpu_pools and self.gpu_zone_is_local():
             check_cache_in_local_zone(self.cache_storage, self.gpu_zone(), f"{k}.gpuAvailabilityZone")
         return self
+
+    def _check_access(self, k: str) -> None:
+        """``accessEntries``: IAM role/user ARNs, one entry per principal (EKS CreateAccessEntry: a principal has one
+        access entry per cluster, also across ``adminPrincipalArns``), namespaces only for admin/edit/view, and at least
+        one cluster-admin for the whole cluster: with entries set a new cluster bootstraps nobody, and the ``up`` that
+        creates it installs CRDs and Helm releases through the Kubernetes API, so someone must be cluster-admin."""
+        seen: dict[str, str] = {a: f"{k}.adminPrincipalArns" for a in self.admin_principal_arns}
+        for i, e in enumerate(self.access_entries):
+            ek = f"{k}.accessEntries[{i}]"
+            if not _PRINCIPAL_ARN.fullmatch(e.principal_arn):
+                raise ValueError(f"{ek}.principalArn: {e.principal_arn[:120]!r} is not an IAM role or user ARN like "
+                                 "arn:aws:iam::123456789012:role/dynamo-deploy or arn:aws:iam::123456789012:user/alice "
+                                 "(an assumed-role session ARN arn:aws:sts::... names the role instead)")
+            if e.principal_arn in seen:
+                raise ValueError(f"{ek}.principalArn: {e.principal_arn!r} already has an access entry ({seen[e.principal_arn]}); "
+                                 "EKS gives a principal one access entry per cluster: list it once, with its broadest policy")
+            seen[e.principal_arn] = ek
+            if e.namespaces and e.policy == "cluster-admin":
+                raise ValueError(f"{ek}.namespaces: cluster-admin applies to the whole cluster; for {list(e.namespaces)} choose "
+                                 "policy admin, edit or view, or remove namespaces")
+            for ns in e.namespaces:
+                if not isinstance(ns, str) or not _K8S_NAMESPACE.fullmatch(ns):
+                    raise ValueError(f"{ek}.namespaces: {str(ns)[:80]!r} is not a Kubernetes namespace name (lowercase "
+                                     "letters, digits and '-', at most 63)")
+        if self.access_entries and not self.admin_principal_arns and not any(
+                e.policy == "cluster-admin" for e in self.access_entries):
+            raise ValueError(f"{k}.accessEntries: no entry has policy cluster-admin, so nobody could administer a new cluster "
+                             "(with accessEntries set, EKS grants its creator nothing) and this `up` could not install the "
+                             "platform; add {principalArn: <the role that runs pulumi up>, policy: cluster-admin}")
 
     def _check_pools(self, k: str) -> None:
         from .config import _camel
@@ -496,6 +569,10 @@ class ClusterPlan:
     network: dict[str, Any] = field(default_factory=dict)
     # stacks.karpenter.KarpenterPlan when a GPU pool has capacity: karpenter (its pools get no managed node group).
     karpenter: Optional[Any] = None
+    # Who may use the Kubernetes API (``access_plan``), Secrets envelope encryption and control-plane logs
+    # (``control_plane_plan``).
+    access: dict[str, Any] = field(default_factory=dict)
+    control_plane: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -918,6 +995,70 @@ def network_plan(cfg: EksConfig) -> dict[str, Any]:
     }
 
 
+def _principal_slug(arn: str) -> str:
+    """A stable resource-name part for a principal: account, kind and name (``123456789012-role-ops-admin``), so reordering
+    ``accessEntries`` renames nothing (a renamed access entry would be created before the old one is deleted, and EKS
+    refuses a second entry for the same principal)."""
+    account, rest = arn.split(":")[4], arn.split(":", 5)[5]
+    return re.sub(r"[^A-Za-z0-9_.=,@+-]+", "-", f"{account}-{rest}")
+
+
+def access_plan(cfg: EksConfig) -> dict[str, Any]:
+    """Who may use the cluster's Kubernetes API, as EKS access entries (authentication mode API only).
+
+    ``bootstrap_creator_admin``: EKS CreateCluster ``accessConfig.bootstrapClusterCreatorAdminPermissions`` ("whether or
+    not the cluster creator IAM principal was set as a cluster admin access entry during cluster creation time", default
+    true; EKS API reference CreateAccessConfigRequest). False as soon as ``accessEntries`` names the principals; true
+    without them, as before (the creator's implicit admin, warned about). It only acts on CreateCluster: terraform-provider-
+    aws marks it ForceNew (internal/service/eks/cluster.go), so the wiring keeps an existing cluster's value
+    (``ignoreChanges``) and never replaces a cluster for it.
+
+    ``authentication_mode``: API. Of API, API_AND_CONFIG_MAP and CONFIG_MAP (EKS API AccessConfigResponse), API uses access
+    entries only; nothing here writes the aws-auth ConfigMap, managed node groups get their entries from EKS, and a
+    cluster cannot go back from API ("you can't change the authentication mode back to a mode that removes the EKS API
+    and access entries", EKS user guide setting-up-access-entries): existing clusters of this program already run API.
+
+    ``entries``: one access entry and one policy association per principal; ``adminPrincipalArns`` keep their resource
+    names (``admin-<i>``), ``accessEntries`` are named by principal (``access-<account>-<role|user>-<name>``)."""
+    entries = [{"name": f"admin-{i}", "principal_arn": arn, "policy": "cluster-admin",
+                "policy_arn": ACCESS_POLICIES["cluster-admin"], "access_scope": {"type": "cluster"}}
+               for i, arn in enumerate(cfg.admin_principal_arns)]
+    for e in cfg.access_entries:
+        scope = {"type": "namespace", "namespaces": list(e.namespaces)} if e.namespaces else {"type": "cluster"}
+        entries.append({"name": f"access-{_principal_slug(e.principal_arn)}", "principal_arn": e.principal_arn, "policy": e.policy,
+                        "policy_arn": ACCESS_POLICIES[e.policy], "access_scope": scope})
+    warnings = []
+    if not cfg.access_entries:
+        warnings.append(f"{NS}:cluster.accessEntries is not set: a new cluster makes whoever runs its first `up` cluster-admin "
+                        "implicitly (EKS bootstrapClusterCreatorAdminPermissions); name the deploy role and your admins there, "
+                        "e.g. [{principalArn: arn:aws:iam::<account>:role/<deploy role>, policy: cluster-admin}] "
+                        "(docs/deploy-aws.md, \"Cluster access\")")
+    return {"authentication_mode": "API", "bootstrap_creator_admin": not cfg.access_entries, "entries": entries, "warnings": warnings}
+
+
+def control_plane_plan(name: str, cfg: EksConfig) -> dict[str, Any]:
+    """Secrets envelope encryption and control-plane logs of the cluster ``name``.
+
+    ``secrets_encryption``: a customer-managed symmetric KMS key of the stack with automatic rotation, used for
+    ``resources: ["secrets"]`` (EKS EncryptionConfig; EKS user guide enable-kms: symmetric, same Region). Adding it to an
+    existing cluster is an in-place AssociateEncryptionConfig (terraform-provider-aws internal/service/eks/cluster.go
+    update: only from none to one), and it cannot be undone: "You can't disable secrets encryption after enabling it.
+    This action is irreversible" (EKS user guide enable-kms); the provider replaces the cluster when it is removed
+    (``ForceNewIfChange("encryption_config", ...)``), which the AWS rules' update rules refuse. The cluster role gets
+    kms:Encrypt, kms:Decrypt, kms:ListGrants, kms:DescribeKey on the key (terraform-aws-modules/terraform-aws-eks
+    main.tf @0005984c, cluster_encryption policy).
+
+    ``logs``: the log types, the log group EKS writes to (``/aws/eks/<cluster>/cluster``) and its retention. The stack
+    creates the group before the cluster (terraform-aws-eks main.tf: the cluster depends on aws_cloudwatch_log_group):
+    otherwise EKS creates it on first delivery with no retention (events never expire) and the stack could not create
+    it afterwards."""
+    logs = None
+    if cfg.control_plane_logs:
+        logs = {"types": list(cfg.control_plane_logs), "log_group": f"/aws/eks/{name}/cluster",
+                "retention_in_days": cfg.control_plane_log_retention_days}
+    return {"secrets_encryption": cfg.secrets_encryption, "logs": logs}
+
+
 def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cache: bool = True,
                   compute_domain_for: Optional[tuple[Target, dict]] = None) -> ClusterPlan:
     """The cluster around its GPU node groups: VPC, system nodes, add-ons, cache storage. ``pools[0]`` is the
@@ -1003,6 +1144,8 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
                "efa_per_gpu": first.shape.efa_per_gpu},
         gpu_pools=list(pools),
         karpenter=karpenter,
+        access=access_plan(cfg),
+        control_plane=control_plane_plan(name, cfg),
     )
 
 

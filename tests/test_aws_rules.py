@@ -586,3 +586,152 @@ def test_guide_states_the_network_costs_and_the_unverified_gb200_efa_layout():
     assert "aws ec2 modify-availability-zone-group --region us-east-1 --group-name us-east-1-dfw-2 --opt-in-status opted-in" in guide
     if not INSTANCES["p6e-gb200.36xlarge"].verified:
         assert "The EFA layout of p6e-gb200 is unverified" in guide
+
+
+# ---------------------------------------------------------------------------- cluster access, Secrets encryption, control-plane logs
+
+DEPLOY = "arn:aws:iam::123456789012:role/dynamo-deploy"
+ALICE = "arn:aws:iam::123456789012:user/alice"
+ACCESS = [{"principalArn": DEPLOY, "policy": "cluster-admin"}, {"principalArn": ALICE, "policy": "view", "namespaces": ["dynamo-rules"]}]
+BOOTSTRAP = "accessConfig.bootstrapClusterCreatorAdminPermissions"
+
+
+def h100_eks(**cluster) -> dict:
+    return {"gpu": "h100", "topology": "disagg", "imagePullSecrets": ["ngc-secret"], "cluster": {"mode": "eks", **cluster}}
+
+
+@pytest.fixture(scope="module")
+def named() -> Graph:
+    return graph(h100_eks(accessEntries=ACCESS))
+
+
+def as_before_this_change(g: Graph) -> Graph:
+    """``g`` as the program registered it before access entries, Secrets encryption and logs were its own: the creator's
+    bootstrap admin, no encryptionConfig, no control-plane logs, no KMS key or log group, nothing ignored."""
+    def old(res):
+        c = one(res, R.EKS)
+        c.inputs["accessConfig"] = {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": True}
+        c.inputs.pop("encryptionConfig", None)
+        c.inputs.pop("enabledClusterLogTypes", None)
+        c.ignore_changes = ()
+        gone = {r.urn for r in res if r.type in (R.KMS_KEY, R.LOG_GROUP, R.IAM_ROLE_POLICY)}
+        c.dependencies = tuple(d for d in c.dependencies if d not in gone)
+        res[:] = [r for r in res if r.urn not in gone and r.type not in (R.ACCESS_ENTRY, R.ACCESS_POLICY_ASSOCIATION)]
+    return mutate(g, old)
+
+
+def test_default_cluster_encrypts_secrets_and_logs_its_control_plane(on_demand_efs):
+    c = one(on_demand_efs.resources, R.EKS)
+    assert c.inputs["encryptionConfig"]["resources"] == ["secrets"]
+    key = one(on_demand_efs.resources, R.KMS_KEY)
+    assert key.inputs["enableKeyRotation"] is True and key.urn in c.dependencies
+    assert c.inputs["enabledClusterLogTypes"] == ["api", "audit", "authenticator"]
+    lg = one(on_demand_efs.resources, R.LOG_GROUP)
+    assert lg.inputs["name"] == "/aws/eks/dynamo-rules/cluster" and lg.inputs["retentionInDays"] == 90 and lg.urn in c.dependencies
+    policy = one(on_demand_efs.resources, R.IAM_ROLE_POLICY, "-cluster-secrets-key")
+    assert policy.inputs["role"] == "cluster-cluster-id" and "kms:Decrypt" in policy.inputs["policy"] and policy.urn in c.dependencies
+    # no accessEntries: the creator's bootstrap admin, as before; the flag is create-only, so it is always ignored on update
+    assert c.inputs["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": True}
+    assert BOOTSTRAP in c.ignore_changes
+    assert check(on_demand_efs) == []
+
+
+def test_named_principals_replace_the_creators_admin(named):
+    c = one(named.resources, R.EKS)
+    assert c.inputs["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False}
+    entries = {e.inputs["principalArn"]: e for e in named.of(R.ACCESS_ENTRY)}
+    assoc = {a.inputs["principalArn"]: a for a in named.of(R.ACCESS_POLICY_ASSOCIATION)}
+    assert set(entries) == set(assoc) == {DEPLOY, ALICE}
+    assert assoc[DEPLOY].inputs["policyArn"] == "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+    assert assoc[DEPLOY].inputs["accessScope"] == {"type": "cluster"}
+    assert assoc[ALICE].inputs["policyArn"] == "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
+    assert assoc[ALICE].inputs["accessScope"] == {"type": "namespace", "namespaces": ["dynamo-rules"]}
+    assert entries[DEPLOY].name == "cluster-access-123456789012-role-dynamo-deploy"
+    # the Kubernetes provider (the platform, the DGD) waits for the cluster-admin's association
+    assert all(assoc[DEPLOY].urn in p.dependencies for p in named.of("pulumi:providers:kubernetes"))
+    assert check(named) == []
+
+
+def test_access_rules_fail_on_incomplete_access(named):
+    assert only(R.access_entries_are_complete, named) == [] and only(R.cluster_is_administered_without_the_creator, named) == []
+    no_view = mutate(named, lambda res: res.remove(next(a for a in res if a.type == R.ACCESS_POLICY_ASSOCIATION and a.inputs["principalArn"] == ALICE)))
+    assert any("without an access policy association" in m for m in only(R.access_entries_are_complete, no_view))
+    twice = mutate(named, lambda res: res.append(copy.deepcopy(one(res, R.ACCESS_ENTRY, "-dynamo-deploy"))))
+    assert any("a second access entry" in m for m in only(R.access_entries_are_complete, twice))
+    unordered = mutate(named, lambda res: setattr(one(res, R.ACCESS_POLICY_ASSOCIATION, "-dynamo-deploy"), "dependencies", ()))
+    assert any("without waiting for access entry" in m for m in only(R.access_entries_are_complete, unordered))
+    no_admin = mutate(named, lambda res: res.remove(one(res, R.ACCESS_POLICY_ASSOCIATION, "-dynamo-deploy")))
+    assert any("nobody can administer it" in m for m in only(R.cluster_is_administered_without_the_creator, no_admin))
+    early = mutate(named, lambda res: [setattr(p, "dependencies", ()) for p in res if p.type == "pulumi:providers:kubernetes"])
+    assert any("does not wait for a cluster-admin access entry" in m for m in only(R.cluster_is_administered_without_the_creator, early))
+    config_map = mutate(named, lambda res: one(res, R.EKS).inputs["accessConfig"].update(authenticationMode="CONFIG_MAP"))
+    assert any("CONFIG_MAP (EKS refuses it)" in m for m in only(R.cluster_is_administered_without_the_creator, config_map))
+
+
+def test_encryption_and_log_rules_fail_on_a_broken_graph(on_demand_efs):
+    assert only(R.secrets_are_envelope_encrypted_with_a_rotating_key, on_demand_efs) == []
+    assert only(R.control_plane_logs_have_their_log_group_first, on_demand_efs) == []
+    no_rotation = mutate(on_demand_efs, lambda res: one(res, R.KMS_KEY).inputs.update(enableKeyRotation=False))
+    assert any("without enableKeyRotation" in m for m in only(R.secrets_are_envelope_encrypted_with_a_rotating_key, no_rotation))
+    no_use = mutate(on_demand_efs, lambda res: res.remove(one(res, R.IAM_ROLE_POLICY, "-cluster-secrets-key")))
+    assert any("no policy on KMS key" in m for m in only(R.secrets_are_envelope_encrypted_with_a_rotating_key, no_use))
+    configmaps = mutate(on_demand_efs, lambda res: one(res, R.EKS).inputs["encryptionConfig"].update(resources=["configmaps"]))
+    assert any("(EKS takes [secrets])" in m for m in only(R.secrets_are_envelope_encrypted_with_a_rotating_key, configmaps))
+    no_group = mutate(on_demand_efs, lambda res: res.remove(one(res, R.LOG_GROUP)))
+    assert any("without the stack's log group /aws/eks/dynamo-rules/cluster" in m for m in only(R.control_plane_logs_have_their_log_group_first, no_group))
+    late = mutate(on_demand_efs, lambda res: setattr(one(res, R.EKS), "dependencies",
+                                                     tuple(d for d in one(res, R.EKS).dependencies if "logGroup" not in d)))
+    assert any("does not wait for log group" in m for m in only(R.control_plane_logs_have_their_log_group_first, late))
+    forever = mutate(on_demand_efs, lambda res: one(res, R.LOG_GROUP).inputs.update(retentionInDays=10))
+    assert any("retentionInDays 10" in m for m in only(R.control_plane_logs_have_their_log_group_first, forever))
+
+
+def test_encryption_and_logs_switch_off():
+    g = graph(h100_eks(secretsEncryption=False, controlPlaneLogs=[]))
+    c = one(g.resources, R.EKS)
+    assert "encryptionConfig" not in c.inputs and not c.inputs.get("enabledClusterLogTypes")
+    assert g.of(R.KMS_KEY) == [] and g.of(R.LOG_GROUP) == [] and g.of(R.IAM_ROLE_POLICY) == []
+    assert check(g) == []
+    audit_only = graph(h100_eks(controlPlaneLogs=["audit"], controlPlaneLogRetentionDays=365))
+    assert one(audit_only.resources, R.EKS).inputs["enabledClusterLogTypes"] == ["audit"]
+    assert one(audit_only.resources, R.LOG_GROUP).inputs["retentionInDays"] == 365
+
+
+# ---------------------------------------------------------------------------- update rules: an existing cluster is never replaced
+
+
+def test_existing_cluster_takes_access_entries_encryption_and_logs_in_place(on_demand_efs, named):
+    """A cluster the program created before (creator bootstrap, no encryption, no logs) updated to this program's graph:
+    the bootstrap flag keeps its value (ignoreChanges), encryption is associated in place, logs are an update."""
+    existing = as_before_this_change(on_demand_efs)
+    assert R.check_update(existing, on_demand_efs) == []
+    assert R.check_update(existing, named) == []
+    # without ignoreChanges the same update replaces the cluster
+    replaced = mutate(named, lambda res: setattr(one(res, R.EKS), "ignore_changes", ()))
+    assert R.check_update(existing, replaced) == [
+        "eks_update_keeps_the_creator_bootstrap: cluster-eks: bootstrapClusterCreatorAdminPermissions True -> False replaces the cluster "
+        "(create-only); keep it in ignoreChanges so an existing cluster keeps its value"]
+    # a cluster created with named principals keeps them when a stack drops accessEntries later
+    assert R.check_update(named, graph(h100_eks())) == []
+
+
+def test_turning_secrets_encryption_off_on_an_existing_cluster_is_refused(on_demand_efs):
+    off = graph(h100_eks(secretsEncryption=False))
+    assert R.check_update(on_demand_efs, off) == [
+        "eks_update_never_removes_secrets_encryption: cluster-eks: Secrets envelope encryption (key cluster-secrets) removed from an "
+        "existing cluster: EKS cannot disable it and the provider replaces the cluster; keep dynamo:cluster.secretsEncryption: true on this stack"]
+    assert R.check_update(off, on_demand_efs) == []  # turning it on is AssociateEncryptionConfig, in place
+
+    def other_key(res):
+        c = one(res, R.EKS)
+        c.dependencies = tuple(d.replace("::cluster-secrets", "::cluster-secrets-2") for d in c.dependencies)
+    assert any("Secrets key cluster-secrets -> cluster-secrets-2" in m
+               for m in R.check_update(on_demand_efs, mutate(on_demand_efs, other_key)))
+
+
+def test_authentication_mode_never_moves_back(on_demand_efs):
+    back = mutate(on_demand_efs, lambda res: one(res, R.EKS).inputs["accessConfig"].update(authenticationMode="API_AND_CONFIG_MAP"))
+    assert R.check_update(on_demand_efs, back) == [
+        "eks_update_authentication_mode_only_moves_to_api: cluster-eks: authenticationMode API -> API_AND_CONFIG_MAP: "
+        "EKS cannot move back from access entries"]
+    assert R.check_update(back, on_demand_efs) == []

@@ -340,3 +340,44 @@ def test_two_gpu_types_without_gpu_pools_are_refused_before_any_resource():
     from harness import LAST_RUN
 
     assert LAST_RUN.resources == []
+
+
+# ---- who may use the cluster, Secrets encryption, control-plane logs
+
+ACCESS_STACKS = [p for p in sorted(ROOT.glob("Pulumi.*.yaml")) if ((stack_config(p).get("cluster") or {}).get("accessEntries"))]
+
+
+def test_environment_stacks_name_their_cluster_admins():
+    assert {p.name for p in ACCESS_STACKS} >= {"Pulumi.h100-disagg-staging.yaml", "Pulumi.h100-disagg-prod.yaml", "Pulumi.h100-cluster.yaml"}
+
+
+@pytest.mark.parametrize("path", ACCESS_STACKS, ids=lambda p: p.name)
+def test_committed_access_entries_become_entries_and_policies(path):
+    cfg = stack_config(path)
+    run = run_program(cfg, {**TOKEN, "ngcApiKey": "nvapi-mock"}, stack=path.name.split(".")[1])
+    cluster = run.one("aws:eks/cluster:Cluster")
+    assert cluster.inputs["accessConfig"]["bootstrapClusterCreatorAdminPermissions"] is False
+    assert "accessConfig.bootstrapClusterCreatorAdminPermissions" in cluster.ignore_changes
+    want = {e["principalArn"]: e["policy"] for e in cfg["cluster"]["accessEntries"]}
+    entries = run.by_type("aws:eks/accessEntry:AccessEntry")
+    assoc = run.by_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+    assert sorted(e.inputs["principalArn"] for e in entries) == sorted(want)
+    policy_name = {"cluster-admin": "AmazonEKSClusterAdminPolicy", "view": "AmazonEKSViewPolicy", "admin": "AmazonEKSAdminPolicy",
+                   "edit": "AmazonEKSEditPolicy"}
+    assert {a.inputs["principalArn"]: a.inputs["policyArn"].rsplit("/", 1)[1] for a in assoc} == {p: policy_name[v] for p, v in want.items()}
+
+
+def test_secrets_key_and_log_group_come_before_the_cluster():
+    run = eks("h100")
+    cluster = run.one("aws:eks/cluster:Cluster")
+    key, group = run.one("aws:kms/key:Key"), run.one("aws:cloudwatch/logGroup:LogGroup")
+    use = run.one("aws:iam/rolePolicy:RolePolicy")
+    assert {key.urn, group.urn, use.urn} <= set(cluster.dependencies)
+    assert key.inputs["enableKeyRotation"] is True and cluster.inputs["encryptionConfig"]["resources"] == ["secrets"]
+    assert group.inputs == {"name": "/aws/eks/dynamo-h100-agg/cluster", "retentionInDays": 90, "tags": {"dynamo.nvidia.com/cluster": "dynamo-h100-agg"}}
+    assert cluster.inputs["enabledClusterLogTypes"] == ["api", "audit", "authenticator"]
+    assert sorted(__import__("json").loads(use.inputs["policy"])["Statement"][0]["Action"]) == [
+        "kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:ListGrants"]
+    off = eks("h100", secretsEncryption=False, controlPlaneLogs=[])
+    assert not off.by_type("aws:kms/key:Key") and not off.by_type("aws:cloudwatch/logGroup:LogGroup")
+    assert "encryptionConfig" not in off.one("aws:eks/cluster:Cluster").inputs

@@ -479,3 +479,84 @@ def test_addons_carry_the_pinned_versions_of_the_cluster_version():
     # kube-proxy follows the control plane's minor version (EKS user guide, managing-kube-proxy)
     for k8s, addons in pins.items():
         assert addons["kube-proxy"].startswith(f"v{k8s}."), (k8s, addons)
+
+
+# ------------------------------------------------------------------ who may use the cluster, Secrets encryption, control-plane logs
+
+DEPLOY = "arn:aws:iam::123456789012:role/dynamo-deploy"
+OPS = "arn:aws:iam::210987654321:role/platform/ops"
+
+
+def test_access_entries_name_principals_and_turn_the_creator_bootstrap_off():
+    from stacks.cluster import ACCESS_POLICIES, access_plan
+
+    cfg = EksConfig(region="us-east-1", admin_principal_arns=(OPS,), access_entries=(
+        {"principal_arn": DEPLOY, "policy": "cluster-admin"},
+        {"principal_arn": "arn:aws:iam::123456789012:user/alice", "policy": "edit", "namespaces": ("team-a", "team-b")}))
+    a = access_plan(cfg)
+    assert a["authentication_mode"] == "API" and a["bootstrap_creator_admin"] is False and a["warnings"] == []
+    assert [(e["name"], e["principal_arn"], e["policy_arn"], e["access_scope"]) for e in a["entries"]] == [
+        ("admin-0", OPS, ACCESS_POLICIES["cluster-admin"], {"type": "cluster"}),
+        ("access-123456789012-role-dynamo-deploy", DEPLOY, "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy", {"type": "cluster"}),
+        ("access-123456789012-user-alice", "arn:aws:iam::123456789012:user/alice", "arn:aws:eks::aws:cluster-access-policy/AmazonEKSEditPolicy",
+         {"type": "namespace", "namespaces": ["team-a", "team-b"]})]
+    # names follow the principal, not the position: reordering renames (and so recreates) nothing
+    flipped = access_plan(cfg.model_copy(update={"access_entries": tuple(reversed(cfg.access_entries))}))
+    assert sorted(e["name"] for e in flipped["entries"]) == sorted(e["name"] for e in a["entries"])
+    assert access_plan(EksConfig(region="us-east-1", access_entries=(
+        {"principal_arn": "arn:aws:iam::123456789012:role/ops/admin", "policy": "cluster-admin"},)))["entries"][0]["name"] == \
+        "access-123456789012-role-ops-admin"
+
+
+def test_without_access_entries_the_creator_keeps_its_bootstrap_admin_with_a_warning():
+    from stacks.cluster import access_plan
+
+    a = access_plan(EksConfig(region="us-east-1", admin_principal_arns=(OPS,)))
+    assert a["bootstrap_creator_admin"] is True and [e["name"] for e in a["entries"]] == ["admin-0"]
+    assert len(a["warnings"]) == 1 and "dynamo:cluster.accessEntries is not set" in a["warnings"][0]
+
+
+def test_cluster_plan_carries_access_encryption_and_logs():
+    p = plan(access_entries=({"principal_arn": DEPLOY, "policy": "cluster-admin"},))
+    assert p.access["bootstrap_creator_admin"] is False and [e["principal_arn"] for e in p.access["entries"]] == [DEPLOY]
+    assert p.control_plane == {"secrets_encryption": True, "logs": {"types": ["api", "audit", "authenticator"],
+                                                                    "log_group": "/aws/eks/dynamo-t/cluster", "retention_in_days": 90}}
+    off = plan(secrets_encryption=False, control_plane_logs=())
+    assert off.control_plane == {"secrets_encryption": False, "logs": None}
+    assert plan(control_plane_logs=("audit", "scheduler"), control_plane_log_retention_days=731).control_plane["logs"] == {
+        "types": ["audit", "scheduler"], "log_group": "/aws/eks/dynamo-t/cluster", "retention_in_days": 731}
+
+
+ACCESS_BAD = [
+    ({"accessEntries": [{"principalArn": "alice", "policy": "view"}]}, "accessEntries[0].principalArn", "'alice'"),
+    ({"accessEntries": [{"principalArn": "arn:aws:sts::123456789012:assumed-role/deploy/ci", "policy": "cluster-admin"}]},
+     "accessEntries[0].principalArn", "assumed-role session"),
+    ({"accessEntries": [{"principalArn": DEPLOY, "policy": "root"}]}, "accessEntries.0.policy", "'cluster-admin', 'admin', 'edit' or 'view'"),
+    ({"accessEntries": [{"principalArn": DEPLOY}]}, "accessEntries.0.policy", "required"),
+    ({"accessEntries": [{"principalArn": DEPLOY, "policy": "view"}]}, "accessEntries", "no entry has policy cluster-admin"),
+    ({"accessEntries": [{"principalArn": DEPLOY, "policy": "cluster-admin"}, {"principalArn": DEPLOY, "policy": "view"}]},
+     "accessEntries[1].principalArn", "one access entry per cluster"),
+    ({"adminPrincipalArns": [DEPLOY], "accessEntries": [{"principalArn": DEPLOY, "policy": "view"}]},
+     "accessEntries[0].principalArn", "adminPrincipalArns"),
+    ({"accessEntries": [{"principalArn": DEPLOY, "policy": "cluster-admin", "namespaces": ["a"]}]}, "accessEntries[0].namespaces", "admin, edit or view"),
+    ({"accessEntries": [{"principalArn": DEPLOY, "policy": "cluster-admin"}, {"principalArn": OPS, "policy": "view", "namespaces": ["Team_A"]}]},
+     "accessEntries[1].namespaces", "'Team_A'"),
+    ({"controlPlaneLogs": ["audit", "kubelet"]}, "controlPlaneLogs.1", "'controllerManager'"),
+    ({"controlPlaneLogs": ["audit", "audit"]}, "controlPlaneLogs", "more than once"),
+    ({"controlPlaneLogRetentionDays": 10}, "controlPlaneLogRetentionDays", "3653"),
+    ({"controlPlaneLogs": [], "controlPlaneLogRetentionDays": 30}, "controlPlaneLogRetentionDays", "only applies"),
+    ({"secretsEncryption": "yes"}, "secretsEncryption", "true or false"),
+]
+
+
+@pytest.mark.parametrize("cluster, key, hint", ACCESS_BAD, ids=[b[1] + "-" + b[2][:20] for b in ACCESS_BAD])
+def test_bad_access_encryption_and_log_settings_name_the_key(cluster, key, hint):
+    with pytest.raises(ConfigError) as e:
+        cluster_config({"cluster": {"mode": "eks", "region": "us-east-1", **cluster}})
+    assert f"dynamo:cluster.{key}" in str(e.value) and hint in str(e.value), str(e.value)
+
+
+def test_good_access_settings_pass():
+    c = cluster_config({"cluster": {"mode": "eks", "region": "us-east-1", "adminPrincipalArns": [OPS],
+                                    "accessEntries": [{"principalArn": DEPLOY, "policy": "view", "namespaces": ["team-a"]}]}})
+    assert c.access_entries[0].namespaces == ("team-a",)  # adminPrincipalArns are cluster-admins
