@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from stacks import catalog, registry
+from stacks import catalog, registry, versions
 from stacks.catalog import k8s
 from stacks.catalog.engine import Cache, Component, DownloadJob, Recipe, shm
 from stacks.catalog.model import ModelFamily, Target
@@ -23,7 +23,7 @@ MODEL = "throwaway-7b"
 GPU = "throwaway-gpu"
 LABEL = "NVIDIA-Throwaway-GPU-96GB"  # the nvidia.com/gpu.product label GPU Feature Discovery would set
 REPO = "example/Throwaway-7B"
-IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.9.0"
+IMAGE = versions.image("lightning-vllm")  # a new model adds its own key to stacks/versions.yaml; a manifest image here
 CACHE = Cache(claim="throwaway-model-cache", mount="/models", size="40Gi")
 HF_ENV = {"HF_HOME": "/models", "HF_HUB_OFFLINE": "1"}
 WORKER = dict(cache=CACHE, affinity="{gpu}", tolerations=(k8s.GPU_TOLERATION,), requests={"memory": "64Gi"}, shm="16Gi",
@@ -36,7 +36,7 @@ DISAGG = Recipe("vllm", (FRONTEND,) + tuple(
     Component(name, kind, "{image}", ("python3", "-m", "dynamo.vllm"), ENGINE + ("--disaggregation-mode", kind), HF_ENV,
               gpus="{gpus}", devices={"rdma/ib": "1"}, **WORKER)
     for name, kind in (("VllmPrefillWorker", "prefill"), ("VllmDecodeWorker", "decode"))), vars={"repo": REPO})
-DOWNLOAD = DownloadJob("throwaway-model-download", IMAGE, 'hf download "$MODEL_NAME"', CACHE, ("sh", "-c"),
+DOWNLOAD = DownloadJob("throwaway-model-download", versions.image("motif3-download"), 'hf download "$MODEL_NAME"', CACHE, ("sh", "-c"),
                        env={"MODEL_NAME": REPO, "HF_HOME": "/models"})
 COMMON = dict(upstream=None, model=MODEL, runtime="vllm", spec="none", image=IMAGE, cache_jobs=(DOWNLOAD.name,))
 TARGETS = (

@@ -50,7 +50,8 @@ def _render(tid):
 @needs_reference
 def test_scope_is_the_seed_recipes():
     models = {p.values[1].split("/")[0] for p in SCOPE if p.values[0] == "dynamo-recipes"}
-    assert models == {"nemotron-3.5-lightning", "nemotron-3-ultra", "motif-3"}
+    followed = {t.upstream.split("/")[0] for t in catalog.targets().values() if t.reference == "dynamo-recipes" and t.upstream}
+    assert models == followed and len(followed) >= 3  # the model directories the catalog's targets follow, the three seeds at least
     assert len([p for p in SCOPE if p.values[0] == "dynamo-recipes"]) >= 56
 
 

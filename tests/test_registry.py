@@ -32,10 +32,27 @@ def test_every_target_uses_registry_values_and_its_gpu_label():
 
 
 def test_gpus_reference_the_instance_data_without_copying_it():
+    """A GPU with an instance names one that carries it (same label and arch); a GPU registered without one (existing
+    clusters only) has no default instance, and asking for its EKS shape names it and the missing data."""
     for g in registry.GPUS.values():
+        if g.instance is None:
+            assert g.id not in gpus.DEFAULT_INSTANCE and gpus.default_shape(g.id) is None
+            with pytest.raises(ValueError, match=f"GPU '{g.id}' has no EC2 instance data"):
+                gpus.shape_for(g.id)
+            continue
         shape = gpus.INSTANCES[g.instance]
         assert (shape.gpu, shape.product, shape.kubernetes_arch) == (g.id, g.label, g.arch), g
-    assert gpus.DEFAULT_INSTANCE == {g.id: g.instance for g in registry.GPUS.values()}
+        assert gpus.default_shape(g.id) is shape and g.instance in gpus.HOSTS, g
+    assert gpus.DEFAULT_INSTANCE == {g.id: g.instance for g in registry.GPUS.values() if g.instance}
+
+
+def test_a_gpu_without_instance_data_is_refused_by_name(monkeypatch):
+    monkeypatch.setitem(registry.GPUS, "gpu-x", registry.Gpu("gpu-x", "NVIDIA-X", None))
+    assert gpus.default_shape("gpu-x") is None and gpus.host_type_for("gpu-x") == gpus.EXISTING_HOST
+    with pytest.raises(ValueError, match=r"GPU 'gpu-x' has no EC2 instance data: .*stacks/gpus.py INSTANCES"):
+        gpus.shape_for("gpu-x")
+    with pytest.raises(ValueError, match=r"instance type 'p5.48xlarge' carries h100, not gpu-x; choose one of: none \(gpu-x has no EC2"):
+        gpus.shape_for("gpu-x", "p5.48xlarge")
 
 
 def test_readme_table_is_generated_from_the_registry():
@@ -47,7 +64,8 @@ def test_readme_table_is_generated_from_the_registry():
 def test_unknown_value_names_key_choices_and_closest():
     with pytest.raises(ConfigError) as e:
         parse({"gpu": "h20"})
-    assert "dynamo:gpu: 'h20' is not valid; choose one of 'h100', 'h200', 'b200' or 'gb200'; did you mean 'h200'?" in str(e.value)
+    *rest, last = (repr(g) for g in registry.GPUS)
+    assert f"dynamo:gpu: 'h20' is not valid; choose one of {', '.join(rest)} or {last}; did you mean 'h200'?" in str(e.value)
     with pytest.raises(ConfigError) as e:
         parse({"target": "lightning-vllm-agg-h100-dspak"})
     assert "did you mean 'lightning-vllm-agg-h100-dspark'" in str(e.value)

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from stacks import catalog
+from stacks import catalog, registry
 from stacks.cluster import NodeShape
 from stacks.gpus import DEFAULT_INSTANCE, INSTANCES
 from stacks.scheduling import SYSTEM, check_target, default_shapes
@@ -36,13 +36,25 @@ PRESENT_TARGETS = {
 GKE_RDMA = {f"networking.gke.io.networks/rdma-{i}{s}": 1 for i in range(4) for s in ("", ".IP")}
 
 
+# GPUs per node of an existing cluster whose GPU has no instance data in stacks/gpus.py (registered for existing
+# clusters only): the eight-GPU node the scheduling check assumes for it.
+EXISTING_GPUS_PER_NODE = 8
+
+
 def literal_gpu_node(t) -> NodeShape:
-    """The GPU node a target's cluster offers, from the instance data and the literal taint only."""
-    inst = INSTANCES[DEFAULT_INSTANCE[t.gpu]]
-    labels = {"nvidia.com/gpu.product": inst.product, "nvidia.com/gpu.present": "true",
-              "kubernetes.io/arch": {"x86_64": "amd64", "arm64": "arm64"}[inst.arch], "kubernetes.io/os": "linux",
-              "node.kubernetes.io/instance-type": inst.instance_type}
-    capacity = {"nvidia.com/gpu": inst.gpus_per_node}
+    """The GPU node a target's cluster offers, from the instance data (or, for a GPU registered without any, its
+    registry label and arch on an eight-GPU node) and the literal taint only."""
+    if t.gpu in DEFAULT_INSTANCE:
+        inst = INSTANCES[DEFAULT_INSTANCE[t.gpu]]
+        product, arch, per_node = inst.product, {"x86_64": "amd64", "arm64": "arm64"}[inst.arch], inst.gpus_per_node
+        extra = {"node.kubernetes.io/instance-type": inst.instance_type}
+    else:
+        g = registry.GPUS[t.gpu]
+        product, arch, per_node, extra = g.label, g.arch, EXISTING_GPUS_PER_NODE, {}
+        inst = None
+    labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.present": "true", "kubernetes.io/arch": arch,
+              "kubernetes.io/os": "linux", **extra}
+    capacity = {"nvidia.com/gpu": per_node}
     if t.fabric == "aws-efa":
         capacity["vpc.amazonaws.com/efa"] = len(inst.efa_cards)
         labels["vpc.amazonaws.com/efa.present"] = "true"
@@ -56,7 +68,7 @@ def literal_gpu_node(t) -> NodeShape:
         labels["cloud.google.com/gke-accelerator"] = "nvidia-gb200"
     taint = PRESENT_TAINT if t.id in PRESENT_TARGETS else GPU_TAINT
     gpus = catalog.gpus_needed(next(o for o in catalog.recipe_objects(t) if o["kind"] == "DynamoGraphDeployment"))
-    return NodeShape("gpu", labels, [dict(taint)], capacity, max(1, math.ceil(gpus / inst.gpus_per_node)))
+    return NodeShape("gpu", labels, [dict(taint)], capacity, max(1, math.ceil(gpus / per_node)))
 
 
 @pytest.mark.parametrize("tid", sorted(TARGETS))
@@ -75,7 +87,7 @@ def test_target_does_not_fit_a_node_tainted_otherwise(tid):
     assert any(f"taint nvidia.com/gpu={other}:NoSchedule not tolerated" in p for p in check_target(t, [SYSTEM, node]))
 
 
-@pytest.mark.parametrize("tid", sorted(tid for tid, t in TARGETS.items() if t.fabric in ("aws-efa", "none")))
+@pytest.mark.parametrize("tid", sorted(tid for tid, t in TARGETS.items() if t.fabric in ("aws-efa", "none") and t.gpu in DEFAULT_INSTANCE))
 def test_eks_node_group_carries_the_literal_taint(tid):
     """What the program's EKS GPU node group sets (EKS API form) is the literal taint."""
     from stacks.cluster import build_cluster_plan
