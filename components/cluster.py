@@ -10,7 +10,7 @@ from typing import Optional
 import pulumi
 import pulumi_aws as aws
 
-from stacks.cluster import ClusterPlan
+from stacks.cluster import SECRETS_KEY_ACTIONS, ClusterPlan
 from stacks.karpenter import DISCOVERY_TAG, NODE_POLICIES as KARPENTER_NODE_POLICIES, SERVICE_ACCOUNT as KARPENTER_SERVICE_ACCOUNT, fill
 
 ASSUME_EKS = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]})
@@ -131,7 +131,7 @@ class EksGpuCluster(pulumi.ComponentResource):
             cluster_deps.append(aws.iam.RolePolicy(
                 f"{name}-cluster-secrets-key", role=cluster_role.id,
                 policy=self.secrets_key.arn.apply(lambda arn: json.dumps({"Version": "2012-10-17", "Statement": [{
-                    "Effect": "Allow", "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"], "Resource": arn}]})),
+                    "Effect": "Allow", "Action": list(SECRETS_KEY_ACTIONS), "Resource": arn}]})),
                 opts=child))
             encryption = {"provider": {"key_arn": self.secrets_key.arn}, "resources": ["secrets"]}
         self.log_group = None

@@ -159,6 +159,9 @@ DEFAULT_CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
 # CloudWatch Logs PutRetentionPolicy retentionInDays: "Possible values are: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365,
 # 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, and 3653" (CloudWatch Logs API reference, PutRetentionPolicy).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+# What the cluster role may do with the Secrets key (terraform-aws-modules/terraform-aws-eks main.tf @0005984c,
+# aws_iam_policy.cluster_encryption).
+SECRETS_KEY_ACTIONS = ("kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey")
 _K8S_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
