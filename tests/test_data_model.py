@@ -20,7 +20,7 @@ from stacks.render import render_config
 ROOT = Path(__file__).resolve().parent.parent
 
 # ---- model data: begin (docs/development.md "Adding a model"; no def/lambda/class in here, at most 60 lines)
-MODEL = "qwen3-0.6b"
+MODEL = "example-qwen3-0.6b"  # test-only ids (model, targets, GPU): a real Qwen3 or RTX PRO addition keeps its own
 REPO = "Qwen/Qwen3-0.6B"
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.9.0"
 CACHE = Cache(claim="qwen3-model-cache", mount="/models", size="20Gi")
@@ -38,7 +38,7 @@ DOWNLOAD = DownloadJob("qwen3-model-download", IMAGE, 'hf download "$MODEL_NAME"
                        env={"MODEL_NAME": REPO, "HF_HOME": "/models"},
                        security={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}})
 TARGETS = tuple(
-    Target(id=f"qwen3-vllm-agg-{gpu}" + ("-kv" if routing == "kv" else ""), upstream=None, model=MODEL, runtime="vllm", gpu=gpu,
+    Target(id=f"example-qwen3-vllm-agg-{gpu}" + ("-kv" if routing == "kv" else ""), upstream=None, model=MODEL, runtime="vllm", gpu=gpu,
            topology="agg", spec="none", routing=routing, precision="bf16", fabric="none", family="vllm-agg",
            dgd_name=f"qwen3-agg-{gpu}" + ("-kv" if routing == "kv" else ""), image=IMAGE, cache_jobs=(DOWNLOAD.name,),
            params={"gpus": 1, "workers": 2 if routing == "kv" else 1})
@@ -53,7 +53,7 @@ FAMILY = ModelFamily(id=MODEL, short="qwen3", served_model=REPO, cache=CACHE, bu
 # One line in stacks/registry.py MODELS registers the model (its data module: this file).
 MODEL_ENTRY = f"        Model({MODEL!r}, {Path(__file__).stem!r}, 'Qwen3 0.6B'),\n"
 # One line in stacks/registry.py GPUS adds a GPU (served on existing clusters: no EC2 instance type).
-GPU_ENTRY = '        Gpu("rtx-pro-6000", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", None),\n'
+GPU_ENTRY = '        Gpu("example-rtx-pro-6000", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", None),\n'
 
 
 def _data_block() -> list[str]:
@@ -87,7 +87,7 @@ def _objs(objs, kind):
 
 def test_data_model_renders_its_targets_and_download_job(registered):
     assert {t.id for t in TARGETS} <= set(catalog.targets())
-    objs = render_config({"target": "qwen3-vllm-agg-b200-kv", "storage": {"className": "fsx"}})
+    objs = render_config({"target": "example-qwen3-vllm-agg-b200-kv", "storage": {"className": "fsx"}})
     (pvc,) = _objs(objs, "PersistentVolumeClaim")
     assert pvc["metadata"]["name"] == "qwen3-model-cache" and pvc["spec"]["storageClassName"] == "fsx"
     assert pvc["spec"]["resources"]["requests"]["storage"] == "20Gi"
@@ -198,27 +198,27 @@ from stacks.catalog.model import AXES
 from stacks.config import ConfigError, parse
 from stacks.render import render_config
 try:
-    parse({{"model": {MODEL!r}, "gpu": "rtx-pro-600"}})
+    parse({{"model": {MODEL!r}, "gpu": "example-rtx-pro-600"}})
     err = ""
 except ConfigError as e:
     err = str(e)
-objs = render_config({{"model": {MODEL!r}, "gpu": "rtx-pro-6000"}})
+objs = render_config({{"model": {MODEL!r}, "gpu": "example-rtx-pro-6000"}})
 dgd = [o for o in objs if o["kind"] == "DynamoGraphDeployment"][0]
 aff = dgd["spec"]["components"][1]["podTemplate"]["spec"]["affinity"]["nodeAffinity"]
 label = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0]
 try:
-    gpus.shape_for("rtx-pro-6000")
+    gpus.shape_for("example-rtx-pro-6000")
     eks = ""
 except ValueError as e:
     eks = str(e)
 print(json.dumps({{"axes": list(AXES["gpu"]), "err": err, "label": label, "eks": eks,
                   "readme": [r for r in registry.readme_rows() if r.startswith("| `gpu`")][0]}}))
 """)
-    assert "rtx-pro-6000" in got["axes"] and set(registry.GPUS) < set(got["axes"])
-    assert "did you mean 'rtx-pro-6000'" in got["err"]
+    assert "example-rtx-pro-6000" in got["axes"] and set(registry.GPUS) < set(got["axes"])
+    assert "did you mean 'example-rtx-pro-6000'" in got["err"]
     assert got["label"] == "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
-    assert "`rtx-pro-6000`" in got["readme"]
-    assert "rtx-pro-6000" in got["eks"] and "no EC2 instance data" in got["eks"]
+    assert "`example-rtx-pro-6000`" in got["readme"]
+    assert "example-rtx-pro-6000" in got["eks"] and "no EC2 instance data" in got["eks"]
 
 
 # The docs that show the "Adding a model" snippet: the step-by-step guide and the development notes.
