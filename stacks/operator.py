@@ -24,9 +24,14 @@ collects the same facts). Abbreviations used in the comments below:
   ``spec.components[].type``: "Drives port mapping, frontend detection, planner RBAC, and the pod label
   nvidia.com/dynamo-component-type. Because prefill and decode are first-class values, users can set them directly."
 
-Version note. The platform pin is dynamo-platform 1.5.0 (``stacks/versions.yaml``); the sources above are
-the newest stored operator (1.6-era by content: the LPX/failover constants, operator-origin-version). The
-facts this module encodes are the same in both as far as the index shows, except:
+Version note. What this module models is the operator of the platform pin, dynamo-platform 1.6.0
+(``charts.dynamo-platform`` in ``stacks/versions.yaml``), whose chart bundles the dynamo-operator 1.6.0 subchart
+(``../shared/reference/dynamo-next/platform/dynamo-platform-Chart.yaml``, michaelfeil/dynamo
+``deploy/helm/charts/platform/Chart.yaml`` @ 841aeacda04988eeec18cb08aa0292be7e15389c). The sources above are
+the newest stored operator, 1.6-era by content (the LPX/failover constants, operator-origin-version); the index
+is undated and no release tag of them was checked (OPERATOR-LABELS.md, "Not verified"). For a cluster still on
+an older operator (1.5.x, before an upgrade to the 1.6 pins) the facts encoded here are the same as far as the
+index shows, except:
 
 - ``nvidia.com/dynamo-component-type`` of a ``type: prefill|decode`` component is ``prefill``/``decode``
   (C's comment on KubeLabelDynamoComponentType, K, ``GetDCDWorkloadComponentType`` index id 59364956812).
@@ -36,8 +41,8 @@ facts this module encodes are the same in both as far as the index shows, except
   report https://github.com/ai-dynamo/dynamo/issues/10596 (2026-06-11, "Dynamo 1.2.0") shows ``type: prefill``
   / ``type: decode`` pods labelled ``prefill``/``decode`` and the chart's worker PodMonitor (``worker`` only)
   missing them; the chart fix (https://github.com/ai-dynamo/dynamo/pull/10597, merged 2026-06-11) selects
-  ``In [worker, decode, prefill]``. So on the pinned 1.5.0 the labels are the same; a monitor must select all
-  three types either way.
+  ``In [worker, decode, prefill]``. So 1.5.x operators label the same as the pinned 1.6.0; a monitor must
+  select all three types either way.
 - The component Service selector: newest (G) = component-type + dynamo-namespace + dynamo-component;
   older DCD controller (index id 2598142538) = component-type + dynamo-namespace. Both select exactly
   the frontend pods of a DGD with one frontend; ``operator_services`` gives the newest.
