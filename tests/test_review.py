@@ -21,11 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # --------------------------------------------------------------------------- pure core
 
 
-def _dgd(args, replicas=1, image="img:1.0"):
+def _dgd(args, replicas=1, image="img:1.0", name="g"):
     return {
         "apiVersion": "nvidia.com/v1beta1",
         "kind": "DynamoGraphDeployment",
-        "metadata": {"name": "g"},
+        "metadata": {"name": name},
         "spec": {"components": [
             {"name": "Frontend", "replicas": 1, "podTemplate": {"spec": {"containers": [{"name": "main", "image": image, "args": ["-m", "dynamo.frontend"]}]}}},
             {"name": "agg", "replicas": replicas, "podTemplate": {"spec": {"containers": [{"name": "main", "image": image, "args": args}]}}},
@@ -77,8 +77,60 @@ def test_multiline_text_shows_changed_lines():
     assert '    -  "b": 2' in lines and '    +  "b": 3' in lines
 
 
+NS_OBJ = {"kind": "Namespace", "metadata": {"name": "x"}}
+MOVES = {"old-id": ("new-id", "renamed upstream"), "dep-id": ("succ-id", "deprecated; successor")}
+DGD_TARGETS = {"old-dgd": {"old-id"}, "new-dgd": {"new-id"}, "dep-dgd": {"dep-id"}, "succ-dgd": {"succ-id"}}
+
+
+def test_renamed_target_is_one_group_with_the_field_differences():
+    old = {"target old-id": [NS_OBJ, _dgd(ARGS, name="old-dgd")]}
+    new = {"target new-id": [NS_OBJ, _dgd(ARGS, replicas=2, name="new-dgd")]}
+    assert diff_objects(old, new, MOVES, DGD_TARGETS) == [
+        "### target old-id -> new-id",
+        "- **renamed** target `old-id` -> `new-id`: renamed upstream",
+        "- **renamed** `DynamoGraphDeployment/old-dgd` -> `DynamoGraphDeployment/new-dgd` (target `old-id` -> `new-id`: renamed upstream)",
+        "  - `metadata.name: old-dgd -> new-dgd`",
+        "  - `spec.components[agg].replicas: 1 -> 2`",
+        "",
+    ]
+    # a diff that runs backwards pairs them too, in its own direction
+    assert diff_objects(new, old, MOVES, DGD_TARGETS)[:2] == [
+        "### target new-id -> old-id", "- **renamed** target `new-id` -> `old-id`: renamed upstream"]
+    # without the catalog's moves the same objects are a removal and an addition
+    text = "\n".join(diff_objects(old, new))
+    assert "### target old-id\ngroup removed" in text and "### target new-id\ngroup added" in text and "renamed" not in text
+
+
+def test_stack_moving_from_a_deprecated_target_to_its_successor_pairs_the_dgds():
+    old = {"stack s": [NS_OBJ, _dgd(ARGS, name="dep-dgd"), _dgd(ARGS, name="other")]}
+    new = {"stack s": [NS_OBJ, _dgd(ARGS + ["--async-scheduling"], name="succ-dgd"), _dgd(ARGS, name="another")]}
+    assert diff_objects(old, new, MOVES, DGD_TARGETS) == [
+        "### stack s",
+        "- **renamed** `DynamoGraphDeployment/dep-dgd` -> `DynamoGraphDeployment/succ-dgd` (target `dep-id` -> `succ-id`: deprecated; successor)",
+        "  - `metadata.name: dep-dgd -> succ-dgd`",
+        "  - `spec.components[agg].podTemplate.spec.containers[main].args: + --async-scheduling`",
+        "- **removed** `DynamoGraphDeployment/other`",  # DGDs of targets that are not a move stay apart
+        "- **added** `DynamoGraphDeployment/another`",
+        "",
+    ]
+    # a DGD of a target that is not the old id's successor is not paired with it
+    wrong = {"stack s": [NS_OBJ, _dgd(ARGS, name="new-dgd")]}
+    assert "renamed" not in "\n".join(diff_objects(old, wrong, MOVES, DGD_TARGETS))
+
+
+def test_catalog_moves_are_the_catalogs_renames_and_successors():
+    from stacks.catalog import renamed, targets
+
+    moves = review.catalog_moves(ROOT)
+    want = {old: new for old, new in renamed().items()}
+    want.update({t.id: t.successor for t in targets().values() if t.successor})
+    assert want and {k: v[0] for k, v in moves.items()} == want
+    assert review.catalog_moves(ROOT / "tests") == {}  # a tree without the catalog: no moves, no error
+
+
 # --------------------------------------------------------------------------- between two commits
 
+DEPRECATED, SUCCESSOR = "ultra-vllm-agg-b200-agentic-256k-mtp", "ultra-vllm-agg-b200-agentic-256K-kv-router"
 IGNORE = {".git", ".venv", ".tools", ".pulumi-state", ".pytest_cache", "rendered", "render", "__pycache__"}
 
 
@@ -89,9 +141,14 @@ def _git(repo: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def two_commits(tmp_path_factory):
-    """A fresh repo holding this working tree (commit 1) and one Lightning vLLM flag changed (commit 2)."""
+    """A fresh repo holding this working tree plus a stack on a deprecated Ultra target (commit 1), and one
+    Lightning vLLM flag changed and that stack moved to the target's successor (commit 2)."""
     repo = tmp_path_factory.mktemp("review") / "repo"
     shutil.copytree(ROOT, repo, ignore=lambda d, names: [n for n in names if n in IGNORE or n.endswith(".pyc")], symlinks=True)
+    ultra = (ROOT / "Pulumi.ultra-b200-agg.yaml").read_text()
+    assert ultra.count("config:\n") == 1
+    moving = repo / "Pulumi.ultra-moving.yaml"
+    moving.write_text(ultra.replace("config:\n", f"config:\n  dynamo:target: {DEPRECATED}\n"))
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "base")
@@ -101,7 +158,8 @@ def two_commits(tmp_path_factory):
     src = cat.read_text()
     assert src.count(old) == 1, "the fixture edits the disagg-h200-dspark entry; update the test if it moved"
     cat.write_text(src.replace(old, old.replace("1.83, perf=", '1.83, max_num_seqs="16", perf=')))
-    _git(repo, "commit", "-q", "-am", "h200 disagg dspark: --max-num-seqs 16")
+    moving.write_text(moving.read_text().replace(DEPRECATED, SUCCESSOR))
+    _git(repo, "commit", "-q", "-am", "h200 disagg dspark: --max-num-seqs 16; ultra-moving on the successor")
     head = _git(repo, "rev-parse", "HEAD")
     return repo, base, head
 
@@ -110,13 +168,19 @@ def _diff(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "stacks", "diff", "--repo", str(repo), *args], cwd=ROOT, capture_output=True, text=True)
 
 
-def test_one_flag_change_shows_only_that_flag_for_the_affected_target_and_stack(two_commits):
+@pytest.fixture(scope="module")
+def head_diff(two_commits):
+    """``stacks diff`` from commit 1 to commit 2, run once (it renders everything twice) for the tests that read it."""
     repo, base, head = two_commits
-    r = _diff(repo, "--base", base, "--head", head)
+    return _diff(repo, "--base", base, "--head", head)
+
+
+def test_one_flag_change_shows_only_that_flag_for_the_affected_target_and_stack(head_diff):
+    r = head_diff
     assert r.returncode == 0, r.stderr
     groups = re.findall(r"^### (.+)$", r.stdout, re.M)
-    assert groups == ["stack h200-disagg", "target lightning-vllm-disagg-h200-dspark"], r.stdout
-    for g in groups:
+    assert groups == ["stack h200-disagg", "stack ultra-moving", "target lightning-vllm-disagg-h200-dspark"], r.stdout
+    for g in (groups[0], groups[2]):
         block = r.stdout.split(f"### {g}\n", 1)[1].split("\n\n", 1)[0].splitlines()
         assert block == [
             "- **changed** `DynamoGraphDeployment/vllm-disagg-h200-dspark`",
@@ -125,10 +189,25 @@ def test_one_flag_change_shows_only_that_flag_for_the_affected_target_and_stack(
         ], r.stdout
 
 
-def test_no_change_is_empty_and_exit_0(two_commits):
+def test_stack_moving_to_the_successor_of_its_deprecated_target_is_one_renamed_entry(head_diff):
+    from stacks.catalog import targets
+
+    r = head_diff
+    assert r.returncode == 0, r.stderr
+    block = r.stdout.split("### stack ultra-moving\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    old, new = targets()[DEPRECATED].dgd_name, targets()[SUCCESSOR].dgd_name
+    assert block[0] == (f"- **renamed** `DynamoGraphDeployment/{old}` -> `DynamoGraphDeployment/{new}` (target `{DEPRECATED}` -> "
+                        f"`{SUCCESSOR}`: deprecated, upstream dropped it; the new one is its successor)"), r.stdout
+    assert f"  - `metadata.name: {old} -> {new}`" in block
+    assert len(block) > 2 and all(ln.startswith(("  - `", "    ")) for ln in block[1:]), block  # one entry: its field lines
+    assert "**removed**" not in "\n".join(block) and "**added**" not in "\n".join(block)
+
+
+def test_no_change_says_so_and_exit_0(two_commits):
     repo, base, head = two_commits
     r = _diff(repo, "--base", head)  # head: the clone's working tree, which is at `head`
-    assert (r.returncode, r.stdout) == (0, ""), r.stderr
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("no changes") and r.stdout.count("\n") == 1 and "###" not in r.stdout, r.stdout
 
 
 def test_bad_ref_fails_cleanly(two_commits):

@@ -2,7 +2,11 @@
 
 ``diff`` renders every committed stack (``Pulumi.<name>.yaml``) and every catalog target at
 two git refs, each with that ref's own code, and prints what changes per Kubernetes object
-(markdown, stable order, empty when nothing changes). The pure core is ``diff_objects``.
+(markdown, stable order; ``no changes`` and exit 0 when nothing changes). The pure core is ``diff_objects``.
+A target id upstream renamed (``stacks.catalog.renamed``) or a deprecated target and its successor
+(``Target.successor``), as either ref's catalog records them, is paired: the target, and a stack that moves
+from one to the other, show one ``renamed OLD -> NEW`` entry with the field differences between the two
+DGDs, not a removal and an addition.
 
 ``promote`` copies the release-pinned keys (target selection, ``fabricProfile``, images, model
 revision) from one stack file to another, keeping the destination's environment keys (namespace,
@@ -150,28 +154,104 @@ def diff_values(old: Any, new: Any, path: str = "") -> list[str]:
     return [f"{path}: {_fmt(old)} -> {_fmt(new)}"]
 
 
-def diff_objects(old: dict[str, list[dict]], new: dict[str, list[dict]]) -> list[str]:
+def _field_lines(a: Any, b: Any) -> list[str]:
+    return [f"  - `{ln}`" if not ln.startswith("    ") else ln for ln in diff_values(a, b)]
+
+
+def _dgd_names(objs: list[dict]) -> list[str]:
+    return [(o.get("metadata") or {}).get("name") for o in objs if o.get("kind") == "DynamoGraphDeployment"]
+
+
+# A move: old target id -> (new target id, why), e.g. an id upstream renamed or a deprecated target's successor.
+Moves = dict[str, tuple[str, str]]
+
+
+def _moved(x: str, y: str, moves: Moves) -> bool:
+    """``x`` and ``y`` are an old id and its new one, in either direction (a diff may run backwards)."""
+    return (moves.get(x) or ("",))[0] == y or (moves.get(y) or ("",))[0] == x
+
+
+def _why(x: str, y: str, moves: Moves) -> str:
+    m = moves.get(x) if (moves.get(x) or ("",))[0] == y else moves.get(y)
+    return f": {m[1]}" if m and m[1] else ""
+
+
+def _object_body(before: list[dict], after: list[dict], moves: Moves, dgd_targets: dict[str, set[str]]) -> list[str]:
+    """Added / removed / changed objects of one group; a removed DGD of target X and an added DGD of target Y
+    where X -> Y is a move are one ``renamed`` entry with their field differences."""
+    a, b = _keyed(before), _keyed(after)
+    gone = [k for k in a if k not in b]
+    new = [k for k in b if k not in a]
+    pairs: dict[str, tuple[str, str, str]] = {}  # removed key -> (added key, old target, new target)
+    taken: set[str] = set()
+    for rk in gone:
+        if a[rk].get("kind") != "DynamoGraphDeployment":
+            continue
+        for ak in new:
+            if ak in taken or b[ak].get("kind") != "DynamoGraphDeployment":
+                continue
+            hit = next(((x, y) for x in sorted(dgd_targets.get((a[rk].get("metadata") or {}).get("name"), ()))
+                        for y in sorted(dgd_targets.get((b[ak].get("metadata") or {}).get("name"), ())) if _moved(x, y, moves)), None)
+            if hit:
+                pairs[rk] = (ak, *hit)
+                taken.add(ak)
+                break
+    body: list[str] = []
+    for key in list(a) + [k for k in b if k not in a]:
+        if key in pairs:
+            ak, x, y = pairs[key]
+            body.append(f"- **renamed** `{key}` -> `{ak}` (target `{x}` -> `{y}`{_why(x, y, moves)})")
+            body += _field_lines(a[key], b[ak])
+        elif key in taken:
+            continue
+        elif key not in b:
+            body.append(f"- **removed** `{key}`")
+        elif key not in a:
+            body.append(f"- **added** `{key}`")
+        elif a[key] != b[key]:
+            body.append(f"- **changed** `{key}`")
+            body += _field_lines(a[key], b[key])
+    return body
+
+
+def diff_objects(old: dict[str, list[dict]], new: dict[str, list[dict]],
+                 moves: Optional[Moves] = None, dgd_targets: Optional[dict[str, set[str]]] = None) -> list[str]:
     """Markdown lines: per group (``stack <name>`` / ``target <id>``, sorted), per ``Kind/name``,
-    added / removed objects and ``path: old -> new`` for changed fields. Empty when equal."""
+    added / removed objects and ``path: old -> new`` for changed fields. Empty when equal.
+
+    ``moves`` (old target id -> (new target id, why): upstream renames and deprecated targets' successors)
+    and ``dgd_targets`` (DGD name -> the target ids that render it) pair what a move removes and adds:
+    ``target OLD`` gone and ``target NEW`` new are one ``### target OLD -> NEW`` group, and in any group
+    (a stack moving from OLD to NEW) the DGD of OLD removed and the DGD of NEW added are one ``renamed``
+    entry with the field differences between them."""
+    moves, dgd_targets = moves or {}, dgd_targets or {}
+    groups: dict[str, tuple[Optional[list[dict]], Optional[list[dict]]]] = {}
+    only_old = {g[len("target "):] for g in old if g.startswith("target ") and g not in new}
+    only_new = {g[len("target "):] for g in new if g.startswith("target ") and g not in old}
+    paired: set[str] = set()
+    for x in sorted(only_old):
+        y = next((y for y in sorted(only_new) if y not in paired and _moved(x, y, moves)), None)
+        if y is not None:
+            paired.add(y)
+            groups[f"target {x} -> {y}"] = (old[f"target {x}"], new[f"target {y}"])
+    skip = {f"target {g.split(' -> ')[0][len('target '):]}" for g in groups} | {f"target {y}" for y in paired}
+    for group in set(old) | set(new):
+        if group not in skip:
+            groups[group] = (old.get(group), new.get(group))
     lines: list[str] = []
-    for group in sorted(set(old) | set(new)):
-        before, after = old.get(group), new.get(group)
+    for group in sorted(groups):
+        before, after = groups[group]
         if before == after:
             continue
         body: list[str] = []
-        if before is None:
+        if " -> " in group and group.startswith("target "):
+            x, y = group[len("target "):].split(" -> ")
+            body.append(f"- **renamed** target `{x}` -> `{y}`{_why(x, y, moves)}")
+        elif before is None:
             body.append("group added")
         elif after is None:
             body.append("group removed")
-        a, b = _keyed(before or []), _keyed(after or [])
-        for key in list(a) + [k for k in b if k not in a]:
-            if key not in b:
-                body.append(f"- **removed** `{key}`")
-            elif key not in a:
-                body.append(f"- **added** `{key}`")
-            elif a[key] != b[key]:
-                body.append(f"- **changed** `{key}`")
-                body += [f"  - `{ln}`" if not ln.startswith("    ") else ln for ln in diff_values(a[key], b[key])]
+        body += _object_body(before or [], after or [], moves, dgd_targets)
         if body:
             lines.append(f"### {group}")
             lines += body
@@ -213,6 +293,7 @@ def render_tree(src: Path, out: Path) -> tuple[dict[str, list[dict]], dict[str, 
     objs: dict[str, list[dict]] = {}
     errors: dict[str, str] = {}
     tdir = out / "targets"
+    out.mkdir(parents=True, exist_ok=True)  # render --out wants an existing parent
     r = _run_render(src, ["--all", "--out", str(tdir)])
     if r.returncode != 0:
         text = (r.stderr or r.stdout).strip()
@@ -236,12 +317,44 @@ def render_tree(src: Path, out: Path) -> tuple[dict[str, list[dict]], dict[str, 
     return objs, errors
 
 
-def render_ref(repo: Path, ref: Optional[str], work: Path) -> tuple[dict[str, list[dict]], dict[str, str]]:
-    """Render at ``ref`` (``None``: the working tree of ``repo``)."""
-    if ref is None:
-        return render_tree(repo, work / "out")
-    src = export_ref(repo, ref, work / "src")
-    return render_tree(src, work / "out")
+# Run with the tree's own code: the moves its catalog records (a tree from before the catalog had them: none).
+_MOVES_SCRIPT = """
+import json, os
+out = {}
+try:
+    from stacks import catalog
+    if not os.path.realpath(catalog.__file__).startswith(os.path.realpath(os.getcwd()) + os.sep):
+        raise ImportError("stacks.catalog is not the tree's own (an installed copy)")
+    cat = catalog.targets()
+    for old, new in (getattr(cat, "aliases", None) or {}).items():
+        out[old] = [new, "renamed upstream, the old id resolves to the new one"]
+    for tid, t in dict.items(cat):
+        if getattr(t, "successor", None):
+            out.setdefault(tid, [t.successor, "deprecated, upstream dropped it; the new one is its successor"])
+except Exception:
+    pass
+print(json.dumps(out))
+"""
+
+
+def catalog_moves(src: Path) -> Moves:
+    """Old target id -> (new id, why) as the catalog of the source tree ``src`` records them: ids upstream
+    renamed (``stacks.catalog.renamed``) and deprecated targets' successors (``Target.successor``)."""
+    env = dict(os.environ, PYTHONPATH=str(src), PYTHONDONTWRITEBYTECODE="1")
+    r = subprocess.run([sys.executable, "-c", _MOVES_SCRIPT], cwd=src, env=env, capture_output=True, text=True)
+    try:
+        return {k: (v[0], v[1]) for k, v in json.loads(r.stdout or "{}").items()}
+    except (ValueError, TypeError, IndexError):
+        return {}
+
+
+def render_ref(repo: Path, ref: Optional[str], work: Path) -> tuple[dict[str, list[dict]], dict[str, str], Moves]:
+    """Render at ``ref`` (``None``: the working tree of ``repo``); also the moves its catalog records."""
+    src = repo if ref is None else export_ref(repo, ref, work / "src")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        moves = pool.submit(catalog_moves, src)
+        objs, errors = render_tree(src, work / "out")
+        return objs, errors, moves.result()
 
 
 def diff_refs(repo: Path, base: str, head: Optional[str] = None) -> list[str]:
@@ -250,7 +363,7 @@ def diff_refs(repo: Path, base: str, head: Optional[str] = None) -> list[str]:
         with ThreadPoolExecutor(max_workers=2) as pool:
             fb = pool.submit(render_ref, repo, base, tmp / "base")
             fh = pool.submit(render_ref, repo, head, tmp / "head")
-            (old, old_err), (new, new_err) = fb.result(), fh.result()
+            (old, old_err, old_moves), (new, new_err, new_moves) = fb.result(), fh.result()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     lines: list[str] = []
@@ -271,7 +384,15 @@ def diff_refs(repo: Path, base: str, head: Optional[str] = None) -> list[str]:
             for side in (old, new):
                 for g in [g for g in side if g.startswith("target ")]:
                     side.pop(g)
-    return lines + diff_objects(old, new)
+    # Either catalog may know a move (a diff can run backwards); the DGD each target renders at either ref.
+    moves = {**old_moves, **new_moves}
+    dgd_targets: dict[str, set[str]] = {}
+    for side in (old, new):
+        for g, objs in side.items():
+            if g.startswith("target "):
+                for name in _dgd_names(objs):
+                    dgd_targets.setdefault(name, set()).add(g[len("target "):])
+    return lines + diff_objects(old, new, moves, dgd_targets)
 
 
 def cmd_diff(args) -> int:
@@ -283,6 +404,8 @@ def cmd_diff(args) -> int:
         return 2
     if lines:
         sys.stdout.write("\n".join(lines).rstrip("\n") + "\n")
+    else:
+        print(f"no changes: every stack and catalog target renders the same at {args.base} and {args.head or 'the working tree'}")
     return 0
 
 
@@ -619,14 +742,19 @@ def cmd_promote(args) -> int:
 
 
 def add_subparsers(sub) -> None:
-    d = sub.add_parser("diff", help="per-object diff of every stack and target between two git refs (markdown)")
+    d = sub.add_parser("diff", help="per-object diff of every stack and target between two git refs (markdown)",
+                       description="Render every committed stack and catalog target at two git refs, each with that "
+                                   "ref's own code, and print what changes per Kubernetes object (markdown).")
     d.add_argument("--base", required=True, help="git ref to compare against, e.g. origin/main")
     d.add_argument("--head", default=None, help="git ref (default: the working tree)")
     d.add_argument("--repo", default=None, help="git repository (default: this checkout)")
     d.set_defaults(fn=cmd_diff)
-    p = sub.add_parser("promote", help="copy release-pinned config (selection, images, revisions) from one stack to another")
-    p.add_argument("--from", dest="src", required=True)
-    p.add_argument("--to", dest="dst", required=True)
+    p = sub.add_parser("promote", help="copy release-pinned config (selection, images, revisions) from one stack to another",
+                       description="Copy the release-pinned keys (target selection, images, model revision) from one "
+                                   "committed stack file to another, keeping the destination's environment keys; "
+                                   "prints the file and rendered-object diff (a dry run unless --yes).")
+    p.add_argument("--from", dest="src", required=True, metavar="STACK", help="the stack whose release to copy, e.g. staging")
+    p.add_argument("--to", dest="dst", required=True, metavar="STACK", help="the stack file to update, e.g. prod")
     p.add_argument("--yes", action="store_true", help="write the destination stack file (default: dry run)")
     p.add_argument("--root", default=None, help="directory with the Pulumi.<stack>.yaml files (default: the repo)")
     p.set_defaults(fn=cmd_promote)
