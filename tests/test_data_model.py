@@ -19,7 +19,7 @@ from stacks.render import render_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# ---- model data: begin (docs/development.md "Adding a model"; no def/lambda/class in here, at most 60 lines)
+# ---- model data: begin (docs/adding-a-model-or-gpu.md "Adding a model"; no def/lambda/class in here, at most 60 lines)
 MODEL = "example-qwen3-0.6b"  # test-only ids (model, targets, GPU): a real Qwen3 or RTX PRO addition keeps its own
 REPO = "Qwen/Qwen3-0.6B"
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.9.0"

@@ -246,11 +246,3 @@ def test_readme_shell_setup_puts_the_pinned_pulumi_on_the_path():
     assert where == str(ROOT / ".tools" / "bin" / "pulumi")
     assert version == yaml.safe_load(_text(ROOT / "stacks" / "versions.yaml"))["toolchain"]["pulumi"]
 
-
-def test_configuration_guide_axis_rows_are_the_registry():
-    """docs/configuration.md repeats the README's axis table inside its table of every key: both come from the registry."""
-    from stacks import registry
-
-    text = _text(ROOT / "docs" / "configuration.md")
-    missing = [row for row in registry.readme_rows() if row not in text]
-    assert missing == [], "docs/configuration.md 'every key' table is out of date; expected the rows:\n" + "\n".join(missing)
