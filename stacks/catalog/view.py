@@ -1,5 +1,5 @@
-"""What ``python -m stacks targets --long/--json`` shows for each target: its axes, the GPUs and
-nodes it needs on the default instance of its GPU, and the published perf row it was qualified with."""
+"""What ``dynamo-stacks targets`` shows for each target: its axes, the GPUs and nodes it needs on the default
+instance of its GPU, and the published perf row it was qualified with (the CLI adds the $/h of those nodes)."""
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -60,15 +60,21 @@ def perf_text(p: Optional[dict]) -> str:
     return f"c={p['concurrency']}{ttft} {p['output_tok_s_per_gpu']:g} tok/s/GPU {p['tok_s_per_user']:g} tok/s/user"
 
 
-COLUMNS = ("ID", "MODEL", "GPU", "TOPOLOGY", "RUNTIME", "SPEC", "GPUS", "NODES", "INSTANCE", "PUBLISHED PERF")
+def _usd(r: dict) -> str:
+    return "-" if r.get("usd_per_hour") is None else f"{r['usd_per_hour']:.2f}"
 
 
-def table(rows: list[dict]) -> str:
-    """An aligned text table of ``row`` dicts."""
-    cells = [COLUMNS] + [
-        (r["id"], r["model"], r["gpu"], topology(r), r["runtime"], r["spec"], str(r["gpus"]),
-         "-" if r["nodes"] is None else str(r["nodes"]), r["instance_type"] or "-", perf_text(r["perf"]))
-        for r in rows
-    ]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS) - 1)]
-    return "\n".join("  ".join(c[i].ljust(widths[i]) for i in range(len(widths))) + "  " + c[-1] for c in cells) + "\n"
+# A table's columns: (header, cell of a ``row`` dict). ``usd_per_hour`` is added by the CLI, which reads the prices.
+SHORT = (("ID", lambda r: r["id"]), ("GPUS", lambda r: str(r["gpus"])),
+         ("NODES", lambda r: "-" if r["nodes"] is None else str(r["nodes"])),
+         ("INSTANCE", lambda r: r["instance_type"] or "-"), ("$/H", _usd))
+LONG = (SHORT[0], ("MODEL", lambda r: r["model"]), ("GPU", lambda r: r["gpu"]), ("TOPOLOGY", topology),
+        ("RUNTIME", lambda r: r["runtime"]), ("SPEC", lambda r: r["spec"]), *SHORT[1:],
+        ("PUBLISHED PERF", lambda r: perf_text(r["perf"])))
+
+
+def table(rows: list[dict], columns=LONG) -> str:
+    """An aligned text table of ``row`` dicts (the last column is not padded)."""
+    cells = [tuple(h for h, _ in columns)] + [tuple(cell(r) for _, cell in columns) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(columns) - 1)]
+    return "\n".join("  ".join([c[i].ljust(widths[i]) for i in range(len(widths))] + [c[-1]]) for c in cells) + "\n"

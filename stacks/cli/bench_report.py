@@ -350,8 +350,13 @@ def cmd(args) -> int:
             data = extract_from_log(r.stdout)
             manifest = extract_manifest(r.stdout)
         measured = parse_export(data)
-    except (ReportError, OSError, json.JSONDecodeError) as e:
+    except (ReportError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        from .shell import os_error_line
+
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
     gpus = gpus_needed(plan.dgd)
     definition = bench.method.per_gpu
@@ -364,9 +369,14 @@ def cmd(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    p = sub.add_parser("bench-report", help="the in-cluster AIPerf result against the target's published perf row "
-                                            "(exit 1 on a miss, 2 when the run is not the published workload)")
-    p.add_argument("--stack", required=True)
-    p.add_argument("--file", help="a profile_export_aiperf.json to read instead of the Job's log")
+    from .shell import existing_file
+
+    p = sub.add_parser("bench-report", help="the in-cluster AIPerf result against the target's published perf row",
+                       description="Compare the stack's in-cluster AIPerf benchmark (the Job's log, or --file) with the "
+                                   "published perf row of its target. Exit 0 within tolerance, 1 on a miss, 2 when the "
+                                   "run is not the published workload or cannot be read.")
+    p.add_argument("--stack", required=True, metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
+    p.add_argument("--file", metavar="JSON", type=existing_file("an AIPerf profile_export_aiperf.json"),
+                   help="a profile_export_aiperf.json to read instead of the Job's log")
     p.add_argument("--tolerance", type=float, help="relative tolerance (default dynamo:benchmark.tolerance, 0.10)")
     p.set_defaults(fn=cmd)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -30,6 +31,7 @@ import yaml
 from ..config import NS, ConfigError
 
 PRICES = Path(__file__).resolve().parent.parent / "prices.yaml"
+WIDTH = 100  # the report's columns
 
 
 def load_prices(path: Path = PRICES) -> dict:
@@ -154,15 +156,15 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 
 def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str, float, str]]) -> str:
-    rows = [["pool", "gpu", "instance", "capacity", "nodes min/max/paused", "$/h node", "$/h at min", "$/h at max", "$/h paused"]]
+    rows = [["pool", "gpu", "instance", "capacity", "nodes min/max/paused", "per node", "at min", "at max", "paused"]]
     for c in pools:
         why = "block" if c.capacity.endswith("capacity-block") else "unpriced"
         node = None if c.capacity.endswith("capacity-block") or c.price is None else float(c.price["usd_per_hour"])
         rows.append([c.pool, c.gpu, c.instance_type, c.capacity, f"{c.nodes_min}/{c.nodes_max}/{c.nodes_paused}",
                      _money(node, why), _money(c.usd(c.nodes_min), why), _money(c.usd(c.nodes_max), why),
                      _money(c.usd(c.nodes_paused, paused=True), why)])
-    lines = [f"stack {stack} ({region}), USD per hour, prices from stacks/prices.yaml"] + _table(rows)
-    lines += [f"fixed: {what} {usd:,.3f}" for what, usd, _ in fixed]
+    table = [f"stack {stack} ({region}), USD per hour, prices from stacks/prices.yaml"] + _table(rows)
+    lines = [f"fixed: {what} {usd:,.3f}" for what, usd, _ in fixed]
     lines.append("sources:")
     seen = set()
     for c in pools:
@@ -178,7 +180,10 @@ def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str
     for what, _, src in fixed:
         lines.append(f"  {what}: {src}")
     lines.append("  not priced: system nodes, cache storage (per GB-month), NAT per-GB processing, data transfer")
-    return "\n".join(lines) + "\n"
+    # within 100 columns: a long source continues on indented lines
+    return "".join(f"{line}\n" for line in table) + "".join(
+        textwrap.fill(line, WIDTH, subsequent_indent="    ", break_on_hyphens=False, break_long_words=False) + "\n"
+        for line in lines)
 
 
 def config_cost(plain: dict[str, Any], name: str, secret: frozenset = frozenset(), region: Optional[str] = None,
@@ -219,5 +224,5 @@ def add_subparser(sub) -> None:
                                    "and with every entry paused (paused: true), from stacks/prices.yaml (each price with "
                                    "its source and date), plus the EKS control plane and NAT gateways. Exit 2 on a stack "
                                    "that is not cluster.mode eks or does not exist.")
-    p.add_argument("--stack", required=True, help="a committed stack (Pulumi.<stack>.yaml)")
+    p.add_argument("--stack", required=True, metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
     p.set_defaults(fn=cmd_cost)

@@ -172,7 +172,11 @@ def cmd_drift(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    d = sub.add_parser("drift", help="compare the catalog with a directory of upstream recipes (exit 1 when anything drifted)")
-    d.add_argument("--upstream", required=True, help="a Dynamo checkout's recipes/ directory (only the model folders it holds are compared)")
+    d = sub.add_parser("drift", help="compare the catalog with a directory of upstream recipes",
+                       description="Compare the catalog with the recipes/ directory of a Dynamo checkout (only the model "
+                                   "folders it holds). Exit 0 when nothing drifted, 1 when something did, 2 when the "
+                                   "directory is missing or holds none of the catalog's models.")
+    d.add_argument("--upstream", required=True, metavar="DIR",
+                   help="a Dynamo checkout's recipes/ directory (only the model folders it holds are compared)")
     d.add_argument("-v", "--verbose", action="store_true", help="list every differing field")
     d.set_defaults(fn=cmd_drift)

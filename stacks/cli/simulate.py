@@ -633,10 +633,18 @@ def local_kubeconfig(start: bool = True) -> Path:
     and left running for the next run (stop: ``KUBE_LOCAL_DIR=<dir> tools/kube-local.sh stop``)."""
     state = Path(os.environ.get("KUBE_LOCAL_DIR") or REPO_ROOT / ".tools" / "kube-simulate")
     if start:
-        r = subprocess.run([str(KUBE_LOCAL), "start"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "KUBE_LOCAL_DIR": str(state)})
+        from .shell import CliError, progress
+
+        # A no-op when it runs already; else minutes the first time (it builds the control plane from source).
+        with progress(f"simulate: starting the local control plane in {state} (the first run builds it)"):
+            r = subprocess.run([str(KUBE_LOCAL), "start"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "KUBE_LOCAL_DIR": str(state)})
         if r.returncode:
-            raise RuntimeError(f"tools/kube-local.sh start failed:\n{r.stderr[-2000:]}")
+            log = state / "kube-local-start.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(r.stderr)
+            last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise CliError(f"tools/kube-local.sh start failed: {last} (its output: {log})")
         print(f"(local control plane in {state}; stop it with: KUBE_LOCAL_DIR={state} tools/kube-local.sh stop)", file=sys.stderr)
     return state / "kubeconfig"
 
@@ -653,6 +661,8 @@ def format_result(title: str, res: Result, notes: Iterable[str] = ()) -> str:
 
 
 def cmd(args) -> int:
+    from .shell import progress
+
     inventory = Path(args.nodes).read_text() if args.nodes else None
     if args.target:
         t = catalog.targets().get(args.target)
@@ -660,7 +670,7 @@ def cmd(args) -> int:
             from ..registry import did_you_mean
 
             raise ConfigError(f"--target {args.target!r} is not a catalog target{did_you_mean(args.target, catalog.targets())}; "
-                              "see `uv run python -m stacks targets`")
+                              "list them: dynamo-stacks targets")
         sc = target_scenario(t)
         if inventory:
             sc.nodes = inventory_objects(inventory_nodes(inventory), "cli")
@@ -669,7 +679,8 @@ def cmd(args) -> int:
     kubeconfig = Path(args.kubeconfig) if args.kubeconfig else local_kubeconfig()
     sim = Simulator(kubeconfig)
     try:
-        res = run(sim, sc.nodes, sc.intents, sc.runtime_classes, "cli", timeout=args.timeout, keep=args.keep)
+        with progress(f"simulate: placing {len(sc.intents)} pods on {len(sc.nodes)} nodes (at most {args.timeout:.0f}s)"):
+            res = run(sim, sc.nodes, sc.intents, sc.runtime_classes, "cli", timeout=args.timeout, keep=args.keep)
     finally:
         sim.close()
     print(format_result(sc.title, res, sc.notes))
@@ -677,13 +688,21 @@ def cmd(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    p = sub.add_parser("simulate", help="place a stack's pods with the real kube-scheduler on KWOK nodes shaped like its cluster")
+    from .shell import existing_file
+
+    p = sub.add_parser("simulate", help="place a stack's pods with the real kube-scheduler on simulated nodes",
+                       description="Place the pods of a committed stack (or a catalog target) with the real "
+                                   "kube-scheduler on KWOK nodes shaped like its cluster, on a local control plane "
+                                   "(started, and built the first time, by tools/kube-local.sh). Exit 0 when every pod "
+                                   "is placed, 1 when some stay pending.")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--stack", help="a committed stack (Pulumi.<stack>.yaml)")
-    g.add_argument("--target", help="a catalog target, on the default cluster shape of its GPU")
-    p.add_argument("--nodes", help="node inventory: `kubectl get nodes -o yaml` of an existing cluster")
-    p.add_argument("--kubeconfig", help="a local control plane's kubeconfig (default: start tools/kube-local.sh in .tools/kube-simulate)")
-    p.add_argument("--timeout", type=float, default=60, help="seconds to wait for the scheduler (default 60)")
+    g.add_argument("--stack", metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
+    g.add_argument("--target", metavar="ID", help="a catalog target, on the default cluster shape of its GPU")
+    p.add_argument("--nodes", metavar="YAML", type=existing_file("save one with `kubectl get nodes -o yaml > nodes.yaml`"),
+                   help="node inventory: `kubectl get nodes -o yaml` of an existing cluster, saved to a file")
+    p.add_argument("--kubeconfig", metavar="FILE", type=existing_file("the kubeconfig of a local control plane"),
+                   help="a local control plane's kubeconfig (default: start tools/kube-local.sh in .tools/kube-simulate)")
+    p.add_argument("--timeout", type=float, default=60, metavar="SECONDS", help="seconds to wait for the scheduler (default 60)")
     p.add_argument("--keep", action="store_true", help="leave the nodes and pods in place for inspection")
     p.set_defaults(fn=cmd)
 

@@ -32,6 +32,8 @@ from typing import Any, Optional
 
 import yaml
 
+from .shell import wrap
+
 DURATIONS = Path(__file__).resolve().parents[1] / "durations.yaml"
 GB = 10**9
 
@@ -242,26 +244,29 @@ def _oneline(text: str) -> str:
 def report(tl: Timeline, seq: Timeline, other: Optional[Timeline] = None) -> str:
     """``other``: the same stack on the other GPU capacity path (EKS), shown side by side."""
     cap = f", GPU capacity {tl.capacity}" if tl.mode == "eks" else ""
-    lines = [f"timeline: stack {tl.stack} (target {tl.target}, cluster.mode {tl.mode}{cap}); minutes, from an empty "
+    lines = [f"timeline: stack {tl.stack} (cluster.mode {tl.mode}{cap})",
+             f"target {tl.target}; minutes, from an empty "
              f"{'account' if tl.mode == 'eks' else 'namespace on the existing cluster'} to a Ready DGD",
              "", "critical path:", f"  {'start':>6} {'end':>6} {'min':>6}  {'step':<20} basis/source"]
     for n in tl.critical:
         s = tl.steps[n]
-        lines.append(f"  {tl.start(n):6.1f} {tl.finish[n]:6.1f} {s.minutes:6.1f}  {n:<20} {s.basis}: {_oneline(s.source)}")
+        row = f"  {tl.start(n):6.1f} {tl.finish[n]:6.1f} {s.minutes:6.1f}  {n:<20} "
+        lines.append(wrap(f"{row}{s.basis}: {_oneline(s.source)}", hang=len(row)))
     lines.append(f"total: {tl.total:.1f} min")
     off = [n for n in tl.steps if n not in tl.critical]
     if off:
         lines += ["", "off the critical path (slack = how much longer it could take without delaying Ready):"]
         for n in off:
             s = tl.steps[n]
-            lines.append(f"  {n:<20} {s.minutes:6.1f} min, ends {tl.finish[n]:6.1f}, slack {tl.slack(n):6.1f}  "
-                         f"{s.basis}: {_oneline(s.source)}")
+            lines.append(f"  {n:<20} {s.minutes:6.1f} min, ends {tl.finish[n]:6.1f}, slack {tl.slack(n):6.1f}")
+            lines.append(wrap(f"      {s.basis}: {_oneline(s.source)}", hang=6))
     saved = seq.total - tl.total
     lines += ["", f"sequential recipe runbook (download after the GPU nodes, device plugins and platform): {seq.total:.1f} min; "
                   f"running the download in parallel saves {saved:.1f} min"]
     if other is not None:
         lines += ["", *capacity_report(tl, other)]
-    return "\n".join(lines)
+    # within 100 columns (the table rows are wrapped under their last column already)
+    return "\n".join(wrap(one) for line in lines for one in line.split("\n"))
 
 
 def gpu_launch(tl: Timeline) -> tuple[str, float]:
@@ -322,8 +327,11 @@ def cmd(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    p = sub.add_parser("timeline", help="critical path of `pulumi up` to a Ready DGD, with a duration and source per step")
-    p.add_argument("--stack", required=True)
+    p = sub.add_parser("timeline", help="critical path of `pulumi up` to a Ready DGD, with a duration per step",
+                       description="The critical path of `pulumi up` of a committed stack to a Ready "
+                                   "DynamoGraphDeployment: each step with its expected duration and the source of that "
+                                   "figure (stacks/durations.yaml).")
+    p.add_argument("--stack", required=True, metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
     p.set_defaults(fn=cmd)
 
 
