@@ -139,6 +139,8 @@ class EksGpuCluster(pulumi.ComponentResource):
             self.log_group = aws.cloudwatch.LogGroup(f"{name}-control-plane-logs", name=cp["logs"]["log_group"],
                                                      retention_in_days=cp["logs"]["retention_in_days"], tags=tags, opts=child)
             cluster_deps.append(self.log_group)
+            aws.iam.RolePolicy(f"{name}-cluster-no-log-group", role=cluster_role.id, policy=json.dumps(cp["logs"]["cluster_role_policy"]),
+                               opts=child)
         access = plan.access or {"authentication_mode": "API", "bootstrap_creator_admin": True, "entries": [], "warnings": []}
         self.cluster = aws.eks.Cluster(
             f"{name}-eks",

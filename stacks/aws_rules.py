@@ -900,7 +900,9 @@ def control_plane_logs_have_their_log_group_first(g: Graph) -> list[str]:
     control plane logs to CloudWatch Logs" (log group /aws/eks/my-cluster/cluster; api, audit, authenticator,
     controllerManager, scheduler); terraform-aws-modules/terraform-aws-eks main.tf @0005984c (aws_cloudwatch_log_group
     /aws/eks/${cluster_name}/cluster, retention_in_days, in the cluster's depends_on); CloudWatch Logs
-    PutRetentionPolicy (retention values)."""
+    PutRetentionPolicy (retention values). The cluster role may not create log groups, or logs still delivered while
+    the cluster is destroyed re-create the group outside the stack (terraform-aws-eks main.tf, inline Deny
+    logs:CreateLogGroup; terraform-aws-modules/terraform-aws-eks#920)."""
     from .cluster import CONTROL_PLANE_LOG_TYPES, LOG_RETENTION_DAYS
 
     out = []
@@ -921,6 +923,11 @@ def control_plane_logs_have_their_log_group_first(g: Graph) -> list[str]:
                 out.append(f"{c.name}: does not wait for log group {lg.name} ({want})")
             if int(lg.inputs.get("retentionInDays") or 0) not in LOG_RETENTION_DAYS:
                 out.append(f"{lg.name}: retentionInDays {lg.inputs.get('retentionInDays')} is not a CloudWatch Logs retention")
+        role = _role_id_of(g, c)
+        denies = [p for p in g.of(IAM_ROLE_POLICY) if str(p.inputs.get("role")) == role and '"Deny"' in str(p.inputs.get("policy"))
+                  and "logs:CreateLogGroup" in str(p.inputs.get("policy"))]
+        if not denies:
+            out.append(f"{c.name}: its role may create log groups, so logs delivered during destroy re-create {want} outside the stack")
     return out
 
 

@@ -1054,11 +1054,15 @@ def control_plane_plan(name: str, cfg: EksConfig) -> dict[str, Any]:
     ``logs``: the log types, the log group EKS writes to (``/aws/eks/<cluster>/cluster``) and its retention. The stack
     creates the group before the cluster (terraform-aws-eks main.tf: the cluster depends on aws_cloudwatch_log_group):
     otherwise EKS creates it on first delivery with no retention (events never expire) and the stack could not create
-    it afterwards."""
+    it afterwards. ``cluster_role_policy`` denies the cluster role logs:CreateLogGroup, so logs still delivered while
+    ``pulumi destroy`` deletes the cluster cannot re-create the group outside the stack (terraform-aws-eks main.tf, the
+    cluster role's inline policy; terraform-aws-modules/terraform-aws-eks#920)."""
     logs = None
     if cfg.control_plane_logs:
         logs = {"types": list(cfg.control_plane_logs), "log_group": f"/aws/eks/{name}/cluster",
-                "retention_in_days": cfg.control_plane_log_retention_days}
+                "retention_in_days": cfg.control_plane_log_retention_days,
+                "cluster_role_policy": {"Version": "2012-10-17", "Statement": [
+                    {"Effect": "Deny", "Action": ["logs:CreateLogGroup"], "Resource": "*"}]}}
     return {"secrets_encryption": cfg.secrets_encryption, "logs": logs}
 
 

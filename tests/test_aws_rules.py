@@ -614,7 +614,7 @@ def as_before_this_change(g: Graph) -> Graph:
         c.inputs.pop("encryptionConfig", None)
         c.inputs.pop("enabledClusterLogTypes", None)
         c.ignore_changes = ()
-        gone = {r.urn for r in res if r.type in (R.KMS_KEY, R.LOG_GROUP, R.IAM_ROLE_POLICY)}
+        gone = {r.urn for r in res if r.type in (R.KMS_KEY, R.LOG_GROUP, R.IAM_ROLE_POLICY)}  # the key's and the logs' policies
         c.dependencies = tuple(d for d in c.dependencies if d not in gone)
         res[:] = [r for r in res if r.urn not in gone and r.type not in (R.ACCESS_ENTRY, R.ACCESS_POLICY_ASSOCIATION)]
     return mutate(g, old)
@@ -684,6 +684,8 @@ def test_encryption_and_log_rules_fail_on_a_broken_graph(on_demand_efs):
     assert any("does not wait for log group" in m for m in only(R.control_plane_logs_have_their_log_group_first, late))
     forever = mutate(on_demand_efs, lambda res: one(res, R.LOG_GROUP).inputs.update(retentionInDays=10))
     assert any("retentionInDays 10" in m for m in only(R.control_plane_logs_have_their_log_group_first, forever))
+    may_create = mutate(on_demand_efs, lambda res: res.remove(one(res, R.IAM_ROLE_POLICY, "-cluster-no-log-group")))
+    assert any("its role may create log groups" in m for m in only(R.control_plane_logs_have_their_log_group_first, may_create))
 
 
 def test_encryption_and_logs_switch_off():

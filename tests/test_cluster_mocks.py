@@ -371,7 +371,10 @@ def test_secrets_key_and_log_group_come_before_the_cluster():
     run = eks("h100")
     cluster = run.one("aws:eks/cluster:Cluster")
     key, group = run.one("aws:kms/key:Key"), run.one("aws:cloudwatch/logGroup:LogGroup")
-    use = run.one("aws:iam/rolePolicy:RolePolicy")
+    use = next(p for p in run.by_type("aws:iam/rolePolicy:RolePolicy") if p.name.endswith("-cluster-secrets-key"))
+    deny = next(p for p in run.by_type("aws:iam/rolePolicy:RolePolicy") if p.name.endswith("-cluster-no-log-group"))
+    assert deny.inputs["role"] == use.inputs["role"] == "cluster-cluster-id"
+    assert __import__("json").loads(deny.inputs["policy"])["Statement"] == [{"Effect": "Deny", "Action": ["logs:CreateLogGroup"], "Resource": "*"}]
     assert {key.urn, group.urn, use.urn} <= set(cluster.dependencies)
     assert key.inputs["enableKeyRotation"] is True and cluster.inputs["encryptionConfig"]["resources"] == ["secrets"]
     assert group.inputs == {"name": "/aws/eks/dynamo-h100-agg/cluster", "retentionInDays": 90, "tags": {"dynamo.nvidia.com/cluster": "dynamo-h100-agg"}}

@@ -519,12 +519,14 @@ def test_without_access_entries_the_creator_keeps_its_bootstrap_admin_with_a_war
 def test_cluster_plan_carries_access_encryption_and_logs():
     p = plan(access_entries=({"principal_arn": DEPLOY, "policy": "cluster-admin"},))
     assert p.access["bootstrap_creator_admin"] is False and [e["principal_arn"] for e in p.access["entries"]] == [DEPLOY]
+    deny = {"Version": "2012-10-17", "Statement": [{"Effect": "Deny", "Action": ["logs:CreateLogGroup"], "Resource": "*"}]}
     assert p.control_plane == {"secrets_encryption": True, "logs": {"types": ["api", "audit", "authenticator"],
-                                                                    "log_group": "/aws/eks/dynamo-t/cluster", "retention_in_days": 90}}
+                                                                    "log_group": "/aws/eks/dynamo-t/cluster", "retention_in_days": 90,
+                                                                    "cluster_role_policy": deny}}
     off = plan(secrets_encryption=False, control_plane_logs=())
     assert off.control_plane == {"secrets_encryption": False, "logs": None}
     assert plan(control_plane_logs=("audit", "scheduler"), control_plane_log_retention_days=731).control_plane["logs"] == {
-        "types": ["audit", "scheduler"], "log_group": "/aws/eks/dynamo-t/cluster", "retention_in_days": 731}
+        "types": ["audit", "scheduler"], "log_group": "/aws/eks/dynamo-t/cluster", "retention_in_days": 731, "cluster_role_policy": deny}
 
 
 ACCESS_BAD = [
