@@ -21,6 +21,7 @@ export DYNAMO_TOOLCHAIN_CACHE ?= $(CACHE)
 help:
 	@echo "make up    - set-up, then pulumi up --stack dev (renders manifests to ./rendered, no cloud account)"
 	@echo "make test  - set-up, then every test (unit, mock, fidelity, engine against a local kube-apiserver)"
+	@echo "make targets | render STACK=.. (or TARGET=..) | preflight STACK=.. | cost STACK=.. | simulate STACK=.. | diff [BASE=ref]"
 
 $(UV):
 	python3 -m venv $(CACHE)/uv-$(UV_VERSION)
@@ -89,3 +90,32 @@ golden: python
 
 clean:
 	rm -rf .venv .tools .pulumi-state rendered
+
+# The common `dynamo-stacks` commands (the console script `make python` installs in .venv/bin; `--help` on each).
+STACKS := .venv/bin/dynamo-stacks
+BASE   ?= HEAD
+.PHONY: targets render preflight cost simulate diff
+need-stack = $(if $(STACK),,$(error set STACK=<name of a Pulumi.<name>.yaml>, e.g. make $@ STACK=h100-disagg))
+
+targets: python
+	@$(STACKS) targets --table
+
+render: python
+	@$(if $(STACK)$(TARGET),,$(error set STACK=<stack> or TARGET=<target id>, e.g. make render STACK=dev))
+	@$(STACKS) render $(if $(STACK),--stack $(STACK),--target $(TARGET))
+
+preflight: python
+	@$(need-stack)
+	@$(STACKS) preflight --stack $(STACK)
+
+cost: python
+	@$(need-stack)
+	@$(STACKS) cost --stack $(STACK)
+
+simulate: python
+	@$(need-stack)
+	@$(STACKS) simulate --stack $(STACK)
+
+# What the working tree (or HEAD=<ref>) changes in every rendered stack and target against BASE (default HEAD).
+diff: python
+	@$(STACKS) diff --base $(BASE) $(if $(HEAD),--head $(HEAD))

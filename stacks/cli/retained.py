@@ -5,9 +5,10 @@ from __future__ import annotations
 
 
 def add_subparser(sub) -> None:
-    p = sub.add_parser("destroy-report", help="what `pulumi destroy` of a stack keeps (namespace, cache claim, file system), "
-                                              "why, and how to delete or re-adopt it")
-    p.add_argument("--stack", required=True, help="a committed stack (Pulumi.<stack>.yaml)")
+    p = sub.add_parser("destroy-report", help="what `pulumi destroy` of a stack keeps, why, and how to delete it",
+                       description="What `pulumi destroy` of a committed stack keeps (namespace, model-cache claim, "
+                                   "file system), why, and how to delete or re-adopt each. Reads the stack file only.")
+    p.add_argument("--stack", required=True, metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
     p.set_defaults(fn=run)
 
 
