@@ -832,7 +832,7 @@ def cluster_is_administered_without_the_creator(g: Graph) -> list[str]:
     the same ``up`` come after that association (else the installing identity is refused by the API server). The mode is
     API or API_AND_CONFIG_MAP (access entries exist only there); with CONFIG_MAP EKS refuses the flag off. Sources: EKS API
     CreateAccessConfigRequest (bootstrapClusterCreatorAdminPermissions, authenticationMode API | API_AND_CONFIG_MAP |
-    CONFIG_MAP); upbound/configuration-aws-eks PR 130 ("bootstrapClusterCreatorAdminPermissions must be true if cluster
+    CONFIG_MAP); upbound/configuration-aws-eks#130 ("bootstrapClusterCreatorAdminPermissions must be true if cluster
     authentication mode is set to CONFIG_MAP")."""
     out = []
     for c in g.of(EKS):
@@ -1054,7 +1054,7 @@ def eks_update_keeps_the_creator_bootstrap(before: Graph, after: Graph) -> list[
     keeps it with ``ignoreChanges`` (the old input, from the state; the new value only on create). A replaced cluster
     takes every node, add-on and workload with it. Sources: EKS API CreateAccessConfigRequest ("set as a cluster admin
     access entry during cluster creation time"); terraform-provider-aws internal/service/eks/cluster.go
-    (bootstrap_cluster_creator_admin_permissions ForceNew); opendatacube/datacube-k8s-eks PR 303 (the same change
+    (bootstrap_cluster_creator_admin_permissions ForceNew); opendatacube/datacube-k8s-eks#303 (the same change
     recreating existing clusters); Pulumi docs, "Resource option: ignoreChanges"."""
     out = []
     for old, new in _pairs(before, after, EKS):
