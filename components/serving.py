@@ -15,6 +15,7 @@ from pulumi.resource_hooks import ErrorHook, ResourceHookBinding
 from stacks.serving import HF_TOKEN_KEY, ServingPlan
 from stacks.catalog import gpus_needed
 from stacks import waits as _waits
+from stacks.retained import claim_item, kept_message, namespace_item
 
 PKG = "dynamo"
 
@@ -91,6 +92,18 @@ def _fail_if_job_failed(wait: Optional[_waits.Wait], job: dict, resource: pulumi
     return pulumi.Output.all(resource.urn, resource.status).apply(check)
 
 
+def _kept_hook(name: str, item: dict) -> pulumi.ResourceHook:
+    """An ``after_delete`` hook that says what the engine just dropped from the state but left in the cluster
+    (a retainOnDelete object; stacks/retained.py: why, how to delete or re-adopt it). Delete hooks run only with
+    ``pulumi destroy --run-program`` (the engine refuses a destroy without it once the state records one:
+    pulumi/pulumi pkg/engine/destroy.go, pulumi/pulumi#19933), so every destroy of a protected cache prints this."""
+
+    def say(_args) -> None:  # the names of the kept object only: never its inputs or outputs
+        pulumi.log.warn(kept_message(item))
+
+    return pulumi.ResourceHook(f"{name}-kept", say)
+
+
 class Namespace(pulumi.ComponentResource):
     """The namespace every serving object lives in (skipped when the namespace already exists)."""
 
@@ -103,7 +116,8 @@ class Namespace(pulumi.ComponentResource):
         super().__init__(f"{PKG}:serving:Namespace", name, None, opts)
         self.resource = None
         if obj:
-            self.resource = k8s.core.v1.Namespace(name, metadata=_meta(obj), opts=_opts(self, retain_on_delete=retain_on_delete))
+            kept = {"hooks": ResourceHookBinding(after_delete=[_kept_hook(name, namespace_item(_meta(obj)["name"]))])} if retain_on_delete else {}
+            self.resource = k8s.core.v1.Namespace(name, metadata=_meta(obj), opts=_opts(self, retain_on_delete=retain_on_delete, **kept))
             self.name = self.resource.metadata.apply(lambda m: m["name"] if isinstance(m, dict) else m.name)
         else:
             self.name = pulumi.Output.from_input(namespace)
@@ -184,6 +198,7 @@ class ModelCache(pulumi.ComponentResource):
                 meta, kw["ignore_changes"], hook = protected_claim(name, obj)
                 binding = kw.setdefault("hooks", ResourceHookBinding())
                 binding.before_update = list(binding.before_update or []) + [hook]
+                binding.after_delete = list(binding.after_delete or []) + [_kept_hook(name, claim_item(meta["namespace"], meta["name"]))]
             self.resource = k8s.core.v1.PersistentVolumeClaim(
                 name,
                 metadata=meta,
@@ -284,12 +299,17 @@ class Serving(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
                  graph_depends_on: Sequence[pulumi.Resource] = (), redact_secrets: bool = False,
                  probe: Optional[Probe] = None, graphs: Optional[Sequence[tuple[str, ServingPlan]]] = None,
-                 first_graph_alias: Optional[str] = None):
+                 first_graph_alias: Optional[str] = None, pull_secrets: Sequence[tuple[str, dict]] = (),
+                 pull_secret: Optional[pulumi.Input[str]] = None, compute_domain: Optional[dict] = None):
         """``depends_on``: what the cache and download need (storage, system nodes);
         ``graph_depends_on``: what only the DGD needs (GPU nodes, device plugins, the Dynamo platform);
         ``graphs``: ``(suffix, plan)`` per DGD in this namespace (``dynamo:serve``); default: ``plan``'s own, as ``graph``;
         ``first_graph_alias``: the name the first graph had before (a single-target stack's ``serving-graph``);
-        ``probe``: how a failed wait reads what it saw last (``kubectl_probe``; None: the message gives the command).
+        ``probe``: how a failed wait reads what it saw last (``kubectl_probe``; None: the message gives the command);
+        ``pull_secrets``: ``(resource name, Secret)`` per image pull Secret this stack creates in the namespace (a cluster
+        it creates or a cluster stack's: nothing else can have made them), filled from ``pull_secret`` (a
+        .dockerconfigjson, a Pulumi secret); ``compute_domain``: the GB200 ComputeDomain the DGD's workers claim.
+        Both stay top-level resources (no parent), as they were registered before the component made them.
         Render mode (``redact_secrets``) waits for nothing, so it announces no waits."""
         super().__init__(f"{PKG}:serving:Serving", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -297,6 +317,16 @@ class Serving(pulumi.ComponentResource):
         self.ns = Namespace(f"{name}-namespace", plan.namespace, ns_name, opts=child,
                             retain_on_delete=protect_cache and plan.cache_pvc is not None)
         base = list(depends_on) + ([self.ns.resource] if self.ns.resource else [])
+        top = pulumi.ResourceOptions(provider=opts.provider if opts else None)  # no parent: the URNs they always had
+        # The DGD waits for the image pull Secrets: its pods would otherwise fail ErrImagePull before they exist.
+        self.pull_secrets = [
+            k8s.core.v1.Secret(rname, metadata=obj["metadata"], type=obj["type"],
+                               string_data={".dockerconfigjson": pulumi.Output.secret(pull_secret)},
+                               opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(
+                                   depends_on=[self.ns.resource] if self.ns.resource else [], additional_secret_outputs=["stringData", "data"])))
+            for rname, obj in pull_secrets
+        ]
+        graph_depends_on = list(graph_depends_on) + self.pull_secrets
         self.secret = HfTokenSecret(f"{name}-hf-token", plan.hf_secret, plan.hf_secret_name, hf_token, opts=child, depends_on=base,
                                     redact=redact_secrets)
         waits = _waits.waits_of(plan)
@@ -320,6 +350,13 @@ class Serving(pulumi.ComponentResource):
                 depends_on=base + list(graph_depends_on) + self.download.jobs + self.download.checks + self.network_policies,
                 wait=_waits.waits_of(p).get(("DynamoGraphDeployment", _meta(p.dgd)["name"])), probe=probe, announce=announce))
         self.graph = self.graphs[0]
+        self.compute_domain = None
+        if compute_domain:
+            cd = compute_domain
+            self.compute_domain = k8s.apiextensions.CustomResource(
+                "compute-domain", api_version=cd["apiVersion"], kind=cd["kind"], metadata=cd["metadata"], spec=cd["spec"],
+                opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(
+                    depends_on=([self.ns.resource] if self.ns.resource else []) + list(graph_depends_on))))
         self.dgd_name = self.graph.dgd_name
         self.namespace = self.ns.name
         self.register_outputs({"dgdName": self.dgd_name, "namespace": self.namespace})

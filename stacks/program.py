@@ -1,24 +1,26 @@
-"""The whole program as data: stack config in, every check done, the Kubernetes objects out.
+"""The whole program as data: the parsed spec in, every plan out (Kubernetes and AWS objects as dicts).
 
-``__main__.py`` (``pulumi up``) and ``python -m stacks render --stack`` both call
-``build_program``, so they refuse the same configurations with the same message and
-show the same objects: what ``render`` shows is what ``up`` creates. Nothing here
-talks to a cluster or a cloud; the Pulumi components only wire the result.
+``build_program`` is the one function ``__main__.py`` (``pulumi up``) and ``python -m stacks render --stack`` call:
+``stacks.spec.parse_spec`` checks the whole config once, then ``plan_program`` builds the plans from that spec
+only, so both paths refuse the same configurations with the same message and show the same objects: what
+``render`` shows is what ``up`` creates. Nothing here talks to a cluster or a cloud; the Pulumi components only
+wire the result.
 """
 from __future__ import annotations
 
-import os
+import json
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Optional
 
-from .config import NS, ConfigError, StackConfig, check_secret_keys, parse
-from .serving import REDACTED
-from .providers import ClusterConfig, cluster_config
-from .serve import SERVE, Entry, build_entries
-from .serving import ServingPlan, build_plan, select_target
-
-# Secret keys the program reads (always through ``pulumi.Config.get_secret``), and where each is needed.
-SECRET_KEYS = frozenset({"hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret"})
+from .autoscaling import PoolUse, check_bounds, keda_chart, pause_pools, scaled_object
+from .benchmark import build_benchmark, synthetic_speculative_dgd
+from .cluster import build_cluster_only_plan, build_pools_plan, combined_stack_plan, plan_eks, plan_on_cluster_stack
+from .config import NS, ConfigError, StackConfig
+from .observability import build_observability, dynamo_pod_monitors, prometheus_url
+from .serve import Entry, build_entries
+from .serving import REDACTED, ServingPlan, build_plan
+from .spec import ClusterConfig, ProgramSpec, ServeEntry, kubeconfig_path, parse_spec  # noqa: F401  (kubeconfig_path: re-export)
 
 
 @dataclass
@@ -38,6 +40,7 @@ class ProgramPlan:
     benchmark: Optional[Any] = None
     # One per serving entry (``dynamo:serve``); a single-target stack has one, keyed ``dynamo``.
     entries: list[Entry] = field(default_factory=list)
+    spec: Optional[ProgramSpec] = None  # what the plans were built from
 
     @property
     def multi(self) -> bool:
@@ -68,156 +71,60 @@ class ProgramPlan:
         return self.cluster_objects() + serving + extra
 
 
-def kubeconfig_path(cluster: ClusterConfig, secret_keys: frozenset[str], env: Optional[dict[str, str]]) -> Optional[str]:
-    """The kubeconfig file an existing-cluster stack uses (None: the secret ``dynamo:kubeconfig``).
-    ``env=None`` (render, review): the file is not looked for, since it belongs to the machine
-    that runs ``up`` (the local stack's kubeconfig exists only while the local control plane runs)."""
-    if "kubeconfig" in secret_keys or env is None:
-        return None
-    path = cluster.kubeconfig_path or (env or {}).get("KUBECONFIG")
-    if not path:
-        raise ConfigError(
-            f"{NS}:cluster.kubeconfigPath: cluster.mode is kubeconfig but none of {NS}:kubeconfig (secret), "
-            f"{NS}:cluster.kubeconfigPath, KUBECONFIG is set"
-        )
-    first = os.path.expanduser(path.split(os.pathsep)[0])
-    if not os.path.isfile(first):
-        key = f"{NS}:cluster.kubeconfigPath" if cluster.kubeconfig_path else "KUBECONFIG"
-        raise ConfigError(f"{key}: {path!r} is not a readable file; point it at a kubeconfig or set the secret {NS}:kubeconfig")
-    return first
-
-
-def check_plain_secrets(raw: dict[str, Any]) -> None:
-    """Secret keys must be Pulumi secrets: a plain value is refused (its text is never repeated)."""
-    for key in sorted(SECRET_KEYS & set(raw)):
-        raise ConfigError(
-            f"{NS}:{key}: is set in plain text; it must be a Pulumi secret: "
-            f"`pulumi config rm {NS}:{key} && pulumi config set --secret {NS}:{key} <value>`"
-        )
-
-
-def check_secrets(secret_keys: frozenset[str], cfg: StackConfig, require_present: bool = True, single: bool = True) -> None:
-    """The HF token Secret the serving objects name must be obtainable, one way only.
-    ``require_present=False`` (render for review): committed stacks often leave the token to the
-    environment that deploys them, so only its absence is not an error there. ``single``: in a
-    ``dynamo:serve`` stack one namespace may use an existing Secret while another gets the token."""
-    has_token = "hfToken" in secret_keys
-    if single and cfg.hf_token_secret_name and has_token:
-        raise ConfigError(
-            f"{NS}:hfTokenSecretName: {cfg.hf_token_secret_name!r} together with the secret {NS}:hfToken; "
-            f"set one: the token (the stack creates the Secret) or the name of an existing Secret"
-        )
-    if require_present and not cfg.hf_token_secret_name and not has_token:
-        raise ConfigError(
-            f"{NS}:hfToken is not set: run `pulumi config set --secret {NS}:hfToken <token>` "
-            f"or set {NS}:hfTokenSecretName to an existing Secret with key HF_TOKEN"
-        )
-
-
-def check_unused_secrets(secret_keys: frozenset[str], program: "ProgramPlan") -> None:
-    """A secret the stack never reads would be ignored silently, and two that fill the same Secret would leave one
-    unused: refuse them (names only, never values). ``kubeconfig`` is read by ``cluster.mode: kubeconfig`` only;
-    ``ngcApiKey``/``imagePullSecret`` only on a cluster this stack creates or reaches through a cluster stack (where it
-    creates the ``imagePullSecrets``; one with no ``imagePullSecrets`` yet may keep the key for a later entry)."""
-    pull = {"ngcApiKey", "imagePullSecret"} & secret_keys
-    if len(pull) == 2:
-        raise ConfigError(f"{NS}:ngcApiKey and {NS}:imagePullSecret: both are set, and both fill the same image pull "
-                          f"Secret (one would be ignored); keep one: {NS}:ngcApiKey (nvcr.io) or {NS}:imagePullSecret "
-                          f"(a whole .dockerconfigjson, any registry)")
-    mode = program.cluster.mode
-    if "kubeconfig" in secret_keys and mode != "kubeconfig":
-        raise ConfigError(f"{NS}:kubeconfig: set as a secret, but cluster.mode is {mode!r}, which never reads it "
-                          f"(only cluster.mode 'kubeconfig' does); remove it: `pulumi config rm {NS}:kubeconfig`")
-    if pull and mode not in ("eks", "stack"):
-        key = sorted(pull)[0]
-        raise ConfigError(f"{NS}:{key}: set as a secret, but this stack never creates an image pull Secret (cluster.mode is "
-                          f"{mode!r}: the cluster's own Secrets are named by {NS}:imagePullSecrets); remove it "
-                          f"(`pulumi config rm {NS}:{key}`); only an EKS or cluster-stack stack creates pull Secrets from it")
-
-
 def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = frozenset(),
                   env: Optional[dict[str, str]] = None, aws_region: Optional[str] = None,
                   secret_values: Optional[dict[str, Any]] = None) -> ProgramPlan:
-    """Validate everything (serving keys of every entry, cluster keys, secrets) and build the objects.
+    """Parse the stack config once (``stacks.spec.parse_spec``: every key, the secrets' names and, where known,
+    their values' shape) and plan from the result. Arguments as ``parse_spec`` takes them."""
+    return plan_program(parse_spec(raw, stack, secret_keys, env=env, aws_region=aws_region, secret_values=secret_values))
 
-    ``raw``: the plain ``dynamo:`` keys without the namespace; ``secret_keys``: the ``dynamo:``
-    keys that are set as Pulumi secrets (their values are never needed here); ``env``: the
-    environment of the ``up`` (None when rendering for review); ``aws_region``: the stack's ``aws:region``;
-    ``secret_values``: the secrets' values where known (``up``: stacks.pulumi_config checks them the same way),
-    checked for shape and never printed."""
-    secret_keys = frozenset(secret_keys)
-    if secret_values:
-        from .config import check_secret_values
 
-        check_secret_values(secret_values)
-    if not isinstance(raw, dict):
-        parse(raw)  # the ConfigError for a config that is not a mapping
-    if aws_region:
-        from .cluster import apply_aws_region
-
-        raw = apply_aws_region(raw, aws_region)
-    check_plain_secrets(raw)
-    check_secret_keys(secret_keys)  # a secret the program never reads (a typo) would be ignored silently
-    cluster = cluster_config(raw)
-    if cluster.mode == "render" and not (cluster.render_dir or "").strip():
-        raise ConfigError(
-            f"{NS}:cluster.renderDir: {cluster.render_dir!r} is empty; a render stack writes manifests to a directory "
-            f"and never talks to a cluster: set it (default 'rendered') or choose cluster.mode kubeconfig or eks"
-        )
-    if cluster.mode == "kubeconfig":
-        kubeconfig_path(cluster, secret_keys, env)
-    single, eks = SERVE not in raw, cluster.mode == "eks"
-    if raw.get(SERVE) == [] and eks:
-        program = cluster_only_program(raw, stack, cluster, aws_region)
-        check_unused_secrets(secret_keys, program)
-        return program
-    configs: list[StackConfig] = []
-    eks_plans: list[tuple] = []
-
-    def build_one(entry_raw: dict[str, Any]) -> ServingPlan:
-        cfg = parse(entry_raw)
-        check_secrets(secret_keys, cfg, require_present=env is not None, single=single)
-        configs.append(cfg)
-        if cluster.mode == "stack":  # on a cluster stack's cluster: its pools are checked at `up` (StackReference)
-            from .cluster import plan_on_cluster_stack
-
-            ref_plan, serving = plan_on_cluster_stack(cfg, cluster, entry_raw, secret_keys, require_secrets=env is not None)
-            eks_plans.append((cluster, ref_plan))
-            return serving
-        if not eks:
-            return build_plan(cfg)
-        from .cluster import plan_eks
-
-        # Region, fabric, Secrets only this stack can create, serving objects with the instance's EFA per GPU, node
-        # group sized from the final DGD, GB200 ComputeDomain claims, FSx claim binding (stacks/cluster.py).
-        resolved, cluster_plan, serving = plan_eks(stack, cfg, cluster, entry_raw, secret_keys, aws_region=aws_region,
-                                                   require_secrets=env is not None)
-        eks_plans.append((resolved, cluster_plan))
-        return serving
-
-    entries = build_entries(raw, build_one)
-    for entry, entry_cfg in zip(entries, configs):
-        entry.cfg = entry_cfg
-    cfg, serving, layers, cluster_plan = configs[0], entries[0].plan, [], None
-    if eks:
-        cluster = eks_plans[0][0]
-        one_group = single and len(cluster.gpu_pools) <= 1  # more pools than the entry uses: build them all
-        cluster_plan = eks_plans[0][1] if one_group else combined_cluster_plan(stack, cluster, entries, [cp for _, cp in eks_plans])
-        storage = "StorageClass" if cluster_plan.storage_class else "PersistentVolume"
-        layers = ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
-                  "NVIDIA DRA driver" if cluster_plan.dra_driver else "", _karpenter_layer(cluster_plan)]
-    elif cluster.mode == "stack":
-        from .cluster import combined_stack_plan
-
-        cluster_plan = combined_stack_plan(cluster, entries, [cp for _, cp in eks_plans])
-    elif cluster.mode == "kubeconfig" and cluster.install_device_plugins:
+def plan_program(spec: ProgramSpec) -> ProgramPlan:
+    """Every plan of one stack, from its spec: the serving objects of each entry (on EKS sized and placed for the
+    cluster's instances), the cluster's plan, the optional layers, pause and autoscaling."""
+    if spec.cluster_only:
+        return cluster_only_program(spec)
+    cluster, mode = spec.cluster, spec.cluster.mode
+    per_entry: list[tuple] = []  # (cluster, its plan for the entry): eks ClusterPlan, stack ClusterStackPlan
+    entries = build_entries(spec.entries, partial(_entry_plan, spec, per_entry))
+    cfg, serving, layers, cluster_plan = entries[0].cfg, entries[0].plan, [], None
+    if mode == "eks":
+        cluster = per_entry[0][0]  # may carry the region from aws:region
+        one_group = spec.single and len(cluster.gpu_pools) <= 1  # more pools than the entry uses: build them all
+        cluster_plan = per_entry[0][1] if one_group else combined_cluster_plan(spec.stack, cluster, entries, [cp for _, cp in per_entry])
+        layers = _eks_layers(cluster_plan)
+    elif mode == "stack":
+        cluster_plan = combined_stack_plan(cluster, entries, [cp for _, cp in per_entry])
+    elif mode == "kubeconfig" and cluster.install_device_plugins:
         layers.append("device plugins")
-    if cluster.mode != "render" and cluster.platform_wanted():
+    if mode != "render" and cluster.platform_wanted():
         layers.append("Dynamo platform")
-    program = ProgramPlan(stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries)
-    program = demand_layers(optional_layers(program, raw), raw)
-    check_unused_secrets(secret_keys, program)
-    return program
+    program = ProgramPlan(spec.stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries, spec=spec)
+    return demand_layers(optional_layers(program))
+
+
+def _entry_plan(spec: ProgramSpec, per_entry: list, entry: ServeEntry) -> ServingPlan:
+    """One entry's serving plan where the stack's cluster is: a cluster stack's cluster (its pools are checked at
+    `up`, StackReference), the EKS cluster this stack creates (region, fabric, Secrets only this stack can create,
+    EFA per GPU of the instance, node group sized from the final DGD, GB200 ComputeDomain claims, FSx claim
+    binding: stacks/cluster.py), or any other cluster (the plain serving objects)."""
+    cfg, cluster = entry.config, spec.cluster
+    if cluster.mode == "stack":
+        ref_plan, serving = plan_on_cluster_stack(cfg, cluster, entry.raw, spec.secret_keys, require_secrets=spec.require_secrets)
+        per_entry.append((cluster, ref_plan))
+        return serving
+    if cluster.mode == "eks":
+        resolved, cluster_plan, serving = plan_eks(spec.stack, cfg, cluster, entry.raw, spec.secret_keys, aws_region=spec.aws_region,
+                                                   require_secrets=spec.require_secrets)
+        per_entry.append((resolved, cluster_plan))
+        return serving
+    return build_plan(cfg)
+
+
+def _eks_layers(plan: Any) -> list[str]:
+    storage = "StorageClass" if plan.storage_class else "PersistentVolume"
+    return ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
+            "NVIDIA DRA driver" if plan.dra_driver else "", _karpenter_layer(plan)]
 
 
 def _karpenter_layer(cluster_plan: Any) -> str:
@@ -226,18 +133,9 @@ def _karpenter_layer(cluster_plan: Any) -> str:
     return f"Karpenter {kp.helm.version} and NodePools {', '.join(p.name for p in kp.pools)}" if kp else ""
 
 
-def combined_dgd(entries: list[Entry]) -> dict:
-    """All entries' DGD components as one DGD, so the GPU node group is sized from the sum."""
-    from .cluster import combined_dgd as combine
-
-    return combine([(e.name, e.plan.dgd) for e in entries])
-
-
 def combined_cluster_plan(stack: str, cluster, entries: list[Entry], plans: list) -> Any:
     """One EKS cluster for every entry: one GPU node group per GPU, each holding the sum of its entries' GPU and EFA
     requests (after replicas and overrides; stacks.cluster.build_pools_plan); pull secrets in every serving namespace."""
-    from .cluster import build_pools_plan
-
     for e, cp in zip(entries, plans):
         if cp.compute_domain:
             raise ConfigError(f"{e.key}: {e.plan.target.id} spans GPU nodes of one NVLink domain (a ComputeDomain); "
@@ -264,44 +162,29 @@ def combined_cluster_plan(stack: str, cluster, entries: list[Entry], plans: list
     return merged
 
 
-def cluster_only_program(raw: dict[str, Any], stack: str, cluster: ClusterConfig, aws_region: Optional[str]) -> ProgramPlan:
+def cluster_only_program(spec: ProgramSpec) -> ProgramPlan:
     """A cluster-only stack (``dynamo:serve: []`` with ``cluster.mode: eks``): EKS with the ``gpuPools`` node groups,
     storage, device plugins and the platform; serving stacks reference it (``cluster.mode: stack``)."""
-    from .cluster import build_cluster_only_plan, resolve_region
-    from .serve import STACK_KEYS
-
-    for key in sorted(raw):
-        if key not in STACK_KEYS or key in ("observability", "benchmark"):
-            raise ConfigError(f"{NS}:{key}: has no effect in a cluster-only stack ({NS}:serve: []), which serves nothing; "
-                              f"set it on a serving stack (cluster.mode: stack) or add entries to {NS}:serve")
-    cluster = resolve_region(cluster, raw.get("cluster") or {}, aws_region)
-    plan = build_cluster_only_plan(stack, cluster)
-    storage = "StorageClass" if plan.storage_class else "PersistentVolume"
-    layers = ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
-              "NVIDIA DRA driver" if plan.dra_driver else "", _karpenter_layer(plan), "Dynamo platform" if cluster.platform_wanted() else ""]
-    return ProgramPlan(stack, None, cluster, None, plan, [x for x in layers if x], entries=[])
+    plan = build_cluster_only_plan(spec.stack, spec.cluster)
+    layers = _eks_layers(plan) + ["Dynamo platform" if spec.cluster.platform_wanted() else ""]
+    return ProgramPlan(spec.stack, None, spec.cluster, None, plan, [x for x in layers if x], entries=[], spec=spec)
 
 
-def optional_layers(program: ProgramPlan, raw: Optional[dict[str, Any]] = None) -> ProgramPlan:
+def optional_layers(program: ProgramPlan) -> ProgramPlan:
     """``dynamo:observability`` and ``dynamo:benchmark`` plans, both off by default. Render mode
     cannot install Helm charts, so there only the dashboards and monitors are registered (rendered).
-    A ``dynamo:serve`` stack (``raw`` given) reads both from its top level (entries cannot set them):
-    see ``serve_optional_layers``."""
+    A ``dynamo:serve`` stack reads both from its top level (entries cannot set them): see ``serve_optional_layers``."""
     if program.multi:
-        return serve_optional_layers(program, raw or {})
-    cfg, cluster, serving = program.cfg, program.cluster, program.serving
-    if cfg.observability.enabled:
-        from .observability import build_observability
-
-        obs = build_observability(cfg.observability, serving_namespace=serving.dgd["metadata"]["namespace"],
+        return serve_optional_layers(program)
+    spec, cluster, serving = program.spec, program.cluster, program.serving
+    if spec.observability.enabled:
+        obs = build_observability(spec.observability, serving_namespace=serving.dgd["metadata"]["namespace"],
                                   dgd_name=serving.dgd["metadata"]["name"], nvidia_stack=_our_nvidia_stack(cluster))
         _place_observability(program, obs)
-    if cfg.benchmark.enabled:
-        from .benchmark import build_benchmark, synthetic_speculative_dgd
-
-        if cfg.benchmark.synthetic_acceptance:  # the DGD that up creates serves what the published rows measured
+    if spec.benchmark.enabled:
+        if spec.benchmark.synthetic_acceptance:  # the DGD that up creates serves what the published rows measured
             serving.dgd = synthetic_speculative_dgd(serving.dgd, serving.target)
-        program.benchmark = build_benchmark(serving, cfg.benchmark)
+        program.benchmark = build_benchmark(serving, spec.benchmark)
     return program
 
 
@@ -319,19 +202,7 @@ def _place_observability(program: ProgramPlan, obs: Any) -> None:
     program.observability = obs
 
 
-def _stack_section(model: Any, raw: dict[str, Any], key: str) -> Any:
-    """A stack-wide section of a ``dynamo:serve`` stack, validated like a single-target stack's."""
-    from pydantic import ValidationError
-
-    from .config import validation_error
-
-    try:
-        return model.model_validate(raw.get(key) or {})
-    except ValidationError as e:
-        raise validation_error(e, (key,), model) from None
-
-
-def serve_optional_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramPlan:
+def serve_optional_layers(program: ProgramPlan) -> ProgramPlan:
     """The stack-wide ``dynamo:observability`` of a ``dynamo:serve`` stack: one install (the charts, the
     observability namespace, the DCGM monitor, the GPU dashboard) and, per entry, the PodMonitors of its DGD
     (named by the entry, which is unique in the stack, so two entries serving one DGD name in two namespaces
@@ -339,10 +210,7 @@ def serve_optional_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramP
     comma-separated list of values: https://grafana.com/docs/grafana/latest/variables/manage-variable).
     ``dynamo:benchmark`` is refused there: the AIPerf Job measures one frontend against one target's
     published row, and a ``dynamo:serve`` stack has several."""
-    from .config import BenchmarkConfig, ObservabilityConfig
-
-    obs_cfg = _stack_section(ObservabilityConfig, raw, "observability")
-    bench_cfg = _stack_section(BenchmarkConfig, raw, "benchmark")
+    obs_cfg, bench_cfg = program.spec.observability, program.spec.benchmark
     if bench_cfg.enabled:
         raise ConfigError(
             f"{NS}:benchmark.enabled: True is not built for {NS}:serve stacks (entries: "
@@ -351,10 +219,6 @@ def serve_optional_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramP
             f"{NS}:benchmark), or remove {NS}:benchmark here")
     if not obs_cfg.enabled:
         return program
-    import json
-
-    from .observability import build_observability, dynamo_pod_monitors
-
     first = program.entries[0]
     namespaces = list(dict.fromkeys(e.plan.dgd["metadata"]["namespace"] for e in program.entries))
     obs = build_observability(obs_cfg, serving_namespace=namespaces[0], dgd_name=first.plan.dgd["metadata"]["name"],
@@ -380,12 +244,10 @@ def serve_optional_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramP
     return program
 
 
-def demand_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramPlan:
+def demand_layers(program: ProgramPlan) -> ProgramPlan:
     """Pause and autoscaling (stacks/autoscaling.py): managed GPU node groups whose entries are all paused go to 0
     nodes; autoscaled components get a KEDA ScaledObject on their DGDSA, querying the observability layer's
     Prometheus, after their maxReplicas are checked against the pool (before any resource)."""
-    from .autoscaling import PoolUse, check_bounds, keda_chart, pause_pools, scaled_object
-
     cp = program.cluster_plan
     if program.cluster.mode == "eks" and cp is not None:
         pause_pools(cp, program.entries)
@@ -395,13 +257,7 @@ def demand_layers(program: ProgramPlan, raw: dict[str, Any]) -> ProgramPlan:
     if program.observability is not None:
         url = program.observability.prometheus_endpoint
     else:
-        from .config import ObservabilityConfig
-        from .observability import prometheus_url
-
-        try:
-            obs = ObservabilityConfig.model_validate(raw.get("observability") or {})
-        except Exception:  # stacks.config.parse has reported it already for a single-target stack
-            obs = ObservabilityConfig()
+        obs = program.spec.observability
         where = f"{NS}:autoscaling" if scaled[0].key == NS else f"{scaled[0].key}.autoscaling"
         if not obs.enabled:
             raise ConfigError(f"{where}: needs {NS}:observability.enabled: true (the Prometheus its "

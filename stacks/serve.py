@@ -26,80 +26,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from .config import NS, ConfigError
 from .serving import ServingPlan, build_plan
+from .spec import (ENTRY_ONLY, SERVE, STACK_KEYS, ArgsOverride, ComponentOverride, ResourcesOverride, ServeEntry,  # noqa: F401
+                   entry_configs, entry_prefix, serve_entries)
 
-SERVE = "serve"
-# Keys that belong to the stack, not to an entry.
-STACK_KEYS = frozenset({"cluster", "kubeconfig", "hfToken", "ngcApiKey", "imagePullSecret", SERVE, "observability", "benchmark"})
-ENTRY_ONLY = frozenset({"name", "overrides"})
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
-_NOT_PER_ENTRY = ("cluster", "hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret", SERVE)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ArgsOverride(_Strict):
-    """Engine arguments: ``set`` replaces a flag's value (the flag must exist), ``append`` adds tokens,
-    ``remove`` drops a flag and its value."""
-
-    set: dict[str, str] = Field(default_factory=dict)
-    append: list[str] = Field(default_factory=list)
-    remove: list[str] = Field(default_factory=list)
-
-    @field_validator("set", "remove")
-    @classmethod
-    def _flags(cls, v):
-        for flag in v:
-            if not str(flag).startswith("-"):
-                raise ValueError(f"{flag!r} is not a flag (flags start with '-')")
-        return v
-
-
-class ResourcesOverride(_Strict):
-    limits: dict[str, str] = Field(default_factory=dict)
-    requests: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("limits", "requests")
-    @classmethod
-    def _quantities(cls, v):
-        from .config import quantity_bytes
-
-        for k, q in v.items():
-            if isinstance(q, bool):
-                raise ValueError(f"{k}: {q!r} is a boolean, not a quantity")
-            try:
-                n = quantity_bytes(str(q))
-                if n < 0:
-                    raise ValueError(f"{q!r} is negative")
-            except ValueError as e:
-                raise ValueError(f"{k}: {e}") from None
-            # Extended resources (a domain-prefixed name such as nvidia.com/gpu or vpc.amazonaws.com/efa) are counted in
-            # whole units: the API server refuses a quantity whose milli-value is not a multiple of 1000
-            # (kubernetes/kubernetes pkg/apis/core/helper/helpers.go IsIntegerResourceName: every extended resource;
-            # pkg/apis/core/validation ValidateResourceQuantityValue: "must be an integer").
-            if "/" in str(k) and not str(k).startswith("kubernetes.io/") and n != n.to_integral_value():
-                raise ValueError(f"{k}: {q!r} is not a whole number; {k} is an extended resource, counted in whole units "
-                                 f"(a GPU cannot be split by a request); use 0, 1, 2...")
-        return v
-
-
-class ComponentOverride(_Strict):
-    args: ArgsOverride = Field(default_factory=ArgsOverride)
-    env: dict[str, str] = Field(default_factory=dict)
-    resources: ResourcesOverride = Field(default_factory=ResourcesOverride)
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, v):
-        for k in v:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", k):
-                raise ValueError(f"{k!r} is not an environment variable name")
-        return v
 
 
 @dataclass
@@ -118,12 +52,6 @@ class Entry:
     namespace_owner: str = ""  # the entry that creates the namespace and HF token Secret this one uses
     overrides: dict[str, ComponentOverride] = field(default_factory=dict)
     cfg: Any = None  # the entry's StackConfig
-
-
-def entry_prefix(message: str, key: str) -> str:
-    """Point a ConfigError about per-entry keys at the entry: ``dynamo:gpu`` -> ``dynamo:serve[1].gpu``."""
-    skip = "|".join(_NOT_PER_ENTRY)
-    return re.sub(rf"(?<![\w.\[]){NS}:(?!(?:{skip})\b)(?=[A-Za-z])", f"{key}.", message.replace(f"{NS}: ", f"{key}: "))
 
 
 # Dynamo 1.6.0 renamed the vLLM services (breaking change "vLLM worker services renamed",
@@ -235,63 +163,32 @@ def cache_identity(plan: ServingPlan) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def entry_configs(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``(error key, entry config)`` per entry: the stack's top-level serving keys are the defaults."""
-    entries = raw.get(SERVE)
-    if "name" in raw:  # an entry's name; at the top level it would name nothing (or every entry alike)
-        raise ConfigError(f"{NS}:name: {raw['name']!r} names a {NS}:serve entry and has no effect at the top level; "
-                          f"set it inside an entry ({NS}:serve[0].name), or remove it (a single-target stack is named by its stack)")
-    defaults = {k: v for k, v in raw.items() if k not in STACK_KEYS}
-    if entries is None:
-        return [(NS, dict(raw))]
-    if entries == [] and isinstance(raw.get("cluster"), dict) and raw["cluster"].get("mode") == "eks":
-        return []  # a cluster-only stack (stacks/program.py checks it sets nothing to serve)
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{NS}:{SERVE}: {entries!r} is not a non-empty list of serving entries (each a mapping with target or axes); "
-                          f"an empty list is a cluster-only stack, which needs {NS}:cluster.mode: eks")
-    out = []
-    for i, e in enumerate(entries):
-        key = f"{NS}:{SERVE}[{i}]"
-        if not isinstance(e, dict):
-            raise ConfigError(f"{key}: {e!r} is not a mapping (target or axes, namespace, replicas, images, overrides...)")
-        bad = sorted(set(e) & STACK_KEYS)
-        if bad:
-            raise ConfigError(f"{key}.{bad[0]}: is a stack-wide key; set it once at the top level ({NS}:{bad[0]})")
-        merged = {**defaults, **e}
-        for sub in ("storage", "wait"):  # mappings merge key by key
-            if isinstance(defaults.get(sub), dict) and isinstance(e.get(sub), dict):
-                merged[sub] = {**defaults[sub], **e[sub]}
-        merged.update({k: raw[k] for k in ("cluster",) if k in raw})
-        out.append((key, merged))
-    return out
-
-
-def build_entries(raw: dict[str, Any], build=None) -> list[Entry]:
-    """Validate every entry and build its serving plan; mark which entries share a cache, namespace
-    and HF Secret. ``build(entry_raw) -> ServingPlan`` defaults to the plain serving builder."""
-    from .config import parse
-
-    build = build or (lambda r: build_plan(parse(r)))
+def build_entries(source, build=None) -> list[Entry]:
+    """Build every entry's serving plan, apply its overrides, name it; mark which entries share a cache, namespace
+    and HF Secret. ``source``: the parsed entries (``stacks.spec.ServeEntry``), or a raw ``dynamo:`` mapping (parsed
+    here by ``stacks.spec.serve_entries``); ``build(entry) -> ServingPlan`` defaults to the plain serving builder."""
+    specs = serve_entries(source) if isinstance(source, dict) else list(source)
+    build = build or (lambda e: build_plan(e.config))
     entries: list[Entry] = []
     names: dict[str, str] = {}
-    for key, cfg_raw in entry_configs(raw):
-        body = {k: v for k, v in cfg_raw.items() if k not in ENTRY_ONLY}
+    for spec in specs:
+        key = spec.key
         try:
-            plan = build(body)
+            plan = build(spec)
         except ConfigError as e:
             raise ConfigError(entry_prefix(str(e), key) if key != NS else str(e)) from None
         comps = [c["name"] for c in plan.dgd["spec"]["components"]]
-        overrides = _parse_override(cfg_raw.get("overrides"), key, comps)
+        overrides = _parse_override(spec.overrides, key, comps)
         apply_overrides(plan.dgd, overrides, key)
-        name = cfg_raw["name"] if "name" in cfg_raw else plan.dgd["metadata"]["name"]
-        if "name" not in cfg_raw and name in names:  # the same target in another namespace
+        name = spec.name if spec.named else plan.dgd["metadata"]["name"]
+        if not spec.named and name in names:  # the same target in another namespace
             name = f"{name}-{plan.dgd['metadata']['namespace']}"[:40].rstrip("-")
         if key != NS and not (isinstance(name, str) and _NAME.fullmatch(name)):
             raise ConfigError(f"{key}.name: {name!r} is not a valid entry name (1-40 lowercase letters, digits and '-')")
         if name in names:
             raise ConfigError(f"{key}.name: {name!r} is already the name of {names[name]}; give one of them its own name")
         names[name] = key
-        entries.append(Entry(name=name, key=key, raw=cfg_raw, plan=plan, overrides=overrides))
+        entries.append(Entry(name=name, key=key, raw=spec.raw, plan=plan, overrides=overrides, cfg=spec.config))
     _share(entries)
     return entries
 

@@ -37,6 +37,132 @@ def test_cli_modules_live_under_stacks_cli():
     assert not any((ROOT / "stacks" / f"{n}.py").exists() for n in ("review", "preflight", "simulate", "bench_report", "timeline"))
 
 
+# --------------------------------------------------------------------------- the layer order
+# Each module sits in one layer, and no module imports from a later one (a call back up the stack would make the
+# config flow climb back and forth). The order is registry -> catalog -> spec -> plans -> program -> shells
+# (components/ and the command line) -> __main__.py. The spec sits after the catalog because parsing a stack checks
+# its target against the catalog (stacks.config.select_target: an unknown id or an unqualified combination is refused
+# while parsing, naming the valid choices), and the catalog needs nothing of the spec (its modules read the registry
+# only). A module's layer follows from where it lives: stacks/catalog/ is the catalog, stacks/cli/ and components/
+# are shells, and the stacks/*.py modules named below are the registry, spec and program layers; every other
+# stacks/*.py module is a plan builder, so a new one is checked as such without touching this test.
+
+LAYERS = ("registry", "catalog", "spec", "plans", "program", "shells", "main")
+REGISTRY = {"stacks", "stacks.registry", "stacks.versions", "stacks.gpus"}  # the data everything reads
+SPEC = {"stacks.config", "stacks.spec", "stacks.providers", "stacks.pulumi_config"}  # the config, parsed once
+PROGRAM = {"stacks.program", "stacks.render"}  # spec -> plans, for `up` and `render --stack`
+# The catalog's table for `targets` packs a target onto its instance (stacks.cluster.pack): it is a view built from the
+# plans, and nothing in the catalog imports it.
+PLACED = {"stacks.catalog.view": "plans"}
+# Names a module may take from a later layer, and why. stacks.cluster.EksConfig (the EKS keys) and its region helpers
+# are the spec's, but stay in stacks/cluster.py while the EKS keys are extended there.
+ALLOWED_UP = {"stacks.spec": {"stacks.cluster", "stacks.cluster.EksConfig", "stacks.cluster.apply_aws_region",
+                              "stacks.cluster.resolve_region"}}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts) or "__main__"
+
+
+def layer_of(module: str) -> str:
+    if module in PLACED:
+        return PLACED[module]
+    if module == "__main__":
+        return "main"
+    if module.startswith(("components.", "stacks.cli.")) or module in ("components", "stacks.cli", "stacks.__main__"):
+        return "shells"
+    if module == "stacks.catalog" or module.startswith("stacks.catalog."):
+        return "catalog"
+    for layer, names in (("registry", REGISTRY), ("spec", SPEC), ("program", PROGRAM)):
+        if module in names:
+            return layer
+    return "plans"
+
+
+def project_modules() -> dict[str, Path]:
+    files = list((ROOT / "stacks").rglob("*.py")) + list((ROOT / "components").glob("*.py")) + [ROOT / "__main__.py"]
+    return {module_name(p): p for p in files if "__pycache__" not in p.parts}
+
+
+def _resolve(name: str, known) -> str | None:
+    """The project module an imported name belongs to (``stacks.config.NS`` -> ``stacks.config``), or None."""
+    parts = name.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in known:
+            return ".".join(parts[:n])
+    return None
+
+
+def runtime_imports(module: str, path: Path) -> set[str]:
+    """The names ``module`` imports when it runs (function-level imports included; ``if TYPE_CHECKING:`` blocks,
+    which only type checkers read, left out)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            node.body = []
+    pkg = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            out |= {base} | {f"{base}.{a.name}" for a in node.names}
+    return out
+
+
+def layer_violations(modules: dict[str, Path]) -> list[str]:
+    out = []
+    for mod, path in sorted(modules.items()):
+        rank = LAYERS.index(layer_of(mod))
+        for name in sorted(runtime_imports(mod, path)):
+            target = _resolve(name, modules)
+            if target is None or target == mod or name in ALLOWED_UP.get(mod, ()):
+                continue
+            if LAYERS.index(layer_of(target)) > rank:
+                out.append(f"{mod} ({layer_of(mod)}) imports {name} ({layer_of(target)})")
+    return out
+
+
+def test_every_layer_has_its_modules():
+    layers = {layer_of(m) for m in project_modules()}
+    assert layers == set(LAYERS)
+    assert {"stacks.spec", "stacks.config"} <= {m for m in project_modules() if layer_of(m) == "spec"}
+    assert layer_of("stacks.cluster") == layer_of("stacks.serve") == layer_of("stacks.a_new_module") == "plans"
+    assert layer_of("components.cluster_source") == layer_of("stacks.cli.review") == "shells"
+
+
+def test_no_module_imports_from_a_later_layer():
+    assert layer_violations(project_modules()) == []
+
+
+def test_the_layer_check_catches_a_climb_back(tmp_path):
+    """A spec module that imports a plan builder, or a plan builder that imports the program, is reported."""
+    spec, plans = tmp_path / "spec.py", tmp_path / "serve.py"
+    spec.write_text("from .serving import build_plan\nfrom .cluster import EksConfig\n")
+    plans.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cli import review\n"
+                     "def f():\n    from stacks.program import build_program\n")
+    modules = {**project_modules(), "stacks.spec": spec, "stacks.serve": plans}
+    found = layer_violations(modules)
+    assert "stacks.spec (spec) imports stacks.serving.build_plan (plans)" in found
+    assert "stacks.serve (plans) imports stacks.program.build_program (program)" in found
+    assert not any("EksConfig" in f or "review" in f for f in found)
+
+
+def test_main_is_a_few_component_calls():
+    text = (ROOT / "__main__.py").read_text()
+    tree = ast.parse(text)
+    assert len(text.splitlines()) <= 60
+    assert not [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    first_code = next(i for i, n in enumerate(tree.body) if not isinstance(n, (ast.Import, ast.ImportFrom, ast.Expr)))
+    assert not [n for n in tree.body[first_code:] if isinstance(n, (ast.Import, ast.ImportFrom))], "imports mid-file"
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+
+
 # --------------------------------------------------------------------------- no tracker numbers in the tree
 # A reader of the code cannot open our tracker, so code, comments, test names and docs say what and why instead of
 # citing an issue or finding by number. A public upstream issue stays citable when its repository is named right

@@ -1,0 +1,177 @@
+"""Where a stack's Kubernetes objects go, behind one small interface (``ClusterSource``):
+
+- ``provider``: the Kubernetes provider every serving, observability and benchmark object uses;
+- ``storage_ready``: what the model cache and its download wait for (a storage class, the system nodes);
+- ``gpu_ready``: what GPU workloads (the DGDs) wait for (GPU node groups or NodePools, the pools' capacity
+  check, device plugins, the Dynamo platform);
+- ``kubeconfig_file``/``context``: a kubeconfig file a failed wait can read with kubectl (else None);
+- ``exports()``: the stack outputs of the cluster layer.
+
+One strategy per ``dynamo:cluster.mode`` (``stacks.spec.ClusterSource``): ``RenderSource``, ``KubeconfigSource``,
+``StackSource`` (the cluster of a cluster-only stack, through a StackReference) and ``EksSource`` (the EKS cluster this
+stack creates). They are plain classes, not components: the resources keep the names and parents (the stack) they
+always had, so no URN moves. ``cluster_source(program)`` picks one and adds the platform layer (device plugins and
+the Dynamo operator) where the stack installs it.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.platform import DevicePlugins, DynamoPlatform, helm_release
+from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
+from stacks.config import NS
+from stacks.platform import GPU_PRESENT_LABELS, dynamo_platform
+from stacks.program import ProgramPlan
+
+
+class ClusterSource:
+    """The Kubernetes side of a cluster source (see the module docstring)."""
+
+    provider: k8s.Provider
+    kubeconfig_file: Optional[str] = None
+    context: Optional[str] = None
+
+    def __init__(self, program: ProgramPlan):
+        self.program = program
+        self.storage_ready: list = []
+        self.gpu_ready: list = []
+
+    def exports(self) -> dict[str, Any]:
+        return {}
+
+
+class RenderSource(ClusterSource):
+    """``mode: render``: YAML written to ``renderDir``; no cluster, so nothing to wait for and no Helm charts."""
+
+    def __init__(self, program: ProgramPlan):
+        super().__init__(program)
+        self.provider = k8s.Provider("render", render_yaml_to_directory=program.cluster.render_dir)
+
+
+class KubeconfigSource(ClusterSource):
+    """``mode: kubeconfig``: an existing cluster, from the secret ``dynamo:kubeconfig`` or the kubeconfig file
+    (``cluster.kubeconfigPath`` or KUBECONFIG, found by ``stacks.spec.kubeconfig_path``), read as a Pulumi secret."""
+
+    def __init__(self, program: ProgramPlan):
+        super().__init__(program)
+        kubeconfig = pulumi.Config(NS).get_secret("kubeconfig")
+        if kubeconfig is None:
+            self.kubeconfig_file = program.spec.kubeconfig_file
+            with open(self.kubeconfig_file) as f:
+                kubeconfig = pulumi.Output.secret(f.read())
+        self.context = program.cluster.context
+        self.provider = k8s.Provider("cluster", kubeconfig=kubeconfig, context=self.context)
+
+
+class StackSource(ClusterSource):
+    """``mode: stack``: the cluster of a cluster-only stack. Its kubeconfig (kept secret), storage class and GPU pools
+    are Outputs, so the checks run when they resolve: a storage class other than the claim's fails before the claim,
+    a shortfall of the pools before anything GPU-related (the DGDs depend on the check, as on the download's checks)."""
+
+    def __init__(self, program: ProgramPlan):
+        super().__init__(program)
+        self.ref = pulumi.StackReference(program.cluster.stack)
+        self.provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.secret(self.ref.require_output("kubeconfig")))
+        self.storage_ready = [self.ref.require_output("storageClassName").apply(self.check_storage_class)]
+        self.gpu_ready = [self.ref.require_output("nodePools").apply(self.check_capacity)]
+
+    def check_storage_class(self, name: str) -> None:
+        refs = self.program.cluster_plan
+        if refs.storage_class and name != refs.storage_class:
+            raise pulumi.RunError(f"{NS}:storage.className: the cache claim asks for {refs.storage_class!r}, but the cluster of "
+                                  f"{refs.stack} has storage class {name!r} (its storageClassName output); set {NS}:storage.className: {name}")
+
+    def check_capacity(self, pools: Any) -> None:
+        refs = self.program.cluster_plan
+        msg = capacity_shortfall(refs.requirements, pools, refs.stack)
+        if msg:
+            raise pulumi.RunError(msg)
+
+
+class EksSource(ClusterSource):
+    """``mode: eks``: the EKS cluster (``components.cluster.EksGpuCluster``), the model cache's StorageClass (EFS) or
+    PersistentVolume (FSx for Lustre), the NVIDIA DRA driver for ComputeDomains, and the outputs serving stacks on this
+    cluster read (``cluster.mode: stack``)."""
+
+    def __init__(self, program: ProgramPlan):
+        import pulumi_aws as aws
+
+        from components.cluster import EksGpuCluster
+
+        super().__init__(program)
+        plan = program.cluster_plan
+        aws_provider = aws.Provider("aws", region=program.cluster.region)
+        self.eks = eks = EksGpuCluster("cluster", plan, opts=pulumi.ResourceOptions(provider=aws_provider))
+        self.provider = k8s.Provider("eks", kubeconfig=eks.kubeconfig)
+        sc = plan.storage_class
+        if sc:  # EFS: access points provisioned per claim
+            storage = k8s.storage.v1.StorageClass(
+                "model-cache", metadata=sc["metadata"], provisioner=sc["provisioner"], parameters=eks.storage_parameters,
+                reclaim_policy=sc["reclaimPolicy"], volume_binding_mode=sc["volumeBindingMode"],
+                opts=pulumi.ResourceOptions(provider=self.provider, depends_on=eks.addons + eks.mount_targets))
+        else:  # FSx for Lustre: the stack's file system, bound statically to the cache claim
+            storage = k8s.core.v1.PersistentVolume(
+                "model-cache", metadata=plan.static_pv["metadata"], spec=eks.static_pv_source.apply(self._pv_spec),
+                opts=pulumi.ResourceOptions(provider=self.provider, depends_on=eks.addons, retain_on_delete=plan.protect_cache))
+        # The download starts as soon as storage and the system nodes exist, in parallel with the GPU node group.
+        self.storage_ready = [storage, eks.system_nodes]
+        self.gpu_ready = list(eks.gpu_node_groups) + eks.karpenter_node_pools  # Karpenter pools: their NodePools exist before the DGDs
+        if plan.dra_driver:  # GB200: ComputeDomains (IMEX) through the NVIDIA DRA driver
+            self.gpu_ready.append(helm_release("nvidia-dra-driver-gpu", dra_driver_spec(),
+                                               pulumi.ResourceOptions(provider=self.provider, depends_on=[eks.gpu_nodes])))
+
+    def _pv_spec(self, csi: dict) -> dict:
+        return {**self.program.cluster_plan.static_pv["spec"], "csi": csi}
+
+    def exports(self) -> dict[str, Any]:
+        plan = self.program.cluster_plan
+        out = {
+            "clusterName": self.eks.cluster_name,
+            "kubeconfig": self.eks.kubeconfig,
+            # What a serving stack on this cluster reads (cluster.mode: stack): the GPU pools and the cache storage class.
+            "nodePools": node_pools(plan),
+            "storageClassName": plan.cache_class_name,
+            "region": plan.region,
+            # The next `up` that changes the version sets dynamo:cluster.currentKubernetesVersion to this (one minor step at a time).
+            "kubernetesVersion": plan.kubernetes_version,
+        }
+        if self.program.serving is None:  # a cluster-only stack has no serving commands to follow; the kubeconfig one still helps
+            out["followKubeconfig"] = f"aws eks update-kubeconfig --region {plan.region} --name {plan.name}"
+        return out
+
+
+SOURCES = {"render": RenderSource, "kubeconfig": KubeconfigSource, "stack": StackSource, "eks": EksSource}
+
+
+def cluster_source(program: ProgramPlan) -> ClusterSource:
+    """The mode's cluster source, with the platform layer where the stack installs it."""
+    source = SOURCES[program.cluster.mode](program)
+    source.gpu_ready = source.gpu_ready + platform_layer(program, source)  # a new list: DevicePlugins holds the old one
+    return source
+
+
+def platform_layer(program: ProgramPlan, source: ClusterSource) -> list:
+    """Device plugins (EKS always; an existing cluster with ``installDevicePlugins``) and the Dynamo platform (EKS by
+    default, ``installPlatform``); what the DGDs wait for. Helm releases need a real cluster, so render mode shows the
+    serving layer only."""
+    cluster, plan = program.cluster, program.cluster_plan
+    eks = cluster.mode == "eks"
+    if cluster.mode == "render" or not (eks or cluster.install_device_plugins or cluster.platform_wanted()):
+        return []
+    ready: list = []
+    if eks or cluster.install_device_plugins:
+        fabric = ("aws-efa" if plan.efa else "none") if eks else (program.cfg.fabric_profile or program.serving.target.fabric)
+        plugins = DevicePlugins(
+            "device-plugins", fabric=fabric, nvidia=cluster.nvidia_stack,
+            opts=pulumi.ResourceOptions(provider=source.provider, depends_on=list(source.gpu_ready)),
+            # EKS: our GPU node groups carry nvidia.com/gpu.present=true; pods naming RuntimeClass nvidia land only there.
+            runtime_class_node_selector=dict(GPU_PRESENT_LABELS) if eks else None)
+        ready += plugins.ready
+    # The operator learns the Prometheus URL (Planner, autoscaling).
+    spec = dynamo_platform(prometheus_endpoint=program.observability.prometheus_endpoint) if program.observability else None
+    platform = DynamoPlatform("dynamo-platform", skip=not cluster.platform_wanted(), spec=spec,
+                              opts=pulumi.ResourceOptions(provider=source.provider, depends_on=list(source.storage_ready)))
+    return ready + platform.ready

@@ -1,0 +1,87 @@
+"""The serving layer of a stack: one ``Serving`` per namespace, with what each needs from the stack's secrets.
+
+Names follow the namespace and the entry, never the entries' order, so adding or removing an entry touches only its
+own objects. A single-target stack keeps its one Serving named "serving"; the first namespace of a ``dynamo:serve``
+list takes over its URNs (aliases). Each Serving gets the HF token when one of its entries needs the stack's token
+Secret, and on a cluster this stack creates (or a cluster stack's) the image pull Secrets of its namespace and the
+GB200 ComputeDomain. Also logged here, before any resource is created: renamed or deprecated targets (the warning
+names the successor) and the commands to follow a long ``up``, which ``exports()`` returns with the next steps.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pulumi
+
+from components.cluster_source import ClusterSource
+from components.serving import Serving, kubectl_probe
+from stacks.cluster import dockerconfigjson
+from stacks.config import NS, deprecation_warnings
+from stacks.outputs import follow_commands, next_steps
+from stacks.program import ProgramPlan
+
+
+def pull_secret_value(config: pulumi.Config) -> pulumi.Output:
+    """The .dockerconfigjson of the image pull Secrets: ``dynamo:imagePullSecret`` as is, or nvcr.io's from
+    ``dynamo:ngcApiKey`` (both Pulumi secrets; ``stacks.spec`` refuses both set at once)."""
+    return config.get_secret("imagePullSecret") or config.get_secret("ngcApiKey").apply(dockerconfigjson)
+
+
+class ServingLayer:
+    """Every entry's serving objects on the cluster source's provider (see the module docstring)."""
+
+    def __init__(self, program: ProgramPlan, source: ClusterSource):
+        self.program = program
+        config = pulumi.Config(NS)
+        cp, multi = program.cluster_plan, program.multi
+        hf_token = config.get_secret("hfToken") if any(e.plan.hf_secret for e in program.entries) else None
+        creates = program.cluster.mode in ("eks", "stack") and cp is not None
+        pulls = (cp.notes.get("pull_secrets") or []) if creates else []
+        pull = pull_secret_value(config) if pulls else None
+        cd = getattr(cp, "compute_domain", None) if creates else None
+        spaces: dict[str, list] = {}
+        for entry in program.entries:
+            spaces.setdefault(entry.plan.dgd["metadata"]["namespace"], []).append(entry)
+        first_ns = next(iter(spaces), None)
+        self.servings: dict[str, Serving] = {}
+        for index, (ns, entries) in enumerate(spaces.items()):
+            first = entries[0]
+            self.servings[ns] = Serving(
+                f"serving-{ns}" if multi else "serving",
+                first.plan,
+                hf_token=hf_token,
+                protect_cache=first.cfg.storage.protect,
+                opts=pulumi.ResourceOptions(provider=source.provider, aliases=[pulumi.Alias(name="serving")] if multi and index == 0 else None),
+                depends_on=source.storage_ready,
+                graph_depends_on=source.gpu_ready,
+                redact_secrets=program.cluster.mode == "render",
+                probe=kubectl_probe(source.kubeconfig_file, source.context) if source.kubeconfig_file else None,
+                graphs=[(f"graph-{e.name}", e.plan) for e in entries] if multi else None,
+                first_graph_alias="serving-graph" if multi and index == 0 else None,
+                # The first namespace keeps the single-target name; others are named by namespace too.
+                pull_secrets=[(_pull_secret_name(o["metadata"], first_ns), o) for o in pulls if o["metadata"]["namespace"] == ns],
+                pull_secret=pull,
+                compute_domain=cd if cd and cd["metadata"]["namespace"] == ns else None,
+            )
+        self.serving: Optional[Serving] = next(iter(self.servings.values()), None)  # None: a cluster-only stack
+        for entry in program.entries:
+            for warning in deprecation_warnings(entry.cfg):
+                pulumi.log.warn(f"{entry.key}: {warning}" if multi else warning)
+        plan = program.serving
+        self.follow = follow_commands(plan, cp if program.cluster.mode == "eks" else None, program.benchmark) if plan else {}
+        for key, value in self.follow.items():
+            pulumi.log.info(f"{key}: {value}")
+
+    def exports(self) -> dict[str, Any]:
+        """What to do next: per entry (``entries``) in a ``dynamo:serve`` stack, else the target's own keys; then the
+        commands to follow the ``up``."""
+        program = self.program
+        if program.multi:
+            out = {"entries": {e.name: next_steps(e.plan) for e in program.entries}}
+        else:
+            out = next_steps(program.serving) if program.serving is not None else {}
+        return {**out, **self.follow}
+
+
+def _pull_secret_name(md: dict, first_ns: Optional[str]) -> str:
+    return f"pull-secret-{md['name']}" if md["namespace"] == first_ns else f"pull-secret-{md['namespace']}-{md['name']}"
