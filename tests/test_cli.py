@@ -115,6 +115,10 @@ def test_targets_dollars_per_hour_are_nodes_times_the_price_file(capsys):
     assert priced  # the file prices some default instance
 
 
+def test_every_priced_instance_has_a_price_in_the_region_targets_shows():
+    assert all(targets_cli.PRICE_REGION in regions for regions in yaml.safe_load(PRICES.read_text())["ec2"].values())
+
+
 def test_price_file_names_source_and_date_of_every_price():
     data = yaml.safe_load(PRICES.read_text())
     entries = [p for regions in data["ec2"].values() for p in regions.values()] + [data["eks"]["control_plane"]]
@@ -162,6 +166,17 @@ def test_every_table_command_is_width_checked():
 # --------------------------------------------------------------------------- errors
 
 
+def _one_typo_away(names) -> tuple[str, str]:
+    """(a name with its last character dropped, the name) for a name that the typo points back to unambiguously."""
+    import difflib
+
+    names = sorted(names)
+    return next((n[:-1], n) for n in names if difflib.get_close_matches(n[:-1], names, n=2, cutoff=0.6)[:1] == [n])
+
+
+TARGET_TYPO, TARGET = _one_typo_away(catalog.targets())
+STACK_TYPO, STACK = _one_typo_away(p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
+
 BAD = [
     # (argv, what the one line must say)
     (["targts"], "did you mean 'targets'"),
@@ -171,11 +186,11 @@ BAD = [
     (["simulate", "--stack", "h100-disagg", "--nodes", "/no/such/nodes.yaml"], "kubectl get nodes -o yaml"),
     (["bench-report", "--stack", "h100-disagg", "--file", "/no/such/export.json"], "/no/such/export.json: no such file"),
     (["drift", "--upstream", "/no/such/recipes"], "no such directory"),
-    (["render", "--stack", "h100-disagg-prd"], "did you mean 'h100-disagg-prod'"),
+    (["render", "--stack", STACK_TYPO], f"did you mean {STACK!r}"),
     (["cost", "--stack", "no-such-stack"], "has no Pulumi.no-such-stack.yaml"),
     (["preflight", "--stack", "no-such-stack"], "has no Pulumi.no-such-stack.yaml"),
     (["timeline", "--stack", "no-such-stack"], "has no Pulumi.no-such-stack.yaml"),
-    (["render", "--target", "lightning-vllm-agg-h100-dspar"], "did you mean 'lightning-vllm-agg-h100-dspark'"),
+    (["render", "--target", TARGET_TYPO], f"did you mean {TARGET!r}"),
     (["fidelity", "--target", "no-such-target"], "not a catalog target"),
     (["simulate", "--target", "no-such-target"], "not a catalog target"),
     (["targets", "--lng"], "did you mean '--long'"),
