@@ -9,9 +9,12 @@ compare ratios within one run: this machine's load moves the absolute figures.
 Options that split the time (docs/performance.md says what each showed):
   --variant NAME[:ENV=VAL,...][:FLAG ...]   e.g. ``skip-checkpoints:PULUMI_SKIP_CHECKPOINTS=true``,
                                              ``serial::--parallel 1`` (default: ``default`` and ``skip-checkpoints``)
-  --trace DIR      ``pulumi up --tracing file://DIR/<variant>-<n>.trace`` (the engine's own spans, see engine_trace.py)
-  --profile DIR    cProfile of the Python program (the language host's process) into DIR/<variant>-<n>.prof
+  --render         no cluster: the provider writes YAML files (program, language host, engine and state file only)
+  --trace DIR      ``pulumi up --tracing file://DIR/<variant>-<n>-<rep>.trace`` (the engine's own spans; read with
+                   ``PULUMI_DEBUG_COMMANDS=true pulumi convert-trace -g 5ms FILE > F.pprof; go tool pprof -top F.pprof``)
+  --profile DIR    cProfile of the Python program (the language host's process) into DIR/<variant>-<n>-<rep>.prof
   --repeat R       every (size, variant) R times, interleaved; the median is printed
+The engine's CPU profile is a variant flag: ``--variant 'cpu::--profiling DIR/up'``, then ``go tool pprof -top``.
 
 Prints figures; asserts nothing. Needs the toolchain and control plane (`make setup`):
     PATH=.tools/bin:$PATH .venv/bin/python benchmarks/engine_scale.py [--sizes 1,8,68] [--repeat 1]
