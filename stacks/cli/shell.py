@@ -50,8 +50,8 @@ def check_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
         return
     cmds = subcommands(parser)
     if words[0] not in cmds:
-        raise CliError(f"{parser.prog}: unknown command {words[0]!r}{did_you_mean(words[0], cmds)}; "
-                         f"commands: {', '.join(cmds)} (see `{parser.prog} --help`)")
+        raise CliError(f"{parser.prog}: unknown command {words[0]!r}{did_you_mean(words[0], cmds)} "
+                       f"(commands: {', '.join(cmds)}; see `{parser.prog} --help`)")
 
 
 def unknown_options(parser: argparse.ArgumentParser, command: Optional[str], extras: list[str]) -> CliError:
