@@ -37,7 +37,7 @@ def _with_diff_progress(fn):
         for flag, ref in (("--base", args.base), ("--head", args.head)):
             if ref and not shell.git_commit(repo, ref):
                 raise shell.CliError(f"diff {flag} {ref}: not a commit in {repo} (a branch, tag or sha; "
-                                       f"`git fetch` it first if it is remote)")
+                                     f"`git fetch` it first if it is remote)")
         with shell.progress(f"diff: rendering every stack and target at {args.base} and at {args.head or 'the working tree'}"):
             return fn(args)
     return run
