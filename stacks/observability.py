@@ -5,9 +5,9 @@ No Pulumi here: ``components/observability.py`` registers what ``build_observabi
 What it builds, and why each choice:
 
 - **Prometheus and Grafana**: the kube-prometheus-stack chart (pinned in ``stacks/versions.yaml``,
-  ``charts.kube-prometheus-stack``; 88.0.0 bumps the Prometheus Operator to v0.93.0, the CRD set
-  of ``shared/reference/crds/monitoring``: prometheus-community/helm-charts release
-  kube-prometheus-stack-88.0.0). Or ``prometheus: existing``: no chart, monitors carry the labels
+  ``charts.kube-prometheus-stack``, 88.5.4: its Prometheus Operator v0.93.1 has the CRDs of
+  ``shared/reference/crds/monitoring`` (v0.93.0, which 88.0.0 brought) except the version annotation;
+  sources in the manifest's comment). Or ``prometheus: existing``: no chart, monitors carry the labels
   the existing Prometheus selects (``monitorLabels``), and its URL (``prometheusEndpoint``) is
   the platform chart's ``dynamo-operator.dynamo.metrics.prometheusEndpoint``
   (shared/reference/platform/dynamo-operator-values.yaml).

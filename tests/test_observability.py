@@ -268,7 +268,7 @@ def test_charts_monitors_and_dashboards_are_registered_under_the_component(eks_r
     releases = {r.inputs["chart"]: r for r in eks_run.by_type("kubernetes:helm.sh/v3:Release")}
     kps, dcgm = releases["kube-prometheus-stack"], releases["dcgm-exporter"]  # EKS default nvidiaStack: device-plugin
     assert kps.parent == comp.urn and dcgm.parent == comp.urn
-    assert kps.inputs["namespace"] == "monitoring" and kps.inputs["version"] == "88.0.0"
+    assert kps.inputs["namespace"] == "monitoring" and kps.inputs["version"] == versions()["charts"]["kube-prometheus-stack"]["version"] == "88.5.4"
     assert kps.urn in dcgm.dependencies  # its ServiceMonitor needs the CRDs kube-prometheus-stack brings
     ns = eks_run.by_type("kubernetes:core/v1:Namespace")
     assert any(n.inputs["metadata"]["name"] == "monitoring" and n.parent == comp.urn for n in ns)

@@ -2,10 +2,10 @@
 # Build-or-reuse the pinned Pulumi toolchain (no downloads outside the Go module proxy) and expose it in
 # <repo>/.tools/bin:
 #
-#   pulumi                          CLI, github.com/pulumi/pulumi/pkg/v3@v3.274.1 ./cmd/pulumi
+#   pulumi                          CLI, github.com/pulumi/pulumi/pkg/v3@v3.276.0 ./cmd/pulumi
 #   pulumi-language-python          Python language host: tools/pulumi/cmd/pulumi-language-python (our minimal
 #                                   host; upstream's nested module is not served by the proxy, see its main.go)
-#   pulumi-language-python-exec     executor script from github.com/pulumi/pulumi/sdk/v3@v3.274.1 python/cmd
+#   pulumi-language-python-exec     executor script from github.com/pulumi/pulumi/sdk/v3@v3.276.0 python/cmd
 #   pulumi-resource-pulumi-python   dynamic-provider shim from the same sdk module (python/dist)
 # and, in <repo>/.tools/plugins (kept off $PATH on purpose, see step 5):
 #   pulumi-resource-kubernetes      github.com/pulumi/pulumi-kubernetes/provider/v4 (see K8S_* pins below),
@@ -25,11 +25,15 @@
 set -euo pipefail
 
 # ---- pins ---------------------------------------------------------------------------------------------------------
-PULUMI_VERSION=v3.274.1 # pkg/v3 and sdk/v3 (tools/pulumi/go.mod must require the same)
+PULUMI_VERSION=v3.276.0 # pkg/v3 and sdk/v3 (tools/pulumi/go.mod must require the same)
 # The proxy serves provider/v4 only as this pseudo-version (upstream tags v4.x.y are on the repo root, not on the
 # provider/ module). Commit f47bc2d6f199 (2026-01-15) is the last provider commit before the v4.25.0 release tag
 # (sdk/v4.25.0 -> 144dd813, 2026-01-16, same timestamp as the PyPI pulumi-kubernetes 4.25.0 upload), so we stamp
 # and register it as 4.25.0 and pin PyPI pulumi-kubernetes==4.25.0.
+# Still the newest the proxy builds (checked 2026-12-01): `go list -m -versions .../provider/v4` lists no version,
+# @latest is this pseudo-version, and newer commits are refused (`.../provider/v4/@v/<commit>.info` for the
+# provider/go.mod commit bb050fd6e174 of the stored index, and @master / @v4.32.0: "This module version is not
+# available"), although sdk/v4 is served up to v4.32.0 and PyPI has pulumi-kubernetes 4.34.2.
 K8S_PROVIDER_MODULE=github.com/pulumi/pulumi-kubernetes/provider/v4
 K8S_PROVIDER_MODVERSION=v4.0.0-20260115033456-f47bc2d6f199
 K8S_PROVIDER_VERSION=4.25.0

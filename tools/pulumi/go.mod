@@ -2,12 +2,12 @@ module dynamo.local/tools/pulumi
 
 go 1.26.6
 
-// Mirrors github.com/pulumi/pulumi/pkg/v3@v3.274.1's go.mod replace directives,
-// minus the local `sdk/v3 => ../sdk` one (the published sdk/v3 v3.274.1 is required instead).
+// Mirrors github.com/pulumi/pulumi/pkg/v3@v3.276.0's go.mod replace directives,
+// minus the local `sdk/v3 => ../sdk` one (the published sdk/v3 v3.276.0 is required instead).
 replace github.com/atotto/clipboard => github.com/tgummerer/clipboard v0.0.0-20241001131231-d02d263e614e
 
 require (
-	github.com/pulumi/pulumi/sdk/v3 v3.274.1
+	github.com/pulumi/pulumi/sdk/v3 v3.276.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
@@ -159,7 +159,7 @@ require (
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/kballard/go-shellquote v0.0.0-20180428030007-95032a82bc51 // indirect
 	github.com/kevinburke/ssh_config v1.6.0 // indirect
-	github.com/klauspost/compress v1.18.7 // indirect
+	github.com/klauspost/compress v1.20.2 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/lib/pq v1.12.3 // indirect
 	github.com/lucasb-eyer/go-colorful v1.4.1 // indirect
@@ -206,7 +206,7 @@ require (
 	github.com/pulumi/appdash v0.0.0-20231130102222-75f619a67231 // indirect
 	github.com/pulumi/inflector v0.1.1 // indirect
 	github.com/pulumi/pulumi-cloud-sdk/go v1.20261104.0 // indirect
-	github.com/pulumi/pulumi/pkg/v3 v3.274.1 // indirect
+	github.com/pulumi/pulumi/pkg/v3 v3.276.0 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/rogpeppe/go-internal v1.14.1 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect

@@ -51,7 +51,7 @@ import (
 )
 
 // version is stamped by tools/toolchain.sh (-ldflags -X main.version=...).
-var version = "3.274.1"
+var version = "3.276.0"
 
 const (
 	execScriptName = "pulumi-language-python-exec"
