@@ -52,7 +52,7 @@ def test_against_the_frozen_snapshot_the_final_ultra_profiles_it_lacks_are_repor
     assert rc == 1
     final = {t.id: t.upstream for t in catalog.targets().values() if t.reference == "dynamo-next"}
     removed = {l.split()[3]: l.split()[5].rstrip(",") for l in _kind(lines, "REMOVED")}
-    assert removed == final and len(final) == 12
+    assert removed == final and len(final) >= 12  # the seed's twelve at least (an added GPU adds its profiles)
     assert not _kind(lines, "ADDED") and not _kind(lines, "CHANGED") and not _kind(lines, "RENAMED")
     known = _kind(lines, "renamed, already followed (not drift)")
     assert len(known) == len(fidelity.renamed_paths()) == len(catalog.renamed())

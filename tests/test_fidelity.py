@@ -85,7 +85,7 @@ FINAL = [t for t in ULTRA if t.successor is None]
 def test_ultra_final_profiles_are_one_per_gpu_context_and_topology_and_follow_dynamo_next():
     """12 final targets: every Ultra GPU x 256K/1M x agg/disagg, named like their upstream directories."""
     gpus = {t.gpu for t in ULTRA}
-    assert gpus <= set(registry.GPUS) and len(gpus) == 3
+    assert gpus <= set(registry.GPUS) and len(gpus) >= 3  # the seed's three GPUs at least; a new one adds its four profiles
     want = {(g, c, top) for g in gpus for c in registry.CONTEXTS for top in registry.TOPOLOGIES}
     assert {(t.gpu, t.context, t.topology) for t in FINAL} == want and len(FINAL) == len(want)
     for t in FINAL:
