@@ -275,8 +275,10 @@ class EksGpuCluster(pulumi.ComponentResource):
 
         self.cluster_name = self.cluster.name
         # Everything that uses the kubeconfig waits for the access entries: with accessEntries set the identity that runs
-        # `up` reaches the Kubernetes API through its own entry, not through the creator's bootstrap admin.
-        granted = pulumi.Output.all(*[a.id for a in self.access_policies]).apply(lambda _: self.cluster.name) if self.access_policies else self.cluster.name
+        # `up` reaches the Kubernetes API through its own entry, not through the creator's bootstrap admin. The wait rides
+        # on the associations' clusterName, an input (known in a preview of an existing cluster, unlike a new id), so the
+        # kubeconfig stays known whenever the cluster's name is.
+        granted = pulumi.Output.all(self.cluster.name, *[a.cluster_name for a in self.access_policies]).apply(lambda v: v[0])
         self.kubeconfig = pulumi.Output.secret(kubeconfig_for(granted, self.cluster.endpoint, self.cluster.certificate_authority.data, plan.region))
         self.storage_class_name = pulumi.Output.from_input(plan.cache_class_name)
         # ---- Karpenter (GPU pools with capacity: karpenter): after the kubeconfig, which its Helm release and objects use
