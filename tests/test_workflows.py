@@ -523,3 +523,19 @@ def test_kubernetes_provider_builds_read_only_with_the_committed_sums(tmp_path):
         f.write((ROOT / "tools" / "pulumi" / "kubernetes-provider.go.sum").read_text())
     r = resolves()
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_workflows_run_the_pulumi_cli_the_toolchain_pins():
+    """CI's official Pulumi CLI (setup-pulumi's ``pulumi-version``) is the release tools/toolchain.sh builds for
+    ``make test``, so a preview in a pull request runs the engine the tests ran."""
+    from stacks.versions import versions
+
+    pinned = versions()["toolchain"]["pulumi"].lstrip("v")
+    found = {}
+    for wf in WORKFLOWS:
+        env = (yaml.safe_load(wf.read_text()) or {}).get("env") or {}
+        if "PULUMI_VERSION" in env:
+            found[wf.name] = str(env["PULUMI_VERSION"])
+    assert found, "no workflow sets PULUMI_VERSION"
+    assert {name: v for name, v in found.items() if v != pinned} == {}, f"stacks/versions.yaml pins pulumi {pinned}"
+
