@@ -208,3 +208,64 @@ def test_render_says_what_it_did_not_check(capsys):
     assert main(["render", "--stack", "local"]) == 0
     err = capsys.readouterr().err
     assert "not checked by render" in err and "kubeconfig file" in err and "storage class" in err
+
+
+# --------------------------------------------------------------------------- one parse, at the edge
+@pytest.mark.parametrize("cluster, kind", [
+    ({"mode": "render"}, "RenderCluster"), ({}, "RenderCluster"),
+    ({"mode": "kubeconfig", "context": "kind-x"}, "KubeconfigCluster"),
+    ({"mode": "stack", "stack": "org/dynamo/h100-cluster"}, "StackCluster"),
+    ({"mode": "eks", "region": "us-east-1"}, "EksCluster"),
+])
+def test_the_cluster_source_is_its_modes_variant(cluster, kind):
+    """The spec's cluster source is the variant of the configured mode, and the plan keeps the spec it was built from."""
+    from stacks.spec import parse_spec
+
+    raw = {"target": "lightning-vllm-agg-h100-dspark", "cluster": cluster}
+    spec = parse_spec(raw, "t", frozenset({"hfToken"}))
+    assert type(spec.cluster).__name__ == kind and spec.cluster.mode == (cluster.get("mode") or "render")
+    assert [e.key for e in spec.entries] == ["dynamo"] and spec.entries[0].config.target == "lightning-vllm-agg-h100-dspark"
+    program = build_program(raw, "t", frozenset({"hfToken"}))
+    assert program.spec == spec and type(program.cluster).__name__ == kind
+
+
+def test_serve_entries_are_typed_with_the_stack_defaults_and_stack_sections():
+    from stacks.spec import parse_spec
+
+    raw = {"namespace": "shared", "serve": [{"target": "lightning-vllm-agg-h100-dspark", "name": "a"},
+                                            {"target": "lightning-vllm-agg-h100-dspark", "namespace": "b"}],
+           "observability": {"enabled": True}}
+    spec = parse_spec(raw, "t", frozenset({"hfToken"}))
+    assert [(e.key, e.name, e.named, e.config.namespace) for e in spec.entries] == [
+        ("dynamo:serve[0]", "a", True, "shared"), ("dynamo:serve[1]", None, False, "b")]
+    assert spec.multi and spec.observability.enabled and not spec.benchmark.enabled
+
+
+def test_up_and_render_stack_go_through_the_same_parse(monkeypatch, tmp_path):
+    """`pulumi up` (__main__.py) and `render --stack` both call stacks.spec.parse_spec once, and build from what it
+    returns: a parse that refuses everything stops both before any resource."""
+    import stacks.program
+
+    calls = []
+    real = stacks.program.parse_spec
+
+    def recording(raw, stack, *a, **kw):
+        calls.append(stack)
+        return real(raw, stack, *a, **kw)
+
+    monkeypatch.setattr(stacks.program, "parse_spec", recording)
+    program_for_stack("dev")
+    run_program({"target": "lightning-vllm-agg-h100-dspark"}, TOKEN, stack="up")
+    assert calls == ["dev", "up"]
+
+    def refuse(raw, stack, *a, **kw):
+        raise ConfigError("dynamo:target: refused by the parse")
+
+    monkeypatch.setattr(stacks.program, "parse_spec", refuse)
+    with pytest.raises(ConfigError, match="refused by the parse"):
+        program_for_stack("dev")
+    with pytest.raises(Exception, match="refused by the parse"):
+        run_program({"target": "lightning-vllm-agg-h100-dspark"}, TOKEN)
+    import harness
+
+    assert harness.LAST_RUN.resources == []

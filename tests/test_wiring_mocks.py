@@ -108,3 +108,24 @@ def test_cluster_mode_sends_the_token_as_a_secret(tmp_path, monkeypatch):
     assert secret.inputs["stringData"]["HF_TOKEN"] == CANARY
     for res in r.resources:
         assert plain_occurrences(res.raw_inputs, CANARY) == [], res.name
+
+
+def test_each_namespace_creates_its_pull_secrets_and_its_dgds_wait_for_them():
+    """On a cluster stack's cluster, the Serving of each namespace creates that namespace's image pull Secret after the
+    namespace, and only its own DGDs wait for it. The Secrets stay top-level resources (parent: the stack), named as
+    before: the first namespace's by the Secret's name, others by namespace and name."""
+    cfg = {"cluster": {"mode": "stack", "stack": "org/dynamo/h100-cluster"}, "imagePullSecrets": ["ngc-secret"],
+           "serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "first"},
+                     {"target": "lightning-vllm-agg-h100-dspark", "namespace": "second"}]}
+    run = run_program(cfg, {"hfToken": CANARY, "ngcApiKey": "nvapi-mock"}, stack="serving")
+    pulls = {r.inputs["metadata"]["namespace"]: r for r in run.by_type("kubernetes:core/v1:Secret")
+             if r.inputs["metadata"]["name"] == "ngc-secret"}
+    assert {ns: r.name for ns, r in pulls.items()} == {"first": "pull-secret-ngc-secret", "second": "pull-secret-second-ngc-secret"}
+    assert {r.parent.rpartition("::")[0].rpartition("::")[2] for r in pulls.values()} == {"pulumi:pulumi:Stack"}, [r.parent for r in pulls.values()]
+    namespaces = {r.inputs["metadata"]["name"]: r.urn for r in run.by_type("kubernetes:core/v1:Namespace")}
+    assert all(namespaces[ns] in r.dependencies for ns, r in pulls.items())
+    dgds = {r.inputs["metadata"]["namespace"]: r for r in run.by_type("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")}
+    assert set(dgds) == {"first", "second"}
+    for ns, dgd in dgds.items():
+        other = "second" if ns == "first" else "first"
+        assert pulls[ns].urn in dgd.dependencies and pulls[other].urn not in dgd.dependencies
