@@ -147,12 +147,12 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
             raise ConfigError(f"{NS}:modelRevision: {cfg.model_revision!r} cannot be applied: the {t.model} download Job takes no revision "
                               "(supported: nemotron-3-ultra)")
     if cfg.fabric_profile:
-        from .fabric import FabricError, apply_profile
+        from .fabric import apply_profile
         from .gpus import efa_per_gpu as _efa_per_gpu
 
         try:
             apply_profile(dgd, cfg.fabric_profile, t.id, efa_per_gpu if efa_per_gpu is not None else _efa_per_gpu(t.gpu))
-        except FabricError as e:
+        except ValueError as e:  # a FabricError, or a GPU registered without instance data (no EFA figure), named by shape_for
             raise ConfigError(f"{NS}:fabricProfile: {cfg.fabric_profile!r}: {e}") from None
     wait = cfg.wait
     job_timeout = duration_seconds(wait.job_timeout)

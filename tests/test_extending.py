@@ -219,6 +219,13 @@ def test_every_eks_plan_refuses_the_gpu_naming_it_and_the_missing_data(extended,
         _program(raw)
 
 
+def test_the_efa_fabric_profile_refuses_the_gpu_on_any_cluster(extended):
+    """EFA exists only on EC2 instances: the aws-efa profile needs the GPU's instance (EFA devices per GPU)."""
+    for raw in ({"target": DISAGG_ID, "fabricProfile": "aws-efa"}, {**KUBECONFIG, "target": DISAGG_ID, "fabricProfile": "aws-efa"}):
+        with pytest.raises(ConfigError, match=rf"dynamo:fabricProfile: 'aws-efa': GPU '{GPU}' has {MISSING}"):
+            _program(raw) if "cluster" in raw else render_config(raw)
+
+
 def test_the_eks_plan_still_takes_the_new_model_on_a_known_gpu(extended):
     plan = _program({"cluster": {"mode": "eks", "region": "us-east-1"}, "target": H100_ID})
     assert any(o["kind"] == "DynamoGraphDeployment" and o["metadata"]["name"] == "throwaway-agg-h100" for o in plan.objects())
