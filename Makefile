@@ -65,8 +65,10 @@ local-up: python toolchain
 	pulumi stack select local --create --non-interactive
 	pulumi up --stack local --yes --non-interactive --skip-preview
 
+# --run-program: the program's after_delete hooks print what destroy keeps (the cache claim and its namespace), why,
+# and how to delete or re-adopt each; the engine refuses a destroy without it once the state records those hooks.
 local-down:
-	-pulumi destroy --stack local --yes --non-interactive
+	-pulumi destroy --stack local --yes --non-interactive --run-program
 	tools/kube-local.sh stop
 
 test: setup

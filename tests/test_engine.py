@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -169,6 +170,23 @@ def upstream_problems(kube, target: str, ns: str) -> list[str]:
     return problems
 
 
+def live_args(obj: dict) -> list[str]:
+    kind = obj["kind"]
+    resource = {"DynamoGraphDeployment": "dynamographdeployments.nvidia.com"}.get(kind, kind.lower())
+    ns = [] if kind == "Namespace" else ["-n", obj["metadata"]["namespace"]]
+    return ["get", resource, obj["metadata"]["name"], *ns, "-o", "name"]
+
+
+KEPT = re.compile(r"warning: kept (?P<kind>\w+) (?P<name>\S+) \(retainOnDelete[^\n]*\n\s+why:\s+(?P<why>[^\n]+)\n"
+                  r"\s+delete:\s+(?P<delete>[^\n]+)\n\s+adopt:\s+(?P<adopt>[^\n]+)")
+
+
+def kept_in_destroy_output(out: str) -> dict[tuple[str, str], dict[str, str]]:
+    """(kind, name) -> why/delete/adopt of each object `pulumi destroy --run-program` says it kept (the program's
+    after_delete hooks, components/serving.py), read from the Diagnostics section of the engine's own output."""
+    return {(m["kind"], m["name"]): {k: m[k].strip() for k in ("why", "delete", "adopt")} for m in KEPT.finditer(out)}
+
+
 def comparable(obj: dict) -> dict:
     obj = copy.deepcopy(obj)
     if obj["kind"] == "Secret":
@@ -218,24 +236,53 @@ def test_engine_lifecycle(kube, workspace, target):
         live_dgd = live(kube, {**dgd, "metadata": {**dgd["metadata"], "namespace": ns}})
         assert next(c for c in live_dgd["spec"]["components"] if c["name"] == worker)["replicas"] == 3
 
-        # destroy removes everything but the protected model cache (and the namespace holding it).
-        stack.destroy(on_output=None)
-        assert kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns, check=False).returncode == 0
+        # destroy removes everything but the protected model cache (and the namespace holding it), and says so.
+        # The kept objects' after_delete hooks are in the state, so a destroy without the program is refused
+        # before it deletes anything...
+        from pulumi.automation import errors
+
+        with pytest.raises(errors.CommandError) as refused:
+            stack.destroy(on_output=None)
+        assert "--run-program" in str(refused.value)
+        assert kubectl(kube, "get", "dynamographdeployments.nvidia.com", dgd["metadata"]["name"], "-n", ns, check=False).returncode == 0
+        # ...and `pulumi destroy --run-program` prints each object it keeps, why, and how to delete or re-adopt it.
+        printed: list[str] = []
+        stack.destroy(on_output=printed.append, run_program=True)
+        out = "\n".join(printed)
+        assert TOKEN not in out
+        kept = kept_in_destroy_output(out)
+        # what it names as kept is exactly what of the stack's objects is still on the server (so nothing deleted)
+        still_there = {(o["kind"], o["metadata"]["name"] if o["kind"] == "Namespace" else f"{ns}/{o['metadata']['name']}")
+                       for o in rendered if kubectl(kube, *live_args(o), check=False).returncode == 0}
+        assert set(kept) == still_there == {("Namespace", ns), ("PersistentVolumeClaim", f"{ns}/shared-model-cache")}, out[-3000:]
+        assert all(k["why"] and k["adopt"] for k in kept.values())
+        assert "storage.protect" in kept["PersistentVolumeClaim", f"{ns}/shared-model-cache"]["why"]
+        assert "pulumi up" in kept["PersistentVolumeClaim", f"{ns}/shared-model-cache"]["adopt"]
         for kind, name in (("dynamographdeployments.nvidia.com", dgd["metadata"]["name"]), ("jobs", None), ("configmap", f"{dgd['metadata']['name']}-config")):
-            out = kubectl(kube, "get", kind, *( [name] if name else []), "-n", ns, "-o", "name", check=False)
-            assert out.stdout.strip() in ("",) or out.returncode != 0, out.stdout
+            got = kubectl(kube, "get", kind, *( [name] if name else []), "-n", ns, "-o", "name", check=False)
+            assert got.stdout.strip() in ("",) or got.returncode != 0, got.stdout
+        # the printed delete command for the claim works as printed
+        delete = kept["PersistentVolumeClaim", f"{ns}/shared-model-cache"]["delete"]
+        assert delete == f"kubectl delete pvc shared-model-cache -n {ns}", delete
+        kubectl(kube, *delete.split()[1:], "--wait=false")
+        gone = kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns, "-o", "json", check=False)
+        assert gone.returncode != 0 or json.loads(gone.stdout)["metadata"].get("deletionTimestamp")
+        assert kept["Namespace", ns]["delete"].startswith(f"kubectl delete namespace {ns}")
     finally:
         stack.workspace.remove_stack(stack.name, force=True)
 
 
 def test_cache_opt_out_destroys_the_pvc(kube, workspace):
+    """Nothing kept, so no delete hooks: a plain `pulumi destroy` (no program) runs and names nothing as kept."""
     ns = "e-optout"
     stack = make_stack(workspace, ns, base_config(kube, TARGETS[0], ns, storage={"protect": False}))
     try:
         stack.up(on_output=None)
         assert kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns).returncode == 0
-        stack.destroy(on_output=None)
+        printed: list[str] = []
+        stack.destroy(on_output=printed.append)
         assert kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns, check=False).returncode != 0
+        assert kept_in_destroy_output("\n".join(printed)) == {} and "deleted" in "\n".join(printed)
     finally:
         stack.workspace.remove_stack(stack.name, force=True)
 
@@ -303,7 +350,7 @@ def test_job_wait_times_out_when_the_download_never_completes(kube, workspace, w
         assert "model-download" in str(e.value)
         assert kubectl(kube, "get", "dgd", "-n", ns, "-o", "name", check=False).stdout.strip() == ""  # the DGD waits for the Job
     finally:
-        stack.destroy(on_output=None)
+        stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)
 
 
@@ -340,7 +387,7 @@ def test_dgd_wait_follows_the_ready_condition(kube, workspace, wffc_storage_clas
         assert not t.is_alive() and "error" not in result, result
         assert result["up"].summary.result == "succeeded"
     finally:
-        stack.destroy(on_output=None)
+        stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)
 
 
@@ -436,7 +483,7 @@ def long_waits(kube, workspace, wffc_storage_class):
     for t in threads.values():
         t.join(timeout=400)
     for st in stacks.values():
-        st.destroy(on_output=None)
+        st.destroy(on_output=None, run_program=True)
         st.workspace.remove_stack(st.name, force=True)
 
 
@@ -554,7 +601,7 @@ def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
         r = kubectl(kube, "apply", "--server-side", "-f", "-", check=False, input=json.dumps(bad))
         assert r.returncode != 0 and "interval" in r.stderr, r.stderr
     finally:
-        stack.destroy(on_output=None)
+        stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)
 
 
@@ -598,7 +645,7 @@ def test_one_stack_serves_several_targets(kube, workspace):
         assert kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns_a, check=False).returncode == 0
         assert sorted(_kinds(stack)["kubernetes:core/v1:PersistentVolumeClaim"]) == pvcs
     finally:
-        stack.destroy(on_output=None)
+        stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)
 
 
@@ -618,7 +665,7 @@ def test_single_target_stack_moves_to_serve_without_replacing(kube, workspace):
         after = {r.get("id") for r in stack.export_stack().deployment["resources"] if r["type"].startswith("kubernetes:")}
         assert set(i for i in ids.values() if i) <= after  # the same objects, under their new names
     finally:
-        stack.destroy(on_output=None)
+        stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)
 
 
@@ -798,7 +845,7 @@ def test_simulated_cluster_up_completes_the_download_job(kube, workspace, simula
         assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"])
     finally:
         t.join(timeout=300)
-        stack.destroy(on_output=None)
+        stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)
 
 
@@ -921,6 +968,6 @@ def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_pat
         cm = kubectl(kube, "get", "configmap", "-n", pinned[0]["metadata"]["namespace"], pinned[0]["metadata"]["name"], "-o", "json").stdout
         assert json.loads(cm)["data"]["chartVersion"] == "0.20.1" and json.loads(cm)["metadata"]["uid"] == uid  # upgraded, not recreated
     finally:
-        stack.destroy(on_output=None)
+        stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)
         server.shutdown()

@@ -183,6 +183,6 @@ def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
         converged, _ = _steps(stack)
         assert converged and set(converged.values()) == {"same"}
     finally:
-        stack.destroy(on_output=None)
+        stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)
         server.shutdown()

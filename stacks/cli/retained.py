@@ -1,6 +1,7 @@
 """``python -m stacks destroy-report --stack NAME``: what ``pulumi destroy`` of a committed stack keeps, why, and how
-to delete or re-adopt each (stacks.program.retained_report). The program does not run on ``pulumi destroy``, so read
-this before (or after) destroying; it reads the stack file only."""
+to delete or re-adopt each (stacks.retained.retained_report), from the stack file only, before or after a destroy.
+``pulumi destroy --run-program`` prints the same for each kept Kubernetes object as it drops it (the program's
+after_delete hooks, components/serving.py); this report also names what an EKS cluster layer keeps."""
 from __future__ import annotations
 
 
