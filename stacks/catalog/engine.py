@@ -9,7 +9,7 @@ TensorRT-LLM recipes of Lightning, Ultra and Motif are all built this way.
 
 A model that needs no code at all uses ``Recipe``: components whose strings carry
 ``{placeholders}`` filled from the target (``{repo}``, ``{gpus}``, ``{label}``, ``{dgd}``, any
-target field or param), plus an optional ConfigMap. See README "Adding a model" and
+target field or param), plus an optional ConfigMap. See docs/adding-a-model-or-gpu.md and
 tests/test_data_model.py.
 """
 from __future__ import annotations
