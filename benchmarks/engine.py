@@ -67,7 +67,7 @@ def main() -> None:
         manifest.write_text(to_yaml(objs))
         kubectl = ["kubectl", "--kubeconfig", str(kubeconfig), "apply", "--server-side", "-f", str(manifest)]
         apply_s = timed(lambda: subprocess.run(kubectl, check=True, stdout=subprocess.DEVNULL))
-        pulumi("destroy", "--yes")
+        pulumi("destroy", "--yes", "--run-program")  # the kept cache's delete hooks need the program
         print(f"objects: {len(objs)}")
         print(f"pulumi preview (empty stack): {preview_s:.2f} s")
         print(f"pulumi up (create):           {up_s:.2f} s")
