@@ -67,8 +67,9 @@ local-up: python toolchain
 
 # --run-program: the program's after_delete hooks print what destroy keeps (the cache claim and its namespace), why,
 # and how to delete or re-adopt each; the engine refuses a destroy without it once the state records those hooks.
+# DYNAMO_DESTROY=1: a failed download Job does not stop the teardown (stacks/retained.py).
 local-down:
-	-pulumi destroy --stack local --yes --non-interactive --run-program
+	-DYNAMO_DESTROY=1 pulumi destroy --stack local --yes --non-interactive --run-program
 	tools/kube-local.sh stop
 
 test: setup

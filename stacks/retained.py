@@ -25,6 +25,15 @@ from .config import NS
 if TYPE_CHECKING:  # stacks.program imports this module (and re-exports its functions)
     from .program import ProgramPlan
 
+# A destroy that runs the program also runs its checks on the objects' last outputs: a download Job that ended Failed
+# would stop `pulumi destroy --run-program` with the same error as `up`, and a plain destroy is refused while the
+# kept objects' delete hooks are in the state. The program cannot tell a destroy from an `up` (the engine runs it the
+# same way: pulumi/pulumi#18751, "custom resources ... becoming same steps"), so the teardown says so itself: with
+# this variable set to 1 the program skips the Job-failure check (components/serving.py); `make local-down` sets it.
+TEARDOWN_ENV = "DYNAMO_DESTROY"
+TEARDOWN_HINT = (f"to destroy the stack instead: {TEARDOWN_ENV}=1 pulumi destroy --run-program "
+                 f"(it skips this check and says what it keeps)")
+
 ADOPT_CLAIM = (f"a later `pulumi up` of this stack finds the claim and keeps its cached model (the protected claim is "
                f"applied onto, never recreated); or point another stack at it with {NS}:storage.existingClaim")
 

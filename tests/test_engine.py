@@ -483,6 +483,7 @@ def long_waits(kube, workspace, wffc_storage_class):
     for t in threads.values():
         t.join(timeout=400)
     for st in stacks.values():
+        st.workspace.env_vars["DYNAMO_DESTROY"] = "1"  # a Job that ended Failed does not stop the teardown
         st.destroy(on_output=None, run_program=True)
         st.workspace.remove_stack(st.name, force=True)
 
@@ -545,6 +546,19 @@ def test_waits_of_a_minute_or_more_end_at_their_timeout(kube, long_waits):
     assert f"kubectl describe job/model-download -n {fail_ns}" in msg and "pulumi up --replace" in msg
     assert "Traceback" not in msg
     assert kubectl(kube, "get", "dgd", "-n", fail_ns, "-o", "name").stdout.strip() == ""
+    # Tearing that stack down: a destroy runs the program, whose Job check stops it the same way, naming the way out
+    # (a plain destroy is refused: the kept claim's delete hook needs the program); with it, the destroy completes
+    # and says what it kept.
+    from pulumi.automation import errors
+
+    st = long_waits["stacks"][fail_ns]
+    with pytest.raises(errors.CommandError) as stopped:
+        st.destroy(on_output=None, run_program=True)
+    assert "DYNAMO_DESTROY=1 pulumi destroy --run-program" in str(stopped.value), str(stopped.value)[-3000:]
+    st.workspace.env_vars["DYNAMO_DESTROY"] = "1"
+    printed: list[str] = []
+    st.destroy(on_output=printed.append, run_program=True)
+    assert set(kept_in_destroy_output("\n".join(printed))) == {("PersistentVolumeClaim", f"{fail_ns}/shared-model-cache")}
 
 
 # --------------------------------------------------------------------------- observability and benchmark objects (both opt-in)
