@@ -40,7 +40,7 @@ kube-toolchain:
 	tools/kube-local.sh build
 	tools/karpenter.sh build
 
-# The Prometheus server tests/test_prometheus.py scrapes the serving rig with (pinned in stacks/versions.yaml).
+# The Prometheus server tests/test_prometheus.py scrapes the serving rig with (pinned in stacks/registry/versions.yaml).
 prometheus-toolchain:
 	tools/prometheus.sh
 
@@ -67,7 +67,7 @@ local-up: python toolchain
 
 # --run-program: the program's after_delete hooks print what destroy keeps (the cache claim and its namespace), why,
 # and how to delete or re-adopt each; the engine refuses a destroy without it once the state records those hooks.
-# DYNAMO_DESTROY=1: a failed download Job does not stop the teardown (stacks/retained.py).
+# DYNAMO_DESTROY=1: a failed download Job does not stop the teardown (stacks/program/retained.py).
 local-down:
 	-DYNAMO_DESTROY=1 pulumi destroy --stack local --yes --non-interactive --run-program
 	tools/kube-local.sh stop

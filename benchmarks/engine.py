@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _project import scratch_project  # noqa: E402
-from stacks.render import render_config, render_stack, stack_raw_config, to_yaml  # noqa: E402
+from stacks.program.render import render_config, render_stack, stack_raw_config, to_yaml  # noqa: E402
 
 
 def timed(fn, n=1):

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _project import scratch_project  # noqa: E402
 from stacks import catalog  # noqa: E402
 from stacks.program import build_program  # noqa: E402
-from stacks.render import to_yaml  # noqa: E402
+from stacks.program.render import to_yaml  # noqa: E402
 
 # The two ways of running `up` that `make bench` compares. PULUMI_SKIP_CHECKPOINTS is the engine's own switch
 # (pulumi/pulumi sdk/go/common/env/env.go, v3.274.1: "Skip saving state checkpoints and only save the final

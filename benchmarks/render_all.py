@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from stacks import catalog  # noqa: E402
-from stacks.render import render_target, to_yaml  # noqa: E402
+from stacks.program.render import render_target, to_yaml  # noqa: E402
 
 
 def once(out: Path) -> tuple[float, int]:

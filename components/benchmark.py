@@ -1,7 +1,7 @@
-"""Benchmark ComponentResource: the AIPerf Job of ``stacks.benchmark.build_benchmark``, after the DGD.
+"""Benchmark ComponentResource: the AIPerf Job of ``stacks.serving.benchmark.build_benchmark``, after the DGD.
 
 The Job replays the Mooncake trace of the target's published perf row (fetched into the model-cache volume when
-absent) with that family's published AIPerf method; see ``stacks/benchmark.py``. ``depends_on`` is the DGD (with the
+absent) with that family's published AIPerf method; see ``stacks/serving/benchmark.py``. ``depends_on`` is the DGD (with the
 DGD wait on, Pulumi creates the Job only once the DGD is Ready); the Job carries ``pulumi.com/skipAwait`` so ``up``
 does not wait for the run to finish. Outputs: the Job's name and its parameters (concurrency, request count, trace).
 """
@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks.benchmark import BenchmarkPlan
+from stacks.serving.benchmark import BenchmarkPlan
 
 PKG = "dynamo"
 

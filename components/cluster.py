@@ -11,7 +11,7 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks.cluster import SECRETS_KEY_ACTIONS, ClusterPlan
-from stacks.karpenter import DISCOVERY_TAG, NODE_POLICIES as KARPENTER_NODE_POLICIES, SERVICE_ACCOUNT as KARPENTER_SERVICE_ACCOUNT, fill
+from stacks.cluster.karpenter import DISCOVERY_TAG, NODE_POLICIES as KARPENTER_NODE_POLICIES, SERVICE_ACCOUNT as KARPENTER_SERVICE_ACCOUNT, fill
 
 ASSUME_EKS = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]})
 ASSUME_EC2 = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]})
@@ -288,7 +288,7 @@ class EksGpuCluster(pulumi.ComponentResource):
         self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig, "storageClassName": self.storage_class_name})
 
     def _karpenter(self, name: str, plan: ClusterPlan, tags: dict, child: pulumi.ResourceOptions) -> None:
-        """Karpenter for the Karpenter pools (stacks/karpenter.py): the node role and its EC2_LINUX access entry (the
+        """Karpenter for the Karpenter pools (stacks/cluster/karpenter.py): the node role and its EC2_LINUX access entry (the
         managed node groups' role already has one, and one principal has one access entry: EKS CreateAccessEntry),
         the controller role through EKS Pod Identity, the interruption queue and its EventBridge rules, the discovery
         tag on the cluster security group, the chart, then each pool's EC2NodeClass and NodePool."""

@@ -22,8 +22,8 @@ import pulumi_kubernetes as k8s
 
 from components.platform import DevicePlugins, DynamoPlatform, helm_release
 from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
-from stacks.config import NS
-from stacks.platform import GPU_PRESENT_LABELS, dynamo_platform
+from stacks.spec.config import NS
+from stacks.cluster.platform import GPU_PRESENT_LABELS, dynamo_platform
 from stacks.program import ProgramPlan
 
 

@@ -1,4 +1,4 @@
-"""Observability ComponentResource: thin wiring of ``stacks.observability.build_observability``.
+"""Observability ComponentResource: thin wiring of ``stacks.observe.observability.build_observability``.
 
 Order: namespace -> charts (kube-prometheus-stack installs the Prometheus Operator CRDs, so the
 monitors wait for it) -> dashboards and monitors. With ``prometheus: existing`` there is no chart
@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.platform import helm_release
-from stacks.observability import ObservabilityPlan
+from stacks.observe.observability import ObservabilityPlan
 
 PKG = "dynamo"
 

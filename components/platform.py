@@ -1,4 +1,4 @@
-"""Platform-layer ComponentResources: thin wiring of ``stacks.platform`` objects and Helm specs.
+"""Platform-layer ComponentResources: thin wiring of ``stacks.cluster.platform`` objects and Helm specs.
 
 ``DevicePlugins`` installs one NVIDIA GPU stack (device plugin *or* GPU Operator) and the
 fabric device plugin(s) the target's fabric needs; ``DynamoPlatform`` installs the Dynamo
@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks.platform import (
+from stacks.cluster.platform import (
     PLATFORM_NAMESPACE,
     HelmSpec,
     dynamo_platform,
@@ -50,7 +50,7 @@ def helm_release(name: str, spec: HelmSpec, opts: pulumi.ResourceOptions, create
 
 
 def _k8s_object(name: str, obj: dict, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
-    """A typed pulumi_kubernetes resource for one plain object from ``stacks.platform``."""
+    """A typed pulumi_kubernetes resource for one plain object from ``stacks.cluster.platform``."""
     kind = obj["kind"]
     if kind == "DaemonSet":
         return k8s.apps.v1.DaemonSet(name, metadata=obj["metadata"], spec=obj["spec"], opts=opts)

@@ -15,8 +15,8 @@ from pulumi.resource_hooks import ErrorHook, ResourceHookBinding
 
 from stacks.serving import HF_TOKEN_KEY, ServingPlan
 from stacks.catalog import gpus_needed
-from stacks import waits as _waits
-from stacks.retained import TEARDOWN_ENV, TEARDOWN_HINT, claim_item, kept_message, namespace_item
+from stacks.serving import waits as _waits
+from stacks.program.retained import TEARDOWN_ENV, TEARDOWN_HINT, claim_item, kept_message, namespace_item
 
 PKG = "dynamo"
 
@@ -86,7 +86,7 @@ def _fail_if_job_failed(wait: Optional[_waits.Wait], job: dict, resource: pulumi
     def check(args):
         urn, status = args
         msg = _waits.job_failure(wait, md["name"], md["namespace"], status, urn)
-        if msg and os.environ.get(TEARDOWN_ENV) != "1":  # a teardown must not stop on it (stacks/retained.py)
+        if msg and os.environ.get(TEARDOWN_ENV) != "1":  # a teardown must not stop on it (stacks/program/retained.py)
             raise pulumi.RunError(f"{msg}\n  {TEARDOWN_HINT}")
         return None
 
@@ -95,7 +95,7 @@ def _fail_if_job_failed(wait: Optional[_waits.Wait], job: dict, resource: pulumi
 
 def _kept_hook(name: str, item: dict) -> pulumi.ResourceHook:
     """An ``after_delete`` hook that says what the engine just dropped from the state but left in the cluster
-    (a retainOnDelete object; stacks/retained.py: why, how to delete or re-adopt it). Delete hooks run only with
+    (a retainOnDelete object; stacks/program/retained.py: why, how to delete or re-adopt it). Delete hooks run only with
     ``pulumi destroy --run-program`` (the engine refuses a destroy without it once the state records one:
     pulumi/pulumi pkg/engine/destroy.go, pulumi/pulumi#19933), so every destroy of a protected cache prints this."""
 
@@ -155,9 +155,9 @@ class HfTokenSecret(pulumi.ComponentResource):
 
 def claim_spec_guard(obj: dict) -> Callable[..., None]:
     """The ``before_update`` check of a protected cache claim: raises ConfigError with the migration
-    message when the previous inputs' immutable spec differs from ``obj``'s (stacks.config: the provider would
+    message when the previous inputs' immutable spec differs from ``obj``'s (stacks.spec.config: the provider would
     replace the claim, and on a protected claim that replacement fails on this and every later ``up``)."""
-    from stacks.config import ConfigError, cache_claim_changes, cache_migration_error
+    from stacks.spec.config import ConfigError, cache_claim_changes, cache_migration_error
 
     spec, md = obj["spec"], _meta(obj)
 
@@ -173,7 +173,7 @@ def protected_claim(name: str, obj: dict) -> tuple[dict, list[str], pulumi.Resou
     """A protected (retained) cache claim: (metadata with the requested immutable spec recorded, so that a
     change is an update, the ``ignore_changes`` that keep the provider from planning a replacement, which
     would fail on the retained claim, and the ``claim_spec_guard`` hook, which also runs on preview)."""
-    from stacks.config import CACHE_SPEC_ANNOTATION, IMMUTABLE_CLAIM_FIELDS, claim_spec_summary
+    from stacks.spec.config import CACHE_SPEC_ANNOTATION, IMMUTABLE_CLAIM_FIELDS, claim_spec_summary
 
     md = _meta(obj)
     meta = {**md, "annotations": {**(md.get("annotations") or {}), CACHE_SPEC_ANNOTATION: claim_spec_summary(obj["spec"])}}
@@ -219,7 +219,7 @@ class ModelDownload(pulumi.ComponentResource):
     def __init__(self, name: str, jobs: list[dict], opts: Optional[pulumi.ResourceOptions] = None,
                  depends_on: Sequence[pulumi.Resource] = (), waits: Optional[dict] = None,
                  probe: Optional[Probe] = None, announce: bool = True):
-        """``waits``: ``stacks.waits.waits_of`` for the plan; a Job with a wait fails `up` when it
+        """``waits``: ``stacks.serving.waits.waits_of`` for the plan; a Job with a wait fails `up` when it
         ends Failed (``checks``: depend on them, not only on ``jobs``)."""
         super().__init__(f"{PKG}:serving:ModelDownload", name, None, opts)
         self.jobs: list[k8s.batch.v1.Job] = []
@@ -258,7 +258,7 @@ class DynamoGraph(pulumi.ComponentResource):
             for cm in plan.configmaps
         ]
         dgd = plan.dgd
-        # An autoscaled component's replicas belong to its scaling adapter after creation (stacks/autoscaling.py).
+        # An autoscaled component's replicas belong to its scaling adapter after creation (stacks/serving/autoscaling.py).
         scaled = [i for i, c in enumerate(dgd["spec"]["components"]) if c["name"] in (plan.notes.get("autoscaling") or {})]
         self.dgd = k8s.apiextensions.CustomResource(
             f"{name}-{_meta(dgd)['name']}",
@@ -334,7 +334,7 @@ class Serving(pulumi.ComponentResource):
         announce = not redact_secrets
         self.cache = ModelCache(f"{name}-model-cache", plan.cache_pvc, plan.claim_name, protect_cache, opts=child, depends_on=base,
                                 wait=waits.get(("PersistentVolumeClaim", plan.claim_name)), probe=probe, announce=announce)
-        # Optional NetworkPolicies (dynamo:networkPolicy, stacks/network_policy.py): in place before the Jobs and the DGD start.
+        # Optional NetworkPolicies (dynamo:networkPolicy, stacks/serving/network_policy.py): in place before the Jobs and the DGD start.
         policies = {_meta(np_)["name"]: np_ for _, p in (graphs if graphs is not None else [("graph", plan)]) for np_ in p.network_policies}
         self.network_policies = [
             k8s.networking.v1.NetworkPolicy(f"{name}-netpol-{pname}", metadata=_meta(np_), spec=np_["spec"], opts=_opts(self, base))

@@ -16,8 +16,8 @@ import pulumi
 from components.cluster_source import ClusterSource
 from components.serving import Serving, kubectl_probe
 from stacks.cluster import dockerconfigjson
-from stacks.config import NS, deprecation_warnings
-from stacks.outputs import follow_commands, next_steps
+from stacks.spec.config import NS, deprecation_warnings
+from stacks.serving.outputs import follow_commands, next_steps
 from stacks.program import ProgramPlan
 
 

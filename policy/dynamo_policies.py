@@ -108,7 +108,7 @@ def gpus_per_node(config: Mapping) -> int | None:
     if config.get("gpusPerNode"):
         return int(config["gpusPerNode"])
     if config.get("gpu"):
-        from stacks.gpus import shape_for
+        from stacks.registry.gpus import shape_for
 
         return shape_for(config["gpu"], config.get("instanceType")).gpus_per_node
     return None

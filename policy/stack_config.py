@@ -7,9 +7,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stacks.config import parse, select_target  # noqa: E402
-from stacks.providers import cluster_config  # noqa: E402
-from stacks.render import stack_raw_config  # noqa: E402
+from stacks.spec.config import parse, select_target  # noqa: E402
+from stacks.spec.providers import cluster_config  # noqa: E402
+from stacks.program.render import stack_raw_config  # noqa: E402
 
 
 def policy_config(stack: str) -> dict:
@@ -30,8 +30,8 @@ def policy_config(stack: str) -> dict:
 def _serve_policy_config(stack: str) -> dict:
     """A ``dynamo:serve`` stack (several entries): the entries' settings where they agree; a cluster-only stack has none.
     Several GPUs: a pod must fit the smallest of their nodes (conservative)."""
-    from stacks.gpus import shape_for
-    from stacks.render import program_for_stack
+    from stacks.registry.gpus import shape_for
+    from stacks.program.render import program_for_stack
 
     program = program_for_stack(stack)
     entries = program.entries

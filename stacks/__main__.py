@@ -8,8 +8,8 @@ import tempfile
 import traceback
 from typing import Optional, Sequence
 
-from .cli import bench_report, cost, drift, preflight, render, retained, review, shell, simulate, targets, timeline
-from .config import ConfigError
+from stacks.cli import bench_report, cost, drift, preflight, render, retained, review, shell, simulate, targets, timeline
+from stacks.spec.config import ConfigError
 
 PROG = "dynamo-stacks"
 # In the order `dynamo-stacks --help` lists them: the catalog first, then checks of a stack, then review tools.

@@ -53,7 +53,7 @@ def need_tool(tool: str) -> str:
 
 
 def _reference_problems(needs_recipes: bool, needs_crds: bool) -> list[str]:
-    from stacks import fidelity
+    from stacks.cli import fidelity
 
     problems = []
     recipes = fidelity.recipes_dir()

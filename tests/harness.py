@@ -67,7 +67,7 @@ def cluster_stack_outputs(name: str) -> dict:
     """The outputs a committed cluster-only stack exports (``Pulumi.<last part of name>.yaml``), from its plan:
     what a serving stack's StackReference reads under mocks unless a test gives its own."""
     from stacks.cluster import node_pools
-    from stacks.render import program_for_stack
+    from stacks.program.render import program_for_stack
 
     plan = program_for_stack(name.rsplit("/", 1)[-1], ROOT).cluster_plan
     return {"kubeconfig": MOCK_KUBECONFIG, "nodePools": node_pools(plan), "storageClassName": plan.cache_class_name,

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RIG_SCRIPT = ROOT / "tools" / "rig.sh"
 HOST = "127.0.0.1"
 
-# The named container ports the rig's processes listen on (stacks/operator.py: `http` on the frontend, `system` on
+# The named container ports the rig's processes listen on (stacks/serving/operator.py: `http` on the frontend, `system` on
 # workers); an operator pod's other ports (e.g. `nixl`, NIXL telemetry) have no process behind them here.
 FRONTEND_PORT_NAME, SYSTEM_PORT_NAME = "http", "system"
 COMPONENT_TYPES = ("frontend", "worker", "prefill", "decode")
@@ -187,7 +187,7 @@ def _flag(args: list[str], name: str) -> Optional[str]:
 
 
 def served_model(dgd: dict) -> str:
-    from stacks.outputs import _served_model
+    from stacks.serving.outputs import _served_model
 
     model = _served_model(dgd)
     if not model:
@@ -218,7 +218,7 @@ def _components(dgd: dict) -> list[dict]:
 
 def _pods(dgd: dict) -> list:
     """The pods the Dynamo operator makes from ``dgd`` (operator-exact names, labels and named container ports)."""
-    from stacks.operator import operator_pods
+    from stacks.serving.operator import operator_pods
 
     # A multinode (LeaderWorkerSet) engine is one mocker: its leader pod; the other pods of the group hold ranks of
     # the same engine and serve nothing of their own.

@@ -1,4 +1,4 @@
-"""DGD autoscaling (``autoscaling.<component>``; stacks/autoscaling.py): config refusals before any resource, the
+"""DGD autoscaling (``autoscaling.<component>``; stacks/serving/autoscaling.py): config refusals before any resource, the
 ScaledObject and the DGD opt-in the plan renders, the Pulumi wiring (mocks), and admission by a real kube-apiserver
 with the KEDA ScaledObject CRD of the pinned KEDA (Go module github.com/kedacore/keda/v2 at the chart's version,
 config/crd/bases) and the Dynamo DGD and DGDSA CRDs of the pinned platform (../shared/reference/crds)."""
@@ -17,13 +17,13 @@ import yaml
 
 from harness import run_program
 from local_cluster import control_plane
-from stacks import fidelity
-from stacks.autoscaling import DGDSA_API, DGDSA_KIND, adapter_name, gpus_per_replica
-from stacks.config import ConfigError
-from stacks.observability import DYNAMO_METRICS, prometheus_url
+from stacks.cli import fidelity
+from stacks.serving.autoscaling import DGDSA_API, DGDSA_KIND, adapter_name, gpus_per_replica
+from stacks.spec.config import ConfigError
+from stacks.observe.observability import DYNAMO_METRICS, prometheus_url
 from stacks.program import build_program
-from stacks.render import render_target
-from stacks.platform import chart_pin
+from stacks.program.render import render_target
+from stacks.cluster.platform import chart_pin
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRETS = {"hfToken": "hf_mock", "ngcApiKey": "nvapi-mock"}
@@ -304,7 +304,7 @@ def test_karpenter_pool_bounds_name_max_nodes(comp):
 
 
 def test_committed_example_autoscales_a_karpenter_pool():
-    from stacks.render import program_for_stack
+    from stacks.program.render import program_for_stack
 
     p = program_for_stack("h100-karpenter")
     assert p.cluster_plan.gpu_pools[0].capacity == "karpenter"

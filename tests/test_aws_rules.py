@@ -1,4 +1,4 @@
-"""AWS rules suite (stacks/aws_rules.py) on the resource graphs the real program registers under mocks:
+"""AWS rules suite (stacks/cluster/aws_rules.py) on the resource graphs the real program registers under mocks:
 every committed EKS stack and a GPU x capacity x cache-storage matrix pass every rule, and each rule fails
 on a graph carrying the mistake it guards against (the shapes earlier versions of the cluster layer produced)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from harness import CAPACITY, CR, SECRETS, run_program
-from stacks import aws_rules as R
-from stacks.aws_rules import Graph, check
+from stacks.cluster import aws_rules as R
+from stacks.cluster.aws_rules import Graph, check
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -525,8 +525,8 @@ def test_default_network_keeps_one_nat():
     ({"publicAccessCidrs": []}, r"publicAccessCidrs: empty"),
 ])
 def test_bad_network_keys_name_the_key(cluster, must):
-    from stacks.config import ConfigError
-    from stacks.providers import cluster_config
+    from stacks.spec.config import ConfigError
+    from stacks.spec.providers import cluster_config
 
     with pytest.raises(ConfigError, match=must):
         cluster_config({"cluster": {"mode": "eks", **cluster}})
@@ -569,13 +569,13 @@ def test_runtime_class_rule_fails_without_a_node_selector(on_demand_efs):
 
 def test_guide_states_the_network_costs_and_the_unverified_gb200_efa_layout():
     """docs/deploy-aws.md: the NAT processing of each model's download is the recipe's cache claim x the NAT per-GB
-    rate the program cites; the Local Zone opt-in command; the GB200 EFA layout marked unverified while stacks/gpus.py
+    rate the program cites; the Local Zone opt-in command; the GB200 EFA layout marked unverified while stacks/registry/gpus.py
     says so."""
     import re
 
     from stacks.catalog import lightning_base, motif, ultra
     from stacks.cluster import NAT_USD_PER_GB, _gib
-    from stacks.gpus import INSTANCES
+    from stacks.registry.gpus import INSTANCES
 
     guide = (ROOT / "docs" / "deploy-aws.md").read_text()
     for name, cache in (("Nemotron-3.5-Lightning", lightning_base.CACHE), ("Nemotron-3-Ultra", ultra.CACHE), ("Motif-3", motif.CACHE)):

@@ -5,7 +5,7 @@ For each case:
 - ``stacks.program.build_program`` (what ``pulumi up`` runs) raises ``ConfigError`` and nothing else;
 - the message names the key (``dynamo:...``), the bad value and, for a finite set, the valid choices;
 - the real program (``__main__.py``) under mocks fails with that same message and registers no resource;
-- ``render --stack`` (a ``Pulumi.<stack>.yaml`` file read by ``stacks.render.program_for_stack``) refuses it
+- ``render --stack`` (a ``Pulumi.<stack>.yaml`` file read by ``stacks.program.render.program_for_stack``) refuses it
   with the same message.
 Valid edge cases (quoted digits, ``1.5Ti``, ``10G``, numeric revisions, pinned pre-release tags) pass all three.
 """
@@ -22,9 +22,9 @@ import yaml
 
 import harness
 from harness import run_program
-from stacks.config import ConfigError
+from stacks.spec.config import ConfigError
 from stacks.program import build_program
-from stacks.render import program_for_stack
+from stacks.program.render import program_for_stack
 
 TOKEN = "hf_TABLE_canary_93c1"
 AGG = {"target": "lightning-vllm-agg-h100-dspark"}
@@ -189,7 +189,7 @@ CASES = [
     C("wait-timeout-while-off", {"wait": {"enabled": False, "jobTimeout": "5m"}}, "wait.jobTimeout", "'5m'", "no effect"),
     C("wait-dgd-timeout-while-off", {"wait": {"dgd": False, "dgdTimeout": "5m"}}, "wait.dgdTimeout", "'5m'", "no effect"),
     C("wait-not-a-map", {"wait": False}, "wait", "False"),
-    # ---- several targets per stack (dynamo:serve, stacks/serve.py)
+    # ---- several targets per stack (dynamo:serve, stacks/serving/serve.py)
     C("serve-string", {"serve": "x"}, "serve", "'x'", "non-empty list", base={}),
     C("serve-empty-not-eks", {"serve": []}, "serve", "[]", "cluster.mode: eks", base={}),
     C("serve-entry-string", {"serve": ["x"]}, "serve[0]", "'x'", "not a mapping", base={}),
@@ -217,7 +217,7 @@ CASES = [
     C("kubeconfig-nothing-set", {"cluster": {"mode": "kubeconfig"}}, "cluster.kubeconfigPath", "KUBECONFIG", machine=True),
     C("eks-with-kubeconfigPath", {**eks(kubeconfigPath="/tmp/kc")}, "cluster.kubeconfigPath", "'/tmp/kc'", "'kubeconfig'", base=EKS),
     C("eks-with-plugins", {**eks(installDevicePlugins=True)}, "cluster.installDevicePlugins", "True", base=EKS),
-    # ---- cluster: EKS keys (stacks/cluster.py EksConfig)
+    # ---- cluster: EKS keys (stacks/cluster/__init__.py EksConfig)
     C("region-mars", eks(region="mars-1"), "cluster.region", "'mars-1'", "us-west-2", base=EKS),
     C("region-empty", eks(region=""), "cluster.region", "''", "us-east-1", base=EKS),
     # Neither dynamo:cluster.region nor aws:region: no region is assumed (the table's stacks set no aws:region).
@@ -338,7 +338,7 @@ assert len({c.id for c in CASES}) == len(CASES)
 
 
 def as_pulumi(raw: dict) -> dict:
-    """The mapping as the Pulumi runtime hands it over (stacks.pulumi_config.raw_config): a top-level number
+    """The mapping as the Pulumi runtime hands it over (stacks.spec.pulumi_config.raw_config): a top-level number
     arrives as text, objects keep their JSON types."""
     return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else copy.deepcopy(v) for k, v in raw.items()
             if v is not None and v != ""}  # a top-level empty value arrives as "" and means unset

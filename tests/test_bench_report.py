@@ -10,12 +10,12 @@ import pytest
 
 from stacks import catalog
 from stacks.__main__ import main
-from stacks.benchmark import METHODS, PER_GPU_FROM_THROUGHPUT, PER_GPU_FROM_USER, build_benchmark, synthetic_speculative_dgd
+from stacks.serving.benchmark import METHODS, PER_GPU_FROM_THROUGHPUT, PER_GPU_FROM_USER, build_benchmark, synthetic_speculative_dgd
 from stacks.catalog import gpus_needed
 from stacks.catalog.model import Perf
 from stacks.cli.bench_report import (ReportError, compare, extract_from_log, extract_manifest, format_report, parse_export,
                                      verdict, workload_problems)
-from stacks.config import BenchmarkConfig, parse
+from stacks.spec.config import BenchmarkConfig, parse
 from stacks.serving import build_plan
 
 FIXTURES = Path(__file__).parent / "fixtures"

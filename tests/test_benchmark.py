@@ -1,4 +1,4 @@
-"""The optional in-cluster AIPerf benchmark (stacks/benchmark.py, components/benchmark.py): the Job runs the published
+"""The optional in-cluster AIPerf benchmark (stacks/serving/benchmark.py, components/benchmark.py): the Job runs the published
 method of the target's family (trace replay, warm-up, block size, server token counts, ignore_eos, request count and
 concurrency of the row), fetches the trace into the cache volume, and the exported ``aiperf`` command is its command."""
 import hashlib
@@ -12,12 +12,12 @@ import pytest
 
 from harness import run_program
 from stacks import catalog
-from stacks.benchmark import (MANIFEST_BEGIN, RESULT_BEGIN, SKIP_AWAIT, SPEC_KEY_SYNTHETIC, TRACE_STEP, TRTLLM_SYNTHETIC_ENV,
+from stacks.serving.benchmark import (MANIFEST_BEGIN, RESULT_BEGIN, SKIP_AWAIT, SPEC_KEY_SYNTHETIC, TRACE_STEP, TRTLLM_SYNTHETIC_ENV,
                               build_benchmark, local_steps, published_requests, speculative_mode, synthetic_speculative_dgd, trace)
-from stacks.config import BenchmarkConfig, ConfigError, parse
-from stacks.outputs import next_steps
+from stacks.spec.config import BenchmarkConfig, ConfigError, parse
+from stacks.serving.outputs import next_steps
 from stacks.serving import build_plan
-from stacks.versions import versions
+from stacks.registry.versions import versions
 
 TARGET = "lightning-vllm-disagg-h100-dspark"  # published row: concurrency 24, 3,541 requests, TTFT p50 2028.23 ms
 RENDER = {"target": TARGET, "cluster": {"mode": "render", "renderDir": "/tmp/dynamo-bench-render"}}
@@ -126,7 +126,7 @@ def test_results_and_trace_live_on_the_cache_volume():
     b = _plan(TARGET)
     spec = b.job["spec"]["template"]["spec"]
     mount = spec["containers"][0]["volumeMounts"][0]["mountPath"]
-    # The cache claim, and the hardened pod's /tmp emptyDir (stacks/hardening.py)
+    # The cache claim, and the hardened pod's /tmp emptyDir (stacks/serving/hardening.py)
     assert spec["volumes"] == [{"name": "shared-model-cache", "persistentVolumeClaim": {"claimName": "shared-model-cache"}},
                                {"name": "tmp", "emptyDir": {}}]
     env = _env(b.job)

@@ -3,7 +3,8 @@ import re
 
 import pytest
 
-from stacks import catalog, fidelity
+from stacks import catalog
+from stacks.cli import fidelity
 from stacks.catalog.model import AXES
 
 TARGETS = catalog.targets()
@@ -139,8 +140,8 @@ def test_no_import_cycle_between_lightning_modules():
 
 # --------------------------------------------------------------------------- ids upstream renamed or dropped
 
-from stacks.config import ConfigError, deprecation_warnings, parse  # noqa: E402
-from stacks.serve import RENAMED_COMPONENTS, build_entries  # noqa: E402
+from stacks.spec.config import ConfigError, deprecation_warnings, parse  # noqa: E402
+from stacks.serving.serve import RENAMED_COMPONENTS, build_entries  # noqa: E402
 
 
 @pytest.mark.parametrize("old", sorted(catalog.renamed()))

@@ -93,11 +93,11 @@ def test_targets_default_on_a_terminal_is_a_table_within_100_columns(capsys, mon
     assert lines[0].split() == ["ID", "GPUS", "NODES", "INSTANCE", "$/H"]
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:len(catalog.targets()) + 1]}
     assert set(rows) == set(catalog.targets())
-    assert any(line.startswith("$/H:") and "stacks/prices.yaml" in line for line in lines)
+    assert any(line.startswith("$/H:") and "stacks/registry/prices.yaml" in line for line in lines)
 
 
 def test_targets_dollars_per_hour_are_nodes_times_the_price_file(capsys):
-    """$/h = nodes x the instance's us-east-1 on-demand price in stacks/prices.yaml, '-' where it has none."""
+    """$/h = nodes x the instance's us-east-1 on-demand price in stacks/registry/prices.yaml, '-' where it has none."""
     prices = yaml.safe_load(PRICES.read_text())["ec2"]
     code, out, _ = run(capsys, "targets", "--table")
     assert code == 0

@@ -200,7 +200,7 @@ TWO_GPUS = {"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu
 
 def test_two_gpu_types_get_two_gpu_node_groups_sized_from_the_sum():
     from stacks import catalog
-    from stacks.aws_rules import Graph, check
+    from stacks.cluster.aws_rules import Graph, check
 
     run = run_program(TWO_GPUS, TOKEN, stack="two-gpus")
     groups = {r.name: r.inputs for r in run.by_type(NODEGROUP) if r.name != "cluster-system"}
@@ -269,7 +269,7 @@ def test_cluster_stack_exports_what_serving_stacks_read():
     ({"serve": [], "cluster": {"mode": "render"}}, r"dynamo:serve: \[\] is not a non-empty list .*cluster-only stack, which needs dynamo:cluster\.mode: eks"),
 ])
 def test_bad_cluster_only_stacks_are_refused_naming_the_key(cfg, must):
-    from stacks.config import ConfigError
+    from stacks.spec.config import ConfigError
     from stacks.program import build_program
 
     with pytest.raises(ConfigError, match=must):

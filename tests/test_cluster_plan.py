@@ -7,8 +7,8 @@ import pytest
 
 from stacks import catalog
 from stacks.cluster import EksConfig, build_cluster_plan, check_secrets_on_new_cluster, resolve_region
-from stacks.config import ConfigError, parse
-from stacks.providers import cluster_config
+from stacks.spec.config import ConfigError, parse
+from stacks.spec.providers import cluster_config
 from stacks.serving import build_plan
 
 T = catalog.targets()
@@ -26,8 +26,8 @@ def final(stack_cfg: dict):
     """Serving plan and cluster plan as the program builds them (final DGD after replicas and the fabric profile)."""
     cfg = parse(stack_cfg)
     cc = cluster_config(stack_cfg)
-    from stacks.config import select_target
-    from stacks.gpus import shape_for
+    from stacks.spec.config import select_target
+    from stacks.registry.gpus import shape_for
 
     sp = build_plan(cfg, efa_per_gpu=shape_for(select_target(cfg).gpu, cc.instance_type).efa_per_gpu)
     return sp, build_cluster_plan("t", cc, sp.target, dgd=sp.dgd)
@@ -60,7 +60,7 @@ def test_gb200_primary_interface_is_ena_and_efa_on_the_odd_cards():
 @pytest.mark.parametrize("instance, per_gpu", [("p5.48xlarge", 4), ("p5e.48xlarge", 4), ("p5en.48xlarge", 2), ("p6-b200.48xlarge", 1),
                                                 ("p6e-gb200.36xlarge", 2)])
 def test_efa_per_gpu_from_instance_data(instance, per_gpu):
-    from stacks.gpus import INSTANCES
+    from stacks.registry.gpus import INSTANCES
 
     assert INSTANCES[instance].efa_per_gpu == per_gpu
 
@@ -185,7 +185,7 @@ def test_efa_not_gpus_can_be_what_fills_a_node():
 
 
 def test_b200_disagg_with_3_decode_replicas_fits_one_node():
-    from stacks.scheduling import SYSTEM, check_target
+    from stacks.cluster.scheduling import SYSTEM, check_target
 
     sp, cp = final({"gpu": "b200", "topology": "disagg", "fabricProfile": "aws-efa", "replicas": {"VllmDecodeWorker": 3}, "cluster": {"mode": "eks", "region": "us-east-1"}})
     assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 1
@@ -245,7 +245,7 @@ def test_efs_provisioned_needs_its_throughput():
 
 
 def test_kubernetes_version_defaults_to_standard_support_pin():
-    from stacks.versions import versions
+    from stacks.registry.versions import versions
 
     pinned = versions()["eks"]["kubernetesVersion"]
     assert plan().kubernetes_version == pinned
@@ -347,8 +347,8 @@ def test_a_storage_class_the_new_cluster_does_not_have_is_refused():
     ({"gpuPools": [{"gpu": "h100", "instanceType": "p5en.48xlarge"}]}, r"gpuPools\[0\]\.instanceType: instance type 'p5en\.48xlarge' carries h200"),
 ])
 def test_bad_gpu_pools_name_the_key(cluster, must):
-    from stacks.config import ConfigError
-    from stacks.providers import cluster_config
+    from stacks.spec.config import ConfigError
+    from stacks.spec.providers import cluster_config
 
     with pytest.raises(ConfigError, match=must):
         cluster_config({"cluster": {"mode": "eks", **cluster}})
@@ -369,7 +369,7 @@ def test_pool_settings_apply_to_their_gpu_only():
     assert b200.launch_template["instance_type"] == "p6-b200.48xlarge" and b200.nodegroup["availability_zone"] == "us-east-1b"
     assert b200.nodegroup["labels"]["dynamo.nvidia.com/pool"] == "gpu-b200"
     # an entry whose GPU has no pool is refused naming the entry
-    from stacks.config import ConfigError
+    from stacks.spec.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"dynamo:serve\[1\]\.gpu: 'b200' has no pool in dynamo:cluster\.gpuPools"):
         build_program({**raw, "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}]}}, "t", frozenset({"hfToken"}))
@@ -400,7 +400,7 @@ def test_capacity_shortfall_names_efa_and_taint_mismatches():
 
 
 def test_one_group_settings_are_refused_with_several_gpus():
-    from stacks.config import ConfigError
+    from stacks.spec.config import ConfigError
     from stacks.program import build_program
 
     raw = {"cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 3},
@@ -470,7 +470,7 @@ def test_a_version_skip_is_refused_before_any_resource():
 
 
 def test_addons_carry_the_pinned_versions_of_the_cluster_version():
-    from stacks.versions import versions
+    from stacks.registry.versions import versions
 
     pins = versions()["eks"]["addons"]
     p = plan(kubernetes_version="1.35")

@@ -2,8 +2,8 @@
 import pytest
 
 from harness import run_program
-from stacks.config import ConfigError, StackConfig, parse, select_target
-from stacks.render import render_config
+from stacks.spec.config import ConfigError, StackConfig, parse, select_target
+from stacks.program.render import render_config
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,7 @@ def test_registers_nothing_when_token_missing():
 
 
 def test_renders_never_carry_the_token():
-    from stacks.render import to_yaml
+    from stacks.program.render import to_yaml
 
     text = to_yaml(render_config({"target": "lightning-vllm-agg-h100-dspark", "hfToken": "hf_CANARY_render_77"}))
     assert "hf_CANARY_render_77" not in text
@@ -107,7 +107,7 @@ def test_model_revision_only_where_the_download_supports_it():
 
 # --------------------------------------------------------------------------- the protected cache's immutable spec: refused with a migration message
 
-from stacks.config import CACHE_SPEC_ANNOTATION, cache_claim_changes, cache_migration_error  # noqa: E402
+from stacks.spec.config import CACHE_SPEC_ANNOTATION, cache_claim_changes, cache_migration_error  # noqa: E402
 
 OLD_SPEC = {"accessModes": ["ReadWriteMany"], "storageClassName": "efs-sc", "resources": {"requests": {"storage": "400Gi"}}}
 
@@ -178,7 +178,7 @@ def test_claim_guard_refuses_a_changed_class_with_the_migration_message():
     from types import SimpleNamespace
 
     from components.serving import claim_spec_guard
-    from stacks.render import render_config
+    from stacks.program.render import render_config
 
     pvc = next(o for o in render_config({**MOCK_BASE, "storage": {"className": "gp3"}}) if o["kind"] == "PersistentVolumeClaim")
     guard = claim_spec_guard(pvc)
@@ -190,7 +190,7 @@ def test_claim_guard_refuses_a_changed_class_with_the_migration_message():
 
 
 def test_unknown_or_misplaced_secret_keys_are_refused_without_their_value():
-    from stacks.config import check_secret_keys
+    from stacks.spec.config import check_secret_keys
 
     check_secret_keys({"hfToken", "kubeconfig"})
     with pytest.raises(ConfigError, match=r"dynamo:hfTokn: set as a Pulumi secret, but is not a setting; did you mean 'hfToken'"):
@@ -204,7 +204,7 @@ def test_image_pull_secrets_reach_every_pod_of_every_target():
     import json
 
     from stacks import catalog
-    from stacks.render import render_config
+    from stacks.program.render import render_config
 
     for tid in sorted(catalog.targets()):
         for o in render_config({"target": tid, "imagePullSecrets": ["zz-pull"]}):

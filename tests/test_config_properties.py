@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from stacks import catalog
-from stacks.config import ConfigError, StackConfig
+from stacks.spec.config import ConfigError, StackConfig
 from stacks.program import build_program
-from stacks.providers import ClusterConfig
-from stacks.render import program_for_stack
+from stacks.spec.providers import ClusterConfig
+from stacks.program.render import program_for_stack
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -97,7 +97,7 @@ configs = st.builds(lambda c, cl: {**c, **({"cluster": cl} if cl is not None els
 # Valid starting points (every committed stack, a sample of targets) with a few keys set to anything: this
 # reaches the checks that only run once the rest of the config is right (EKS plans, overrides, waits).
 def _committed_stacks() -> list[dict]:
-    from stacks.render import REPO_ROOT, split_secrets, stack_raw_config
+    from stacks.program.render import REPO_ROOT, split_secrets, stack_raw_config
 
     out = []
     for p in sorted(REPO_ROOT.glob("Pulumi.*.yaml")):
@@ -158,8 +158,8 @@ def _mutate(base: dict, muts: list) -> dict:
 
 mutated = st.builds(_mutate, st.sampled_from(BASES), st.lists(mutation, min_size=0, max_size=3))
 
-# Several targets per stack (dynamo:serve entries with per-component overrides, stacks/serve.py).
-from stacks.serve import ComponentOverride  # noqa: E402
+# Several targets per stack (dynamo:serve entries with per-component overrides, stacks/serving/serve.py).
+from stacks.serving.serve import ComponentOverride  # noqa: E402
 
 overrides = st.dictionaries(st.sampled_from(["Frontend", "agg", "VllmDecodeWorker", "VllmPrefillWorker", "*", "x"]),
                             st.one_of(_mapping(ComponentOverride), values), max_size=2)

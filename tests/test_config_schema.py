@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from stacks.config import NS, SECRET_KEYS, StackConfig
-from stacks.serve import SERVE
+from stacks.spec.config import NS, SECRET_KEYS, StackConfig
+from stacks.serving.serve import SERVE
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())

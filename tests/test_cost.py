@@ -1,4 +1,4 @@
-"""``python -m stacks cost --stack NAME`` (stacks/cli/cost.py) and its one price file, stacks/prices.yaml."""
+"""``python -m stacks cost --stack NAME`` (stacks/cli/cost.py) and its one price file, stacks/registry/prices.yaml."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from stacks.cli.cost import PRICES, config_cost, ec2_price, load_prices, stack_cost
-from stacks.config import ConfigError
+from stacks.spec.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 PRICES_DATA = load_prices()
@@ -78,7 +78,7 @@ def test_capacity_block_and_unpriced_regions_have_no_hourly_price():
     assert block.capacity == "capacity-block" and block.usd(1) is None
     assert ec2_price(PRICES_DATA, "p5.48xlarge", "eu-north-1") is None
     text = stack_cost("h100-disagg-staging")
-    assert "p5.48xlarge us-east-2: no price in stacks/prices.yaml" in text and "billed whether used or not" in text
+    assert "p5.48xlarge us-east-2: no price in stacks/registry/prices.yaml" in text and "billed whether used or not" in text
 
 
 def test_committed_stack_report():
@@ -102,7 +102,7 @@ def test_cli_help_and_errors():
 
 
 def test_price_file_is_the_one_the_cli_reads():
-    assert PRICES == ROOT / "stacks" / "prices.yaml"
+    assert PRICES == ROOT / "stacks" / "registry" / "prices.yaml"
 
 
 def test_karpenter_pool_runs_what_its_replicas_need():

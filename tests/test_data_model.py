@@ -15,7 +15,7 @@ from stacks import catalog, registry
 from stacks.catalog import k8s
 from stacks.catalog.engine import Cache, Component, DownloadJob, Recipe, shm
 from stacks.catalog.model import ModelFamily, Target
-from stacks.render import render_config
+from stacks.program.render import render_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,9 +50,9 @@ FAMILY = ModelFamily(id=MODEL, short="qwen3", served_model=REPO, cache=CACHE, bu
                      defaults={"runtime": "vllm", "topology": "agg", "gpu": "h100", "routing": "round-robin"})
 # ---- model data: end
 
-# One line in stacks/registry.py MODELS registers the model (its data module: this file).
+# One line in stacks/registry/__init__.py MODELS registers the model (its data module: this file).
 MODEL_ENTRY = f"        Model({MODEL!r}, {Path(__file__).stem!r}, 'Qwen3 0.6B'),\n"
-# One line in stacks/registry.py GPUS adds a GPU (served on existing clusters: no EC2 instance type).
+# One line in stacks/registry/__init__.py GPUS adds a GPU (served on existing clusters: no EC2 instance type).
 GPU_ENTRY = '        Gpu("example-rtx-pro-6000", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", None),\n'
 
 
@@ -95,7 +95,7 @@ def test_data_model_renders_its_targets_and_download_job(registered):
     assert job["metadata"]["name"] == "qwen3-model-download"
     pod = job["spec"]["template"]["spec"]
     assert pod["volumes"] == [{"name": "qwen3-model-cache", "persistentVolumeClaim": {"claimName": "qwen3-model-cache"}},
-                              {"name": "tmp", "emptyDir": {}}]  # the hardened pod's /tmp (stacks/hardening.py)
+                              {"name": "tmp", "emptyDir": {}}]  # the hardened pod's /tmp (stacks/serving/hardening.py)
     assert pod["containers"][0]["envFrom"] == [{"secretRef": {"name": "hf-token-secret"}}]
     (dgd,) = _objs(objs, "DynamoGraphDeployment")
     fe, worker = dgd["spec"]["components"]
@@ -151,13 +151,13 @@ def _with_registry(tmp_path: Path, *entries: tuple[str, str]) -> Path:
     import shutil
 
     shutil.copytree(ROOT / "stacks", tmp_path / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
-    reg = tmp_path / "stacks" / "registry.py"
+    reg = tmp_path / "stacks" / "registry" / "__init__.py"
     lines = reg.read_text().splitlines(keepends=True)
     for anchor, line in entries:
         at = next(i for i, l in enumerate(lines) if l.startswith(anchor))
         lines.insert(at + 1, line)
     reg.write_text("".join(lines))
-    before, after = (ROOT / "stacks" / "registry.py").read_text().splitlines(), reg.read_text().splitlines()
+    before, after = (ROOT / "stacks" / "registry" / "__init__.py").read_text().splitlines(), reg.read_text().splitlines()
     assert len(after) - len(before) == len(entries) and set(before) <= set(after)
     return tmp_path
 
@@ -178,7 +178,7 @@ def test_a_model_is_selected_by_the_config_axes_once_registered(tmp_path):
     root = _with_registry(tmp_path, (MODELS_ANCHOR, MODEL_ENTRY))
     got = _run(root, f"""
 import json
-from stacks.render import render_config
+from stacks.program.render import render_config
 objs = render_config({{"model": {MODEL!r}, "gpu": "h200", "routing": "kv"}})
 dgd = [o for o in objs if o["kind"] == "DynamoGraphDeployment"][0]
 print(json.dumps({{"dgd": dgd["metadata"]["name"], "kinds": [o["kind"] for o in objs]}}))
@@ -193,10 +193,11 @@ def test_adding_a_gpu_is_one_registry_entry(tmp_path):
     root = _with_registry(tmp_path, (MODELS_ANCHOR, MODEL_ENTRY), (GPUS_ANCHOR, GPU_ENTRY))
     got = _run(root, f"""
 import json
-from stacks import gpus, registry
+from stacks.registry import gpus
+from stacks import registry
 from stacks.catalog.model import AXES
-from stacks.config import ConfigError, parse
-from stacks.render import render_config
+from stacks.spec.config import ConfigError, parse
+from stacks.program.render import render_config
 try:
     parse({{"model": {MODEL!r}, "gpu": "example-rtx-pro-600"}})
     err = ""
@@ -232,7 +233,7 @@ def test_docs_adding_a_model_example_builds(doc, monkeypatch):
     import re
     import textwrap
 
-    from stacks import versions
+    from stacks.registry import versions
 
     monkeypatch.setitem(versions.versions()["images"], "qwen3-vllm", IMAGE)
     text = (ROOT / doc).read_text()

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks import catalog, fidelity
+from stacks import catalog
+from stacks.cli import fidelity
 from stacks.cli import drift
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +107,7 @@ def test_field_paths_name_each_field_once():
 def test_platform_pins_are_the_chart_and_subcharts_of_dynamo_next(next_tree):
     """versions.yaml's dynamo-platform pin, and the Grove and kai-scheduler versions beside it, are what the newest
     platform Chart.yaml names (the subcharts install at those versions with the chart)."""
-    from stacks.platform import chart_pin, dynamo_platform
+    from stacks.cluster.platform import chart_pin, dynamo_platform
 
     chart = yaml.safe_load((next_tree / "platform" / "dynamo-platform-Chart.yaml").read_text())
     deps = {d.get("alias") or d["name"]: d["version"] for d in chart["dependencies"]}

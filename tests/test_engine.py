@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from local_cluster import chart_repo, control_plane
-from stacks.render import render_config
+from stacks.program.render import render_config
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "hf_ENGINE_CANARY_9d1e"
@@ -139,9 +139,9 @@ def upstream_problems(kube, target: str, ns: str) -> list[str]:
     its model's model-cache/*.yaml objects the server holds), placeholders replaced as configured (no storage class,
     no pull secret here), is on the API server's object with the same value (the server may add defaults, and the
     program's documented additions: Pulumi annotations, the hardened Jobs' securityContext)."""
-    from stacks import fidelity
-    from stacks.config import parse, select_target
-    from stacks.hardening import without_hardening
+    from stacks.cli import fidelity
+    from stacks.spec.config import parse, select_target
+    from stacks.serving.hardening import without_hardening
 
     t = select_target(parse({"target": target}))
     if not t.upstream:
@@ -720,14 +720,14 @@ def _simulate(sim, tid, *, dgd=None, edit=None, runtime_classes=None):
 
 def test_simulated_cluster_places_every_target_on_its_default_shape(simulator):
     """Every catalog target's pods, on the default cluster shape of its GPU, are bound by the real scheduler,
-    and stacks/scheduling.py says the same of each target.
+    and stacks/cluster/scheduling.py says the same of each target.
 
     Why the real API server is needed: the Ultra recipes name ``runtimeClassName: nvidia``; the EKS device-plugin stack
     created no RuntimeClass, so the API server refused those pods before the scheduler saw them (10 targets).
-    The stack now creates it (stacks.platform.nvidia_runtime_class); below, no pod is refused at admission.
+    The stack now creates it (stacks.cluster.platform.nvidia_runtime_class); below, no pod is refused at admission.
     scheduling.py does not read runtimeClassName, so only the real API server caught this."""
     from stacks import catalog
-    from stacks.scheduling import check_target
+    from stacks.cluster.scheduling import check_target
 
     failures, refused = {}, set()
     for tid, t in sorted(catalog.targets().items()):
@@ -747,9 +747,9 @@ def test_simulated_cluster_places_every_target_on_its_default_shape(simulator):
 ])
 def test_simulated_cluster_agrees_with_scheduling_model_on_replica_overrides(simulator, tid, worker, replicas, fits):
     """A replica override on the target's default cluster (nodes counted for the recipe): the real scheduler
-    and stacks/scheduling.py agree on whether every replica fits."""
+    and stacks/cluster/scheduling.py agree on whether every replica fits."""
     from stacks import catalog
-    from stacks.scheduling import check_target
+    from stacks.cluster.scheduling import check_target
 
     t = catalog.targets()[tid]
     dgd = copy.deepcopy(next(o for o in catalog.recipe_objects(t) if o["kind"] == "DynamoGraphDeployment"))
@@ -766,10 +766,10 @@ def test_simulated_cluster_agrees_with_scheduling_model_on_replica_overrides(sim
 @pytest.mark.parametrize("case", ["too-few-nodes", "no-efa", "no-rdma", "no-toleration"])
 def test_simulated_cluster_reports_the_schedulers_reason(simulator, case):
     """One pinned example of each shape that cannot fit: Pending, with the scheduler's own reason, and
-    stacks/scheduling.py flags the same target."""
+    stacks/cluster/scheduling.py flags the same target."""
     from stacks import catalog
     from stacks.cluster import NodeShape
-    from stacks.scheduling import check_target, default_shapes
+    from stacks.cluster.scheduling import check_target, default_shapes
 
     def few(g):  # three workers of 8 GPUs each (1 prefill, 2 decode), two nodes
         g["gpu"].count = 2
@@ -926,7 +926,7 @@ def test_simulated_cluster_checks_a_stack_against_a_node_inventory(kube, simulat
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# A chart bump in stacks/versions.yaml on the real engine: a local Helm repository (no network here) serves two
+# A chart bump in stacks/registry/versions.yaml on the real engine: a local Helm repository (no network here) serves two
 # versions of a one-ConfigMap stand-in for the nvidia-device-plugin chart; moving the pin from the first to the
 # second is one in-place update of the Helm release (same URN, the same object upgraded), nothing replaced.
 
@@ -942,14 +942,14 @@ def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_pat
     repo = chart_repo(tmp_path / "repo", "nvidia-device-plugin", ["0.20.0", "0.20.1"])
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    work = tmp_path / "project"  # this test's own copy: it edits stacks/versions.yaml
+    work = tmp_path / "project"  # this test's own copy: it edits stacks/registry/versions.yaml
     work.mkdir()
     for name in ("Pulumi.yaml", "__main__.py", "pyproject.toml"):
         shutil.copy(ROOT / name, work / name)
     for d in ("components", "stacks"):
         shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
     (work / ".venv").symlink_to(ROOT / ".venv")
-    manifest = work / "stacks" / "versions.yaml"
+    manifest = work / "stacks" / "registry" / "versions.yaml"
 
     def pin(version: str):
         m = yaml.safe_load(manifest.read_text())

@@ -11,19 +11,20 @@ import json
 
 import pytest
 
-from stacks import catalog, registry, versions
+from stacks import catalog, registry
+from stacks.registry import versions
 from stacks.catalog import k8s
 from stacks.catalog.engine import Cache, Component, DownloadJob, Recipe, shm
 from stacks.catalog.model import ModelFamily, Target
-from stacks.config import ConfigError
-from stacks.render import render_config
+from stacks.spec.config import ConfigError
+from stacks.program.render import render_config
 
 # ---- the throwaway model and GPU, as data (what docs/adding-a-model-or-gpu.md asks a contributor to write)
 MODEL = "throwaway-7b"
 GPU = "throwaway-gpu"
 LABEL = "NVIDIA-Throwaway-GPU-96GB"  # the nvidia.com/gpu.product label GPU Feature Discovery would set
 REPO = "example/Throwaway-7B"
-IMAGE = versions.image("lightning-vllm")  # a new model adds its own key to stacks/versions.yaml; a manifest image here
+IMAGE = versions.image("lightning-vllm")  # a new model adds its own key to stacks/registry/versions.yaml; a manifest image here
 CACHE = Cache(claim="throwaway-model-cache", mount="/models", size="40Gi")
 HF_ENV = {"HF_HOME": "/models", "HF_HUB_OFFLINE": "1"}
 WORKER = dict(cache=CACHE, affinity="{gpu}", tolerations=(k8s.GPU_TOLERATION,), requests={"memory": "64Gi"}, shm="16Gi",
@@ -150,7 +151,7 @@ def test_no_engine_flag_comes_from_the_gpu(extended, monkeypatch):
 
 
 def test_scheduling_check_places_the_new_gpu_on_an_existing_cluster(extended):
-    from stacks.scheduling import check_target, default_shapes
+    from stacks.cluster.scheduling import check_target, default_shapes
 
     for tid, per_gpu_devices in ((AGG_ID, {}), (DISAGG_ID, {"rdma/ib": 1000})):
         t = catalog.targets()[tid]
@@ -215,7 +216,7 @@ MISSING = "no EC2 instance data"
     ({"cluster": {"mode": "stack", "stack": "org/throwaway/cluster"}, "target": AGG_ID}, "dynamo:gpu"),
 ], ids=["eks", "eks-serve-pools", "eks-cluster-only-pool", "cluster-stack"])
 def test_every_eks_plan_refuses_the_gpu_naming_it_and_the_missing_data(extended, raw, key):
-    with pytest.raises(ConfigError, match=rf"{key}: '?{GPU}'?.*{MISSING}.*stacks/gpus.py INSTANCES"):
+    with pytest.raises(ConfigError, match=rf"{key}: '?{GPU}'?.*{MISSING}.*stacks/registry/gpus.py INSTANCES"):
         _program(raw)
 
 
@@ -237,7 +238,7 @@ def test_eks_default_shape_of_an_efa_target_refuses_the_gpu(extended):
     import dataclasses
 
     from stacks.cli.simulate import default_groups
-    from stacks.scheduling import default_shapes
+    from stacks.cluster.scheduling import default_shapes
 
     efa = dataclasses.replace(catalog.targets()[DISAGG_ID], fabric="aws-efa")
     for f in (default_shapes, default_groups):

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from stacks.config import ConfigError
-from stacks.render import render_config
+from stacks.spec.config import ConfigError
+from stacks.program.render import render_config
 
 
 def workers(objs):
@@ -43,7 +43,7 @@ def test_efa_count_follows_the_workers_gpu_count():
 
 @pytest.mark.parametrize("gpu, per_gpu", [("h200", 2), ("b200", 1)])
 def test_efa_devices_per_gpu_come_from_the_instance(gpu, per_gpu):
-    from stacks.gpus import efa_per_gpu
+    from stacks.registry.gpus import efa_per_gpu
 
     assert efa_per_gpu(gpu) == per_gpu
     objs = render_config({"model": "nemotron-3-ultra", "gpu": gpu, "topology": "disagg", "fabricProfile": "aws-efa"})
@@ -59,7 +59,7 @@ def test_profile_on_an_aggregated_target_is_a_config_error():
 
 def test_eks_refuses_an_infiniband_recipe_without_the_profile():
     from stacks.cluster import check_fabric_on_eks
-    from stacks.config import parse, select_target
+    from stacks.spec.config import parse, select_target
 
     t = select_target(parse({"gpu": "b200", "topology": "disagg"}))
     with pytest.raises(ConfigError, match="set dynamo:fabricProfile: aws-efa"):

@@ -7,8 +7,9 @@ secret, which stand for upstream's placeholders.
 import pytest
 
 from conftest import REFERENCE_SETUP, missing
-from stacks import catalog, fidelity, registry
-from stacks.render import render_config
+from stacks import catalog, registry
+from stacks.cli import fidelity
+from stacks.program.render import render_config
 
 REF = fidelity.recipes_dir()
 # Each snapshot a target follows (Target.reference), with the in-scope files of its tree. Without a tree the

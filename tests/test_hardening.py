@@ -1,15 +1,16 @@
 """The pods the program adds (model download / validate Jobs, the AIPerf benchmark Job) run hardened, the DGD's
 workers keep exactly upstream's settings, and the fidelity comparison of the model-cache Jobs allows exactly the
-hardening additions (stacks/hardening.py) and nothing else."""
+hardening additions (stacks/serving/hardening.py) and nothing else."""
 import copy
 
 import pytest
 
 from conftest import REFERENCE_SETUP, missing
-from stacks import catalog, fidelity
-from stacks.benchmark import METHODS, build_benchmark
-from stacks.config import BenchmarkConfig, parse
-from stacks.hardening import without_hardening
+from stacks import catalog
+from stacks.cli import fidelity
+from stacks.serving.benchmark import METHODS, build_benchmark
+from stacks.spec.config import BenchmarkConfig, parse
+from stacks.serving.hardening import without_hardening
 from stacks.serving import build_plan
 
 TARGETS = catalog.targets()

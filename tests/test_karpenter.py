@@ -1,4 +1,4 @@
-"""Karpenter as a GPU capacity mode on EKS (stacks/karpenter.py, its wiring in components/cluster.py, its AWS rules).
+"""Karpenter as a GPU capacity mode on EKS (stacks/cluster/karpenter.py, its wiring in components/cluster.py, its AWS rules).
 
 The real program runs under mocks (tests/harness.py) for a Karpenter pool on on-demand capacity, a targeted
 reservation and a Capacity Block: every AWS rule passes, and each Karpenter rule fails on a graph carrying the
@@ -15,12 +15,12 @@ import pytest
 import yaml
 
 from harness import CAPACITY, CR, SECRETS, run_program
-from stacks import aws_rules as R
-from stacks import karpenter as K
-from stacks.aws_rules import Graph, check
-from stacks.config import ConfigError
+from stacks.cluster import aws_rules as R
+from stacks.cluster import karpenter as K
+from stacks.cluster.aws_rules import Graph, check
+from stacks.spec.config import ConfigError
 from stacks.program import build_program
-from stacks.versions import versions
+from stacks.registry.versions import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 KARPENTER_RULES = [fn for fn in R.RULES if fn.__name__.startswith("karpenter_")]

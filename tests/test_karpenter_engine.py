@@ -2,12 +2,12 @@
 
 Karpenter v1.13.0 (sigs.k8s.io/karpenter, its KWOK cloud provider: ``tools/karpenter.sh``) runs against this module's
 own local control plane (``tools/kube-local.sh``: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok),
-with the instance types of stacks/gpus.py priced from stacks/prices.yaml (``stacks.karpenter_sim.kwok_instance_types``)
+with the instance types of stacks/registry/gpus.py priced from stacks/registry/prices.yaml (``stacks.cluster.karpenter_sim.kwok_instance_types``)
 and the GPU pool's NodePool pointed at a KWOKNodeClass (``stacks.cli.karpenter_sim``).
 
 The stack is the committed example ``h100-karpenter`` (Lightning H100 disaggregated, its GPU pool on Karpenter, decode
 workers autoscaled 1-8), built by the same ``build_program`` as ``pulumi up``, with the pool's ``consolidateAfter``
-set short for the test. Its NodePool is the one stacks/karpenter.py plans. The cluster starts with the system node
+set short for the test. Its NodePool is the one stacks/cluster/karpenter.py plans. The cluster starts with the system node
 group only (KWOK nodes of the EKS plan's system group) and no GPU node. The pods are the Dynamo operator's pods of the
 stack's DGD (``stacks.cli.simulate.operator_pod_intents``):
 
@@ -17,7 +17,7 @@ stack's DGD (``stacks.cli.simulate.operator_pod_intents``):
   cost`` counts for the maximum;
 - paused (the program's own pause: ``paused: true``, every worker component at 0 replicas, whose pods the operator
   deletes), Karpenter's emptiness consolidation removes every node within consolidateAfter plus its disruption
-  polling and validation (stacks/durations.yaml ``karpenter``);
+  polling and validation (stacks/registry/durations.yaml ``karpenter``);
 - resumed, the nodes of the minimum come back.
 
 Node counts and timings are printed (``-s``).
@@ -55,7 +55,7 @@ def _target_dgd():
 
 def karpenter_plan(dgd: dict | None = None):
     """The EKS plan of the Lightning H100 agg target with its GPU pool on Karpenter (``capacity: karpenter``), and
-    that pool (stacks/karpenter.py: NodePool, offerings, nodes needed)."""
+    that pool (stacks/cluster/karpenter.py: NodePool, offerings, nodes needed)."""
     from stacks.cluster import EksConfig, build_cluster_plan
 
     t, recipe = _target_dgd()
@@ -70,7 +70,7 @@ def stack_programs(consolidate_after: str = CONSOLIDATE_AFTER):
     set to ``consolidate_after``."""
     from stacks.cli.cost import paused_raw
     from stacks.program import build_program
-    from stacks.render import split_secrets, stack_aws_region, stack_raw_config
+    from stacks.program.render import split_secrets, stack_aws_region, stack_raw_config
 
     plain, secret = split_secrets(stack_raw_config(STACK))
     plain = copy.deepcopy(plain)
@@ -146,11 +146,11 @@ def _gpu_pods(pods: list[dict]) -> list[dict]:
 
 @pytest.mark.engine
 def test_karpenter_follows_the_stack_from_zero_to_its_planned_nodes_and_back_when_paused(karpenter):
-    from stacks.autoscaling import at_max, at_min_dgd
+    from stacks.serving.autoscaling import at_max, at_min_dgd
     from stacks.cli.cost import load_prices, pool_costs
     from stacks.cli.timeline import duration_seconds, pause_seconds
-    from stacks.gpus import INSTANCES
-    from stacks.karpenter_sim import kwok_node_pool
+    from stacks.registry.gpus import INSTANCES
+    from stacks.cluster.karpenter_sim import kwok_node_pool
 
     k, sim, program, pool = karpenter["k"], karpenter["sim"], karpenter["program"], karpenter["pool"]
     entry = program.entries[0]
@@ -189,7 +189,7 @@ def test_karpenter_follows_the_stack_from_zero_to_its_planned_nodes_and_back_whe
     n0 = nodes[0]
     assert n0["status"]["allocatable"]["nvidia.com/gpu"] == str(pool.gpus_per_node)
     assert n0["metadata"]["labels"]["nvidia.com/gpu.product"] == INSTANCES[pool.instance_type].product  # the pool's labels
-    # The offering's price (stacks/prices.yaml via the instance-types file) is on the node (the KWOK provider's
+    # The offering's price (stacks/registry/prices.yaml via the instance-types file) is on the node (the KWOK provider's
     # eks-node-viewer/instance-price label).
     assert float(n0["metadata"]["labels"]["eks-node-viewer/instance-price"]) == pytest.approx(cost.price["usd_per_hour"])
 
@@ -223,8 +223,8 @@ def test_karpenter_follows_the_stack_from_zero_to_its_planned_nodes_and_back_whe
 
 # ---------------------------------------------------------------------------------------------- without a cluster
 def test_instance_types_file_carries_the_gpu_catalog_in_the_kwok_provider_format():
-    from stacks.gpus import HOSTS, INSTANCES
-    from stacks.karpenter_sim import kwok_instance_types
+    from stacks.registry.gpus import HOSTS, INSTANCES
+    from stacks.cluster.karpenter_sim import kwok_instance_types
 
     types = {t["name"]: t for t in kwok_instance_types(["us-east-1a", "us-east-1b"], prices={"p5.48xlarge": 55.04})}
     assert set(types) == set(INSTANCES)
@@ -236,8 +236,8 @@ def test_instance_types_file_carries_the_gpu_catalog_in_the_kwok_provider_format
         (55.04, [["on-demand"], ["us-east-1a"]]), (55.04, [["on-demand"], ["us-east-1b"]])]
     gb200 = types["p6e-gb200.36xlarge"]
     assert gb200["architecture"] == "arm64" and gb200["resources"]["vpc.amazonaws.com/efa"] == "8"
-    assert "ephemeral-storage" not in gb200["resources"]  # its instance store is not counted in stacks/gpus.py HOSTS
-    # Every figure comes from stacks/gpus.py: a change there changes the file.
+    assert "ephemeral-storage" not in gb200["resources"]  # its instance store is not counted in stacks/registry/gpus.py HOSTS
+    # Every figure comes from stacks/registry/gpus.py: a change there changes the file.
     for name, t in types.items():
         assert t["resources"]["nvidia.com/gpu"] == str(INSTANCES[name].gpus_per_node)
         assert t["resources"]["memory"] == f"{HOSTS[name].memory_gib}Gi"
@@ -249,14 +249,14 @@ def test_instance_types_file_carries_the_gpu_catalog_in_the_kwok_provider_format
     ({"zones": ["us-east-1a"], "instance_types": ["m7i.2xlarge"]}, "not in the GPU catalog"),
 ])
 def test_instance_types_file_refuses_bad_input(kwargs, message):
-    from stacks.karpenter_sim import kwok_instance_types
+    from stacks.cluster.karpenter_sim import kwok_instance_types
 
     with pytest.raises(ValueError, match=message):
         kwok_instance_types(**kwargs)
 
 
 def test_kwok_node_pool_swaps_only_the_node_class():
-    from stacks.karpenter_sim import kwok_node_pool
+    from stacks.cluster.karpenter_sim import kwok_node_pool
 
     planned = karpenter_plan()[1].nodepool
     pool = kwok_node_pool(planned, "gpu", consolidate_after="2s")
@@ -279,7 +279,7 @@ def test_karpenter_pin_agrees_with_its_go_module():
     import yaml
 
     root = Path(__file__).resolve().parent.parent
-    pins = yaml.safe_load((root / "stacks" / "versions.yaml").read_text())
+    pins = yaml.safe_load((root / "stacks" / "registry" / "versions.yaml").read_text())
     gomod = (root / "tools" / "karpenter" / "go.mod").read_text()
     assert re.search(rf"^\s*(require\s+)?sigs\.k8s\.io/karpenter {re.escape(pins['toolchain']['karpenter'])}( //.*)?$", gomod, re.M)
     core = (pins.get("charts", {}).get("karpenter") or {}).get("core")

@@ -41,21 +41,28 @@ def test_cli_modules_live_under_stacks_cli():
 # Each module sits in one layer, and no module imports from a later one (a call back up the stack would make the
 # config flow climb back and forth). The order is registry -> catalog -> spec -> plans -> program -> shells
 # (components/ and the command line) -> __main__.py. The spec sits after the catalog because parsing a stack checks
-# its target against the catalog (stacks.config.select_target: an unknown id or an unqualified combination is refused
-# while parsing, naming the valid choices), and the catalog needs nothing of the spec (its modules read the registry
-# only). A module's layer follows from where it lives: stacks/catalog/ is the catalog, stacks/cli/ and components/
-# are shells, and the stacks/*.py modules named below are the registry, spec and program layers; every other
-# stacks/*.py module is a plan builder, so a new one is checked as such without touching this test.
+# its target against the catalog (stacks.spec.config.select_target: an unknown id or an unqualified combination is
+# refused while parsing, naming the valid choices), and the catalog needs nothing of the spec (its modules read the
+# registry only). A module's layer is its package's: a new module is checked by where it is put, without touching this
+# test, and no module lives loose in stacks/.
 
 LAYERS = ("registry", "catalog", "spec", "plans", "program", "shells", "main")
-REGISTRY = {"stacks", "stacks.registry", "stacks.versions", "stacks.gpus"}  # the data everything reads
-SPEC = {"stacks.config", "stacks.spec", "stacks.providers", "stacks.pulumi_config"}  # the config, parsed once
-PROGRAM = {"stacks.program", "stacks.render"}  # spec -> plans, for `up` and `render --stack`
+PACKAGES = {
+    "stacks.registry": "registry",  # the data everything reads: models, GPUs, instances, pins, prices
+    "stacks.catalog": "catalog",  # every upstream recipe target, as data
+    "stacks.spec": "spec",  # the config, parsed once
+    "stacks.serving": "plans",  # plans: Kubernetes and AWS objects as data
+    "stacks.cluster": "plans",
+    "stacks.observe": "plans",
+    "stacks.program": "program",  # spec -> plans, for `up` and `render --stack`
+    "stacks.cli": "shells",
+    "components": "shells",
+}
 # The catalog's table for `targets` packs a target onto its instance (stacks.cluster.pack): it is a view built from the
 # plans, and nothing in the catalog imports it.
-PLACED = {"stacks.catalog.view": "plans"}
+PLACED = {"stacks": "registry", "stacks.__main__": "shells", "stacks.catalog.view": "plans"}
 # Names a module may take from a later layer, and why. stacks.cluster.EksConfig (the EKS keys) and its region helpers
-# are the spec's, but stay in stacks/cluster.py while the EKS keys are extended there.
+# are the spec's, but live with the EKS plan that extends them.
 ALLOWED_UP = {"stacks.spec": {"stacks.cluster", "stacks.cluster.EksConfig", "stacks.cluster.apply_aws_region",
                               "stacks.cluster.resolve_region"}}
 
@@ -70,14 +77,19 @@ def layer_of(module: str) -> str:
         return PLACED[module]
     if module == "__main__":
         return "main"
-    if module.startswith(("components.", "stacks.cli.")) or module in ("components", "stacks.cli", "stacks.__main__"):
-        return "shells"
-    if module == "stacks.catalog" or module.startswith("stacks.catalog."):
-        return "catalog"
-    for layer, names in (("registry", REGISTRY), ("spec", SPEC), ("program", PROGRAM)):
-        if module in names:
+    for pkg, layer in PACKAGES.items():
+        if module == pkg or module.startswith(pkg + "."):
             return layer
-    return "plans"
+    raise AssertionError(f"{module} is in no layer package: put it in one of {', '.join(PACKAGES)}")
+
+
+def test_every_module_lives_in_a_layer_package():
+    loose = sorted(p.name for p in (ROOT / "stacks").glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert loose == []
+    for pkg in PACKAGES:
+        init = ROOT.joinpath(*pkg.split("."), "__init__.py")
+        if init.exists():  # components/ is a plain directory of modules
+            assert ast.get_docstring(ast.parse(init.read_text())), f"{pkg} says what it owns and may import"
 
 
 def project_modules() -> dict[str, Path]:
@@ -86,7 +98,7 @@ def project_modules() -> dict[str, Path]:
 
 
 def _resolve(name: str, known) -> str | None:
-    """The project module an imported name belongs to (``stacks.config.NS`` -> ``stacks.config``), or None."""
+    """The project module an imported name belongs to (``stacks.spec.config.NS`` -> ``stacks.spec.config``), or None."""
     parts = name.split(".")
     for n in range(len(parts), 0, -1):
         if ".".join(parts[:n]) in known:
@@ -131,8 +143,10 @@ def layer_violations(modules: dict[str, Path]) -> list[str]:
 def test_every_layer_has_its_modules():
     layers = {layer_of(m) for m in project_modules()}
     assert layers == set(LAYERS)
-    assert {"stacks.spec", "stacks.config"} <= {m for m in project_modules() if layer_of(m) == "spec"}
-    assert layer_of("stacks.cluster") == layer_of("stacks.serve") == layer_of("stacks.a_new_module") == "plans"
+    assert {"stacks.spec", "stacks.spec.config"} <= {m for m in project_modules() if layer_of(m) == "spec"}
+    assert layer_of("stacks.cluster") == layer_of("stacks.serving.serve") == layer_of("stacks.serving.a_new_module") == "plans"
+    with pytest.raises(AssertionError, match="no layer package"):
+        layer_of("stacks.a_loose_module")
     assert layer_of("components.cluster_source") == layer_of("stacks.cli.review") == "shells"
 
 
@@ -146,10 +160,10 @@ def test_the_layer_check_catches_a_climb_back(tmp_path):
     spec.write_text("from .serving import build_plan\nfrom .cluster import EksConfig\n")
     plans.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cli import review\n"
                      "def f():\n    from stacks.program import build_program\n")
-    modules = {**project_modules(), "stacks.spec": spec, "stacks.serve": plans}
+    modules = {**project_modules(), "stacks.spec": spec, "stacks.serving.serve": plans}
     found = layer_violations(modules)
     assert "stacks.spec (spec) imports stacks.serving.build_plan (plans)" in found
-    assert "stacks.serve (plans) imports stacks.program.build_program (program)" in found
+    assert "stacks.serving.serve (plans) imports stacks.program.build_program (program)" in found
     assert not any("EksConfig" in f or "review" in f for f in found)
 
 

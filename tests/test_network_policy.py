@@ -1,5 +1,5 @@
-"""Optional NetworkPolicies (dynamo:networkPolicy, stacks/network_policy.py): off by default; when on, deny by default
-and allow what Dynamo needs; their selectors pick the operator-exact pods (stacks.operator.operator_pods) and the
+"""Optional NetworkPolicies (dynamo:networkPolicy, stacks/serving/network_policy.py): off by default; when on, deny by default
+and allow what Dynamo needs; their selectors pick the operator-exact pods (stacks.serving.operator.operator_pods) and the
 Jobs' pods. The engine test creates them, the hardened Jobs and the pods on a real kube-apiserver (own control plane,
 etcd + kube-apiserver only, as tests/test_selection.py) and lists pods through each policy's own selector."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 
 from local_cluster import control_plane
 from stacks import catalog
-from stacks.benchmark import build_benchmark
-from stacks.config import BenchmarkConfig, ConfigError, parse
-from stacks.network_policy import benchmark_job_name
-from stacks.operator import label_selector_string, operator_pods
+from stacks.serving.benchmark import build_benchmark
+from stacks.spec.config import BenchmarkConfig, ConfigError, parse
+from stacks.serving.network_policy import benchmark_job_name
+from stacks.serving.operator import label_selector_string, operator_pods
 from stacks.serving import build_plan
 
 TARGETS = sorted(catalog.targets())

@@ -1,4 +1,4 @@
-"""The optional observability layer (stacks/observability.py, components/observability.py)."""
+"""The optional observability layer (stacks/observe/observability.py, components/observability.py)."""
 import json
 import re
 from pathlib import Path
@@ -7,12 +7,12 @@ import pytest
 import yaml
 
 from harness import run_program
-from stacks.config import ConfigError, ObservabilityConfig, parse
-from stacks.observability import (
+from stacks.spec.config import ConfigError, ObservabilityConfig, parse
+from stacks.observe.observability import (
     COMPONENT_TYPE_LABEL, DASHBOARD_LABEL, DGD_NAME_LABEL, METRICS_ENABLED_LABEL, build_observability, dashboard_queries,
     dcgm_for, grafana_interpolate, pod_monitor_scrape_configs, selector_matches,
 )
-from stacks.versions import versions
+from stacks.registry.versions import versions
 
 REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
 TARGET = "lightning-vllm-disagg-h100-dspark"

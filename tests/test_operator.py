@@ -1,4 +1,4 @@
-"""stacks/operator.py against the operator facts it cites: labels per component type, container ports, names,
+"""stacks/serving/operator.py against the operator facts it cites: labels per component type, container ports, names,
 Services; and, without an API server, that the project's PodMonitors select every serving pod of every target
 (tests/test_selection.py asks the real API server the same)."""
 import copy
@@ -6,9 +6,9 @@ import copy
 import pytest
 
 from stacks import catalog
-from stacks.config import parse
-from stacks.observability import dynamo_pod_monitors
-from stacks.operator import (LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_METRICS_ENABLED, LABEL_NAMESPACE,
+from stacks.spec.config import parse
+from stacks.observe.observability import dynamo_pod_monitors
+from stacks.serving.operator import (LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_METRICS_ENABLED, LABEL_NAMESPACE,
                              LABEL_POD_TEMPLATE_HASH, LABEL_SELECTOR, LABEL_SUB_COMPONENT_TYPE, LABEL_WORKER_HASH,
                              label_selector_string, operator_pods, operator_services, selector_matches)
 from stacks.serving import build_plan

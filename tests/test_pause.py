@@ -1,4 +1,4 @@
-"""Pause and resume (``paused: true`` on an entry or a single-target stack; stacks/autoscaling.py).
+"""Pause and resume (``paused: true`` on an entry or a single-target stack; stacks/serving/autoscaling.py).
 
 Plan level (pure, stacks.program.build_program): pausing changes exactly the GPU components' replicas and the GPU node
 group's desired and minimum size, nothing else (frontend, cache, download Job, launch template, labels, max size all
@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from harness import run_program
-from stacks import aws_rules as R
-from stacks.aws_rules import Graph, check
-from stacks.config import ConfigError
+from stacks.cluster import aws_rules as R
+from stacks.cluster.aws_rules import Graph, check
+from stacks.spec.config import ConfigError
 from stacks.program import build_program
 
 SECRETS = {"hfToken": "hf_mock", "ngcApiKey": "nvapi-mock"}
@@ -172,7 +172,7 @@ def test_mocks_pause_and_resume_pass_the_aws_rules():
 
 def test_real_frontend_answers_404_model_not_found_once_the_paused_workers_are_gone(tmp_path):
     """The rig's real Dynamo 1.6.1 frontend and mocker (tests/rig.py) run the unpaused aggregated DGD; the processes of
-    the pods the paused DGD no longer has (stacks.operator.operator_pods) get SIGTERM, as a deleted pod does. The
+    the pods the paused DGD no longer has (stacks.serving.operator.operator_pods) get SIGTERM, as a deleted pod does. The
     frontend drops the model from /v1/models and answers a request for it with HTTP 404 (the README's statement, and
     Dynamo's autoscaling guide: "Requests for the model return HTTP 404"), after at most a moment of 503 while the
     worker stops."""
@@ -184,7 +184,7 @@ def test_real_frontend_answers_404_model_not_found_once_the_paused_workers_are_g
     import urllib.request
 
     from rig import _get, start_rig
-    from stacks.operator import operator_pods
+    from stacks.serving.operator import operator_pods
 
     cfg = {"target": "lightning-vllm-agg-h100-dspark"}
     on, off = build_program(cfg, "p").entries[0].plan.dgd, build_program(paused(cfg), "p").entries[0].plan.dgd
@@ -237,7 +237,7 @@ KARPENTER = {**DISAGG, "cluster": {"mode": "eks", "region": "us-east-1", "gpuPoo
 
 def test_karpenter_pool_keeps_its_nodepool_and_only_the_dgd_changes():
     """A Karpenter pool registers no node group: the paused DGD has no GPU pod pending, so Karpenter launches nothing and
-    consolidates the emptied nodes; the NodePool and EC2NodeClass stay as they are (stacks/karpenter.py)."""
+    consolidates the emptied nodes; the NodePool and EC2NodeClass stay as they are (stacks/cluster/karpenter.py)."""
     on, off = run(KARPENTER), run(paused(KARPENTER))
     assert sorted(r.urn for r in on.resources) == sorted(r.urn for r in off.resources)
     before = {r.urn: r for r in on.resources}

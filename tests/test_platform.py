@@ -11,9 +11,9 @@ from pulumi.runtime import mocks as pmocks
 
 from harness import Mocks, RecordingMonitor, Run
 from stacks import catalog
-from stacks import platform as P
+from stacks.cluster import platform as P
 from stacks.catalog.model import AXES
-from stacks.versions import versions
+from stacks.registry.versions import versions
 
 BASE_RESOURCES = {"cpu", "memory", "nvidia.com/gpu", "ephemeral-storage"}
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "policy"))
 
 import dynamo_policies  # noqa: E402
 from policies import POLICIES  # noqa: E402
-from stacks.render import render_stack, render_target  # noqa: E402
+from stacks.program.render import render_stack, render_target  # noqa: E402
 
 POLICY = {p.name: p for p in POLICIES}
 TYPES = {"DynamoGraphDeployment": dynamo_policies.DGD_TYPE, "PersistentVolumeClaim": dynamo_policies.PVC_TYPE,

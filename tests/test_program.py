@@ -2,9 +2,9 @@
 import pytest
 
 from harness import run_program
-from stacks.config import ConfigError
+from stacks.spec.config import ConfigError
 from stacks.program import build_program
-from stacks.render import program_for_stack, render_stack, split_secrets, stack_raw_config, to_yaml
+from stacks.program.render import program_for_stack, render_stack, split_secrets, stack_raw_config, to_yaml
 
 TOKEN = {"hfToken": "hf_program_test"}
 
@@ -107,7 +107,7 @@ def test_render_never_prints_the_token_value():
 
 # --------------------------------------------------------------------------- `up` and `render` read the stack file alike
 # `up` gets its config from the Pulumi CLI (Go, YAML 1.2 scalars, duplicate keys refused; a top-level YAML null or ''
-# arrives as ""); `render --stack` reads the file with stacks.render.StackFileLoader to the same effect.
+# arrives as ""); `render --stack` reads the file with stacks.program.render.StackFileLoader to the same effect.
 
 def _write(tmp_path, text: str):
     (tmp_path / "Pulumi.t.yaml").write_text(text)
@@ -150,7 +150,7 @@ def test_an_empty_top_level_value_means_unset_on_both_paths(empty, tmp_path):
 def test_misspelt_project_prefix_is_refused_on_both_paths(tmp_path):
     from pulumi.runtime import config as rc
 
-    from stacks.pulumi_config import raw_config
+    from stacks.spec.pulumi_config import raw_config
 
     root = _write(tmp_path, "config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dyanmo:gpu: h100\n  aws:region: us-east-1\n")
     with pytest.raises(ConfigError, match=r"dyanmo:gpu: 'dyanmo' is not this project's config namespace.*'dynamo:gpu'"):

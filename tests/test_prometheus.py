@@ -1,9 +1,9 @@
 """A real Prometheus scrapes the real Dynamo (GPU-free serving rig) the way the project's PodMonitors say, and every
 dashboard query is evaluated through Prometheus's HTTP API.
 
-- Prometheus: the pinned server built by tools/prometheus.sh (stacks/versions.yaml ``toolchain.prometheus``), on
+- Prometheus: the pinned server built by tools/prometheus.sh (stacks/registry/versions.yaml ``toolchain.prometheus``), on
   loopback with a temporary data directory and a 1 s scrape interval.
-- Scrape configuration: generated from the rendered PodMonitors (``stacks.observability.build_observability``) by
+- Scrape configuration: generated from the rendered PodMonitors (``stacks.observe.observability.build_observability``) by
   ``pod_monitor_scrape_configs``: one static target per rig pod the monitor's selector matches, on the loopback port
   of the container port the endpoint names, with the endpoint's path and the Prometheus Operator's relabelings, so
   the ``pod``/``namespace``/``job``/``endpoint`` labels and the monitors' own relabelings are Prometheus's doing.
@@ -38,8 +38,8 @@ import yaml
 
 import conftest
 from stacks import catalog
-from stacks.config import ObservabilityConfig, parse
-from stacks.observability import (
+from stacks.spec.config import ObservabilityConfig, parse
+from stacks.observe.observability import (
     COMPONENT_TYPE_LABEL, DGD_NAME_LABEL, DYNAMO_METRICS, METRICS_ENABLED_LABEL, build_observability, dashboard_queries,
     pod_monitor_scrape_configs, selector_matches,
 )
@@ -158,7 +158,7 @@ def prometheus_bin() -> Path:
     if not os.access(PROMETHEUS_BIN, os.X_OK):
         conftest.missing(f"{PROMETHEUS_BIN} is not built", "run `make setup` (tools/prometheus.sh builds the pinned Prometheus)")
     out = subprocess.run([str(PROMETHEUS_BIN), "--version"], capture_output=True, text=True, timeout=30)
-    from stacks.versions import versions
+    from stacks.registry.versions import versions
 
     pin = versions()["toolchain"]["prometheus"]  # module v0.3XY.Z = release 3.XY.Z
     release = "3.{}.{}".format(int(pin.split(".")[1]) % 100, pin.split(".")[2])

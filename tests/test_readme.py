@@ -1,6 +1,6 @@
 """The README is a user guide a newcomer can follow on a fresh clone: short, every link resolves, and every command it
 shows names a real subcommand (with options the real parser accepts), a real make target, a committed stack and a
-catalog target; the pins it states are the ones stacks/versions.yaml holds."""
+catalog target; the pins it states are the ones stacks/registry/versions.yaml holds."""
 import argparse
 import contextlib
 import io
@@ -211,7 +211,7 @@ def test_readme_states_the_two_commands_ci_runs():
 
 
 def test_readme_pins_are_the_versions_manifest():
-    v = yaml.safe_load(_text(ROOT / "stacks" / "versions.yaml"))
+    v = yaml.safe_load(_text(ROOT / "stacks" / "registry" / "versions.yaml"))
     section = _text(README).split("## Upgrading Dynamo", 1)[1].split("\n## ", 1)[0]
     rows = [r for r in section.splitlines() if r.startswith("|")]
     platform = v["charts"]["dynamo-platform"]
@@ -244,5 +244,5 @@ def test_readme_shell_setup_puts_the_pinned_pulumi_on_the_path():
     assert r.returncode == 0, r.stderr
     where, version = r.stdout.split()[:2]
     assert where == str(ROOT / ".tools" / "bin" / "pulumi")
-    assert version == yaml.safe_load(_text(ROOT / "stacks" / "versions.yaml"))["toolchain"]["pulumi"]
+    assert version == yaml.safe_load(_text(ROOT / "stacks" / "registry" / "versions.yaml"))["toolchain"]["pulumi"]
 

@@ -1,12 +1,13 @@
-"""The one registry of choices (stacks/registry.py): everything that lists choices derives from it."""
+"""The one registry of choices (stacks/registry/__init__.py): everything that lists choices derives from it."""
 from pathlib import Path
 from typing import get_args
 
 import pytest
 
-from stacks import catalog, gpus, registry
+from stacks import catalog, registry
+from stacks.registry import gpus
 from stacks.catalog.model import AXES
-from stacks.config import ConfigError, StackConfig, parse
+from stacks.spec.config import ConfigError, StackConfig, parse
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -49,7 +50,7 @@ def test_gpus_reference_the_instance_data_without_copying_it():
 def test_a_gpu_without_instance_data_is_refused_by_name(monkeypatch):
     monkeypatch.setitem(registry.GPUS, "gpu-x", registry.Gpu("gpu-x", "NVIDIA-X", None))
     assert gpus.default_shape("gpu-x") is None and gpus.host_type_for("gpu-x") == gpus.EXISTING_HOST
-    with pytest.raises(ValueError, match=r"GPU 'gpu-x' has no EC2 instance data: .*stacks/gpus.py INSTANCES"):
+    with pytest.raises(ValueError, match=r"GPU 'gpu-x' has no EC2 instance data: .*stacks/registry/gpus.py INSTANCES"):
         gpus.shape_for("gpu-x")
     with pytest.raises(ValueError, match=r"instance type 'p5.48xlarge' carries h100, not gpu-x; choose one of: none \(gpu-x has no EC2"):
         gpus.shape_for("gpu-x", "p5.48xlarge")

@@ -3,9 +3,9 @@
 For the first aggregated and the first disaggregated Lightning vLLM target of the catalog, the rig serves the DGD
 ``build_plan`` renders, and these run against it, taken from the product at run time:
 
-- the stack output ``smokeTest`` (stacks/outputs.py), verbatim except the frontend address;
+- the stack output ``smokeTest`` (stacks/serving/outputs.py), verbatim except the frontend address;
 - the stack output ``aiperf`` (its request count bounded), verbatim except the frontend address;
-- the benchmark Job's container (stacks/benchmark.py ``build_benchmark``: its command and env as rendered, a small
+- the benchmark Job's container (stacks/serving/benchmark.py ``build_benchmark``: its command and env as rendered, a small
   ``dynamo:benchmark.requestCount`` set in the stack config), with only the frontend URL changed and the cache
   volume's mount path remapped to a temporary directory; the trace the Job replays is put where its env says.
 
@@ -26,10 +26,10 @@ import pytest
 
 from rig import RigError, layout_hf_cache, rig_env_dir, start_rig, tokenizer_file
 from stacks import catalog
-from stacks.config import parse
-from stacks.outputs import next_steps
+from stacks.spec.config import parse
+from stacks.serving.outputs import next_steps
 from stacks.serving import build_plan
-from stacks.versions import versions
+from stacks.registry.versions import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 # How the exported commands address the frontend: through `kubectl port-forward svc/<dgd>-frontend 8000:8000`.
@@ -129,7 +129,7 @@ def _export_ok(data: dict, requested: int, where: str) -> None:
 # ---- the pins ---------------------------------------------------------------------------------------------------
 
 def test_rig_pins_match_the_manifest():
-    """tools/rig/pyproject.toml (what tools/rig.sh installs) pins what stacks/versions.yaml says, and the Dynamo pin
+    """tools/rig/pyproject.toml (what tools/rig.sh installs) pins what stacks/registry/versions.yaml says, and the Dynamo pin
     is on the platform's release line (the dynamo-platform chart's major.minor, at the same or a newer patch: the 1.6
     chart is 1.6.0, the newest 1.6 wheels are 1.6.1)."""
     deps = tomllib.loads((ROOT / "tools/rig/pyproject.toml").read_text())["project"]["dependencies"]
@@ -218,7 +218,7 @@ def _bounded(command: str, n: int) -> str:
 
 def _exported_aiperf(plan, rig, workdir: Path) -> dict:
     """Run the stack output ``aiperf`` (address changed, request count bounded) in ``workdir``; its last export."""
-    from stacks.benchmark import workload_of
+    from stacks.serving.benchmark import workload_of
 
     target = plan.target.id
     exported = next_steps(plan)["aiperf"]
@@ -260,7 +260,7 @@ def _mooncake_trace(path: Path, rows: int, isl: int, osl: int, block: int = 512,
 
 def _benchmark_job(target: str, rig, tmp_path: Path) -> dict:
     """Run the benchmark Job's container as rendered (URL and mount remapped) in ``tmp_path``; the export it printed."""
-    from stacks.benchmark import RESULT_BEGIN, build_benchmark
+    from stacks.serving.benchmark import RESULT_BEGIN, build_benchmark
     from stacks.cli.bench_report import extract_from_log
 
     cfg = parse({"target": target, "benchmark": {"enabled": True, "requestCount": JOB_REQUESTS}})

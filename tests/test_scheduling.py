@@ -1,7 +1,7 @@
 """Every catalog target's workers fit its cluster: GPU/EFA/RDMA requests, affinity, tolerations.
 
 The oracle is independent of the product: the GPU nodes are written here from the instance data
-(stacks/gpus.py: GPUs per node, EFA devices, product label, architecture) and the taint is spelled
+(stacks/registry/gpus.py: GPUs per node, EFA devices, product label, architecture) and the taint is spelled
 literally, never read back from what the target tolerates. A typo in a toleration the catalog renders
 therefore makes these tests fail (checked by mutating ``stacks/catalog/k8s.py GPU_TOLERATION``)."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from stacks import catalog, registry
 from stacks.cluster import NodeShape
-from stacks.gpus import DEFAULT_INSTANCE, INSTANCES
-from stacks.scheduling import SYSTEM, check_target, default_shapes
+from stacks.registry.gpus import DEFAULT_INSTANCE, INSTANCES
+from stacks.cluster.scheduling import SYSTEM, check_target, default_shapes
 
 TARGETS = catalog.targets()
 
@@ -36,7 +36,7 @@ PRESENT_TARGETS = {
 GKE_RDMA = {f"networking.gke.io.networks/rdma-{i}{s}": 1 for i in range(4) for s in ("", ".IP")}
 
 
-# GPUs per node of an existing cluster whose GPU has no instance data in stacks/gpus.py (registered for existing
+# GPUs per node of an existing cluster whose GPU has no instance data in stacks/registry/gpus.py (registered for existing
 # clusters only): the eight-GPU node the scheduling check assumes for it.
 EXISTING_GPUS_PER_NODE = 8
 
@@ -91,7 +91,7 @@ def test_target_does_not_fit_a_node_tainted_otherwise(tid):
 def test_eks_node_group_carries_the_literal_taint(tid):
     """What the program's EKS GPU node group sets (EKS API form) is the literal taint."""
     from stacks.cluster import build_cluster_plan
-    from stacks.scheduling import default_eks_config
+    from stacks.cluster.scheduling import default_eks_config
 
     t = TARGETS[tid]
     plan = build_cluster_plan("check", default_eks_config(t), t)
@@ -133,9 +133,9 @@ def test_too_few_nodes_is_reported():
 
 def _eks_fit(stack_cfg):
     from stacks.cluster import build_cluster_plan
-    from stacks.config import parse
-    from stacks.providers import cluster_config
-    from stacks.scheduling import SYSTEM
+    from stacks.spec.config import parse
+    from stacks.spec.providers import cluster_config
+    from stacks.cluster.scheduling import SYSTEM
     from stacks.serving import build_plan
 
     from stacks.cluster import plan_eks

@@ -1,6 +1,6 @@
 """Selection through the real API server: for every catalog target, the pods and Services the Dynamo operator
-makes of its DGD (stacks/operator.py) are created on the simulation's kube-apiserver (``Simulator``,
-tools/kube-local.sh), and the project's PodMonitors (``stacks.observability.dynamo_pod_monitors``) and the
+makes of its DGD (stacks/serving/operator.py) are created on the simulation's kube-apiserver (``Simulator``,
+tools/kube-local.sh), and the project's PodMonitors (``stacks.observe.observability.dynamo_pod_monitors``) and the
 operator's Services LIST pods through the API server's own label selectors (``?labelSelector=``).
 
 Each target gets its own namespace (``dyn000``...: as long as the default ``dynamo``, so label values are as
@@ -19,9 +19,9 @@ import pytest
 
 from local_cluster import control_plane
 from stacks import catalog
-from stacks.config import parse
-from stacks.observability import dynamo_pod_monitors
-from stacks.operator import label_selector_string, operator_pods, operator_services
+from stacks.spec.config import parse
+from stacks.observe.observability import dynamo_pod_monitors
+from stacks.serving.operator import label_selector_string, operator_pods, operator_services
 from stacks.serving import build_plan
 
 SERVING_TYPES = ("frontend", "worker", "prefill", "decode")

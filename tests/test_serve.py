@@ -2,11 +2,11 @@
 import pytest
 
 from harness import run_program
-from stacks.config import ConfigError
+from stacks.spec.config import ConfigError
 from stacks.program import build_program
-from stacks.render import render_config
+from stacks.program.render import render_config
 from stacks.cli.review import diff_objects
-from stacks.serve import build_entries
+from stacks.serving.serve import build_entries
 
 AGG, DISAGG, MOTIF = "lightning-vllm-agg-h100-dspark", "lightning-vllm-disagg-h100-dspark", "motif3-vllm-agg-b200-chat"
 TOKEN = frozenset({"hfToken"})
@@ -157,7 +157,7 @@ def test_serve_stack_with_observability_registers_monitors_and_dashboards():
     entry's DGD (in its namespace, selecting its DGD), one serving dashboard offering every serving namespace."""
     import json
 
-    from stacks.observability import DGD_NAME_LABEL
+    from stacks.observe.observability import DGD_NAME_LABEL
 
     run = run_program(three(observability={"enabled": True}), {"hfToken": "hf_serveobs"}, stack="t")
     monitors = run.by_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")

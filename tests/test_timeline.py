@@ -3,7 +3,7 @@ import pytest
 
 from harness import run_program
 from stacks.__main__ import main
-from stacks.render import program_for_stack
+from stacks.program.render import program_for_stack
 from stacks.cli.timeline import build_steps, durations, schedule, timeline_for_program
 
 LIGHTNING = dict(model="nemotron-3.5-lightning", precision="nvfp4", cache_size="140Gi")
@@ -157,7 +157,7 @@ def test_cli_shows_node_group_and_karpenter_paths_side_by_side(capsys):
     out = capsys.readouterr().out.split("GPU capacity, managed node group vs Karpenter")[1]
     rows = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith(("node group", "karpenter"))}
     assert "(this stack)" in rows["node"] and "(this stack)" not in rows["karpenter"]
-    assert "consolidateAfter 600 s" in out  # the default of stacks/karpenter.py: a node-group stack moved to Karpenter
+    assert "consolidateAfter 600 s" in out  # the default of stacks/cluster/karpenter.py: a node-group stack moved to Karpenter
     assert "tests/test_karpenter_engine.py" in out and "resume on Karpenter" in out
 
 

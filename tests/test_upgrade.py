@@ -28,7 +28,8 @@ import pytest
 import yaml
 
 from local_cluster import chart_repo, control_plane
-from stacks import catalog, fidelity
+from stacks import catalog
+from stacks.cli import fidelity
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD_ULTRA = ROOT / "tests" / "fixtures" / "catalog-1.5" / "ultra.py.txt"
@@ -69,7 +70,7 @@ class Program:
 
     def era(self, ultra: Path, platform: str) -> None:
         shutil.copy(ultra, self.work / "stacks" / "catalog" / "ultra.py")
-        manifest = self.work / "stacks" / "versions.yaml"
+        manifest = self.work / "stacks" / "registry" / "versions.yaml"
         m = yaml.safe_load(manifest.read_text())
         m["charts"]["dynamo-platform"] = {**m["charts"]["dynamo-platform"], "repo": self.repo_url, "version": platform}
         manifest.write_text(yaml.safe_dump(m))

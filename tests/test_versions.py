@@ -1,11 +1,11 @@
-"""stacks/versions.yaml is the one manifest: the scripts, go.mod files and pyproject carry the same pins."""
+"""stacks/registry/versions.yaml is the one manifest: the scripts, go.mod files and pyproject carry the same pins."""
 import re
 
 import pytest
 import tomllib
 from pathlib import Path
 
-from stacks.versions import versions
+from stacks.registry.versions import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = versions()["toolchain"]
@@ -67,7 +67,7 @@ def _run_with_manifest(monkeypatch, tmp_path, manifest: dict, config: dict):
     import yaml
 
     from harness import run_program
-    from stacks import versions as v
+    from stacks.registry import versions as v
 
     path = tmp_path / f"versions-{len(list(tmp_path.iterdir()))}.yaml"
     path.write_text(yaml.safe_dump(manifest))

@@ -1,4 +1,4 @@
-"""The waits `pulumi up` performs (stacks/waits.py, components/serving.py): which annotations and
+"""The waits `pulumi up` performs (stacks/serving/waits.py, components/serving.py): which annotations and
 resource options bound them, and what the messages say when a wait ends badly. The behaviour
 against a real API server (a wait ends at its timeout) is in test_engine.py."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 import harness
 from harness import run_program
-from stacks import waits
-from stacks.render import render_config
+from stacks.serving import waits
+from stacks.program.render import render_config
 
 CANARY = "hf_CANARY_WAITS_31c2"
 TARGET = "lightning-vllm-agg-h100-dspark"
@@ -41,7 +41,7 @@ def test_dgd_waits_for_ready_with_its_timeout():
     ({"dgd": False}, True, False, True),
 ])
 def test_switches_choose_which_waits_exist(wait, job_waits, dgd_waits, pvc_waits):
-    from stacks.config import parse
+    from stacks.spec.config import parse
     from stacks.serving import build_plan
 
     plan = build_plan(parse({"target": TARGET, "wait": wait}))
@@ -53,7 +53,7 @@ def test_switches_choose_which_waits_exist(wait, job_waits, dgd_waits, pvc_waits
 
 
 def test_waits_of_names_the_timeout_and_its_config_key():
-    from stacks.config import parse
+    from stacks.spec.config import parse
     from stacks.serving import build_plan
 
     plan = build_plan(parse({"target": TARGET, "namespace": "team-a", "wait": {"jobTimeout": "3m", "dgdTimeout": "2h"}}))

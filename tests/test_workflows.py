@@ -528,7 +528,7 @@ def test_kubernetes_provider_builds_read_only_with_the_committed_sums(tmp_path):
 def test_workflows_run_the_pulumi_cli_the_toolchain_pins():
     """CI's official Pulumi CLI (setup-pulumi's ``pulumi-version``) is the release tools/toolchain.sh builds for
     ``make test``, so a preview in a pull request runs the engine the tests ran."""
-    from stacks.versions import versions
+    from stacks.registry.versions import versions
 
     pinned = versions()["toolchain"]["pulumi"].lstrip("v")
     found = {}
@@ -537,5 +537,5 @@ def test_workflows_run_the_pulumi_cli_the_toolchain_pins():
         if "PULUMI_VERSION" in env:
             found[wf.name] = str(env["PULUMI_VERSION"])
     assert found, "no workflow sets PULUMI_VERSION"
-    assert {name: v for name, v in found.items() if v != pinned} == {}, f"stacks/versions.yaml pins pulumi {pinned}"
+    assert {name: v for name, v in found.items() if v != pinned} == {}, f"stacks/registry/versions.yaml pins pulumi {pinned}"
 

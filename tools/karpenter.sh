@@ -12,7 +12,7 @@
 #   crds    print the CRD directory (exit 1 when not built)
 #
 # Environment: DYNAMO_TOOLCHAIN_CACHE (default $HOME/.cache/dynamo-pulumi-toolchain).
-# The version is pinned by tools/karpenter/go.mod (stacks/versions.yaml toolchain.karpenter carries the same pin);
+# The version is pinned by tools/karpenter/go.mod (stacks/registry/versions.yaml toolchain.karpenter carries the same pin);
 # it builds from the Go module proxy with -mod=readonly against the committed go.sum. v1.13.0, the core of the pinned
 # EKS chart (charts.karpenter.core): newer releases need a newer Go than 1.26.8 (go.mod: v1.14.3 go 1.26.10, v1.15.0 go 1.26.9).
 set -euo pipefail

@@ -4,7 +4,7 @@
 # Used by tests/test_prometheus.py, which scrapes the GPU-free serving rig with the project's PodMonitors and
 # evaluates every dashboard query through Prometheus's HTTP API.
 #
-# Version: `toolchain.prometheus` in stacks/versions.yaml (the module version the Go module proxy serves;
+# Version: `toolchain.prometheus` in stacks/registry/versions.yaml (the module version the Go module proxy serves;
 # github.com/prometheus/prometheus tags release 3.X.Y as module version v0.3XY.0, e.g. v0.316.0 = 3.16.0, whose
 # VERSION file says 3.16.0). Built like tools/kube-local.sh builds its pinned Go binaries: from the Go module
 # proxy with the machine's Go (GOTOOLCHAIN=local; v0.316.0's go.mod asks for go 1.26.7), once per version into
@@ -33,10 +33,10 @@ die() {
 	exit 1
 }
 
-# The pin: the `prometheus:` key of the `toolchain:` section of stacks/versions.yaml.
-PROMETHEUS_VERSION="$(awk '/^[^ #]/ { section = $1 } section == "toolchain:" && $1 == "prometheus:" { v = $2; gsub(/"/, "", v); print v; exit }' "$REPO/stacks/versions.yaml")"
+# The pin: the `prometheus:` key of the `toolchain:` section of stacks/registry/versions.yaml.
+PROMETHEUS_VERSION="$(awk '/^[^ #]/ { section = $1 } section == "toolchain:" && $1 == "prometheus:" { v = $2; gsub(/"/, "", v); print v; exit }' "$REPO/stacks/registry/versions.yaml")"
 [[ "$PROMETHEUS_VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] \
-	|| die "stacks/versions.yaml: toolchain.prometheus must be a module version like v0.316.0, got '${PROMETHEUS_VERSION}'"
+	|| die "stacks/registry/versions.yaml: toolchain.prometheus must be a module version like v0.316.0, got '${PROMETHEUS_VERSION}'"
 
 case "${1:-}" in
 "") ;;

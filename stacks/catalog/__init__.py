@@ -1,4 +1,6 @@
-"""The serving catalog: every upstream recipe target as data (see ``model.Target``).
+"""The catalog layer: may import the registry only.
+
+The serving catalog: every upstream recipe target as data (see ``model.Target``).
 
 The model families are the data modules named in ``stacks.registry.MODELS``; their pods,
 recipes and cache Jobs are built by the generic builders of ``engine.py``.
@@ -12,9 +14,9 @@ import importlib
 from functools import lru_cache
 from typing import Optional
 
-from .. import registry
-from .model import AXES, SELECT_ORDER, ModelFamily, Perf, Target
-from .ops import apply_all
+from stacks import registry
+from stacks.catalog.model import AXES, SELECT_ORDER, ModelFamily, Perf, Target
+from stacks.catalog.ops import apply_all
 
 
 @lru_cache(maxsize=1)

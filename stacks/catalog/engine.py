@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from .. import registry
-from . import k8s
+from stacks import registry
+from stacks.catalog import k8s
 
 
 @dataclass(frozen=True)

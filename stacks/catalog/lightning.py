@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 
-from .. import registry, versions
-from . import k8s
-from .engine import DownloadJob
-from .lightning_base import CACHE, DRAFT_SUFFIX, MODEL, PERF_FIRST, PERF_MAIN, REPO, frontend, gpu_worker
-from .lightning_trtllm import AGG as TRTLLM_AGG, TRTLLM_TARGETS
-from .model import ModelFamily, Perf, Target
-from .ops import FRONTEND, WORKERS, Append, Op, Set
+from stacks import registry
+from stacks.registry import versions
+from stacks.catalog import k8s
+from stacks.catalog.engine import DownloadJob
+from stacks.catalog.lightning_base import CACHE, DRAFT_SUFFIX, MODEL, PERF_FIRST, PERF_MAIN, REPO, frontend, gpu_worker
+from stacks.catalog.lightning_trtllm import AGG as TRTLLM_AGG, TRTLLM_TARGETS
+from stacks.catalog.model import ModelFamily, Perf, Target
+from stacks.catalog.ops import FRONTEND, WORKERS, Append, Op, Set
 
 
 # --------------------------------------------------------------------------- speculative config
@@ -74,7 +75,7 @@ def gb200_placement(frontend_tolerations: int) -> tuple[Op, ...]:
 
 
 # Per-GPU engine settings shared by every Lightning vLLM target on that GPU: a new GPU adds its row here
-# (plus its entry in stacks/registry.py). Per topology: batched-token budget, FlashInfer autotune off, worker
+# (plus its entry in stacks/registry/__init__.py). Per topology: batched-token budget, FlashInfer autotune off, worker
 # env before/after the SPECULATIVE_CONFIG entry and at the end, the default KV-transfer fabric (disagg), and
 # placement ops (GB200's arm64 taints).
 GPU_PROFILE: dict[str, dict] = {

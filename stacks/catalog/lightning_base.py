@@ -6,9 +6,9 @@ neither imports the other's builders back (no import cycle).
 """
 from __future__ import annotations
 
-from .. import registry
-from . import k8s
-from .engine import Cache, Component, shm
+from stacks import registry
+from stacks.catalog import k8s
+from stacks.catalog.engine import Cache, Component, shm
 
 MODEL = "nemotron-3.5-lightning"
 REPO = {"nvfp4": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", "bf16": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16"}

@@ -8,11 +8,11 @@ length), never derived from the GPU's generation.
 """
 from __future__ import annotations
 
-from .. import versions
-from . import k8s
-from .engine import Component, Recipe, shm
-from .lightning_base import FRONTEND, MODEL, PERF_FIRST, PERF_MAIN, REPO, SHM, WORKER
-from .model import Perf, Target
+from stacks.registry import versions
+from stacks.catalog import k8s
+from stacks.catalog.engine import Component, Recipe, shm
+from stacks.catalog.lightning_base import FRONTEND, MODEL, PERF_FIRST, PERF_MAIN, REPO, SHM, WORKER
+from stacks.catalog.model import Perf, Target
 
 ENGINE_CONFIG_HEAD = """backend: pytorch
 tensor_parallel_size: 1

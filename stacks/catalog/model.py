@@ -4,11 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from .. import registry
-from .engine import Cache
-from .ops import Op
+from stacks import registry
+from stacks.catalog.engine import Cache
+from stacks.catalog.ops import Op
 
-# The axes a stack selects on, with the values the catalog may use (defined once, in stacks/registry.py).
+# The axes a stack selects on, with the values the catalog may use (defined once, in stacks/registry/__init__.py).
 AXES: dict[str, tuple[str, ...]] = registry.axes()
 # Order in which selection narrows the catalog (and in which errors are reported).
 SELECT_ORDER = ("model", "runtime", "gpu", "topology", "shape", "precision", "context", "workload", "spec", "routing", "fabric", "profile")
@@ -50,7 +50,7 @@ class Target:
     perf: Optional[Perf] = None
     cache_jobs: tuple[str, ...] = ()  # model-cache Job keys this target needs
     image: Optional[str] = None  # the runtime image the target runs (from versions manifest)
-    # Which reference snapshot below ../shared/reference holds the file the target reproduces (stacks/fidelity.py).
+    # Which reference snapshot below ../shared/reference holds the file the target reproduces (stacks/cli/fidelity.py).
     reference: str = "dynamo-recipes"
     source: Optional[str] = None  # repo, path and commit of that file, where the snapshot holds files of several origins
     # Deprecated: upstream dropped the recipe; the target still renders it, and `up` warns and names this successor id.

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 
-from .. import registry, versions
-from . import k8s
-from .engine import Cache, Component, DownloadJob, Recipe
-from .model import ModelFamily, Target
-from .ops import FRONTEND, WORKERS, Op, Set, env_insert
+from stacks import registry
+from stacks.registry import versions
+from stacks.catalog import k8s
+from stacks.catalog.engine import Cache, Component, DownloadJob, Recipe
+from stacks.catalog.model import ModelFamily, Target
+from stacks.catalog.ops import FRONTEND, WORKERS, Op, Set, env_insert
 
 MODEL = "motif-3"
 REPO = "Motif-Technologies/Motif-3-NVFP4"

@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from .. import registry, versions
-from . import k8s
-from .engine import Cache, Component, DownloadJob, empty_dir, shm
-from .model import ModelFamily, Perf, Target
-from .ops import FRONTEND, WORKERS, Delete, EnvRemove, Op, Set
+from stacks import registry
+from stacks.registry import versions
+from stacks.catalog import k8s
+from stacks.catalog.engine import Cache, Component, DownloadJob, empty_dir, shm
+from stacks.catalog.model import ModelFamily, Perf, Target
+from stacks.catalog.ops import FRONTEND, WORKERS, Delete, EnvRemove, Op, Set
 
 MODEL = "nemotron-3-ultra"
 REPO = "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"

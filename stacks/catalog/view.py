@@ -5,20 +5,20 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Optional
 
-from .. import registry
-from .model import SELECT_ORDER, Target
+from stacks import registry
+from stacks.catalog.model import SELECT_ORDER, Target
 
 
 def _dgd(t: Target) -> dict:
-    from . import recipe_objects
+    from stacks.catalog import recipe_objects
 
     return next(d for d in recipe_objects(t) if d["kind"] == "DynamoGraphDeployment")
 
 
 def nodes_on(t: Target, dgd: dict) -> tuple[Optional[str], Optional[int]]:
     """The default instance type of the target's GPU and the GPU nodes the DGD packs onto (None without one)."""
-    from .. import gpus
-    from ..cluster import pack
+    from stacks.registry import gpus
+    from stacks.cluster import pack
 
     instance = registry.gpu(t.gpu).instance
     if not instance:
@@ -30,7 +30,7 @@ def nodes_on(t: Target, dgd: dict) -> tuple[Optional[str], Optional[int]]:
 
 def row(t: Target) -> dict[str, Any]:
     """One target as plain data (the ``--json`` element)."""
-    from . import gpus_needed
+    from stacks.catalog import gpus_needed
 
     dgd = _dgd(t)
     instance, nodes = nodes_on(t, dgd)
@@ -44,7 +44,7 @@ def row(t: Target) -> dict[str, Any]:
 
 
 def _renamed() -> dict[str, str]:
-    from . import renamed
+    from stacks.catalog import renamed
 
     return renamed()
 

@@ -6,7 +6,7 @@ Reads AIPerf's summary export ``profile_export_aiperf.json`` (aiperf 0.13.0,
 ``datasets[0]`` ``{type: file, path, format: mooncake_trace, sampling, block_size, synthesis}`` for a trace replay
 or ``{type: synthetic, prompts: {isl, osl}}``, ``phases`` with ``kind: warmup | profiling`` and their ``requests``
 and ``concurrency``, ``endpoint`` with ``extra`` and ``use_server_token_count``) either from the benchmark Job's log
-(``stacks/benchmark.py`` prints its run manifest and the export between markers; ``kubectl logs job/aiperf-<dgd>``
+(``stacks/serving/benchmark.py`` prints its run manifest and the export between markers; ``kubectl logs job/aiperf-<dgd>``
 with the stack's kubeconfig) or from ``--file``.
 
 First it checks that the run is the published one (``workload_problems``): the same trace (file name, and from the
@@ -14,7 +14,7 @@ Job's manifest its SHA-256), the same request count and concurrency as the row, 
 counts, and a DGD serving with the speculative-decoding acceptance the row was measured with. A run that differs is
 not comparable: bench-report prints why and exits 2, without a verdict.
 
-Then it computes each figure the way the row's family defines it (``stacks.benchmark.METHODS``):
+Then it computes each figure the way the row's family defines it (``stacks.serving.benchmark.METHODS``):
 
 - TTFT p50 (ms; ``time_to_first_token.p50``): lower is better, passes up to ``published x (1 + tolerance)``;
 - tok/s/user (``output_token_throughput_per_user.p50``, the statistic upstream's Ultra runner reports; avg when
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..benchmark import MANIFEST_BEGIN, MANIFEST_END, PER_GPU_FROM_USER, RESULT_BEGIN, RESULT_END
-from ..config import ConfigError
+from stacks.serving.benchmark import MANIFEST_BEGIN, MANIFEST_END, PER_GPU_FROM_USER, RESULT_BEGIN, RESULT_END
+from stacks.spec.config import ConfigError
 
 _TIME_TO_MS = {"ms": 1.0, "s": 1000.0, "sec": 1000.0, "us": 0.001, "ns": 1e-6}
 
@@ -162,7 +162,7 @@ def _model(data: dict) -> Optional[str]:
 
 def workload_problems(m: Measured, bench: Any, manifest: Optional[dict] = None) -> list[str]:
     """Why the measured run is not the workload the target's published row was measured on (empty: it is).
-    ``bench``: the stack's ``stacks.benchmark.BenchmarkPlan`` (trace, method, published row and request count)."""
+    ``bench``: the stack's ``stacks.serving.benchmark.BenchmarkPlan`` (trace, method, published row and request count)."""
     perf, tr, wl = bench.perf, bench.trace, m.workload
     out = []
     if wl.dataset_format != "mooncake_trace":
@@ -196,7 +196,7 @@ def workload_problems(m: Measured, bench: Any, manifest: Optional[dict] = None) 
 
 
 def per_gpu(m: Measured, gpus: int, definition: str) -> Optional[float]:
-    """The measured output tok/s/GPU by the row's definition (``stacks.benchmark.PER_GPU_*``)."""
+    """The measured output tok/s/GPU by the row's definition (``stacks.serving.benchmark.PER_GPU_*``)."""
     if not gpus:
         return None
     if definition == PER_GPU_FROM_USER:
@@ -323,9 +323,9 @@ def _kubeconfig(program: Any, stack: str) -> tuple[list[str], Optional[str]]:
 
 
 def cmd(args) -> int:
-    from ..benchmark import build_benchmark
-    from ..catalog import gpus_needed
-    from ..render import program_for_stack
+    from stacks.serving.benchmark import build_benchmark
+    from stacks.catalog import gpus_needed
+    from stacks.program.render import program_for_stack
 
     program = program_for_stack(args.stack)
     plan = program.serving
@@ -354,7 +354,7 @@ def cmd(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        from .shell import os_error_line
+        from stacks.cli.shell import os_error_line
 
         print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
@@ -369,7 +369,7 @@ def cmd(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    from .shell import existing_file
+    from stacks.cli.shell import existing_file
 
     p = sub.add_parser("bench-report", help="the in-cluster AIPerf result against the target's published perf row",
                        description="Compare the stack's in-cluster AIPerf benchmark (the Job's log, or --file) with the "

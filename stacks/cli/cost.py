@@ -1,9 +1,9 @@
 """``python -m stacks cost --stack NAME``: $/h of each GPU pool of an EKS stack at its minimum, at its maximum and
-while every entry is paused, from stacks/prices.yaml (each price with its source and the date it was read), plus the
-cluster's fixed hourly charges (EKS control plane; NAT gateways and interface endpoints at stacks/cluster.py's prices).
+while every entry is paused, from stacks/registry/prices.yaml (each price with its source and the date it was read), plus the
+cluster's fixed hourly charges (EKS control plane; NAT gateways and interface endpoints at stacks/cluster/__init__.py's prices).
 
 The node counts come from the same ``build_program`` that ``pulumi up`` runs: the stack as committed, and the same
-stack with ``paused: true`` on every entry (``stacks.autoscaling``). Per pool:
+stack with ``paused: true`` on every entry (``stacks.serving.autoscaling``). Per pool:
 
 - managed node group: it runs its desired size whatever the load (no autoscaler scales a node group here), so its
   minimum is the desired size and its maximum ``maxSize``; paused, its desired size with every entry paused (0 when
@@ -28,9 +28,9 @@ from typing import Any, Optional
 
 import yaml
 
-from ..config import NS, ConfigError
+from stacks.spec.config import NS, ConfigError
 
-PRICES = Path(__file__).resolve().parent.parent / "prices.yaml"
+PRICES = Path(__file__).resolve().parents[1] / "registry" / "prices.yaml"
 WIDTH = 100  # the report's columns
 
 
@@ -57,7 +57,7 @@ class PoolCost:
     nodes_min: int
     nodes_max: int
     nodes_paused: int
-    price: Optional[dict]  # stacks/prices.yaml entry, None: unpriced
+    price: Optional[dict]  # stacks/registry/prices.yaml entry, None: unpriced
 
     def usd(self, nodes: int, paused: bool = False) -> Optional[float]:
         if self.price is None or self.capacity.endswith("capacity-block"):
@@ -100,8 +100,8 @@ def pool_costs(program, paused_program, prices: dict) -> list[PoolCost]:
     """Managed node groups run their desired size (min) up to maxSize; Karpenter pools run what their pods need: the
     replicas with every autoscaled component at minReplicas (min), at maxReplicas (max, at most the NodePool's node
     limit; a pool no entry uses: the limit), and nothing once every entry is paused."""
-    from ..autoscaling import at_max, at_min_dgd
-    from ..cluster import pack
+    from stacks.serving.autoscaling import at_max, at_min_dgd
+    from stacks.cluster import pack
 
     cp, pp = program.cluster_plan, paused_program.cluster_plan
     paused_by_name = {p.name: p for p in pp.gpu_pools}
@@ -129,7 +129,7 @@ def pool_costs(program, paused_program, prices: dict) -> list[PoolCost]:
 
 def fixed_costs(program, prices: dict) -> list[tuple[str, float, str]]:
     """(what, $/h, source) the cluster pays whatever its pools run."""
-    from ..cluster import ECR_ENDPOINT_SERVICES, INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, NAT_USD_PER_HOUR
+    from stacks.cluster import ECR_ENDPOINT_SERVICES, INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, NAT_USD_PER_HOUR
 
     cp = program.cluster_plan
     cpl = prices["eks"]["control_plane"]
@@ -137,12 +137,12 @@ def fixed_costs(program, prices: dict) -> list[tuple[str, float, str]]:
     net = cp.network or {}
     nats = len(net.get("nat_zones") or [])
     if nats:
-        out.append((f"NAT gateway x {nats}", round(nats * NAT_USD_PER_HOUR, 4), "stacks/cluster.py NAT_USD_PER_HOUR (aws.amazon.com/vpc/pricing)"))
+        out.append((f"NAT gateway x {nats}", round(nats * NAT_USD_PER_HOUR, 4), "stacks/cluster/__init__.py NAT_USD_PER_HOUR (aws.amazon.com/vpc/pricing)"))
     eps = len(net.get("interface_endpoints") or [])
     if eps:
         zones = len(cp.private_subnets)
         out.append((f"interface endpoints {', '.join(ECR_ENDPOINT_SERVICES)} x {zones} zones", round(eps * zones * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, 4),
-                    "stacks/cluster.py INTERFACE_ENDPOINT_USD_PER_AZ_HOUR (aws.amazon.com/privatelink/pricing)"))
+                    "stacks/cluster/__init__.py INTERFACE_ENDPOINT_USD_PER_AZ_HOUR (aws.amazon.com/privatelink/pricing)"))
     return out
 
 
@@ -163,7 +163,7 @@ def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str
         rows.append([c.pool, c.gpu, c.instance_type, c.capacity, f"{c.nodes_min}/{c.nodes_max}/{c.nodes_paused}",
                      _money(node, why), _money(c.usd(c.nodes_min), why), _money(c.usd(c.nodes_max), why),
                      _money(c.usd(c.nodes_paused, paused=True), why)])
-    table = [f"stack {stack} ({region}), USD per hour, prices from stacks/prices.yaml"] + _table(rows)
+    table = [f"stack {stack} ({region}), USD per hour, prices from stacks/registry/prices.yaml"] + _table(rows)
     lines = [f"fixed: {what} {usd:,.3f}" for what, usd, _ in fixed]
     lines.append("sources:")
     seen = set()
@@ -172,7 +172,7 @@ def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str
             seen.add((c.instance_type, region))
             lines.append(f"  {c.instance_type} {region} ${c.price['usd_per_hour']}/h: {c.price['source']}, read {c.price['read']}")
         elif c.price is None and not c.capacity.endswith("capacity-block"):
-            lines.append(f"  {c.instance_type} {region}: no price in stacks/prices.yaml (add one with its source and date)")
+            lines.append(f"  {c.instance_type} {region}: no price in stacks/registry/prices.yaml (add one with its source and date)")
         if c.capacity.endswith("reservation"):
             lines.append(f"  pool {c.pool}: an On-Demand Capacity Reservation is billed whether used or not, so paused costs as much")
         if c.capacity.endswith("capacity-block"):
@@ -189,7 +189,7 @@ def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str
 def config_cost(plain: dict[str, Any], name: str, secret: frozenset = frozenset(), region: Optional[str] = None,
                 prices: Optional[dict] = None) -> tuple[str, list[PoolCost], list[tuple[str, float, str]]]:
     """(region, pool costs, fixed costs) of a stack's plain ``dynamo:`` config."""
-    from ..program import build_program
+    from stacks.program import build_program
 
     prices = prices if prices is not None else load_prices()
     program = build_program(plain, name, secret, aws_region=region)
@@ -201,7 +201,7 @@ def config_cost(plain: dict[str, Any], name: str, secret: frozenset = frozenset(
 
 
 def stack_cost(name: str, prices: Optional[dict] = None) -> str:
-    from ..render import split_secrets, stack_aws_region, stack_raw_config
+    from stacks.program.render import split_secrets, stack_aws_region, stack_raw_config
 
     plain, secret = split_secrets(stack_raw_config(name))
     region, pools, fixed = config_cost(plain, name, secret, stack_aws_region(name), prices)
@@ -219,9 +219,9 @@ def cmd_cost(args) -> int:
 
 def add_subparser(sub) -> None:
     p = sub.add_parser("cost", help="$/h per GPU pool of an EKS stack at its minimum, its maximum and while paused "
-                                    "(stacks/prices.yaml, with sources)",
+                                    "(stacks/registry/prices.yaml, with sources)",
                        description="USD per hour of each GPU pool of an EKS stack: at its minimum and maximum node count, "
-                                   "and with every entry paused (paused: true), from stacks/prices.yaml (each price with "
+                                   "and with every entry paused (paused: true), from stacks/registry/prices.yaml (each price with "
                                    "its source and date), plus the EKS control plane and NAT gateways. Exit 2 on a stack "
                                    "that is not cluster.mode eks or does not exist.")
     p.add_argument("--stack", required=True, metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .. import catalog, fidelity
+from stacks import catalog
+from stacks.cli import fidelity
 
 # An added file and a removed target are one recipe under a new name when the render differs in no more fields.
 RENAME_MAX_FIELDS = 40
@@ -160,7 +161,7 @@ def compare(upstream: Path, render_target: Callable[[str], list[dict]]) -> Drift
 
 
 def cmd_drift(args) -> int:
-    from ..render import render_target
+    from stacks.program.render import render_target
 
     try:
         report = compare(Path(args.upstream), render_target)

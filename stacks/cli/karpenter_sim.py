@@ -4,8 +4,8 @@
 
 - the CRDs of the pinned module (NodePool, NodeClaim, NodeOverlay, KWOKNodeClass: ``tools/karpenter.sh build`` copies
   them next to the binary);
-- the instance-types file the KWOK provider reads (``INSTANCE_TYPES_FILE_PATH``), generated from stacks/gpus.py by
-  ``stacks.karpenter_sim.kwok_instance_types``, priced from stacks/prices.yaml for the plan's region (``region_prices``);
+- the instance-types file the KWOK provider reads (``INSTANCE_TYPES_FILE_PATH``), generated from stacks/registry/gpus.py by
+  ``stacks.cluster.karpenter_sim.kwok_instance_types``, priced from stacks/registry/prices.yaml for the plan's region (``region_prices``);
 - the node lifecycle controller of kube-controller-manager (the real one, same binary as kube-local's, run with only
   ``--controllers=nodelifecycle``): kube-local's controller manager runs without it, and without it the
   ``node.kubernetes.io/not-ready:NoSchedule`` taint that the API server's TaintNodesByCondition admission puts on every
@@ -37,8 +37,8 @@ from urllib.request import urlopen
 
 import yaml
 
-from ..karpenter_sim import kwok_instance_types, kwok_node_class
-from .simulate import REPO_ROOT, KubeError, Simulator
+from stacks.cluster.karpenter_sim import kwok_instance_types, kwok_node_class
+from stacks.cli.simulate import REPO_ROOT, KubeError, Simulator
 
 KARPENTER_SH = REPO_ROOT / "tools" / "karpenter.sh"
 KUBE_GO_MOD = REPO_ROOT / "tools" / "kube" / "go.mod"
@@ -72,8 +72,8 @@ def kube_controller_manager() -> Path:
 
 
 def region_prices(region: str) -> dict[str, float]:
-    """On-demand $/h of every instance type stacks/prices.yaml prices in ``region`` (the `stacks cost` data)."""
-    from .cost import ec2_price, load_prices
+    """On-demand $/h of every instance type stacks/registry/prices.yaml prices in ``region`` (the `stacks cost` data)."""
+    from stacks.cli.cost import ec2_price, load_prices
 
     data = load_prices()
     out = {}

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import NS
-from ..gpus import INSTANCES
+from stacks.spec.config import NS
+from stacks.registry.gpus import INSTANCES
 
 CLUSTER = f"{NS}:cluster"
 KEY_REGION = f"{CLUSTER}.region"
@@ -101,7 +101,7 @@ class CheckResult:
 
 
 def _config_error(msg: str):
-    from ..config import ConfigError
+    from stacks.spec.config import ConfigError
 
     return ConfigError(msg)
 
@@ -119,8 +119,8 @@ def requests_from_stack(name: str, root: Optional[Path] = None) -> list[Prefligh
     final DGD (replicas included), zone, region with ``aws:region``; every ``gpuPools`` entry, not only the first."""
     import yaml
 
-    from .. import render
-    from ..config import parse
+    from stacks.program import render
+    from stacks.spec.config import parse
 
     root = root or render.REPO_ROOT
     raw = render.stack_raw_config(name, root)
@@ -131,8 +131,8 @@ def requests_from_stack(name: str, root: Optional[Path] = None) -> list[Prefligh
     if cluster.get("mode", "render") != "eks":
         return []
 
-    from ..cluster import GPU_TAINT_KEY, apply_aws_region, build_gpu_pool, plan_eks, pool_name
-    from ..providers import cluster_config
+    from stacks.cluster import GPU_TAINT_KEY, apply_aws_region, build_gpu_pool, plan_eks, pool_name
+    from stacks.spec.providers import cluster_config
 
     raw = apply_aws_region(raw, top.get("aws:region"))
     if "serve" in raw:  # a dynamo:serve or cluster-only stack: every GPU node group of its plan
@@ -235,7 +235,7 @@ def check_efa(req: PreflightRequest, info: Optional[dict], info_error: Optional[
     cards = len(net.get("NetworkCards") or []) or int(net.get("MaximumNetworkCards", 0))
     shape = INSTANCES.get(req.instance_type)
     if shape is None:
-        return CheckResult(name, WARN, f"{req.instance_type} supports {max_efa} EFA interfaces on {cards} network cards, but is not in stacks/gpus.py; "
+        return CheckResult(name, WARN, f"{req.instance_type} supports {max_efa} EFA interfaces on {cards} network cards, but is not in stacks/registry/gpus.py; "
                                        f"set {req.k('instanceType')} to one of: {', '.join(sorted(INSTANCES))}")
     problems = []
     if max_efa < shape.efa_interfaces:
@@ -244,9 +244,9 @@ def check_efa(req: PreflightRequest, info: Optional[dict], info_error: Optional[
         problems.append(f"has {cards} network cards but the catalog expects {shape.network_cards}")
     if problems:
         alts = _same_gpu_types(req.instance_type)
-        hint = f"set {req.k('instanceType')} to one of: {', '.join(alts)}, " if alts else f"set {NS}:gpu to another GPU (no other {shape.gpu} type in stacks/gpus.py), "
+        hint = f"set {req.k('instanceType')} to one of: {', '.join(alts)}, " if alts else f"set {NS}:gpu to another GPU (no other {shape.gpu} type in stacks/registry/gpus.py), "
         return CheckResult(name, FAIL, f"{req.instance_type} " + " and ".join(problems)
-                           + f"; {hint}or correct {req.instance_type} efa_interfaces/network_cards in stacks/gpus.py")
+                           + f"; {hint}or correct {req.instance_type} efa_interfaces/network_cards in stacks/registry/gpus.py")
     if not shape.verified:
         return CheckResult(name, WARN, f"{req.instance_type} supports EFA: {max_efa} interfaces, {cards} network cards; the catalog attaches "
                                        f"{shape.efa_interfaces} EFA on network cards {list(shape.efa_cards)}, a layout not confirmed by AWS documentation: "

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from .. import catalog
-from ..config import ConfigError
-from .shell import CliError, output_path
+from stacks import catalog
+from stacks.spec.config import ConfigError
+from stacks.cli.shell import CliError, output_path
 
 
 def cmd_render(args) -> int:
-    from ..render import render_target, to_yaml
+    from stacks.program.render import render_target, to_yaml
 
     if args.all:
         if not args.out:
@@ -21,8 +21,8 @@ def cmd_render(args) -> int:
         print(f"wrote {len(catalog.targets())} targets to {args.out}", file=sys.stderr)
         return 0
     if args.stack:
-        from ..config import deprecation_warnings
-        from ..render import program_for_stack, skipped_checks
+        from stacks.spec.config import deprecation_warnings
+        from stacks.program.render import program_for_stack, skipped_checks
 
         program = program_for_stack(args.stack)
         objs = program.objects()
@@ -52,8 +52,8 @@ def cmd_render(args) -> int:
 def cmd_fidelity(args) -> int:
     """Exit 0 only when every compared upstream file and model-cache object is exact; 1 on a difference, a target
     whose upstream file is missing or an upstream file without a target; 2 when there is no upstream tree."""
-    from .. import fidelity
-    from ..render import render_target
+    from stacks.cli import fidelity
+    from stacks.program.render import render_target
 
     if args.target and args.target not in catalog.targets():
         raise ConfigError(unknown_target(args.target))
@@ -88,7 +88,7 @@ def _print_fidelity(report, verbose: bool) -> None:
 
 
 def unknown_target(tid: str) -> str:
-    from ..registry import did_you_mean
+    from stacks.registry import did_you_mean
 
     return f"--target: {tid!r} is not a catalog target{did_you_mean(tid, catalog.targets())} (list them: dynamo-stacks targets)"
 

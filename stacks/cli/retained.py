@@ -1,5 +1,5 @@
 """``python -m stacks destroy-report --stack NAME``: what ``pulumi destroy`` of a committed stack keeps, why, and how
-to delete or re-adopt each (stacks.retained.retained_report), from the stack file only, before or after a destroy.
+to delete or re-adopt each (stacks.program.retained.retained_report), from the stack file only, before or after a destroy.
 ``pulumi destroy --run-program`` prints the same for each kept Kubernetes object as it drops it (the program's
 after_delete hooks, components/serving.py); this report also names what an EKS cluster layer keeps."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ def add_subparser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..retained import retained_report
-    from ..render import program_for_stack
+    from stacks.program.retained import retained_report
+    from stacks.program.render import program_for_stack
 
     print(retained_report(program_for_stack(args.stack)))
     return 0

@@ -11,7 +11,7 @@ DGDs, not a removal and an addition.
 ``promote`` copies the release-pinned keys (target selection, ``fabricProfile``, images, model
 revision) from one stack file to another, keeping the destination's environment keys (namespace,
 cluster, replicas, storage, secrets...) and its comments. It refuses floating or invalid values
-(an image that ``stacks.config.image_problem`` rejects: no tag, a moving tag such as ``latest``,
+(an image that ``stacks.spec.config.image_problem`` rejects: no tag, a moving tag such as ``latest``,
 ``nightly`` or ``main``, whitespace; a model revision that is not a valid git name or is a branch)
 and a result the program would reject (``stacks.program.build_program``), before printing anything.
 Its output never carries a plain-text value of a secret-looking key (``hfToken``, ``kubeconfig``,
@@ -39,7 +39,7 @@ from typing import Any, Optional
 
 import yaml
 
-from ..config import NS, SECRET_KEYS, ConfigError, image_problem, revision_problem
+from stacks.spec.config import NS, SECRET_KEYS, ConfigError, image_problem, revision_problem
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -414,7 +414,7 @@ def cmd_diff(args) -> int:
 # Keys that belong to an environment and are never copied.
 ENV_KEYS = frozenset({"namespace", "createNamespace", "cluster", "replicas", "storage", "hfTokenSecretName",
                       "imagePullSecrets", "kubeconfig", "hfToken", "wait", "observability", "benchmark",
-                      # capacity of an environment (stacks/autoscaling.py): staging may be paused while prod serves
+                      # capacity of an environment (stacks/serving/autoscaling.py): staging may be paused while prod serves
                       "paused", "autoscaling",
                       # which namespaces may reach the frontend and scrape it differs per environment
                       "networkPolicy"})
@@ -439,7 +439,7 @@ class PromotionError(ValueError):
 
 def image_floating(ref: Any) -> Optional[str]:
     """Why an image reference floats or is invalid (no tag, a moving tag, whitespace), or None when it
-    is pinned: the same rule the program applies (``stacks.config.image_problem``)."""
+    is pinned: the same rule the program applies (``stacks.spec.config.image_problem``)."""
     return image_problem(ref)
 
 
@@ -609,7 +609,7 @@ def _dynamo(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str]:
     """(old text, new text) of the destination stack file; raises PromotionError on floating values."""
-    from ..render import stack_file
+    from stacks.program.render import stack_file
 
     sp, dp = stack_file(src, root), stack_file(dst, root)
     for name, p in ((src, sp), (dst, dp)):
@@ -695,15 +695,15 @@ def replace_entry(text: str, full_key: str, value: Any) -> str:
 def _render_raw(raw: dict[str, Any], stack: str) -> list[dict]:
     """The serving objects ``pulumi up`` of ``stack`` would create from this config, through the same
     ``build_program`` (every serving, cluster and secret check) that ``up`` and ``render --stack`` run."""
-    from ..program import build_program
-    from ..render import split_secrets
+    from stacks.program import build_program
+    from stacks.program.render import split_secrets
 
     plain, secret = split_secrets(raw)
     return build_program(plain, stack, secret).objects()
 
 
 def cmd_promote(args) -> int:
-    from ..render import stack_file
+    from stacks.program.render import stack_file
 
     root = Path(args.root or REPO_ROOT).resolve()
     try:

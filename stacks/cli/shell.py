@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
-from ..registry import did_you_mean
+from stacks.registry import did_you_mean
 
 EXIT_USAGE = 2  # every error the user can fix: bad invocation, bad config, missing file
 

@@ -13,10 +13,10 @@ Pieces, each a pure function except ``Simulator``:
 - ``eks_groups`` / ``default_groups`` / ``inventory_nodes``: node groups from the EKS cluster plan
   (``stacks.cluster.build_cluster_plan``: pool labels, product/instance-type/EFA labels, the GPU
   taint, ``nvidia.com/gpu`` and ``vpc.amazonaws.com/efa``), the default cluster shape of a target's
-  fabric, or an inventory. CPU, memory, ephemeral storage and pods come from ``stacks.gpus.HOSTS``
+  fabric, or an inventory. CPU, memory, ephemeral storage and pods come from ``stacks.registry.gpus.HOSTS``
   less what the EKS AL2023 kubelet reserves (``eks_allocatable``).
 - ``operator_pod_intents``: the pods the Dynamo operator creates from a DGD (the operator is not
-  available offline), named and labelled as ``stacks.operator.operator_pods`` says the operator does
+  available offline), named and labelled as ``stacks.serving.operator.operator_pods`` says the operator does
   (component-type frontend/worker/prefill/decode, metrics-enabled, DGD name, dynamo namespace, the
   Deployment selector label; container ports ``http`` 8000 or ``system`` 9090 and ``nixl`` 19090;
   multinode components as LeaderWorkerSet leader and worker pods), carrying the component's podTemplate
@@ -48,12 +48,12 @@ from urllib.parse import quote, urlparse
 
 import yaml
 
-from .. import catalog, registry
-from ..catalog.model import Target
-from ..cluster import EFA_LABEL, POOL_LABEL, EksConfig, build_cluster_plan, gpu_taint_for
-from ..config import NS, ConfigError
-from ..gpus import HOSTS, HostResources, default_shape, host_type_for
-from ..operator import WORKER_TYPES, operator_pods
+from stacks import catalog, registry
+from stacks.catalog.model import Target
+from stacks.cluster import EFA_LABEL, POOL_LABEL, EksConfig, build_cluster_plan, gpu_taint_for
+from stacks.spec.config import NS, ConfigError
+from stacks.registry.gpus import HOSTS, HostResources, default_shape, host_type_for
+from stacks.serving.operator import WORKER_TYPES, operator_pods
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KUBE_LOCAL = REPO_ROOT / "tools" / "kube-local.sh"
@@ -63,10 +63,10 @@ POD_LABEL = "simulate.dynamo.nvidia.com/pod"
 GROUP_LABEL = "simulate.dynamo.nvidia.com/group"  # the node group of a simulated node (system, gpu)
 SIM_NAMESPACE = "dynamo-simulate"
 SYSTEM_ROOT_GIB = 20  # EKS managed node group default disk size (no launch template disk on the system group)
-GPU_ROOT_GIB = 500  # the GPU launch template's root volume (stacks/cluster.py block_device_mappings)
+GPU_ROOT_GIB = 500  # the GPU launch template's root volume (stacks/cluster/__init__.py block_device_mappings)
 # The operator's /dev/shm when a component names no sharedMemorySize (ai-dynamo/dynamo
 # deploy/operator/internal/consts/consts.go DefaultSharedMemorySize; a worker Deployment rendered by the operator
-# carries emptyDir shared-memory, medium Memory, sizeLimit 8Gi: see stacks/operator.py source T).
+# carries emptyDir shared-memory, medium Memory, sizeLimit 8Gi: see stacks/serving/operator.py source T).
 DEFAULT_SHARED_MEMORY = "8Gi"
 
 
@@ -110,7 +110,7 @@ def _host(instance_type: str) -> HostResources:
     try:
         return HOSTS[instance_type]
     except KeyError:
-        raise ConfigError(f"{NS}:cluster: instance type {instance_type!r} has no host resources in stacks/gpus.py HOSTS; "
+        raise ConfigError(f"{NS}:cluster: instance type {instance_type!r} has no host resources in stacks/registry/gpus.py HOSTS; "
                           f"known: {', '.join(sorted(HOSTS))}") from None
 
 
@@ -139,7 +139,7 @@ def default_eks_config(t: Target) -> EksConfig:
 
 
 # Existing clusters of the non-AWS fabrics (no plan of ours builds them). Extended resources: the names
-# stacks.platform.exposed_resources gives for the fabric, with the rdma-shared device plugin's rdmaHcaMax
+# stacks.cluster.platform.exposed_resources gives for the fabric, with the rdma-shared device plugin's rdmaHcaMax
 # (1000) for rdma/* and one per GKE RDMA network. CPU and memory: the catalog host of the same GPU (an
 # approximation). Extra labels: what the recipes of that fabric select on.
 EXISTING_FABRICS: dict[str, tuple[int, str, dict[str, str]]] = {
@@ -154,7 +154,7 @@ EXISTING_FABRICS: dict[str, tuple[int, str, dict[str, str]]] = {
 
 
 def _fabric_resources(fabric: str) -> dict[str, int]:
-    from ..platform import exposed_resources
+    from stacks.cluster.platform import exposed_resources
 
     return {r: 1000 if r.startswith("rdma/") else 1 for r in sorted(exposed_resources(fabric))}
 
@@ -168,7 +168,7 @@ def default_groups(t: Target) -> tuple[list[NodeGroup], set[str]]:
     counted for the target's recipe, as the cluster plan counts them (a replica override does not add any).
 
     AWS fabrics: the EKS plan with default settings; both NVIDIA stacks give RuntimeClass ``nvidia``
-    (the device plugin with ``stacks.platform.nvidia_runtime_class``, the GPU Operator its own). Other
+    (the device plugin with ``stacks.cluster.platform.nvidia_runtime_class``, the GPU Operator its own). Other
     fabrics: an existing cluster of that fabric, assumed to run the GPU Operator (RuntimeClass ``nvidia``)."""
     if t.fabric == "aws-efa" or (t.fabric == "none" and default_shape(t.gpu) is not None):
         plan = build_cluster_plan("simulate", default_eks_config(t), t)
@@ -291,7 +291,7 @@ def _shm_size(comp: dict) -> Optional[str]:
 
 
 def operator_pod_intents(dgd: dict) -> list[PodIntent]:
-    """The operator's pods for a DGD (``stacks.operator.operator_pods``: names, labels, container ports), each
+    """The operator's pods for a DGD (``stacks.serving.operator.operator_pods``: names, labels, container ports), each
     with its component's podTemplate scheduling fields and shared memory (see module docstring)."""
     comps = {c["name"]: c for c in dgd["spec"]["components"]}
     out = []
@@ -592,17 +592,17 @@ def target_scenario(t: Target, run_id: str = "sim", dgd: Optional[dict] = None, 
 def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "sim") -> Scenario:
     """A committed stack: its serving plan, on its EKS plan's nodes, or on an inventory, or (an existing
     cluster without inventory) on the default shape of its target."""
-    from ..providers import cluster_config
-    from ..render import stack_raw_config
-    from ..serving import build_plan
-    from ..config import parse
+    from stacks.spec.providers import cluster_config
+    from stacks.program.render import stack_raw_config
+    from stacks.serving import build_plan
+    from stacks.spec.config import parse
 
     raw = {k: v for k, v in stack_raw_config(stack).items() if not (isinstance(v, dict) and set(v) == {"secure"})}
     cfg = parse(raw)
     cluster = cluster_config(raw)
     notes: list[str] = []
     if cluster.mode == "eks":
-        from ..serving import select_target
+        from stacks.serving import select_target
 
         target = select_target(cfg)
         plan = build_cluster_plan(stack, cluster, target)
@@ -633,7 +633,7 @@ def local_kubeconfig(start: bool = True) -> Path:
     and left running for the next run (stop: ``KUBE_LOCAL_DIR=<dir> tools/kube-local.sh stop``)."""
     state = Path(os.environ.get("KUBE_LOCAL_DIR") or REPO_ROOT / ".tools" / "kube-simulate")
     if start:
-        from .shell import CliError, progress
+        from stacks.cli.shell import CliError, progress
 
         # A no-op when it runs already; else minutes the first time (it builds the control plane from source).
         with progress(f"simulate: starting the local control plane in {state} (the first run builds it)"):
@@ -661,13 +661,13 @@ def format_result(title: str, res: Result, notes: Iterable[str] = ()) -> str:
 
 
 def cmd(args) -> int:
-    from .shell import progress
+    from stacks.cli.shell import progress
 
     inventory = Path(args.nodes).read_text() if args.nodes else None
     if args.target:
         t = catalog.targets().get(args.target)
         if not t:
-            from ..registry import did_you_mean
+            from stacks.registry import did_you_mean
 
             raise ConfigError(f"--target {args.target!r} is not a catalog target{did_you_mean(args.target, catalog.targets())}; "
                               "list them: dynamo-stacks targets")
@@ -688,7 +688,7 @@ def cmd(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    from .shell import existing_file
+    from stacks.cli.shell import existing_file
 
     p = sub.add_parser("simulate", help="place a stack's pods with the real kube-scheduler on simulated nodes",
                        description="Place the pods of a committed stack (or a catalog target) with the real "
@@ -708,6 +708,6 @@ def add_subparser(sub) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from ..__main__ import main
+    from stacks.__main__ import main
 
     sys.exit(main(["simulate", *sys.argv[1:]]))

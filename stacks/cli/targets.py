@@ -1,7 +1,7 @@
 """``dynamo-stacks targets``: the catalog, one target per line.
 
 On a terminal the default is a table that fits 100 columns: id, GPUs and nodes the target needs on its GPU's default
-instance, that instance, and the on-demand $/h of those nodes from stacks/prices.yaml (the one price file, each price
+instance, that instance, and the on-demand $/h of those nodes from stacks/registry/prices.yaml (the one price file, each price
 with its source and the date it was read). Piped or redirected, the default is ``ID<TAB>UPSTREAM`` per line, the form
 scripts (and the fidelity hook) read; ``--tsv`` and ``--table`` force either. The same convention as CockroachDB's
 CLI, which prints tab-separated values "when the command is not used from an interactive terminal" and a table
@@ -12,11 +12,11 @@ import json
 import sys
 from typing import Optional
 
-from .. import catalog
-from ..catalog import view
-from .cost import ec2_price, load_prices
+from stacks import catalog
+from stacks.catalog import view
+from stacks.cli.cost import ec2_price, load_prices
 
-# The region $/h is shown for: every instance priced in stacks/prices.yaml has a us-east-1 price. A stack's own
+# The region $/h is shown for: every instance priced in stacks/registry/prices.yaml has a us-east-1 price. A stack's own
 # region is priced by `dynamo-stacks cost --stack NAME`.
 PRICE_REGION = "us-east-1"
 
@@ -41,7 +41,7 @@ def price_note(rows: list[dict]) -> str:
     """The lines under the table saying where $/h comes from."""
     reads = sorted({r["price"]["read"] for r in rows if r["price"]})
     unpriced = sorted({r["instance_type"] for r in rows if r["instance_type"] and not r["price"]})
-    lines = [f"$/H: NODES x on-demand price of INSTANCE in {PRICE_REGION}, stacks/prices.yaml (read {', '.join(reads)})"]
+    lines = [f"$/H: NODES x on-demand price of INSTANCE in {PRICE_REGION}, stacks/registry/prices.yaml (read {', '.join(reads)})"]
     if unpriced:
         lines.append(f"-: no hourly price there ({', '.join(unpriced)}); a stack's cost: dynamo-stacks cost --stack NAME")
     return "\n".join(lines) + "\n"
@@ -67,7 +67,7 @@ def add_subparser(sub) -> None:
     p = sub.add_parser(
         "targets", help="list the catalog targets with the GPUs, nodes and $/h each needs",
         description="List the catalog targets. On a terminal: a table of id, GPUs, nodes, instance type and $/h "
-                    "(stacks/prices.yaml). Piped or redirected: ID<TAB>UPSTREAM per line, the form scripts read.")
+                    "(stacks/registry/prices.yaml). Piped or redirected: ID<TAB>UPSTREAM per line, the form scripts read.")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--table", dest="format", action="store_const", const="table",
                    help="the table (id, GPUs, nodes, instance, $/h) even when stdout is not a terminal")

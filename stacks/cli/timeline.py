@@ -8,18 +8,18 @@ exist (``cache_deps``), *not* after the GPU nodes; the DGD after the download, t
 the device plugins and the platform (``graph_deps``); then image pull and worker start-up.
 ``tests/test_timeline.py`` checks these edges against the dependencies the program registers.
 
-Durations (minutes, each with its source) live in ``stacks/durations.yaml``; the download is
+Durations (minutes, each with its source) live in ``stacks/registry/durations.yaml``; the download is
 checkpoint size / throughput (+ pod start). The sequential recipe runbook (platform docs'
 install order: cluster and GPU nodes, GPU stack, platform, then secret, PVC, download Job, DGD)
 is the same graph with the download after the GPU nodes, plugins and platform; the difference is
 what running the download in parallel saves. All pure: no cloud, no cluster.
 
 GPU capacity: a pool on a managed node group (the default) launches its nodes beside the download; a pool on
-Karpenter (``capacity: karpenter``, stacks/karpenter.py) has no node group: the Karpenter controller is installed
+Karpenter (``capacity: karpenter``, stacks/cluster/karpenter.py) has no node group: the Karpenter controller is installed
 after the system nodes, and GPU nodes launch on demand once the DGD's pods are Pending, so they are billed only from
 then, and a paused entry's nodes go ``consolidateAfter`` plus Karpenter's disruption polling and emptiness
 validation after its last GPU pod (measured with the real Karpenter by tests/test_karpenter_engine.py, figures in
-stacks/durations.yaml ``karpenter``). The report shows both paths side by side.
+stacks/registry/durations.yaml ``karpenter``). The report shows both paths side by side.
 """
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ from typing import Any, Optional
 
 import yaml
 
-from .shell import wrap
+from stacks.cli.shell import wrap
 
-DURATIONS = Path(__file__).resolve().parents[1] / "durations.yaml"
+DURATIONS = Path(__file__).resolve().parents[1] / "registry" / "durations.yaml"
 GB = 10**9
 
 
@@ -102,7 +102,7 @@ def schedule(steps: dict[str, Step]) -> tuple[dict[str, float], list[str]]:
 
 
 def _bytes(quantity: str) -> float:
-    from ..config import quantity_bytes
+    from stacks.spec.config import quantity_bytes
 
     return float(quantity_bytes(quantity))
 
@@ -200,8 +200,8 @@ def duration_seconds(text: str) -> Optional[float]:
 
 def gpu_capacity(cluster: Any) -> tuple[str, Optional[float]]:
     """(capacity, consolidateAfter in seconds) of a cluster config's GPU pools: karpenter when any pool is on
-    Karpenter (its consolidateAfter: the shortest of those pools; the stacks/karpenter.py default when unset)."""
-    from ..karpenter import DEFAULT_CONSOLIDATE_AFTER
+    Karpenter (its consolidateAfter: the shortest of those pools; the stacks/cluster/karpenter.py default when unset)."""
+    from stacks.cluster.karpenter import DEFAULT_CONSOLIDATE_AFTER
 
     pools = list(getattr(cluster, "gpu_pools", None) or ()) or [cluster]
     on = [p for p in pools if getattr(p, "capacity", "node-group") == "karpenter"]
@@ -277,7 +277,7 @@ def gpu_launch(tl: Timeline) -> tuple[str, float]:
 
 def pause_seconds(consolidate_after_s: Optional[float]) -> Optional[float]:
     """Seconds from an entry's last GPU pod gone to its Karpenter nodes deleted: consolidateAfter, then up to one
-    disruption poll and the emptiness validation (stacks/durations.yaml karpenter). None: consolidateAfter Never."""
+    disruption poll and the emptiness validation (stacks/registry/durations.yaml karpenter). None: consolidateAfter Never."""
     if consolidate_after_s is None:
         return None
     k = durations()["karpenter"]
@@ -311,8 +311,8 @@ def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
 
 
 def cmd(args) -> int:
-    from ..config import ConfigError
-    from ..render import program_for_stack
+    from stacks.spec.config import ConfigError
+    from stacks.program.render import program_for_stack
 
     program = program_for_stack(args.stack)
     if program.serving is None:  # a cluster-only stack (dynamo:serve: []): nothing reaches a Ready DGD
@@ -330,7 +330,7 @@ def add_subparser(sub) -> None:
     p = sub.add_parser("timeline", help="critical path of `pulumi up` to a Ready DGD, with a duration per step",
                        description="The critical path of `pulumi up` of a committed stack to a Ready "
                                    "DynamoGraphDeployment: each step with its expected duration and the source of that "
-                                   "figure (stacks/durations.yaml).")
+                                   "figure (stacks/registry/durations.yaml).")
     p.add_argument("--stack", required=True, metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
     p.set_defaults(fn=cmd)
 

@@ -1,0 +1,315 @@
+"""Compare what the catalog renders with the upstream Dynamo recipe files.
+
+Each target names the reference snapshot its file is in (``Target.reference``): ``dynamo-recipes`` (ai-dynamo/dynamo
+main frozen at 2026-08-21) or ``dynamo-next`` (the newest verifiable upstream files: Nemotron-3-Ultra's final Dynamo
+1.6 profiles). The ``dynamo-recipes`` tree is ``$DYNAMO_RECIPES_DIR`` (a Dynamo checkout's ``recipes/``),
+else ``$DYNAMO_REFERENCE/dynamo-recipes``, else ``../shared/reference/dynamo-recipes`` next to this repository;
+``dynamo-next`` is ``$DYNAMO_NEXT_DIR``, else ``$DYNAMO_REFERENCE/dynamo-next``, else ``../shared/reference/dynamo-next``.
+Both are compared with the same strictness. Upstream paths the catalog marks renamed (``ModelFamily.renamed_paths``:
+the old id resolves to its successor) are not claimed by any target, so they are out of scope. Objects match when identical once parsed, ignoring
+``metadata.namespace``, Pulumi's own annotations/labels, comments and key order,
+with the placeholders ``your-storage-class-name`` and ``your-image-pull-secret``
+standing for the configured storage class and pull secret.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import yaml
+
+from stacks.catalog import k8s
+from stacks.serving.hardening import without_hardening
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Named in scope by the serving issue although upstream marks the 3P1D topology superseded.
+IN_SCOPE_EXTRA = {
+    "motif-3/vllm/disagg-b200-chat/deploy-generic-3p1d-kv.yaml",
+    "motif-3/vllm/disagg-b200-chat/deploy-nscale-3p1d-kv.yaml",
+}
+
+
+def reference_root() -> Path:
+    return Path(os.environ.get("DYNAMO_REFERENCE", REPO_ROOT.parent / "shared" / "reference"))
+
+
+def recipes_dir() -> Path:
+    env = os.environ.get("DYNAMO_RECIPES_DIR")
+    return Path(env) if env else reference_root() / "dynamo-recipes"
+
+
+SNAPSHOTS = ("dynamo-recipes", "dynamo-next")
+
+
+def snapshot_dir(snapshot: str) -> Path:
+    """Where a reference snapshot's recipe tree is (see the module docstring)."""
+    if snapshot == "dynamo-recipes":
+        return recipes_dir()
+    if snapshot == "dynamo-next":
+        env = os.environ.get("DYNAMO_NEXT_DIR")
+        return Path(env) if env else reference_root() / "dynamo-next"
+    raise ValueError(f"unknown reference snapshot {snapshot!r}; known: {', '.join(SNAPSHOTS)}")
+
+
+def renamed_paths() -> dict[str, str]:
+    """Upstream paths renamed since the frozen snapshot: old -> new (the catalog's ``renamed_paths``)."""
+    from stacks.catalog import families
+
+    return {old: new for f in families().values() for old, new in f.renamed_paths.items()}
+
+
+class ReferenceMissing(RuntimeError):
+    """The upstream recipe tree is not there: nothing can be compared (never a pass)."""
+
+
+def require_reference(ref: Path | None = None) -> Path:
+    """The upstream recipe tree, or ``ReferenceMissing`` saying where it was looked for and how to point at it."""
+    ref = ref or recipes_dir()
+    how = ("set DYNAMO_REFERENCE=/path/to/reference (with dynamo-recipes/ and dynamo-next/), or DYNAMO_RECIPES_DIR=/path/to/dynamo/recipes "
+           f"and DYNAMO_NEXT_DIR; looked in {ref} (DYNAMO_RECIPES_DIR={os.environ.get('DYNAMO_RECIPES_DIR', '')!r}, "
+           f"DYNAMO_NEXT_DIR={os.environ.get('DYNAMO_NEXT_DIR', '')!r}, DYNAMO_REFERENCE={os.environ.get('DYNAMO_REFERENCE', '')!r})")
+    if not ref.is_dir():
+        raise ReferenceMissing(f"no upstream recipe tree at {ref}: nothing to compare; {how}")
+    if not in_scope_files(ref):
+        raise ReferenceMissing(f"{ref} holds no upstream deploy file (*/vllm|trtllm/**/deploy*.yaml): nothing to compare; {how}")
+    return ref
+
+
+def index_status(ref: Path) -> dict[str, str]:
+    """Path -> status column of INDEX.md (empty when there is no INDEX, as in a Dynamo checkout)."""
+    idx = ref / "INDEX.md"
+    rows: dict[str, str] = {}
+    if not idx.is_file():
+        return rows
+    for line in idx.read_text().splitlines():
+        m = re.match(r"\| `([^`]+)` \|.*\| ([^|]*) \|\s*$", line)
+        if m:
+            rows[m.group(1)] = m.group(2).strip()
+    return rows
+
+
+def in_scope_files(ref: Path | None = None) -> list[str]:
+    """Every DGD-bearing upstream deploy file in scope (superseded names excluded)."""
+    ref = ref or recipes_dir()
+    status = index_status(ref)
+    candidates = set(status) | {str(p.relative_to(ref)) for p in ref.glob("*/*/**/deploy*.yaml")}
+    picked = []
+    for path in candidates:
+        if not re.search(r"/(vllm|trtllm)/.*deploy[^/]*\.yaml$", path) or "/kustomize/" in path:
+            continue
+        if status.get(path, "").startswith("superseded") and path not in IN_SCOPE_EXTRA:
+            continue
+        if path in renamed_paths():  # claimed by no target: the old id resolves to the renamed file's target
+            continue
+        if (ref / path).is_file():
+            picked.append(path)
+    return sorted(picked)
+
+
+def load_docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def obj_key(d: dict) -> tuple[str, str]:
+    return (d.get("kind", ""), (d.get("metadata") or {}).get("name", ""))
+
+
+def substitute_placeholders(doc: Any, storage_class: str | None, pull_secrets: Iterable[str]) -> Any:
+    """Upstream placeholders replaced by the configured values (None storage class drops the key)."""
+    pulls = [{"name": n} for n in pull_secrets]
+    placeholders = storage_class_placeholders()
+
+    def walk(x):
+        if isinstance(x, dict):
+            out = {}
+            for k, v in x.items():
+                if k == "storageClassName" and v in placeholders:
+                    if storage_class is not None:
+                        out[k] = storage_class
+                    continue
+                if k == "imagePullSecrets" and v == [{"name": k8s.PLACEHOLDER_PULL_SECRET}]:
+                    if pulls:
+                        out[k] = copy.deepcopy(pulls)
+                    continue
+                out[k] = walk(v)
+            return out
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        return x
+
+    return walk(doc)
+
+
+def normalize(doc: dict) -> dict:
+    doc = copy.deepcopy(doc)
+    md = doc.get("metadata") or {}
+    md.pop("namespace", None)
+    ann = {k: v for k, v in (md.get("annotations") or {}).items() if not k.startswith("pulumi.com/")}
+    md.pop("annotations", None)
+    if ann:
+        md["annotations"] = ann
+    lab = {k: v for k, v in (md.get("labels") or {}).items() if not (k == "app.kubernetes.io/managed-by" and v == "pulumi")}
+    md.pop("labels", None)
+    if lab:
+        md["labels"] = lab
+    return doc
+
+
+def differences(expected: Any, got: Any, where: str = "") -> list[str]:
+    """Every difference between two parsed objects, one line each."""
+    out: list[str] = []
+    if type(expected) is not type(got):
+        return [f"{where}: upstream {expected!r:.200} != rendered {got!r:.200}"]
+    if isinstance(expected, dict):
+        for k in list(expected) + [k for k in got if k not in expected]:
+            if k not in got:
+                out.append(f"{where}.{k}: upstream {str(expected[k])[:160]}, missing in render")
+            elif k not in expected:
+                out.append(f"{where}.{k}: not upstream, rendered {str(got[k])[:160]}")
+            else:
+                out += differences(expected[k], got[k], f"{where}.{k}")
+        return out
+    if isinstance(expected, list):
+        if len(expected) != len(got):
+            return [f"{where}: list length {len(expected)} != {len(got)}: upstream {str(expected)[:300]} vs rendered {str(got)[:300]}"]
+        for i, (a, b) in enumerate(zip(expected, got)):
+            out += differences(a, b, f"{where}[{i}]")
+        return out
+    return [] if expected == got else [f"{where}: upstream {expected!r:.200} != rendered {got!r:.200}"]
+
+
+def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: str | None, pull_secrets: Iterable[str]) -> list[str]:
+    """Differences between the upstream objects of one file and the rendered objects (extra rendered objects are fine)."""
+    got = {obj_key(d): normalize(d) for d in rendered}
+    diffs: list[str] = []
+    for d in upstream:
+        k = obj_key(d)
+        if k not in got:
+            diffs.append(f"{k[0]}/{k[1]}: not rendered")
+            continue
+        want = normalize(substitute_placeholders(d, storage_class, pull_secrets))
+        # The Jobs this program hardens: exactly the listed additions are allowed (stacks/serving/hardening.py), nothing else.
+        diffs += differences(want, without_hardening(got[k], want), f"{k[0]}/{k[1]}")
+    return diffs
+
+
+def storage_class_placeholders() -> set[str]:
+    """Every model's storage-class placeholder (per model, as data: ``engine.Cache.storage_class``)."""
+    from stacks.catalog import families
+
+    return {k8s.PLACEHOLDER_STORAGE_CLASS} | {f.cache.storage_class for f in families().values() if f.cache.storage_class}
+
+
+def compare_model_cache(ref: Path, render_target, storage_class: str | None = None, pull_secrets: Iterable[str] = (),
+                        snapshot: str = "dynamo-recipes") -> dict[str, dict[str, list[str]]]:
+    """Per model, per ``model-cache/*.yaml``: differences against the union of that model's renders (targets following ``snapshot``)."""
+    from stacks.catalog import targets
+
+    out: dict[str, dict[str, list[str]]] = {}
+    models = sorted({p.split("/")[0] for p in in_scope_files(ref)})
+    for model in models:
+        rendered: list[dict] = []
+        for t in targets().values():
+            if t.upstream and t.reference == snapshot and t.upstream.split("/")[0] == model:
+                rendered += render_target(t.id)
+        out[model] = {}
+        for f in sorted((ref / model / "model-cache").glob("*.yaml")):
+            out[model][f"{model}/model-cache/{f.name}"] = compare_file(load_docs(f), rendered, storage_class=storage_class, pull_secrets=pull_secrets)
+    return out
+
+
+# --------------------------------------------------------------------------- the whole check (python -m stacks fidelity)
+
+@dataclass
+class Report:
+    """What ``check`` compared and found. ``ok`` only when something was compared and nothing failed."""
+
+    only: Optional[str] = None
+    snapshot: str = "dynamo-recipes"
+    exact: list[str] = field(default_factory=list)  # upstream paths rendered exactly
+    different: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # path -> (target id, differences)
+    no_target: list[str] = field(default_factory=list)  # in-scope upstream files no target renders
+    no_upstream: list[tuple[str, str]] = field(default_factory=list)  # (target id, path) whose upstream file is missing
+    skipped: list[str] = field(default_factory=list)  # targets of our own (no upstream file): not compared
+    cache_exact: list[str] = field(default_factory=list)  # "path#Kind/name" of model-cache objects rendered exactly
+    cache_different: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def files(self) -> int:
+        return len(self.exact) + len(self.different) + len(self.no_target) + len(self.no_upstream)
+
+    @property
+    def ok(self) -> bool:
+        return self.files > 0 and self.files == len(self.exact) and not self.cache_different
+
+    def summary(self) -> str:
+        cache = len(self.cache_exact) + len(self.cache_different)
+        who = f" ({self.only})" if self.only else ""
+        who += f" vs {self.snapshot}" if self.snapshot != "dynamo-recipes" else ""
+        skipped = f"; skipped {len(self.skipped)} target(s) without an upstream file: {', '.join(self.skipped)}" if self.skipped else "; skipped: none"
+        return (f"fidelity{who}: {len(self.exact)}/{self.files} upstream deploy files exact, "
+                f"{len(self.cache_exact)}/{cache} model-cache objects exact{skipped}")
+
+
+def check(render_target, ref: Path | None = None, only: Optional[str] = None, *, storage_class: Optional[str] = None,
+          pull_secrets: Iterable[str] = (), snapshot: str = "dynamo-recipes") -> Report:
+    """Compare every target (or only target ``only``) with its upstream file, and the model-cache objects.
+
+    Raises ``ReferenceMissing`` when there is no upstream tree. A target whose upstream file is missing
+    and an in-scope upstream file without a target are failures; targets of our own are skipped (listed).
+    Only the targets that follow ``snapshot`` (``Target.reference``) are compared, with ``ref`` (default: that
+    snapshot's tree). With ``only``, the model-cache objects compared are those the target itself renders. ``storage_class`` and
+    ``pull_secrets``: what ``render_target`` configured in place of upstream's placeholders."""
+    from stacks.catalog import targets
+
+    ref = require_reference(ref or snapshot_dir(snapshot))
+    cat = targets()
+    report = Report(only=only, snapshot=snapshot)
+    picked = [cat[only]] if only else [t for t in cat.values() if t.reference == snapshot]
+    scope = [] if only else in_scope_files(ref)
+    rendered: dict[str, list[dict]] = {}
+
+    def render(tid: str) -> list[dict]:
+        if tid not in rendered:
+            rendered[tid] = render_target(tid)
+        return rendered[tid]
+
+    by_upstream = {t.upstream: t for t in picked if t.upstream}
+    for t in sorted(picked, key=lambda t: t.id):
+        if not t.upstream:
+            report.skipped.append(t.id)
+        elif not (ref / t.upstream).is_file():
+            report.no_upstream.append((t.id, t.upstream))
+    for path in sorted(set(scope) | {p for p in by_upstream if (ref / p).is_file()}):
+        t = by_upstream.get(path)
+        if t is None:
+            report.no_target.append(path)
+            continue
+        diffs = compare_file(load_docs(ref / path), render(t.id), storage_class=storage_class, pull_secrets=pull_secrets)
+        if diffs:
+            report.different[path] = (t.id, diffs)
+        else:
+            report.exact.append(path)
+
+    models = sorted({t.upstream.split("/")[0] for t in picked if t.upstream})
+    for model in models:
+        mine = [t for t in picked if t.upstream and t.upstream.split("/")[0] == model]
+        objs = [d for t in mine for d in render(t.id)]
+        keys = {obj_key(d) for d in objs}
+        for f in sorted((ref / model / "model-cache").glob("*.yaml")):
+            for d in load_docs(f):
+                k = obj_key(d)
+                name = f"{model}/model-cache/{f.name}#{k[0]}/{k[1]}"
+                if only and k not in keys:
+                    continue  # another target's cache object
+                diffs = compare_file([d], objs, storage_class=storage_class, pull_secrets=pull_secrets)
+                if diffs:
+                    report.cache_different[name] = diffs
+                else:
+                    report.cache_exact.append(name)
+    return report

@@ -1,0 +1,398 @@
+"""Karpenter as a GPU capacity mode on EKS (``dynamo:cluster.gpuPools[i].capacity: karpenter``), as plain data.
+
+Instead of a managed node group sized at ``up`` time, a Karpenter pool is one ``EC2NodeClass`` and one ``NodePool``:
+Karpenter launches the pool's instance type when GPU pods are pending and removes empty nodes after
+``consolidateAfter``, so a paused entry costs no GPU hours. Everything here is pure; ``components/cluster.py`` wires
+the plan (IAM role and policy, Pod Identity association, SQS interruption queue and EventBridge rules, the Helm
+release, then the two custom resources per pool).
+
+Facts, with their sources:
+
+* Chart ``oci://public.ecr.aws/karpenter/karpenter`` 1.13.1 (stacks/registry/versions.yaml charts.karpenter): the release
+  script packages charts/karpenter of the tag with ``helm package --version <version>`` and pushes it to
+  ``oci://public.ecr.aws/<gallery>/`` (github.com/aws/karpenter-provider-aws@v1.13.1 hack/release/common.sh; the tag's
+  Chart.yaml still reads the previous version until the release bumps it). That module's go.mod requires
+  ``sigs.k8s.io/karpenter v1.13.0``: the core the simulated cluster builds (v1.13.0 builds with this machine's
+  Go 1.26.8; v1.14.3 and v1.15.0 need newer Go). The install command (OCI chart, ``settings.clusterName``,
+  ``settings.interruptionQueue``) is the chart README's (charts/karpenter/README.md @v1.13.1).
+* ReservedCapacity: native ODCR support from v1.3, Capacity Blocks from v1.6, "ensure the ReservedCapacity feature
+  gate is enabled" (karpenter.sh/docs/tasks/odcrs). The chart renders ``FEATURE_GATES`` from
+  ``settings.featureGates.reservedCapacity`` ("reservedCapacity is BETA and is enabled by default": charts/karpenter
+  values.yaml and templates/deployment.yaml @v1.13.1; core default ``ReservedCapacity=true`` in
+  sigs.k8s.io/karpenter@v1.13.0 pkg/operator/options/options.go); a stack with reservations still sets it explicitly,
+  so a chart default changing on a bump cannot turn its reservations off.
+* EC2NodeClass schema (github.com/aws/karpenter-provider-aws@v1.13.1 pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml):
+  required amiSelectorTerms, subnetSelectorTerms, securityGroupSelectorTerms; exactly one of role / instanceProfile;
+  ``alias`` "family@version" (al2023; "latest" drifts on every AMI release, "not recommended for production");
+  ``capacityReservationSelectorTerms[].id`` ``^cr-[0-9a-z]+$``; ``instanceStorePolicy: RAID0``; metadataOptions.
+  The objects built here were checked against that schema and the NodePool CRD.
+* Capacity types ``on-demand``, ``spot``, ``reserved`` (sigs.k8s.io/karpenter@v1.13.0 pkg/apis/v1/labels.go
+  CapacityTypeOnDemand/Spot/Reserved, label ``karpenter.sh/capacity-type``). Reservations and Capacity Blocks are
+  selected by ``EC2NodeClass.spec.capacityReservationSelectorTerms`` (``- id: cr-...``); "Capacity blocks are modeled as
+  on-demand capacity reservations in EC2" (karpenter.sh/docs/tasks/odcrs); the label
+  ``karpenter.k8s.aws/capacity-reservation-type`` (``default`` | ``capacity-block``) tells them apart
+  (aws/karpenter-provider-aws designs/capacity-block-support.md; @v1.13.1 pkg/apis/v1/labels.go LabelCapacityReservationType).
+* ``karpenter.sh/do-not-disrupt`` pod annotation (sigs.k8s.io/karpenter@v1.13.0 pkg/apis/v1/labels.go
+  DoNotDisruptAnnotationKey): Karpenter does not voluntarily disrupt a node running such a pod.
+* NodePool schema (sigs.k8s.io/karpenter@v1.13.0 pkg/apis/crds/karpenter.sh_nodepools.yaml): ``limits`` (any
+  resource, and ``nodes``: pkg/utils/resources/resources.go ``Node = "nodes"``), ``disruption.budgets[].nodes`` (a
+  count or a percentage) with ``reasons`` Underutilized | Empty | Drifted, requirement operators In, NotIn, Exists,
+  DoesNotExist, Gt, Lt, Gte, Lte; the ``karpenter.sh`` label domain is restricted except ``karpenter.sh/capacity-type``.
+* EFA: "Pods can request ``vpc.amazonaws.com/efa`` resources, and nodes launched for this pod will have EFA interfaces
+  configured on all network cards" (aws/karpenter-provider-aws#9071, about v1.11.0 and later;
+  aws/karpenter-provider-aws#6296; @v1.13.1 pkg/providers/instancetype/suite_test.go "should launch instances
+  for vpc.amazonaws.com/efa resource requests"): the workers' EFA requests drive it, so the EC2NodeClass names no
+  network interfaces.
+* Placement groups: v1.13 can select an existing one (EC2NodeClass ``placementGroupSelector``;
+  designs/placement-groups-support.md @v1.13.1), but the controller permissions it needs were not confirmed here, so
+  Karpenter pools get none (``placementGroup: true`` is refused for them).
+* IAM, interruption queue and rules: Karpenter's getting-started CloudFormation (aws/karpenter-provider-aws
+  website/content/en/preview/getting-started/getting-started-with-karpenter/cloudformation.yaml @0110690d) and
+  terraform-aws-modules/terraform-aws-eks modules/karpenter/policy.tf (v1 controller policy @052bba89: the
+  ``capacity-reservation/*`` resource on RunInstances/CreateFleet); ``ec2:DescribeCapacityReservations`` is needed by
+  ``capacityReservationSelectorTerms`` (terraform-aws-eks PR 3510; eksctl-io/eksctl#8748: EC2NodeClass stuck without it).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+CAPACITY_KARPENTER = "karpenter"
+CAPACITY_NODE_GROUP = "node-group"
+CAPACITY_MODES = (CAPACITY_NODE_GROUP, CAPACITY_KARPENTER)
+
+NAMESPACE = "kube-system"  # where the getting-started guide installs the chart (KARPENTER_NAMESPACE="kube-system")
+SERVICE_ACCOUNT = "karpenter"
+DISCOVERY_TAG = "karpenter.sh/discovery"
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+RESERVATION_TYPE_LABEL = "karpenter.k8s.aws/capacity-reservation-type"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+CAPACITY_TYPES = ("on-demand", "spot", "reserved")
+RESERVATION_TYPES = ("default", "capacity-block")
+REQUIREMENT_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte")
+DISRUPTION_REASONS = ("Underutilized", "Empty", "Drifted")
+CONSOLIDATION_POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized")
+NODEPOOL_API = "karpenter.sh/v1"
+NODECLASS_API = "karpenter.k8s.aws/v1"
+# AL2023 alias: Karpenter picks the AL2023 variant for the instance (the NVIDIA one for GPU instances, as the node
+# groups' AL2023_x86_64_NVIDIA / AL2023_ARM_64_NVIDIA). "@latest" follows new AMIs (drift replaces idle nodes;
+# serving workers carry do-not-disrupt); karpenter.sh/docs/tasks/managing-amis recommends pinning a version in
+# production: dynamo:cluster.gpuPools[i].amiAlias (al2023@vYYYYMMDD, an AL2023 AMI release).
+DEFAULT_AMI_ALIAS = "al2023@latest"
+DEFAULT_CONSOLIDATE_AFTER = "10m"
+# The EventBridge rules of the getting-started CloudFormation (source, detail-type) -> the interruption queue.
+# (The CloudFormation's ScheduledChangeRule, SpotInterruptionRule, RebalanceRule, InstanceStateChangeRule.)
+INTERRUPTION_RULES = (
+    ("health", "aws.health", "AWS Health Event"),
+    ("spot", "aws.ec2", "EC2 Spot Instance Interruption Warning"),
+    ("rebalance", "aws.ec2", "EC2 Instance Rebalance Recommendation"),
+    ("state-change", "aws.ec2", "EC2 Instance State-change Notification"),
+)
+# IAM role names (CreateRole RoleName) and EventBridge rule names (PutRule Name) are at most 64 characters.
+MAX_AWS_NAME = 64
+# Node role managed policies (the CloudFormation's KarpenterNodeRole: the same four the managed node groups get).
+NODE_POLICIES = ("AmazonEKS_CNI_Policy", "AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonSSMManagedInstanceCore")
+
+
+def chart_pin() -> dict:
+    from stacks.cluster.platform import chart_pin as pin
+
+    return pin("karpenter")
+
+
+@dataclass
+class KarpenterPool:
+    """One GPU pool on Karpenter: its EC2NodeClass and NodePool (plain objects), and what it may launch."""
+
+    name: str  # the pool's name (gpu, gpu-b200): the NodePool and EC2NodeClass are named after it
+    gpu: str
+    instance_type: str
+    capacity_type: str  # on-demand | reserved
+    reservation_type: Optional[str]  # default | capacity-block (reserved only)
+    zone: str
+    max_nodes: int
+    gpus_per_node: int
+    nodes_needed: int  # what the stack's DGDs need now (0: a cluster-only pool)
+    ec2nodeclass: dict
+    nodepool: dict
+
+    def offerings(self) -> list[dict]:
+        """The instance type offerings this NodePool can launch (for a KWOK instance-types file): type, capacity
+        type, zone."""
+        return [{"instanceType": self.instance_type, "capacityType": self.capacity_type, "zone": self.zone}]
+
+
+@dataclass
+class KarpenterPlan:
+    cluster_name: str
+    region: str
+    queue_name: str
+    node_role_name: str
+    controller_role_name: str
+    helm: Any  # stacks.cluster.platform.HelmSpec
+    controller_policy: dict  # IAM policy document; "<queue-arn>", "<node-role-arn>", "<account-id>" filled by the wiring
+    queue: dict  # aws.sqs.Queue kwargs
+    queue_policy: dict  # SQS queue policy document ("<queue-arn>" filled by the wiring)
+    rules: list[dict] = field(default_factory=list)  # {name, rule_name, event_pattern}
+    # The karpenter-crd chart at the same version: its CRDs are templates, so a chart bump upgrades them (Helm never
+    # upgrades a chart's crds/ directory); the karpenter release then skips its own crds/.
+    crd_helm: Any = None
+    pools: list[KarpenterPool] = field(default_factory=list)
+    reserved: bool = False
+
+    def objects(self) -> list[dict]:
+        """The Kubernetes objects, in apply order (every EC2NodeClass before the NodePools that name them)."""
+        return [p.ec2nodeclass for p in self.pools] + [p.nodepool for p in self.pools]
+
+
+def capacity_type_for(market_type: str, capacity_reservation_id: Optional[str]) -> tuple[str, Optional[str]]:
+    """``(karpenter.sh/capacity-type, karpenter.k8s.aws/capacity-reservation-type)`` of a pool: a Capacity Block or a
+    targeted reservation is ``reserved``; otherwise ``on-demand``."""
+    if market_type == "capacity-block":
+        return "reserved", "capacity-block"
+    if capacity_reservation_id:
+        return "reserved", "default"
+    return "on-demand", None
+
+
+def ec2nodeclass(name: str, cluster_name: str, role: str, capacity_reservation_id: Optional[str] = None,
+                 ami_alias: str = DEFAULT_AMI_ALIAS, tags: Optional[dict] = None) -> dict:
+    """The pool's EC2NodeClass: the AL2023 alias, subnets and security groups by the cluster's discovery tag, the node
+    role (Karpenter makes the instance profile from it), the reservation or Capacity Block when there is one, the
+    same 500 GiB gp3 root volume, IMDSv2 and instance-store RAID0 as the node groups' launch template."""
+    spec: dict[str, Any] = {
+        "role": role,
+        "amiSelectorTerms": [{"alias": ami_alias}],
+        "subnetSelectorTerms": [{"tags": {DISCOVERY_TAG: cluster_name}}],
+        "securityGroupSelectorTerms": [{"tags": {DISCOVERY_TAG: cluster_name}}],
+        "instanceStorePolicy": "RAID0",
+        "metadataOptions": {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 2},
+        "blockDeviceMappings": [{"deviceName": "/dev/xvda",
+                                 "ebs": {"volumeSize": "500Gi", "volumeType": "gp3", "deleteOnTermination": True}}],
+        "tags": dict(tags or {}),
+    }
+    if capacity_reservation_id:
+        spec["capacityReservationSelectorTerms"] = [{"id": capacity_reservation_id}]
+    return {"apiVersion": NODECLASS_API, "kind": "EC2NodeClass", "metadata": {"name": name}, "spec": spec}
+
+
+def nodepool(name: str, nodeclass: str, instance_type: str, capacity_type: str, labels: dict, taint: dict,
+             max_nodes: int, gpus_per_node: int, zone: str, reservation_type: Optional[str] = None,
+             arch: str = "amd64", consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER) -> dict:
+    """The pool's NodePool: one instance type, one capacity type (and reservation type), one zone; the node groups'
+    labels and GPU taint; GPU and node limits; empty nodes consolidated after ``consolidate_after`` (all at once:
+    nothing runs there), other disruptions one node at a time; no expiry (a serving node is replaced by drift or by
+    hand, never on a timer)."""
+    reqs = [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [instance_type]},
+        {"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": [capacity_type]},
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]},
+        {"key": "kubernetes.io/arch", "operator": "In", "values": [arch]},
+    ]
+    if reservation_type:
+        reqs.append({"key": RESERVATION_TYPE_LABEL, "operator": "In", "values": [reservation_type]})
+    effect = {"NO_SCHEDULE": "NoSchedule"}.get(taint.get("effect"), taint.get("effect") or "NoSchedule")
+    return {
+        "apiVersion": NODEPOOL_API,
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": nodeclass},
+                    "requirements": reqs,
+                    "taints": [{"key": taint["key"], "value": str(taint["value"]), "effect": effect}],
+                    "expireAfter": "Never",
+                },
+            },
+            "limits": {"nvidia.com/gpu": str(max_nodes * gpus_per_node), "nodes": str(max_nodes)},
+            "disruption": {
+                "consolidationPolicy": "WhenEmpty",
+                "consolidateAfter": consolidate_after,
+                "budgets": [{"nodes": "100%", "reasons": ["Empty"]},
+                            {"nodes": "1", "reasons": ["Drifted", "Underutilized"]}],
+            },
+        },
+    }
+
+
+def controller_policy(cluster_name: str, region: str, reserved: bool) -> dict:
+    """The controller's IAM policy (terraform-aws-eks modules/karpenter policy.tf, v1 controller policy; the
+    getting-started CloudFormation). ``<queue-arn>``, ``<node-role-arn>`` and ``<account-id>`` are filled by the wiring."""
+    p = "arn:aws"
+    owned = {f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned"}
+    res_owned = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
+    created = [f"{p}:ec2:{region}:*:{r}/*" for r in ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")]
+    profile = f"{p}:iam::<account-id>:instance-profile/*"
+    read = ["ec2:DescribeAvailabilityZones", "ec2:DescribeImages", "ec2:DescribeInstances", "ec2:DescribeInstanceTypeOfferings",
+            "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory",
+            "ec2:DescribeSubnets"]
+    if reserved:
+        read.append("ec2:DescribeCapacityReservations")
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "AllowScopedEC2InstanceAccessActions", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
+         "Resource": [f"{p}:ec2:{region}::image/*", f"{p}:ec2:{region}::snapshot/*", f"{p}:ec2:{region}:*:security-group/*",
+                      f"{p}:ec2:{region}:*:subnet/*", f"{p}:ec2:{region}:*:capacity-reservation/*"]},
+        {"Sid": "AllowScopedEC2LaunchTemplateAccessActions", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
+         "Resource": f"{p}:ec2:{region}:*:launch-template/*",
+         "Condition": {"StringEquals": res_owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}}},
+        {"Sid": "AllowScopedEC2InstanceActionsWithTags", "Effect": "Allow",
+         "Action": ["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"], "Resource": created,
+         "Condition": {"StringEquals": {**owned, "aws:RequestTag/eks:eks-cluster-name": cluster_name},
+                       "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}}},
+        {"Sid": "AllowScopedResourceCreationTagging", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": created,
+         "Condition": {"StringEquals": {**owned, "aws:RequestTag/eks:eks-cluster-name": cluster_name,
+                                        "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"]},
+                       "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}}},
+        {"Sid": "AllowScopedResourceTagging", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": f"{p}:ec2:{region}:*:instance/*",
+         "Condition": {"StringEquals": res_owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
+                       "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster_name},
+                       "ForAllValues:StringEquals": {"aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]}}},
+        {"Sid": "AllowScopedDeletion", "Effect": "Allow", "Action": ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
+         "Resource": [f"{p}:ec2:{region}:*:instance/*", f"{p}:ec2:{region}:*:launch-template/*"],
+         "Condition": {"StringEquals": res_owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}}},
+        {"Sid": "AllowRegionalReadActions", "Effect": "Allow", "Action": read, "Resource": "*",
+         "Condition": {"StringEquals": {"aws:RequestedRegion": region}}},
+        {"Sid": "AllowSSMReadActions", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": f"{p}:ssm:{region}::parameter/aws/service/*"},
+        {"Sid": "AllowPricingReadActions", "Effect": "Allow", "Action": "pricing:GetProducts", "Resource": "*"},
+        {"Sid": "AllowInterruptionQueueActions", "Effect": "Allow",
+         "Action": ["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"], "Resource": "<queue-arn>"},
+        {"Sid": "AllowPassingInstanceRole", "Effect": "Allow", "Action": "iam:PassRole", "Resource": "<node-role-arn>",
+         "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
+        {"Sid": "AllowScopedInstanceProfileCreationActions", "Effect": "Allow", "Action": "iam:CreateInstanceProfile", "Resource": profile,
+         "Condition": {"StringEquals": {**owned, "aws:RequestTag/eks:eks-cluster-name": cluster_name,
+                                        "aws:RequestTag/topology.kubernetes.io/region": region},
+                       "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"}}},
+        {"Sid": "AllowScopedInstanceProfileTagActions", "Effect": "Allow", "Action": "iam:TagInstanceProfile", "Resource": profile,
+         "Condition": {"StringEquals": {**res_owned, "aws:ResourceTag/topology.kubernetes.io/region": region, **owned,
+                                        "aws:RequestTag/eks:eks-cluster-name": cluster_name,
+                                        "aws:RequestTag/topology.kubernetes.io/region": region},
+                       "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                                      "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"}}},
+        {"Sid": "AllowScopedInstanceProfileActions", "Effect": "Allow",
+         "Action": ["iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"], "Resource": profile,
+         "Condition": {"StringEquals": {**res_owned, "aws:ResourceTag/topology.kubernetes.io/region": region},
+                       "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"}}},
+        {"Sid": "AllowInstanceProfileReadActions", "Effect": "Allow", "Action": "iam:GetInstanceProfile", "Resource": profile},
+        {"Sid": "AllowAPIServerEndpointDiscovery", "Effect": "Allow", "Action": "eks:DescribeCluster",
+         "Resource": f"{p}:eks:{region}:<account-id>:cluster/{cluster_name}"},
+    ]}
+
+
+def queue_policy() -> dict:
+    """The interruption queue's policy: EventBridge (and SQS) may send to it (the CloudFormation's
+    KarpenterInterruptionQueuePolicy); ``<queue-arn>`` filled by the wiring."""
+    return {"Version": "2012-10-17", "Id": "EC2InterruptionPolicy", "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
+         "Action": "sqs:SendMessage", "Resource": "<queue-arn>"}]}
+
+
+def helm_values(cluster_name: str, queue_name: str, reserved: bool, system_selector: dict, replicas: int) -> dict:
+    """Chart values: the cluster and its interruption queue, the ReservedCapacity gate where reservations are used,
+    the controller on the system node group (never on nodes it manages; the chart's default affinity already keeps it
+    off ``karpenter.sh/nodepool`` nodes), one replica per system node up to the chart's two (its pod anti-affinity
+    puts replicas on distinct hosts)."""
+    settings: dict[str, Any] = {"clusterName": cluster_name, "interruptionQueue": queue_name}
+    if reserved:
+        settings["featureGates"] = {"reservedCapacity": True}
+    return {
+        "settings": settings,
+        "serviceAccount": {"name": SERVICE_ACCOUNT},
+        "nodeSelector": {"kubernetes.io/os": "linux", **system_selector},
+        "replicas": max(1, min(2, replicas)),
+        "controller": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}},
+    }
+
+
+def pool_objects(cluster_name: str, pool_name: str, node_role: str, instance_type: str, arch: str, gpus_per_node: int,
+                 zone: str, labels: dict, taint: dict, max_nodes: int, market_type: str = "on-demand",
+                 capacity_reservation_id: Optional[str] = None, ami_alias: str = DEFAULT_AMI_ALIAS,
+                 consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER, gpu: str = "", nodes_needed: int = 0) -> KarpenterPool:
+    """One pool's EC2NodeClass and NodePool (both named ``<pool name>``)."""
+    ctype, rtype = capacity_type_for(market_type, capacity_reservation_id)
+    nc = ec2nodeclass(pool_name, cluster_name, node_role, capacity_reservation_id, ami_alias,
+                      tags={"dynamo.nvidia.com/cluster": cluster_name})
+    np = nodepool(pool_name, pool_name, instance_type, ctype, labels, taint, max_nodes, gpus_per_node, zone, rtype,
+                  arch=arch, consolidate_after=consolidate_after)
+    return KarpenterPool(name=pool_name, gpu=gpu, instance_type=instance_type, capacity_type=ctype, reservation_type=rtype,
+                         zone=zone, max_nodes=max_nodes, gpus_per_node=gpus_per_node, nodes_needed=nodes_needed,
+                         ec2nodeclass=nc, nodepool=np)
+
+
+def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[KarpenterPool], system_nodes: int = 2,
+                         system_selector: Optional[dict] = None) -> Optional[KarpenterPlan]:
+    """The Karpenter install for the cluster's Karpenter pools (None when it has none): controller IAM (Pod Identity),
+    node role, interruption queue and rules, the pinned chart and the pools' objects."""
+    from stacks.cluster.platform import HelmSpec
+
+    pools = list(pools)
+    if not pools:
+        return None
+    names = [node_role_name(cluster_name), f"{cluster_name}-karpenter"] + [f"{cluster_name}-{n}" for n, _, _ in INTERRUPTION_RULES]
+    too_long = [n for n in names if len(n) > MAX_AWS_NAME]
+    if too_long:
+        from stacks.spec.config import ConfigError
+
+        room = MAX_AWS_NAME - max(len(n) - len(cluster_name) for n in names)
+        raise ConfigError(f"stack name: the Karpenter IAM role and EventBridge rule names of cluster {cluster_name!r} ({', '.join(too_long)}) "
+                          f"would be longer than AWS's {MAX_AWS_NAME} characters; with Karpenter pools the cluster name may have at most "
+                          f"{room} characters: use a stack name {len(cluster_name) - room} characters shorter")
+    reserved = any(p.capacity_type == "reserved" for p in pools)
+    pin = chart_pin()
+    helm = HelmSpec(name="karpenter", chart=pin["chart"], version=str(pin["version"]), repo=pin["repo"], namespace=NAMESPACE,
+                    values=helm_values(cluster_name, cluster_name, reserved, system_selector or {}, system_nodes))
+    # The release script publishes karpenter-crd beside karpenter, same version (hack/release/common.sh @v1.13.1:
+    # publishHelmChart ... "karpenter-crd"); its CRDs sit in templates/ (charts/karpenter-crd/templates).
+    crd_helm = HelmSpec(name="karpenter-crd", chart="karpenter-crd", version=str(pin["version"]), repo=pin["repo"], namespace=NAMESPACE)
+    return KarpenterPlan(
+        cluster_name=cluster_name, region=region, queue_name=cluster_name,
+        node_role_name=node_role_name(cluster_name), controller_role_name=f"{cluster_name}-karpenter",
+        helm=helm, crd_helm=crd_helm, controller_policy=controller_policy(cluster_name, region, reserved),
+        # The CloudFormation's queue: messages kept 300 s, SSE with SQS-managed keys.
+        queue={"name": cluster_name, "message_retention_seconds": 300, "sqs_managed_sse_enabled": True},
+        queue_policy=queue_policy(),
+        # EventBridge rule names: up to 64 characters (EventBridge PutRule Name).
+        rules=[{"name": n, "rule_name": f"{cluster_name}-{n}", "event_pattern": json.dumps({"source": [src], "detail-type": [dt]})}
+               for n, src, dt in INTERRUPTION_RULES],
+        pools=pools, reserved=reserved)
+
+
+def node_role_name(cluster_name: str) -> str:
+    """The Karpenter node role's name (the EC2NodeClass names it; IAM role names are at most 64 characters)."""
+    return f"{cluster_name}-karpenter-node"
+
+
+def fill(doc: Any, values: dict[str, str]) -> Any:
+    """``doc`` with every ``<placeholder>`` string replaced (the wiring passes resolved ARNs)."""
+    if isinstance(doc, dict):
+        return {k: fill(v, values) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [fill(v, values) for v in doc]
+    if isinstance(doc, str):
+        for k, v in values.items():
+            doc = doc.replace(k, v)
+    return doc
+
+
+def add_do_not_disrupt(dgd: dict, node_selects: Optional[Any] = None) -> list[str]:
+    """Give every GPU worker component of ``dgd`` the pod annotation ``karpenter.sh/do-not-disrupt: "true"`` (its
+    ``podTemplate.metadata.annotations``; DGD v1beta1 CRD), so consolidation and drift never take a node from under a
+    serving worker mid-request. ``node_selects(pod_spec) -> bool`` limits it to the components that land on Karpenter
+    pools (None: every GPU component). In place; returns the components annotated. Only for Karpenter pools: stacks on
+    node groups keep the upstream recipe's objects unchanged."""
+    from stacks.cluster import pod_requests
+
+    done = []
+    for comp in dgd["spec"]["components"]:
+        pod = comp["podTemplate"]["spec"]
+        if not pod_requests(pod).get("nvidia.com/gpu"):
+            continue
+        if node_selects is not None and not node_selects(pod):
+            continue
+        meta = comp["podTemplate"].setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), DO_NOT_DISRUPT: "true"}
+        done.append(comp["name"])
+    return done

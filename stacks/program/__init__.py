@@ -1,0 +1,298 @@
+"""The program: spec -> every plan of a stack, for `pulumi up` and `render --stack`. May import every layer below it;
+nothing below imports it.
+
+The whole program as data: the parsed spec in, every plan out (Kubernetes and AWS objects as dicts).
+
+``build_program`` is the one function ``__main__.py`` (``pulumi up``) and ``python -m stacks render --stack`` call:
+``stacks.spec.parse_spec`` checks the whole config once, then ``plan_program`` builds the plans from that spec
+only, so both paths refuse the same configurations with the same message and show the same objects: what
+``render`` shows is what ``up`` creates. Nothing here talks to a cluster or a cloud; the Pulumi components only
+wire the result.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Optional
+
+from stacks.serving.autoscaling import PoolUse, check_bounds, keda_chart, pause_pools, scaled_object
+from stacks.serving.benchmark import build_benchmark, synthetic_speculative_dgd
+from stacks.cluster import build_cluster_only_plan, build_pools_plan, combined_stack_plan, plan_eks, plan_on_cluster_stack
+from stacks.spec.config import NS, ConfigError, StackConfig
+from stacks.observe.observability import build_observability, dynamo_pod_monitors, prometheus_url
+from stacks.serving.serve import Entry, build_entries
+from stacks.serving import REDACTED, ServingPlan, build_plan
+from stacks.spec import ClusterConfig, ProgramSpec, ServeEntry, kubeconfig_path, parse_spec  # noqa: F401  (kubeconfig_path: re-export)
+
+
+@dataclass
+class ProgramPlan:
+    """What one ``pulumi up`` of a stack creates, before any resource exists."""
+
+    stack: str
+    cfg: Optional[StackConfig]  # None: a cluster-only stack (``dynamo:serve: []``)
+    cluster: ClusterConfig
+    serving: Optional[ServingPlan]
+    # stacks.cluster.ClusterPlan for mode: eks; stacks.cluster.ClusterStackPlan for mode: stack
+    cluster_plan: Optional[Any] = None
+    # Layers ``up`` creates besides the serving objects (render --stack shows the serving layer only).
+    other_layers: list[str] = field(default_factory=list)
+    # Optional layers (None when off): stacks.observe.observability.ObservabilityPlan, stacks.serving.benchmark.BenchmarkPlan
+    observability: Optional[Any] = None
+    benchmark: Optional[Any] = None
+    # One per serving entry (``dynamo:serve``); a single-target stack has one, keyed ``dynamo``.
+    entries: list[Entry] = field(default_factory=list)
+    spec: Optional[ProgramSpec] = None  # what the plans were built from
+
+    @property
+    def multi(self) -> bool:
+        """A ``dynamo:serve`` stack (resources named by namespace and entry) rather than a single target."""
+        return bool(self.entries) and self.entries[0].key != NS
+
+    def cluster_objects(self) -> list[dict]:
+        """Kubernetes objects of the cluster layer that ``up`` creates for the serving namespaces: image pull
+        Secrets (value redacted), the FSx PersistentVolume (its CSI source comes from the file system), the
+        GB200 ComputeDomain."""
+        cp = self.cluster_plan
+        if cp is None:
+            return []
+        out = []
+        if getattr(cp, "static_pv", None):
+            out.append(cp.static_pv)
+        for obj in cp.notes.get("pull_secrets") or []:
+            out.append({**obj, "stringData": {".dockerconfigjson": REDACTED}})
+        if getattr(cp, "compute_domain", None):
+            out.append(cp.compute_domain)
+        return out
+
+    def objects(self) -> list[dict]:
+        """The Kubernetes objects ``up`` registers (secrets redacted): the cluster layer's objects in the
+        serving namespaces, every entry's serving objects (those entries share appear once), the optional layers."""
+        extra = (self.observability.objects() if self.observability else []) + ([self.benchmark.job] if self.benchmark else [])
+        serving = [o for e in self.entries for o in e.plan.objects()] if self.entries or self.serving is None else self.serving.objects()
+        return self.cluster_objects() + serving + extra
+
+
+def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = frozenset(),
+                  env: Optional[dict[str, str]] = None, aws_region: Optional[str] = None,
+                  secret_values: Optional[dict[str, Any]] = None) -> ProgramPlan:
+    """Parse the stack config once (``stacks.spec.parse_spec``: every key, the secrets' names and, where known,
+    their values' shape) and plan from the result. Arguments as ``parse_spec`` takes them."""
+    return plan_program(parse_spec(raw, stack, secret_keys, env=env, aws_region=aws_region, secret_values=secret_values))
+
+
+def plan_program(spec: ProgramSpec) -> ProgramPlan:
+    """Every plan of one stack, from its spec: the serving objects of each entry (on EKS sized and placed for the
+    cluster's instances), the cluster's plan, the optional layers, pause and autoscaling."""
+    if spec.cluster_only:
+        return cluster_only_program(spec)
+    cluster, mode = spec.cluster, spec.cluster.mode
+    per_entry: list[tuple] = []  # (cluster, its plan for the entry): eks ClusterPlan, stack ClusterStackPlan
+    entries = build_entries(spec.entries, partial(_entry_plan, spec, per_entry))
+    cfg, serving, layers, cluster_plan = entries[0].cfg, entries[0].plan, [], None
+    if mode == "eks":
+        cluster = per_entry[0][0]  # may carry the region from aws:region
+        one_group = spec.single and len(cluster.gpu_pools) <= 1  # more pools than the entry uses: build them all
+        cluster_plan = per_entry[0][1] if one_group else combined_cluster_plan(spec.stack, cluster, entries, [cp for _, cp in per_entry])
+        layers = _eks_layers(cluster_plan)
+    elif mode == "stack":
+        cluster_plan = combined_stack_plan(cluster, entries, [cp for _, cp in per_entry])
+    elif mode == "kubeconfig" and cluster.install_device_plugins:
+        layers.append("device plugins")
+    if mode != "render" and cluster.platform_wanted():
+        layers.append("Dynamo platform")
+    program = ProgramPlan(spec.stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries, spec=spec)
+    return demand_layers(optional_layers(program))
+
+
+def _entry_plan(spec: ProgramSpec, per_entry: list, entry: ServeEntry) -> ServingPlan:
+    """One entry's serving plan where the stack's cluster is: a cluster stack's cluster (its pools are checked at
+    `up`, StackReference), the EKS cluster this stack creates (region, fabric, Secrets only this stack can create,
+    EFA per GPU of the instance, node group sized from the final DGD, GB200 ComputeDomain claims, FSx claim
+    binding: stacks/cluster/__init__.py), or any other cluster (the plain serving objects)."""
+    cfg, cluster = entry.config, spec.cluster
+    if cluster.mode == "stack":
+        ref_plan, serving = plan_on_cluster_stack(cfg, cluster, entry.raw, spec.secret_keys, require_secrets=spec.require_secrets)
+        per_entry.append((cluster, ref_plan))
+        return serving
+    if cluster.mode == "eks":
+        resolved, cluster_plan, serving = plan_eks(spec.stack, cfg, cluster, entry.raw, spec.secret_keys, aws_region=spec.aws_region,
+                                                   require_secrets=spec.require_secrets)
+        per_entry.append((resolved, cluster_plan))
+        return serving
+    return build_plan(cfg)
+
+
+def _eks_layers(plan: Any) -> list[str]:
+    storage = "StorageClass" if plan.storage_class else "PersistentVolume"
+    return ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
+            "NVIDIA DRA driver" if plan.dra_driver else "", _karpenter_layer(plan)]
+
+
+def _karpenter_layer(cluster_plan: Any) -> str:
+    """The Karpenter install and its NodePools, when a GPU pool has capacity: karpenter (stacks/cluster/karpenter.py)."""
+    kp = getattr(cluster_plan, "karpenter", None)
+    return f"Karpenter {kp.helm.version} and NodePools {', '.join(p.name for p in kp.pools)}" if kp else ""
+
+
+def combined_cluster_plan(stack: str, cluster, entries: list[Entry], plans: list) -> Any:
+    """One EKS cluster for every entry: one GPU node group per GPU, each holding the sum of its entries' GPU and EFA
+    requests (after replicas and overrides; stacks.cluster.build_pools_plan); pull secrets in every serving namespace."""
+    for e, cp in zip(entries, plans):
+        if cp.compute_domain:
+            raise ConfigError(f"{e.key}: {e.plan.target.id} spans GPU nodes of one NVLink domain (a ComputeDomain); "
+                              f"serve it from a stack of its own")
+    owners = [e for e in entries if e.plan.cache_pvc is not None]
+    if plans[0].static_pv and len(owners) > 1:
+        raise ConfigError(f"{owners[1].key}: FSx for Lustre binds the stack's file system to one cache claim; entries with "
+                          f"different checkpoints need {NS}:cluster.cacheStorage: efs")
+    groups: dict[str, tuple] = {}
+    for e, cp in zip(entries, plans):
+        groups.setdefault(e.plan.target.gpu, (e.plan.target.gpu, [], cp.gpu_nodegroup["taints"][0]))[1].append((e.key, e.name, e.plan.dgd))
+    merged = build_pools_plan(stack, cluster, list(groups.values()), protect_cache=all(e.cfg.storage.protect for e in entries))
+    # no entry's workers span nodes (checked above); the sum spanning nodes needs no ComputeDomain
+    if merged.static_pv and owners:
+        merged.static_pv["spec"]["claimRef"] = {"namespace": owners[0].plan.dgd["metadata"]["namespace"], "name": owners[0].plan.claim_name}
+    seen, pulls = set(), []
+    for cp in plans:
+        for obj in cp.notes.get("pull_secrets") or []:
+            key = (obj["metadata"].get("namespace"), obj["metadata"]["name"])
+            if key not in seen:
+                seen.add(key)
+                pulls.append(obj)
+    merged.notes["pull_secrets"] = pulls
+    return merged
+
+
+def cluster_only_program(spec: ProgramSpec) -> ProgramPlan:
+    """A cluster-only stack (``dynamo:serve: []`` with ``cluster.mode: eks``): EKS with the ``gpuPools`` node groups,
+    storage, device plugins and the platform; serving stacks reference it (``cluster.mode: stack``)."""
+    plan = build_cluster_only_plan(spec.stack, spec.cluster)
+    layers = _eks_layers(plan) + ["Dynamo platform" if spec.cluster.platform_wanted() else ""]
+    return ProgramPlan(spec.stack, None, spec.cluster, None, plan, [x for x in layers if x], entries=[], spec=spec)
+
+
+def optional_layers(program: ProgramPlan) -> ProgramPlan:
+    """``dynamo:observability`` and ``dynamo:benchmark`` plans, both off by default. Render mode
+    cannot install Helm charts, so there only the dashboards and monitors are registered (rendered).
+    A ``dynamo:serve`` stack reads both from its top level (entries cannot set them): see ``serve_optional_layers``."""
+    if program.multi:
+        return serve_optional_layers(program)
+    spec, cluster, serving = program.spec, program.cluster, program.serving
+    if spec.observability.enabled:
+        obs = build_observability(spec.observability, serving_namespace=serving.dgd["metadata"]["namespace"],
+                                  dgd_name=serving.dgd["metadata"]["name"], nvidia_stack=_our_nvidia_stack(cluster))
+        _place_observability(program, obs)
+    if spec.benchmark.enabled:
+        if spec.benchmark.synthetic_acceptance:  # the DGD that up creates serves what the published rows measured
+            serving.dgd = synthetic_speculative_dgd(serving.dgd, serving.target)
+        program.benchmark = build_benchmark(serving, spec.benchmark)
+    return program
+
+
+def _our_nvidia_stack(cluster: ClusterConfig) -> Optional[str]:
+    """The NVIDIA stack this program installs (its DCGM exporter is scraped), or None."""
+    ours = cluster.mode == "eks" or (cluster.mode == "kubeconfig" and cluster.install_device_plugins)
+    return cluster.nvidia_stack if ours else None
+
+
+def _place_observability(program: ProgramPlan, obs: Any) -> None:
+    if program.cluster.mode == "render":
+        obs.charts = []  # a render provider cannot install Helm charts
+    elif obs.charts:
+        program.other_layers.append("observability charts (" + ", ".join(c.chart for c in obs.charts) + ")")
+    program.observability = obs
+
+
+def serve_optional_layers(program: ProgramPlan) -> ProgramPlan:
+    """The stack-wide ``dynamo:observability`` of a ``dynamo:serve`` stack: one install (the charts, the
+    observability namespace, the DCGM monitor, the GPU dashboard) and, per entry, the PodMonitors of its DGD
+    (named by the entry, which is unique in the stack, so two entries serving one DGD name in two namespaces
+    do not collide); the serving dashboard offers every serving namespace (a Grafana custom variable is a
+    comma-separated list of values: https://grafana.com/docs/grafana/latest/variables/manage-variable).
+    ``dynamo:benchmark`` is refused there: the AIPerf Job measures one frontend against one target's
+    published row, and a ``dynamo:serve`` stack has several."""
+    obs_cfg, bench_cfg = program.spec.observability, program.spec.benchmark
+    if bench_cfg.enabled:
+        raise ConfigError(
+            f"{NS}:benchmark.enabled: True is not built for {NS}:serve stacks (entries: "
+            f"{', '.join(e.name for e in program.entries)}): its AIPerf Job measures one target's frontend against that "
+            f"target's published row; benchmark one target from a single-target stack (its {NS}:target and "
+            f"{NS}:benchmark), or remove {NS}:benchmark here")
+    if not obs_cfg.enabled:
+        return program
+    first = program.entries[0]
+    namespaces = list(dict.fromkeys(e.plan.dgd["metadata"]["namespace"] for e in program.entries))
+    obs = build_observability(obs_cfg, serving_namespace=namespaces[0], dgd_name=first.plan.dgd["metadata"]["name"],
+                              nvidia_stack=_our_nvidia_stack(program.cluster))
+    if obs.namespace_object is not None and obs.namespace in namespaces:
+        obs.namespace_object = None  # a serving entry creates it
+    entry_monitors = []
+    for e in program.entries:
+        md = e.plan.dgd["metadata"]
+        for m in dynamo_pod_monitors(md["namespace"], md["name"], obs.monitor_labels):
+            m["metadata"]["name"] = e.name + m["metadata"]["name"][len(md["name"]):]
+            entry_monitors.append(m)
+    first_monitors = dynamo_pod_monitors(namespaces[0], first.plan.dgd["metadata"]["name"], obs.monitor_labels)
+    obs.monitors = entry_monitors + obs.monitors[len(first_monitors):]
+    for cm in obs.dashboards:
+        for key, text in list(cm["data"].items()):
+            board = json.loads(text)
+            for var in board.get("templating", {}).get("list", []):
+                if var.get("name") == "namespace" and var.get("type") == "custom":
+                    var["query"] = ",".join(namespaces)
+            cm["data"][key] = json.dumps(board, indent=1, sort_keys=True)
+    _place_observability(program, obs)
+    return program
+
+
+def demand_layers(program: ProgramPlan) -> ProgramPlan:
+    """Pause and autoscaling (stacks/serving/autoscaling.py): managed GPU node groups whose entries are all paused go to 0
+    nodes; autoscaled components get a KEDA ScaledObject on their DGDSA, querying the observability layer's
+    Prometheus, after their maxReplicas are checked against the pool (before any resource)."""
+    cp = program.cluster_plan
+    if program.cluster.mode == "eks" and cp is not None:
+        pause_pools(cp, program.entries)
+    scaled = [e for e in program.entries if e.plan.notes.get("autoscaling")]
+    if not scaled:
+        return program
+    if program.observability is not None:
+        url = program.observability.prometheus_endpoint
+    else:
+        obs = program.spec.observability
+        where = f"{NS}:autoscaling" if scaled[0].key == NS else f"{scaled[0].key}.autoscaling"
+        if not obs.enabled:
+            raise ConfigError(f"{where}: needs {NS}:observability.enabled: true (the Prometheus its "
+                              f"ScaledObjects query for {', '.join(sorted(scaled[0].plan.notes['autoscaling']))})")
+        url = obs.prometheus_endpoint or prometheus_url(obs.namespace)
+    if program.cluster.mode == "eks" and cp is not None:
+        pools = {}
+        for i, p in enumerate(cp.gpu_pools):
+            if getattr(p, "capacity", "node-group") == "karpenter":  # the NodePool's node (and GPU) limit
+                n = int(p.karpenter["max_nodes"])
+                pools[p.gpu] = PoolUse(p.gpu, _pool_key(program, i, "maxNodes"), n * p.shape.gpus_per_node,
+                                       f"NodePool limit {n} x {p.shape.instance_type}", n, p.node_shape.capacity)
+            elif (p.nodegroup or {}).get("scaling_config"):
+                n = int(p.nodegroup["scaling_config"]["max_size"])
+                pools[p.gpu] = PoolUse(p.gpu, _pool_key(program, i), n * p.shape.gpus_per_node, f"{n} x {p.shape.instance_type}",
+                                       n, p.node_shape.capacity)
+        check_bounds(program.entries, pools)
+    for e in scaled:
+        e.plan.autoscalers = [scaled_object(e.plan.dgd, name, spec, url) for name, spec in e.plan.notes["autoscaling"].items()]
+    if program.cluster.mode != "render":
+        scaled[0].plan.notes["keda"] = keda_chart()
+        program.other_layers.append("KEDA chart (autoscaling)")
+    return program
+
+
+def _pool_key(program: ProgramPlan, index: int, key: str = "nodes") -> str:
+    """Where pool ``index``'s node count (``nodes``) or node limit (``maxNodes``) is configured."""
+    if program.cluster.gpu_pools:
+        return f"{NS}:cluster.gpuPools[{index}].{key}"
+    return f"{NS}:cluster.{'gpuNodes' if key == 'nodes' else key}"
+
+
+# --------------------------------------------------------------------------- what `pulumi destroy` keeps
+# The items and the report live in stacks/program/retained.py (the program logs them at destroy time too); re-exported here.
+from stacks.program.retained import retained_after_destroy, retained_report  # noqa: E402,F401

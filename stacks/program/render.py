@@ -1,0 +1,155 @@
+"""Multi-document YAML for people: key order kept, multi-line strings as block literals."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from stacks.spec.config import NS, ConfigError, parse
+from stacks.serving import build_plan
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper: yaml.SafeDumper, s: str):
+    if "\n" in s:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", s, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", s)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(objs: Iterable[dict]) -> str:
+    return yaml.dump_all(list(objs), Dumper=_Dumper, sort_keys=False, width=4096, default_flow_style=False)
+
+
+class StackFileLoader(yaml.SafeLoader):
+    """Reads ``Pulumi.<stack>.yaml`` as the Pulumi CLI does (Go, gopkg.in/yaml.v3: YAML 1.2 scalars, duplicate
+    keys an error), so ``render --stack`` and ``up`` see the same values:
+
+    - booleans are ``true``/``false`` only (YAML 1.2 core schema, https://yaml.org/spec/1.2.2/#1032-tag-resolution);
+      PyYAML's YAML 1.1 also reads ``yes``, ``no``, ``on``, ``off`` as booleans, which ``up`` gets as strings;
+    - a key given twice in one mapping is refused (yaml.v3: "mapping key ... already defined"), where PyYAML
+      would keep the last value.
+    """
+
+
+StackFileLoader.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+                                           for k, v in yaml.SafeLoader.yaml_implicit_resolvers.copy().items()}
+StackFileLoader.add_implicit_resolver("tag:yaml.org,2002:bool", __import__("re").compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                      list("tTfF"))
+
+
+def _mapping_without_duplicates(loader: StackFileLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            continue  # PyYAML reports an unhashable key itself
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"mapping key {key!r} is given twice (line {seen[key] + 1} and line {key_node.start_mark.line + 1}); "
+                            "the Pulumi CLI refuses such a file: keep one", key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+StackFileLoader.add_constructor("tag:yaml.org,2002:map", lambda loader, node: _mapping_without_duplicates(loader, node, deep=True))
+
+
+def load_stack_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=StackFileLoader)
+
+
+def stack_file(name: str, root: Path = REPO_ROOT) -> Path:
+    return root / f"Pulumi.{name}.yaml"
+
+
+def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The ``dynamo:`` keys of a committed stack, namespace stripped; secure values left encrypted."""
+    path = stack_file(name, root)
+    if not path.is_file():
+        stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+        from stacks.registry import did_you_mean
+
+        raise ConfigError(f"stack {name!r} has no {path.name}{did_you_mean(name, stacks)}; committed stacks: {', '.join(stacks)}")
+    try:
+        data = load_stack_yaml(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path.name} is not valid YAML: {e}") from None
+    cfg = data.get("config") if isinstance(data, dict) else data
+    if cfg is None:
+        cfg = {}
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path.name}: {'config' if isinstance(data, dict) else 'the file'} is a {type(cfg).__name__}, not a mapping; "
+                          f"write `config:` followed by `  {NS}:<key>: <value>` lines")
+    from stacks.spec.config import check_config_namespaces
+
+    check_config_namespaces(cfg)  # a misspelt project prefix (dyanmo:gpu) would be ignored silently
+    out = {}
+    for k, v in cfg.items():
+        if v is None or v == "":
+            continue  # an empty value is unset, as under `up` (the Pulumi CLI hands YAML null and "" over as "")
+        if isinstance(k, str) and k.startswith(NS + ":"):
+            # Pulumi hands a top-level number to the program as text ("3"); objects keep their JSON types.
+            out[k[len(NS) + 1:]] = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+    return out
+
+
+def render_config(raw: dict[str, Any]) -> list[dict]:
+    return build_plan(parse(raw)).objects()
+
+
+def render_target(target_id: str) -> list[dict]:
+    return render_config({"target": target_id})
+
+
+def split_secrets(raw: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    """Stack-file keys as the Pulumi runtime sees them: ``{secure: ...}`` values are secret keys
+    (their ciphertext is never needed), the rest are plain config."""
+    secret = frozenset(k for k, v in raw.items() if isinstance(v, dict) and set(v) == {"secure"})
+    return {k: v for k, v in raw.items() if k not in secret}, secret
+
+
+def program_for_stack(name: str, root: Path = REPO_ROOT):
+    """The same ``build_program`` that ``pulumi up`` runs, from the committed stack file."""
+    from stacks.program import build_program
+
+    plain, secret = split_secrets(stack_raw_config(name, root))
+    return build_program(plain, name, secret, aws_region=stack_aws_region(name, root))
+
+
+def stack_aws_region(name: str, root: Path = REPO_ROOT):
+    """The stack's ``aws:region`` (the AWS provider's region), which ``dynamo:cluster.region`` must agree with."""
+    data = load_stack_yaml(stack_file(name, root).read_text()) or {}
+    cfg = data.get("config") if isinstance(data, dict) else None
+    return cfg.get("aws:region") if isinstance(cfg, dict) else None
+
+
+def render_stack(name: str, root: Path = REPO_ROOT) -> list[dict]:
+    return program_for_stack(name, root).objects()
+
+
+def skipped_checks(name: str, program: Any, root: Path = REPO_ROOT) -> list[str]:
+    """What ``render --stack`` cannot check that ``pulumi up`` does, so the output says so instead of implying it
+    passed: secret values (the file holds ciphertext), the kubeconfig file (the deploying machine's), and what only the
+    live cluster knows (its storage classes, whether a default class exists)."""
+    _, secret = split_secrets(stack_raw_config(name, root))
+    notes = []
+    if secret:
+        notes.append(f"the values of the secrets {', '.join(sorted(secret))} (ciphertext here; `up` checks their shape)")
+    mode = program.cluster.mode
+    if mode == "kubeconfig":
+        notes.append("the kubeconfig file (cluster.kubeconfigPath or KUBECONFIG belongs to the machine that runs `up`)")
+    if mode in ("kubeconfig", "stack"):
+        notes.append("the live cluster: that the cache claim's storage class exists (or that a default class does), "
+                     "and that the GPU nodes exist")
+    return notes

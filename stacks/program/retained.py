@@ -1,0 +1,111 @@
+"""What ``pulumi destroy`` keeps (resources registered with retainOnDelete), why, and how to delete or re-adopt each.
+
+Pulumi removes a retainOnDelete resource from the stack's state without calling the provider's Delete, so it stays in
+the cluster or account while the destroy summary counts it as deleted
+(https://www.pulumi.com/docs/iac/concepts/options/retainondelete/). Two readers of the same items:
+
+- the program itself, at destroy time: components/serving.py binds an ``after_delete`` resource hook to each kept
+  Kubernetes object that logs ``kept_message(item)``. Delete hooks run only when the program runs, so the stack is
+  destroyed with ``pulumi destroy --run-program``; a plain ``pulumi destroy`` of a stack whose state records delete
+  hooks stops before deleting anything and asks for that flag (engine: pulumi/pulumi pkg/engine/destroy.go
+  ``newDestroySource``, pulumi/pulumi#19933; docs: https://www.pulumi.com/docs/iac/concepts/resources/options/hooks/ and
+  ResourceHookBinding "delete hooks require that destroy operations are run with --run-program",
+  https://www.pulumi.com/docs/reference/pkg/nodejs/pulumi/pulumi/interfaces/ResourceHookBinding.html);
+- ``python -m stacks destroy-report --stack NAME`` (stacks/cli/retained.py), before or after a destroy, from the stack
+  file alone; it also names what the cluster layer keeps on EKS (file system, its network).
+
+Items are dicts with ``kind``, ``name``, ``why``, ``delete``, ``adopt``; they name objects only, never a secret value.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from stacks.spec.config import NS
+
+if TYPE_CHECKING:  # stacks.program imports this module (and re-exports its functions)
+    from stacks.program import ProgramPlan
+
+# A destroy that runs the program also runs its checks on the objects' last outputs: a download Job that ended Failed
+# would stop `pulumi destroy --run-program` with the same error as `up`, and a plain destroy is refused while the
+# kept objects' delete hooks are in the state. The program cannot tell a destroy from an `up` (the engine runs it the
+# same way: pulumi/pulumi#18751, "custom resources ... becoming same steps"), so the teardown says so itself: with
+# this variable set to 1 the program skips the Job-failure check (components/serving.py); `make local-down` sets it.
+TEARDOWN_ENV = "DYNAMO_DESTROY"
+TEARDOWN_HINT = (f"to destroy the stack instead: {TEARDOWN_ENV}=1 pulumi destroy --run-program "
+                 f"(it skips this check and says what it keeps)")
+
+ADOPT_CLAIM = (f"a later `pulumi up` of this stack finds the claim and keeps its cached model (the protected claim is "
+               f"applied onto, never recreated); or point another stack at it with {NS}:storage.existingClaim")
+
+
+def namespace_item(ns: str) -> dict[str, str]:
+    """The namespace of a protected model cache (deleting a namespace deletes its claims)."""
+    return {"kind": "Namespace", "name": ns,
+            "why": f"it holds the protected model cache (deleting a namespace deletes its claims); {NS}:storage.protect is true",
+            "delete": f"kubectl delete namespace {ns}   (deletes the claim and the cached model with it)",
+            "adopt": "a later `pulumi up` of this stack applies onto it"}
+
+
+def claim_item(ns: str, claim: str) -> dict[str, str]:
+    """The protected model-cache claim."""
+    return {"kind": "PersistentVolumeClaim", "name": f"{ns}/{claim}",
+            "why": f"the downloaded model is kept for the next `up` ({NS}:storage.protect: true)",
+            "delete": f"kubectl delete pvc {claim} -n {ns}", "adopt": ADOPT_CLAIM}
+
+
+def kept_message(item: dict[str, str]) -> str:
+    """What the program logs when the engine drops a kept object from the state (the after_delete hook)."""
+    return (f"kept {item['kind']} {item['name']} (retainOnDelete: the summary counts it as deleted, it is still there)\n"
+            f"    why:    {item['why']}\n    delete: {item['delete']}\n    adopt:  {item['adopt']}")
+
+
+def retained_after_destroy(program: "ProgramPlan") -> list[dict[str, str]]:
+    """What ``pulumi destroy`` leaves behind, why, and how to delete or re-adopt each. Empty when
+    ``storage.protect: false`` everywhere."""
+    out: list[dict[str, str]] = []
+    for e in program.entries:
+        plan = e.plan
+        if plan.cache_pvc is None or not e.cfg.storage.protect:
+            continue
+        ns, claim = plan.dgd["metadata"]["namespace"], plan.claim_name
+        if e.owns_namespace and plan.namespace is not None:
+            out.append(namespace_item(ns))
+        out.append(claim_item(ns, claim))
+    cp = program.cluster_plan
+    if program.cluster.mode == "eks" and cp is not None and getattr(cp, "protect_cache", False):
+        kind = (cp.storage or {}).get("kind", "efs")
+        tag = f"tag Name={cp.name}-model-cache"  # components/cluster.py tags the file system so
+        if kind == "fsx-lustre":
+            out.append({"kind": "FSx for Lustre file system", "name": f"{cp.name}-model-cache",
+                        "why": "it holds the model cache the claim binds to (storage.protect: true)",
+                        "delete": f"aws fsx describe-file-systems --region {cp.region} (the one with {tag}), then "
+                                  f"aws fsx delete-file-system --file-system-id <id> --region {cp.region}",
+                        "adopt": "not re-adopted by a new cluster of this stack (it creates its own); copy the model out first"})
+            out.append({"kind": "VPC, subnet and security group of the file system", "name": cp.name,
+                        "why": "the file system's network interfaces hold them, so destroy could not delete them",
+                        "delete": f"after the file system: aws ec2 describe-vpcs --filters Name=tag:Name,Values={cp.name} "
+                                  f"--region {cp.region}, then delete its security groups, subnets and the VPC",
+                        "adopt": "not re-adopted"})
+            if cp.static_pv:
+                pv = cp.static_pv["metadata"]["name"]
+                out.append({"kind": "PersistentVolume", "name": pv, "why": "it points at the kept file system",
+                            "delete": f"deleted with the cluster (kubectl delete pv {pv} if the cluster stays)", "adopt": "not re-adopted"})
+        else:
+            out.append({"kind": "EFS file system", "name": f"{cp.name}-model-cache",
+                        "why": "it holds the model cache (storage.protect: true)",
+                        "delete": f"aws efs describe-file-systems --region {cp.region} (the one with {tag}), delete its "
+                                  f"access points, then aws efs delete-file-system --file-system-id <id> --region {cp.region}",
+                        "adopt": "not re-adopted by a new cluster of this stack (it creates its own)"})
+    return out
+
+
+def retained_report(program: "ProgramPlan") -> str:
+    items = retained_after_destroy(program)
+    if not items:
+        return (f"`pulumi destroy` of stack {program.stack} keeps nothing: {NS}:storage.protect is false, so the namespace, "
+                f"the model cache and any file system are deleted")
+    lines = [f"`pulumi destroy` of stack {program.stack} deletes everything else, and keeps (retainOnDelete; the summary counts "
+             f"them as deleted because they leave the stack's state):"]
+    for it in items:
+        lines += [f"- {it['kind']} {it['name']}", f"    why:    {it['why']}", f"    delete: {it['delete']}", f"    adopt:  {it['adopt']}"]
+    return "\n".join(lines)

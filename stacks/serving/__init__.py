@@ -1,0 +1,218 @@
+"""Serving plans: the DGD, cache, download and benchmark Jobs, waits, hardening, autoscaling, network policy
+(Kubernetes objects as data). May import the registry, the catalog and the spec.
+
+Pure builder for the serving layer: config in, Kubernetes objects out.
+
+The Pulumi components (components/serving.py) and ``python -m stacks render``
+both call ``build_plan``, so what the command shows is what ``pulumi up`` creates.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
+
+from stacks import catalog
+from stacks.serving import waits
+from stacks.catalog import k8s
+from stacks.catalog.model import Target
+from stacks.spec.config import NS, ConfigError, StackConfig, duration_seconds, select_target
+from stacks.serving.hardening import harden_job
+
+REDACTED = "<redacted: Pulumi secret>"
+HF_TOKEN_KEY = "HF_TOKEN"
+
+WAIT_FOR_READY = "pulumi.com/waitFor"
+TIMEOUT = "pulumi.com/timeoutSeconds"
+SKIP_AWAIT = "pulumi.com/skipAwait"
+
+
+@dataclass
+class ServingPlan:
+    target: Target
+    namespace: Optional[dict]
+    hf_secret: Optional[dict]  # token value is REDACTED here; the component injects the secret Output
+    cache_pvc: Optional[dict]
+    jobs: list[dict]  # in run order: download(s), then validate
+    configmaps: list[dict]
+    dgd: dict
+    hf_secret_name: str = k8s.HF_SECRET
+    claim_name: str = k8s.CACHE_PVC
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    # KEDA ScaledObjects driving the DGD's scaling adapters (stacks/serving/autoscaling.py; filled by stacks.program)
+    autoscalers: list[dict] = field(default_factory=list)
+    # Optional NetworkPolicies of the namespace (dynamo:networkPolicy, stacks/serving/network_policy.py)
+    network_policies: list[dict] = field(default_factory=list)
+
+    def objects(self) -> list[dict]:
+        out = [o for o in (self.namespace, self.hf_secret, self.cache_pvc) if o]
+        return out + self.network_policies + self.jobs + self.configmaps + [self.dgd] + self.autoscalers
+
+
+def _walk(x: Any) -> Iterator[dict]:
+    if isinstance(x, dict):
+        yield x
+        for v in x.values():
+            yield from _walk(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _walk(v)
+
+
+def _set_pull_secrets(obj: dict, names: tuple[str, ...]) -> None:
+    """``dynamo:imagePullSecrets`` replace the recipe's placeholder; pod specs of recipes that name none
+    (Ultra, Motif-3) get them too, so the key is never ignored."""
+    for d in _walk(obj):
+        if d.get("imagePullSecrets") == [{"name": k8s.PLACEHOLDER_PULL_SECRET}]:
+            if names:
+                d["imagePullSecrets"] = [{"name": n} for n in names]
+            else:
+                del d["imagePullSecrets"]
+        elif names and isinstance(d.get("containers"), list) and "imagePullSecrets" not in d:
+            d["imagePullSecrets"] = [{"name": n} for n in names]
+
+
+def _rename_refs(obj: dict, *, own_claim: str, claim: str, hf_secret: str) -> None:
+    """Point every reference to the model's own cache claim (``own_claim``, whatever the model calls it) at ``claim``,
+    and every reference to the HF token Secret at ``hf_secret``."""
+    for d in _walk(obj):
+        pvc = d.get("persistentVolumeClaim")
+        if isinstance(pvc, dict) and pvc.get("claimName") == own_claim:
+            pvc["claimName"] = claim
+        ref = d.get("secretRef")
+        if isinstance(ref, dict) and ref.get("name") == k8s.HF_SECRET:
+            ref["name"] = hf_secret
+        skr = d.get("secretKeyRef")
+        if isinstance(skr, dict) and skr.get("name") == k8s.HF_SECRET:
+            skr["name"] = hf_secret
+
+
+def component_names(dgd: dict) -> list[str]:
+    return [c["name"] for c in dgd["spec"]["components"]]
+
+
+def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None, job_node_selector: Optional[dict] = None,
+               efa_per_gpu: Optional[int] = None) -> ServingPlan:
+    """``default_storage_class``: the class the cluster layer created (used when storage.className is unset);
+    ``job_node_selector``: where the download Jobs run (the EKS system node group);
+    ``efa_per_gpu``: EFA devices per GPU of the cluster's instance type (default: the GPU's default instance, stacks/registry/gpus.py)."""
+    t = select_target(cfg)
+    ns = cfg.namespace
+    recipe = copy.deepcopy(catalog.recipe_objects(t))
+    cache = copy.deepcopy(catalog.cache_objects(t, cfg.storage.size))
+    pvc, jobs = cache[0], cache[1:]
+    configmaps = [d for d in recipe if d["kind"] == "ConfigMap"]
+    dgd = next(d for d in recipe if d["kind"] == "DynamoGraphDeployment")
+
+    own_claim = pvc["metadata"]["name"]  # the model's own cache PVC (per model: catalog.cache_claim)
+    claim = cfg.storage.existing_claim or own_claim
+    hf_name = cfg.hf_token_secret_name or k8s.HF_SECRET
+    pvc["spec"]["accessModes"] = [cfg.storage.access_mode]
+    if cfg.storage.class_name or default_storage_class:
+        pvc["spec"]["storageClassName"] = cfg.storage.class_name or default_storage_class
+    else:
+        pvc["spec"].pop("storageClassName", None)  # the cluster's default StorageClass
+
+    # Component overrides: images and replicas, by DGD component name.
+    names = component_names(dgd)
+    for section, keys in (("images", list(cfg.images)), ("replicas", list(cfg.replicas))):
+        for key in keys:
+            if key not in names and not (key == "*" and section == "images"):
+                raise ConfigError(f"{NS}:{section}.{key}: component {key!r} is not in {t.id}; components: {', '.join(names)}"
+                                  + (" (or '*' for every container)" if section == "images" else ""))
+    for comp in dgd["spec"]["components"]:
+        image = cfg.images.get(comp["name"], cfg.images.get("*"))
+        if image:
+            for c in comp["podTemplate"]["spec"]["containers"]:
+                c["image"] = image
+        if comp["name"] in cfg.replicas:
+            comp["replicas"] = cfg.replicas[comp["name"]]
+    # Pause and autoscaling (stacks/serving/autoscaling.py): GPU components to 0 replicas; autoscaled ones opt into their DGDSA.
+    scaling: dict = {}
+    paused: dict = {}
+    if cfg.paused or cfg.autoscaling:
+        from stacks.serving.autoscaling import apply_to_dgd, gpu_components, parse_autoscaling
+
+        scaling = parse_autoscaling(cfg.autoscaling, names, gpu_components(dgd))
+        if cfg.paused and scaling:
+            raise ConfigError(f"{NS}:paused: true with {NS}:autoscaling on {', '.join(scaling)}: a paused entry runs no worker "
+                              f"for the autoscaler to scale; remove {NS}:autoscaling while paused, or remove paused")
+        paused = apply_to_dgd(dgd, cfg.paused, scaling)
+
+    if cfg.model_revision:
+        pinned = 0
+        for job in jobs:
+            for c in job["spec"]["template"]["spec"]["containers"]:
+                if any("MODEL_REVISION" in a for a in (c.get("args") or []) + (c.get("command") or [])):
+                    c.setdefault("env", []).append({"name": "MODEL_REVISION", "value": cfg.model_revision})
+                    pinned += 1
+        if not pinned:
+            raise ConfigError(f"{NS}:modelRevision: {cfg.model_revision!r} cannot be applied: the {t.model} download Job takes no revision "
+                              "(supported: nemotron-3-ultra)")
+    if cfg.fabric_profile:
+        from stacks.serving.fabric import apply_profile
+        from stacks.registry.gpus import efa_per_gpu as _efa_per_gpu
+
+        try:
+            apply_profile(dgd, cfg.fabric_profile, t.id, efa_per_gpu if efa_per_gpu is not None else _efa_per_gpu(t.gpu))
+        except ValueError as e:  # a FabricError, or a GPU registered without instance data (no EFA figure), named by shape_for
+            raise ConfigError(f"{NS}:fabricProfile: {cfg.fabric_profile!r}: {e}") from None
+    wait = cfg.wait
+    job_timeout = duration_seconds(wait.job_timeout)
+    dgd_timeout = duration_seconds(wait.dgd_timeout)
+    if not wait.enabled and not cfg.storage.existing_claim:
+        pvc["metadata"].setdefault("annotations", {})[SKIP_AWAIT] = "true"  # no waiting for Bound either
+    for job in jobs:
+        harden_job(job)  # non-root, no capabilities, read-only root (stacks/serving/hardening.py; fidelity allows exactly these)
+        if job_node_selector:
+            job["spec"]["template"]["spec"]["nodeSelector"] = dict(job_node_selector)
+        ann = job["metadata"].setdefault("annotations", {})
+        if wait.enabled and wait.job:
+            ann.update(waits.job_annotations(job_timeout))  # waitFor: a fixed deadline (see stacks/serving/waits.py)
+        else:
+            ann[SKIP_AWAIT] = "true"
+    dgd_ann = dgd["metadata"].setdefault("annotations", {})
+    if wait.enabled and wait.dgd:
+        dgd_ann.update(waits.dgd_annotations(dgd_timeout))
+    else:
+        dgd_ann[SKIP_AWAIT] = "true"
+
+    namespaced = jobs + configmaps + [dgd] + ([] if cfg.storage.existing_claim else [pvc])
+    for obj in namespaced:
+        obj["metadata"]["namespace"] = ns
+        _set_pull_secrets(obj, cfg.image_pull_secrets)
+        _rename_refs(obj, own_claim=own_claim, claim=claim, hf_secret=hf_name)
+
+    secret = None
+    if not cfg.hf_token_secret_name:
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": k8s.HF_SECRET, "namespace": ns},
+            "type": "Opaque",
+            "stringData": {HF_TOKEN_KEY: REDACTED},
+        }
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} if cfg.create_namespace else None
+    policies = []
+    if cfg.network_policy.enabled:
+        from stacks.serving.network_policy import network_policies
+
+        from stacks.serving.network_policy import benchmark_job_name
+
+        job_names = [j["metadata"]["name"] for j in jobs] + ([benchmark_job_name(dgd)] if cfg.benchmark.enabled else [])
+        policies = network_policies(dgd, job_names, cfg.network_policy.ingress_namespaces,
+                                    cfg.network_policy.monitoring_namespaces)
+    return ServingPlan(
+        target=t,
+        namespace=namespace,
+        hf_secret=secret,
+        cache_pvc=None if cfg.storage.existing_claim else pvc,
+        jobs=jobs,
+        configmaps=configmaps,
+        dgd=dgd,
+        hf_secret_name=hf_name,
+        claim_name=claim,
+        notes={k: v for k, v in (("autoscaling", scaling), ("paused", paused)) if v or (k == "paused" and cfg.paused)},
+        network_policies=policies,
+    )

@@ -1,0 +1,363 @@
+"""GPU capacity that follows demand, as pure functions: pause and resume, and DGD autoscaling.
+
+Pause (``paused: true`` on an entry or a single-target stack): every GPU worker component of the DGD goes to
+0 replicas; the frontend (no GPU), the namespace, the HF token Secret, the model cache and its download Job stay.
+``python -m stacks``/``pulumi up`` with ``paused`` removed brings the configured replicas back. A managed node group
+whose entries are all paused (or all at ``replicas: 0``) goes to desired 0 / min 0 and keeps its maximum, so a
+pause and the resume that follows change only replica and node counts (``pause_pools``). EKS managed node groups take
+minSize and desiredSize 0 with a maxSize of at least 1 (aws/containers-roadmap#724, "Managed Nodes scale to 0",
+closed as shipped; eksctl-io/eksctl#3793: "desiredCapacity: 0, minSize: 0, maxSize: 1 // EKS API requires maxSize
+> 0"), which is why the maximum is kept and never 0. The DGD CRD of the pinned platform
+(dynamo-platform 1.6.0) allows it: ``spec.components[].replicas`` is ``minimum: 0`` (../shared/reference/crds/
+nvidia.com_dynamographdeployments.yaml, v1beta1), and Dynamo's autoscaling guide says "The DGDSA and operator accept
+a replica count of 0".
+
+What a paused entry answers: when every worker of a model is gone "the frontend removes the model from /v1/models
+because no live ModelDeploymentCard remains. Requests for the model return HTTP 404" (Dynamo autoscaling guide,
+"Scale-to-Zero Limitation": https://docs.nvidia.com/dynamo/zh-CN/v1.3.0/kubernetes-deployment/operate/autoscaling and
+https://docs.nvidia.com/dynamo/zh-CN/dev/knowledge-base/kubernetes/kubernetes-operator/autoscaling.md).
+
+Autoscaling (``autoscaling: {<component>: {minReplicas, maxReplicas, metric, target}}``), facts it relies on:
+
+- DynamoGraphDeploymentScalingAdapter (DGDSA, ``nvidia.com``, short name ``dgdsa``): one per component that opts in.
+  In the v1beta1 DGD the pinned CRD says: ``scalingAdapter`` "opts this component into the DGDSA. Setting it (even as
+  an empty object, ``scalingAdapter: {}``) creates a DGDSA that owns the ``replicas`` field so that external
+  autoscalers (HPA/KEDA/Planner) can drive scaling via the Scale subresource; omit the field to opt out"
+  (nvidia.com_dynamographdeployments.yaml). The operator deletes the adapter of a component whose ``ScalingAdapter``
+  is nil and names the others ``fmt.Sprintf("%s-%s", dgdName, strings.ToLower(componentName))``, seeding
+  ``spec.replicas`` from the component's replicas (ai-dynamo/dynamo
+  deploy/operator/internal/controller/dgd_scaling_adapters_reconciler.go @ 0670f73ac484046772a5dceb2043a9a9d7eae681,
+  ``generateAdapterName``, ``reconcile``). The DGDSA CRD (nvidia.com_dynamographdeploymentscalingadapters.yaml)
+  serves v1alpha1 (deprecated) and v1beta1 (storage); ``spec.replicas`` (``minimum: 0``) and the ``scale``
+  subresource (``specReplicasPath: .spec.replicas``, ``statusReplicasPath: .status.replicas``,
+  ``labelSelectorPath: .status.selector``).
+- Because the adapter owns the component's replicas, the Pulumi DGD ignores ``spec.components[i].replicas`` of an
+  autoscaled component after creation (components/serving.py), or every ``up`` would undo the autoscaler.
+- KEDA ScaledObject ``keda.sh/v1alpha1``: ``scaleTargetRef`` {apiVersion, kind, name}, ``minReplicaCount``,
+  ``maxReplicaCount`` ("minReplicaCount must be less than or equal to maxReplicaCount", a CEL rule of the CRD),
+  ``triggers[].type: prometheus`` with metadata ``serverAddress``, ``query``, ``threshold`` (kedacore/keda v2.21.0
+  config/crd/bases/keda.sh_scaledobjects.yaml and pkg/scalers/prometheus_scaler.go, module
+  github.com/kedacore/keda/v2@v2.21.0 from the Go module proxy). Dynamo's guide drives the DGDSA with exactly this
+  (ai-dynamo/dynamo docs/kubernetes/autoscaling.md @ 0d322d0f4ee796d3768cccf3b02f7dcad42c2a63, "KEDA with Prometheus").
+- HPA autoscaling/v2 on Dynamo metrics needs an external-metrics adapter (Prometheus Adapter: same guide, "HPA with
+  Custom Metrics"), which this project does not install: KEDA is its metrics adapter (it serves external.metrics.k8s.io
+  and creates the HPA itself), so ScaledObjects are what is rendered.
+- Metrics: the frontend's ``dynamo_frontend_queued_requests``, ``dynamo_frontend_inflight_requests`` (gauges) and
+  ``dynamo_frontend_time_to_first_token_seconds`` (histogram), as the observability layer's dashboard names them
+  (stacks.observe.observability.DYNAMO_METRICS) and the guide recommends them for scaling; series carry ``namespace`` and
+  ``dynamo_namespace`` (``<namespace>-<dgd>``, the PodMonitor's relabel; stacks.serving.operator.dynamo_namespace).
+- Minimum 1: "when every worker for a model scales to zero ... Requests for the model return HTTP 404 and do not
+  provide a model-specific demand signal ... keep at least one replica ... minReplicaCount: 1 for KEDA" (guide,
+  "Scale-to-Zero Limitation"), so ``minReplicas: 0`` is refused (pause is ``paused: true``).
+- The Dynamo Planner is deployed "via DynamoGraphDeploymentRequest (DGDR), which automatically profiles your model"
+  and needs "profiling data and Prometheus access" (same guide, "Autoscaling with Dynamo Planner"): the catalog's
+  recipes carry no profiling data, so ``via: planner`` is refused with that reason.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from stacks.spec.config import NS, ConfigError
+
+DGDSA_API = "nvidia.com/v1beta1"
+DGDSA_KIND = "DynamoGraphDeploymentScalingAdapter"
+SCALED_OBJECT_API = "keda.sh/v1alpha1"
+KEDA_KEY = "keda"  # stacks/registry/versions.yaml charts.keda
+KEDA_NAMESPACE = "keda"
+MAX_REPLICAS = 100  # as dynamo:replicas (stacks.spec.config.MAX_REPLICAS)
+METRICS = ("queue-depth", "inflight", "ttft")
+GPU = "nvidia.com/gpu"
+
+
+def adapter_name(dgd_name: str, component: str) -> str:
+    """The DGDSA the operator creates for ``component`` (``generateAdapterName``)."""
+    return f"{dgd_name}-{component.lower()}"
+
+
+def gpus_per_replica(comp: dict) -> int:
+    """GPUs one replica of a DGD component asks for (limits win over requests, as the scheduler counts them),
+    times its node count for a multinode component."""
+    n = 0
+    for c in (comp.get("podTemplate") or {}).get("spec", {}).get("containers") or []:
+        res = c.get("resources") or {}
+        v = {**(res.get("requests") or {}), **(res.get("limits") or {})}.get(GPU)
+        n += int(v or 0)
+    nodes = int(((comp.get("multinode") or {}).get("nodeCount")) or 1)
+    return n * nodes
+
+
+def gpu_components(dgd: dict) -> list[str]:
+    """The components that hold GPUs (workers, prefill, decode); the frontend holds none."""
+    return [c["name"] for c in dgd["spec"]["components"] if gpus_per_replica(c)]
+
+
+# --------------------------------------------------------------------------- config
+
+class ComponentAutoscaling(BaseModel):
+    """``autoscaling.<component>``: ``metric`` is ``queue-depth`` (requests waiting in the frontend's queue, summed over
+    the DGD's frontends), ``inflight`` (requests in flight) or ``ttft`` (p95 time to first token over 2 minutes, in
+    seconds); ``target`` is the value per replica KEDA aims for (its ``threshold``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    min_replicas: int = Field(alias="minReplicas", default=1)
+    max_replicas: int = Field(alias="maxReplicas")
+    metric: Literal["queue-depth", "inflight", "ttft"]
+    target: float = Field(gt=0)
+    via: Literal["keda", "planner"] = "keda"
+    polling_interval: int = Field(alias="pollingInterval", default=15, ge=1, le=3600)
+    cooldown_period: int = Field(alias="cooldownPeriod", default=300, ge=0, le=86400)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.min_replicas < 1:
+            raise ValueError(f"@minReplicas@{self.min_replicas} is not allowed: with no worker the frontend drops the model "
+                             "(HTTP 404) and no demand signal can scale it back (Dynamo autoscaling guide, Scale-to-Zero "
+                             f"Limitation); valid range 1-{self.max_replicas}; to stop the GPUs set paused: true")
+        if not 1 <= self.max_replicas <= MAX_REPLICAS:
+            raise ValueError(f"@maxReplicas@{self.max_replicas} is outside the valid range 1-{MAX_REPLICAS}")
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"@minReplicas@{self.min_replicas} is above maxReplicas {self.max_replicas}; "
+                             f"valid range 1-{self.max_replicas}")
+        if self.via == "planner":
+            raise ValueError("@via@'planner': the Dynamo Planner is deployed through a DynamoGraphDeploymentRequest that "
+                             "profiles the model first (Dynamo autoscaling guide, 'Autoscaling with Dynamo Planner'); the "
+                             "catalog's recipes carry no profiling data. Choose via: keda (the default)")
+        return self
+
+
+def _akey(key: str) -> str:
+    """``dynamo:autoscaling`` for a single-target stack, ``dynamo:serve[i].autoscaling`` for an entry."""
+    return f"{NS}:autoscaling" if key == NS else f"{key}.autoscaling"
+
+
+def parse_autoscaling(raw: Any, components: list[str], gpu_comps: list[str], key: str = NS) -> dict[str, ComponentAutoscaling]:
+    """Validate ``<key>.autoscaling`` against the DGD's components; ConfigError naming key, value and choices."""
+    if not raw:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{_akey(key)}: {raw!r} is not a mapping of component name to "
+                          "{minReplicas, maxReplicas, metric, target}")
+    out = {}
+    for comp, body in raw.items():
+        where = f"{_akey(key)}.{comp}"
+        if comp not in components:
+            raise ConfigError(f"{where}: component {comp!r} is not in this target; GPU components: {', '.join(gpu_comps)}")
+        if comp not in gpu_comps:
+            raise ConfigError(f"{where}: {comp!r} holds no GPU (a frontend); autoscale a GPU component: {', '.join(gpu_comps)}")
+        try:
+            out[comp] = ComponentAutoscaling.model_validate(body if isinstance(body, dict) else {"_": body})
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if msg.startswith("@"):
+                sub, _, msg = msg[1:].partition("@")
+                raise ConfigError(f"{where}.{sub}: {msg}") from None
+            if err["type"] == "extra_forbidden":
+                msg = ("unknown key; valid keys: minReplicas, maxReplicas, metric, target, via, pollingInterval, "
+                       "cooldownPeriod")
+            elif err["type"] == "literal_error":
+                msg = f"{err.get('input')!r} is not valid; choose one of {err['ctx']['expected']}"
+            elif err["type"] == "missing":
+                msg = "required"
+            else:
+                msg = f"{msg} (got {err.get('input')!r})"
+            raise ConfigError(f"{where}.{loc}: {msg}") from None
+    return out
+
+
+# --------------------------------------------------------------------------- the DGD (pure, in place)
+
+def apply_to_dgd(dgd: dict, paused: bool, specs: dict[str, ComponentAutoscaling]) -> dict[str, int]:
+    """Pause: every GPU component to 0 replicas (returns the replicas it had). Autoscaling: the component opts into
+    its DGDSA (``scalingAdapter: {}``) and starts at its replicas clamped to [minReplicas, maxReplicas]."""
+    before = {}
+    for comp in dgd["spec"]["components"]:
+        spec = specs.get(comp["name"])
+        if spec is not None:
+            comp["scalingAdapter"] = {}
+            comp["replicas"] = min(max(int(comp.get("replicas", 1)), spec.min_replicas), spec.max_replicas)
+        if paused and gpus_per_replica(comp):
+            before[comp["name"]] = int(comp.get("replicas", 1))
+            comp["replicas"] = 0
+    return before
+
+
+def unpaused_dgd(dgd: dict, before: dict[str, int]) -> dict:
+    """The DGD as it runs when resumed (the replicas ``apply_to_dgd`` recorded)."""
+    out = copy.deepcopy(dgd)
+    for comp in out["spec"]["components"]:
+        if comp["name"] in before:
+            comp["replicas"] = before[comp["name"]]
+    return out
+
+
+def at_max(dgd: dict, specs: dict[str, ComponentAutoscaling]) -> dict:
+    """The DGD with every autoscaled component at its maxReplicas (what the pool must hold)."""
+    out = copy.deepcopy(dgd)
+    for comp in out["spec"]["components"]:
+        if comp["name"] in specs:
+            comp["replicas"] = specs[comp["name"]].max_replicas
+    return out
+
+
+def metric_query(metric: str, namespace: str, dynamo_ns: str) -> str:
+    """The PromQL KEDA evaluates for ``metric`` over one DGD's frontends."""
+    from stacks.observe.observability import DYNAMO_METRICS as M
+
+    sel = f'namespace="{namespace}",dynamo_namespace="{dynamo_ns}"'
+    if metric == "queue-depth":
+        return f"sum({M['queued']}{{{sel}}})"
+    if metric == "inflight":
+        return f"sum({M['inflight']}{{{sel}}})"
+    return f"histogram_quantile(0.95, sum by (le) (rate({M['ttft']}_bucket{{{sel}}}[2m])))"
+
+
+def scaled_object(dgd: dict, component: str, spec: ComponentAutoscaling, prometheus_url: str) -> dict:
+    """The KEDA ScaledObject that drives ``component``'s DGDSA from the observability layer's Prometheus."""
+    from stacks.serving.operator import dynamo_namespace
+
+    md = dgd["metadata"]
+    target = adapter_name(md["name"], component)
+    return {
+        "apiVersion": SCALED_OBJECT_API,
+        "kind": "ScaledObject",
+        "metadata": {"name": target, "namespace": md["namespace"],
+                     "labels": {"app.kubernetes.io/part-of": "dynamo", "nvidia.com/dynamo-graph-deployment-name": md["name"]}},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": DGDSA_API, "kind": DGDSA_KIND, "name": target},
+            "minReplicaCount": spec.min_replicas,
+            "maxReplicaCount": spec.max_replicas,
+            "pollingInterval": spec.polling_interval,
+            "cooldownPeriod": spec.cooldown_period,
+            "triggers": [{
+                "type": "prometheus",
+                "metadata": {
+                    "serverAddress": prometheus_url,
+                    "query": metric_query(spec.metric, md["namespace"], dynamo_namespace(dgd)),
+                    "threshold": f"{spec.target:g}",
+                },
+            }],
+        },
+    }
+
+
+def keda_chart():
+    """KEDA's chart (pinned in stacks/registry/versions.yaml charts.keda), in its own namespace, with its defaults."""
+    from stacks.cluster.platform import _helm
+
+    return _helm(KEDA_KEY, "keda", KEDA_NAMESPACE, {})
+
+
+# --------------------------------------------------------------------------- pools
+
+@dataclass
+class PoolUse:
+    """GPUs one pool must hold at most: per entry key, its components' GPUs (autoscaled ones at maxReplicas)."""
+
+    gpu: str
+    key: str  # where the pool's size is configured
+    capacity: int  # GPUs the pool can hold (nodes x GPUs per node, or its GPU limit)
+    what: str  # "2 x p5.48xlarge" or "NodePool limit 4 x p5.48xlarge"
+    nodes: int = 0  # its node count (limit); 0: GPUs only
+    node_capacity: Optional[dict] = None  # what one node offers (GPUs, EFA devices): the replicas are packed onto nodes
+
+
+def check_bounds(entries: list, pools: dict[str, PoolUse]) -> None:
+    """GPUs per replica x maxReplicas (plus every other GPU replica on the pool) must fit the pool, before any
+    resource: a ConfigError naming the autoscaling key, its value and the valid range."""
+    by_gpu: dict[str, list] = {}
+    for e in entries:
+        by_gpu.setdefault(e.plan.target.gpu, []).append(e)
+    for gpu, members in by_gpu.items():
+        pool = pools.get(gpu)
+        if pool is None:
+            continue
+        fixed = sum(gpus_per_replica(c) * int(c.get("replicas", 1))
+                    for e in members for c in e.plan.dgd["spec"]["components"]
+                    if c["name"] not in (e.plan.notes.get("autoscaling") or {}))
+        scaled = [(e, name, spec, gpus_per_replica(next(c for c in e.plan.dgd["spec"]["components"] if c["name"] == name)))
+                  for e in members for name, spec in (e.plan.notes.get("autoscaling") or {}).items()]
+        total = fixed + sum(per * spec.max_replicas for _, _, spec, per in scaled)
+        if not scaled:
+            continue
+        e, name, spec, per = scaled[-1]
+        if total <= pool.capacity:
+            _check_packing(members, pool, e, name, spec)
+            continue
+        others = total - per * spec.max_replicas
+        hi = (pool.capacity - others) // per
+        raise ConfigError(
+            f"{_akey(e.key)}.{name}.maxReplicas: {spec.max_replicas} x {per} GPUs"
+            + (f" plus the pool's other {others} GPUs" if others else "") + f" need {total} {gpu} GPUs; the pool ({pool.key}) holds {pool.capacity} ({pool.what}); valid range "
+            f"{spec.min_replicas}-{max(hi, 0)}" + (f", or raise {pool.key}" if hi < spec.max_replicas else ""))
+
+
+def _check_packing(members: list, pool: PoolUse, e: Any, name: str, spec: ComponentAutoscaling) -> None:
+    """Every replica at maxReplicas packed on the pool's nodes (GPUs and EFA devices per node, first fit as the node
+    group is sized: stacks.cluster.pack) must fit its node count."""
+    from stacks.cluster import pack
+
+    if not pool.nodes or not pool.node_capacity:
+        return
+
+    def nodes_at(top: int) -> int:
+        comps = []
+        for m in members:
+            specs = dict(m.plan.notes.get("autoscaling") or {})
+            dgd = at_max(m.plan.dgd, specs)
+            if m is e:
+                for c in dgd["spec"]["components"]:
+                    if c["name"] == name:
+                        c["replicas"] = top
+            comps += dgd["spec"]["components"]
+        return pack({"spec": {"components": comps}}, pool.node_capacity)[0]
+
+    need = nodes_at(spec.max_replicas)
+    if need <= pool.nodes:
+        return
+    hi = max((n for n in range(spec.min_replicas, spec.max_replicas) if nodes_at(n) <= pool.nodes), default=0)
+    raise ConfigError(f"{_akey(e.key)}.{name}.maxReplicas: {spec.max_replicas}: the pool's replicas at their maximum need {need} "
+                      f"nodes (GPUs and EFA devices per node); the pool ({pool.key}) holds {pool.what}; valid range "
+                      f"{spec.min_replicas}-{hi}, or raise {pool.key}")
+
+
+def pause_pools(cluster_plan: Any, entries: list) -> list[str]:
+    """Managed node groups whose entries hold no GPU replica (all paused, or all at replicas 0): desired and min 0,
+    max kept at what the resumed entries need (so pause and resume change only node counts). Returns their names.
+    Karpenter pools are left as they are: their NodePool stays, and with no pending GPU pod Karpenter launches nothing
+    and consolidates the empty nodes away after the pool's consolidateAfter (stacks/cluster/karpenter.py)."""
+    from stacks.cluster import pack
+
+    out = []
+    by_gpu: dict[str, list] = {}
+    for e in entries:
+        by_gpu.setdefault(e.plan.target.gpu, []).append(e)
+    for pool in getattr(cluster_plan, "gpu_pools", None) or []:
+        members = by_gpu.get(pool.gpu)
+        sc = (pool.nodegroup or {}).get("scaling_config")
+        if not members or sc is None or getattr(pool, "capacity", "node-group") == "karpenter":
+            continue  # a Karpenter pool registers no node group: consolidation removes its empty nodes
+        if any(gpus_per_replica(c) * int(c.get("replicas", 1)) for e in members for c in e.plan.dgd["spec"]["components"]):
+            continue
+        resumed = {"spec": {"components": [c for e in members for c in
+                                           unpaused_dgd(e.plan.dgd, e.plan.notes.get("paused") or {})["spec"]["components"]]}}
+        need, _ = pack(resumed, pool.node_shape.capacity)
+        sc.update({"desired_size": 0, "min_size": 0, "max_size": max(int(sc["max_size"]), need, 1)})
+        pool.node_shape.count = 0
+        out.append(pool.name)
+    return out
+
+
+def at_min_dgd(plan) -> dict:
+    """An entry's DGD with every autoscaled component at its minReplicas (the fewest GPUs it holds while serving)."""
+    specs = plan.notes.get("autoscaling") or {}
+    out = copy.deepcopy(plan.dgd)
+    for comp in out["spec"]["components"]:
+        if comp["name"] in specs:
+            comp["replicas"] = specs[comp["name"]].min_replicas
+    return out

@@ -1,0 +1,96 @@
+"""Optional NetworkPolicies for a serving namespace (``dynamo:networkPolicy: {enabled: true, ...}``): deny by default,
+then allow what Dynamo needs. Pure data; stacks/serving/__init__.py adds them to the plan, components/serving.py registers them.
+
+Allowed (each a separate policy, named ``<dgd>-<what>``; several DGDs in one namespace each add theirs, and
+NetworkPolicies add up):
+- every pod: DNS to kube-system's kube-dns/CoreDNS pods (``k8s-app: kube-dns``, UDP/TCP 53);
+- the DGD's pods among themselves, any port (frontend <-> workers: request plane, KV events, NIXL KV transfer);
+- the frontend's HTTP port (operator default 8000, stacks/operator.container_ports) from the namespaces named in
+  ``ingressNamespaces`` and the serving namespace itself (the benchmark Job, port-forwards through the API server);
+- every component's ports from ``monitoringNamespaces`` (Prometheus scraping the ``system`` / ``http`` ports);
+- the DGD's pods to the platform in ``dynamo-system``: NATS client port 4222 (dynamo-platform values.yaml
+  ``nats.port: 4222``) and etcd 2379 (dynamo-platform.md: ``etcdAddr`` format ``http://host:2379``), and to the
+  Kubernetes API server on TCP 443/6443: the platform's discovery backend is "kubernetes" (values.yaml
+  ``discoveryBackend``: "Default is kubernetes for Kubernetes API service discovery"), and the API server is not a
+  pod a selector can name (its Service's endpoints are node or control-plane addresses), so these ports are open
+  to any address;
+- the download / validate Jobs (and the benchmark Job): egress TCP 443 to any address (Hugging Face Hub, PyPI for
+  the ``pip install`` of the python:3.10-slim Jobs); the benchmark Job also reaches the frontend (ingress above).
+
+Pods are selected by the labels the Dynamo operator puts on them (stacks/operator.pod_labels:
+``nvidia.com/dynamo-graph-deployment-name``, ``nvidia.com/dynamo-component-type``) and Job pods by the label the
+Job controller adds (``batch.kubernetes.io/job-name``, Kubernetes >= 1.27: "Job: ... the job-name label",
+https://kubernetes.io/docs/reference/labels-annotations-taints/#batchkubernetesiojob-name).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from stacks.serving.operator import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, container_ports, component_type
+from stacks.cluster.platform import PLATFORM_NAMESPACE
+
+API = "networking.k8s.io/v1"
+NS_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server (Kubernetes >= 1.22)
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+NATS_PORT, ETCD_PORT = 4222, 2379
+API_SERVER_PORTS = (443, 6443)
+HTTPS = 443
+
+
+def benchmark_job_name(dgd: dict) -> str:
+    """The AIPerf Job's name (stacks/benchmark.build_benchmark names it so; a test holds the two equal)."""
+    return f"aiperf-{dgd['metadata']['name']}"[:63].rstrip("-")
+
+
+def _policy(name: str, namespace: str, selector: dict, types: list[str], ingress=None, egress=None) -> dict:
+    spec: dict = {"podSelector": selector, "policyTypes": types}
+    if ingress is not None:
+        spec["ingress"] = ingress
+    if egress is not None:
+        spec["egress"] = egress
+    return {"apiVersion": API, "kind": "NetworkPolicy", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def _namespaces(names: Iterable[str]) -> dict:
+    return {"namespaceSelector": {"matchExpressions": [{"key": NS_NAME_LABEL, "operator": "In", "values": sorted(set(names))}]}}
+
+
+def _tcp(*ports: int) -> list[dict]:
+    return [{"protocol": "TCP", "port": p} for p in ports]
+
+
+def network_policies(dgd: dict, job_names: Iterable[str], ingress_namespaces: Iterable[str] = (),
+                     monitoring_namespaces: Iterable[str] = ()) -> list[dict]:
+    """The NetworkPolicies of one serving namespace holding ``dgd`` and the Jobs ``job_names``."""
+    ns = dgd["metadata"]["namespace"]
+    name = dgd["metadata"]["name"]  # every policy carries the DGD's name: entries sharing a namespace never collide
+    graph = {LABEL_DGD_NAME: dgd["metadata"]["name"]}
+    frontends = [c for c in dgd["spec"]["components"] if component_type(c) == "frontend"]
+    fe_ports = sorted({p for c in frontends for p in container_ports(c).values()})
+    all_ports = sorted({p for c in dgd["spec"]["components"] for p in container_ports(c).values()})
+    jobs = sorted(set(job_names))
+    out = [
+        _policy(f"{name}-default-deny", ns, {}, ["Ingress", "Egress"]),
+        _policy(f"{name}-dns", ns, {}, ["Egress"], egress=[{
+            "to": [{"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]),
+        _policy(f"{name}-graph", ns, {"matchLabels": dict(graph)}, ["Ingress", "Egress"],
+                ingress=[{"from": [{"podSelector": {"matchLabels": dict(graph)}}]}],
+                egress=[{"to": [{"podSelector": {"matchLabels": dict(graph)}}]},
+                        {"to": [{"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: PLATFORM_NAMESPACE}}}],
+                         "ports": _tcp(NATS_PORT, ETCD_PORT)},
+                        {"ports": _tcp(*API_SERVER_PORTS)}]),
+    ]
+    if fe_ports:
+        out.append(_policy(f"{name}-frontend-ingress", ns, {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}}, ["Ingress"],
+                           ingress=[{"from": [_namespaces([ns, *ingress_namespaces])], "ports": _tcp(*fe_ports)}]))
+    if list(monitoring_namespaces):
+        out.append(_policy(f"{name}-monitoring", ns, {"matchLabels": dict(graph)}, ["Ingress"],
+                           ingress=[{"from": [_namespaces(monitoring_namespaces)], "ports": _tcp(*all_ports)}]))
+    if jobs:
+        out.append(_policy(f"{name}-jobs-egress", ns, {"matchExpressions": [{"key": JOB_NAME_LABEL, "operator": "In", "values": jobs}]},
+                           ["Egress"], egress=[{"ports": _tcp(HTTPS)},
+                                               {"to": [{"podSelector": {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}}}],
+                                                "ports": _tcp(*fe_ports)}]))
+    return out

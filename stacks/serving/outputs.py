@@ -1,0 +1,74 @@
+"""Stack outputs that tell the user what to do next (pure, from the serving plan)."""
+from __future__ import annotations
+
+from stacks import catalog
+from stacks.serving.benchmark import local_command
+from stacks.serving import ServingPlan
+
+
+def next_steps(plan: ServingPlan) -> dict:
+    t, dgd = plan.target, plan.dgd
+    ns, name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
+    svc = f"{name}-frontend"
+    model = _served_model(dgd)
+    out = {
+        "target": t.id,
+        "upstreamRecipe": t.upstream or "-",
+        "experimental": t.experimental,
+        "namespace": ns,
+        "dgdName": name,
+        "frontendService": f"{svc}.{ns}.svc.cluster.local:8000",
+        "portForward": f"kubectl -n {ns} port-forward svc/{svc} 8000:8000",
+        "smokeTest": (
+            "curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' "
+            f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}], \"max_tokens\": 64}}'"
+        ),
+        # The benchmark Job's own steps (stacks/serving/benchmark.py builds both from the same functions), against the
+        # port-forward: fetch the published trace if absent, warm up, replay it at the published concurrency.
+        "aiperf": local_command(t, dgd),
+        "gpusNeeded": catalog.gpus_needed(dgd),
+    }
+    if t.perf:
+        out["expectedPerf"] = {
+            "concurrency": t.perf.concurrency,
+            "ttftP50Ms": t.perf.ttft_p50_ms,
+            "outputTokPerSecPerGpu": t.perf.output_tok_s_per_gpu,
+            "tokPerSecPerUser": t.perf.tok_s_per_user,
+            "source": t.perf.source,
+        }
+    return out
+
+
+def _served_model(dgd: dict) -> str:
+    for c in dgd["spec"]["components"]:
+        if c.get("type") == "frontend":
+            continue
+        for ctr in c["podTemplate"]["spec"]["containers"]:
+            for flag in ("--served-model-name", "--model"):
+                args = (ctr.get("command") or []) + (ctr.get("args") or [])
+                for i, a in enumerate(args):
+                    if a == flag and i + 1 < len(args):
+                        return args[i + 1]
+                    if isinstance(a, str) and a.startswith(flag + "="):
+                        return a.split("=", 1)[1]
+    for e in dgd["spec"].get("env") or []:
+        if e.get("name") == "SERVED_MODEL_NAME":
+            return e.get("value", "")
+    return ""
+
+
+def follow_commands(plan: ServingPlan, cluster_plan=None, benchmark=None) -> dict:
+    """Commands to follow a long ``up`` (a download or a DGD can take many minutes). ``__main__.py`` logs them as soon as the program is
+    evaluated (before any resource is created) and exports them: the download Job's log, the DGD's
+    Ready column, and the benchmark Job's log when there is one. On EKS, the first command writes the
+    new cluster's kubeconfig (it works as soon as the control plane exists)."""
+    ns = plan.dgd["metadata"]["namespace"]
+    out: dict = {}
+    if cluster_plan is not None:
+        out["followKubeconfig"] = f"aws eks update-kubeconfig --region {cluster_plan.region} --name {cluster_plan.name}"
+    if plan.jobs:
+        out["followDownload"] = f"kubectl -n {ns} logs -f job/{plan.jobs[0]['metadata']['name']}"
+    out["watchDgd"] = f"kubectl -n {ns} get dgd {plan.dgd['metadata']['name']} -w"
+    if benchmark is not None:
+        out["followBenchmark"] = f"kubectl -n {benchmark.namespace} logs -f job/{benchmark.job_name}"
+    return out
