@@ -1,7 +1,7 @@
 // Tools module that pins and builds the Karpenter core with its KWOK cloud provider (package kwok of
 // sigs.k8s.io/karpenter) for tools/karpenter.sh; not part of the product. Its own module, so that Karpenter's
 // dependency versions do not mix with the control plane's (tools/kube/go.mod). The pin is
-// stacks/versions.yaml toolchain.karpenter.
+// stacks/registry/versions.yaml toolchain.karpenter.
 module dynamo-pulumi/tools/karpenter
 
 go 1.26.4

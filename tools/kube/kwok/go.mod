@@ -1,6 +1,6 @@
 // Tools module that pins and builds kwok (Kubernetes WithOut Kubelet) for tools/kube-local.sh;
 // not part of the product. Its own module, so that kwok's dependency versions (k8s.io/* v0.36)
-// do not mix with kube-apiserver's (tools/kube/go.mod). The pin is stacks/versions.yaml toolchain.kwok.
+// do not mix with kube-apiserver's (tools/kube/go.mod). The pin is stacks/registry/versions.yaml toolchain.kwok.
 module dynamo-pulumi/tools/kube/kwok
 
 go 1.26.0
