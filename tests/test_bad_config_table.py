@@ -217,7 +217,7 @@ CASES = [
     C("kubeconfig-nothing-set", {"cluster": {"mode": "kubeconfig"}}, "cluster.kubeconfigPath", "KUBECONFIG", machine=True),
     C("eks-with-kubeconfigPath", {**eks(kubeconfigPath="/tmp/kc")}, "cluster.kubeconfigPath", "'/tmp/kc'", "'kubeconfig'", base=EKS),
     C("eks-with-plugins", {**eks(installDevicePlugins=True)}, "cluster.installDevicePlugins", "True", base=EKS),
-    # ---- cluster: EKS keys (stacks/cluster/__init__.py EksConfig)
+    # ---- cluster: EKS keys (stacks/cluster/config.py EksConfig)
     C("region-mars", eks(region="mars-1"), "cluster.region", "'mars-1'", "us-west-2", base=EKS),
     C("region-empty", eks(region=""), "cluster.region", "''", "us-east-1", base=EKS),
     # Neither dynamo:cluster.region nor aws:region: no region is assumed (the table's stacks set no aws:region).

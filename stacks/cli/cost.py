@@ -1,6 +1,6 @@
 """``python -m stacks cost --stack NAME``: $/h of each GPU pool of an EKS stack at its minimum, at its maximum and
 while every entry is paused, from stacks/registry/prices.yaml (each price with its source and the date it was read), plus the
-cluster's fixed hourly charges (EKS control plane; NAT gateways and interface endpoints at stacks/cluster/__init__.py's prices).
+cluster's fixed hourly charges (EKS control plane; NAT gateways and interface endpoints at stacks/cluster/network.py's prices).
 
 The node counts come from the same ``build_program`` that ``pulumi up`` runs: the stack as committed, and the same
 stack with ``paused: true`` on every entry (``stacks.serving.autoscaling``). Per pool:
@@ -137,12 +137,12 @@ def fixed_costs(program, prices: dict) -> list[tuple[str, float, str]]:
     net = cp.network or {}
     nats = len(net.get("nat_zones") or [])
     if nats:
-        out.append((f"NAT gateway x {nats}", round(nats * NAT_USD_PER_HOUR, 4), "stacks/cluster/__init__.py NAT_USD_PER_HOUR (aws.amazon.com/vpc/pricing)"))
+        out.append((f"NAT gateway x {nats}", round(nats * NAT_USD_PER_HOUR, 4), "stacks/cluster/network.py NAT_USD_PER_HOUR (aws.amazon.com/vpc/pricing)"))
     eps = len(net.get("interface_endpoints") or [])
     if eps:
         zones = len(cp.private_subnets)
         out.append((f"interface endpoints {', '.join(ECR_ENDPOINT_SERVICES)} x {zones} zones", round(eps * zones * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, 4),
-                    "stacks/cluster/__init__.py INTERFACE_ENDPOINT_USD_PER_AZ_HOUR (aws.amazon.com/privatelink/pricing)"))
+                    "stacks/cluster/network.py INTERFACE_ENDPOINT_USD_PER_AZ_HOUR (aws.amazon.com/privatelink/pricing)"))
     return out
 
 

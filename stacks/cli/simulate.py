@@ -63,7 +63,7 @@ POD_LABEL = "simulate.dynamo.nvidia.com/pod"
 GROUP_LABEL = "simulate.dynamo.nvidia.com/group"  # the node group of a simulated node (system, gpu)
 SIM_NAMESPACE = "dynamo-simulate"
 SYSTEM_ROOT_GIB = 20  # EKS managed node group default disk size (no launch template disk on the system group)
-GPU_ROOT_GIB = 500  # the GPU launch template's root volume (stacks/cluster/__init__.py block_device_mappings)
+GPU_ROOT_GIB = 500  # the GPU launch template's root volume (stacks/cluster/pools.py block_device_mappings)
 # The operator's /dev/shm when a component names no sharedMemorySize (ai-dynamo/dynamo
 # deploy/operator/internal/consts/consts.go DefaultSharedMemorySize; a worker Deployment rendered by the operator
 # carries emptyDir shared-memory, medium Memory, sizeLimit 8Gi: see stacks/serving/operator.py source T).

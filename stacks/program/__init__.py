@@ -110,7 +110,7 @@ def _entry_plan(spec: ProgramSpec, per_entry: list, entry: ServeEntry) -> Servin
     """One entry's serving plan where the stack's cluster is: a cluster stack's cluster (its pools are checked at
     `up`, StackReference), the EKS cluster this stack creates (region, fabric, Secrets only this stack can create,
     EFA per GPU of the instance, node group sized from the final DGD, GB200 ComputeDomain claims, FSx claim
-    binding: stacks/cluster/__init__.py), or any other cluster (the plain serving objects)."""
+    binding: stacks/cluster/plan.py plan_eks), or any other cluster (the plain serving objects)."""
     cfg, cluster = entry.config, spec.cluster
     if cluster.mode == "stack":
         ref_plan, serving = plan_on_cluster_stack(cfg, cluster, entry.raw, spec.secret_keys, require_secrets=spec.require_secrets)

@@ -7,7 +7,7 @@ The stack config, parsed once at the edge into one typed spec.
 both go through it, so both refuse a configuration with the same message, before any resource. What comes out:
 
 - ``ProgramSpec.cluster``: where the objects go, a discriminated union on ``cluster.mode`` (``RenderCluster``,
-  ``KubeconfigCluster``, ``StackCluster``, ``EksCluster``); the EKS keys themselves are ``stacks.cluster.EksConfig``;
+  ``KubeconfigCluster``, ``StackCluster``, ``EksCluster``); the EKS keys themselves are ``stacks.cluster.config.EksConfig``;
 - ``ProgramSpec.entries``: one typed ``ServeEntry`` per serving entry (a single-target stack has one, keyed
   ``dynamo``), each with its validated ``StackConfig``;
 - the stack-wide sections (``observability``, ``benchmark``) and what is known of the secrets (names only).
@@ -15,7 +15,7 @@ both go through it, so both refuse a configuration with the same message, before
 The planning layers (``stacks.serving.serve``, ``stacks.cluster``, ``stacks.program``...) read only this spec.
 
 May import: the registry and catalog (targets are validated against the catalog: ``stacks.spec.config.select_target``)
-and ``stacks.spec.config`` (the serving keys' models). One name comes from a planning module: ``stacks.cluster.EksConfig``
+and ``stacks.spec.config`` (the serving keys' models). One name comes from a planning module: ``stacks.cluster.config.EksConfig``
 (and its region helpers), which stays there while the EKS keys are extended; tests/test_layout.py lists that
 exception by name.
 """
@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from stacks.cluster import EksConfig, apply_aws_region, resolve_region
+from stacks.cluster.config import EksConfig, apply_aws_region, resolve_region
 from stacks.spec.config import (NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _camel, _key_error,
                      check_secret_keys, check_secret_values, parse, quantity_bytes, validation_error)
 
@@ -119,7 +119,7 @@ class StackCluster(ClusterConfig):
 
 
 class EksCluster(ClusterConfig):
-    """``mode: eks``: the EKS cluster this stack creates (the EKS keys: ``stacks.cluster.EksConfig``)."""
+    """``mode: eks``: the EKS cluster this stack creates (the EKS keys: ``stacks.cluster.config.EksConfig``)."""
 
     mode: Literal["eks"]
 

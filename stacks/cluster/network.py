@@ -1,0 +1,79 @@
+"""The cluster's network: the VPC's subnets, NAT gateways, the S3 gateway and ECR interface endpoints (with their
+prices), the public API endpoint's CIDRs, and the fabric EKS offers (EFA only)."""
+from __future__ import annotations
+
+import ipaddress
+import math
+from typing import Any, Optional
+
+from stacks.catalog.model import Target
+from stacks.spec.config import NS, ConfigError
+from stacks.cluster.config import EksConfig
+
+
+def _subnets(cidr: str, zones: tuple[str, ...], local_zone: Optional[str] = None) -> tuple[list[dict], list[dict], Optional[dict]]:
+    """Split the VPC in two: private subnets (big, for pods: one per zone, plus one for a GPU Local Zone) in the
+    first half, small public ones in the second. Sizes follow the zone count (2 to 6 zones, and the Local Zone)."""
+    net = ipaddress.ip_network(cidr)
+    halves = list(net.subnets(prefixlen_diff=1))
+    n_private = len(zones) + (1 if local_zone else 0)
+    private = list(halves[0].subnets(prefixlen_diff=max(2, math.ceil(math.log2(n_private)))))
+    public = list(halves[1].subnets(prefixlen_diff=max(4, math.ceil(math.log2(len(zones))))))
+    lz = {"availability_zone": local_zone, "cidr_block": str(private[len(zones)])} if local_zone else None
+    return (
+        [{"availability_zone": z, "cidr_block": str(public[i])} for i, z in enumerate(zones)],
+        [{"availability_zone": z, "cidr_block": str(private[i])} for i, z in enumerate(zones)],
+        lz,
+    )
+
+
+EKS_FABRICS = ("aws-efa", "none")
+
+
+def check_fabric_on_eks(target: Target, fabric_profile: Optional[str]) -> None:
+    """EKS offers EFA only: a recipe built for InfiniBand, GKE RDMA or Nscale needs the EFA profile."""
+    if target.topology == "disagg" and target.fabric == "none" and fabric_profile != "aws-efa":
+        raise ConfigError(
+            f"{NS}:fabricProfile: {target.id} names no RDMA fabric, so on EKS its NIXL KV transfer would fall back to TCP; "
+            f"set {NS}:fabricProfile: aws-efa"
+        )
+    if target.fabric not in EKS_FABRICS and fabric_profile != "aws-efa":
+        raise ConfigError(
+            f"{NS}:fabricProfile: {target.id} moves KV cache over {target.fabric}, which EKS does not have; "
+            f"set {NS}:fabricProfile: aws-efa (EFA devices and the LIBFABRIC backend) or use an existing {target.fabric} cluster (cluster.mode: kubeconfig)"
+        )
+
+
+# Interface endpoints for ECR: ecr.api (API calls such as DescribeImages) and ecr.dkr (the Docker registry API used by
+# pulls) (ECR user guide, "Amazon ECR interface VPC endpoints (AWS PrivateLink)": the endpoint's security group admits
+# 443 from the VPC's private subnets; Route 53 private DNS). Image layers are downloaded from pre-signed S3 URLs (ECR API
+# GetDownloadUrlForLayer), so without the S3 gateway endpoint layer bytes still cross the NAT gateway.
+# Each interface endpoint bills per Availability Zone-hour, $0.01 in us-east-1, plus $0.01/GB
+# (aws.amazon.com/privatelink/pricing); a gateway endpoint for S3 has no hourly or per-GB charge (aws.amazon.com/vpc/pricing).
+ECR_ENDPOINT_SERVICES = ("ecr.api", "ecr.dkr")
+INTERFACE_ENDPOINT_USD_PER_AZ_HOUR = 0.01
+# NAT gateway, us-east-1: $0.045 per gateway-hour and $0.045 per GB processed (aws.amazon.com/vpc/pricing, NAT
+# gateway pricing, read 2026-12-01); cross-zone traffic to a NAT in another zone adds inter-AZ transfer.
+NAT_USD_PER_HOUR = 0.045
+NAT_USD_PER_GB = 0.045
+
+
+def network_plan(cfg: EksConfig) -> dict[str, Any]:
+    """Egress of the cluster's private subnets and the endpoints that keep AWS traffic off the NAT gateway's per-GB
+    charge: ``nat_zones`` (the zones with a NAT gateway: the first, or every zone), ``s3_gateway_endpoint``,
+    ``interface_endpoints`` (service suffixes), ``public_access_cidrs`` and ``warnings``."""
+    zones = cfg.zones()
+    warnings = []
+    if "0.0.0.0/0" in cfg.public_access_cidrs:
+        warnings.append(f"{NS}:cluster.publicAccessCidrs includes 0.0.0.0/0 (the default, as EKS's): the Kubernetes API endpoint "
+                        "accepts connections from any address (authentication still applies); list your networks there, e.g. "
+                        "[203.0.113.0/24]")
+    if cfg.ecr_endpoints and not cfg.s3_gateway_endpoint:
+        warnings.append(f"{NS}:cluster.ecrEndpoints without s3GatewayEndpoint: ECR image layers still come from S3 through the NAT gateway")
+    return {
+        "nat_zones": list(zones) if cfg.nat_gateways == "per-zone" else [zones[0]],
+        "s3_gateway_endpoint": cfg.s3_gateway_endpoint,
+        "interface_endpoints": list(ECR_ENDPOINT_SERVICES) if cfg.ecr_endpoints else [],
+        "public_access_cidrs": list(cfg.public_access_cidrs),
+        "warnings": warnings,
+    }

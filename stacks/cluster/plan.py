@@ -1,0 +1,288 @@
+"""The assembled EKS cluster plan: ``ClusterPlan``, ``assemble_plan`` (VPC, system nodes, add-ons, cache storage,
+Karpenter, access and control plane around the GPU node groups), ``build_cluster_plan`` (one target),
+``build_cluster_only_plan`` (a cluster-only stack), ``build_pools_plan`` (several GPU node groups) and ``plan_eks``
+(everything an EKS stack checks and plans before any resource)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from stacks.catalog.model import Target
+from stacks.spec.config import NS, ConfigError
+from stacks.registry.gpus import InstanceShape, shape_for
+from stacks.cluster.config import POOL_KEYS, EksConfig, resolve_region
+from stacks.cluster.access import access_plan, control_plane_plan
+from stacks.cluster.addons import addon_versions
+from stacks.cluster.dra import apply_compute_domain, compute_domain
+from stacks.cluster.network import _subnets, check_fabric_on_eks, network_plan
+from stacks.cluster.pools import (GPU_TAINT_KEY, POOL_LABEL, GpuPool, NodeShape, _dgd, _key, _untolerated, build_gpu_pool,
+                                  combined_dgd, gpu_taint_for, pin_gpu_product, pool_name)
+from stacks.cluster.pull_secrets import check_secrets_on_new_cluster, pull_secret
+from stacks.cluster.storage import _fsx_static_pv, _gib, _storage_class, cache_class_name
+
+
+@dataclass
+class ClusterPlan:
+    name: str
+    region: str
+    kubernetes_version: str
+    vpc: dict
+    public_subnets: list[dict]
+    private_subnets: list[dict]  # the EKS cluster's subnets (Availability Zones only)
+    gpu_subnet: Optional[dict]  # a Local Zone subnet for the GPU node group only (None: it uses a private subnet)
+    addons: list[str]
+    system_nodegroup: dict
+    gpu_nodegroup: dict
+    launch_template: dict
+    placement_group: Optional[dict]
+    shape: InstanceShape
+    gpu_shape: NodeShape
+    storage: dict
+    storage_class: Optional[dict]  # EFS: dynamic provisioning through access points
+    static_pv: Optional[dict]  # FSx for Lustre: the stack's file system as a PersistentVolume (claimRef filled by the wiring)
+    cache_class_name: str
+    protect_cache: bool
+    nvidia_stack: str
+    efa: bool
+    dra_driver: bool = False  # NVIDIA DRA driver for ComputeDomains (GB200)
+    compute_domain: Optional[dict] = None  # ComputeDomain the workers claim when they span nodes of one NVLink domain
+    admin_principal_arns: tuple[str, ...] = ()
+    notes: dict[str, Any] = field(default_factory=dict)
+    addon_versions: dict[str, str] = field(default_factory=dict)  # add-on -> pinned version (stacks/registry/versions.yaml eks.addons)
+    # Every GPU node group (one per gpuPools entry), the first one also as gpu_nodegroup, launch_template, placement_group,
+    # shape and gpu_shape above (its resources keep the single-target names).
+    gpu_pools: list["GpuPool"] = field(default_factory=list)
+    # Egress and endpoints (``network_plan``): NAT gateways, the S3 gateway endpoint, ECR interface endpoints, the
+    # public API endpoint's CIDRs and the warnings the wiring logs.
+    network: dict[str, Any] = field(default_factory=dict)
+    # stacks.cluster.karpenter.KarpenterPlan when a GPU pool has capacity: karpenter (its pools get no managed node group).
+    karpenter: Optional[Any] = None
+    # Who may use the Kubernetes API (``access_plan``), Secrets envelope encryption and control-plane logs
+    # (``control_plane_plan``).
+    access: dict[str, Any] = field(default_factory=dict)
+    control_plane: dict[str, Any] = field(default_factory=dict)
+
+
+def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cache: bool = True,
+                  compute_domain_for: Optional[tuple[Target, dict]] = None) -> ClusterPlan:
+    """The cluster around its GPU node groups: VPC, system nodes, add-ons, cache storage. ``pools[0]`` is the
+    first GPU group (today's resource names); ``compute_domain_for``: (target, dgd) of a GB200 target whose
+    workers span nodes of one NVLink domain."""
+    zones = cfg.zones()
+    # A Local Zone GPU group (GB200 UltraServers) gets its own subnet; with gpuPools, the one Local Zone the pools name.
+    local_zone = next((p.nodegroup["availability_zone"] for p in pools if p.nodegroup["availability_zone"] not in zones), None)
+    gpu_zone = pools[0].nodegroup["availability_zone"]
+    public, private, gpu_subnet = _subnets(cfg.vpc_cidr, zones, local_zone)
+    name = f"dynamo-{stack}"
+    sys_ng = {
+        "instance_types": [cfg.system_instance_type],
+        "ami_type": "AL2023_x86_64_STANDARD",
+        "capacity_type": "ON_DEMAND",
+        "scaling_config": {"desired_size": cfg.system_nodes, "min_size": cfg.system_nodes, "max_size": cfg.system_nodes + 2},
+        "labels": {POOL_LABEL: "system"},
+    }
+    static_pv = None
+    sc = None
+    if cfg.cache_storage == "efs":
+        storage = {"kind": "efs", "throughput_mode": cfg.efs_throughput_mode, "performance_mode": "generalPurpose", "encrypted": True}
+        if cfg.efs_provisioned_throughput_mibps is not None:
+            storage["provisioned_throughput_in_mibps"] = cfg.efs_provisioned_throughput_mibps
+        class_name = "efs-model-cache"
+        sc = _storage_class(class_name, "efs.csi.aws.com", {"provisioningMode": "efs-ap", "directoryPerms": "700", "fileSystemId": "<efs-id>"})
+        csi = "aws-efs-csi-driver"
+    else:
+        # FSx for Lustre is an Availability Zone service: in the GPU zone, or the first zone when the GPUs are in a Local Zone.
+        storage = {"kind": "fsx-lustre", "deployment_type": "PERSISTENT_2", "storage_capacity": cfg.fsx_storage_capacity_gib,
+                   "per_unit_storage_throughput": cfg.fsx_throughput_per_tib, "data_compression_type": "LZ4",
+                   "availability_zone": zones[0] if local_zone else gpu_zone}
+        class_name = "fsx-model-cache"
+        static_pv = _fsx_static_pv(f"{name}-model-cache", class_name, cfg.fsx_storage_capacity_gib)
+        csi = "aws-fsx-csi-driver"
+    fsx_mbps = cfg.fsx_storage_capacity_gib / 1024 * cfg.fsx_throughput_per_tib if cfg.cache_storage == "fsx-lustre" else None
+    # GB200: DRA driver for IMEX; a ComputeDomain when a disaggregated target's workers span nodes of the NVLink domain.
+    dra = any(p.shape.ultraserver for p in pools)
+    cd = None
+    if compute_domain_for and dra:
+        target, dgd = compute_domain_for
+        if target.topology == "disagg" and pools[0].nodes_needed > 1:
+            cd = compute_domain(f"{name}-imex", (dgd.get("metadata") or {}).get("namespace") or "default", pools[0].nodes_needed)
+    first = pools[0]
+    from stacks.cluster.karpenter import build_karpenter_plan, node_role_name, pool_objects
+
+    karpenter = build_karpenter_plan(name, cfg.region, [
+        pool_objects(name, p.name, node_role_name(name), p.shape.instance_type, p.shape.kubernetes_arch, p.shape.gpus_per_node,
+                     p.karpenter["zone"], p.nodegroup["labels"], p.nodegroup["taints"][0], p.karpenter["max_nodes"],
+                     market_type=p.karpenter["market_type"], capacity_reservation_id=p.karpenter["capacity_reservation_id"],
+                     ami_alias=p.karpenter["ami_alias"], consolidate_after=p.karpenter["consolidate_after"], gpu=p.gpu,
+                     nodes_needed=p.nodes_needed)
+        for p in pools if p.capacity == "karpenter"], system_nodes=cfg.system_nodes, system_selector={POOL_LABEL: "system"})
+    return ClusterPlan(
+        name=name,
+        region=cfg.region,
+        kubernetes_version=cfg.kubernetes_version,
+        vpc={"cidr_block": cfg.vpc_cidr, "enable_dns_hostnames": True, "enable_dns_support": True},
+        public_subnets=public,
+        private_subnets=private,
+        gpu_subnet=gpu_subnet,
+        network=network_plan(cfg),
+        addons=["vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi],
+        addon_versions={a: v for a, v in addon_versions(cfg.kubernetes_version).items()
+                        if a in ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi)},
+        system_nodegroup=sys_ng,
+        gpu_nodegroup=first.nodegroup,
+        launch_template=first.launch_template,
+        placement_group=first.placement_group,
+        shape=first.shape,
+        gpu_shape=first.node_shape,
+        storage=storage,
+        storage_class=sc,
+        static_pv=static_pv,
+        cache_class_name=class_name,
+        protect_cache=protect_cache,
+        nvidia_stack=cfg.nvidia_stack,
+        efa=any(p.efa for p in pools),
+        dra_driver=dra,
+        compute_domain=cd,
+        admin_principal_arns=cfg.admin_principal_arns,
+        notes={"gpus": sum(p.gpus for p in pools), "nodes_needed": first.nodes_needed, "fsx_mbps": fsx_mbps,
+               "efa_per_gpu": first.shape.efa_per_gpu},
+        gpu_pools=list(pools),
+        karpenter=karpenter,
+        access=access_plan(cfg),
+        control_plane=control_plane_plan(name, cfg),
+    )
+
+
+def build_cluster_plan(stack: str, cfg: EksConfig, target: Target, dgd: Optional[dict] = None, protect_cache: bool = True,
+                       key: str = f"{NS}:cluster") -> ClusterPlan:
+    """``dgd``: the final DGD (after ``replicas``, images and the fabric profile); node counts, EFA and the
+    GB200 ComputeDomain follow it. Defaults to the catalog's DGD for the target. One GPU node group."""
+    dgd = dgd or _dgd(target)
+    pool = build_gpu_pool(cfg, target.gpu, dgd, target.id, gpu_taint_for(target), key)
+    return assemble_plan(stack, cfg, [pool], protect_cache, compute_domain_for=(target, dgd))
+
+
+def build_cluster_only_plan(stack: str, cfg: EksConfig) -> ClusterPlan:
+    """A cluster-only stack (``dynamo:serve: []``): one GPU node group per ``dynamo:cluster.gpuPools`` entry, sized by
+    its ``nodes``; serving stacks add their objects later (``cluster.mode: stack``)."""
+    k = f"{NS}:cluster"
+    if not cfg.gpu_pools:
+        raise ConfigError(f"{k}.gpuPools: not set; a cluster-only stack ({NS}:serve: []) names its GPU node groups, "
+                          f"e.g. gpuPools: [{{gpu: h100, nodes: 2}}]")
+    pools = []
+    for i, p in enumerate(cfg.gpu_pools):
+        pcfg, key = cfg.pool_for(p.gpu)
+        taint = {"key": GPU_TAINT_KEY, "value": "true", "effect": "NO_SCHEDULE"}
+        pools.append(build_gpu_pool(pcfg, p.gpu, None, f"pool {p.gpu}", taint, key, pool_name(p.gpu, i == 0)))
+    return assemble_plan(stack, cfg, pools, protect_cache=True)
+
+
+def node_pools(plan: ClusterPlan) -> list[dict]:
+    """What a cluster stack exports as ``nodePools`` (and a serving stack checks its entries against): per GPU node
+    group its GPU, instance type, node count, per-node allocatable GPUs and EFA devices, labels and taint."""
+    return [{"name": p.name, "gpu": p.gpu, "instanceType": p.shape.instance_type, "count": p.node_shape.count,
+             "allocatable": dict(p.node_shape.capacity), "labels": dict(p.node_shape.labels),
+             "taint": {k: v for k, v in p.node_shape.taints[0].items()},
+             **({"capacity": "karpenter"} if p.capacity == "karpenter" else {})} for p in plan.gpu_pools]
+
+
+# --------------------------------------------------------------------------- the EKS part of the program, as data
+
+def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_region: Optional[str] = None,
+             require_secrets: bool = True):
+    """Everything an EKS stack needs before any resource: region agreement with ``aws:region``, the fabric,
+    the Secrets only this stack can create, the serving objects (EFA per GPU of the cluster's instance), the
+    cluster plan sized from the final DGD, the GB200 ComputeDomain claims, the FSx claim binding and the
+    image pull secrets. Returns ``(cluster, cluster_plan, serving_plan)``; ``cluster`` may carry the region
+    from ``aws:region``. ``require_secrets=False`` (render for review) skips only the presence of ``ngcApiKey``."""
+    from stacks.serving import build_plan, select_target
+
+    cluster = resolve_region(cluster, (raw or {}).get("cluster") or {}, aws_region)
+    target = select_target(cfg)
+    check_fabric_on_eks(target, cfg.fabric_profile)
+    check_secrets_on_new_cluster(cfg.hf_token_secret_name, cfg.image_pull_secrets if require_secrets else (), raw, set(secret_keys))
+    pool_cfg, pool_key = cluster.pool_for(target.gpu, f"{NS}:gpu")
+    try:
+        shape = shape_for(target.gpu, pool_cfg.instance_type)
+    except ValueError as e:
+        raise ConfigError(f"{_key(pool_key, 'instanceType')}: {e}") from None
+    own_class = cache_class_name(cluster)
+    if cfg.storage.class_name and cfg.storage.class_name != own_class and not cfg.storage.existing_claim:
+        raise ConfigError(f"{NS}:storage.className: {cfg.storage.class_name!r} does not exist on the EKS cluster this `pulumi up` creates, "
+                          f"so the cache claim would stay Pending; remove it (the stack's class is {own_class!r}, "
+                          f"from {NS}:cluster.cacheStorage: {cluster.cache_storage}) or set it to {own_class!r}")
+    serving = build_plan(cfg, default_storage_class=cache_class_name(cluster), job_node_selector={POOL_LABEL: "system"},
+                         efa_per_gpu=shape.efa_per_gpu)
+    cp = build_cluster_plan(stack, pool_cfg, target, dgd=serving.dgd, protect_cache=cfg.storage.protect, key=pool_key)
+    if cp.gpu_pools[0].capacity == "karpenter":  # consolidation never takes a node from under a serving worker
+        from stacks.cluster.karpenter import add_do_not_disrupt
+
+        add_do_not_disrupt(serving.dgd)
+    ns = serving.dgd["metadata"]["namespace"]
+    if cp.compute_domain:
+        cp.compute_domain["metadata"]["namespace"] = ns
+        apply_compute_domain(serving.dgd, cp.compute_domain)
+    if cp.static_pv:
+        cp.static_pv["spec"]["claimRef"] = {"namespace": ns, "name": serving.claim_name}
+        if serving.cache_pvc:
+            want = serving.cache_pvc["spec"]["resources"]["requests"]["storage"]
+            if _gib(want) > cluster.fsx_storage_capacity_gib:
+                raise ConfigError(f"{NS}:storage.size: {want} is larger than the FSx file system ({NS}:cluster.fsxStorageCapacityGib: "
+                                  f"{cluster.fsx_storage_capacity_gib}); raise fsxStorageCapacityGib (1200, 2400 or a multiple of 2400)")
+    cp.notes["pull_secrets"] = [pull_secret(n, ns) for n in cfg.image_pull_secrets]
+    return cluster, cp, serving
+
+
+# --------------------------------------------------------------------------- several GPU node groups (cluster.gpuPools)
+
+def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, list[tuple[str, str, dict]], dict]],
+                     protect_cache: bool = True) -> ClusterPlan:
+    """One GPU node group per GPU of the stack's entries, each sized from the sum of its entries' DGDs (after replicas
+    and overrides), plus the ``gpuPools`` no entry uses. ``groups``: ``(gpu, [(entry key, entry name, dgd)], taint)``
+    in the order of the entries."""
+    if len(groups) > 1 and not cluster.gpu_pools:
+        from stacks.spec.config import _camel
+
+        set_keys = [k for k in POOL_KEYS if k in cluster.model_fields_set]
+        if not set_keys:
+            # Without gpuPools the entries' order would name the node groups, and removing the first entry would
+            # rename (replace) another GPU's node group: the pools' order must be stated.
+            gpus = [g for g, _, _ in groups]
+            raise ConfigError(f"{NS}:cluster.gpuPools: not set, but the entries run on {', '.join(gpus)}; list those GPUs "
+                              f"there (e.g. gpuPools: [{', '.join('{gpu: ' + g + '}' for g in gpus)}]): the pools' order names "
+                              f"the node groups, so adding or removing an entry never replaces another GPU's node group")
+        if set_keys:
+            raise ConfigError(f"{NS}:cluster.{_camel(set_keys[0])}: applies to one GPU node group, but the entries run on "
+                              f"{', '.join(g for g, _, _ in groups)}; set it per GPU in {NS}:cluster.gpuPools "
+                              f"(e.g. gpuPools: [{{gpu: {groups[0][0]}, ...}}, {{gpu: {groups[1][0]}}}])")
+    by_gpu = {gpu: (members, taint) for gpu, members, taint in groups}
+    for gpu, (members, _) in by_gpu.items():
+        cluster.pool_for(gpu, f"{members[0][0]}.gpu")  # every entry's GPU has a pool (when gpuPools is set)
+    # With gpuPools the pools' order names the groups (its first keeps the single-target names), so adding or removing an
+    # entry never renames another GPU's node group; without it, the entries' order does (one GPU: always "gpu").
+    order = [p.gpu for p in cluster.gpu_pools] or list(by_gpu)
+    pools: list[GpuPool] = []
+    for gpu in order:
+        pcfg, key = cluster.pool_for(gpu)
+        name = pool_name(gpu, not pools)
+        if gpu not in by_gpu:
+            pools.append(build_gpu_pool(pcfg, gpu, None, f"pool {gpu}", {"key": GPU_TAINT_KEY, "value": "true", "effect": "NO_SCHEDULE"}, key, name))
+            continue
+        members, taint = by_gpu[gpu]
+        parts = [(n, dgd) for _, n, dgd in members]
+        bad = _untolerated(parts, taint)
+        if bad:
+            raise ConfigError(f"{members[0][0]}: the {gpu} node group is tainted {taint['key']}={taint['value']}, which "
+                              f"{', '.join(bad)} do not tolerate; entries of one GPU share its node group")
+        pools.append(build_gpu_pool(pcfg, gpu, combined_dgd(parts), ", ".join(k for k, _, _ in members), taint, key, name))
+    if len(pools) > 1:  # a worker that does not select its GPU could land on another GPU's nodes
+        for pool in pools:
+            for _, _, dgd in by_gpu.get(pool.gpu, ([], None))[0]:
+                pin_gpu_product(dgd, pool.shape.product)
+    for pool in pools:  # workers on Karpenter pools: consolidation never takes a node from under a serving worker
+        if pool.capacity == "karpenter":
+            from stacks.cluster.karpenter import add_do_not_disrupt
+
+            for _, _, dgd in by_gpu.get(pool.gpu, ([], None))[0]:
+                add_do_not_disrupt(dgd)
+    return assemble_plan(stack, cluster, pools, protect_cache)

@@ -1,0 +1,60 @@
+"""The model cache's storage: EFS and FSx for Lustre throughput facts, the cache StorageClass, the FSx static
+PersistentVolume, the cache class name of a cluster and storage quantities in GiB."""
+from __future__ import annotations
+
+import re
+
+from stacks.cluster.config import EksConfig
+
+
+
+# EFS Elastic throughput: about 1.5 GiB/s read per client (EFS user guide, "Amazon EFS performance"); the FSx default
+# must not be slower for a single vLLM loader reading hundreds of GB.
+EFS_CLIENT_MBPS = 1.5 * 1024 * 1.048576  # 1.5 GiB/s in MB/s
+FSX_THROUGHPUT_PER_TIB = (125, 250, 500, 1000)  # PERSISTENT_2 SSD, MB/s/TiB (FSx CreateFileSystem PerUnitStorageThroughput)
+
+
+def _storage_class(name: str, provisioner: str, parameters: dict) -> dict:
+    """The model-cache StorageClass; ``<...>`` parameters are filled from the file system the cluster creates.
+    Retain: deleting the claim must not delete the cache's data."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+        "parameters": parameters,
+        "reclaimPolicy": "Retain",
+        "volumeBindingMode": "Immediate",
+    }
+
+
+def _fsx_static_pv(name: str, class_name: str, capacity_gib: int) -> dict:
+    """The stack's FSx for Lustre file system as a PersistentVolume: the CSI driver has no StorageClass parameter
+    naming an existing file system, so the cache binds statically (kubernetes-sigs/aws-fsx-csi-driver,
+    examples/kubernetes/static_provisioning: ``volumeHandle`` = file system id, ``dnsname``, ``mountname``).
+    ``<...>`` values come from the file system; the wiring adds ``claimRef`` (the serving layer's claim)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": f"{capacity_gib}Gi"},
+            "volumeMode": "Filesystem",
+            "accessModes": ["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
+            "mountOptions": ["flock"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": class_name,
+            "csi": {"driver": "fsx.csi.aws.com", "volumeHandle": "<fsx-id>", "volumeAttributes": {"dnsname": "<fsx-dns>", "mountname": "<fsx-mount>"}},
+        },
+    }
+
+
+def cache_class_name(cfg: EksConfig) -> str:
+    return "efs-model-cache" if cfg.cache_storage == "efs" else "fsx-model-cache"
+
+
+def _gib(quantity: str) -> float:
+    m = re.fullmatch(r"([0-9.]+)(Ki|Mi|Gi|Ti|Pi)?", str(quantity))
+    if not m:
+        return 0.0
+    return float(m[1]) * {"Ki": 2**-20, "Mi": 2**-10, "Gi": 1, "Ti": 2**10, "Pi": 2**20, None: 2**-30}[m[2]]
