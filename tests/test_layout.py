@@ -6,10 +6,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def imported_modules(path: Path) -> set[str]:
+def imported_modules(path: Path, pkg: str | None = None, runtime_only: bool = False) -> set[str]:
+    """The names a module imports (relative imports resolved against ``pkg``, by default the file's package);
+    ``runtime_only`` leaves out ``if TYPE_CHECKING:`` blocks, which only type checkers read."""
     tree = ast.parse(path.read_text())
+    if runtime_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []
     out = set()
-    pkg = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    if pkg is None:
+        pkg = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
@@ -107,24 +114,9 @@ def _resolve(name: str, known) -> str | None:
 
 
 def runtime_imports(module: str, path: Path) -> set[str]:
-    """The names ``module`` imports when it runs (function-level imports included; ``if TYPE_CHECKING:`` blocks,
-    which only type checkers read, left out)."""
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            node.body = []
+    """The names ``module`` imports when it runs (function-level imports included)."""
     pkg = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
-                base = ".".join(parts + ([base] if base else []))
-            out |= {base} | {f"{base}.{a.name}" for a in node.names}
-    return out
+    return imported_modules(path, pkg, runtime_only=True)
 
 
 def layer_violations(modules: dict[str, Path]) -> list[str]:

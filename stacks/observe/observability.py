@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from stacks.cluster.platform import GPU_TOLERATION, HelmSpec, _helm
+from stacks.serving.operator import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_METRICS_ENABLED
 
 MONITORING_API = "monitoring.coreos.com/v1"
 KPS_KEY = "kube-prometheus-stack"
@@ -64,10 +65,10 @@ DCGM_RELEASE = "dcgm-exporter"
 GPU_OPERATOR_NAMESPACE = "gpu-operator"  # stacks.cluster.platform.nvidia_gpu_stack installs the GPU Operator here
 DASHBOARD_LABEL = "grafana_dashboard"
 DASHBOARD_LABEL_VALUE = "1"
-# Labels the Dynamo operator puts on every pod it manages (operator consts: KubeLabelMetricsEnabled ...).
-METRICS_ENABLED_LABEL = "nvidia.com/metrics-enabled"
-COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-component-type"
-DGD_NAME_LABEL = "nvidia.com/dynamo-graph-deployment-name"
+# Labels the Dynamo operator puts on every pod it manages: stacks.serving.operator holds them, with their sources.
+METRICS_ENABLED_LABEL = LABEL_METRICS_ENABLED
+COMPONENT_TYPE_LABEL = LABEL_COMPONENT_TYPE
+DGD_NAME_LABEL = LABEL_DGD_NAME
 # The component types the platform's worker PodMonitor selects, in its order (prometheus.yaml @ 14947dfa...).
 WORKER_COMPONENT_TYPES = ("worker", "decode", "prefill")
 SCRAPE_INTERVAL = "5s"  # the platform's PodMonitors scrape every 5s

@@ -62,6 +62,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from stacks.spec.config import NS, ConfigError
+from stacks.serving.operator import LABEL_DGD_NAME
 
 DGDSA_API = "nvidia.com/v1beta1"
 DGDSA_KIND = "DynamoGraphDeploymentScalingAdapter"
@@ -227,7 +228,7 @@ def scaled_object(dgd: dict, component: str, spec: ComponentAutoscaling, prometh
         "apiVersion": SCALED_OBJECT_API,
         "kind": "ScaledObject",
         "metadata": {"name": target, "namespace": md["namespace"],
-                     "labels": {"app.kubernetes.io/part-of": "dynamo", "nvidia.com/dynamo-graph-deployment-name": md["name"]}},
+                     "labels": {"app.kubernetes.io/part-of": "dynamo", LABEL_DGD_NAME: md["name"]}},
         "spec": {
             "scaleTargetRef": {"apiVersion": DGDSA_API, "kind": DGDSA_KIND, "name": target},
             "minReplicaCount": spec.min_replicas,

@@ -64,6 +64,7 @@ from typing import Any, Optional
 
 from stacks.spec.config import ConfigError
 from stacks.registry.versions import image, versions
+from stacks.serving.operator import LABEL_DGD_NAME
 
 RESULT_FILE = "profile_export_aiperf.json"
 RESULT_BEGIN = "=== BEGIN profile_export_aiperf.json ==="
@@ -495,7 +496,7 @@ def build_benchmark(serving: Any, cfg: Any) -> BenchmarkPlan:
         "metadata": {
             "name": job_name, "namespace": ns,
             "labels": {"app.kubernetes.io/name": "aiperf", "app.kubernetes.io/part-of": "dynamo-benchmark",
-                       "nvidia.com/dynamo-graph-deployment-name": dgd_name},
+                       LABEL_DGD_NAME: dgd_name},
             "annotations": {SKIP_AWAIT: "true", "dynamo.nvidia.com/target": t.id,
                             "dynamo.nvidia.com/perf-source": perf.source if perf else "none"},
         },
