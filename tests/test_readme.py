@@ -246,3 +246,30 @@ def test_readme_shell_setup_puts_the_pinned_pulumi_on_the_path():
     assert where == str(ROOT / ".tools" / "bin" / "pulumi")
     assert version == yaml.safe_load(_text(ROOT / "stacks" / "registry" / "versions.yaml"))["toolchain"]["pulumi"]
 
+
+
+def _section(text: str, heading: str) -> str:
+    assert f"\n## {heading}\n" in text, f"README has no '## {heading}' section"
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_says_how_to_check_a_deployment():
+    """A user checking a new deployment finds, in the README: the smoke test, how to reach Grafana and log in, the
+    benchmark and what each bench-report exit code means, with the key speculative rows need."""
+    section = _section(_text(README), "Checking a deployment")
+    for needed in ("smokeTest", "portForward", "svc/kube-prometheus-stack-grafana", "admin-password", "bench-report",
+                   "**0**", "**1**", "**2**", "benchmark.syntheticAcceptance", "prefill and decode"):
+        assert needed in section, f"README 'Checking a deployment' does not mention {needed}"
+
+
+def test_readme_deploying_explains_node_groups_vs_karpenter_and_shows_cost():
+    """The EKS part of the README says what a managed node group and a Karpenter pool bill, names the committed
+    Karpenter example and shows `cost` on it; pause and autoscaling are in 'Operating'."""
+    text = _text(README)
+    deploying = _section(text, "Deploying")
+    assert "capacity: karpenter" in deploying and "managed node group" in deploying
+    example = next(a for a in cli_commands(deploying) if a[0] == "cost")
+    stack = example[example.index("--stack") + 1]
+    assert "karpenter" in yaml.safe_load(_text(ROOT / f"Pulumi.{stack}.yaml"))["config"]["dynamo:cluster"].__repr__()
+    operating = _section(text, "Operating")
+    assert "dynamo:paused" in operating and "dynamo:autoscaling" in operating and "404" in operating
