@@ -48,7 +48,10 @@ def dra_driver_values() -> dict:
 def dra_driver_spec():
     """The NVIDIA DRA driver release (values: ``dra_driver_values``). Pinned in versions.yaml charts.nvidia-dra-driver-gpu
     (the chart is dra-driver-nvidia-gpu from v0.4.0; the release keeps its name, so the Pulumi URN and the Helm
-    release do not change)."""
+    release do not change). Moving a gb200 stack from the 25.x chart is therefore an in-place update, a ``helm
+    upgrade``: the Release's diff replaces only on a new ``name`` or ``namespace`` (pulumi-kubernetes
+    provider/pkg/provider/helm_release.go, Diff: ``forceNewFields := []string{".name", ".namespace"}``), and a new
+    ``chart``, ``repositoryOpts`` or ``version`` is an update."""
     from stacks.cluster.platform import HelmSpec, chart_pin
 
     pin = chart_pin("nvidia-dra-driver-gpu")
