@@ -1,6 +1,7 @@
 """bench-report on recorded AIPerf 0.13.0 output (tests/fixtures/aiperf-0.13.0-*, real runs against the Dynamo
-frontend and mocker): each figure by the published definition of the row's family, and a run that is not the
-published workload refused with exit 2."""
+frontend and mocker, and one export derived from them in the published workload's shape): each figure by the
+published definition of the row's family, and a run that is not the published workload (trace, lengths, request
+count, concurrency, speculative acceptance) refused with exit 2."""
 import copy
 import dataclasses
 import json
@@ -10,11 +11,14 @@ import pytest
 
 from stacks import catalog
 from stacks.__main__ import main
-from stacks.serving.benchmark import METHODS, PER_GPU_FROM_THROUGHPUT, PER_GPU_FROM_USER, build_benchmark, synthetic_speculative_dgd
+from stacks.serving.benchmark import (LENGTH_TOLERANCE, METHODS, PER_GPU_FROM_THROUGHPUT, PER_GPU_FROM_USER, TRACE_LENGTHS,
+                                      build_benchmark, synthetic_speculative_dgd, trace)
 from stacks.catalog import gpus_needed
 from stacks.catalog.model import Perf
-from stacks.cli.bench_report import (ReportError, compare, extract_from_log, extract_manifest, format_report, parse_export,
-                                     verdict, workload_problems)
+from stacks.cli.bench_report import (ReportError, compare, expected_lengths, extract_from_log, extract_manifest, format_report,
+                                     parse_export, verdict, workload_problems)
+from stacks.program import build_program
+from stacks.registry.versions import versions
 from stacks.spec.config import BenchmarkConfig, parse
 from stacks.serving import build_plan
 
@@ -23,6 +27,9 @@ FIX = FIXTURES / "aiperf-0.13.0-dynamo-mocker"  # synthetic 512/64-token prompts
 EXPORT = FIX / "profile_export_aiperf.json"
 TRACE_LOG = FIXTURES / "aiperf-0.13.0-mooncake-trace" / "benchmark-job.log"  # the Job's script replaying a trace
 TRACE_TARGET = "lightning-vllm-agg-h100-dspark"  # the target that recorded run was rendered for (1 GPU, concurrency 20)
+# The recorded trace replay in the published workload's shape (request count, lengths): derived, see its README.
+SHAPED = FIXTURES / "aiperf-0.13.0-published-shape"
+MATCHING = SHAPED / "profile_export_aiperf.json"
 
 
 @pytest.fixture(scope="module")
@@ -42,14 +49,20 @@ def _bench(target: str, synthetic: bool = False, **cfg):
     return build_benchmark(serving, BenchmarkConfig.model_validate({"enabled": True, **cfg})), serving
 
 
-def _published_shape(export: dict, bench) -> dict:
-    """The recorded export with its input_config set to what the published run records (all rows, the row's
-    concurrency): the figures stay the mocker's."""
-    d = copy.deepcopy(export)
-    d["input_config"]["phases"] = [{"name": "profiling", "kind": "profiling", "type": "concurrency",
-                                    "requests": bench.published_requests, "concurrency": bench.perf.concurrency}]
-    d["input_config"]["datasets"][0]["path"] = "/model-cache/aiperf/traces/" + bench.trace.file
-    return d
+@pytest.fixture()
+def matching():
+    return json.loads(MATCHING.read_text())
+
+
+def _bench_report_cli(monkeypatch, tmp_path, export: dict, synthetic: bool = True) -> int:
+    """``bench-report --stack s --file <export>`` for a stack serving TRACE_TARGET with the benchmark on (and, with
+    ``synthetic``, dynamo:benchmark.syntheticAcceptance: true), built by the same build_program as a committed stack."""
+    cfg = {"target": TRACE_TARGET, "cluster": {"mode": "render", "renderDir": str(tmp_path / "render")},
+           "benchmark": {"enabled": True, "syntheticAcceptance": synthetic}}
+    monkeypatch.setattr("stacks.program.render.program_for_stack", lambda name: build_program(cfg, name))
+    path = tmp_path / "profile_export_aiperf.json"
+    path.write_text(json.dumps(export))
+    return main(["bench-report", "--stack", "s", "--file", str(path)])
 
 
 # --- the published definition of output tok/s/GPU, derived from the rows -------------------------------------------
@@ -82,11 +95,12 @@ def test_output_tok_s_per_gpu_definition_is_derived_from_the_perf_rows():
         assert METHODS[family].per_gpu == derived, family
 
 
-def test_a_matching_result_is_computed_by_the_published_formula(trace_log):
-    """The recorded trace replay, in the published shape, on a DGD serving the synthetic acceptance: no refusal, and
-    output tok/s/GPU = the run's concurrency x measured tok/s/user / GPUs (not AIPerf's output_token_throughput / GPUs)."""
+def test_a_matching_result_is_computed_by_the_published_formula(matching):
+    """The export in the published shape (derived from the recorded trace replay: request count and lengths of the
+    row's workload), on a DGD serving the synthetic acceptance: no refusal, and output tok/s/GPU = the run's
+    concurrency x measured tok/s/user / GPUs (not AIPerf's output_token_throughput / GPUs)."""
     bench, serving = _bench(TRACE_TARGET, synthetic=True)
-    m = parse_export(_published_shape(extract_from_log(trace_log), bench))
+    m = parse_export(matching)
     assert workload_problems(m, bench) == []
     gpus = gpus_needed(serving.dgd)
     assert gpus == 1 and m.concurrency == 20
@@ -119,7 +133,29 @@ def test_result_with_another_input_length_is_refused_with_exit_2(capsys):
     assert "input/output length: the run sent synthetic prompts of 512 input / 64 output tokens; the row replays the " \
            "Mooncake trace nim_turbo_64k_400_90kv_agent_new_noschedule_short_15perc.jsonl (64k input / 400 output tokens)" in out
     assert "concurrency: the run used 4, the row 24" in out and "request count: the run replayed 40 requests, the row 3541" in out
+    assert "input length: the run's requests have a measured median of 523 input tokens, the row's workload 67,585" in out
+    assert "output length: the run's requests have a measured average of 64 output tokens, the row's workload 2,455" in out
+    # The committed stack serves the real acceptance: the refusal names the key that switches it.
+    assert "`dynamo:benchmark.syntheticAcceptance: true`" in out
     assert "PASS" not in out and "FAIL" not in out
+
+
+def test_the_recorded_lengths_are_refused_under_the_published_trace_name(monkeypatch, tmp_path, trace_log, capsys):
+    """The recorded replay (about 1,054 input / 20 output tokens per request) named its file like the published trace;
+    given the published request count and concurrency, and served with the synthetic acceptance, only its lengths
+    differ from the row's (64k/400 agentic trace): still exit 2, the lengths named, no verdict."""
+    bench, _ = _bench(TRACE_TARGET, synthetic=True)
+    recorded = extract_from_log(trace_log)
+    d = copy.deepcopy(recorded)
+    d["input_config"]["phases"][0]["requests"] = bench.published_requests
+    d["request_count"]["avg"] = float(bench.published_requests)
+    assert (recorded["input_sequence_length"]["avg"], recorded["output_sequence_length"]["avg"]) == pytest.approx((1054.33, 19.83), abs=0.01)
+    assert _bench_report_cli(monkeypatch, tmp_path, d) == 2
+    out = capsys.readouterr().out
+    assert "REFUSED: not the published workload" in out and "PASS" not in out and "FAIL" not in out
+    reasons = [line.strip()[2:] for line in out.splitlines() if line.startswith("  - ")]
+    assert [r.split(":")[0] for r in reasons] == ["input length", "output length"], reasons
+    assert "measured median of 1,004 input tokens" in reasons[0] and "measured average of 20 output tokens" in reasons[1]
 
 
 def test_the_recorded_trace_replay_is_refused_for_its_trace_count_and_speculative_config(trace_log):
@@ -130,8 +166,18 @@ def test_the_recorded_trace_replay_is_refused_for_its_trace_count_and_speculativ
     problems = workload_problems(m, bench, manifest)
     assert any(p.startswith("trace: the replayed file has sha256 0509ea0b") for p in problems)
     assert "request count: the run replayed 6 requests, the row 3541" in problems
-    assert any(p.startswith("speculative decoding: the row was measured with synthetic acceptance") for p in problems)
+    spec = next(p for p in problems if p.startswith("speculative decoding: the row was measured with synthetic acceptance"))
+    assert "`dynamo:benchmark.syntheticAcceptance: true`" in spec
+    # Its 12-row trace is not the published one: its lengths are refused too (against the published statistics,
+    # since the manifest's file is not the pinned trace).
+    assert any(p.startswith("input length: the run's requests have a measured median of 1,004") for p in problems)
+    assert any(p.startswith("output length: the run's requests have a measured average of 20") for p in problems)
     assert not any(p.startswith(("input/output length", "concurrency")) for p in problems)  # those match
+
+
+def _lengths(d: dict, side: str, factor: float) -> None:
+    key = f"{side}_sequence_length"
+    d[key] = {k: v * factor if isinstance(v, float) and k != "count" else v for k, v in d[key].items()}
 
 
 @pytest.mark.parametrize("edit, reason", [
@@ -140,13 +186,91 @@ def test_the_recorded_trace_replay_is_refused_for_its_trace_count_and_speculativ
     (lambda d: d["input_config"]["datasets"][0].update(path="/x/8k_1k_70kv_chat_new_noschedule_short_15perc.jsonl"),
      "trace: the run replayed 8k_1k_70kv_chat_new_noschedule_short_15perc.jsonl"),
     (lambda d: d["input_config"]["phases"][0].update(concurrency=8), "concurrency: the run used 8, the row 20"),
+    (lambda d: d["input_config"]["phases"][0].update(requests=500), "request count: the run replayed 500 requests, the row 3541"),
+    (lambda d: d["request_count"].update(avg=6.0), "request count: the run was set to 3541 requests but its export counts 6 valid and 0 failed"),
+    (lambda d: d.update(request_count={**d["request_count"], "avg": 3411.0}, error_request_count={"unit": "requests", "avg": 129.0}),
+     "request count: the run was set to 3541 requests but its export counts 3411 valid and 129 failed"),
+    (lambda d: _lengths(d, "input", 0.5), "input length: the run's requests have a measured median of 33,792 input tokens"),
+    (lambda d: _lengths(d, "output", 1.5), "output length: the run's requests have a measured average of 3,683 output tokens"),
 ])
-def test_each_workload_difference_is_named(trace_log, edit, reason):
+def test_each_workload_difference_is_named(matching, edit, reason):
     bench, _ = _bench(TRACE_TARGET, synthetic=True)
-    d = _published_shape(extract_from_log(trace_log), bench)
-    edit(d)
-    problems = workload_problems(parse_export(d), bench)
-    assert len(problems) == 1 and problems[0].startswith(reason)
+    edit(matching)
+    problems = workload_problems(parse_export(matching), bench)
+    assert len(problems) == 1 and problems[0].startswith(reason), problems
+
+
+@pytest.mark.parametrize("side, other", [("input", "output"), ("output", "input")])
+def test_only_one_length_differs_and_the_cli_refuses_with_exit_2(monkeypatch, tmp_path, capsys, matching, side, other):
+    """Everything of the published workload but one length, set to the recorded run's (a mocker trace of ~1k/20-token
+    rows): exit 2, and the one reason is that length, measured vs expected."""
+    recorded = extract_from_log(TRACE_LOG.read_text())
+    matching[f"{side}_sequence_length"] = recorded[f"{side}_sequence_length"]
+    assert _bench_report_cli(monkeypatch, tmp_path, matching) == 2
+    out = capsys.readouterr().out
+    reasons = [line.strip()[2:] for line in out.splitlines() if line.startswith("  - ")]
+    assert len(reasons) == 1 and reasons[0].startswith(f"{side} length: the run's requests have a measured "), reasons
+    want = {"input": "67,585", "output": "2,455"}[side]
+    assert f"the row's workload {want} (nim_turbo_64k_400_90kv_agent_new_noschedule_short_15perc.jsonl:" in reasons[0]
+    assert f"more than {LENGTH_TOLERANCE:.0%} apart" in reasons[0] and f"{other} length" not in out
+    assert "REFUSED" in out and "PASS" not in out and "FAIL" not in out
+
+
+def test_the_matching_export_is_not_refused_by_the_cli(monkeypatch, tmp_path, capsys, matching):
+    """The same export through the CLI: judged (the mocker's figures against the real row: a verdict, not a refusal)."""
+    code = _bench_report_cli(monkeypatch, tmp_path, matching)
+    out = capsys.readouterr().out
+    assert code in (0, 1) and "REFUSED" not in out and ("PASS" in out or "FAIL" in out)
+    assert _bench_report_cli(monkeypatch, tmp_path, matching, synthetic=False) == 2  # real acceptance: refused
+    assert "`dynamo:benchmark.syntheticAcceptance: true`" in capsys.readouterr().out
+
+
+def test_lengths_come_from_the_jobs_manifest_when_its_trace_is_the_pinned_one(matching):
+    """With the Job's manifest (the means of the replayed rows, computed from the file it checked) the expected lengths
+    are those means; a manifest of another file does not count (its trace is refused anyway)."""
+    bench, _ = _bench(TRACE_TARGET, synthetic=True)
+    m = parse_export(matching)
+    manifest = {"trace_sha256": bench.trace.sha256, "request_count": 3541,
+                "replayed_input_mean": m.lengths["input"]["mean"], "replayed_output_mean": m.lengths["output"]["mean"] * 2}
+    exp = expected_lengths(bench, manifest)
+    assert exp["input"][:2] == ("mean", pytest.approx(m.lengths["input"]["mean"])) and "run manifest" in exp["input"][2]
+    problems = workload_problems(m, bench, manifest)
+    assert len(problems) == 1 and problems[0].startswith("output length: the run's requests have a measured average of 2,455")
+    assert "from its run manifest" in problems[0]
+    other = {**manifest, "trace_sha256": "0" * 64}
+    assert {s: e[0] for s, e in expected_lengths(bench, other).items()} == {"input": "p50", "output": "mean"}
+
+
+def test_the_length_statistics_cover_every_pinned_trace_and_the_tolerance_tells_them_apart():
+    """Every trace the Job can replay has published length statistics, and the two pinned traces are further apart than
+    LENGTH_TOLERANCE in each length, so a replay of the other trace is refused for its lengths."""
+    pinned = {w: trace(w) for w in versions()["traces"]}
+    assert {t.sha256 for t in pinned.values()} == set(TRACE_LENGTHS)
+    agentic, chat = (TRACE_LENGTHS[pinned[w].sha256] for w in ("agentic", "chat"))
+    for side in ("input", "output"):
+        a, c = agentic[side].value, chat[side].value
+        assert abs(a - c) > LENGTH_TOLERANCE * max(a, c), side
+    # The published "64k input / 400 output" shape is the medians: the nominal figures are near them, not the mean.
+    assert abs(agentic["input"].value - pinned["agentic"].isl) < 0.1 * pinned["agentic"].isl and agentic["input"].stat == "p50"
+    assert agentic["output"].stat == "mean" and agentic["output"].value > 5 * pinned["agentic"].osl
+
+
+def test_the_matching_fixture_is_the_recorded_run_with_only_the_documented_fields_changed(trace_log, matching):
+    """tests/fixtures/aiperf-0.13.0-published-shape is what its derive.py makes from the recorded log, and differs from
+    the recorded export only in the request count, the dataset path and the two length metrics."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("derive", SHAPED / "derive.py")
+    derive = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(derive)
+    recorded = extract_from_log(trace_log)
+    assert derive.derive(recorded) == matching
+    changed = {k for k in set(recorded) | set(matching) if recorded.get(k) != matching.get(k)}
+    assert changed == {"input_config", "input_sequence_length", "output_sequence_length", "request_count"}
+    assert (recorded["request_count"]["avg"], matching["request_count"]["avg"]) == (6, 3541)
+    rc, mc = recorded["input_config"], matching["input_config"]
+    assert {k for k in rc if rc[k] != mc[k]} == {"phases", "datasets"}
+    assert mc["phases"][0]["concurrency"] == rc["phases"][0]["concurrency"] == 20
 
 
 def test_a_refused_run_is_never_passed(data):

@@ -12,8 +12,9 @@ import pytest
 
 from harness import run_program
 from stacks import catalog
-from stacks.serving.benchmark import (MANIFEST_BEGIN, RESULT_BEGIN, SKIP_AWAIT, SPEC_KEY_SYNTHETIC, TRACE_STEP, TRTLLM_SYNTHETIC_ENV,
-                              build_benchmark, local_steps, published_requests, speculative_mode, synthetic_speculative_dgd, trace)
+from stacks.serving.benchmark import (MANIFEST_BEGIN, METHODS, RESULT_BEGIN, SKIP_AWAIT, SPEC_KEY_SYNTHETIC, TRACE_STEP,
+                                      TRTLLM_SYNTHETIC_ENV, build_benchmark, local_steps, published_requests, speculative_mode,
+                                      synthetic_speculative_dgd, trace)
 from stacks.spec.config import BenchmarkConfig, ConfigError, parse
 from stacks.serving.outputs import next_steps
 from stacks.serving import build_plan
@@ -173,6 +174,19 @@ def test_job_downloads_an_absent_trace_into_the_cache_and_checks_it(tmp_path):
     manifest = json.loads((tmp_path / "cache/aiperf/run/run_manifest.json").read_text())
     assert manifest["trace_sha256"] == sha and manifest["trace_rows"] == 5 and manifest["trace_published"] is True
     assert manifest["request_count"] == 2 and "replaying the first 2" in r.stdout
+    # The mean lengths of the rows the replay sends (the first 2 of 600+i input / 20 output tokens), for bench-report.
+    assert (manifest["replayed_input_mean"], manifest["replayed_output_mean"]) == (600.5, 20)
+
+
+def test_job_manifest_has_no_length_means_for_rows_without_lengths(tmp_path):
+    staged = tmp_path / "cache/aiperf/traces/t.jsonl"
+    staged.parent.mkdir(parents=True)
+    staged.write_text(json.dumps({"text_input": "hi", "output_length": 3}) + "\n" + json.dumps({"input_length": 5, "output_length": 3}) + "\n")
+    sha = hashlib.sha256(staged.read_bytes()).hexdigest()
+    r = _trace_step(tmp_path, {"TRACE_URL": "x", "TRACE_SHA256": sha})
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "cache/aiperf/run/run_manifest.json").read_text())
+    assert manifest["trace_rows"] == 2 and manifest["replayed_input_mean"] is None and manifest["replayed_output_mean"] is None
 
 
 def test_job_refuses_a_download_with_another_checksum(tmp_path):
@@ -204,7 +218,26 @@ def test_job_uses_a_staged_trace_and_records_that_it_is_not_the_published_one(tm
 
 # --- the exported command is the Job's command ------------------------------------------------------------------
 
-@pytest.mark.parametrize("target", [TARGET, "lightning-vllm-agg-h100-dspark", "ultra-vllm-agg-b200-chat-256k-mtp"])
+def _one_target_per_benchmarked_family() -> list[str]:
+    """From the catalog: for every model family with a benchmark method, its first target with a published row
+    (else its first target)."""
+    by_family: dict[str, list] = {}
+    for t in sorted(catalog.targets().values(), key=lambda t: t.id):
+        if t.model in METHODS:
+            by_family.setdefault(t.model, []).append(t)
+    return [next((t for t in ts if t.perf), ts[0]).id for _, ts in sorted(by_family.items())]
+
+
+FAMILY_TARGETS = _one_target_per_benchmarked_family()
+
+
+def test_every_benchmark_method_has_a_catalog_target():
+    """The exported-command test below covers every family METHODS knows (so none is left out, e.g. Motif-3)."""
+    assert {catalog.targets()[t].model for t in FAMILY_TARGETS} == set(METHODS)
+    assert len(FAMILY_TARGETS) == len(METHODS)
+
+
+@pytest.mark.parametrize("target", FAMILY_TARGETS)
 def test_exported_aiperf_is_the_jobs_command_against_the_port_forward(target):
     serving = build_plan(parse({"target": target}))
     b = build_benchmark(serving, BenchmarkConfig.model_validate({"enabled": True}))

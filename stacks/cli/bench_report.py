@@ -10,9 +10,16 @@ and ``concurrency``, ``endpoint`` with ``extra`` and ``use_server_token_count``)
 with the stack's kubeconfig) or from ``--file``.
 
 First it checks that the run is the published one (``workload_problems``): the same trace (file name, and from the
-Job's manifest its SHA-256), the same request count and concurrency as the row, ``ignore_eos`` and server token
-counts, and a DGD serving with the speculative-decoding acceptance the row was measured with. A run that differs is
-not comparable: bench-report prints why and exits 2, without a verdict.
+Job's manifest its SHA-256), the same request count (set, and counted valid + failed in the export) and concurrency
+as the row, ``ignore_eos`` and server token counts, a DGD serving with the speculative-decoding acceptance the row
+was measured with, and requests of the row's lengths: the export's measured ``input_sequence_length`` /
+``output_sequence_length`` (over the successful requests) within ``LENGTH_TOLERANCE`` (25%) of the row's workload.
+The expected lengths are data: the mean ``input_length`` / ``output_length`` of the replayed rows from the Job's
+manifest (the Job computes them from the file whose SHA-256 it checked), or without one (``--file``) the pinned
+trace's published statistics (``stacks.serving.benchmark.TRACE_LENGTHS``: the mean where upstream published it, else
+the median, compared with the measured median). A name is not enough: a replay of another file under the published
+name is refused for its lengths. A run that differs is not comparable: bench-report prints why and exits 2, without
+a verdict.
 
 Then it computes each figure the way the row's family defines it (``stacks.serving.benchmark.METHODS``):
 
@@ -38,7 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from stacks.serving.benchmark import MANIFEST_BEGIN, MANIFEST_END, PER_GPU_FROM_USER, RESULT_BEGIN, RESULT_END
+from stacks.serving.benchmark import (LENGTH_TOLERANCE, MANIFEST_BEGIN, MANIFEST_END, PER_GPU_FROM_USER, RESULT_BEGIN,
+                                      RESULT_END)
 from stacks.spec.config import ConfigError
 
 _TIME_TO_MS = {"ms": 1.0, "s": 1000.0, "sec": 1000.0, "us": 0.001, "ns": 1e-6}
@@ -79,6 +87,9 @@ class Measured:
     concurrency: Optional[int] = None  # input_config.phases[profiling].concurrency
     model: Optional[str] = None
     workload: Workload = field(default_factory=Workload)
+    # Measured per-request token lengths: {"input" | "output": {"mean": avg, "p50": p50}} from the export's
+    # input_sequence_length / output_sequence_length (server counts with --use-server-token-count).
+    lengths: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,11 @@ def parse_export(data: Any) -> Measured:
     errs = _metric(data, "error_request_count")
     complete = data.get("is_complete") is not False and not data.get("was_cancelled")
     wl = parse_workload(data.get("input_config") or {})
+    lengths = {}
+    for side, key in (("input", "input_sequence_length"), ("output", "output_sequence_length")):
+        metric = _metric(data, key)
+        if metric is not None:
+            lengths[side] = {stat: float(metric[k]) for stat, k in (("mean", "avg"), ("p50", "p50")) if metric.get(k) is not None}
     return Measured(
         ttft_p50_ms=ttft_ms,
         output_tok_s=float(out["avg"]) if out and out.get("avg") is not None else None,
@@ -131,7 +147,7 @@ def parse_export(data: Any) -> Measured:
         errors=float(errs["avg"]) if errs and errs.get("avg") is not None else 0.0,
         complete=complete, aiperf_version=data.get("aiperf_version"), schema_version=data.get("schema_version"),
         note=str(data.get("incomplete_reason") or ""),
-        concurrency=wl.concurrency, model=_model(data), workload=wl,
+        concurrency=wl.concurrency, model=_model(data), workload=wl, lengths=lengths,
     )
 
 
@@ -182,6 +198,11 @@ def workload_problems(m: Measured, bench: Any, manifest: Optional[dict] = None) 
         if wl.requests != bench.published_requests:
             out.append(f"request count: the run replayed {wl.requests if wl.requests is not None else '?'} requests, "
                        f"the row {bench.published_requests}")
+        elif m.complete and m.requests is not None and m.requests + m.errors != wl.requests:
+            # A complete AIPerf run accounts for every request it sent: valid (request_count) plus failed
+            # (error_request_count), as the published rows do (e.g. 3,411 valid + 130 errors = 3,541).
+            out.append(f"request count: the run was set to {wl.requests} requests but its export counts "
+                       f"{m.requests:g} valid and {m.errors:g} failed")
     if wl.ignore_eos is not True:
         out.append("output length: the run did not set ignore_eos, so outputs end at EOS instead of the trace's output lengths")
     if wl.server_token_count is not True:
@@ -191,7 +212,45 @@ def workload_problems(m: Measured, bench: Any, manifest: Optional[dict] = None) 
     if bench.row_speculative and bench.speculative != bench.row_speculative:
         out.append(f"speculative decoding: the row was measured with {bench.row_speculative} acceptance (the recipe's "
                    f"speculative-config-synthetic / TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS for benchmarking), "
-                   f"this DGD serves with {bench.speculative or 'none'} acceptance")
+                   f"this DGD serves with {bench.speculative or 'none'} acceptance: set "
+                   f"`dynamo:benchmark.syntheticAcceptance: true` in the stack for the benchmark run (and back after)")
+    out += length_problems(m, bench, manifest)
+    return out
+
+
+def expected_lengths(bench: Any, manifest: Optional[dict] = None) -> dict[str, tuple[str, float, str]]:
+    """The row's per-request lengths: {"input" | "output": (statistic, value, where it comes from)}. The Job's manifest
+    (the means of the rows it replayed, computed from the file) when the file is the pinned trace; else the trace's
+    published statistics (``TRACE_LENGTHS``), which cover the whole trace."""
+    out: dict[str, tuple[str, float, str]] = {}
+    tr = bench.trace
+    from_manifest = manifest is not None and manifest.get("trace_sha256") == tr.sha256
+    for side in ("input", "output"):
+        value = manifest.get(f"replayed_{side}_mean") if from_manifest else None
+        if value is not None:
+            out[side] = ("mean", float(value), f"mean {side}_length of the {manifest.get('request_count')} rows the Job "
+                                               f"replayed from {tr.file}, from its run manifest")
+        elif side in bench.lengths:
+            st = bench.lengths[side]
+            rows = bench.published_requests or bench.request_count
+            whole = "" if rows == tr.rows else f"; a statistic of the whole trace, the row replays its first {rows} rows"
+            out[side] = (st.stat, st.value, f"{tr.file}: {st.source}{whole}")
+    return out
+
+
+def length_problems(m: Measured, bench: Any, manifest: Optional[dict] = None,
+                    tolerance: float = LENGTH_TOLERANCE) -> list[str]:
+    """A measured input/output length more than ``tolerance`` (relative) from the row's workload, or not measured."""
+    out = []
+    for side, (stat, want, source) in expected_lengths(bench, manifest).items():
+        got = (m.lengths.get(side) or {}).get(stat)
+        label = "average" if stat == "mean" else "median"
+        if got is None:
+            out.append(f"{side} length: the export has no {side}_sequence_length {label}; the row's workload has "
+                       f"{want:,.0f} tokens ({source})")
+        elif abs(got - want) > tolerance * want:
+            out.append(f"{side} length: the run's requests have a measured {label} of {got:,.0f} {side} tokens, the row's "
+                       f"workload {want:,.0f} ({source}); more than {tolerance:.0%} apart")
     return out
 
 

@@ -46,7 +46,10 @@ The trace (Git LFS upstream, megabytes) is not in the image: the Job downloads i
 volume (``<mount>/aiperf/traces/<file>``, ``TRACE_FILE``) from the URL pinned in ``stacks/registry/versions.yaml``
 (``traces``) when the file is absent, checks its SHA-256, and refuses a request count above its row count.
 A file already at ``TRACE_FILE`` is used as is (staged by hand, e.g. ``kubectl cp``); its SHA-256 and row
-count go into the run manifest the Job prints, and bench-report refuses a trace that is not the pinned one.
+count go into the run manifest the Job prints, and bench-report refuses a trace that is not the pinned one. The
+manifest also has the mean ``input_length`` / ``output_length`` of the rows the replay sends (the first
+``REQUEST_COUNT``), computed from the file: bench-report compares the run's measured lengths with them, or, without
+a manifest (``--file``), with the trace's published statistics (``TRACE_LENGTHS``).
 
 Where the results land: AIPerf writes its artifacts to the model-cache volume (``<mount>/aiperf/<dgd>/``, as
 upstream's Motif-3 Job does), and the Job prints the run manifest and ``profile_export_aiperf.json`` to its log
@@ -104,6 +107,50 @@ class Trace:
     @property
     def names(self) -> tuple[str, ...]:
         return (self.file, *self.aliases)
+
+
+@dataclass(frozen=True)
+class LengthStat:
+    """A published statistic of a pinned trace's per-request token lengths (``input_length`` / ``output_length``)."""
+
+    stat: str  # "mean" | "p50"
+    value: float
+    source: str
+
+
+# What is known offline about the lengths of each pinned trace (keyed by its SHA-256, so a statistic is tied to the
+# file it was measured on). The traces are Git LFS files upstream and are not in this repository; these are the
+# figures upstream published. bench-report compares a run's measured input/output lengths with them (the mean where
+# it is published, else the median), and with the exact means of the replayed rows where the Job's manifest has them.
+TRACE_LENGTHS: dict[str, dict[str, LengthStat]] = {
+    # Agentic 15% trace (3,541 rows): the ai-dynamo/dynamo issue "recipes/deepseek-v4/perf: default benchmark Job
+    # cannot complete within its own activeDeadlineSeconds" (ai-dynamo/dynamo, opened 2026-08-10),
+    # table "Trace statistic (15% subset)": input_length p50 67,585; output_length p50 399, mean 2,455, total
+    # 8,694,196 over 3,541 requests (8,694,196 / 3,541 = 2,455.3). The "64k input / 400 output" of the perf READMEs
+    # are these medians. Consistent: recipes/qwen3.5-122b/perf/results_kv_vs_roundrobin_AL2.925.csv (same trace,
+    # 3,411 completed) 640.29 output tok/s / 0.28 req/s = ~2,290 output tokens per completed request. The mean input
+    # length is not published: the median stands for it.
+    "f20d3f2bc83dd1306cda659fbe34e7c4d85ca5497626c98bc0b1c4d2211379d0": {
+        "input": LengthStat("p50", 67585, "input_length median of the 3,541 rows (upstream's trace statistics)"),
+        "output": LengthStat("mean", 8694196 / 3541, "8,694,196 output tokens / 3,541 rows (upstream's trace statistics)"),
+    },
+    # Chat 15% trace (1,805 rows): recipes/motif-3/perf/results/disagg-round-robin-b200-2026-10-08/comparison.csv
+    # (ai-dynamo/dynamo 3fada0a9; provenance.json trace_sha256 = this pin), a full replay with server token counts and
+    # ignore_eos: 1,767 successful requests (38 beyond the context limit rejected) with 50,854,753 prompt tokens and
+    # 1,768,554 output tokens. Means over the successful rows, prompt tokens as Motif-3's chat template counts them.
+    "b1221bca72b69f842897f339624306a84857f1b55ea0d866525f94d9ceb9b871": {
+        "input": LengthStat("mean", 50854753 / 1767, "50,854,753 prompt tokens / 1,767 successful requests of a full replay "
+                                                     "(recipes/motif-3/perf/results/disagg-round-robin-b200-2026-10-08/comparison.csv)"),
+        "output": LengthStat("mean", 1768554 / 1767, "1,768,554 output tokens / 1,767 successful requests of a full replay "
+                                                     "(recipes/motif-3/perf/results/disagg-round-robin-b200-2026-10-08/comparison.csv)"),
+    },
+}
+# How far a run's measured length may be from the row's workload before bench-report refuses it (relative). The
+# measured figure is over the successful requests only (rows beyond the context limit fail: 130 of the agentic
+# trace's 3,541 for Lightning, and the qwen3.5 figures above put its completed rows ~7% under the all-rows mean), and
+# input counts add the chat template's tokens; another workload is much further off (the two pinned traces differ
+# by more than 2x in both lengths; tests/test_bench_report.py checks that this tolerance tells them apart).
+LENGTH_TOLERANCE = 0.25
 
 
 def trace(workload: str) -> Trace:
@@ -344,8 +391,19 @@ if not os.path.isfile(path):
         sys.exit(f"TRACE_SHA_MISMATCH {url} downloaded sha256 {got}, expected {want}")
     os.replace(part, path)
 got = sha256(path)
+rows, sums, lengths_ok = 0, {"input_length": 0, "output_length": 0}, True
 with open(path, "rb") as f:
-    rows = sum(1 for line in f if line.strip())
+    for line in f:
+        if not line.strip():
+            continue
+        if rows < requests and lengths_ok:  # the lengths of the rows the replay sends (the first REQUEST_COUNT)
+            try:
+                row = json.loads(line)
+                for k in sums:
+                    sums[k] += int(row[k])
+            except (ValueError, KeyError, TypeError):
+                lengths_ok = False
+        rows += 1
 if rows == 0:
     sys.exit(f"TRACE_EMPTY {path} has no rows")
 if requests > rows:
@@ -356,7 +414,9 @@ print(f"TRACE_OK {path} sha256={got} rows={rows} replaying the first {requests}"
       + ("" if published else f" -- NOT the published trace (sha256 {want}); bench-report will refuse to compare"), flush=True)
 manifest = {"trace_file": os.path.basename(path), "trace_sha256": got, "trace_rows": rows, "trace_published": published,
             "request_count": requests, "concurrency": int(os.environ["CONCURRENCY"]), "model": os.environ["MODEL"],
-            "method": os.environ["METHOD"], "warmup": os.environ["WARMUP"], "speculative": os.environ["SPECULATIVE"]}
+            "method": os.environ["METHOD"], "warmup": os.environ["WARMUP"], "speculative": os.environ["SPECULATIVE"],
+            "replayed_input_mean": sums["input_length"] / requests if lengths_ok and requests <= rows else None,
+            "replayed_output_mean": sums["output_length"] / requests if lengths_ok and requests <= rows else None}
 os.makedirs(os.environ["ARTIFACT_DIR"], exist_ok=True)
 with open(os.path.join(os.environ["ARTIFACT_DIR"], os.environ["MANIFEST_FILE"]), "w") as f:
     json.dump(manifest, f, indent=1)
@@ -413,6 +473,11 @@ class BenchmarkPlan:
     @property
     def workload(self) -> Trace:
         return self.trace
+
+    @property
+    def lengths(self) -> dict[str, LengthStat]:
+        """The published length statistics of the pinned trace (``TRACE_LENGTHS``; empty when none are known)."""
+        return TRACE_LENGTHS.get(self.trace.sha256, {})
 
     def parameters(self) -> dict:
         return {"concurrency": self.concurrency, "requestCount": self.request_count, "trace": self.trace.file,
