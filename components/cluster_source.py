@@ -85,8 +85,10 @@ class StackSource(ClusterSource):
                                   f"{refs.stack} has storage class {name!r} (its storageClassName output); set {NS}:storage.className: {name}")
 
     def check_capacity(self, pools: Any) -> None:
+        """The entries as configured, then the autoscaled ones at their maxReplicas (ProgramPlan.autoscaling_shortfall),
+        against the referenced pools: both before any DGD."""
         refs = self.program.cluster_plan
-        msg = capacity_shortfall(refs.requirements, pools, refs.stack)
+        msg = capacity_shortfall(refs.requirements, pools, refs.stack) or self.program.autoscaling_shortfall(pools)
         if msg:
             raise pulumi.RunError(msg)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -18,7 +19,7 @@ import yaml
 from harness import run_program
 from local_cluster import control_plane
 from stacks.cli import fidelity
-from stacks.serving.autoscaling import DGDSA_API, DGDSA_KIND, adapter_name, gpus_per_replica
+from stacks.serving.autoscaling import DGDSA_API, DGDSA_KIND, PAUSED_REPLICAS, adapter_name, gpus_per_replica
 from stacks.spec.config import ConfigError
 from stacks.observe.observability import DYNAMO_METRICS, prometheus_url
 from stacks.program import build_program
@@ -290,6 +291,48 @@ def test_api_server_admits_the_dgd_adapter_and_scaled_object_and_scales_through_
     with pytest.raises(KubeError) as e:
         _post(sim, bad)
     assert e.value.status == 422 and "minReplicaCount must be less than or equal to maxReplicaCount" in json.dumps(e.value.body)
+    # paused (paused: true): the DGD update (GPU components at 0, the opt-in kept) and the ScaledObject with KEDA's pause
+    # are admitted; KEDA applies the pause by writing the count to the adapter's Scale subresource
+    # (scaleTargetToPausedCount), which the adapter's schema takes at 0 (and refuses below); resume: KEDA writes
+    # minReplicaCount there (RequestScale, target below its minimum).
+    paused_plan = build_program({**scaled_cfg(comp), "paused": True}, "a").entries[0].plan
+    dgd_path = f"/apis/{plan.dgd['apiVersion']}/namespaces/{ns}/dynamographdeployments/{plan.dgd['metadata']['name']}"
+    live = sim.request("GET", dgd_path)
+    stored = sim.request("PUT", dgd_path, {**live, "spec": paused_plan.dgd["spec"]})
+    got = {c["name"]: c for c in stored["spec"]["components"]}
+    assert got[comp]["scalingAdapter"] == {} and got[comp]["replicas"] == 0
+    (pso,) = paused_plan.autoscalers
+    so_path = f"/apis/keda.sh/v1alpha1/namespaces/{ns}/scaledobjects/{so['metadata']['name']}"
+    live = sim.request("GET", so_path)
+    updated = sim.request("PUT", so_path, {**live, "metadata": {**live["metadata"], "annotations": pso["metadata"]["annotations"]}})
+    assert updated["metadata"]["annotations"] == {PAUSED_REPLICAS: "0"} and updated["spec"] == pso["spec"] == so["spec"]
+    for replicas in (int(pso["metadata"]["annotations"][PAUSED_REPLICAS]), so["spec"]["minReplicaCount"]):
+        scale = sim.request("GET", f"{base}/scale")
+        scale["spec"]["replicas"] = replicas
+        sim.request("PUT", f"{base}/scale", scale)
+        assert sim.request("GET", base)["spec"]["replicas"] == replicas
+    scale = sim.request("GET", f"{base}/scale")
+    scale["spec"]["replicas"] = -1
+    with pytest.raises(KubeError) as e:
+        sim.request("PUT", f"{base}/scale", scale)
+    assert e.value.status == 422
+
+
+@pytest.mark.engine
+def test_pinned_keda_pauses_at_the_annotations_count_and_resumes_to_min_replicas():
+    """The facts the pause relies on, in the source of the pinned KEDA (the module of the chart's version): the
+    annotation the plan sets is its PausedReplicasAnnotation, its reconciler writes that count to the target's Scale
+    (while ``autoscaling.keda.sh/paused`` alone writes nothing), and its scale loop raises a target below
+    minReplicaCount to it."""
+    mod = keda_crds().parents[2]
+    types = (mod / "apis" / "keda" / "v1alpha1" / "scaledobject_types.go").read_text()
+    assert f'PausedReplicasAnnotation = "{PAUSED_REPLICAS}"' in types
+    ctrl = (mod / "controllers" / "keda" / "scaledobject_controller.go").read_text()
+    body = ctrl.split("func (r *ScaledObjectReconciler) scaleTargetToPausedCount(", 1)[1].split("\n}\n", 1)[0]
+    assert "if pausedCount == nil {" in body and "return nil" in body and "scale.Spec.Replicas = *pausedCount" in body
+    assert "r.scaleTargetToPausedCount(ctx, logger, scaledObject)" in ctrl.split("func (r *ScaledObjectReconciler) handlePause(", 1)[1]
+    loop = (mod / "pkg" / "scaling" / "executor" / "scale_scaledobjects.go").read_text()
+    assert "currentReplicas < minReplicas:" in loop and "updateScaleOnScaleTarget(ctx, scaledObject, *scaledObject.Spec.MinReplicaCount)" in loop
 
 
 def test_karpenter_pool_bounds_name_max_nodes(comp):
@@ -301,6 +344,69 @@ def test_karpenter_pool_bounds_name_max_nodes(comp):
     with pytest.raises(ConfigError, match=rf"dynamo:autoscaling.{comp}.maxReplicas: .* the pool \(dynamo:cluster.gpuPools\[0\].maxNodes\) "
                                           rf"holds 8 \(NodePool limit 1 x p5.48xlarge\); valid range 1-{8 // per}, or raise dynamo:cluster.gpuPools\[0\].maxNodes"):
         build_program(c, "a")
+
+
+# ---------------------------------------------------------------------------- pools known only at `up`, or not at all
+
+CLUSTER_STACK = "organization/dynamo/h100-cluster"  # the committed cluster stack (tests/harness.py cluster_stack_outputs)
+
+
+def on_cluster_stack(max_replicas: int) -> dict:
+    """Pulumi.h100-serving.yaml's entries (on the committed h100-cluster: 2 x p5.48xlarge), the disaggregated one's decode
+    workers autoscaled."""
+    return {"imagePullSecrets": ["ngc-secret"], "cluster": {"mode": "stack", "stack": CLUSTER_STACK},
+            "observability": {"enabled": True, "prometheus": "existing", "prometheusEndpoint": "http://prom.obs.svc:9090"},
+            "serve": [{"name": "lightning-agg", "target": AGG, "namespace": "llm"},
+                      {"name": "lightning-disagg", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "llm",
+                       "autoscaling": {"VllmDecodeWorker": {"maxReplicas": max_replicas, "metric": "queue-depth", "target": 4}}},
+                      {"name": "lightning-trtllm", "target": "lightning-trtllm-agg-h100-mtp", "namespace": "trtllm"}]}
+
+
+def test_cluster_stack_pool_bounds_autoscaling_at_up_before_any_dgd():
+    """On ``cluster.mode: stack`` the pools are the cluster stack's ``nodePools`` output, known at `up` only (the
+    program reads no other stack's config): the plan takes any maxReplicas up to the DGD's own 100, and `up` refuses one
+    beyond the pool before any DGD, naming the key, the pool and the valid range; the top of that range is accepted."""
+    import harness
+
+    assert build_program(on_cluster_stack(100), "s").entries[1].plan.autoscalers  # nothing known of the pool yet
+    with pytest.raises(Exception, match=r"dynamo:serve\[1\]\.autoscaling\.VllmDecodeWorker\.maxReplicas: 100 .* the pool "
+                                        r"\(dynamo:cluster\.gpuPools\[0\]\.nodes of organization/dynamo/h100-cluster\) holds "
+                                        r"(16 \(2 x p5\.48xlarge\)|2 x p5\.48xlarge); valid range 1-\d+") as e:
+        run_program(on_cluster_stack(100), SECRETS, stack="serving")
+    assert harness.LAST_RUN.by_type("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment") == []
+    hi = int(re.search(r"valid range 1-(\d+)", str(e.value)).group(1))
+    assert 1 <= hi < 16  # 16 GPUs, three other GPU workers
+    run = run_program(on_cluster_stack(hi), SECRETS, stack="serving")
+    (so,) = run.by_type("kubernetes:keda.sh/v1alpha1:ScaledObject")
+    assert so.inputs["spec"]["maxReplicaCount"] == hi and len(run.by_type("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")) == 3
+    with pytest.raises(Exception, match=rf"maxReplicas: {hi + 1} .*valid range 1-{hi}"):
+        run_program(on_cluster_stack(hi + 1), SECRETS, stack="serving")
+
+
+def test_cluster_stack_karpenter_pool_is_bounded_by_its_node_limit():
+    """A Karpenter pool of a cluster stack exports its maxNodes as ``count`` (stacks.cluster.node_pools): the bound
+    names it."""
+    from harness import cluster_stack_outputs
+
+    pools = [{**p, "capacity": "karpenter", "count": 1} for p in cluster_stack_outputs(CLUSTER_STACK)["nodePools"]]
+    program = build_program(on_cluster_stack(8), "s")
+    msg = program.autoscaling_shortfall(pools)
+    assert re.search(r"maxReplicas: 8 .*\(dynamo:cluster\.gpuPools\[0\]\.maxNodes of organization/dynamo/h100-cluster\) holds "
+                     r"(8 )?\(?NodePool limit 1 x p5\.48xlarge\)?; valid range 1-5", msg), msg
+    assert program.autoscaling_shortfall([{**p, "count": 2} for p in pools]) is None
+    assert program.autoscaling_shortfall(None) is None  # not a list: capacity_shortfall reports that
+
+
+def test_existing_cluster_checks_only_the_dgds_own_bounds(tmp_path, comp):
+    """``cluster.mode: kubeconfig``: no pool is known, so only 1 <= minReplicas <= maxReplicas <= 100 is checked."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    c = scaled_cfg(comp, cluster={"mode": "kubeconfig", "kubeconfigPath": str(kubeconfig)})
+    c["autoscaling"][comp]["maxReplicas"] = 100
+    assert build_program(c, "k").entries[0].plan.autoscalers[0]["spec"]["maxReplicaCount"] == 100
+    c["autoscaling"][comp]["maxReplicas"] = 101
+    with pytest.raises(ConfigError, match=rf"dynamo:autoscaling.{comp}.maxReplicas: 101 is outside the valid range 1-100"):
+        build_program(c, "k")
 
 
 def test_committed_example_autoscales_a_karpenter_pool():

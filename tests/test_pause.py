@@ -111,11 +111,40 @@ def test_paused_entry_frees_only_its_own_share_of_the_pool():
     assert scaling(p) == {"desired_size": 0, "min_size": 0, "max_size": 2}  # max: what resuming both needs
 
 
-def test_paused_with_autoscaling_is_refused_before_any_resource():
-    cfg = {**paused(DISAGG), "observability": {"enabled": True},
-           "autoscaling": {"VllmDecodeWorker": {"maxReplicas": 2, "metric": "queue-depth", "target": 4}}}
-    with pytest.raises(ConfigError, match=r"dynamo:paused: true with dynamo:autoscaling on VllmDecodeWorker"):
-        build_program(cfg, "p")
+AUTOSCALED = {**DISAGG, "observability": {"enabled": True}, "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 1},
+              "autoscaling": {"VllmDecodeWorker": {"minReplicas": 1, "maxReplicas": 4, "metric": "queue-depth", "target": 4}}}
+
+
+def test_paused_autoscaled_component_keeps_its_scaled_object_which_keda_holds_at_zero():
+    """An autoscaled entry pauses like any other (GPU components at 0, node group to 0) and keeps its ScaledObject,
+    annotated ``autoscaling.keda.sh/paused-replicas: "0"``: KEDA scales the adapter (and so the DGD component, whose
+    replicas the Pulumi DGD ignores after creation) to 0 and stops autoscaling until a resume removes it."""
+    from stacks.serving.autoscaling import PAUSED_REPLICAS
+
+    on, off = build_program(AUTOSCALED, "p"), build_program(paused(AUTOSCALED), "p")
+    assert comps(off) == {**comps(on), **{n: 0 for n in GPU_COMPONENTS}} and comps(on)["VllmDecodeWorker"] >= 1
+    assert [c["name"] for c in off.entries[0].plan.dgd["spec"]["components"] if "scalingAdapter" in c] == ["VllmDecodeWorker"]
+    (so_on,), (so_off,) = on.entries[0].plan.autoscalers, off.entries[0].plan.autoscalers
+    assert "annotations" not in so_on["metadata"]
+    assert so_off["metadata"]["annotations"] == {PAUSED_REPLICAS: "0"}
+    assert _strip(so_off, ["metadata.annotations"]) == so_on  # the same trigger, bounds and target
+    objs_on, objs_off = on.objects(), off.objects()
+    assert [(o["kind"], o["metadata"]["name"]) for o in objs_on] == [(o["kind"], o["metadata"]["name"]) for o in objs_off]
+    assert scaling(off) == {"desired_size": 0, "min_size": 0, "max_size": scaling(on)["max_size"]}
+    # resume: the unpaused plan, the ScaledObject without the pause
+    resumed = build_program({**paused(AUTOSCALED), "paused": False}, "p")
+    assert resumed.objects() == objs_on and scaling(resumed) == scaling(on)
+
+
+def test_paused_autoscaled_entry_is_refused_what_its_resume_would_be():
+    """The pool bounds are checked against the resumed DGD: pausing does not let a maxReplicas through that resuming
+    would refuse (the paused DGD's other GPU components are at 0)."""
+    big = copy.deepcopy(AUTOSCALED)
+    big["autoscaling"]["VllmDecodeWorker"]["maxReplicas"] = 8  # + the prefill worker: 9 GPUs on one 8-GPU node
+    for cfg in (big, paused(big)):
+        with pytest.raises(ConfigError, match=r"dynamo:autoscaling.VllmDecodeWorker.maxReplicas: 8 x 1 GPUs plus the pool's "
+                                              r"other 1 GPUs need 9 h100 GPUs; .* valid range 1-7"):
+            build_program(cfg, "p")
 
 
 def test_paused_is_a_boolean():
@@ -157,6 +186,31 @@ def test_mocks_pause_and_resume_touch_only_replicas_and_scaling():
     idx = [str(i) for i, c in enumerate(b.inputs["spec"]["components"]) if c["name"] in GPU_COMPONENTS]
     assert _strip(b.inputs, [f"spec.components.{i}.replicas" for i in idx]) == _strip(a.inputs, [f"spec.components.{i}.replicas" for i in idx])
     assert [c["replicas"] for c in a.inputs["spec"]["components"] if c["name"] in GPU_COMPONENTS] == [0, 0]
+
+
+def test_mocks_pause_of_an_autoscaled_entry_changes_only_replicas_scaling_and_the_keda_pause():
+    from stacks.serving.autoscaling import PAUSED_REPLICAS
+
+    on, off = run(AUTOSCALED), run(paused(AUTOSCALED))
+    assert sorted(r.urn for r in on.resources) == sorted(r.urn for r in off.resources)  # nothing created or deleted
+    before = {r.urn: r for r in on.resources}
+    changed = {}
+    for r in off.resources:
+        b = before[r.urn]
+        assert (r.parent, sorted(r.dependencies), r.retain_on_delete, r.protect, r.ignore_changes) == \
+            (b.parent, sorted(b.dependencies), b.retain_on_delete, b.protect, b.ignore_changes), r.name
+        if r.inputs != b.inputs:
+            changed[r.type] = (b, r)
+    so_type = "kubernetes:keda.sh/v1alpha1:ScaledObject"
+    assert set(changed) == {"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", R.NODEGROUP, so_type}
+    b, a = changed[so_type]
+    assert a.inputs["metadata"]["annotations"] == {PAUSED_REPLICAS: "0"} and "annotations" not in b.inputs["metadata"]
+    assert _strip(a.inputs, ["metadata.annotations"]) == b.inputs
+    dgd = changed["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"][1]
+    idx = next(i for i, c in enumerate(dgd.inputs["spec"]["components"]) if c["name"] == "VllmDecodeWorker")
+    assert dgd.ignore_changes == [f"spec.components[{idx}].replicas"]  # still the adapter's, paused or not
+    assert check(Graph(off.resources)) == [] and R.check_update(Graph(on.resources), Graph(off.resources)) == []
+    assert R.check_update(Graph(off.resources), Graph(on.resources)) == []
 
 
 def test_mocks_pause_and_resume_pass_the_aws_rules():

@@ -68,17 +68,15 @@ class PoolCost:
 
 
 def paused_raw(raw: dict[str, Any]) -> dict[str, Any]:
-    """The stack's config with every entry paused (autoscaling dropped: a paused entry runs no worker to scale)."""
+    """The stack's config with every entry paused, as an operator pauses it: ``paused: true`` and nothing else changed
+    (an autoscaled component keeps its ScaledObject, which KEDA holds at 0 replicas: stacks/serving/autoscaling.py)."""
     out = copy.deepcopy(raw)
     if isinstance(out.get("serve"), list):
         for e in out["serve"]:
             if isinstance(e, dict):
                 e["paused"] = True
-                e.pop("autoscaling", None)
-        out.pop("autoscaling", None)
         return out
     out["paused"] = True
-    out.pop("autoscaling", None)
     return out
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Optional
 
-from stacks.serving.autoscaling import PoolUse, check_bounds, keda_chart, pause_pools, scaled_object
+from stacks.serving.autoscaling import PoolUse, check_bounds, cluster_stack_pools, keda_chart, pause_pools, scaled_object
 from stacks.serving.benchmark import build_benchmark, synthetic_speculative_dgd
 from stacks.cluster import build_cluster_only_plan, build_pools_plan, combined_stack_plan, plan_eks, plan_on_cluster_stack
 from stacks.spec.config import NS, ConfigError, StackConfig
@@ -65,6 +65,19 @@ class ProgramPlan:
         if getattr(cp, "compute_domain", None):
             out.append(cp.compute_domain)
         return out
+
+    def autoscaling_shortfall(self, node_pools: Any) -> Optional[str]:
+        """``cluster.mode: stack``: the autoscaling bounds against the cluster stack's pools, which the program knows only
+        as its StackReference's ``nodePools`` Output (components/cluster_source.py checks it in the Output's apply,
+        before any DGD). The message ``check_bounds`` gives on EKS (key, value, valid range), or None when they fit
+        (or nothing is autoscaled, or the pools are not a list: ``capacity_shortfall`` reports that)."""
+        if self.cluster.mode != "stack" or not isinstance(node_pools, list) or not all(isinstance(p, dict) for p in node_pools):
+            return None
+        try:
+            check_bounds(self.entries, cluster_stack_pools(node_pools, self.cluster.stack))
+        except ConfigError as e:
+            return str(e)
+        return None
 
     def objects(self) -> list[dict]:
         """The Kubernetes objects ``up`` registers (secrets redacted): the cluster layer's objects in the
@@ -250,7 +263,10 @@ def serve_optional_layers(program: ProgramPlan) -> ProgramPlan:
 def demand_layers(program: ProgramPlan) -> ProgramPlan:
     """Pause and autoscaling (stacks/serving/autoscaling.py): managed GPU node groups whose entries are all paused go to 0
     nodes; autoscaled components get a KEDA ScaledObject on their DGDSA, querying the observability layer's
-    Prometheus, after their maxReplicas are checked against the pool (before any resource)."""
+    Prometheus (paused at 0 replicas while their entry is paused), after their maxReplicas are checked against the pool:
+    before any resource on EKS (the pools this stack creates); on a cluster stack (``mode: stack``) its pools are an
+    Output, checked at ``up`` before any DGD (``ProgramPlan.autoscaling_shortfall``); on any other cluster no pool is
+    known and only the DGD's own bounds apply (1 <= minReplicas <= maxReplicas <= 100)."""
     cp = program.cluster_plan
     if program.cluster.mode == "eks" and cp is not None:
         pause_pools(cp, program.entries)
@@ -279,7 +295,8 @@ def demand_layers(program: ProgramPlan) -> ProgramPlan:
                                        n, p.node_shape.capacity)
         check_bounds(program.entries, pools)
     for e in scaled:
-        e.plan.autoscalers = [scaled_object(e.plan.dgd, name, spec, url) for name, spec in e.plan.notes["autoscaling"].items()]
+        e.plan.autoscalers = [scaled_object(e.plan.dgd, name, spec, url, paused=bool(e.cfg.paused))
+                              for name, spec in e.plan.notes["autoscaling"].items()]
     if program.cluster.mode != "render":
         scaled[0].plan.notes["keda"] = keda_chart()
         program.other_layers.append("KEDA chart (autoscaling)")

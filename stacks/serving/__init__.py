@@ -129,15 +129,13 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         if comp["name"] in cfg.replicas:
             comp["replicas"] = cfg.replicas[comp["name"]]
     # Pause and autoscaling (stacks/serving/autoscaling.py): GPU components to 0 replicas; autoscaled ones opt into their DGDSA.
+    # A paused autoscaled component keeps its ScaledObject, which KEDA pauses at 0 replicas (autoscaling.PAUSED_REPLICAS).
     scaling: dict = {}
     paused: dict = {}
     if cfg.paused or cfg.autoscaling:
         from stacks.serving.autoscaling import apply_to_dgd, gpu_components, parse_autoscaling
 
         scaling = parse_autoscaling(cfg.autoscaling, names, gpu_components(dgd))
-        if cfg.paused and scaling:
-            raise ConfigError(f"{NS}:paused: true with {NS}:autoscaling on {', '.join(scaling)}: a paused entry runs no worker "
-                              f"for the autoscaler to scale; remove {NS}:autoscaling while paused, or remove paused")
         paused = apply_to_dgd(dgd, cfg.paused, scaling)
 
     if cfg.model_revision:

@@ -52,6 +52,35 @@ Autoscaling (``autoscaling: {<component>: {minReplicas, maxReplicas, metric, tar
 - The Dynamo Planner is deployed "via DynamoGraphDeploymentRequest (DGDR), which automatically profiles your model"
   and needs "profiling data and Prometheus access" (same guide, "Autoscaling with Dynamo Planner"): the catalog's
   recipes carry no profiling data, so ``via: planner`` is refused with that reason.
+
+Pausing an autoscaled component (``paused: true`` with ``autoscaling``): its ScaledObject stays and is paused the KEDA
+way, with the annotation ``autoscaling.keda.sh/paused-replicas: "0"`` (``PAUSED_REPLICAS``). What each pause
+annotation does, in the pinned KEDA (module github.com/kedacore/keda/v2@v2.21.0, commit 626ded5d7831, from the Go
+module proxy):
+
+- ``autoscaling.keda.sh/paused-replicas: "<n>"``: ``NeedToBePausedByAnnotation`` is true as soon as it is present
+  (apis/keda/v1alpha1/scaledobject_types.go), so the reconciler's ``handlePause`` stops the scale loop, deletes the
+  HPA and ``scaleTargetToPausedCount`` writes ``n`` to the target's Scale subresource, "scales the target directly
+  to the paused replica count" (controllers/keda/scaledobject_controller.go). Here the target is the DGDSA, whose
+  controller then writes its ``spec.replicas`` into the DGD component ("Update DGD if replicas changed (DGDSA is the
+  source of truth)": ai-dynamo/dynamo deploy/operator/internal/controller/
+  dynamographdeploymentscalingadapter_controller.go @ 0fddc01b37244c4cfa5bcfd1c2e4f1a577ee833c, ``Reconcile``), and
+  the operator removes the component's pods. So ``"0"`` takes the component to 0 replicas although the Pulumi DGD
+  ignores that component's replicas after creation.
+- ``autoscaling.keda.sh/paused: "true"`` alone also stops the loop and deletes the HPA, but ``scaleTargetToPausedCount``
+  is a no-op without a count: "paused=true without specific count — freeze at current replicas, nothing to scale"
+  (same file). The workers (and their GPUs) would keep running, so it is not used.
+
+Resume (``paused`` removed): the ScaledObject loses the annotation; the reconciler marks it unpaused and recreates the
+HPA and the scale loop. With the adapter at 0 the HPA does nothing (an HPA whose target is at 0 replicas stops
+adjusting it: Kubernetes' "implicit maintenance-mode deactivation", which KEDA's executor cites at its fallback case);
+KEDA's own loop brings it back (pkg/scaling/executor/scale_scaledobjects.go ``RequestScale``): an active
+trigger goes through ``scaleFromZeroOrIdle`` to ``minReplicaCount`` (1 if unset), an inactive one through "ScaleTarget
+replicas count is less than minimum replica count" to ``minReplicaCount``. Both need the Prometheus query to answer:
+on a trigger error without ``fallback`` KEDA marks the ScaledObject not Ready and leaves the replicas as they are, so
+the component stays at 0 until Prometheus answers. ``minReplicas`` is at least 1 (above), so a resumed component comes
+back to at least ``minReplicas``; the KEDA pause is on the ScaledObject only, so pausing and resuming change no
+resource but the DGD (its non-autoscaled GPU components' replicas), the ScaledObject's annotations and the node counts.
 """
 from __future__ import annotations
 
@@ -70,6 +99,9 @@ SCALED_OBJECT_API = "keda.sh/v1alpha1"
 KEDA_KEY = "keda"  # stacks/registry/versions.yaml charts.keda
 KEDA_NAMESPACE = "keda"
 MAX_REPLICAS = 100  # as dynamo:replicas (stacks.spec.config.MAX_REPLICAS)
+# KEDA's pause with a replica count (apis/keda/v1alpha1/scaledobject_types.go PausedReplicasAnnotation, v2.21.0): the
+# target is scaled to the count and autoscaling stops until the annotation is removed (module docstring).
+PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"
 METRICS = ("queue-depth", "inflight", "ttft")
 GPU = "nvidia.com/gpu"
 
@@ -218,17 +250,21 @@ def metric_query(metric: str, namespace: str, dynamo_ns: str) -> str:
     return f"histogram_quantile(0.95, sum by (le) (rate({M['ttft']}_bucket{{{sel}}}[2m])))"
 
 
-def scaled_object(dgd: dict, component: str, spec: ComponentAutoscaling, prometheus_url: str) -> dict:
-    """The KEDA ScaledObject that drives ``component``'s DGDSA from the observability layer's Prometheus."""
+def scaled_object(dgd: dict, component: str, spec: ComponentAutoscaling, prometheus_url: str, paused: bool = False) -> dict:
+    """The KEDA ScaledObject that drives ``component``'s DGDSA from the observability layer's Prometheus; ``paused``:
+    held at 0 replicas by KEDA (``PAUSED_REPLICAS: "0"``, see the module docstring) until a later ``up`` removes it."""
     from stacks.serving.operator import dynamo_namespace
 
     md = dgd["metadata"]
     target = adapter_name(md["name"], component)
+    meta = {"name": target, "namespace": md["namespace"],
+            "labels": {"app.kubernetes.io/part-of": "dynamo", LABEL_DGD_NAME: md["name"]}}
+    if paused:
+        meta["annotations"] = {PAUSED_REPLICAS: "0"}
     return {
         "apiVersion": SCALED_OBJECT_API,
         "kind": "ScaledObject",
-        "metadata": {"name": target, "namespace": md["namespace"],
-                     "labels": {"app.kubernetes.io/part-of": "dynamo", LABEL_DGD_NAME: md["name"]}},
+        "metadata": meta,
         "spec": {
             "scaleTargetRef": {"apiVersion": DGDSA_API, "kind": DGDSA_KIND, "name": target},
             "minReplicaCount": spec.min_replicas,
@@ -268,9 +304,15 @@ class PoolUse:
     node_capacity: Optional[dict] = None  # what one node offers (GPUs, EFA devices): the replicas are packed onto nodes
 
 
+def _resumed(plan) -> dict:
+    """An entry's DGD as it runs once resumed (itself when not paused): bounds are checked against it, so a paused
+    entry is refused exactly what its resume would be."""
+    return unpaused_dgd(plan.dgd, plan.notes.get("paused") or {})
+
+
 def check_bounds(entries: list, pools: dict[str, PoolUse]) -> None:
-    """GPUs per replica x maxReplicas (plus every other GPU replica on the pool) must fit the pool, before any
-    resource: a ConfigError naming the autoscaling key, its value and the valid range."""
+    """GPUs per replica x maxReplicas (plus every other GPU replica on the pool, as resumed) must fit the pool, before
+    any resource: a ConfigError naming the autoscaling key, its value and the valid range."""
     by_gpu: dict[str, list] = {}
     for e in entries:
         by_gpu.setdefault(e.plan.target.gpu, []).append(e)
@@ -279,7 +321,7 @@ def check_bounds(entries: list, pools: dict[str, PoolUse]) -> None:
         if pool is None:
             continue
         fixed = sum(gpus_per_replica(c) * int(c.get("replicas", 1))
-                    for e in members for c in e.plan.dgd["spec"]["components"]
+                    for e in members for c in _resumed(e.plan)["spec"]["components"]
                     if c["name"] not in (e.plan.notes.get("autoscaling") or {}))
         scaled = [(e, name, spec, gpus_per_replica(next(c for c in e.plan.dgd["spec"]["components"] if c["name"] == name)))
                   for e in members for name, spec in (e.plan.notes.get("autoscaling") or {}).items()]
@@ -310,7 +352,7 @@ def _check_packing(members: list, pool: PoolUse, e: Any, name: str, spec: Compon
         comps = []
         for m in members:
             specs = dict(m.plan.notes.get("autoscaling") or {})
-            dgd = at_max(m.plan.dgd, specs)
+            dgd = at_max(_resumed(m.plan), specs)
             if m is e:
                 for c in dgd["spec"]["components"]:
                     if c["name"] == name:
@@ -325,6 +367,26 @@ def _check_packing(members: list, pool: PoolUse, e: Any, name: str, spec: Compon
     raise ConfigError(f"{_akey(e.key)}.{name}.maxReplicas: {spec.max_replicas}: the pool's replicas at their maximum need {need} "
                       f"nodes (GPUs and EFA devices per node); the pool ({pool.key}) holds {pool.what}; valid range "
                       f"{spec.min_replicas}-{hi}, or raise {pool.key}")
+
+
+def cluster_stack_pools(node_pools: list[dict], stack: str) -> dict[str, PoolUse]:
+    """The pools of a cluster stack (``cluster.mode: stack``), from the ``nodePools`` it exports
+    (stacks.cluster.node_pools: per pool its GPU, instance type, ``count`` and per-node ``allocatable``): a node group
+    holds ``count`` nodes, a Karpenter pool (``capacity: karpenter``) at most ``count`` (its ``maxNodes``: the pool's
+    node count is its limit, stacks/cluster/pools.py). The first pool of a GPU is the one the entries run on, as
+    ``stacks.cluster.capacity_shortfall`` takes it; the list is in the cluster stack's ``gpuPools`` order."""
+    out: dict[str, PoolUse] = {}
+    for i, p in enumerate(node_pools):
+        gpu = p.get("gpu")
+        if gpu in out:
+            continue
+        alloc = {k: int(v) for k, v in (p.get("allocatable") or {}).items()}
+        n, itype = int(p.get("count") or 0), p.get("instanceType")
+        karpenter = p.get("capacity") == "karpenter"
+        key = f"{NS}:cluster.gpuPools[{i}].{'maxNodes' if karpenter else 'nodes'} of {stack}"
+        out[gpu] = PoolUse(gpu, key, n * alloc.get(GPU, 0), f"NodePool limit {n} x {itype}" if karpenter else f"{n} x {itype}",
+                           n, alloc)
+    return out
 
 
 def pause_pools(cluster_plan: Any, entries: list) -> list[str]:
