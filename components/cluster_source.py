@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 from components.platform import DevicePlugins, DynamoPlatform, helm_release
 from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
 from stacks.spec.config import NS
+from stacks.cluster.config import check_running_version
 from stacks.cluster.platform import GPU_PRESENT_LABELS, dynamo_platform
 from stacks.program import ProgramPlan
 
@@ -106,6 +107,12 @@ class EksSource(ClusterSource):
         super().__init__(program)
         plan = program.cluster_plan
         aws_provider = aws.Provider("aws", region=program.cluster.region)
+        # Before any AWS resource: the version the cluster runs, so that a skip or a downgrade is refused now and not by
+        # UpdateClusterVersion halfway through the `up`.
+        try:
+            check_running_version(running_cluster_version(plan.name, aws_provider), plan.kubernetes_version, plan.name)
+        except ValueError as e:
+            raise pulumi.RunError(str(e)) from None
         self.eks = eks = EksGpuCluster("cluster", plan, opts=pulumi.ResourceOptions(provider=aws_provider))
         self.provider = k8s.Provider("eks", kubeconfig=eks.kubeconfig)
         sc = plan.storage_class
@@ -143,6 +150,29 @@ class EksSource(ClusterSource):
         if self.program.serving is None:  # a cluster-only stack has no serving commands to follow; the kubeconfig one still helps
             out["followKubeconfig"] = f"aws eks update-kubeconfig --region {plan.region} --name {plan.name}"
         return out
+
+
+# The provider's answer when DescribeCluster finds no cluster of that name: terraform-provider-aws
+# internal/service/eks (findClusterByName turns ResourceNotFoundException, and a ClientException "No cluster found for
+# name:", into a retry.NotFoundError, whose message is "couldn't find resource"; the data source reports
+# "reading EKS Cluster (<name>): couldn't find resource").
+CLUSTER_NOT_FOUND = "couldn't find resource"
+
+
+def running_cluster_version(name: str, provider: pulumi.ProviderResource) -> Optional[str]:
+    """The Kubernetes version EKS cluster ``name`` runs (``aws.eks.get_cluster``, a synchronous invoke through the
+    stack's AWS provider), or None when there is no such cluster yet. Any other failure (credentials, throttling, a
+    Region without EKS) is raised: the version jump it would hide is what this lookup is for."""
+    import pulumi_aws as aws
+
+    try:
+        found = aws.eks.get_cluster(name=name, opts=pulumi.InvokeOptions(provider=provider))
+    except Exception as e:  # the SDK raises a plain Exception carrying the provider's message
+        if CLUSTER_NOT_FOUND in str(e):
+            return None
+        raise pulumi.RunError(f"could not read EKS cluster {name!r} to check {NS}:cluster.kubernetesVersion against the "
+                              f"version it runs: {e}") from None
+    return str(found.version)
 
 
 SOURCES = {"render": RenderSource, "kubeconfig": KubeconfigSource, "stack": StackSource, "eks": EksSource}

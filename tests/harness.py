@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pulumi
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pmocks
@@ -74,10 +75,27 @@ def cluster_stack_outputs(name: str) -> dict:
             "clusterName": plan.name, "region": plan.region}
 
 
+class ProviderError(grpc.RpcError):
+    """A provider's failed invoke as the engine reports it to the program (a gRPC error with the provider's message),
+    which the SDK raises from the invoke call as an Exception the program may catch."""
+
+    def __init__(self, details: str):
+        super().__init__(details)
+        self._details = details
+
+    def code(self):
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self):
+        return self._details
+
+
 class Mocks(pmocks.Mocks):
-    def __init__(self, stack_outputs: dict | None = None):
+    def __init__(self, stack_outputs: dict | None = None, eks_clusters: dict | None = None):
         super().__init__()
         self.stack_outputs = stack_outputs or {}
+        # EKS cluster name -> the Kubernetes version it runs (absent: no such cluster; an Exception: the lookup fails so)
+        self.eks_clusters = eks_clusters or {}
 
     def new_resource(self, args):
         state = dict(args.inputs)
@@ -107,7 +125,15 @@ class Mocks(pmocks.Mocks):
         return (f"{args.name}-id", state)
 
     def call(self, args):
-        return ({}, None)
+        if args.token == "aws:eks/getCluster:getCluster":  # as the provider answers DescribeCluster for a missing cluster
+            name = args.args.get("name")
+            if name not in self.eks_clusters:  # the data source's error, which reaches the program as a gRPC error
+                raise ProviderError(f"invoking aws:eks/getCluster:getCluster: 1 error occurred:\n\t* reading EKS Cluster ({name}): "
+                                    "couldn't find resource")
+            if isinstance(self.eks_clusters[name], Exception):  # any other failure of the lookup
+                raise ProviderError(f"invoking aws:eks/getCluster:getCluster: 1 error occurred:\n\t* {self.eks_clusters[name]}")
+            return ({"name": name, "version": self.eks_clusters[name], "status": "ACTIVE"}, [])
+        return ({}, [])
 
 
 class RecordingMonitor(pmocks.MockMonitor):
@@ -181,10 +207,12 @@ AWS_REGION = "us-east-1"
 
 
 def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, stack: str = "test",
-                stack_outputs: dict[str, dict] | None = None, aws_region: str | None = AWS_REGION) -> Run:
+                stack_outputs: dict[str, dict] | None = None, aws_region: str | None = AWS_REGION,
+                eks_clusters: dict[str, str] | None = None) -> Run:
     """Run __main__.py with ``dynamo:`` config (plain values) and secret config. ``stack_outputs``: the outputs of
     the stacks a ``cluster.mode: stack`` program references, by name (default: ``cluster_stack_outputs``).
-    ``aws_region``: ``aws:region``, set for an EKS config that names no ``cluster.region`` (None: not set)."""
+    ``aws_region``: ``aws:region``, set for an EKS config that names no ``cluster.region`` (None: not set).
+    ``eks_clusters``: EKS clusters that exist already, name -> Kubernetes version (default: none)."""
     global LAST_RUN
     run = LAST_RUN = Run()
     secrets = secrets or {}
@@ -194,8 +222,8 @@ def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, s
         all_cfg["aws:region"] = aws_region
     all_cfg.update({f"dynamo:{k}": v for k, v in secrets.items()})
     rc.set_all_config(all_cfg, [f"dynamo:{k}" for k in secrets])
-    monitor = RecordingMonitor(Mocks(stack_outputs), run)
-    pmocks.set_mocks(Mocks(stack_outputs), project="dynamo", stack=stack, preview=False, monitor=monitor)
+    monitor = RecordingMonitor(Mocks(stack_outputs, eks_clusters), run)
+    pmocks.set_mocks(Mocks(stack_outputs, eks_clusters), project="dynamo", stack=stack, preview=False, monitor=monitor)
 
     exported: dict[str, Any] = {}
 

@@ -384,3 +384,59 @@ def test_secrets_key_and_log_group_come_before_the_cluster():
     off = eks("h100", secretsEncryption=False, controlPlaneLogs=[])
     assert not off.by_type("aws:kms/key:Key") and not off.by_type("aws:cloudwatch/logGroup:LogGroup")
     assert "encryptionConfig" not in off.one("aws:eks/cluster:Cluster").inputs
+
+
+# ------------------------------------------------------------------ the version the cluster runs, looked up before any resource
+
+def _run_against(running, wanted, stack="upgrade"):
+    """An EKS stack whose cluster (dynamo-<stack>) runs ``running`` (None: no cluster yet) and whose config asks for
+    ``wanted``; the harness answers the program's aws.eks.get_cluster as the provider does."""
+    clusters = {} if running is None else {f"dynamo-{stack}": running}
+    return run_program({"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": wanted}}, TOKEN, stack=stack, eks_clusters=clusters)
+
+
+def _registered_types():
+    import harness
+
+    return [r.type for r in harness.LAST_RUN.resources]
+
+
+def test_a_new_cluster_is_created_at_the_asked_version():
+    run = _run_against(None, "1.35")
+    assert run.one("aws:eks/cluster:Cluster").inputs["version"] == "1.35"
+
+
+def test_one_minor_step_from_the_running_version_is_an_update():
+    run = _run_against("1.34", "1.35")
+    assert run.one("aws:eks/cluster:Cluster").inputs["version"] == "1.35"
+    assert _run_against("1.35", "1.35").one("aws:eks/cluster:Cluster").inputs["version"] == "1.35"  # no change
+
+
+def test_a_two_minor_jump_from_the_running_version_is_refused_before_any_resource():
+    with pytest.raises(Exception) as e:
+        _run_against("1.33", "1.35")
+    msg = str(e.value)
+    assert ("dynamo:cluster.kubernetesVersion: '1.35' is 2 minor versions ahead of '1.33', the version EKS cluster "
+            "'dynamo-upgrade' runs") in msg
+    assert ('set dynamo:cluster.kubernetesVersion: "1.34", run `pulumi up`; then set dynamo:cluster.kubernetesVersion: "1.35", '
+            'run `pulumi up`') in msg
+    # the AWS provider the lookup goes through is all that was registered: no cluster, node group or add-on
+    assert _registered_types() == ["pulumi:providers:aws"]
+
+
+def test_a_downgrade_of_the_running_version_is_refused_before_any_resource():
+    with pytest.raises(Exception) as e:
+        _run_against("1.35", "1.34")
+    msg = str(e.value)
+    assert "dynamo:cluster.kubernetesVersion: '1.34' is older than '1.35', the version EKS cluster 'dynamo-upgrade' runs" in msg
+    assert "EKS cannot downgrade a cluster" in msg and 'set dynamo:cluster.kubernetesVersion: "1.35"' in msg
+    assert _registered_types() == ["pulumi:providers:aws"]
+
+
+def test_a_failed_lookup_is_not_taken_for_a_new_cluster():
+    with pytest.raises(Exception) as e:
+        _run_against(RuntimeError("reading EKS Cluster (dynamo-upgrade): operation error EKS: DescribeCluster, "
+                                  "AccessDeniedException"), "1.35")
+    assert "could not read EKS cluster 'dynamo-upgrade' to check dynamo:cluster.kubernetesVersion" in str(e.value)
+    assert "AccessDeniedException" in str(e.value)
+    assert _registered_types() == ["pulumi:providers:aws"]

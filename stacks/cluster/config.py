@@ -70,6 +70,30 @@ def check_kubernetes_step(current: Optional[str], wanted: str, k: str = f"{NS}:c
                          + " (docs/deploy-aws.md, \"Upgrading Kubernetes\")")
 
 
+def check_running_version(running: Optional[str], wanted: str, cluster: str, k: str = f"{NS}:cluster") -> None:
+    """The same rule against the version the EKS cluster ``cluster`` runs, as EKS reports it (DescribeCluster through
+    ``aws.eks.get_cluster``; components/cluster_source.py looks it up before any resource). ``running``: None for a
+    cluster that does not exist yet. A skip or a downgrade raises with the key, both versions and the steps."""
+    if running is None:
+        return
+    m = re.fullmatch(r"1\.(\d+)", str(running))
+    if not m:
+        raise ValueError(f"EKS cluster {cluster!r} reports Kubernetes version {running!r}, not a minor version like 1.35; "
+                         f"{k}.kubernetesVersion cannot be checked against it")
+    now, to = int(m[1]), _minor(wanted, f"{k}.kubernetesVersion")
+    if to < now:
+        raise ValueError(f"{k}.kubernetesVersion: {wanted!r} is older than {running!r}, the version EKS cluster {cluster!r} "
+                         f"runs; EKS cannot downgrade a cluster: set {k}.kubernetesVersion: \"{running}\" (or a newer one, one minor "
+                         f"at a time) and run `pulumi up` (docs/deploy-aws.md, \"Upgrading Kubernetes\")")
+    if to - now > 1:
+        steps = [f"1.{v}" for v in range(now + 1, to + 1)]
+        raise ValueError(f"{k}.kubernetesVersion: {wanted!r} is {to - now} minor versions ahead of {running!r}, the version "
+                         f"EKS cluster {cluster!r} runs; EKS upgrades one minor version at a time (UpdateClusterVersion would "
+                         f"fail after the `up` has started): "
+                         + "; then ".join(f"set {k}.kubernetesVersion: \"{v}\", run `pulumi up`" for v in steps)
+                         + " (docs/deploy-aws.md, \"Upgrading Kubernetes\")")
+
+
 POOL_KEYS = ("instance_type", "gpu_nodes", "efa", "placement_group", "market_type", "capacity_reservation_id", "gpu_availability_zone",
              "capacity", "max_nodes", "consolidate_after", "ami_alias")
 # Karpenter pools (stacks/cluster/karpenter.py): the NodePool's node limit; consolidateAfter as the NodePool CRD accepts it
