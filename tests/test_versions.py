@@ -63,7 +63,7 @@ def test_kube_local_builds_every_pinned_kubernetes_binary():
 FORCE_NEW = {"aws:eks/addon:Addon": {"addonName", "clusterName"}, "aws:eks/nodeGroup:NodeGroup": {"clusterName", "nodeGroupName"}}
 
 
-def _run_with_manifest(monkeypatch, tmp_path, manifest: dict, config: dict):
+def _run_with_manifest(monkeypatch, tmp_path, manifest: dict, config: dict, eks_clusters: dict | None = None):
     import yaml
 
     from harness import run_program
@@ -74,10 +74,19 @@ def _run_with_manifest(monkeypatch, tmp_path, manifest: dict, config: dict):
     try:
         monkeypatch.setattr(v, "MANIFEST", path)
         v.versions.cache_clear()
-        return {r.urn: r for r in run_program(config, {"hfToken": "hf_x"}, stack="bump").resources}
+        return {r.urn: r for r in run_program(config, {"hfToken": "hf_x"}, stack="bump", eks_clusters=eks_clusters).resources}
     finally:
         monkeypatch.undo()
         v.versions.cache_clear()
+
+
+def _allow(manifest: dict, version: str, pins: dict) -> dict:
+    """``manifest`` with Kubernetes ``version`` allowed and its add-ons pinned (a future bump of the manifest)."""
+    eks = manifest["eks"]
+    eks["kubernetesVersions"] = sorted(set(eks["kubernetesVersions"]) | {version}, key=lambda x: int(x.split(".")[1]))
+    (eks.get("refusedKubernetesVersions") or {}).pop(version, None)
+    eks["addons"][version] = pins
+    return manifest
 
 
 def test_a_version_bump_previews_as_in_place_updates(monkeypatch, tmp_path):
@@ -88,11 +97,12 @@ def test_a_version_bump_previews_as_in_place_updates(monkeypatch, tmp_path):
     base = copy.deepcopy(versions())
     bumped = copy.deepcopy(base)
     bumped["charts"]["dynamo-platform"]["version"] = "1.5.1"
-    bumped["eks"]["addons"]["1.36"] = {"kube-proxy": "v1.36.0-eksbuild.1", "coredns": "v1.13.2-eksbuild.9"}
+    _allow(bumped, "1.36", {**base["eks"]["addons"]["1.35"], "kube-proxy": "v1.36.0-eksbuild.1", "coredns": "v1.13.2-eksbuild.9"})
     cfg = {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "kubernetesVersion": "1.35"}}
     before = _run_with_manifest(monkeypatch, tmp_path, base, cfg)
-    after = _run_with_manifest(monkeypatch, tmp_path, bumped, {**cfg, "cluster": {**cfg["cluster"], "kubernetesVersion": "1.36",
-                                                                          "currentKubernetesVersion": "1.35"}})
+    # the cluster runs 1.35 (EKS answers the program's lookup): one minor step
+    after = _run_with_manifest(monkeypatch, tmp_path, bumped, {**cfg, "cluster": {**cfg["cluster"], "kubernetesVersion": "1.36"}},
+                               eks_clusters={"dynamo-bump": "1.35"})
     assert sorted(before) == sorted(after)  # no resource created, deleted or renamed
     changed = {}
     for urn, r in after.items():
@@ -115,8 +125,82 @@ def test_a_version_skip_in_the_manifest_is_refused(monkeypatch, tmp_path):
 
     import harness
 
-    bumped = copy.deepcopy(versions())
+    bumped = _allow(copy.deepcopy(versions()), "1.36", dict(versions()["eks"]["addons"]["1.35"], **{"kube-proxy": "v1.36.0-eksbuild.1"}))
     bumped["eks"]["kubernetesVersion"] = "1.36"
     with pytest.raises(Exception, match=r"'1\.36' is 2 minor versions ahead of the cluster's '1\.34'"):
         _run_with_manifest(monkeypatch, tmp_path, bumped, {"gpu": "h100", "cluster": {"mode": "eks", "currentKubernetesVersion": "1.34"}})
+    assert harness.LAST_RUN.resources == []
+
+
+def test_a_default_that_jumps_the_running_cluster_two_minors_is_refused_without_any_setting(monkeypatch, tmp_path):
+    """The stack sets no version at all: the manifest's default moved 1.35 -> 1.37 while the cluster runs 1.35. The
+    program reads the running version from EKS and refuses before any AWS resource, naming the steps."""
+    import copy
+
+    import harness
+
+    bumped = copy.deepcopy(versions())
+    for v in ("1.36", "1.37"):
+        _allow(bumped, v, dict(bumped["eks"]["addons"]["1.35"], **{"kube-proxy": f"v{v}.0-eksbuild.1"}))
+    bumped["eks"]["kubernetesVersion"] = "1.37"
+    with pytest.raises(Exception) as e:
+        _run_with_manifest(monkeypatch, tmp_path, bumped, {"gpu": "h100", "cluster": {"mode": "eks"}}, eks_clusters={"dynamo-bump": "1.35"})
+    assert "'1.37' is 2 minor versions ahead of '1.35', the version EKS cluster 'dynamo-bump' runs" in str(e.value)
+    assert 'set dynamo:cluster.kubernetesVersion: "1.36", run `pulumi up`; then set dynamo:cluster.kubernetesVersion: "1.37"' in str(e.value)
+    assert [r.type for r in harness.LAST_RUN.resources] == ["pulumi:providers:aws"]
+
+
+# ------------------------------------------------------------------ every add-on pinned for every allowed version
+
+ADDON = "aws:eks/addon:Addon"
+
+
+@pytest.mark.parametrize("cache", ["efs", "fsx-lustre"])
+def test_every_addon_the_plan_installs_is_pinned_for_every_allowed_version(cache):
+    """For every Kubernetes version a stack may choose, every add-on the program installs carries the version pinned
+    in versions.yaml eks.addons, or is listed in eks.unpinnedAddons with a stated reason (then no addonVersion)."""
+    from harness import run_program
+
+    eks = versions()["eks"]
+    unpinned = eks.get("unpinnedAddons") or {}
+    assert all(isinstance(r, str) and len(r) > 40 for r in unpinned.values()), unpinned
+    assert set(eks["kubernetesVersions"]) <= set(eks["addons"]), "an allowed version has no add-on pins"
+    assert not set(eks["kubernetesVersions"]) & set(eks.get("refusedKubernetesVersions") or {})
+    for k8s in eks["kubernetesVersions"]:
+        run = run_program({"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": k8s, "cacheStorage": cache}},
+                          {"hfToken": "hf_x"}, stack=f"pins-{cache}")
+        addons = {r.inputs["addonName"]: r.inputs.get("addonVersion") for r in run.by_type(ADDON)}
+        assert {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"} <= set(addons), addons
+        for name, rendered in addons.items():
+            if name in unpinned:
+                assert rendered is None, (k8s, name, rendered)
+            else:
+                assert name in eks["addons"][k8s], f"{name} has no pin for Kubernetes {k8s}"
+                assert rendered == eks["addons"][k8s][name], (k8s, name, rendered)
+        # kube-proxy follows the control plane's minor version (EKS user guide, managing-kube-proxy)
+        assert addons["kube-proxy"].startswith(f"v{k8s}."), addons["kube-proxy"]
+
+
+def test_an_addon_without_a_pin_is_refused_before_any_resource(monkeypatch, tmp_path):
+    import copy
+
+    import harness
+
+    bumped = copy.deepcopy(versions())
+    del bumped["eks"]["addons"]["1.35"]["vpc-cni"]
+    with pytest.raises(Exception, match=r"dynamo:cluster\.kubernetesVersion: '1\.35' has no pinned EKS add-on version for vpc-cni"):
+        _run_with_manifest(monkeypatch, tmp_path, bumped, {"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": "1.35"}})
+    assert harness.LAST_RUN.resources == []
+
+
+def test_a_version_without_confirmed_pins_is_refused_with_the_reason():
+    from harness import run_program
+
+    import harness
+
+    refused = versions()["eks"]["refusedKubernetesVersions"]
+    assert "1.36" in refused
+    with pytest.raises(Exception) as e:
+        run_program({"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": "1.36"}}, {"hfToken": "hf_x"}, stack="t")
+    assert f"dynamo:cluster.kubernetesVersion: '1.36' is refused: {refused['1.36']}; choose one of: 1.34, 1.35" in str(e.value)
     assert harness.LAST_RUN.resources == []

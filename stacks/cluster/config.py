@@ -41,6 +41,11 @@ def kubernetes_versions() -> tuple[str, ...]:
     return tuple(_eks_pin("kubernetesVersions"))
 
 
+def refused_kubernetes_versions() -> dict[str, str]:
+    """Versions EKS offers that a stack may not pin, each with the reason (versions.yaml eks.refusedKubernetesVersions)."""
+    return {str(k): str(v) for k, v in (_eks_pin("refusedKubernetesVersions") or {}).items()}
+
+
 def _minor(version: str, key: str) -> int:
     m = re.fullmatch(r"1\.(\d+)", str(version))
     if not m:
@@ -206,6 +211,12 @@ class EksConfig(_Model):
         k = f"{NS}:cluster"
         if self.region not in AWS_REGIONS:
             raise ValueError(f"{k}.region: {self.region!r} is not an AWS Region; choose one of: {', '.join(AWS_REGIONS)}")
+        # The step from the running version first: its message names every step to take.
+        check_kubernetes_step(self.current_kubernetes_version, self.kubernetes_version, k)
+        if self.kubernetes_version in refused_kubernetes_versions():
+            raise ValueError(f"{k}.kubernetesVersion: {self.kubernetes_version!r} is refused: "
+                             f"{refused_kubernetes_versions()[self.kubernetes_version]}; choose one of: "
+                             f"{', '.join(kubernetes_versions())} (stacks/registry/versions.yaml eks.refusedKubernetesVersions)")
         if self.kubernetes_version not in kubernetes_versions():
             raise ValueError(f"{k}.kubernetesVersion: {self.kubernetes_version!r} is not an EKS version in standard support; "
                              f"choose one of: {', '.join(kubernetes_versions())} (stacks/registry/versions.yaml eks.kubernetesVersions)")
@@ -263,7 +274,6 @@ class EksConfig(_Model):
             raise ValueError(f"{k}.placementGroup: true conflicts with {k}.capacityReservationId {self.capacity_reservation_id}: "
                              "a Capacity Block is already placed together and a targeted reservation launches where it was made; "
                              "remove placementGroup")
-        check_kubernetes_step(self.current_kubernetes_version, self.kubernetes_version, k)
         lo, hi = EFS_PROVISIONED_MIBPS
         if self.efs_throughput_mode == "provisioned" and self.efs_provisioned_throughput_mibps is None:
             raise ValueError(f"{k}.efsThroughputMode: provisioned needs {k}.efsProvisionedThroughputMibps ({lo}-{hi}), "

@@ -107,6 +107,7 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         if target.topology == "disagg" and pools[0].nodes_needed > 1:
             cd = compute_domain(f"{name}-imex", (dgd.get("metadata") or {}).get("namespace") or "default", pools[0].nodes_needed)
     first = pools[0]
+    addons = ["vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi]
     from stacks.cluster.karpenter import build_karpenter_plan, node_role_name, pool_objects
 
     karpenter = build_karpenter_plan(name, cfg.region, [
@@ -125,9 +126,8 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         private_subnets=private,
         gpu_subnet=gpu_subnet,
         network=network_plan(cfg),
-        addons=["vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi],
-        addon_versions={a: v for a, v in addon_versions(cfg.kubernetes_version).items()
-                        if a in ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi)},
+        addons=addons,
+        addon_versions=addon_versions(cfg.kubernetes_version, addons),  # refuses an add-on without a pin or a stated reason
         system_nodegroup=sys_ng,
         gpu_nodegroup=first.nodegroup,
         launch_template=first.launch_template,
