@@ -55,6 +55,18 @@ def test_every_aws_constraint_area_has_a_rule_with_a_cited_source():
     assert covered == set(R.AREAS), set(R.AREAS) - covered
     for fn in R.RULES:
         assert fn.__doc__ and "Source" in fn.__doc__, fn.__name__
+    # the update rules (a before/after pair of graphs) too: each guards a known area and cites where its constraint is
+    assert R.UPDATE_RULES, "no update rule registered"
+    for fn, areas in R.UPDATE_RULES.items():
+        assert areas and set(areas) <= set(R.AREAS), (fn.__name__, areas)
+        assert fn.__doc__ and "Source" in fn.__doc__, fn.__name__
+
+
+def test_an_update_rule_names_a_known_constraint_area():
+    with pytest.raises(ValueError, match="unknown AWS constraint area"):
+        R.update_rule("not an area")
+    with pytest.raises(ValueError, match="none named"):
+        R.update_rule()
 
 
 def test_a_rule_names_only_a_known_constraint_area():
@@ -737,3 +749,15 @@ def test_authentication_mode_never_moves_back(on_demand_efs):
         "eks_update_authentication_mode_only_moves_to_api: cluster-eks: authenticationMode API -> API_AND_CONFIG_MAP: "
         "EKS cannot move back from access entries"]
     assert R.check_update(back, on_demand_efs) == []
+
+
+def test_kubernetes_version_moves_one_minor_per_update(on_demand_efs):
+    def at(version):
+        return mutate(on_demand_efs, lambda res: one(res, R.EKS).inputs.update(version=version))
+
+    assert R.check_update(at("1.34"), at("1.35")) == []
+    assert R.check_update(at("1.35"), at("1.35")) == []
+    assert R.check_update(at("1.33"), at("1.35")) == [
+        "eks_update_moves_one_minor_version: cluster-eks: version 1.33 -> 1.35: EKS upgrades one minor version per UpdateClusterVersion"]
+    assert R.check_update(at("1.35"), at("1.34")) == [
+        "eks_update_moves_one_minor_version: cluster-eks: version 1.35 -> 1.34: EKS cannot downgrade a cluster"]

@@ -936,12 +936,18 @@ def control_plane_logs_have_their_log_group_first(g: Graph) -> list[str]:
 # the request the provider sends to AWS for the change, checked against what the AWS API accepts on update.
 
 UpdateRule = Callable[[Graph, Graph], list[str]]
-UPDATE_RULES: list[UpdateRule] = []
+UPDATE_RULES: dict[UpdateRule, tuple[str, ...]] = {}  # an update rule -> the AWS constraint areas it guards (AREAS)
 
 
-def update_rule(fn: UpdateRule) -> UpdateRule:
-    UPDATE_RULES.append(fn)
-    return fn
+def update_rule(*areas: str):
+    unknown = [a for a in areas if a not in AREAS]
+    if unknown or not areas:
+        raise ValueError(f"unknown AWS constraint area(s) {unknown or '(none named)'}; valid: {list(AREAS)}")
+
+    def deco(fn: UpdateRule) -> UpdateRule:
+        UPDATE_RULES[fn] = areas
+        return fn
+    return deco
 
 
 def check_update(before: Graph, after: Graph, rules: Iterable[UpdateRule] = ()) -> list[str]:
@@ -970,7 +976,7 @@ def _pairs(before: Graph, after: Graph, typ: str):
     return [(old[r.name], r) for r in after.of(typ) if r.name in old]
 
 
-@update_rule
+@update_rule(AREA_NODE_GROUP_SIZES)
 def node_group_update_keeps_min_desired_max(before: Graph, after: Graph) -> list[str]:
     """UpdateNodegroupConfig is refused unless the scaling it carries has min <= desired <= max: "Minimum capacity N
     can't be greater than desired size M" (a scale-up whose new minimum meets the old desired size) and "desiredSize
@@ -990,7 +996,7 @@ def node_group_update_keeps_min_desired_max(before: Graph, after: Graph) -> list
     return out
 
 
-@update_rule
+@update_rule(AREA_NODE_GROUP_SIZES)
 def node_group_update_runs_the_size_asked_for(before: Graph, after: Graph) -> list[str]:
     """After the update a node group runs the desired size the new graph names (``dynamo:cluster.gpuNodes`` or what the
     replicas need): EKS keeps the desired size the request carried, or the old one when the request leaves it out or
@@ -1005,7 +1011,7 @@ def node_group_update_runs_the_size_asked_for(before: Graph, after: Graph) -> li
     return out
 
 
-@update_rule
+@update_rule(AREA_NODE_GROUP_SIZES, AREA_NODE_COUNT)
 def node_group_update_reaches_the_nodes_the_dgds_need(before: Graph, after: Graph) -> list[str]:
     """After the update a GPU node group keeps the desired size the request carried (or its old one when no request
     changes it), and that is the node count EKS runs: it must hold every GPU worker of the new DGDs, or the new pods
@@ -1047,7 +1053,7 @@ def _secrets_key(g: Graph, c: Res) -> Optional[str]:
     return next((_urn_name(u) for u in c.dependencies if "$aws:kms/key:Key::" in u), "<a key outside the stack>")
 
 
-@update_rule
+@update_rule(AREA_CLUSTER_ACCESS)
 def eks_update_keeps_the_creator_bootstrap(before: Graph, after: Graph) -> list[str]:
     """``accessConfig.bootstrapClusterCreatorAdminPermissions`` acts only when EKS creates the cluster and the provider
     replaces the cluster when it changes, so an update carries the value the cluster was created with: the program
@@ -1065,7 +1071,7 @@ def eks_update_keeps_the_creator_bootstrap(before: Graph, after: Graph) -> list[
     return out
 
 
-@update_rule
+@update_rule(AREA_CLUSTER_ACCESS)
 def eks_update_never_removes_secrets_encryption(before: Graph, after: Graph) -> list[str]:
     """Secrets envelope encryption cannot be removed from a cluster ("You can't disable secrets encryption after enabling
     it. This action is irreversible"): an update without the ``encryptionConfig`` the cluster has makes the provider
@@ -1087,7 +1093,7 @@ def eks_update_never_removes_secrets_encryption(before: Graph, after: Graph) -> 
     return out
 
 
-@update_rule
+@update_rule(AREA_CLUSTER_ACCESS)
 def eks_update_authentication_mode_only_moves_to_api(before: Graph, after: Graph) -> list[str]:
     """The authentication mode moves CONFIG_MAP -> API_AND_CONFIG_MAP -> API and never back ("you can't change the
     authentication mode back to a mode that removes the EKS API and access entries"). Sources: EKS user guide "Change
@@ -1099,6 +1105,26 @@ def eks_update_authentication_mode_only_moves_to_api(before: Graph, after: Graph
         b = _get(new.inputs, "accessConfig", "authenticationMode", default=a)
         if order.get(b, -1) < order.get(a, -1):
             out.append(f"{new.name}: authenticationMode {a} -> {b}: EKS cannot move back from access entries")
+    return out
+
+
+@update_rule(AREA_KUBERNETES_VERSION)
+def eks_update_moves_one_minor_version(before: Graph, after: Graph) -> list[str]:
+    """An existing control plane moves one Kubernetes minor version per update and never back: UpdateClusterVersion to
+    a version two minors ahead, or an older one, is refused by EKS after the `up` has started (the program looks the
+    running version up first: components/cluster_source.py). Sources: EKS user guide "Update existing cluster to new
+    Kubernetes version" (update-cluster: "update to the next minor version only", "You can't downgrade");
+    terraform-provider-aws internal/service/eks/cluster.go (a changed ``version`` is one UpdateClusterVersion, in place)."""
+    out = []
+    for old, new in _pairs(before, after, EKS):
+        a, b = (re.fullmatch(r"1\.(\d+)", str(r.inputs.get("version"))) for r in (old, new))
+        if not a or not b:
+            continue
+        if int(b[1]) < int(a[1]):
+            out.append(f"{new.name}: version {old.inputs.get('version')} -> {new.inputs.get('version')}: EKS cannot downgrade a cluster")
+        elif int(b[1]) - int(a[1]) > 1:
+            out.append(f"{new.name}: version {old.inputs.get('version')} -> {new.inputs.get('version')}: EKS upgrades one minor "
+                       f"version per UpdateClusterVersion")
     return out
 
 
