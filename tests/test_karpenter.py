@@ -338,6 +338,28 @@ def test_rule_do_not_disrupt():
     assert any("not WhenEmpty" in v for v in fails(g, R.karpenter_serving_workers_are_not_disrupted))
 
 
+def test_rule_disruption_budgets():
+    """The NodePool's budgets: one GPU node at a time for drift and consolidation, always; removing them (Karpenter's
+    default is 10% of the pool for every reason), widening one, or putting it on a schedule fails the rule."""
+    g = graph(stack_config())
+    assert R.karpenter_serving_workers_are_not_disrupted(g) == []
+    assert one(g, R.NODEPOOL).inputs["spec"]["disruption"]["budgets"] == [
+        {"nodes": "100%", "reasons": ["Empty"]}, {"nodes": "1", "reasons": ["Drifted", "Underutilized"]}]
+    g = graph(stack_config())
+    del one(g, R.NODEPOOL).inputs["spec"]["disruption"]["budgets"]
+    v = fails(g, R.karpenter_serving_workers_are_not_disrupted)
+    assert any("no disruption budgets" in m for m in v) and any("for Drifted" in m for m in v) and any("for Underutilized" in m for m in v)
+    g = graph(stack_config())
+    one(g, R.NODEPOOL).inputs["spec"]["disruption"]["budgets"][1]["nodes"] = "10%"
+    assert any("for Drifted" in m for m in fails(g, R.karpenter_serving_workers_are_not_disrupted))
+    g = graph(stack_config())
+    one(g, R.NODEPOOL).inputs["spec"]["disruption"]["budgets"][1].update(schedule="@daily", duration="1h")
+    assert any("for Underutilized" in m for m in fails(g, R.karpenter_serving_workers_are_not_disrupted))
+    g = graph(stack_config())  # one budget for every reason, one node at a time: as strict, passes
+    one(g, R.NODEPOOL).inputs["spec"]["disruption"]["budgets"] = [{"nodes": "1"}]
+    assert R.karpenter_serving_workers_are_not_disrupted(g) == []
+
+
 def test_every_karpenter_rule_cites_its_source_and_is_exercised_here():
     import inspect
 

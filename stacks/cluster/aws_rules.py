@@ -1666,15 +1666,35 @@ def karpenter_controller_has_its_identity(g: Graph) -> list[str]:
 @rule()
 def karpenter_serving_workers_are_not_disrupted(g: Graph) -> list[str]:
     """Every GPU worker that lands on a NodePool carries the pod annotation ``karpenter.sh/do-not-disrupt: "true"``, so
-    consolidation and drift never take its node mid-request; the NodePool consolidates only empty nodes. Source:
-    sigs.k8s.io/karpenter@v1.13.0 pkg/apis/v1/labels.go (DoNotDisruptAnnotationKey); karpenter.sh docs, Disruption
-    ("karpenter.sh/do-not-disrupt", consolidationPolicy WhenEmpty)."""
-    from stacks.cluster.karpenter import DO_NOT_DISRUPT
+    consolidation and drift never take its node mid-request; the NodePool consolidates only empty nodes; and its
+    disruption budgets let Karpenter take at most one GPU node at a time for any reason but Empty (drift of a new AMI,
+    consolidation), always (no schedule), while empty nodes may all go at once. Without budgets Karpenter defaults to
+    one budget of 10% of the pool's nodes for every reason. Source: sigs.k8s.io/karpenter@v1.13.0 pkg/apis/v1/labels.go
+    (DoNotDisruptAnnotationKey); karpenter.sh docs, Disruption ("karpenter.sh/do-not-disrupt", consolidationPolicy
+    WhenEmpty); sigs.k8s.io/karpenter@v1.13.0 pkg/apis/crds/karpenter.sh_nodepools.yaml ``disruption.budgets``: "If
+    there are multiple active budgets, Karpenter uses the most restrictive value. If left undefined, this will default
+    to one budget with a value to 10%"; ``reasons``: "If Reasons is not set, this budget applies to all methods";
+    ``schedule``: "If omitted, the budget is always active"."""
+    from stacks.cluster.karpenter import DISRUPTION_REASONS, DO_NOT_DISRUPT
 
     out = []
     for np in g.of(NODEPOOL):
         if _get(np.inputs, "spec", "disruption", "consolidationPolicy") != "WhenEmpty":
             out.append(f"{np.name}: consolidationPolicy {_get(np.inputs, 'spec', 'disruption', 'consolidationPolicy')!r}, not WhenEmpty")
+        budgets = _get(np.inputs, "spec", "disruption", "budgets")
+        if not budgets:
+            out.append(f"{np.name}: no disruption budgets: Karpenter defaults to 10% of the pool's nodes at once for every reason")
+            budgets = []
+        for reason in DISRUPTION_REASONS:
+            if reason == "Empty":
+                continue
+            # always-active budgets that apply to this reason; the most restrictive one wins
+            counts = [str(b.get("nodes")) for b in budgets if not b.get("schedule")
+                      and (not b.get("reasons") or reason in b["reasons"])]
+            fixed = [int(c) for c in counts if c.isdigit()]
+            if not fixed or min(fixed) > 1:
+                out.append(f"{np.name}: disruption budgets {counts or 'none'} for {reason}: more than one GPU node may be "
+                           f"taken at once; add {{nodes: \"1\", reasons: [{reason}]}}")
         for d, c in _on_nodepool(g, np):
             if str(_get(c, "podTemplate", "metadata", "annotations", DO_NOT_DISRUPT)) != "true":
                 out.append(f"{d.name}/{c['name']}: on NodePool {np.name} without {DO_NOT_DISRUPT}: \"true\"")
