@@ -119,3 +119,23 @@ def test_operating_guide_example_is_the_commands_output():
     # The example's prompt line, however the command is spelt (dynamo-stacks or python -m stacks).
     block = re.split(r"^\$ .*stacks cost --stack h100-karpenter\n", doc, maxsplit=1, flags=re.M)[1].split("```", 1)[0].splitlines()
     assert block[:5] == stack_cost("h100-karpenter").splitlines()[:5]
+
+
+def test_the_paused_config_is_the_stack_with_paused_set_and_nothing_else():
+    """What `cost` prices as paused is the stack as an operator pauses it: ``paused: true`` on every entry, autoscaling
+    kept (its ScaledObject paused at 0 by KEDA, stacks/serving/autoscaling.py), so its paused column is what a paused
+    `up` runs."""
+    from stacks.cli.cost import paused_raw
+    from stacks.program import build_program
+    from stacks.program.render import split_secrets, stack_aws_region, stack_raw_config
+    from stacks.serving.autoscaling import PAUSED_REPLICAS, gpus_per_replica
+
+    plain, secret = split_secrets(stack_raw_config("h100-karpenter"))
+    assert paused_raw(plain) == {**plain, "paused": True} and "autoscaling" in plain
+    serve = {"serve": [{"name": "a", "autoscaling": {"x": {}}}, {"name": "b"}], "autoscaling": {"y": {}}}
+    assert paused_raw(serve) == {"serve": [{"name": "a", "autoscaling": {"x": {}}, "paused": True}, {"name": "b", "paused": True}],
+                                 "autoscaling": {"y": {}}}
+    paused = build_program(paused_raw(plain), "h100-karpenter", secret, aws_region=stack_aws_region("h100-karpenter"))
+    (so,) = paused.entries[0].plan.autoscalers
+    assert so["metadata"]["annotations"] == {PAUSED_REPLICAS: "0"}
+    assert not any(gpus_per_replica(c) * c.get("replicas", 1) for c in paused.entries[0].plan.dgd["spec"]["components"])
