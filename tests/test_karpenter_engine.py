@@ -1,24 +1,38 @@
-"""The real Karpenter launches and removes the GPU nodes of a serving stack on the simulated cluster.
+"""The real Karpenter launches and removes the GPU nodes of a serving stack on the simulated cluster, and the real HPA
+controller, writing the DGD scaling adapter's scale subresource, is what adds and removes them when the stack scales.
 
 Karpenter v1.13.0 (sigs.k8s.io/karpenter, its KWOK cloud provider: ``tools/karpenter.sh``) runs against this module's
-own local control plane (``tools/kube-local.sh``: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok),
-with the instance types of stacks/registry/gpus.py priced from stacks/registry/prices.yaml (``stacks.cluster.karpenter_sim.kwok_instance_types``)
-and the GPU pool's NodePool pointed at a KWOKNodeClass (``stacks.cli.karpenter_sim``).
+own local control plane (``tools/kube-local.sh``: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok,
+the Dynamo CRDs of the pinned platform), with the instance types of stacks/registry/gpus.py priced from
+stacks/registry/prices.yaml (``stacks.cluster.karpenter_sim.kwok_instance_types``) and the GPU pool's NodePool pointed at
+a KWOKNodeClass (``stacks.cli.karpenter_sim``).
 
 The stack is the committed example ``h100-karpenter`` (Lightning H100 disaggregated, its GPU pool on Karpenter, decode
 workers autoscaled 1-8), built by the same ``build_program`` as ``pulumi up``, with the pool's ``consolidateAfter``
 set short for the test. Its NodePool is the one stacks/cluster/karpenter.py plans. The cluster starts with the system node
-group only (KWOK nodes of the EKS plan's system group) and no GPU node. The pods are the Dynamo operator's pods of the
-stack's DGD (``stacks.cli.simulate.operator_pod_intents``):
+group only (KWOK nodes of the EKS plan's system group) and no GPU node. The stack's DGD is created as planned, with the
+DynamoGraphDeploymentScalingAdapter (DGDSA) the operator makes for the autoscaled component, and the
+HorizontalPodAutoscaler KEDA makes of the planned ScaledObject. The pods are the Dynamo operator's pods of the DGD
+(``stacks.cli.simulate.operator_pod_intents``):
 
-- at the autoscaler's minimum, the workers stay Pending until Karpenter launches the nodes ``stacks cost`` counts for
-  the minimum (instance type and capacity type as planned), and the real scheduler binds every pod;
-- at its maximum (the replica count the DGD scaling adapter would be driven to), Karpenter adds the nodes ``stacks
-  cost`` counts for the maximum;
+- as planned (decode workers at minReplicas), the workers stay Pending until Karpenter launches the nodes ``stacks
+  cost`` counts for the minimum (instance type and capacity type as planned), and the real scheduler binds every pod.
+  The HPA reads the adapter's scale and, with no metric to read (no KEDA metrics server here), changes nothing;
+- the stack's ``autoscaling.minReplicas`` raised to its maxReplicas: the HPA (the real controller of
+  kube-controller-manager, which raises a target below minReplicas without any metric) writes the adapter's
+  ``/scale``, the adapter's replicas go to the DGD and its pods, and Karpenter adds the nodes ``stacks cost`` counts for
+  the maximum;
+- ``autoscaling.maxReplicas`` lowered back to the minimum: the HPA lowers the adapter, the pods go, and Karpenter's
+  emptiness consolidation removes the emptied node;
 - paused (the program's own pause: ``paused: true``, every worker component at 0 replicas, whose pods the operator
-  deletes), Karpenter's emptiness consolidation removes every node within consolidateAfter plus its disruption
+  deletes; the pods are set directly here), Karpenter removes every node within consolidateAfter plus its disruption
   polling and validation (stacks/registry/durations.yaml ``karpenter``);
 - resumed, the nodes of the minimum come back.
+
+Two parts are stand-ins, labelled where they are defined: ``keda_hpa`` (the KEDA operator does not run here: it builds
+the HPA KEDA would from the planned ScaledObject) and ``OperatorStandIn`` (the Dynamo operator does not run here: it
+propagates the adapter's replicas to the DGD as the operator's DGDSA controller does, and makes the DGD's pods).
+Everything that scales (the HPA controller, the scale subresource, the scheduler, Karpenter) is the real one.
 
 Node counts and timings are printed (``-s``).
 """
@@ -29,6 +43,7 @@ import re
 import shutil
 import threading
 import time
+from urllib.parse import quote
 
 import pytest
 
@@ -44,6 +59,24 @@ CONSOLIDATE_AFTER = "2s"
 MAX_NODES = 4
 LAUNCH_BOUND_S = 60
 SLACK_S = 30  # node drain and termination, and this 2-core machine under `make test`'s parallel groups
+# The HPA controller of kube-local's kube-controller-manager (k8s.io/kubernetes v1.33.13, the tools/kube/go.mod pin;
+# its --controllers='*,...' includes horizontalpodautoscaling) handles an HPA once per
+# --horizontal-pod-autoscaler-sync-period, which kube-local leaves at its default 15s (pkg/controller/podautoscaler/
+# config/v1alpha1/defaults.go): every add or update is queued with that delay (horizontal.go enqueueHPA: "Requests are
+# always added to queue with resyncPeriod delay"; rate_limiters.go NewDefaultHPARateLimiter, a fixed interval).
+# reconcileAutoscaler takes the target's current replicas from its scale's spec.replicas and, before any metric:
+# above maxReplicas -> maxReplicas ("Current number of replicas above Spec.MaxReplicas"), below minReplicas ->
+# minReplicas ("... below Spec.MinReplicas"), at 0 -> nothing ("ScalingDisabled"); only inside [min, max] does it read
+# the metrics. A rescale is a Scales().Update of the target's scale subresource, an event SuccessfulRescale
+# "New size: <n>; reason: <reason>" from component horizontal-pod-autoscaler, and status currentReplicas/desiredReplicas
+# (setStatus).
+HPA_SYNC_S = 15
+HPA_BOUND_S = 2 * HPA_SYNC_S + SLACK_S
+# The field manager the API server records for the HPA controller's writes: the prefix of its user agent before the
+# first "/" (k8s.io/apiserver pkg/endpoints/handlers/create.go prefixFromUserAgent; client-go rest AddUserAgent:
+# "kube-controller-manager/<version> ... /horizontal-pod-autoscaler").
+KCM_MANAGER = "kube-controller-manager"
+OPERATOR_MANAGER = "dynamo-operator-stand-in"  # the field manager of OperatorStandIn's writes
 
 
 def _target_dgd():
@@ -65,9 +98,9 @@ def karpenter_plan(dgd: dict | None = None):
     return plan, plan.karpenter.pools[0]
 
 
-def stack_programs(consolidate_after: str = CONSOLIDATE_AFTER):
+def stack_programs(consolidate_after: str = CONSOLIDATE_AFTER, autoscaling: dict | None = None):
     """The example stack's program and its paused program (as `stacks cost` builds them), the pool's consolidateAfter
-    set to ``consolidate_after``."""
+    set to ``consolidate_after``; ``autoscaling``: keys set in the stack's ``autoscaling.<component>`` entries."""
     from stacks.cli.cost import paused_raw
     from stacks.program import build_program
     from stacks.program.render import split_secrets, stack_aws_region, stack_raw_config
@@ -77,6 +110,8 @@ def stack_programs(consolidate_after: str = CONSOLIDATE_AFTER):
     pools = [p for p in plain["cluster"]["gpuPools"] if p.get("capacity") == "karpenter"]
     assert len(pools) == 1, plain["cluster"]
     pools[0]["consolidateAfter"] = consolidate_after
+    for comp, keys in (autoscaling or {}).items():
+        plain["autoscaling"][comp].update(keys)
     region = stack_aws_region(STACK)
     return (build_program(plain, STACK, secret, aws_region=region),
             build_program(paused_raw(plain), STACK, secret, aws_region=region))
@@ -96,7 +131,9 @@ def karpenter(tmp_path_factory):
     th = threading.Thread(target=lambda: built.update(paths=karpenter_paths()))
     th.start()
     state = tmp_path_factory.mktemp("kube-karpenter")
-    with control_plane(state, crds=False):
+    # With the Dynamo CRDs (DGD, DGDSA): installed before kube-controller-manager starts, so the HPA controller's
+    # discovery knows the adapter's scale subresource from its first sync.
+    with control_plane(state, crds=True):
         th.join()
         if "paths" not in built:
             pytest.fail("tools/karpenter.sh build failed (see the thread's exception above)")
@@ -106,7 +143,8 @@ def karpenter(tmp_path_factory):
         pool = cplan.karpenter.pools[0]
         k = KarpenterSim(state / "kubeconfig", state / "karpenter", zones=tuple(sorted({o["zone"] for o in pool.offerings()})),
                          prices=region_prices(cplan.region))
-        sim = Simulator(state / "kubeconfig")
+        # The operator's pods live in the DGD's namespace.
+        sim = Simulator(state / "kubeconfig", namespace=program.entries[0].plan.dgd["metadata"]["namespace"])
         try:
             k.install_crds(crds)
             k.start_node_lifecycle()
@@ -115,7 +153,8 @@ def karpenter(tmp_path_factory):
             system = [g for g in eks_groups(cplan) if g.name == "system"]
             sim.create_nodes(node_objects(system, RUN), RUN)
             print(f"\n[karpenter] control plane + Karpenter ready in {time.monotonic() - t0:.1f}s (Karpenter /readyz after {ready_s:.1f}s)")
-            yield {"k": k, "sim": sim, "program": program, "paused": paused, "pool": pool, "logs": state / "karpenter"}
+            yield {"k": k, "sim": sim, "program": program, "paused": paused, "pool": pool, "logs": state / "karpenter",
+                   "kubeconfig": state / "kubeconfig"}
         finally:
             sim.close()
             k.stop()
@@ -144,9 +183,188 @@ def _gpu_pods(pods: list[dict]) -> list[dict]:
     return [p for p in pods if any("nvidia.com/gpu" in (c.get("resources") or {}).get("requests", {}) for c in p["spec"]["containers"])]
 
 
+# ---------------------------------------------------------------------------------------------- stand-ins
+DGD_PLURAL = "dynamographdeployments"
+DGDSA_PLURAL = "dynamographdeploymentscalingadapters"
+HPA_API = "autoscaling/v2"
+
+
+def keda_hpa(so: dict) -> dict:
+    """STAND-IN for the KEDA operator (which does not run here): the HorizontalPodAutoscaler it makes of a ScaledObject.
+
+    kedacore/keda v2.21.0 (the pinned chart's version, stacks/registry/versions.yaml ``charts.keda``),
+    controllers/keda/hpa.go: ``newHPAForScaledObject`` (minReplicas ``GetHPAMinReplicas``: minReplicaCount when above 0,
+    else 1; maxReplicas ``GetHPAMaxReplicas``: maxReplicaCount; scaleTargetRef: the ScaledObject's target; labels name,
+    version, part-of, managed-by keda-operator, then the ScaledObject's own labels over them; no behavior unless
+    ``advanced`` sets one), ``getHPAName`` (``keda-hpa-<scaledobject>``), ``getScaledObjectMetricSpecs`` (each external
+    metric selected by ``scaledobject.keda.sh/name: <scaledobject>``); pkg/scalers/prometheus_scaler.go
+    ``GetMetricSpecForScaling`` (an External metric ``s<trigger index>-prometheus`` whose target is the threshold,
+    pkg/scalers/scaler.go ``GenerateMetricNameWithIndex``, ``GetMetricTargetType``: AverageValue when no metricType).
+    KEDA also sets the ScaledObject as the HPA's controller owner; the ScaledObject is not created here (no KEDA CRD on
+    this cluster), so this HPA has no owner. Its external metric is served by KEDA's metrics server, which does not run
+    here either: the HPA can read no metric, which is the point (see the test)."""
+    from stacks.cluster.platform import chart_pin
+
+    md, spec = so["metadata"], so["spec"]
+    assert so["kind"] == "ScaledObject" and not spec.get("advanced"), so
+    name = f"keda-hpa-{md['name']}"
+    metrics = []
+    for i, t in enumerate(spec["triggers"]):
+        assert t["type"] == "prometheus" and not t.get("metricType"), t  # the only trigger the stacks plan
+        metrics.append({"type": "External", "external": {
+            "metric": {"name": f"s{i}-prometheus", "selector": {"matchLabels": {"scaledobject.keda.sh/name": md["name"]}}},
+            "target": {"type": "AverageValue", "averageValue": t["metadata"]["threshold"]}}})
+    labels = {"app.kubernetes.io/name": re.sub(r"[^A-Za-z0-9]+$", "", name[:63]), "app.kubernetes.io/version": chart_pin("keda")["version"],
+              "app.kubernetes.io/part-of": md["name"], "app.kubernetes.io/managed-by": "keda-operator", **(md.get("labels") or {})}
+    ref = spec["scaleTargetRef"]
+    return {"apiVersion": HPA_API, "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": name, "namespace": md["namespace"], "labels": labels},
+            "spec": {"minReplicas": spec["minReplicaCount"] if spec.get("minReplicaCount", 0) > 0 else 1,
+                     "maxReplicas": spec["maxReplicaCount"],
+                     "scaleTargetRef": {"apiVersion": ref["apiVersion"], "kind": ref["kind"], "name": ref["name"]},
+                     "metrics": metrics}}
+
+
+class OperatorStandIn:
+    """STAND-IN for the Dynamo operator (which does not run here), as a loop on its own API connection:
+
+    - ``create``: the DGD as planned (what ``pulumi up`` applies) and the DGDSA the operator creates for a component
+      with ``scalingAdapter`` (ai-dynamo/dynamo deploy/operator/internal/controller/dgd_scaling_adapters_reconciler.go
+      @ 0670f73ac484046772a5dceb2043a9a9d7eae681: name ``generateAdapterName`` = ``<dgd>-<lower(component)>``, labels
+      DGD name and component, ``dgdRef`` to the DGD and component, the DGD as controller owner, ``spec.replicas`` seeded
+      from the component's replicas only on create: "it owns subsequent changes");
+    - each pass, the DGDSA controller (deploy/operator/internal/controller/
+      dynamographdeploymentscalingadapter_controller.go @ 0fddc01b37244c4cfa5bcfd1c2e4f1a577ee833c ``Reconcile``): when
+      the component still has ``scalingAdapter`` and its replicas (1 when unset) differ from the adapter's
+      ``spec.replicas``, the DGD's component gets the adapter's replicas ("DGDSA is the source of truth") and the
+      adapter's ``status.lastScaleTime`` is set; then ``status.replicas`` = ``spec.replicas`` and ``status.selector`` =
+      ``buildPodSelector`` (the DGD-name and component pod labels, as ``labels.SelectorFromSet(...).String()``, keys
+      sorted) - the scale subresource's statusReplicasPath and labelSelectorPath;
+    - each pass, the DGD's pods: the operator's pods of the planned DGD at the component replicas stored in the DGD
+      (``set_pods``: new replicas created, removed ones deleted).
+
+    Errors end the loop and are kept in ``errors`` (``check`` raises them)."""
+
+    def __init__(self, kubeconfig, planned_dgd: dict, component: str, interval: float = 0.3):
+        from stacks.cli.simulate import Simulator
+        from stacks.serving.autoscaling import DGDSA_API, adapter_name
+
+        self.planned, self.component, self.interval = copy.deepcopy(planned_dgd), component, interval
+        md = planned_dgd["metadata"]
+        self.ns, self.dgd_name = md["namespace"], md["name"]
+        self.api = Simulator(kubeconfig, namespace=self.ns)
+        base = f"/apis/{DGDSA_API}/namespaces/{self.ns}"
+        self.dgd_path = f"/apis/{planned_dgd['apiVersion']}/namespaces/{self.ns}/{DGD_PLURAL}"
+        self.adapter = adapter_name(self.dgd_name, component)
+        self.adapter_path = f"{base}/{DGDSA_PLURAL}/{self.adapter}"
+        self.scaled: list[tuple[int, int]] = []  # (from, to) of every DGD update
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def selector(self) -> str:
+        from stacks.serving.operator import LABEL_COMPONENT, LABEL_DGD_NAME
+
+        return ",".join(f"{k}={v}" for k, v in sorted({LABEL_DGD_NAME: self.dgd_name, LABEL_COMPONENT: self.component}.items()))
+
+    def create(self) -> dict:
+        from stacks.serving.autoscaling import DGDSA_API, DGDSA_KIND
+        from stacks.serving.operator import LABEL_COMPONENT, LABEL_DGD_NAME
+
+        fm = f"?fieldManager={OPERATOR_MANAGER}"
+        dgd = self.api.request("POST", f"{self.dgd_path}{fm}", self.planned)
+        comp = next(c for c in dgd["spec"]["components"] if c["name"] == self.component)
+        assert comp.get("scalingAdapter") == {}, comp  # the planned opt-in survives the CRD's schema
+        return self.api.request("POST", f"/apis/{DGDSA_API}/namespaces/{self.ns}/{DGDSA_PLURAL}{fm}", {
+            "apiVersion": DGDSA_API, "kind": DGDSA_KIND,
+            "metadata": {"name": self.adapter, "namespace": self.ns,
+                         "labels": {LABEL_DGD_NAME: self.dgd_name, LABEL_COMPONENT: self.component},
+                         "ownerReferences": [{"apiVersion": dgd["apiVersion"], "kind": dgd["kind"], "name": self.dgd_name,
+                                              "uid": dgd["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"dgdRef": {"name": self.dgd_name, "componentName": self.component},
+                     "replicas": int(comp.get("replicas", 1))}})
+
+    def reconcile(self, sim) -> None:
+        from stacks.cli.simulate import KubeError
+
+        fm = f"?fieldManager={OPERATOR_MANAGER}"
+        adapter = self.api.request("GET", self.adapter_path)
+        dgd = self.api.request("GET", f"{self.dgd_path}/{self.dgd_name}")
+        comp = next(c for c in dgd["spec"]["components"] if c["name"] == self.component)
+        want = int(adapter["spec"]["replicas"])
+        status = dict(adapter.get("status") or {})
+        try:
+            if comp.get("scalingAdapter") is not None and int(comp.get("replicas", 1)) != want:
+                before = int(comp.get("replicas", 1))
+                comp["replicas"] = want
+                dgd = self.api.request("PUT", f"{self.dgd_path}/{self.dgd_name}{fm}", dgd)
+                self.scaled.append((before, want))
+                status["lastScaleTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            status.update(replicas=want, selector=self.selector())
+            if status != (adapter.get("status") or {}):
+                self.api.request("PUT", f"{self.adapter_path}/status{fm}", {**adapter, "status": status})
+        except KubeError as e:
+            if e.status != 409:  # a write raced the HPA's (or ours): the next pass reads again
+                raise
+            return
+        replicas = {c["name"]: c.get("replicas", 1) for c in dgd["spec"]["components"]}
+        desired = copy.deepcopy(self.planned)
+        for c in desired["spec"]["components"]:
+            c["replicas"] = replicas[c["name"]]
+        set_pods(sim, desired)
+
+    def start(self) -> None:
+        def loop():
+            try:
+                while not self._stop.is_set():
+                    self.reconcile(self.api)
+                    self._stop.wait(self.interval)
+            except BaseException as e:  # noqa: BLE001 - kept and raised by check() in the test's thread
+                self.errors.append(e)
+
+        self._thread = threading.Thread(target=loop, name="operator-stand-in", daemon=True)
+        self._thread.start()
+
+    def check(self) -> None:
+        if self.errors:
+            raise AssertionError(f"operator stand-in failed: {self.errors[0]!r}") from self.errors[0]
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            assert not self._thread.is_alive(), "operator stand-in did not stop"
+        self.api.close()
+
+
+def wait_seen(what: str, timeout: float, probe, check=lambda: None):
+    """Until ``probe()`` returns ``(True, seen)``; at the timeout raise with the last ``seen``. ``check`` runs first on
+    every poll (the operator stand-in's errors end the wait at once)."""
+    from stacks.cli.karpenter_sim import wait_until
+
+    last: dict = {}
+
+    def poll():
+        check()
+        done, last["seen"] = probe()
+        return last["seen"] if done else None
+
+    try:
+        return wait_until(what, timeout, poll, interval=0.5)
+    except TimeoutError:
+        raise TimeoutError(f"{what}: not after {timeout:.0f}s; last seen: {last.get('seen')!r}"[:4000]) from None
+
+
+def replicas_owners(obj: dict) -> set[tuple[str, str, str]]:
+    """(manager, operation, subresource) of every managedFields entry that owns ``spec.replicas``."""
+    return {(m["manager"], m["operation"], m.get("subresource", "")) for m in obj["metadata"].get("managedFields") or []
+            if "f:replicas" in ((m.get("fieldsV1") or {}).get("f:spec") or {})}
+
+
 @pytest.mark.engine
-def test_karpenter_follows_the_stack_from_zero_to_its_planned_nodes_and_back_when_paused(karpenter):
-    from stacks.serving.autoscaling import at_max, at_min_dgd
+def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pause_removes_them_all(karpenter):
+    from stacks.cli.simulate import operator_pod_intents
+    from stacks.serving.autoscaling import adapter_name, at_min_dgd
     from stacks.cli.cost import load_prices, pool_costs
     from stacks.cli.timeline import duration_seconds, pause_seconds
     from stacks.registry.gpus import INSTANCES
@@ -154,6 +372,11 @@ def test_karpenter_follows_the_stack_from_zero_to_its_planned_nodes_and_back_whe
 
     k, sim, program, pool = karpenter["k"], karpenter["sim"], karpenter["program"], karpenter["pool"]
     entry = program.entries[0]
+    ((comp, spec),) = (entry.plan.notes.get("autoscaling") or {}).items()  # the decode workers, 1-8
+    (so,) = entry.plan.autoscalers
+    dgd_name, ns = entry.plan.dgd["metadata"]["name"], entry.plan.dgd["metadata"]["namespace"]
+    assert so["spec"]["scaleTargetRef"]["name"] == adapter_name(dgd_name, comp)
+    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (spec.min_replicas, spec.max_replicas)
     # The node counts `python -m stacks cost` prices: at minReplicas, at maxReplicas, paused.
     cost = next(c for c in pool_costs(program, karpenter["paused"], load_prices()) if c.pool == pool.name)
     assert (cost.nodes_min, cost.nodes_paused) == (pool.nodes_needed, 0) and cost.nodes_max > cost.nodes_min
@@ -168,8 +391,11 @@ def test_karpenter_follows_the_stack_from_zero_to_its_planned_nodes_and_back_whe
         timeline.append((round(time.monotonic() - t0, 1), what, len(nodes)))
         print(f"[karpenter] t={timeline[-1][0]:5.1f}s {what}: {len(nodes)} node(s) in NodePool {name}")
 
-    def bound_on_karpenter(names: list[str], nodes: list[dict]):
-        pods = [p for p in sim.pods(RUN) if p["metadata"]["name"] in set(names)]
+    def pods_of(names):
+        return lambda: [p for p in sim.pods(RUN) if p["metadata"]["name"] in set(names)]
+
+    def bound_on_karpenter(names, nodes: list[dict]):
+        pods = pods_of(names)()
         assert len(pods) == len(names) and all(p["spec"].get("nodeName") for p in pods)
         gpu = _gpu_pods(pods)
         assert gpu and {p["spec"]["nodeName"] for p in gpu} <= {n["metadata"]["name"] for n in nodes}
@@ -181,25 +407,112 @@ def test_karpenter_follows_the_stack_from_zero_to_its_planned_nodes_and_back_whe
     mark("NodePool applied, no GPU node", k.nodes(name))
     assert k.nodes(name) == [] and k.node_claims(name) == []
 
-    # 1. The stack applied, workers at minReplicas.
-    names = set_pods(sim, at_min_dgd(entry.plan))
-    nodes = k.wait_nodes(name, cost.nodes_min, LAUNCH_BOUND_S, pods=lambda: [p for p in sim.pods(RUN) if p["metadata"]["name"] in set(names)])
-    mark("stack applied at minReplicas, every pod bound", nodes)
-    bound_on_karpenter(names, nodes)
-    n0 = nodes[0]
-    assert n0["status"]["allocatable"]["nvidia.com/gpu"] == str(pool.gpus_per_node)
-    assert n0["metadata"]["labels"]["nvidia.com/gpu.product"] == INSTANCES[pool.instance_type].product  # the pool's labels
-    # The offering's price (stacks/registry/prices.yaml via the instance-types file) is on the node (the KWOK provider's
-    # eks-node-viewer/instance-price label).
-    assert float(n0["metadata"]["labels"]["eks-node-viewer/instance-price"]) == pytest.approx(cost.price["usd_per_hour"])
+    # 1. The stack applied: its DGD as planned (decode workers at minReplicas), the operator's adapter for them, and
+    #    the HPA KEDA makes of the planned ScaledObject.
+    op = OperatorStandIn(karpenter["kubeconfig"], entry.plan.dgd, comp)
+    hpa_path = f"/apis/{HPA_API}/namespaces/{ns}/horizontalpodautoscalers"
+    adapter = op.create()
+    assert adapter["spec"]["replicas"] == spec.min_replicas
+    hpa = sim.request("POST", hpa_path, keda_hpa(so))
+    hpa_name = hpa["metadata"]["name"]
+    op.start()
+    try:
+        def state():
+            a = sim.request("GET", op.adapter_path)
+            h = sim.request("GET", f"{hpa_path}/{hpa_name}")
+            d = sim.request("GET", f"{op.dgd_path}/{dgd_name}")
+            return {"adapter": a["spec"]["replicas"], "adapter_status": a.get("status"), "owners": replicas_owners(a),
+                    "dgd": next(c.get("replicas", 1) for c in d["spec"]["components"] if c["name"] == comp),
+                    "hpa": {kk: (h.get("status") or {}).get(kk) for kk in ("currentReplicas", "desiredReplicas")},
+                    "conditions": {c["type"]: (c["status"], c.get("reason")) for c in (h.get("status") or {}).get("conditions") or []},
+                    "hpa_spec": (h["spec"]["minReplicas"], h["spec"]["maxReplicas"]), "stand_in_scaled": list(op.scaled)}
 
-    # 2. Scaled out to maxReplicas (the replicas the scaling adapter is driven to): the nodes `stacks cost` counts.
-    names = set_pods(sim, at_max(entry.plan.dgd, entry.plan.notes.get("autoscaling") or {}))
-    nodes = k.wait_nodes(name, cost.nodes_max, LAUNCH_BOUND_S, pods=lambda: [p for p in sim.pods(RUN) if p["metadata"]["name"] in set(names)])
-    mark("scaled to maxReplicas, every pod bound", nodes)
-    bound_on_karpenter(names, nodes)
+        def rescales():
+            sel = quote(f"involvedObject.kind=HorizontalPodAutoscaler,involvedObject.name={hpa_name}")
+            evs = sim.request("GET", f"/api/v1/namespaces/{ns}/events?fieldSelector={sel}").get("items", [])
+            return [(e["source"].get("component"), e["message"]) for e in evs if e["reason"] == "SuccessfulRescale"]
 
-    # 3. Paused (the program's paused DGD): the GPU pods go, the nodes are consolidated away.
+        def planned_names(replicas: int):
+            d = copy.deepcopy(entry.plan.dgd)
+            next(c for c in d["spec"]["components"] if c["name"] == comp)["replicas"] = replicas
+            return sorted(i.pod["metadata"]["name"] for i in operator_pod_intents(d))
+
+        def update_hpa(scaled_object: dict) -> None:
+            """What KEDA does when the ScaledObject changes (controllers/keda/hpa.go updateHPAIfNeeded)."""
+            want = keda_hpa(scaled_object)
+            cur = sim.request("GET", f"{hpa_path}/{hpa_name}")
+            want["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+            sim.request("PUT", f"{hpa_path}/{hpa_name}", want)
+
+        def hpa_scaled_to(n: int) -> dict:
+            """Until the adapter, the DGD and the HPA's desiredReplicas are at ``n``; what was seen then."""
+            return wait_seen(f"the HPA writes {n} to the adapter's scale and the operator to the DGD", HPA_BOUND_S,
+                             lambda: (lambda s: (s["adapter"] == s["dgd"] == s["hpa"]["desiredReplicas"] == n, s))(state()),
+                             op.check)
+
+        names = planned_names(spec.min_replicas)
+        nodes = k.wait_nodes(name, cost.nodes_min, LAUNCH_BOUND_S, pods=lambda: (op.check(), pods_of(names)())[1])
+        mark("stack applied (DGD, adapter, HPA) at minReplicas, every pod bound", nodes)
+        bound_on_karpenter(names, nodes)
+        n0 = nodes[0]
+        assert n0["status"]["allocatable"]["nvidia.com/gpu"] == str(pool.gpus_per_node)
+        assert n0["metadata"]["labels"]["nvidia.com/gpu.product"] == INSTANCES[pool.instance_type].product  # the pool's labels
+        # The offering's price (stacks/registry/prices.yaml via the instance-types file) is on the node (the KWOK
+        # provider's eks-node-viewer/instance-price label).
+        assert float(n0["metadata"]["labels"]["eks-node-viewer/instance-price"]) == pytest.approx(cost.price["usd_per_hour"])
+        # The HPA has read the adapter's scale (AbleToScale) and, with no metric to read, changed nothing: replicas
+        # inside [min, max] are left to the metrics (horizontal.go reconcileAutoscaler), and there are none here.
+        seen = wait_seen("the HPA reads the adapter's scale", HPA_BOUND_S, lambda: (
+            lambda s: (s["conditions"].get("AbleToScale", ("",))[0] == "True" and "ScalingActive" in s["conditions"], s))(state()),
+                          op.check)
+        assert seen["conditions"]["AbleToScale"] == ("True", "SucceededGetScale"), seen
+        assert seen["conditions"]["ScalingActive"][0] == "False", seen  # no external metrics API: no metric
+        assert seen["hpa"]["currentReplicas"] == seen["adapter"] == seen["dgd"] == spec.min_replicas, seen
+        assert seen["adapter_status"] == {"replicas": spec.min_replicas, "selector": op.selector()}, seen
+        assert seen["owners"] == {(OPERATOR_MANAGER, "Update", "")} and rescales() == [] and op.scaled == [], seen
+
+        # 2. The stack's autoscaling.minReplicas raised to its maxReplicas: the ScaledObject's minReplicaCount, and the
+        #    HPA KEDA keeps in step with it (updateHPAIfNeeded). Only the HPA writes the adapter.
+        up = stack_programs(autoscaling={comp: {"minReplicas": spec.max_replicas}})[0].entries[0].plan.autoscalers[0]
+        assert up["spec"]["minReplicaCount"] == spec.max_replicas > spec.min_replicas
+        update_hpa(up)
+        t_hpa = time.monotonic()
+        seen = hpa_scaled_to(spec.max_replicas)
+        print(f"[karpenter] HPA rescaled the adapter {time.monotonic() - t_hpa:.1f}s after its minReplicas changed: {seen}")
+        assert seen["owners"] == {(KCM_MANAGER, "Update", "scale")}, seen  # the replicas were written through /scale
+        assert seen["hpa_spec"] == (spec.max_replicas, spec.max_replicas) and seen["adapter_status"]["replicas"] == spec.max_replicas
+        assert (spec.min_replicas, spec.max_replicas) in op.scaled
+        assert ("horizontal-pod-autoscaler",
+                f"New size: {spec.max_replicas}; reason: Current number of replicas below Spec.MinReplicas") in rescales()
+        names = planned_names(spec.max_replicas)
+        nodes = k.wait_nodes(name, cost.nodes_max, LAUNCH_BOUND_S, pods=lambda: (op.check(), pods_of(names)())[1])
+        mark("HPA scaled the adapter to maxReplicas, every pod bound", nodes)
+        bound_on_karpenter(names, nodes)
+
+        # 3. maxReplicas lowered to the stack's minReplicas: the HPA lowers the adapter, the emptied node goes.
+        down = stack_programs(autoscaling={comp: {"minReplicas": spec.min_replicas, "maxReplicas": spec.min_replicas}})[0]
+        down = down.entries[0].plan.autoscalers[0]
+        assert down["spec"]["maxReplicaCount"] == spec.min_replicas
+        update_hpa(down)
+        seen = hpa_scaled_to(spec.min_replicas)
+        assert seen["owners"] == {(KCM_MANAGER, "Update", "scale")} and (spec.max_replicas, spec.min_replicas) in op.scaled, seen
+        assert ("horizontal-pod-autoscaler",
+                f"New size: {spec.min_replicas}; reason: Current number of replicas above Spec.MaxReplicas") in rescales()
+        names = planned_names(spec.min_replicas)
+        t_in = time.monotonic()
+        nodes = k.wait_nodes(name, cost.nodes_min, pause_bound, pods=lambda: (op.check(), pods_of(names)())[1])
+        mark(f"HPA scaled the adapter back to minReplicas, emptied node consolidated ({time.monotonic() - t_in:.1f}s)", nodes)
+        bound_on_karpenter(names, nodes)
+        assert len(sim.pods(RUN)) == len(names)
+    finally:
+        op.stop()
+    op.check()
+    # Every change of the DGD's replicas came from the adapter, and every change of the adapter from the HPA.
+    assert op.scaled == [(spec.min_replicas, spec.max_replicas), (spec.max_replicas, spec.min_replicas)]
+
+    # 4. Paused (the program's paused DGD, its workers at 0; KEDA deletes the HPA of a paused or removed ScaledObject):
+    #    the GPU pods go (set directly here), the nodes are consolidated away.
+    sim.request("DELETE", f"{hpa_path}/{hpa_name}")
     names = set_pods(sim, karpenter["paused"].entries[0].plan.dgd)
     assert not _gpu_pods(sim.pods(RUN))
     t_pause = time.monotonic()
@@ -209,14 +522,14 @@ def test_karpenter_follows_the_stack_from_zero_to_its_planned_nodes_and_back_whe
     assert k.node_claims(name) == []
     assert len(sim.pods(RUN)) == len(names) and all(p["spec"].get("nodeName") for p in sim.pods(RUN))  # the frontend stays
 
-    # 4. Resumed at minReplicas: the nodes come back.
+    # 5. Resumed at minReplicas: the nodes come back.
     names = set_pods(sim, at_min_dgd(entry.plan))
-    nodes = k.wait_nodes(name, cost.nodes_min, LAUNCH_BOUND_S, pods=lambda: [p for p in sim.pods(RUN) if p["metadata"]["name"] in set(names)])
+    nodes = k.wait_nodes(name, cost.nodes_min, LAUNCH_BOUND_S, pods=pods_of(names))
     mark("resumed at minReplicas", nodes)
 
     counts = [c for _, _, c in timeline]
     print("[karpenter] node counts:", " -> ".join(map(str, counts)), "| timeline:", timeline)
-    assert counts == [0, cost.nodes_min, cost.nodes_max, 0, cost.nodes_min]
+    assert counts == [0, cost.nodes_min, cost.nodes_max, cost.nodes_min, 0, cost.nodes_min]
     # The launches created exactly these NodeClaims: none failed or left over.
     assert len(k.node_claims(name)) == cost.nodes_min
 
