@@ -10,6 +10,11 @@ with their replicas, and starts, from the rig's own locked environment (``tools/
   GPU-free engine; it takes the vLLM-style flags ``--max-num-seqs``/``--max-num-batched-tokens`` the DGD sets), each
   with its own system server (``DYN_SYSTEM_ENABLED=true``, ``DYN_SYSTEM_PORT``) so its ``/metrics`` is scrapeable.
 
+Every process runs with the environment the Dynamo operator gives that pod's main container (``operator_env``):
+``DYN_NAMESPACE=<k8s namespace>-<dgd>`` and the rest, the frontend's ``DYN_NAMESPACE_PREFIX`` and the workers'
+``DYN_NAMESPACE_WORKER_SUFFIX=<worker hash>``, so the frontend discovers its workers, and the processes label their
+metrics, the way they do in the cluster; only ports and discovery are the rig's own (loopback ports, file discovery).
+
 Discovery is a directory (``DYN_FILE_KV``), so no etcd or NATS runs. The served model is a Hugging Face cache
 (``HF_HOME``, ``HF_HUB_OFFLINE=1``) holding the 65,000-token BPE ``tokenizer.json`` that the pinned ``anthropic``
 wheel ships (tools/rig/pyproject.toml), under the DGD's served model name.
@@ -36,6 +41,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -69,6 +75,9 @@ class RigPod:
     component_type: str  # frontend | worker | prefill | decode
     labels: dict[str, str]  # the labels the Dynamo operator puts on that pod
     ports: dict[str, int]  # container port NAME -> the loopback port this process really listens on
+    # The operator's env for the pod (operator_env + the DGD's DYN_* values) with the rig's ports; the process also
+    # gets the rig's placement over it (file discovery, loopback hosts).
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -225,6 +234,69 @@ def _pods(dgd: dict) -> list:
     return [p for p in operator_pods(dgd) if p.role != "worker"]
 
 
+# ---- the operator's environment -----------------------------------------------------------------------------------
+
+def operator_env(dgd: dict, pod) -> dict[str, str]:
+    """The env the Dynamo operator puts on the main container of ``pod`` (a ``stacks.serving.operator.OperatorPod``),
+    with the operator's own port numbers. ai-dynamo/dynamo ``deploy/operator/internal/dynamo/``:
+
+    - every component (``component_common.go`` @ 015d780ba9c3d32c293ad67b786fe9af0d8a4d22, ``getCommonContainer``):
+      ``DYN_NAMESPACE`` = the DGD's Dynamo namespace (``<k8s namespace>-<dgd>``, ``stacks.serving.operator.dynamo_namespace``,
+      the value of the pods' ``nvidia.com/dynamo-namespace`` label), ``DYN_COMPONENT`` = the component type,
+      ``DYN_PARENT_DGD_K8S_NAME``/``DYN_PARENT_DGD_K8S_NAMESPACE``, ``POD_NAME``/``POD_NAMESPACE``/``POD_UID`` (downward
+      API), ``DYN_DISCOVERY_BACKEND=kubernetes`` (unless the operator runs etcd discovery);
+    - the frontend (``component_frontend.go`` @ 132ccbe3dd5fc5c2a95232461d536fbde63e115f): ``DYNAMO_PORT`` and
+      ``DYN_HTTP_PORT`` = 8000, ``DYN_NAMESPACE_PREFIX`` = the Dynamo namespace;
+    - worker, prefill and decode (``component_worker.go`` @ 015d780ba9c3d32c293ad67b786fe9af0d8a4d22): ``DYN_SYSTEM_ENABLED``,
+      ``DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS=["generate"]``, ``DYN_SYSTEM_PORT=9090``, ``DYN_HEALTH_CHECK_ENABLED=false``,
+      ``NIXL_TELEMETRY_*`` (telemetry off) and ``DYN_NAMESPACE_WORKER_SUFFIX`` = the worker hash (the pods'
+      ``nvidia.com/dynamo-worker-hash`` label; controller fixture ``TestLegacyWorkerIdentityUpgradeDoesNotTriggerRollout``
+      has suffix and label ``db6b6891`` alike).
+
+    The operator's developer notes ("Dynamo Operator - Claude Context", "Namespace Strategy"; stored index id
+    33618219080, path not given) say what the two extras do: workers
+    register in ``<DYN_NAMESPACE>-<suffix>`` and the frontend discovers every namespace starting with the prefix. The
+    ai-dynamo 1.6.1 the rig runs does exactly that: ``dynamo/common/utils/namespace.py`` ``get_worker_namespace`` appends
+    ``DYN_NAMESPACE_WORKER_SUFFIX`` (the mocker's endpoints, ``dynamo/mocker/args.py``), and ``dynamo.frontend`` reads
+    ``DYN_NAMESPACE``/``DYN_NAMESPACE_PREFIX`` as ``--namespace``/``--namespace-prefix`` (``frontend_args.py``: "prefix
+    takes precedence")."""
+    from stacks.serving.operator import (FRONTEND, HTTP_PORT, LABEL_WORKER_HASH, NIXL_PORT, SYSTEM_PORT, WORKER_TYPES,
+                                         dynamo_namespace)
+
+    meta = dgd["metadata"]
+    k8s_ns = meta.get("namespace") or "default"
+    base = dynamo_namespace(dgd)
+    env = {
+        "DYN_NAMESPACE": base,
+        "DYN_COMPONENT": pod.component_type,
+        "DYN_PARENT_DGD_K8S_NAME": meta["name"],
+        "DYN_PARENT_DGD_K8S_NAMESPACE": k8s_ns,
+        "POD_NAME": pod.name,
+        "POD_NAMESPACE": k8s_ns,
+        "POD_UID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{k8s_ns}/{pod.name}")),  # a stand-in of the same shape
+        "DYN_DISCOVERY_BACKEND": "kubernetes",
+    }
+    if pod.component_type == FRONTEND:
+        env.update({"DYNAMO_PORT": str(HTTP_PORT[1]), "DYN_HTTP_PORT": str(HTTP_PORT[1]), "DYN_NAMESPACE_PREFIX": base})
+    elif pod.component_type in WORKER_TYPES:
+        env.update({
+            "DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]',
+            "DYN_SYSTEM_PORT": str(SYSTEM_PORT[1]), "DYN_HEALTH_CHECK_ENABLED": "false",
+            "NIXL_TELEMETRY_ENABLE": "n", "NIXL_TELEMETRY_EXPORTER": "prometheus",
+            "NIXL_TELEMETRY_PROMETHEUS_PORT": str(NIXL_PORT[1]),
+            "DYN_NAMESPACE_WORKER_SUFFIX": pod.labels[LABEL_WORKER_HASH],
+        })
+    return env
+
+
+def dgd_dynamo_env(comp: dict) -> dict[str, str]:
+    """The Dynamo runtime settings (``DYN_*``, literal values) the DGD puts on a component's main container, which the
+    operator merges over its own defaults (e.g. the frontend's ``DYN_HTTP_BODY_LIMIT_MB``). The container's other env
+    configures what the rig does not run (vLLM, NCCL/libfabric, the pod's cache volume paths)."""
+    return {str(e["name"]): str(e["value"]) for e in _container(comp).get("env") or []
+            if str(e.get("name", "")).startswith("DYN_") and "value" in e}
+
+
 # ---- processes --------------------------------------------------------------------------------------------------
 
 def free_port() -> int:
@@ -327,11 +399,11 @@ def start_rig(dgd: dict, workdir: Path, timeout: float = 120) -> Iterator[Rig]:
     if model_path != model:
         layout_hf_cache(hf_home, model, tokenizer_file(env_dir))  # aiperf --tokenizer <served name>
     env = rig_env(env_dir, hf_home)
-    base = {**env,
-            "DYN_FILE_KV": str(workdir / "discovery"),  # file discovery: this rig's own directory, no etcd/NATS
-            # Loopback only: the request/response planes and system servers bind to 127.0.0.1 / lo.
-            "DYN_TCP_RPC_HOST": HOST, "DYN_SYSTEM_HOST": HOST, "DYN_TCP_RESPONSE_STREAM_HOST": "lo",
-            "DYN_HTTP_RPC_HOST": HOST, "DYN_LOG": os.environ.get("RIG_DYN_LOG", "info")}
+    # The rig's placement, over the operator's env: file discovery in this rig's own directory (no etcd/NATS, no
+    # Kubernetes API) and loopback only (request/response planes and system servers on 127.0.0.1 / lo).
+    placement = {"DYN_DISCOVERY_BACKEND": "file", "DYN_FILE_KV": str(workdir / "discovery"),
+                 "DYN_TCP_RPC_HOST": HOST, "DYN_SYSTEM_HOST": HOST, "DYN_TCP_RESPONSE_STREAM_HOST": "lo",
+                 "DYN_HTTP_RPC_HOST": HOST, "DYN_LOG": os.environ.get("RIG_DYN_LOG", "info")}
     comps = {c["name"]: c for c in _components(dgd)}
     specs = _pods(dgd)
     procs = _Procs()
@@ -342,18 +414,23 @@ def start_rig(dgd: dict, workdir: Path, timeout: float = 120) -> Iterator[Rig]:
             comp = comps[spec.component]
             args = _argv(comp)
             log = workdir / f"{spec.name}.log"
+            port = free_port()
+            pod_env = {**operator_env(dgd, spec), **dgd_dynamo_env(comp)}
             if spec.component_type == "frontend":
-                port = free_port()
+                pod_env.update({"DYNAMO_PORT": str(port), "DYN_HTTP_PORT": str(port)})
+            else:
+                pod_env["DYN_SYSTEM_PORT"] = str(port)
+            proc_env = {**env, **pod_env, **placement}
+            if spec.component_type == "frontend":
                 # The DGD frontend container's own flags after `-m dynamo.frontend`, then the rig's placement.
                 own = args[args.index("dynamo.frontend") + 1:] if "dynamo.frontend" in args else []
                 argv = [str(python), "-m", "dynamo.frontend", *own, "--discovery-backend", "file",
                         "--http-host", HOST, "--http-port", str(port)]
-                procs.start(spec.name, argv, base, log)
+                procs.start(spec.name, argv, proc_env, log)
                 frontend_url = f"http://{HOST}:{port}"
                 pods.append(RigPod(spec.name, spec.component, spec.component_type, spec.labels,
-                                   {n: port for n in spec.ports if n == FRONTEND_PORT_NAME}))
+                                   {n: port for n in spec.ports if n == FRONTEND_PORT_NAME}, pod_env))
             else:
-                port = free_port()
                 engine = []
                 for flag in SHARED_ENGINE_FLAGS:
                     v = _flag(args, flag)
@@ -362,12 +439,11 @@ def start_rig(dgd: dict, workdir: Path, timeout: float = 120) -> Iterator[Rig]:
                 argv = [str(python), "-m", "dynamo.mocker", "--model-path", model_path, "--model-name", model,
                         "--disaggregation-mode", WORKER_MODES[spec.component_type], *engine,
                         "--speedup-ratio", SPEEDUP_RATIO, "--discovery-backend", "file"]
-                # The system-server env the operator gives worker pods (OPERATOR-LABELS.md section 2, fixture T):
-                # health turns Ready when the `generate` endpoint serves.
-                procs.start(spec.name, argv, {**base, "DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(port),
-                                              "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]'}, log)
+                # The operator's system-server env (operator_env) makes its /metrics scrapeable and its health turn
+                # Ready when the `generate` endpoint serves.
+                procs.start(spec.name, argv, proc_env, log)
                 pods.append(RigPod(spec.name, spec.component, spec.component_type, spec.labels,
-                                   {n: port for n in spec.ports if n == SYSTEM_PORT_NAME}))
+                                   {n: port for n in spec.ports if n == SYSTEM_PORT_NAME}, pod_env))
         if not frontend_url:
             raise RigError(f"DGD {dgd['metadata']['name']}: no frontend component")
         for pod in pods:

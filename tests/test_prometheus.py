@@ -13,6 +13,13 @@ dashboard query is evaluated through Prometheus's HTTP API.
   one) with scrapes in between, so ``rate()`` and ``histogram_quantile()`` see counters increase.
 
 A metric renamed upstream leaves its panel empty, and the test then fails naming the panel and the query.
+
+The KEDA autoscaling triggers are evaluated the same way: for every metric the autoscaling module knows
+(``stacks.serving.autoscaling.METRICS``) the program renders each target's ScaledObjects with that metric, and every
+trigger query must select the series of exactly that DGD's frontend pods (a renamed metric or a wrong
+``namespace``/``dynamo_namespace`` filter selects nothing), the gauges must rise under load, and the TTFT quantile must
+have a value after requests. The rig runs its processes with the operator's env (tests/rig.py ``operator_env``:
+``DYN_NAMESPACE=<namespace>-<dgd>``, the workers' suffix), so the labels are those a cluster would show.
 """
 from __future__ import annotations
 
@@ -22,10 +29,12 @@ import http.server
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import threading
 import time
+import typing
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -43,7 +52,9 @@ from stacks.observe.observability import (
     COMPONENT_TYPE_LABEL, DGD_NAME_LABEL, DYNAMO_METRICS, METRICS_ENABLED_LABEL, build_observability, dashboard_queries,
     pod_monitor_scrape_configs, selector_matches,
 )
-from stacks.serving import build_plan
+from stacks.program import build_program
+from stacks.serving import autoscaling, build_plan
+from stacks.serving.operator import LABEL_NAMESPACE
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMETHEUS_BIN = ROOT / ".tools" / "bin" / "prometheus"
@@ -278,6 +289,27 @@ def _target_ids() -> tuple[str, str]:
     raise AssertionError(f"the catalog has no aggregated and disaggregated target pair (found {agg}, {disagg})")
 
 
+def autoscaling_queries(target: str, namespace: str, dgd: dict) -> dict[str, list[str]]:
+    """For every metric of the autoscaling module (``METRICS``, which must be what ``autoscaling.<component>.metric``
+    accepts), the Prometheus queries of the KEDA triggers the program renders when every GPU component of ``target``
+    autoscales on it: ``build_program`` with ``observability`` on, the entry's ``autoscalers``."""
+    accepted = typing.get_args(autoscaling.ComponentAutoscaling.model_fields["metric"].annotation)
+    assert set(autoscaling.METRICS) == set(accepted), (autoscaling.METRICS, accepted)
+    comps = autoscaling.gpu_components(dgd)
+    assert comps, f"{target}: no GPU component to autoscale"
+    out = {}
+    for metric in autoscaling.METRICS:
+        raw = {"target": target, "namespace": namespace, "observability": {"enabled": True},
+               "autoscaling": {c: {"maxReplicas": 2, "metric": metric, "target": 1} for c in comps}}
+        plan = build_program(raw, "prom").entries[0].plan
+        assert (plan.dgd["metadata"]["name"], plan.dgd["metadata"]["namespace"]) == \
+            (dgd["metadata"]["name"], dgd["metadata"]["namespace"]), "the program renders another DGD than the rig runs"
+        queries = [t["metadata"]["query"] for so in plan.autoscalers for t in so["spec"]["triggers"] if t["type"] == "prometheus"]
+        assert len(queries) == len(comps), (metric, plan.autoscalers)
+        out[metric] = sorted(set(queries))
+    return out
+
+
 @dataclass
 class Served:
     target: str
@@ -286,11 +318,13 @@ class Served:
     rig: object  # tests.rig.Rig
     dashboards: list[dict]
     monitors: list[dict]
+    autoscaling: dict  # metric -> the trigger queries of the ScaledObjects the program renders for it (autoscaling_queries)
 
 
-def _chat(rig, i: int) -> tuple[int, str]:
-    body = json.dumps({"model": rig.model, "messages": [{"role": "user", "content": f"Say something about the number {i}."}],
-                       "max_tokens": 24, "stream": True}).encode()
+def _chat(rig, i: int, words: int = 0, max_tokens: int = 24) -> tuple[int, str]:
+    content = " ".join(["word"] * words + [f"Say something about the number {i}."])
+    body = json.dumps({"model": rig.model, "messages": [{"role": "user", "content": content}],
+                       "max_tokens": max_tokens, "stream": True}).encode()
     req = urllib.request.Request(rig.frontend_url + "/v1/chat/completions", data=body,
                                  headers={"Content-Type": "application/json"}, method="POST")
     try:
@@ -314,7 +348,7 @@ def _rigs(specs: list[tuple[str, str]], workdir: Path) -> Iterator[list[Served]]
         # gpu-operator: the plan then also renders the GPU (DCGM) dashboard, so every dashboard the product can
         # render is evaluated.
         oplan = build_observability(obs, serving_namespace=ns, dgd_name=dgd["metadata"]["name"], nvidia_stack="gpu-operator")
-        served.append(Served(tid, ns, dgd, None, oplan.dashboards, oplan.monitors))
+        served.append(Served(tid, ns, dgd, None, oplan.dashboards, oplan.monitors, autoscaling_queries(tid, ns, dgd)))
         cms.append(start_rig(dgd, workdir / ns))
     entered: list = []
     with concurrent.futures.ThreadPoolExecutor(len(cms)) as ex:
@@ -458,3 +492,133 @@ def test_aggregated_target_scrapes_its_frontend_and_workers(scraped):
     want = {(f"{s.namespace}/{dgd}-frontend" if p.component_type == "frontend" else f"{s.namespace}/{dgd}-worker", p.name)
             for p in s.rig.pods}
     assert got == want and {p.component_type for p in s.rig.pods} == {"frontend", "worker"}
+
+
+# --------------------------------------------------------------------------- the autoscaling triggers on the rig
+
+# A vector selector with label matchers in PromQL: metric name, then {matchers}.
+SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{([^{}]*)\}")
+# Load for the gauges: streams per rig, each sending requests back to back with a long prompt (the mocker's prefill of
+# ~1000 tokens keeps a request queued until its first token; the frontend counts it inflight until its last).
+LOAD_STREAMS, LOAD_PROMPT_WORDS, LOAD_MAX_TOKENS = 8, 1000, 64
+
+
+def _frontends(s: Served) -> dict:
+    return {p.name: p for p in s.rig.pods if p.component_type == "frontend"}
+
+
+def _load(rig, stop: threading.Event, first: int) -> list:
+    """Requests back to back until ``stop``; returns the failed ones."""
+    failed, i = [], first
+    while not stop.is_set():
+        code, tail = _chat(rig, i, words=LOAD_PROMPT_WORDS, max_tokens=LOAD_MAX_TOKENS)
+        if code != 200:
+            failed.append((code, tail))
+        i += 1
+    return failed
+
+
+def _value(prom: Prometheus, expr: str) -> Optional[float]:
+    r = prom.query(expr)
+    return float(r[0]["value"][1]) if len(r) == 1 else None
+
+
+def test_every_autoscaling_query_selects_the_dgds_frontend_and_follows_its_load(scraped):
+    """Every KEDA trigger query the program renders (every metric of ``autoscaling.METRICS``, aggregated and
+    disaggregated target), evaluated by the real Prometheus on the rig:
+
+    - each of its selectors returns the series of every frontend pod of that DGD and of nothing else (labels
+      ``namespace``, ``pod``, ``job`` and ``dynamo_namespace`` = the operator's ``DYN_NAMESPACE`` of the pod), while the
+      same metric has series of the other rig too, so the filter is what selects; a renamed metric or a wrong label
+      value selects nothing and fails here;
+    - the query has a finite value; a query over gauges (no ``rate()``: queue depth, inflight) has a value at idle,
+      rises above it while requests stream in, and falls back once they end;
+    - a query over a histogram or counter (``rate()``: TTFT p95) is above 0 after the requests."""
+    prom, served = scraped.prom, scraped.served
+    problems, gauges, rates = [], [], []
+    for s in served:
+        fronts = _frontends(s)
+        dgd = s.dgd["metadata"]["name"]
+        assert set(s.autoscaling) == set(autoscaling.METRICS)
+        for metric, queries in s.autoscaling.items():
+            for q in queries:
+                where = f"[{s.namespace}] {metric}: {q}"
+                selectors = SELECTOR.findall(q)
+                if not selectors:
+                    problems.append(f"{where}: no vector selector in the query")
+                for name, matchers in selectors:
+                    own = prom.query(f"{name}{{{matchers}}}")
+                    pods = {r["metric"].get("pod") for r in own}
+                    if pods != set(fronts):
+                        problems.append(f"{where}: {name}{{{matchers}}} selects pods {sorted(map(str, pods))}, "
+                                        f"want the DGD's frontend pods {sorted(fronts)}")
+                    for r in own:
+                        m, pod = r["metric"], fronts.get(r["metric"].get("pod"))
+                        want = {"namespace": s.namespace, "job": f"{s.namespace}/{dgd}-frontend",
+                                "dynamo_namespace": pod.env["DYN_NAMESPACE"] if pod else "?"}
+                        got = {k: m.get(k) for k in want}
+                        if got != want:
+                            problems.append(f"{where}: series {m} has {got}, want {want}")
+                    others = {r["metric"].get("namespace") for r in prom.query(name)} - {s.namespace}
+                    if not others:
+                        problems.append(f"{where}: no series of {name} outside {s.namespace}: the filter is not shown to select")
+                v = _value(prom, q)
+                if v is None or not math.isfinite(v):
+                    problems.append(f"{where}: value {prom.query(q)}")
+                elif "rate(" in q:
+                    rates.append((where, q))
+                else:
+                    gauges.append((where, q, v))
+    assert not problems, "\n".join(problems)
+    assert gauges and rates, (gauges, rates)  # both kinds are rendered, so both checks below run
+
+    # Under load: every gauge query rises above its idle value while the streams run.
+    stop = threading.Event()
+    peak = {q: v for _, q, v in gauges}
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(LOAD_STREAMS * len(served)) as ex:
+        futures = [ex.submit(_load, s.rig, stop, 1000 * (k + 1)) for s in served for k in range(LOAD_STREAMS)]
+        try:
+            def risen():
+                for _, q, _idle in gauges:
+                    v = _value(prom, q)
+                    if v is not None:
+                        peak[q] = max(peak[q], v)
+                return all(peak[q] > idle for _, q, idle in gauges), {w: peak[q] for w, q, _ in gauges}
+
+            wait_for("every autoscaling gauge query above its idle value under load", risen, 30, interval=SCRAPE / 2,
+                     extra=prom.log_tail)
+        finally:
+            stop.set()
+            failed = [f for fut in futures for f in fut.result()]
+    scraped.timings["autoscaling load"] = time.monotonic() - t0
+    assert not failed, f"{len(failed)} requests failed under load: {failed[:3]}"
+
+    def settled():
+        now = {w: _value(prom, q) for w, q, _ in gauges}
+        return all(now[w] is not None and now[w] <= idle for w, _, idle in gauges), now
+
+    wait_for("every autoscaling gauge query back at its idle value after the load", settled, 20, interval=SCRAPE / 2,
+             extra=prom.log_tail)
+    bad = [(w, _value(prom, q)) for w, q in rates]
+    assert all(v is not None and math.isfinite(v) and v > 0 for _, v in bad), bad
+    print(f"\nautoscaling queries: {len(gauges)} over gauges (peaks {sorted(set(peak.values()))}), {len(rates)} over rates; "
+          f"load {scraped.timings['autoscaling load']:.1f}s")
+
+
+def test_rig_processes_run_in_the_operators_dynamo_namespaces(scraped):
+    """The rig's processes have the env the operator gives the pods (tests/rig.py ``operator_env``): the frontend's
+    ``DYN_NAMESPACE``/``DYN_NAMESPACE_PREFIX`` is the pods' ``nvidia.com/dynamo-namespace`` label (``<namespace>-<dgd>``),
+    and each worker's own metrics carry the Dynamo namespace it registered in, ``<DYN_NAMESPACE>-<worker hash>``
+    (ai-dynamo 1.6.1 writes it with ``_`` for ``-``). Without that env every process would be in ``dynamo``."""
+    for s in scraped.served:
+        base = f"{s.namespace}-{s.dgd['metadata']['name']}"
+        for pod in s.rig.pods:
+            assert pod.env["DYN_NAMESPACE"] == pod.labels[LABEL_NAMESPACE] == base, (pod.name, pod.env, pod.labels)
+            if pod.component_type == "frontend":
+                assert pod.env["DYN_NAMESPACE_PREFIX"] == base, pod.env
+                continue
+            want = f"{base}-{pod.env['DYN_NAMESPACE_WORKER_SUFFIX']}"
+            got = {r["metric"]["dynamo_namespace"] for r in scraped.prom.query(
+                f'group by (dynamo_namespace) ({{namespace="{s.namespace}", pod="{pod.name}", dynamo_namespace!=""}})')}
+            assert {g.replace("_", "-") for g in got} == {want}, (pod.name, got, want)
