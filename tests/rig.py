@@ -253,13 +253,12 @@ def operator_env(dgd: dict, pod) -> dict[str, str]:
       ``nvidia.com/dynamo-worker-hash`` label; controller fixture ``TestLegacyWorkerIdentityUpgradeDoesNotTriggerRollout``
       has suffix and label ``db6b6891`` alike).
 
-    The operator's developer notes ("Dynamo Operator - Claude Context", "Namespace Strategy"; stored index id
-    33618219080, path not given) say what the two extras do: workers
-    register in ``<DYN_NAMESPACE>-<suffix>`` and the frontend discovers every namespace starting with the prefix. The
-    ai-dynamo 1.6.1 the rig runs does exactly that: ``dynamo/common/utils/namespace.py`` ``get_worker_namespace`` appends
+    What the two extras do, as the ai-dynamo 1.6.1 the rig runs implements them: workers register in
+    ``<DYN_NAMESPACE>-<suffix>`` and the frontend discovers every namespace starting with the prefix
+    (``dynamo/common/utils/namespace.py`` ``get_worker_namespace`` appends
     ``DYN_NAMESPACE_WORKER_SUFFIX`` (the mocker's endpoints, ``dynamo/mocker/args.py``), and ``dynamo.frontend`` reads
     ``DYN_NAMESPACE``/``DYN_NAMESPACE_PREFIX`` as ``--namespace``/``--namespace-prefix`` (``frontend_args.py``: "prefix
-    takes precedence")."""
+    takes precedence"))."""
     from stacks.serving.operator import (FRONTEND, HTTP_PORT, LABEL_WORKER_HASH, NIXL_PORT, SYSTEM_PORT, WORKER_TYPES,
                                          dynamo_namespace)
 
