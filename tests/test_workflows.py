@@ -539,3 +539,35 @@ def test_workflows_run_the_pulumi_cli_the_toolchain_pins():
     assert found, "no workflow sets PULUMI_VERSION"
     assert {name: v for name, v in found.items() if v != pinned} == {}, f"stacks/registry/versions.yaml pins pulumi {pinned}"
 
+
+
+def _go_version(text: str) -> tuple[int, ...]:
+    m = re.search(r"^go (\d+(?:\.\d+)*)\s*$", text, re.M)
+    assert m, "no go directive"
+    return tuple(int(x) for x in m[1].split("."))
+
+
+def test_ci_installs_a_go_every_pinned_build_accepts():
+    """The scripts build with GOTOOLCHAIN=local, so the Go that setup-go installs must be at least the `go` directive
+    of every module they build: tools/*/go.mod and the Prometheus module the pin names (built from the proxy as is)."""
+    need_tool("go")
+    from stacks.registry.versions import versions
+
+    wanted = {str(p.relative_to(ROOT)): _go_version(p.read_text()) for p in (ROOT / "tools").glob("**/go.mod")}
+    module = f"github.com/prometheus/prometheus@{versions()['toolchain']['prometheus']}"
+    r = subprocess.run(["go", "mod", "download", "-json", module], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}, cwd=ROOT / "tools" / "pulumi")
+    assert r.returncode == 0, r.stderr[-2000:]
+    wanted[module] = _go_version(Path(re.search(r'"GoMod": "(.*)"', r.stdout)[1]).read_text())
+    installed = {}
+    for wf in WORKFLOWS:
+        for job in ((yaml.safe_load(wf.read_text()) or {}).get("jobs") or {}).values():
+            for step in job.get("steps") or []:
+                if str(step.get("uses", "")).startswith("actions/setup-go@"):
+                    w = step.get("with") or {}
+                    assert "go-version" in w, f"{wf.name}: setup-go takes its version from a file, not the pinned builds' minimum"
+                    installed[wf.name] = tuple(int(x) for x in str(w["go-version"]).split("."))
+    assert installed, "no workflow installs Go"
+    need = max(wanted.values())
+    assert {n: v for n, v in installed.items() if v < need} == {}, \
+        f"the builds need Go {'.'.join(map(str, need))} ({[m for m, v in wanted.items() if v == need]})"
