@@ -145,8 +145,11 @@ def test_cluster_only_karpenter_pool():
 def test_helm_pin_and_feature_gate():
     pin = versions()["charts"]["karpenter"]
     tool = (versions().get("toolchain") or {}).get("karpenter")
-    if tool:  # the simulated cluster's Karpenter core is the chart's
-        assert pin["core"] == tool
+    # Both pins must exist: the simulated cluster's Karpenter core (toolchain.karpenter) is the chart's (charts.karpenter.core).
+    assert tool, "stacks/registry/versions.yaml: toolchain.karpenter (the simulated cluster's Karpenter core) is not pinned"
+    assert pin.get("core"), "stacks/registry/versions.yaml: charts.karpenter.core (the core the chart runs) is not pinned"
+    assert pin.get("version"), "stacks/registry/versions.yaml: charts.karpenter.version is not pinned"
+    assert pin["core"] == tool
     od = build_program(stack_config(), "kt", frozenset(SECRETS)).cluster_plan.karpenter
     cb = build_program(stack_config("capacity-block"), "kt", frozenset(SECRETS)).cluster_plan.karpenter
     assert od.helm.version == pin["version"] and od.helm.repo.startswith("oci://")
@@ -465,3 +468,108 @@ def test_crd_chart_installs_before_the_controller():
     assert crd.urn in ctl.dependencies and ctl.inputs.get("skipCrds") is True
     for cr in g.of(R.NODEPOOL) + g.of(R.EC2NODECLASS):
         assert ctl.urn in cr.dependencies
+
+
+# --------------------------------------------------------------------------- the controller policy against Karpenter's own
+
+
+# The controller statements of Karpenter v1.13's getting-started CloudFormation, Sid -> actions, as
+# aws/karpenter-provider-aws website/content/en/v1.13/reference/cloudformation.md @d8ef6953 reproduces them (the file is
+# the tag's website/content/en/preview/getting-started/getting-started-with-karpenter/cloudformation.yaml; website/ is not
+# in the Go module github.com/aws/karpenter-provider-aws@v1.13.1, so the list is stored here). Checked against
+# website/content/en/v1.12/getting-started/getting-started-with-karpenter/cloudformation.yaml @1698d22d (the same actions;
+# there ec2:DescribeInstanceStatus is its own statement, AllowUnscopedEC2DescribeInstanceStatus).
+UPSTREAM_VERSION = "1.13"
+UPSTREAM_CONTROLLER_ACTIONS = {
+    "AllowScopedEC2InstanceAccessActions": {"ec2:RunInstances", "ec2:CreateFleet"},
+    "AllowScopedEC2LaunchTemplateAccessActions": {"ec2:RunInstances", "ec2:CreateFleet"},
+    "AllowScopedEC2InstanceActionsWithTags": {"ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"},
+    "AllowScopedResourceCreationTagging": {"ec2:CreateTags"},
+    "AllowScopedResourceTagging": {"ec2:CreateTags"},
+    "AllowScopedDeletion": {"ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"},
+    "AllowPassingInstanceRole": {"iam:PassRole"},
+    "AllowScopedInstanceProfileCreationActions": {"iam:CreateInstanceProfile"},
+    "AllowScopedInstanceProfileTagActions": {"iam:TagInstanceProfile"},
+    "AllowScopedInstanceProfileActions": {"iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"},
+    "AllowAPIServerEndpointDiscovery": {"eks:DescribeCluster"},
+    "AllowInterruptionQueueActions": {"sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"},
+    "AllowZonalShiftStatusReadOnly": {"arc-zonal-shift:GetManagedResource"},
+    "AllowRegionalReadActions": {"ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstances",
+                                 "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
+                                 "ec2:DescribeLaunchTemplates", "ec2:DescribePlacementGroups", "ec2:DescribeSecurityGroups",
+                                 "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets"},
+    "AllowSSMReadActions": {"ssm:GetParameter"},
+    "AllowPricingReadActions": {"pricing:GetProducts"},
+    "AllowUnscopedInstanceProfileListAction": {"iam:ListInstanceProfiles"},
+    "AllowInstanceProfileReadActions": {"iam:GetInstanceProfile"},
+}
+# Upstream actions this policy leaves out, each with the condition under which v1.13.1 never calls it (checked below
+# against the plan where it is the plan's own).
+LEFT_OUT = {
+    "arc-zonal-shift:GetManagedResource": "only with settings.enableZonalShift (pkg/operator/operator.go EnableZonalShift)",
+    "ec2:DescribePlacementGroups": "only for an EC2NodeClass placementGroupSelector (pkg/providers/placementgroup/provider.go)",
+}
+RESERVED_ONLY = {"ec2:DescribeCapacityReservations"}  # only for capacityReservationSelectorTerms (pkg/providers/capacityreservation)
+
+
+def _policy_actions(doc: dict) -> dict[str, set]:
+    out: dict[str, set] = {}
+    for st in doc["Statement"]:
+        assert st["Effect"] == "Allow", st
+        acts = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+        out.setdefault(st["Sid"], set()).update(acts)
+    return out
+
+
+def _plans():
+    return {kind: build_program(stack_config(kind), "kt", frozenset(SECRETS)).cluster_plan.karpenter for kind in CAPACITY}
+
+
+def test_controller_policy_is_the_pinned_getting_started_policy():
+    """Every statement of the pinned version's getting-started policy, action for action, less only LEFT_OUT (and
+    DescribeCapacityReservations on a pool without reservations); nothing upstream does not grant. A pin bump past
+    1.13 fails here until the list above is re-read from that version's cloudformation.yaml."""
+    pin = versions()["charts"]["karpenter"]["version"]
+    assert pin.split(".")[:2] == UPSTREAM_VERSION.split("."), (
+        f"charts.karpenter {pin}: re-derive UPSTREAM_CONTROLLER_ACTIONS from that version's cloudformation.yaml")
+    for kind, plan in _plans().items():
+        drop = set(LEFT_OUT) | (set() if plan.pools[0].capacity_type == "reserved" else RESERVED_ONLY)
+        want = {sid: acts - drop for sid, acts in UPSTREAM_CONTROLLER_ACTIONS.items() if acts - drop}
+        assert _policy_actions(plan.controller_policy) == want, kind
+        # The conditions under which the left-out actions are never called hold for this plan.
+        assert "enableZonalShift" not in plan.helm.values["settings"]
+        assert "placementGroupSelector" not in plan.pools[0].ec2nodeclass["spec"]
+        assert ("capacityReservationSelectorTerms" in plan.pools[0].ec2nodeclass["spec"]) == (plan.pools[0].capacity_type == "reserved")
+    lst = next(s for s in _plans()["on-demand"].controller_policy["Statement"] if s["Sid"] == "AllowUnscopedInstanceProfileListAction")
+    assert lst["Resource"] == "*"  # a List action: IAM scopes it to no instance profile
+
+
+def _sdk_actions(sdk_go: str) -> set[str]:
+    """IAM actions of the AWS calls in the provider's pkg/aws/sdk.go interfaces (EC2API -> ec2:..., IAMAPI -> iam:...)."""
+    import re
+
+    prefix = {"EC2API": "ec2", "IAMAPI": "iam", "EKSAPI": "eks", "PricingAPI": "pricing", "SSMAPI": "ssm", "SQSAPI": "sqs",
+              "ARCZonalShiftAPI": "arc-zonal-shift", "TimestreamWriteAPI": "timestream"}
+    out = set()
+    for name, body in re.findall(r"type (\w+) interface \{(.*?)\n\}", sdk_go, re.S):
+        assert name in prefix, f"pkg/aws/sdk.go: new AWS client interface {name}: map it to its IAM service"
+        out |= {f"{prefix[name]}:{m}" for m in re.findall(r"^\s*(\w+)\(", body, re.M)}
+    return out
+
+
+def test_controller_policy_covers_the_pinned_providers_aws_calls():
+    """Every AWS call of github.com/aws/karpenter-provider-aws at the chart's version (pkg/aws/sdk.go, from the Go module
+    proxy as the CRD check) is granted, left out with its reason, or never made by the controller; every granted action
+    but iam:PassRole (a permission EC2 checks on RunInstances/CreateFleet, no API) is one of those calls."""
+    pin = versions()["charts"]["karpenter"]
+    aws = _module_dir("github.com/aws/karpenter-provider-aws", f"v{pin['version']}")
+    calls = _sdk_actions((aws / "pkg/aws/sdk.go").read_text())
+    assert {"iam:ListInstanceProfiles", "ec2:DescribeInstanceStatus"} <= calls
+    not_by_the_controller = {  # declared in sdk.go, called only by test/ (the e2e suites), not by pkg/ or cmd/
+        "iam:GetRole": "test/pkg/environment/aws/expectations.go", "sqs:SendMessage": "test/ (pkg/providers/sqs wrapper, no caller)",
+        "timestream:WriteRecords": "test/pkg/environment/aws/metrics.go"}
+    granted = set().union(*_policy_actions(_plans()["reservation"].controller_policy).values())
+    assert calls - granted - set(LEFT_OUT) - set(not_by_the_controller) == set()
+    assert granted - calls == {"iam:PassRole"}
+    assert set(LEFT_OUT) <= calls and set(not_by_the_controller) <= calls
+    assert granted <= set().union(*UPSTREAM_CONTROLLER_ACTIONS.values())

@@ -44,13 +44,19 @@ Facts, with their sources:
   for vpc.amazonaws.com/efa resource requests"): the workers' EFA requests drive it, so the EC2NodeClass names no
   network interfaces.
 * Placement groups: v1.13 can select an existing one (EC2NodeClass ``placementGroupSelector``;
-  designs/placement-groups-support.md @v1.13.1), but the controller permissions it needs were not confirmed here, so
-  Karpenter pools get none (``placementGroup: true`` is refused for them).
-* IAM, interruption queue and rules: Karpenter's getting-started CloudFormation (aws/karpenter-provider-aws
-  website/content/en/preview/getting-started/getting-started-with-karpenter/cloudformation.yaml @0110690d) and
-  terraform-aws-modules/terraform-aws-eks modules/karpenter/policy.tf (v1 controller policy @052bba89: the
-  ``capacity-reservation/*`` resource on RunInstances/CreateFleet); ``ec2:DescribeCapacityReservations`` is needed by
-  ``capacityReservationSelectorTerms`` (terraform-aws-eks PR 3510; eksctl-io/eksctl#8748: EC2NodeClass stuck without it).
+  designs/placement-groups-support.md @v1.13.1). Its controller permissions (``ec2:DescribePlacementGroups``, the
+  ``placement-group/*`` resource on RunInstances/CreateFleet: upgrade guide "Upgrading to 1.11.0+") are not granted,
+  and Karpenter pools get none (``placementGroup: true`` is refused for them).
+* Interruption queue and rules: the getting-started CloudFormation (aws/karpenter-provider-aws
+  website/content/en/preview/getting-started/getting-started-with-karpenter/cloudformation.yaml @0110690d).
+* Controller IAM policy (``controller_policy``): the statements of the v1.13 getting-started CloudFormation, as
+  aws/karpenter-provider-aws website/content/en/v1.13/reference/cloudformation.md @d8ef6953 reproduces them
+  statement by statement (the file itself is the tag's
+  website/content/en/preview/getting-started/getting-started-with-karpenter/cloudformation.yaml, that page says;
+  website/ is not in the Go module, and neither a v1.13 copy nor the file at v1.13.x could be read here), checked
+  against the v1.12 file (website/content/en/v1.12/getting-started/getting-started-with-karpenter/cloudformation.yaml
+  @1698d22d) and website/content/en/v1.13/upgrading/upgrade-guide.md @28cad44c. tests/test_karpenter.py holds that
+  action list and checks it against the AWS calls of github.com/aws/karpenter-provider-aws@v1.13.1 pkg/aws/sdk.go.
 """
 from __future__ import annotations
 
@@ -220,18 +226,34 @@ def nodepool(name: str, nodeclass: str, instance_type: str, capacity_type: str, 
 
 
 def controller_policy(cluster_name: str, region: str, reserved: bool) -> dict:
-    """The controller's IAM policy (terraform-aws-eks modules/karpenter policy.tf, v1 controller policy; the
-    getting-started CloudFormation). ``<queue-arn>``, ``<node-role-arn>`` and ``<account-id>`` are filled by the wiring."""
+    """The controller's IAM policy: the statements (Sids, actions, resources, conditions) of Karpenter v1.13's
+    getting-started CloudFormation (aws/karpenter-provider-aws website/content/en/v1.13/reference/cloudformation.md
+    @d8ef6953, the v1.13 docs' copy of
+    website/content/en/preview/getting-started/getting-started-with-karpenter/cloudformation.yaml), one document
+    instead of its six managed policies (NodeLifecycle, IAMIntegration, EKSIntegration, Interruption, ZonalShift,
+    ResourceDiscovery; split in 1.9 "without any change to the permissions"). Since the old copy of this policy
+    (preview/.../cloudformation.yaml @0110690d): ``iam:ListInstanceProfiles`` (AllowUnscopedInstanceProfileListAction,
+    Resource "*": the instance-profile garbage collection of v1.7+, upgrade guide "Upgrading to 1.7.0"),
+    ``ec2:DescribeInstanceStatus`` (instance status health checks of the interruption controller, "new required" in
+    1.12; in AllowRegionalReadActions as the v1.13 page has it, the v1.12 file had it unconditioned in
+    AllowUnscopedEC2DescribeInstanceStatus), no ``ec2:DescribeAvailabilityZones`` (gone upstream, and no call of it in
+    @v1.13.1 pkg/aws/sdk.go). Left out on purpose, each with the condition under which v1.13.1 never calls it:
+    ``ec2:DescribeCapacityReservations`` unless a pool uses reservations (no ``capacityReservationSelectorTerms``:
+    pkg/providers/capacityreservation/provider.go queries nothing); ``ec2:DescribePlacementGroups`` and the
+    ``placement-group/*`` resource (no ``placementGroupSelector``: pkg/providers/placementgroup/provider.go returns
+    first); the ZonalShift policy's ``arc-zonal-shift:GetManagedResource`` (only with ``settings.enableZonalShift``,
+    default false, not set here: pkg/operator/operator.go). PassRole's ``iam:PassedToService`` keeps
+    ``ec2.amazonaws.com`` only (upstream adds ``ec2.amazonaws.com.cn`` for the China partition; these ARNs are
+    ``arn:aws``). ``<queue-arn>``, ``<node-role-arn>`` and ``<account-id>`` are filled by the wiring."""
     p = "arn:aws"
     owned = {f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned"}
     res_owned = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
     created = [f"{p}:ec2:{region}:*:{r}/*" for r in ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")]
     profile = f"{p}:iam::<account-id>:instance-profile/*"
-    read = ["ec2:DescribeAvailabilityZones", "ec2:DescribeImages", "ec2:DescribeInstances", "ec2:DescribeInstanceTypeOfferings",
-            "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory",
-            "ec2:DescribeSubnets"]
-    if reserved:
-        read.append("ec2:DescribeCapacityReservations")
+    read = (["ec2:DescribeCapacityReservations"] if reserved else []) + [
+        "ec2:DescribeImages", "ec2:DescribeInstances", "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory",
+        "ec2:DescribeSubnets"]
     return {"Version": "2012-10-17", "Statement": [
         {"Sid": "AllowScopedEC2InstanceAccessActions", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
          "Resource": [f"{p}:ec2:{region}::image/*", f"{p}:ec2:{region}::snapshot/*", f"{p}:ec2:{region}:*:security-group/*",
@@ -276,6 +298,7 @@ def controller_policy(cluster_name: str, region: str, reserved: bool) -> dict:
          "Action": ["iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"], "Resource": profile,
          "Condition": {"StringEquals": {**res_owned, "aws:ResourceTag/topology.kubernetes.io/region": region},
                        "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"}}},
+        {"Sid": "AllowUnscopedInstanceProfileListAction", "Effect": "Allow", "Action": "iam:ListInstanceProfiles", "Resource": "*"},
         {"Sid": "AllowInstanceProfileReadActions", "Effect": "Allow", "Action": "iam:GetInstanceProfile", "Resource": profile},
         {"Sid": "AllowAPIServerEndpointDiscovery", "Effect": "Allow", "Action": "eks:DescribeCluster",
          "Resource": f"{p}:eks:{region}:<account-id>:cluster/{cluster_name}"},
