@@ -13,6 +13,13 @@ GOLDEN = Path(__file__).parent / "golden"
 CASES = {
     "render": {"target": "lightning-vllm-disagg-h100-dspark", "cluster": {"mode": "render"}},
     "eks": {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks"}},
+    # GB200 on an UltraServer Capacity Block in a Local Zone: the DRA driver release, FSx cache and IMEX objects
+    # only this path has (the committed gb200-disagg stack's cluster).
+    "eks-gb200": {"gpu": "gb200", "topology": "disagg", "spec": "dspark", "fabricProfile": "aws-efa",
+                  "cluster": {"mode": "eks", "region": "us-east-1",
+                              "availabilityZones": ["us-east-1a", "us-east-1b", "us-east-1c"],
+                              "gpuAvailabilityZone": "us-east-1-dfw-2a", "cacheStorage": "fsx-lustre",
+                              "marketType": "capacity-block", "capacityReservationId": "cr-0b200000000000001"}},
 }
 
 
