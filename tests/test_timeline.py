@@ -157,8 +157,9 @@ def test_cli_shows_node_group_and_karpenter_paths_side_by_side(capsys):
     out = capsys.readouterr().out.split("GPU capacity, managed node group vs Karpenter")[1]
     rows = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith(("node group", "karpenter"))}
     assert "(this stack)" in rows["node"] and "(this stack)" not in rows["karpenter"]
-    assert "consolidateAfter 600 s" in out  # the default of stacks/cluster/karpenter.py: a node-group stack moved to Karpenter
-    assert "tests/test_karpenter_engine.py" in out and "resume on Karpenter" in out
+    flat = " ".join(out.split())  # the report wraps at 100 columns
+    assert "consolidateAfter 600 s" in flat  # the default of stacks/cluster/karpenter.py: a node-group stack moved to Karpenter
+    assert "tests/test_karpenter_engine.py" in flat and "resume on Karpenter" in flat
 
 
 def test_karpenter_timeline_of_a_stack_with_its_pool_on_karpenter():
@@ -172,7 +173,7 @@ def test_karpenter_timeline_of_a_stack_with_its_pool_on_karpenter():
     other = timeline_for_program(program, capacity="node-group")
     text = report(tl, timeline_for_program(program, sequential=True), other)
     assert "GPU capacity karpenter" in text.splitlines()[0]
-    assert "consolidateAfter 120 s" in text
+    assert "consolidateAfter 120 s" in " ".join(text.split())  # the report wraps at 100 columns
 
 
 def test_karpenter_timeline_edges_are_the_programs_dependencies():
@@ -196,3 +197,31 @@ def test_cli_refuses_a_cluster_only_stack_in_one_line(capsys):
     assert main(["timeline", "--stack", "h100-cluster"]) == 2
     err = capsys.readouterr().err
     assert "h100-cluster serves nothing" in err and len(err.strip().splitlines()) == 1
+
+
+def test_pause_line_is_what_the_paused_plan_does(capsys):
+    """The node-group half of the pause line against the program's own pause (stacks/serving/autoscaling.py
+    pause_pools): the stack with every entry paused, as `stacks cost` prices it, has its GPU node groups at the desired
+    and min size the line states; the stack as committed has GPU nodes to lose."""
+    import re
+
+    from stacks.cli.cost import paused_raw
+    from stacks.program import build_program
+    from stacks.program.render import split_secrets, stack_aws_region, stack_raw_config
+
+    name = "h100-disagg"
+    plain, secret = split_secrets(stack_raw_config(name))
+    running = build_program(plain, name, secret, aws_region=stack_aws_region(name))
+    paused = build_program(paused_raw(plain), name, secret, aws_region=stack_aws_region(name))
+    size = lambda plan: {(p.name, p.nodegroup["scaling_config"]["desired_size"], p.nodegroup["scaling_config"]["min_size"])  # noqa: E731
+                         for p in plan.cluster_plan.gpu_pools if (p.nodegroup or {}).get("scaling_config")}
+    assert size(running) and all(d > 0 for _, d, _ in size(running))
+    (desired, min_size), = {(d, m) for _, d, m in size(paused)}
+    assert main(["timeline", "--stack", name]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    m = re.search(r"pause \(every entry on the pool paused, or at replicas: 0\): (.*?); Karpenter", out)
+    assert m, f"no pause line for the node group: {out}"
+    line = m.group(1)
+    assert f"the node group goes to {desired} nodes" in line
+    assert f"desired and min size {desired}" in line and min_size == desired
+    assert "keeps its GPU nodes" not in out

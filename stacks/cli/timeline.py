@@ -299,7 +299,10 @@ def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
            f"  {'path':<24} {'Ready':>6} {'GPU nodes from':>15}  GPU nodes billed before Ready",
            f"  {'node group' + mine(ng):<24} {ng.total:6.1f} {ng_from:15.1f}  {ng.total - ng_from:5.1f} min ({ng_step} runs beside the download)",
            f"  {'karpenter' + mine(kp):<24} {kp.total:6.1f} {kp_from:15.1f}  {kp.total - kp_from:5.1f} min ({kp_step}: nodes launch when the DGD's pods are Pending)",
-           "  pause (an entry at replicas: 0): the node group keeps its GPU nodes, billed; Karpenter deletes them "
+           # The node group's half is stacks/serving/autoscaling.py pause_pools (what `stacks cost` prices as paused).
+           "  pause (every entry on the pool paused, or at replicas: 0): the node group goes to 0 nodes at the `up` "
+           "that pauses it (desired and min size 0, max kept for the resume; a capacity reservation stays billed); "
+           "Karpenter deletes its nodes "
            + (f"within {pause:.0f} s of the last GPU pod (consolidateAfter {after:.0f} s + {k['disruption_polling_s']} s polling + "
               f"{k['emptiness_validation_s']} s validation)" if pause is not None else "never (consolidateAfter: Never)")
            + f"; measured with the real Karpenter in the simulated cluster: {max(m['pause_to_zero_nodes_s']):.1f} s at "
