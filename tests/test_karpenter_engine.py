@@ -595,6 +595,5 @@ def test_karpenter_pin_agrees_with_its_go_module():
     pins = yaml.safe_load((root / "stacks" / "registry" / "versions.yaml").read_text())
     gomod = (root / "tools" / "karpenter" / "go.mod").read_text()
     assert re.search(rf"^\s*(require\s+)?sigs\.k8s\.io/karpenter {re.escape(pins['toolchain']['karpenter'])}( //.*)?$", gomod, re.M)
-    core = (pins.get("charts", {}).get("karpenter") or {}).get("core")
-    if core is not None:  # the EKS chart's core is the one the simulated cluster runs
-        assert core == pins["toolchain"]["karpenter"]
+    # The EKS chart's core is the one the simulated cluster runs.
+    assert pins["charts"]["karpenter"]["core"] == pins["toolchain"]["karpenter"]
