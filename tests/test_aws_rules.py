@@ -465,6 +465,39 @@ def test_dra_values_are_the_eks_guides():
             {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]
 
 
+def _dra_default_variants() -> dict[str, dict]:
+    """The dra-driver-nvidia-gpu values.yaml shapes read (none is confirmed as 0.4.1's, see aws_rules.DRA_CHART_DEFAULTS):
+    kubernetes-sigs @3fe94879 (the table), @6fade973 / @9457bc47 (two more NFD terms in the kubelet plugin's affinity), and
+    NVIDIA/k8s-dra-driver-gpu @a0b61536 (controller required on control-plane nodes, plugin tolerating nothing)."""
+    base = R.DRA_CHART_DEFAULTS["dra-driver-nvidia-gpu"]
+    five = copy.deepcopy(base)
+    terms = five["kubeletPlugin"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms[1:1] = [{"matchExpressions": [{"key": f"feature.node.kubernetes.io/pci-{c}_10de.present", "operator": "In", "values": ["true"]}]}
+                  for c in ("0302", "0300")]
+    required = copy.deepcopy(base)
+    required["controller"]["tolerations"] = required["controller"]["tolerations"][:2]
+    required["controller"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}]}}}
+    required["kubeletPlugin"]["tolerations"] = []
+    return {"3fe94879": base, "6fade973": five, "a0b61536": required}
+
+
+def test_dra_rule_verdict_does_not_depend_on_the_unverified_defaults(gb200, monkeypatch):
+    """The 0.4.1 values.yaml was not found; under each shape read, the release's values render the same required
+    placement, and the GB200 graph passes the rule."""
+    from stacks.cluster import dra_driver_spec
+
+    values = dra_driver_spec().values
+    rendered = []
+    for name, defaults in _dra_default_variants().items():
+        monkeypatch.setitem(R.DRA_CHART_DEFAULTS, "dra-driver-nvidia-gpu", defaults)
+        _, controller, plugin = R.dra_pod_specs(values, "dra-driver-nvidia-gpu")
+        rendered.append((controller.get("nodeSelector"), controller["tolerations"],
+                         controller["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"], plugin))
+        assert only(R.dra_driver_values_follow_the_eks_guide, gb200) == [], name
+    assert all(r == rendered[0] for r in rendered), rendered
+
+
 def test_local_zone_efs_rule_fails_on_the_old_gb200_graph(gb200):
     assert only(R.local_zone_nodes_do_not_mount_efs, gb200) == []
     fsx = one(gb200.resources, R.FSX)
@@ -577,6 +610,24 @@ def test_runtime_class_rule_fails_without_a_node_selector(on_demand_efs):
     assert only(R.nvidia_runtime_class_selects_gpu_nodes, old)
     system = mutate(on_demand_efs, lambda res: one(res, R.RUNTIME_CLASS).inputs.update(scheduling={"nodeSelector": {"kubernetes.io/os": "linux"}}))
     assert only(R.nvidia_runtime_class_selects_gpu_nodes, system)
+
+
+def test_runtime_class_rule_on_the_gpu_operator_path_checks_the_pods():
+    """The GPU Operator creates RuntimeClass nvidia itself, with no node selector: the stack registers none, and the rule
+    fails a pod that names the class without requesting a GPU or selecting GPU nodes (it could land on a system node)."""
+    g = graph({"target": "ultra-vllm-disagg-b200-agentic-1M", "fabricProfile": "aws-efa", "cluster": {"mode": "eks", "nvidiaStack": "gpu-operator"}})
+    assert g.of(R.RUNTIME_CLASS) == [] and [r for r in g.of(R.HELM) if r.inputs.get("chart") == "gpu-operator"]
+    assert {n.split("/")[-1] for n, _ in R._pods_naming(g, "nvidia")} == {"prefill", "decode"}
+    assert only(R.nvidia_runtime_class_selects_gpu_nodes, g) == []
+
+    def frontend_names_it(res):
+        dgd = next(r for r in res if r.type == R.DGD)
+        next(c for c in dgd.inputs["spec"]["components"] if c["name"] == "Frontend")["podTemplate"]["spec"]["runtimeClassName"] = "nvidia"
+    op = next(r for r in g.of(R.HELM) if r.inputs.get("chart") == "gpu-operator")
+    msgs = only(R.nvidia_runtime_class_selects_gpu_nodes, mutate(g, frontend_names_it))
+    assert len(msgs) == 1 and msgs[0].endswith(f"/Frontend: names RuntimeClass nvidia, which the GPU Operator ({op.name}) creates "
+                                               "without scheduling.nodeSelector, requests no nvidia.com/gpu and may land on non-GPU "
+                                               "node group(s) ['cluster-system']"), msgs
 
 
 def test_guide_states_the_network_costs_and_the_unverified_gb200_efa_layout():
@@ -761,3 +812,65 @@ def test_kubernetes_version_moves_one_minor_per_update(on_demand_efs):
         "eks_update_moves_one_minor_version: cluster-eks: version 1.33 -> 1.35: EKS upgrades one minor version per UpdateClusterVersion"]
     assert R.check_update(at("1.35"), at("1.34")) == [
         "eks_update_moves_one_minor_version: cluster-eks: version 1.35 -> 1.34: EKS cannot downgrade a cluster"]
+
+
+# ---------------------------------------------------------------------------- update rules: a Capacity Block group's version at 0 nodes
+
+NEXT_BLOCK = "cr-0fedcba9876543210"
+CB_RULE = R.capacity_block_group_updates_its_version_at_zero_nodes
+
+
+def _block(paused: bool = False, reservation: str = CR, capacity: str = "capacity-block") -> Graph:
+    cfg = matrix_config("h100", capacity, "fsx-lustre")
+    if capacity != "on-demand":
+        cfg["cluster"]["capacityReservationId"] = reservation
+    return graph({**cfg, "paused": True} if paused else cfg)
+
+
+def test_capacity_block_version_update_passes_at_desired_zero():
+    """Moving a paused Capacity Block group to the next block (a new launch template version) is accepted: desired 0."""
+    paused, moved = _block(paused=True), _block(paused=True, reservation=NEXT_BLOCK)
+    assert R._scaling(one(paused.resources, R.NODEGROUP, "-gpu")) == (0, 0, 1)
+    assert R._version_changes(paused, moved, one(paused.resources, R.NODEGROUP, "-gpu"), one(moved.resources, R.NODEGROUP, "-gpu")) == [
+        "launch template cluster-gpu changes (capacityReservationSpecification): a new launch template version"]
+    assert R.check_update(paused, moved) == []
+    # pause and resume change only the scaling: no version update, whatever the size
+    assert R.check_update(_block(), paused) == [] and R.check_update(moved, _block(reservation=NEXT_BLOCK)) == []
+
+
+def test_capacity_block_version_update_fails_with_running_nodes():
+    running, moved = _block(), _block(reservation=NEXT_BLOCK)
+    v = CB_RULE(running, moved)
+    assert len(v) == 1 and v[0].startswith(
+        "cluster-gpu: launch template cluster-gpu changes (capacityReservationSpecification): a new launch template version "
+        "while the Capacity Block group runs 1 node(s): EKS updates a Capacity Block group's version only at desired size 0")
+    assert "dynamo:paused: true" in v[0] and "Capacity Block groups: pause, update, resume" in v[0]
+    guide = (ROOT / "docs" / "deploy-aws.md").read_text()
+    assert "### Capacity Block groups: pause, update, resume" in guide and CB_RULE.__name__ in guide
+    # pausing in the same update does not help: the provider sends UpdateNodegroupVersion before the new scaling
+    same_up = CB_RULE(running, _block(paused=True, reservation=NEXT_BLOCK))
+    assert len(same_up) == 1 and "this update also pauses it, but the version update goes out first" in same_up[0]
+    # the node group's own Kubernetes or AMI release version (the program sets neither; an import or a later program may)
+    for key, value in (("version", "1.35"), ("releaseVersion", "1.35.0-20261201")):
+        newer = mutate(running, lambda res: one(res, R.NODEGROUP, "-gpu").inputs.update({key: value}))
+        older = mutate(running, lambda res: one(res, R.NODEGROUP, "-gpu").inputs.update({key: "old"}))
+        assert CB_RULE(older, newer), key
+    # a launch template version the provider sends (its latest_version) counts too
+    v2 = mutate(running, lambda res: one(res, R.NODEGROUP, "-gpu").inputs["launchTemplate"].update(version="2"))
+    assert [m for m in CB_RULE(running, v2) if m.startswith("cluster-gpu: launch template version 1 -> 2 while")] == CB_RULE(running, v2) != []
+    # the launch template's own tags make no new version
+    tagged = mutate(running, lambda res: one(res, R.LAUNCH_TEMPLATE).inputs.update(tags={"team": "x"}))
+    assert CB_RULE(running, tagged) == []
+
+
+def test_on_demand_and_reserved_groups_update_their_launch_template_with_running_nodes():
+    """Only Capacity Block groups need desired 0: an On-Demand Capacity Reservation moved to another reservation, or an
+    on-demand group's launch template change, updates in place while the nodes run."""
+    res_old, res_new = _block(capacity="reservation"), _block(capacity="reservation", reservation=NEXT_BLOCK)
+    assert R._scaling(one(res_old.resources, R.NODEGROUP, "-gpu"))[1] == 1
+    assert CB_RULE(res_old, res_new) == []
+    od = _block(capacity="on-demand")
+    changed = mutate(od, lambda res: one(res, R.LAUNCH_TEMPLATE).inputs["metadataOptions"].update(httpPutResponseHopLimit=3))
+    assert one(od.resources, R.NODEGROUP, "-gpu").inputs["capacityType"] == "ON_DEMAND"
+    assert CB_RULE(od, changed) == []
+    assert R.check_update(od, changed) == []

@@ -349,9 +349,22 @@ def gb200_nvlink_domain_has_dra_and_compute_domain(g: Graph) -> list[str]:
 
 # The scheduling defaults of the DRA driver charts (what Helm uses where the release's values say nothing):
 # nvidia-dra-driver-gpu 25.x: NVIDIA/k8s-dra-driver-gpu deployments/helm/nvidia-dra-driver-gpu/values.yaml @0540432
-# (controller required on node-role.kubernetes.io/control-plane; kubelet plugin tolerates nothing);
-# dra-driver-nvidia-gpu 0.4+: kubernetes-sigs/dra-driver-nvidia-gpu deployments/helm/dra-driver-nvidia-gpu/values.yaml
-# @3fe9487 (controller prefers control-plane nodes; kubelet plugin tolerates nvidia.com/gpu).
+# (controller required on node-role.kubernetes.io/control-plane; kubelet plugin tolerates nothing).
+# dra-driver-nvidia-gpu: kubernetes-sigs/dra-driver-nvidia-gpu deployments/helm/dra-driver-nvidia-gpu/values.yaml
+# @3fe94879c9cfdbdc8fad4b62c712f0c7a1f9de22, a main-branch commit (its values turn on the v1beta2 conversion webhook of
+# the 0.5 line), NOT the 0.4.1 release this project pins (versions.yaml charts.nvidia-dra-driver-gpu): these defaults are
+# unverified for 0.4.1. Why: the chart's Chart.yaml says version "0.4.1" at commit 764900e7833798a1528bd52a2af3e1b2d5f7a616
+# of that repository, but the source index searched holds no values.yaml at that commit (0.4.1 was cut on a release
+# branch: kubernetes-sigs/dra-driver-nvidia-gpu#1232 "Bump release version to v0.4.1", the cherry-picks of #1140), and
+# the NVIDIA/k8s-dra-driver-gpu Chart.yaml read says 0.5.0-dev (@4deb6ebc). The values.yaml versions read
+# disagree where it matters here: @3fe94879 (below) prefers control-plane nodes for the controller and has the kubelet
+# plugin tolerate nvidia.com/gpu; @6fade973 and @9457bc47 add two NFD PCI-class terms to the kubelet plugin's affinity;
+# NVIDIA/k8s-dra-driver-gpu @a0b61536 requires control-plane nodes for the controller and tolerates nothing for the
+# plugin (the 25.x shape). The program's release values (stacks/cluster/dra.py) set every one of those fields (the
+# controller's nodeSelector, required affinity and tolerations; the plugin's required affinity and tolerations; lists
+# replace in Helm's merge), so the rule below gives the same verdict under each of them (tests/test_aws_rules.py
+# test_dra_rule_verdict_does_not_depend_on_the_unverified_defaults); only the controller's preferred affinity
+# (a preference, no admission effect) comes from whichever defaults 0.4.1 has.
 _GPU_PRESENT_TERMS = [
     {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}]},
     {"matchExpressions": [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In", "values": ["NVIDIA"]}]},
@@ -574,12 +587,28 @@ def gpu_operator_leaves_driver_and_toolkit_to_the_ami(g: Graph) -> list[str]:
     return out
 
 
+def _pods_naming(g: Graph, runtime_class: str) -> list[tuple[str, dict]]:
+    """(``dgd/component`` or Job name, pod spec) of every DGD component and Job pod that names ``runtime_class``."""
+    out = [(f"{d.name}/{c['name']}", c["podTemplate"]["spec"]) for d in g.of(DGD) for c in _get(d.inputs, "spec", "components", default=[])]
+    out += [(j.name, _get(j.inputs, "spec", "template", "spec", default={}) or {}) for j in g.of(JOB)]
+    return [(n, p) for n, p in out if p.get("runtimeClassName") == runtime_class]
+
+
 @rule(AREA_GPU_NODE_SOFTWARE)
 def nvidia_runtime_class_selects_gpu_nodes(g: Graph) -> list[str]:
     """The ``nvidia`` RuntimeClass on an EKS cluster carries ``scheduling.nodeSelector`` labels that every GPU node group
-    has and the system node group does not, so a pod naming the class lands only where the handler exists. Source:
-    Kubernetes API node.k8s.io/v1 ``Scheduling.nodeSelector`` (merged into the pod's nodeSelector at admission);
-    awslabs/amazon-eks-ami nodeadm runtime_config.go (the nvidia runtime on the NVIDIA AMI only)."""
+    has and the system node group does not, so a pod naming the class lands only where the handler exists.
+
+    On the GPU Operator path the program registers no RuntimeClass: the operator creates its own (``operator.runtimeClass``,
+    default ``nvidia``), and no value of the chart gives it a node selector (the chart's values.yaml as read sets only its
+    name; a node selector exists for the Kata runtime classes, ``kataManager.config.runtimeClasses[].nodeSelector``; the
+    operator creates nvidia, nvidia-cdi and nvidia-legacy with no way to turn them off, NVIDIA/gpu-operator#2145). That
+    class cannot be checked here, so the rule checks the pods instead: every DGD component or Job pod that names it
+    requests ``nvidia.com/gpu`` (only GPU nodes advertise it) or selects no non-GPU node group. Unverified: the v26.7.0
+    chart and operator this project pins were not read (the values.yaml read is NVIDIA/gpu-operator
+    deployments/gpu-operator/values.yaml @d7413be9, an older release). Source: Kubernetes API node.k8s.io/v1
+    ``Scheduling.nodeSelector`` (merged into the pod's nodeSelector at admission); awslabs/amazon-eks-ami nodeadm
+    runtime_config.go (the nvidia runtime on the NVIDIA AMI only)."""
     out = []
     if not g.of(EKS):
         return out
@@ -597,6 +626,22 @@ def nvidia_runtime_class_selects_gpu_nodes(g: Graph) -> list[str]:
                 out.append(f"{rc.name}: nodeSelector {sel} does not select GPU node group {ng.name}")
             if ng not in _gpu_nodegroups(g) and carries:
                 out.append(f"{rc.name}: nodeSelector {sel} also selects non-GPU node group {ng.name}")
+    registered = {_get(rc.inputs, "metadata", "name") for rc in g.of(RUNTIME_CLASS)}
+    gpu_groups = _gpu_nodegroups(g)
+    for rel in g.of(HELM):
+        if rel.inputs.get("chart") != "gpu-operator":
+            continue
+        name = _get(rel.inputs, "values", "operator", "runtimeClass", default="nvidia")
+        if name in registered:
+            continue
+        for who, pod in _pods_naming(g, name):
+            if any("nvidia.com/gpu" in {**((c.get("resources") or {}).get("requests") or {}), **((c.get("resources") or {}).get("limits") or {})}
+                   for c in pod.get("containers") or []):
+                continue
+            elsewhere = [ng.name for ng in g.of(NODEGROUP) if ng not in gpu_groups and _selects(pod, _node_labels(g, ng))]
+            if elsewhere:
+                out.append(f"{who}: names RuntimeClass {name}, which the GPU Operator ({rel.name}) creates without "
+                           f"scheduling.nodeSelector, requests no nvidia.com/gpu and may land on non-GPU node group(s) {elsewhere}")
     return out
 
 # --------------------------------------------------------------------------- FSx for Lustre
@@ -1032,6 +1077,64 @@ def node_group_update_reaches_the_nodes_the_dgds_need(before: Graph, after: Grap
         needed, _ = pack({"spec": {"components": assigned[new.name]}}, cap)
         if runs < needed:
             out.append(f"{new.name}: keeps {runs} node(s) after the update, the DGDs need {needed} {shape.instance_type}")
+    return out
+
+
+# Launch template inputs whose change makes the provider create a new launch template version (everything but the
+# template's own tags and default-version settings: terraform-provider-aws internal/service/ec2/ec2_launch_template.go,
+# resourceLaunchTemplateUpdate ``updateKeys``); the node group then moves to that version (its launchTemplate.version
+# is the template's latest_version, components/cluster.py).
+_LT_NOT_VERSIONED = ("tags", "tagsAll", "defaultVersion", "updateDefaultVersion", "name", "namePrefix")
+
+
+def _version_changes(before: Graph, after: Graph, old: Res, new: Res) -> list[str]:
+    """What makes the provider send UpdateNodegroupVersion for ``old`` -> ``new``: a new Kubernetes ``version``, a new
+    ``releaseVersion`` (AMI), a new ``launchTemplate.version``, or a change to the launch template's data (a new
+    version of the same template). A different launch template id or name replaces the group (ForceNew), no update."""
+    out = []
+    for key, what in (("version", "Kubernetes version"), ("releaseVersion", "AMI release version")):
+        a, b = old.inputs.get(key), new.inputs.get(key)
+        if b is not None and a != b and not _ignored(new, key):
+            out.append(f"{what} {a} -> {b}")
+    if _ignored(new, "launchTemplate"):
+        return out
+    a, b = _get(old.inputs, "launchTemplate", "version"), _get(new.inputs, "launchTemplate", "version")
+    if a is not None and b is not None and str(a) != str(b) and not _ignored(new, "launchTemplate.version"):
+        out.append(f"launch template version {a} -> {b}")
+    lt_old, lt_new = _launch_template(before, old), _launch_template(after, new)
+    if lt_old is not None and lt_new is not None and lt_old.name == lt_new.name:
+        a_data, b_data = ({k: v for k, v in lt.inputs.items() if k not in _LT_NOT_VERSIONED} for lt in (lt_old, lt_new))
+        changed = sorted(k for k in set(a_data) | set(b_data) if a_data.get(k) != b_data.get(k))
+        if changed and not any(s.startswith("launch template version") for s in out):
+            out.append(f"launch template {lt_new.name} changes ({', '.join(changed)}): a new launch template version")
+    return out
+
+
+@update_rule(AREA_CAPACITY_BLOCKS, AREA_NODE_GROUP_SIZES)
+def capacity_block_group_updates_its_version_at_zero_nodes(before: Graph, after: Graph) -> list[str]:
+    """A Capacity Block node group's version (its launch template version, AMI release version or Kubernetes version)
+    is updated only while its desired size is 0: "When upgrading managed node groups with Capacity Blocks, make sure
+    that the desired size of the node group is set to 0". The size EKS has when the update starts is the group's desired
+    size before it: the provider sends UpdateNodegroupVersion first ("Do any version update first") and the new scaling
+    after it in UpdateNodegroupConfig, so an update that both pauses the group and changes its version is refused too:
+    pause in one ``up``, change the version in the next, resume in a third. On-demand and reserved groups are not
+    concerned. Sources: EKS user guide "Create a managed node group with Capacity Blocks for ML" (capacity-blocks-mng,
+    Considerations); hashicorp/terraform-provider-aws internal/service/eks/node_group.go @012e0a32 (resourceNodeGroupUpdate;
+    launch_template id and name ForceNew, version in place) and internal/service/ec2/ec2_launch_template.go
+    (resourceLaunchTemplateUpdate: CreateLaunchTemplateVersion on a change of the template's data)."""
+    out = []
+    for old, new in _pairs(before, after, NODEGROUP):
+        if old.inputs.get("capacityType") != "CAPACITY_BLOCK":
+            continue
+        running = _scaling(old)[1]
+        changes = _version_changes(before, after, old, new)
+        if changes and running > 0:
+            then = (" (this update also pauses it, but the version update goes out first)"
+                    if (sent_scaling(old, new) or _scaling(old))[1] == 0 else "")
+            out.append(f"{new.name}: {'; '.join(changes)} while the Capacity Block group runs {running} node(s){then}: EKS updates "
+                       "a Capacity Block group's version only at desired size 0. First pause it (dynamo:paused: true, or paused: "
+                       "true on every dynamo:serve entry of this pool) and run `pulumi up`; then make this change and `pulumi up`; "
+                       "then resume (docs/deploy-aws.md, \"Capacity Block groups: pause, update, resume\")")
     return out
 
 
