@@ -23,10 +23,14 @@ Every wait ends at its deadline with what it saw last and the tail of each proce
 when the context exits.
 
 Network: the HTTP server, the system servers and the TCP request plane bind 127.0.0.1 (``--http-host``,
-``DYN_SYSTEM_HOST``, ``DYN_TCP_RPC_HOST``). ai-dynamo 1.5.0's ZMQ event plane (KV events, load metrics) binds
-``tcp://0.0.0.0:0`` with no setting to change it and advertises the host's routable address in discovery (its log:
-"ZMQ PUB transport bound ... endpoint=tcp://0.0.0.0:<port>"; it falls back to 127.0.0.1 only where no routable
-address exists, e.g. a loopback-only network namespace), so those subscriptions go to this machine's own address.
+``DYN_SYSTEM_HOST``, ``DYN_TCP_RPC_HOST``), and the response stream listens on ``lo``. The ZMQ event plane (KV events,
+load metrics) of ai-dynamo 1.6.1 binds ``tcp://0.0.0.0:<port>`` with no setting to change the listener; what it
+advertises in discovery, and so where subscribers connect, is ``DYN_EVENT_PLANE_HOST`` ("IP address or exact
+interface advertised by direct ZMQ event publishers ... If unset, the runtime auto-detects a local IP address":
+ai-dynamo/dynamo lib/runtime/src/config/environment_names.rs; its KV relay guide: "It changes the advertised address,
+not the listener's bind address"), which the rig sets to 127.0.0.1, so every connection between the rig's processes
+is a loopback one. Only that listener is bound wider than loopback (an isolated network namespace would close it,
+at the cost of running the tests inside it).
 """
 from __future__ import annotations
 
@@ -57,7 +61,7 @@ FRONTEND_PORT_NAME, SYSTEM_PORT_NAME = "http", "system"
 COMPONENT_TYPES = ("frontend", "worker", "prefill", "decode")
 WORKER_MODES = {"worker": "agg", "prefill": "prefill", "decode": "decode"}
 # vLLM engine flags the DGD's workers carry that the mocker takes too, with the same meaning
-# (`python -m dynamo.mocker --help`, ai-dynamo 1.5.0: "Mocker engine ... with vLLM-style CLI").
+# (`python -m dynamo.mocker --help`, ai-dynamo 1.5.0 and 1.6.1: "Mocker engine ... with vLLM-style CLI").
 SHARED_ENGINE_FLAGS = ("--max-num-seqs", "--max-num-batched-tokens", "--block-size")
 # Mocker timing: its simulated prefill/decode step times divided by this (`--speedup-ratio`), so a benchmark with
 # 64k-token prompts finishes in seconds; the serving path (frontend, router, tokenizer, request plane) is unchanged.
@@ -402,6 +406,7 @@ def start_rig(dgd: dict, workdir: Path, timeout: float = 120) -> Iterator[Rig]:
     # Kubernetes API) and loopback only (request/response planes and system servers on 127.0.0.1 / lo).
     placement = {"DYN_DISCOVERY_BACKEND": "file", "DYN_FILE_KV": str(workdir / "discovery"),
                  "DYN_TCP_RPC_HOST": HOST, "DYN_SYSTEM_HOST": HOST, "DYN_TCP_RESPONSE_STREAM_HOST": "lo",
+                 "DYN_EVENT_PLANE_HOST": HOST,
                  "DYN_HTTP_RPC_HOST": HOST, "DYN_LOG": os.environ.get("RIG_DYN_LOG", "info")}
     comps = {c["name"]: c for c in _components(dgd)}
     specs = _pods(dgd)

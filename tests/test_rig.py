@@ -38,7 +38,7 @@ JOB_REQUESTS = 4  # dynamo:benchmark.requestCount for the Job run (the published
 CLI_REQUESTS = 4  # the exported aiperf command's --request-count, bounded
 STEP_TIMEOUT = 240
 # A worker's request counter on its system server: work_handler.REQUESTS_TOTAL ("requests_total") with the
-# component prefix, per endpoint label dynamo_endpoint (ai-dynamo 1.5.0 wheel, dynamo/prometheus_names.py; seen on
+# component prefix, per endpoint label dynamo_endpoint (ai-dynamo 1.5.0 and 1.6.1 wheels, dynamo/prometheus_names.py; seen on
 # the mocker's /metrics as dynamo_component_requests_total{dynamo_endpoint="generate",...}).
 REQUESTS_METRIC = "dynamo_component_requests_total"
 
