@@ -59,6 +59,15 @@ HOST = "127.0.0.1"
 # workers); an operator pod's other ports (e.g. `nixl`, NIXL telemetry) have no process behind them here.
 FRONTEND_PORT_NAME, SYSTEM_PORT_NAME = "http", "system"
 COMPONENT_TYPES = ("frontend", "worker", "prefill", "decode")
+# Frontend flags the rig leaves out (flag -> how many values follow it), and why: they load an engine's own Python
+# package into the frontend, and the GPU-free rig installs no engine. `--dyn-chat-processor vllm` (Motif-3's frontend)
+# preprocesses with vLLM's chat processor: ai-dynamo 1.6.1's `python -m dynamo.frontend` exits "No module named
+# 'vllm'" with it, and without it refuses the vLLM processor's own flags that follow it in the DGD ("Unknown
+# arguments specified: ['--tool-call-parser', 'motif', '--reasoning-parser', 'motif', '--enable-auto-tool-choice']").
+# Without them the frontend's own preprocessor applies the same tokenizer and chat template; tool-call and reasoning
+# parsing of the replies, which no benchmark figure reads, are what the rig leaves untested.
+ENGINE_FRONTEND_FLAGS = {"--dyn-chat-processor": 1, "--tool-call-parser": 1, "--reasoning-parser": 1,
+                         "--enable-auto-tool-choice": 0}
 WORKER_MODES = {"worker": "agg", "prefill": "prefill", "decode": "decode"}
 # vLLM engine flags the DGD's workers carry that the mocker takes too, with the same meaning
 # (`python -m dynamo.mocker --help`, ai-dynamo 1.5.0 and 1.6.1: "Mocker engine ... with vLLM-style CLI").
@@ -302,6 +311,19 @@ def dgd_dynamo_env(comp: dict) -> dict[str, str]:
 
 # ---- processes --------------------------------------------------------------------------------------------------
 
+def _without(args: list[str], flags: dict[str, int]) -> list[str]:
+    """``args`` without each of ``flags`` and the number of values it takes (``--flag v`` or ``--flag=v``)."""
+    out, skip = [], 0
+    for a in args:
+        if skip:
+            skip -= 1
+        elif a in flags:
+            skip = flags[a]
+        elif a.split("=", 1)[0] not in flags:
+            out.append(a)
+    return out
+
+
 def free_port() -> int:
     """A loopback port free now, below 32768: ai-dynamo 1.5.0 reads DYN_SYSTEM_PORT as a signed 16-bit integer
     (a worker given 37641 exits with 'invalid value unsigned int `37641`, expected i16 for key "SYSTEM_PORT"'),
@@ -427,7 +449,8 @@ def start_rig(dgd: dict, workdir: Path, timeout: float = 120) -> Iterator[Rig]:
             proc_env = {**env, **pod_env, **placement}
             if spec.component_type == "frontend":
                 # The DGD frontend container's own flags after `-m dynamo.frontend`, then the rig's placement.
-                own = args[args.index("dynamo.frontend") + 1:] if "dynamo.frontend" in args else []
+                own = _without(args[args.index("dynamo.frontend") + 1:] if "dynamo.frontend" in args else [],
+                               ENGINE_FRONTEND_FLAGS)
                 argv = [str(python), "-m", "dynamo.frontend", *own, "--discovery-backend", "file",
                         "--http-host", HOST, "--http-port", str(port)]
                 procs.start(spec.name, argv, proc_env, log)

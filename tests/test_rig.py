@@ -1,7 +1,8 @@
 """The product's own commands against the real Dynamo frontend and mocker workers (tests/rig.py), GPU-free.
 
-For the first aggregated and the first disaggregated Lightning vLLM target of the catalog, the rig serves the DGD
-``build_plan`` renders, and these run against it, taken from the product at run time:
+For the first aggregated and the first disaggregated Lightning vLLM target of the catalog (and, for the benchmark Job,
+the first aggregated target of every other benchmarked family), the rig serves the DGD ``build_plan`` renders, and these
+run against it, taken from the product at run time:
 
 - the stack output ``smokeTest`` (stacks/serving/outputs.py), verbatim except the frontend address;
 - the stack output ``aiperf`` (its request count bounded), verbatim except the frontend address;
@@ -54,6 +55,26 @@ def _first(topology: str) -> str:
 TARGETS = [_first("agg"), _first("disagg")]
 
 
+def _other_families() -> list[str]:
+    """The first aggregated vLLM target of every other model family with a benchmark method: their Jobs differ from
+    Lightning's (Ultra: input block size, --workers-max, remote-code tokenizer; Motif-3: the chat trace, an in-replay
+    warm-up, synthesis bounds), so each is run for real, not only compared as text."""
+    from stacks.serving.benchmark import METHODS
+
+    out = []
+    for model in METHODS:
+        if model == catalog.targets()[TARGETS[0]].model:
+            continue
+        out.append(next(t.id for t in catalog.targets().values()
+                        if t.model == model and t.runtime == "vllm" and t.topology == "agg"))
+    return out
+
+
+# The benchmark Job's script runs for these (the exported commands, the same as the Job's by tests/test_benchmark.py,
+# for TARGETS).
+JOB_TARGETS = TARGETS + _other_families()
+
+
 class _Rigs:
     """Both targets' rigs, started together on first use, and the long product commands (the exported aiperf command
     and the benchmark Job) started in background threads as soon as a target's rig serves: their minutes of aiperf
@@ -61,7 +82,7 @@ class _Rigs:
 
     def __init__(self, tmp_path_factory, stack) -> None:
         self.tmp, self.stack = tmp_path_factory, stack
-        self.pool = ThreadPoolExecutor(max_workers=2 * len(TARGETS))
+        self.pool = ThreadPoolExecutor(max_workers=len(TARGETS) + 2 * len(JOB_TARGETS))
         self.rigs: dict = {}
         self.jobs: dict = {}
         self.started = False
@@ -73,7 +94,8 @@ class _Rigs:
         print(f"\n[rig] {target}: started in {time.monotonic() - t0:.1f}s "
               f"({', '.join(f'{p.component_type}:{p.name}' for p in rig.pods)})")
         # The long runs start right away; the tests below wait for their results.
-        self.jobs[("aiperf", target)] = self.pool.submit(_exported_aiperf, plan, rig, self.tmp.mktemp("aiperf"))
+        if target in TARGETS:
+            self.jobs[("aiperf", target)] = self.pool.submit(_exported_aiperf, plan, rig, self.tmp.mktemp("aiperf"))
         self.jobs[("job", target)] = self.pool.submit(_benchmark_job, target, rig, self.tmp.mktemp("job"))
         return plan, rig
 
@@ -81,7 +103,7 @@ class _Rigs:
         if not self.started:
             self.started = True
             # ExitStack.enter_context from worker threads: each rig's exit runs in the fixture's teardown.
-            self.rigs = {t: self.pool.submit(self._start, t) for t in TARGETS}
+            self.rigs = {t: self.pool.submit(self._start, t) for t in JOB_TARGETS}
         return self.rigs[target].result()
 
     def result(self, kind: str, target: str):
@@ -294,7 +316,7 @@ def _benchmark_job(target: str, rig, tmp_path: Path) -> dict:
     return extract_from_log(proc.stdout)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", JOB_TARGETS)
 def test_benchmark_job_script_has_every_request_valid(rigs, target):
     _export_ok(rigs.result("job", target), JOB_REQUESTS, f"{target} benchmark Job")
 
