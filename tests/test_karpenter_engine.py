@@ -24,13 +24,16 @@ HorizontalPodAutoscaler KEDA makes of the planned ScaledObject. The pods are the
   the maximum;
 - ``autoscaling.maxReplicas`` lowered back to the minimum: the HPA lowers the adapter, the pods go, and Karpenter's
   emptiness consolidation removes the emptied node;
-- paused (the program's own pause: ``paused: true``, every worker component at 0 replicas, whose pods the operator
-  deletes; the pods are set directly here), Karpenter removes every node within consolidateAfter plus its disruption
-  polling and validation (stacks/registry/durations.yaml ``karpenter``);
-- resumed, the nodes of the minimum come back.
+- paused (the program's own pause: ``paused: true``, the other worker components at 0 replicas in the DGD and the
+  ScaledObject's ``paused-replicas: "0"``, which KEDA writes to the adapter's ``/scale``), the operator carries the
+  adapter's 0 to the DGD and deletes the pods, and Karpenter removes every node within consolidateAfter plus its
+  disruption polling and validation (stacks/registry/durations.yaml ``karpenter``);
+- resumed (KEDA writes minReplicaCount to the adapter's ``/scale``, which the HPA does not do from 0), the nodes of the
+  minimum come back.
 
-Two parts are stand-ins, labelled where they are defined: ``keda_hpa`` (the KEDA operator does not run here: it builds
-the HPA KEDA would from the planned ScaledObject) and ``OperatorStandIn`` (the Dynamo operator does not run here: it
+Two parts are stand-ins, labelled where they are defined: ``keda_hpa`` and ``keda_scale`` (the KEDA operator does not
+run here: the HPA KEDA would build from the planned ScaledObject, and KEDA's own writes to the adapter's ``/scale`` on
+pause and resume) and ``OperatorStandIn`` (the Dynamo operator does not run here: it
 propagates the adapter's replicas to the DGD as the operator's DGDSA controller does, and makes the DGD's pods).
 Everything that scales (the HPA controller, the scale subresource, the scheduler, Karpenter) is the real one.
 
@@ -361,6 +364,44 @@ def replicas_owners(obj: dict) -> set[tuple[str, str, str]]:
             if "f:replicas" in ((m.get("fieldsV1") or {}).get("f:spec") or {})}
 
 
+KEDA_MANAGER = "keda-operator"  # the field manager of keda_scale's writes (KEDA's own user agent prefix)
+
+
+def keda_scale(sim, adapter_path: str, replicas: int) -> None:
+    """STAND-IN for KEDA's writes outside its HPA (the KEDA operator does not run here): the target's scale set to
+    ``replicas`` through its /scale subresource, as ``updateScaleOnScaleTarget`` does (kedacore/keda
+    pkg/scaling/executor/scale_scaledobjects.go: ``Scales().Update``). KEDA does so when a ScaledObject gets
+    ``autoscaling.keda.sh/paused-replicas`` ("will scale your current workload to specified amount of replicas and
+    pause autoscaling", KEDA docs, Scaling Deployments: pausing autoscaling), and in ``RequestScale`` when its
+    triggers are inactive and the target is below ``minReplicaCount`` (as after a resume from 0), which the HPA
+    itself leaves alone (at 0 replicas it reports ScalingDisabled)."""
+    scale = sim.request("GET", f"{adapter_path}/scale")
+    scale["spec"]["replicas"] = replicas
+    sim.request("PUT", f"{adapter_path}/scale?fieldManager={KEDA_MANAGER}", scale)
+
+
+def apply_replicas(sim, op: "OperatorStandIn", dgd: dict, skip: str) -> None:
+    """What `pulumi up` changes in the live DGD when the stack is paused or resumed: the replicas of every component
+    but the autoscaled one (``skip``, whose replicas the adapter owns), retried when a write of the operator
+    stand-in races it."""
+    from stacks.cli.simulate import KubeError
+
+    want = {c["name"]: int(c.get("replicas", 1)) for c in dgd["spec"]["components"] if c["name"] != skip}
+    for _ in range(20):
+        live = sim.request("GET", f"{op.dgd_path}/{op.dgd_name}")
+        for c in live["spec"]["components"]:
+            if c["name"] in want:
+                c["replicas"] = want[c["name"]]
+        try:
+            sim.request("PUT", f"{op.dgd_path}/{op.dgd_name}?fieldManager=pulumi-kubernetes", live)
+            return
+        except KubeError as e:
+            if e.status != 409:
+                raise
+            time.sleep(0.2)
+    raise AssertionError(f"the DGD's replicas could not be applied: {want}")
+
+
 @pytest.mark.engine
 def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pause_removes_them_all(karpenter):
     from stacks.cli.simulate import operator_pod_intents
@@ -427,6 +468,10 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
                     "conditions": {c["type"]: (c["status"], c.get("reason")) for c in (h.get("status") or {}).get("conditions") or []},
                     "hpa_spec": (h["spec"]["minReplicas"], h["spec"]["maxReplicas"]), "stand_in_scaled": list(op.scaled)}
 
+        def dgd_replicas() -> int:
+            d = sim.request("GET", f"{op.dgd_path}/{dgd_name}")
+            return next(int(c.get("replicas", 1)) for c in d["spec"]["components"] if c["name"] == comp)
+
         def rescales():
             sel = quote(f"involvedObject.kind=HorizontalPodAutoscaler,involvedObject.name={hpa_name}")
             evs = sim.request("GET", f"/api/v1/namespaces/{ns}/events?fieldSelector={sel}").get("items", [])
@@ -445,9 +490,11 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
             sim.request("PUT", f"{hpa_path}/{hpa_name}", want)
 
         def hpa_scaled_to(n: int) -> dict:
-            """Until the adapter, the DGD and the HPA's desiredReplicas are at ``n``; what was seen then."""
+            """Until the adapter (spec and the status the operator writes after the DGD), the DGD and the HPA's
+            desiredReplicas are at ``n``; what was seen then."""
             return wait_seen(f"the HPA writes {n} to the adapter's scale and the operator to the DGD", HPA_BOUND_S,
-                             lambda: (lambda s: (s["adapter"] == s["dgd"] == s["hpa"]["desiredReplicas"] == n, s))(state()),
+                             lambda: (lambda s: (s["adapter"] == s["dgd"] == s["hpa"]["desiredReplicas"] == n
+                                                 and (s["adapter_status"] or {}).get("replicas") == n, s))(state()),
                              op.check)
 
         names = planned_names(spec.min_replicas)
@@ -504,28 +551,46 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
         mark(f"HPA scaled the adapter back to minReplicas, emptied node consolidated ({time.monotonic() - t_in:.1f}s)", nodes)
         bound_on_karpenter(names, nodes)
         assert len(sim.pods(RUN)) == len(names)
+        # Every change of the DGD's replicas came from the adapter, and every change of the adapter from the HPA.
+        assert op.scaled == [(spec.min_replicas, spec.max_replicas), (spec.max_replicas, spec.min_replicas)]
+
+        # 4. Paused: `up` applies the paused DGD (its components without an adapter at 0; the adapter's component
+        #    replicas are the adapter's) and the paused ScaledObject; KEDA, seeing its paused-replicas annotation,
+        #    deletes its HPA and writes that count to the adapter's /scale (keda_scale); the operator carries the
+        #    adapter's 0 to the DGD and deletes the pods, and Karpenter consolidates the emptied nodes.
+        paused_plan = karpenter["paused"].entries[0].plan
+        (paused_so,) = paused_plan.autoscalers
+        paused_replicas = int(paused_so["metadata"]["annotations"]["autoscaling.keda.sh/paused-replicas"])
+        assert paused_replicas == 0
+        apply_replicas(sim, op, paused_plan.dgd, skip=comp)
+        sim.request("DELETE", f"{hpa_path}/{hpa_name}")
+        keda_scale(sim, op.adapter_path, paused_replicas)
+        wait_seen("the operator carries the paused adapter to the DGD and removes the GPU pods", HPA_BOUND_S,
+                  lambda: (lambda d, pods: (d == 0 and not _gpu_pods(pods), (d, [p["metadata"]["name"] for p in pods])))(
+                      dgd_replicas(), sim.pods(RUN)), op.check)
+        t_pause = time.monotonic()
+        nodes = k.wait_nodes(name, cost.nodes_paused, pause_bound, pods=lambda: (op.check(), sim.pods(RUN))[1])
+        took = time.monotonic() - t_pause
+        mark(f"paused, nodes consolidated ({took:.1f}s after the last GPU pod; bound {pause_bound:.0f}s)", nodes)
+        assert k.node_claims(name) == []
+        frontend = sim.pods(RUN)
+        assert frontend and all(p["spec"].get("nodeName") for p in frontend)  # the frontend stays
+        assert sim.request("GET", op.adapter_path)["spec"]["replicas"] == 0
+
+        # 5. Resumed: `up` applies the planned DGD's other components and the ScaledObject without the annotation;
+        #    KEDA's scale loop, its target below minReplicaCount, writes minReplicaCount to the adapter's /scale, and
+        #    the nodes of the minimum come back.
+        apply_replicas(sim, op, entry.plan.dgd, skip=comp)
+        keda_scale(sim, op.adapter_path, so["spec"]["minReplicaCount"])
+        names = planned_names(spec.min_replicas)
+        nodes = k.wait_nodes(name, cost.nodes_min, LAUNCH_BOUND_S, pods=lambda: (op.check(), pods_of(names)())[1])
+        mark("resumed at minReplicas", nodes)
+        bound_on_karpenter(names, nodes)
     finally:
         op.stop()
     op.check()
-    # Every change of the DGD's replicas came from the adapter, and every change of the adapter from the HPA.
-    assert op.scaled == [(spec.min_replicas, spec.max_replicas), (spec.max_replicas, spec.min_replicas)]
-
-    # 4. Paused (the program's paused DGD, its workers at 0; KEDA deletes the HPA of a paused or removed ScaledObject):
-    #    the GPU pods go (set directly here), the nodes are consolidated away.
-    sim.request("DELETE", f"{hpa_path}/{hpa_name}")
-    names = set_pods(sim, karpenter["paused"].entries[0].plan.dgd)
-    assert not _gpu_pods(sim.pods(RUN))
-    t_pause = time.monotonic()
-    nodes = k.wait_nodes(name, cost.nodes_paused, pause_bound)
-    took = time.monotonic() - t_pause
-    mark(f"paused, nodes consolidated ({took:.1f}s after the last GPU pod; bound {pause_bound:.0f}s)", nodes)
-    assert k.node_claims(name) == []
-    assert len(sim.pods(RUN)) == len(names) and all(p["spec"].get("nodeName") for p in sim.pods(RUN))  # the frontend stays
-
-    # 5. Resumed at minReplicas: the nodes come back.
-    names = set_pods(sim, at_min_dgd(entry.plan))
-    nodes = k.wait_nodes(name, cost.nodes_min, LAUNCH_BOUND_S, pods=pods_of(names))
-    mark("resumed at minReplicas", nodes)
+    # The pause and the resume reached the DGD through the adapter as well.
+    assert op.scaled[2:] == [(spec.min_replicas, 0), (0, spec.min_replicas)], op.scaled
 
     counts = [c for _, _, c in timeline]
     print("[karpenter] node counts:", " -> ".join(map(str, counts)), "| timeline:", timeline)
