@@ -36,23 +36,27 @@ def control_plane(state: Path, *, apiserver_only: bool = False, crds: bool = Tru
         subprocess.run([str(KUBE_LOCAL), "stop"], env=env, timeout=120, stdout=out)
 
 
-def chart_repo(root: Path, name: str, versions: list[str]) -> Path:
-    """A Helm repository in ``root`` serving a one-ConfigMap stand-in chart ``name`` at each version."""
-    entries = []
-    for v in versions:
-        files = {f"{name}/Chart.yaml": yaml.safe_dump({"apiVersion": "v2", "name": name, "version": v, "appVersion": v}),
-                 f"{name}/templates/cm.yaml": ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-pin\n"
-                                               "data:\n  chartVersion: {{ .Chart.Version | quote }}\n")}
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            for path, text in files.items():
-                data = text.encode()
-                info = tarfile.TarInfo(path)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-        tgz = f"{name}-{v}.tgz"
-        (root / tgz).write_bytes(buf.getvalue())
-        entries.append({"apiVersion": "v2", "name": name, "version": v, "appVersion": v, "urls": [tgz],
-                        "digest": hashlib.sha256(buf.getvalue()).hexdigest(), "created": "2026-12-01T00:00:00Z"})
-    (root / "index.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "entries": {name: entries}, "generated": "2026-12-01T00:00:00Z"}))
+def chart_repo(root: Path, name: str, versions: list[str], also: dict[str, list[str]] | None = None) -> Path:
+    """A Helm repository in ``root`` serving a one-ConfigMap stand-in chart ``name`` at each version (and each chart
+    of ``also`` at its versions: e.g. the name a chart moved to)."""
+    index: dict[str, list[dict]] = {}
+    for chart, chart_versions in {name: versions, **(also or {})}.items():
+        for v in chart_versions:
+            files = {f"{chart}/Chart.yaml": yaml.safe_dump({"apiVersion": "v2", "name": chart, "version": v, "appVersion": v}),
+                     f"{chart}/templates/cm.yaml": ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-pin\n"
+                                                    "data:\n  chartVersion: {{ .Chart.Version | quote }}\n"
+                                                    "  chartName: {{ .Chart.Name | quote }}\n")}
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+                for path, text in files.items():
+                    data = text.encode()
+                    info = tarfile.TarInfo(path)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+            tgz = f"{chart}-{v}.tgz"
+            (root / tgz).write_bytes(buf.getvalue())
+            index.setdefault(chart, []).append({"apiVersion": "v2", "name": chart, "version": v, "appVersion": v, "urls": [tgz],
+                                                "digest": hashlib.sha256(buf.getvalue()).hexdigest(),
+                                                "created": "2026-12-01T00:00:00Z"})
+    (root / "index.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "entries": index, "generated": "2026-12-01T00:00:00Z"}))
     return root

@@ -939,7 +939,9 @@ def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_pat
     import yaml
 
     (tmp_path / "repo").mkdir()
-    repo = chart_repo(tmp_path / "repo", "nvidia-device-plugin", ["0.20.0", "0.20.1"])
+    # The second name stands for a chart that moved (as NVIDIA's DRA driver chart did, to kubernetes-sigs'
+    # dra-driver-nvidia-gpu): the release keeps its name, and the pin changes chart and version together.
+    repo = chart_repo(tmp_path / "repo", "nvidia-device-plugin", ["0.20.0", "0.20.1"], also={"moved-device-plugin": ["0.21.0"]})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     work = tmp_path / "project"  # this test's own copy: it edits stacks/registry/versions.yaml
@@ -951,9 +953,9 @@ def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_pat
     (work / ".venv").symlink_to(ROOT / ".venv")
     manifest = work / "stacks" / "registry" / "versions.yaml"
 
-    def pin(version: str):
+    def pin(version: str, chart: str = "nvidia-device-plugin"):
         m = yaml.safe_load(manifest.read_text())
-        m["charts"]["nvidia-device-plugin"] = {"repo": f"http://127.0.0.1:{server.server_address[1]}", "chart": "nvidia-device-plugin",
+        m["charts"]["nvidia-device-plugin"] = {"repo": f"http://127.0.0.1:{server.server_address[1]}", "chart": chart,
                                                "version": version}
         manifest.write_text(yaml.safe_dump(m))
 
@@ -981,6 +983,17 @@ def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_pat
         assert list(after) == [urn] and after[urn]["outputs"]["version"] == "0.20.1" and after[urn]["id"] == before["id"]
         cm = kubectl(kube, "get", "configmap", "-n", pinned[0]["metadata"]["namespace"], pinned[0]["metadata"]["name"], "-o", "json").stdout
         assert json.loads(cm)["data"]["chartVersion"] == "0.20.1" and json.loads(cm)["metadata"]["uid"] == uid  # upgraded, not recreated
+
+        # The chart moved: a new chart name at a new version under the same release is one in-place upgrade too.
+        pin("0.21.0", chart="moved-device-plugin")
+        result = stack.up(on_output=None)
+        changes = result.summary.resource_changes
+        assert changes.get("update") == 1 and not changes.get("replace") and not changes.get("create") and not changes.get("delete"), changes
+        after = {r["urn"]: r for r in stack.export_stack().deployment["resources"] if r["type"] == "kubernetes:helm.sh/v3:Release"}
+        assert list(after) == [urn] and after[urn]["outputs"]["chart"] == "moved-device-plugin" and after[urn]["id"] == before["id"]
+        cm = json.loads(kubectl(kube, "get", "configmap", "-n", pinned[0]["metadata"]["namespace"], pinned[0]["metadata"]["name"],
+                                "-o", "json").stdout)
+        assert (cm["data"]["chartName"], cm["data"]["chartVersion"], cm["metadata"]["uid"]) == ("moved-device-plugin", "0.21.0", uid)
     finally:
         stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)
