@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -382,7 +383,6 @@ def _crd_schema(path) -> dict:
 def _schema_errors(x, s: dict, path: str) -> list[str]:
     """Structural OpenAPI v3 check (types, required, unknown fields, enums, patterns); CEL rules are left to the API
     server (the engine tests apply NodePools to a real one)."""
-    import re
 
     t, out = s.get("type"), []
     if s.get("x-kubernetes-int-or-string"):
@@ -546,7 +546,6 @@ def test_controller_policy_is_the_pinned_getting_started_policy():
 
 def _sdk_actions(sdk_go: str) -> set[str]:
     """IAM actions of the AWS calls in the provider's pkg/aws/sdk.go interfaces (EC2API -> ec2:..., IAMAPI -> iam:...)."""
-    import re
 
     prefix = {"EC2API": "ec2", "IAMAPI": "iam", "EKSAPI": "eks", "PricingAPI": "pricing", "SSMAPI": "ssm", "SQSAPI": "sqs",
               "ARCZonalShiftAPI": "arc-zonal-shift", "TimestreamWriteAPI": "timestream"}
@@ -573,3 +572,23 @@ def test_controller_policy_covers_the_pinned_providers_aws_calls():
     assert granted - calls == {"iam:PassRole"}
     assert set(LEFT_OUT) <= calls and set(not_by_the_controller) <= calls
     assert granted <= set().union(*UPSTREAM_CONTROLLER_ACTIONS.values())
+
+
+def test_interruption_rules_are_the_messages_the_pinned_controller_parses():
+    """One EventBridge rule per interruption message github.com/aws/karpenter-provider-aws parses at the chart's
+    version (pkg/controllers/interruption/messages/*/parser.go: Source and DetailType), no more, no fewer."""
+    from stacks.cluster.karpenter import INTERRUPTION_RULES
+
+    pin = versions()["charts"]["karpenter"]
+    aws = _module_dir("github.com/aws/karpenter-provider-aws", f"v{pin['version']}")
+    parsed = set()
+    for parser in sorted((aws / "pkg/controllers/interruption/messages").glob("*/parser.go")):
+        text = parser.read_text()
+        detail = re.search(r'func \(p Parser\) DetailType\(\) string \{\s*return "([^"]+)"', text)
+        source = re.search(r'func \(p Parser\) Source\(\) string \{\s*return "([^"]+)"', text)
+        if detail is None and source is None:
+            continue  # not an EventBridge message (e.g. the instance status poller)
+        assert detail and source, f"{parser}: a parser without both Source and DetailType"
+        parsed.add((source[1], detail[1]))
+    assert len(parsed) >= 5, parsed  # the five of v1.13.1: a regex that finds nothing must not pass
+    assert {(src, dt) for _, src, dt in INTERRUPTION_RULES} == parsed

@@ -1701,11 +1701,13 @@ def karpenter_discovery_tags_match_the_selectors(g: Graph) -> list[str]:
 @rule()
 def karpenter_interruption_queue_is_wired(g: Graph) -> list[str]:
     """The Karpenter release reads its interruption queue (``settings.interruptionQueue``, the queue's name), the queue
-    keeps messages 300 s with SSE, its policy lets EventBridge send, the four getting-started rules (AWS Health events,
-    Spot interruption warnings, rebalance recommendations, instance state changes) target it, and the controller may
-    receive and delete its messages. Source: Karpenter getting-started CloudFormation (KarpenterInterruptionQueue,
-    KarpenterInterruptionQueuePolicy, ScheduledChangeRule, SpotInterruptionRule, RebalanceRule,
-    InstanceStateChangeRule, AllowInterruptionQueueActions)."""
+    keeps messages 300 s with SSE, its policy lets EventBridge send, a rule for each message the controller parses (AWS
+    Health events, Spot interruption warnings, rebalance recommendations, instance state changes, interruptible Capacity
+    Reservation interruption warnings: ``stacks.cluster.karpenter.INTERRUPTION_RULES``, which tests/test_karpenter.py
+    holds to the provider's parsers) targets it, and the controller may receive and delete its messages. Source:
+    Karpenter getting-started CloudFormation (KarpenterInterruptionQueue, KarpenterInterruptionQueuePolicy,
+    ScheduledChangeRule, SpotInterruptionRule, RebalanceRule, InstanceStateChangeRule, AllowInterruptionQueueActions)
+    and github.com/aws/karpenter-provider-aws v1.13.1 pkg/controllers/interruption/messages."""
     import json
 
     from stacks.cluster.karpenter import INTERRUPTION_RULES

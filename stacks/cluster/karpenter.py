@@ -88,13 +88,18 @@ NODECLASS_API = "karpenter.k8s.aws/v1"
 # production: dynamo:cluster.gpuPools[i].amiAlias (al2023@vYYYYMMDD, an AL2023 AMI release).
 DEFAULT_AMI_ALIAS = "al2023@latest"
 DEFAULT_CONSOLIDATE_AFTER = "10m"
-# The EventBridge rules of the getting-started CloudFormation (source, detail-type) -> the interruption queue.
-# (The CloudFormation's ScheduledChangeRule, SpotInterruptionRule, RebalanceRule, InstanceStateChangeRule.)
+# The EventBridge rules (source, detail-type) -> the interruption queue: one per message the pinned controller parses
+# (github.com/aws/karpenter-provider-aws v1.13.1 pkg/controllers/interruption/messages/*/parser.go, Source and DetailType;
+# tests/test_karpenter.py compares the two). The getting-started CloudFormation's ScheduledChangeRule,
+# SpotInterruptionRule, RebalanceRule and InstanceStateChangeRule, and the interruption warning of an interruptible
+# Capacity Reservation (capacityreservationinterruption; "you receive this notification 2 minutes before your instances
+# are terminated", EC2 user guide, "Monitor interruptible Capacity Reservations with EventBridge and CloudTrail").
 INTERRUPTION_RULES = (
     ("health", "aws.health", "AWS Health Event"),
     ("spot", "aws.ec2", "EC2 Spot Instance Interruption Warning"),
     ("rebalance", "aws.ec2", "EC2 Instance Rebalance Recommendation"),
     ("state-change", "aws.ec2", "EC2 Instance State-change Notification"),
+    ("reservation", "aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
 )
 # IAM role names (CreateRole RoleName) and EventBridge rule names (PutRule Name) are at most 64 characters.
 MAX_AWS_NAME = 64
