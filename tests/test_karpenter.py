@@ -383,7 +383,6 @@ def _crd_schema(path) -> dict:
 def _schema_errors(x, s: dict, path: str) -> list[str]:
     """Structural OpenAPI v3 check (types, required, unknown fields, enums, patterns); CEL rules are left to the API
     server (the engine tests apply NodePools to a real one)."""
-
     t, out = s.get("type"), []
     if s.get("x-kubernetes-int-or-string"):
         return out
@@ -546,7 +545,6 @@ def test_controller_policy_is_the_pinned_getting_started_policy():
 
 def _sdk_actions(sdk_go: str) -> set[str]:
     """IAM actions of the AWS calls in the provider's pkg/aws/sdk.go interfaces (EC2API -> ec2:..., IAMAPI -> iam:...)."""
-
     prefix = {"EC2API": "ec2", "IAMAPI": "iam", "EKSAPI": "eks", "PricingAPI": "pricing", "SSMAPI": "ssm", "SQSAPI": "sqs",
               "ARCZonalShiftAPI": "arc-zonal-shift", "TimestreamWriteAPI": "timestream"}
     out = set()

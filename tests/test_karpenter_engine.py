@@ -405,7 +405,7 @@ def apply_replicas(sim, op: "OperatorStandIn", dgd: dict, skip: str) -> None:
 @pytest.mark.engine
 def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pause_removes_them_all(karpenter):
     from stacks.cli.simulate import operator_pod_intents
-    from stacks.serving.autoscaling import adapter_name, at_min_dgd
+    from stacks.serving.autoscaling import adapter_name
     from stacks.cli.cost import load_prices, pool_costs
     from stacks.cli.timeline import duration_seconds, pause_seconds
     from stacks.registry.gpus import INSTANCES

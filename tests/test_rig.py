@@ -44,12 +44,15 @@ STEP_TIMEOUT = 240
 REQUESTS_METRIC = "dynamo_component_requests_total"
 
 
-def _first(topology: str) -> str:
-    """The first Lightning vLLM target of the catalog with this topology."""
+LIGHTNING = "nemotron-3.5-lightning"
+
+
+def _first(topology: str, model: str = LIGHTNING) -> str:
+    """The first vLLM target of the catalog of this model with this topology."""
     for t in catalog.targets().values():
-        if t.model == "nemotron-3.5-lightning" and t.runtime == "vllm" and t.topology == topology:
+        if t.model == model and t.runtime == "vllm" and t.topology == topology:
             return t.id
-    raise AssertionError(f"the catalog has no nemotron-3.5-lightning vLLM {topology} target")
+    raise AssertionError(f"the catalog has no {model} vLLM {topology} target")
 
 
 TARGETS = [_first("agg"), _first("disagg")]
@@ -61,13 +64,7 @@ def _other_families() -> list[str]:
     warm-up, synthesis bounds), so each is run for real, not only compared as text."""
     from stacks.serving.benchmark import METHODS
 
-    out = []
-    for model in METHODS:
-        if model == catalog.targets()[TARGETS[0]].model:
-            continue
-        out.append(next(t.id for t in catalog.targets().values()
-                        if t.model == model and t.runtime == "vllm" and t.topology == "agg"))
-    return out
+    return [_first("agg", model) for model in METHODS if model != LIGHTNING]
 
 
 # The benchmark Job's script runs for these (the exported commands, the same as the Job's by tests/test_benchmark.py,

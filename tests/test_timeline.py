@@ -213,8 +213,10 @@ def test_pause_line_is_what_the_paused_plan_does(capsys):
     plain, secret = split_secrets(stack_raw_config(name))
     running = build_program(plain, name, secret, aws_region=stack_aws_region(name))
     paused = build_program(paused_raw(plain), name, secret, aws_region=stack_aws_region(name))
-    size = lambda plan: {(p.name, p.nodegroup["scaling_config"]["desired_size"], p.nodegroup["scaling_config"]["min_size"])  # noqa: E731
-                         for p in plan.cluster_plan.gpu_pools if (p.nodegroup or {}).get("scaling_config")}
+    def size(plan):
+        return {(p.name, p.nodegroup["scaling_config"]["desired_size"], p.nodegroup["scaling_config"]["min_size"])
+                for p in plan.cluster_plan.gpu_pools if (p.nodegroup or {}).get("scaling_config")}
+
     assert size(running) and all(d > 0 for _, d, _ in size(running))
     (desired, min_size), = {(d, m) for _, d, m in size(paused)}
     assert main(["timeline", "--stack", name]) == 0
