@@ -68,9 +68,10 @@ local-up: python toolchain
 # --run-program: the program's after_delete hooks print what destroy keeps (the cache claim and its namespace), why,
 # and how to delete or re-adopt each; the engine refuses a destroy without it once the state records those hooks.
 # DYNAMO_DESTROY=1: a failed download Job does not stop the teardown (stacks/program/retained.py).
+# The control plane is stopped either way; the exit status is the destroy's, so a failed destroy is not reported as done.
 local-down:
-	-DYNAMO_DESTROY=1 pulumi destroy --stack local --yes --non-interactive --run-program
-	tools/kube-local.sh stop
+	DYNAMO_DESTROY=1 pulumi destroy --stack local --yes --non-interactive --run-program; rc=$$?; \
+	tools/kube-local.sh stop; exit $$rc
 
 test: setup
 	PY=$(PY) tools/test.sh

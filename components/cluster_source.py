@@ -19,7 +19,9 @@ from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pulumi.runtime import config as rc
 
+from components.credentials import credentials_problem, mocked
 from components.platform import DevicePlugins, DynamoPlatform, helm_release
 from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
 from stacks.spec.config import NS
@@ -58,13 +60,18 @@ class KubeconfigSource(ClusterSource):
 
     def __init__(self, program: ProgramPlan):
         super().__init__(program)
-        kubeconfig = pulumi.Config(NS).get_secret("kubeconfig")
-        if kubeconfig is None:
-            self.kubeconfig_file = program.spec.kubeconfig_file
+        # The secret's value in this process only, for the check below (never logged; the provider gets it as a secret).
+        text, source = rc.get_config(f"{NS}:kubeconfig"), f"{NS}:kubeconfig"
+        if text is None:
+            self.kubeconfig_file = source = program.spec.kubeconfig_file
             with open(self.kubeconfig_file) as f:
-                kubeconfig = pulumi.Output.secret(f.read())
+                text = f.read()
         self.context = program.cluster.context
-        self.provider = k8s.Provider("cluster", kubeconfig=kubeconfig, context=self.context)
+        problem = None if mocked() else credentials_problem(text, self.context, source)  # before any resource, also unchanged
+        if problem:
+            raise pulumi.RunError(problem)
+        self.provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.secret(text), context=self.context,
+                                     enable_secret_mutable=True)
 
 
 class StackSource(ClusterSource):
@@ -75,7 +82,8 @@ class StackSource(ClusterSource):
     def __init__(self, program: ProgramPlan):
         super().__init__(program)
         self.ref = pulumi.StackReference(program.cluster.stack)
-        self.provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.secret(self.ref.require_output("kubeconfig")))
+        self.provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.secret(self.ref.require_output("kubeconfig")),
+                                     enable_secret_mutable=True)
         self.storage_ready = [self.ref.require_output("storageClassName").apply(self.check_storage_class)]
         self.gpu_ready = [self.ref.require_output("nodePools").apply(self.check_capacity)]
 
@@ -114,7 +122,7 @@ class EksSource(ClusterSource):
         except ValueError as e:
             raise pulumi.RunError(str(e)) from None
         self.eks = eks = EksGpuCluster("cluster", plan, opts=pulumi.ResourceOptions(provider=aws_provider))
-        self.provider = k8s.Provider("eks", kubeconfig=eks.kubeconfig)
+        self.provider = k8s.Provider("eks", kubeconfig=eks.kubeconfig, enable_secret_mutable=True)
         sc = plan.storage_class
         if sc:  # EFS: access points provisioned per claim
             storage = k8s.storage.v1.StorageClass(
@@ -195,9 +203,8 @@ def platform_layer(program: ProgramPlan, source: ClusterSource) -> list:
         return []
     ready: list = []
     if eks or cluster.install_device_plugins:
-        fabric = ("aws-efa" if plan.efa else "none") if eks else (program.cfg.fabric_profile or program.serving.target.fabric)
         plugins = DevicePlugins(
-            "device-plugins", fabric=fabric, nvidia=cluster.nvidia_stack,
+            "device-plugins", fabric=program.device_plugin_fabrics(), nvidia=cluster.nvidia_stack,
             opts=pulumi.ResourceOptions(provider=source.provider, depends_on=list(source.gpu_ready)),
             # EKS: our GPU node groups carry nvidia.com/gpu.present=true; pods naming RuntimeClass nvidia land only there.
             runtime_class_node_selector=dict(GPU_PRESENT_LABELS) if eks else None)

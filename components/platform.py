@@ -9,7 +9,7 @@ Note: ``helm.v3.Release`` needs a reachable cluster; it cannot be rendered by a 
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -19,7 +19,7 @@ from stacks.cluster.platform import (
     HelmSpec,
     dynamo_platform,
     exposed_resources,
-    fabric_objects,
+    fabrics_objects,
     fabric_plugins,
     nvidia_gpu_stack,
     nvidia_runtime_class,
@@ -63,13 +63,14 @@ def _k8s_object(name: str, obj: dict, opts: pulumi.ResourceOptions) -> pulumi.Cu
 
 class DevicePlugins(pulumi.ComponentResource):
     """One NVIDIA GPU stack (``nvidia``: ``device-plugin`` | ``gpu-operator`` | ``None`` when the cluster
-    already has one) plus the device plugin(s) for ``fabric``."""
+    already has one) plus the device plugin(s) for ``fabric`` (one fabric, or a list: every plugin any of them needs,
+    each once; ``stacks.cluster.platform.fabrics_objects``)."""
 
     nvidia_release: pulumi.Output[str]
     plugins: pulumi.Output[list]
     resources: pulumi.Output[list]
 
-    def __init__(self, name: str, fabric: str, nvidia: Optional[str] = "device-plugin",
+    def __init__(self, name: str, fabric: Union[str, Sequence[str]], nvidia: Optional[str] = "device-plugin",
                  opts: Optional[pulumi.ResourceOptions] = None, nvidia_spec: Optional[HelmSpec] = None,
                  fabric_node_selector: Optional[dict] = None, runtime_class_node_selector: Optional[dict] = None):
         super().__init__(f"{PKG}:platform:DevicePlugins", name, None, opts)
@@ -82,7 +83,8 @@ class DevicePlugins(pulumi.ComponentResource):
             rc = nvidia_runtime_class(runtime_class_node_selector)
             self.runtime_class = k8s.node.v1.RuntimeClass(f"{name}-nvidia-runtimeclass", metadata=rc["metadata"],
                                                           handler=rc["handler"], scheduling=rc.get("scheduling"), opts=_opts(self))
-        for obj in fabric_objects(fabric, node_selector=fabric_node_selector):
+        fabrics = [fabric] if isinstance(fabric, str) else list(fabric)
+        for obj in fabrics_objects(fabrics, node_selector=fabric_node_selector):
             meta = obj["metadata"]
             r = _k8s_object(f"{name}-{meta['name']}-{obj['kind'].lower()}", obj, _opts(self, previous))
             self.objects.append(r)
@@ -92,8 +94,8 @@ class DevicePlugins(pulumi.ComponentResource):
             r for r in self.objects if isinstance(r, k8s.apps.v1.DaemonSet)
         ]
         self.nvidia_release = pulumi.Output.from_input(spec.name if spec else "")
-        self.plugins = pulumi.Output.from_input(fabric_plugins(fabric))
-        self.resources = pulumi.Output.from_input(sorted(exposed_resources(fabric)))
+        self.plugins = pulumi.Output.from_input(list(dict.fromkeys(p for f in fabrics for p in fabric_plugins(f))))
+        self.resources = pulumi.Output.from_input(sorted(set().union(*(exposed_resources(f) for f in fabrics))))
         self.register_outputs({"nvidiaRelease": self.nvidia_release, "plugins": self.plugins, "resources": self.resources})
 
 

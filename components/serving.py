@@ -16,7 +16,8 @@ from pulumi.resource_hooks import ErrorHook, ResourceHookBinding
 from stacks.serving import HF_TOKEN_KEY, ServingPlan
 from stacks.catalog import gpus_needed
 from stacks.serving import waits as _waits
-from stacks.program.retained import TEARDOWN_ENV, TEARDOWN_HINT, claim_item, kept_message, namespace_item
+from stacks.program.retained import TEARDOWN_ENV, TEARDOWN_HINT
+from components.deletes import delete_hooks
 
 PKG = "dynamo"
 
@@ -93,16 +94,11 @@ def _fail_if_job_failed(wait: Optional[_waits.Wait], job: dict, resource: pulumi
     return pulumi.Output.all(resource.urn, resource.status).apply(check)
 
 
-def _kept_hook(name: str, item: dict) -> pulumi.ResourceHook:
-    """An ``after_delete`` hook that says what the engine just dropped from the state but left in the cluster
-    (a retainOnDelete object; stacks/program/retained.py: why, how to delete or re-adopt it). Delete hooks run only with
-    ``pulumi destroy --run-program`` (the engine refuses a destroy without it once the state records one:
-    pulumi/pulumi pkg/engine/destroy.go, pulumi/pulumi#19933), so every destroy of a protected cache prints this."""
-
-    def say(_args) -> None:  # the names of the kept object only: never its inputs or outputs
-        pulumi.log.warn(kept_message(item))
-
-    return pulumi.ResourceHook(f"{name}-kept", say)
+def _guarded(kw: dict, name: str, api_version: str, kind: str, metadata: dict, kept: bool = False) -> dict:
+    """``kw`` with the program's delete hooks added (components/deletes.py): the guard against deleting an object this
+    run declares under another name, and, for a retained object, the message that says what was kept."""
+    kw["hooks"] = delete_hooks().bind(name, api_version, kind, metadata, kept=kept, hooks=kw.get("hooks"))
+    return kw
 
 
 class Namespace(pulumi.ComponentResource):
@@ -117,8 +113,8 @@ class Namespace(pulumi.ComponentResource):
         super().__init__(f"{PKG}:serving:Namespace", name, None, opts)
         self.resource = None
         if obj:
-            kept = {"hooks": ResourceHookBinding(after_delete=[_kept_hook(name, namespace_item(_meta(obj)["name"]))])} if retain_on_delete else {}
-            self.resource = k8s.core.v1.Namespace(name, metadata=_meta(obj), opts=_opts(self, retain_on_delete=retain_on_delete, **kept))
+            kw = _guarded({}, name, "v1", "Namespace", _meta(obj), kept=retain_on_delete)
+            self.resource = k8s.core.v1.Namespace(name, metadata=_meta(obj), opts=_opts(self, retain_on_delete=retain_on_delete, **kw))
             self.name = self.resource.metadata.apply(lambda m: m["name"] if isinstance(m, dict) else m.name)
         else:
             self.name = pulumi.Output.from_input(namespace)
@@ -147,7 +143,8 @@ class HfTokenSecret(pulumi.ComponentResource):
                 metadata=_meta(obj),
                 type=obj["type"],
                 string_data={HF_TOKEN_KEY: secret_token},
-                opts=_opts(self, depends_on, additional_secret_outputs=["stringData", "data"]),
+                opts=_opts(self, depends_on, additional_secret_outputs=["stringData", "data"],
+                           **_guarded({}, name, "v1", "Secret", _meta(obj))),
             )
         self.secret_name = pulumi.Output.from_input(existing_name)
         self.register_outputs({"secretName": self.secret_name})
@@ -199,12 +196,11 @@ class ModelCache(pulumi.ComponentResource):
                 meta, kw["ignore_changes"], hook = protected_claim(name, obj)
                 binding = kw.setdefault("hooks", ResourceHookBinding())
                 binding.before_update = list(binding.before_update or []) + [hook]
-                binding.after_delete = list(binding.after_delete or []) + [_kept_hook(name, claim_item(meta["namespace"], meta["name"]))]
             self.resource = k8s.core.v1.PersistentVolumeClaim(
                 name,
                 metadata=meta,
                 spec=obj["spec"],
-                opts=_opts(self, depends_on, retain_on_delete=protect, **kw),
+                opts=_opts(self, depends_on, retain_on_delete=protect, **_guarded(kw, name, "v1", "PersistentVolumeClaim", meta, kept=protect)),
             )
         self.claim_name = pulumi.Output.from_input(claim_name)
         self.register_outputs({"claimName": self.claim_name})
@@ -227,11 +223,13 @@ class ModelDownload(pulumi.ComponentResource):
         previous: list = list(depends_on)
         for job in jobs:
             wait = (waits or {}).get(("Job", _meta(job)["name"]))
+            rname = f"{name}-{_meta(job)['name']}"
             r = k8s.batch.v1.Job(
-                f"{name}-{_meta(job)['name']}",
+                rname,
                 metadata=_meta(job),
                 spec=job["spec"],
-                opts=_opts(self, previous, **_wait_opts(wait, _meta(job).get("annotations") or {}, probe, announce)),
+                opts=_opts(self, previous, **_guarded(_wait_opts(wait, _meta(job).get("annotations") or {}, probe, announce),
+                                                      rname, "batch/v1", "Job", _meta(job))),
             )
             self.jobs.append(r)
             check = _fail_if_job_failed(wait, job, r)
@@ -254,7 +252,8 @@ class DynamoGraph(pulumi.ComponentResource):
                  probe: Optional[Probe] = None, announce: bool = True):
         super().__init__(f"{PKG}:serving:DynamoGraph", name, None, opts)
         self.configmaps = [
-            k8s.core.v1.ConfigMap(f"{name}-{_meta(cm)['name']}", metadata=_meta(cm), data=cm.get("data"), opts=_opts(self, depends_on))
+            k8s.core.v1.ConfigMap(f"{name}-{_meta(cm)['name']}", metadata=_meta(cm), data=cm.get("data"),
+                                  opts=_opts(self, depends_on, **_guarded({}, f"{name}-{_meta(cm)['name']}", "v1", "ConfigMap", _meta(cm))))
             for cm in plan.configmaps
         ]
         dgd = plan.dgd
@@ -267,7 +266,8 @@ class DynamoGraph(pulumi.ComponentResource):
             metadata=_meta(dgd),
             spec=dgd["spec"],
             opts=_opts(self, list(depends_on) + self.configmaps,
-                       **_wait_opts(wait, _meta(dgd).get("annotations") or {}, probe, announce),
+                       **_guarded(_wait_opts(wait, _meta(dgd).get("annotations") or {}, probe, announce),
+                                  f"{name}-{_meta(dgd)['name']}", dgd["apiVersion"], dgd["kind"], _meta(dgd)),
                        **({"ignore_changes": [f"spec.components[{i}].replicas" for i in scaled]} if scaled else {})),
         )
         self.autoscalers = []
@@ -280,7 +280,8 @@ class DynamoGraph(pulumi.ComponentResource):
             self.autoscalers = [
                 k8s.apiextensions.CustomResource(
                     f"{name}-scaledobject-{_meta(so)['name']}", api_version=so["apiVersion"], kind=so["kind"],
-                    metadata=_meta(so), spec=so["spec"], opts=_opts(self, [self.dgd] + keda))
+                    metadata=_meta(so), spec=so["spec"],
+                    opts=_opts(self, [self.dgd] + keda, **_guarded({}, f"{name}-scaledobject-{_meta(so)['name']}", so["apiVersion"], so["kind"], _meta(so))))
                 for so in plan.autoscalers
             ]
         ns = _meta(dgd)["namespace"]
@@ -299,15 +300,15 @@ class Serving(pulumi.ComponentResource):
     def __init__(self, name: str, plan: ServingPlan, hf_token: Optional[pulumi.Input[str]], protect_cache: bool,
                  opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
                  graph_depends_on: Sequence[pulumi.Resource] = (), redact_secrets: bool = False,
-                 probe: Optional[Probe] = None, graphs: Optional[Sequence[tuple[str, ServingPlan]]] = None,
-                 first_graph_alias: Optional[str] = None, pull_secrets: Sequence[tuple[str, dict]] = (),
+                 probe: Optional[Probe] = None, graphs: Optional[Sequence[tuple[str, ServingPlan, Sequence[str]]]] = None,
+                 pull_secrets: Sequence[tuple[str, dict, Sequence[str]]] = (),
                  pull_secret: Optional[pulumi.Input[str]] = None, compute_domain: Optional[dict] = None):
         """``depends_on``: what the cache and download need (storage, system nodes);
         ``graph_depends_on``: what only the DGD needs (GPU nodes, device plugins, the Dynamo platform);
-        ``graphs``: ``(suffix, plan)`` per DGD in this namespace (``dynamo:serve``); default: ``plan``'s own, as ``graph``;
-        ``first_graph_alias``: the name the first graph had before (a single-target stack's ``serving-graph``);
+        ``graphs``: ``(suffix, plan, aliases)`` per DGD in this namespace, ``aliases`` the graph's names in the stack's
+        other form (stacks/program/names.py); default: ``plan``'s own, as ``graph``, without aliases;
         ``probe``: how a failed wait reads what it saw last (``kubectl_probe``; None: the message gives the command);
-        ``pull_secrets``: ``(resource name, Secret)`` per image pull Secret this stack creates in the namespace (a cluster
+        ``pull_secrets``: ``(resource name, Secret, aliases)`` per image pull Secret this stack creates in the namespace (a cluster
         it creates or a cluster stack's: nothing else can have made them), filled from ``pull_secret`` (a
         .dockerconfigjson, a Pulumi secret); ``compute_domain``: the GB200 ComputeDomain the DGD's workers claim.
         Both stay top-level resources (no parent), as they were registered before the component made them.
@@ -324,8 +325,10 @@ class Serving(pulumi.ComponentResource):
             k8s.core.v1.Secret(rname, metadata=obj["metadata"], type=obj["type"],
                                string_data={".dockerconfigjson": pulumi.Output.secret(pull_secret)},
                                opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(
-                                   depends_on=[self.ns.resource] if self.ns.resource else [], additional_secret_outputs=["stringData", "data"])))
-            for rname, obj in pull_secrets
+                                   depends_on=[self.ns.resource] if self.ns.resource else [], additional_secret_outputs=["stringData", "data"],
+                                   aliases=[pulumi.Alias(name=a) for a in aliases] or None,
+                                   **_guarded({}, rname, "v1", "Secret", obj["metadata"]))))
+            for rname, obj, aliases in pull_secrets
         ]
         graph_depends_on = list(graph_depends_on) + self.pull_secrets
         self.secret = HfTokenSecret(f"{name}-hf-token", plan.hf_secret, plan.hf_secret_name, hf_token, opts=child, depends_on=base,
@@ -335,19 +338,21 @@ class Serving(pulumi.ComponentResource):
         self.cache = ModelCache(f"{name}-model-cache", plan.cache_pvc, plan.claim_name, protect_cache, opts=child, depends_on=base,
                                 wait=waits.get(("PersistentVolumeClaim", plan.claim_name)), probe=probe, announce=announce)
         # Optional NetworkPolicies (dynamo:networkPolicy, stacks/serving/network_policy.py): in place before the Jobs and the DGD start.
-        policies = {_meta(np_)["name"]: np_ for _, p in (graphs if graphs is not None else [("graph", plan)]) for np_ in p.network_policies}
+        graphs = list(graphs) if graphs is not None else [("graph", plan, ())]
+        policies = {_meta(np_)["name"]: np_ for _, p, _ in graphs for np_ in p.network_policies}
         self.network_policies = [
-            k8s.networking.v1.NetworkPolicy(f"{name}-netpol-{pname}", metadata=_meta(np_), spec=np_["spec"], opts=_opts(self, base))
+            k8s.networking.v1.NetworkPolicy(f"{name}-netpol-{pname}", metadata=_meta(np_), spec=np_["spec"],
+                                            opts=_opts(self, base, **_guarded({}, f"{name}-netpol-{pname}", "networking.k8s.io/v1",
+                                                                              "NetworkPolicy", _meta(np_))))
             for pname, np_ in policies.items()
         ]
         ready = base + [r for r in (self.secret.resource, self.cache.resource) if r] + self.network_policies
         self.download = ModelDownload(f"{name}-model-download", plan.jobs, opts=child, depends_on=ready, waits=waits,
                                       probe=probe, announce=announce)
         self.graphs = []
-        for i, (suffix, p) in enumerate(graphs if graphs is not None else [("graph", plan)]):
-            alias = [pulumi.Alias(name=first_graph_alias)] if i == 0 and first_graph_alias else None
+        for suffix, p, aliases in graphs:
             self.graphs.append(DynamoGraph(
-                f"{name}-{suffix}", p, opts=pulumi.ResourceOptions(parent=self, aliases=alias),
+                f"{name}-{suffix}", p, opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(name=a) for a in aliases] or None),
                 depends_on=base + list(graph_depends_on) + self.download.jobs + self.download.checks + self.network_policies,
                 wait=_waits.waits_of(p).get(("DynamoGraphDeployment", _meta(p.dgd)["name"])), probe=probe, announce=announce))
         self.graph = self.graphs[0]
@@ -357,7 +362,8 @@ class Serving(pulumi.ComponentResource):
             self.compute_domain = k8s.apiextensions.CustomResource(
                 "compute-domain", api_version=cd["apiVersion"], kind=cd["kind"], metadata=cd["metadata"], spec=cd["spec"],
                 opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(
-                    depends_on=([self.ns.resource] if self.ns.resource else []) + list(graph_depends_on))))
+                    depends_on=([self.ns.resource] if self.ns.resource else []) + list(graph_depends_on),
+                    **_guarded({}, "compute-domain", cd["apiVersion"], cd["kind"], cd["metadata"]))))
         self.dgd_name = self.graph.dgd_name
         self.namespace = self.ns.name
         self.register_outputs({"dgdName": self.dgd_name, "namespace": self.namespace})

@@ -1,8 +1,9 @@
 """The serving layer of a stack: one ``Serving`` per namespace, with what each needs from the stack's secrets.
 
-Names follow the namespace and the entry, never the entries' order, so adding or removing an entry touches only its
-own objects. A single-target stack keeps its one Serving named "serving"; the first namespace of a ``dynamo:serve``
-list takes over its URNs (aliases). Each Serving gets the HF token when one of its entries needs the stack's token
+Names follow what identifies the objects in the cluster (the namespace and the DGD's name: stacks/program/names.py),
+never the entries' order or their ``name``, so adding, removing or renaming an entry touches only its own objects, and
+the single-target form and the ``dynamo:serve`` form answer to each other's names (aliases both ways). The program's
+delete hooks are registered here on every run (components/deletes.py). Each Serving gets the HF token when one of its entries needs the stack's token
 Secret, and on a cluster this stack creates (or a cluster stack's) the image pull Secrets of its namespace and the
 GB200 ComputeDomain. Also logged here, before any resource is created: renamed or deprecated targets (the warning
 names the successor) and the commands to follow a long ``up``, which ``exports()`` returns with the next steps.
@@ -19,6 +20,8 @@ from stacks.cluster import dockerconfigjson
 from stacks.spec.config import NS, deprecation_warnings
 from stacks.serving.outputs import follow_commands, next_steps
 from stacks.program import ProgramPlan
+from stacks.program.names import pull_secret_name, serving_names
+from components.deletes import delete_hooks
 
 
 def pull_secret_value(config: pulumi.Config) -> pulumi.Output:
@@ -39,27 +42,25 @@ class ServingLayer:
         pulls = (cp.notes.get("pull_secrets") or []) if creates else []
         pull = pull_secret_value(config) if pulls else None
         cd = getattr(cp, "compute_domain", None) if creates else None
-        spaces: dict[str, list] = {}
-        for entry in program.entries:
-            spaces.setdefault(entry.plan.dgd["metadata"]["namespace"], []).append(entry)
-        first_ns = next(iter(spaces), None)
+        delete_hooks()  # registered on every run, whatever it declares (components/deletes.py)
+        names = serving_names(program)  # names and their other-form aliases (stacks/program/names.py)
+        first_ns = names[0].namespace if names else None
         self.servings: dict[str, Serving] = {}
-        for index, (ns, entries) in enumerate(spaces.items()):
-            first = entries[0]
+        for sn in names:
+            ns, first = sn.namespace, sn.entries[0]
             self.servings[ns] = Serving(
-                f"serving-{ns}" if multi else "serving",
+                sn.name,
                 first.plan,
                 hf_token=hf_token,
                 protect_cache=first.cfg.storage.protect,
-                opts=pulumi.ResourceOptions(provider=source.provider, aliases=[pulumi.Alias(name="serving")] if multi and index == 0 else None),
+                opts=pulumi.ResourceOptions(provider=source.provider, aliases=[pulumi.Alias(name=a) for a in sn.aliases] or None),
                 depends_on=source.storage_ready,
                 graph_depends_on=source.gpu_ready,
                 redact_secrets=program.cluster.mode == "render",
                 probe=kubectl_probe(source.kubeconfig_file, source.context) if source.kubeconfig_file else None,
-                graphs=[(f"graph-{e.name}", e.plan) for e in entries] if multi else None,
-                first_graph_alias="serving-graph" if multi and index == 0 else None,
-                # The first namespace keeps the single-target name; others are named by namespace too.
-                pull_secrets=[(_pull_secret_name(o["metadata"], first_ns), o) for o in pulls if o["metadata"]["namespace"] == ns],
+                graphs=[(g.suffix, g.entry.plan, g.aliases) for g in sn.graphs],
+                pull_secrets=[(n, o, a) for o in pulls if o["metadata"]["namespace"] == ns
+                              for n, a in [pull_secret_name(o["metadata"], first_ns, multi)]],
                 pull_secret=pull,
                 compute_domain=cd if cd and cd["metadata"]["namespace"] == ns else None,
             )
@@ -82,6 +83,3 @@ class ServingLayer:
             out = next_steps(program.serving) if program.serving is not None else {}
         return {**out, **self.follow}
 
-
-def _pull_secret_name(md: dict, first_ns: Optional[str]) -> str:
-    return f"pull-secret-{md['name']}" if md["namespace"] == first_ns else f"pull-secret-{md['namespace']}-{md['name']}"

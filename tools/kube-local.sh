@@ -391,6 +391,12 @@ crds_served() { # exit 0 when every endpoint in crds.endpoints (group/version/pl
   done <"$STATE_DIR/crds.endpoints"
 }
 
+check_crd_source() { # the Dynamo CRDs come from the reference data beside the clone: fail in one line without them
+  [[ "${KUBE_LOCAL_SKIP_CRDS:-0}" == 1 ]] && return 0
+  compgen -G "$REFERENCE_DIR/crds/*.yaml" >/dev/null \
+    || die "no Dynamo CRDs in $REFERENCE_DIR/crds: they come from the reference data beside this clone (../shared/reference/crds, or DYNAMO_REFERENCE=<dir with crds/*.yaml>); KUBE_LOCAL_SKIP_CRDS=1 starts without them"
+}
+
 install_crds() {
   [[ "${KUBE_LOCAL_SKIP_CRDS:-0}" == 1 ]] && return 0
   local crd_dir="$REFERENCE_DIR/crds" f i sum names=() pids=()
@@ -448,8 +454,12 @@ cmd_start() {
       return 0
     fi
   fi
+  # What the start needs and cannot build is checked before any process starts, so a missing part fails in seconds.
+  check_crd_source
   # Anything half-running (e.g. after a crash) is stopped first.
   cmd_stop >/dev/null 2>&1 || true
+  # A start that fails halfway stops what it started (etcd, the apiserver...): nothing is left running behind an error.
+  trap 'rc=$?; if ((rc != 0)); then cmd_stop >/dev/null 2>&1 || true; fi' EXIT
 
   [[ -x "$ETCD_BIN" && -x "$APISERVER_BIN" ]] || cmd_build
   [[ "${KUBE_LOCAL_NO_KCM:-0}" == 1 || -x "$KCM_BIN" ]] || cmd_build
@@ -572,6 +582,7 @@ cmd_start() {
   fi
 
   log "ready in $(elapsed): export KUBECONFIG=$STATE_DIR/kubeconfig (logs: $STATE_DIR/logs)"
+  trap - EXIT
 }
 
 scheduler_ready() {

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Optional
 from urllib.parse import quote, urlparse
@@ -590,33 +590,41 @@ def target_scenario(t: Target, run_id: str = "sim", dgd: Optional[dict] = None, 
 
 
 def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "sim") -> Scenario:
-    """A committed stack: its serving plan, on its EKS plan's nodes, or on an inventory, or (an existing
-    cluster without inventory) on the default shape of its target."""
-    from stacks.spec.providers import cluster_config
-    from stacks.program.render import stack_raw_config
-    from stacks.serving import build_plan
-    from stacks.spec.config import parse
+    """A committed stack, as ``up`` plans it (``program_for_stack``: every entry of a ``dynamo:serve`` list, each with its
+    overrides and replicas): its pods on its EKS plan's nodes, or on an inventory, or (an existing cluster or a cluster
+    stack's, without inventory) on the default shape of its targets' GPUs."""
+    from stacks.program.render import program_for_stack
+    from stacks.cli.shell import CliError
 
-    raw = {k: v for k, v in stack_raw_config(stack).items() if not (isinstance(v, dict) and set(v) == {"secure"})}
-    cfg = parse(raw)
-    cluster = cluster_config(raw)
-    notes: list[str] = []
+    program = program_for_stack(stack)
+    if not program.entries:
+        raise CliError(f"stack {stack} is a cluster-only stack ({NS}:serve: []): it runs no serving pods to place; simulate a "
+                       f"stack that serves on it (cluster.mode: stack naming it)")
+    plans = [e.plan for e in program.entries]
+    cluster, notes = program.cluster, []
+    rcs: set[str] = set()
     if cluster.mode == "eks":
-        from stacks.serving import select_target
-
-        target = select_target(cfg)
-        plan = build_cluster_plan(stack, cluster, target)
-        serving = build_plan(cfg, default_storage_class=plan.storage_class["metadata"]["name"], job_node_selector={POOL_LABEL: "system"})
+        plan = program.cluster_plan
         groups = eks_groups(plan)
         rcs = {"nvidia"} if plan.nvidia_stack == "gpu-operator" else set()
     else:
-        serving = build_plan(cfg)
-        target = serving.target
-        groups, rcs = default_groups(target)
+        groups, seen = [], {}
+        for p in plans:  # one default shape per GPU and fabric the entries use
+            key = (p.target.gpu, p.target.fabric)
+            if key in seen:
+                continue
+            shape, shape_rcs = default_groups(p.target)
+            seen[key] = True
+            rcs |= shape_rcs
+            for g in shape:
+                if g.name == "system" and any(x.name == "system" for x in groups):
+                    continue
+                groups.append(g if len(seen) == 1 or g.name == "system" else replace(g, name=f"{g.name}-{p.target.gpu}"))
         if not inventory:
-            notes.append(f"{stack} runs on an existing cluster ({cluster.mode}): simulated on the default {target.gpu}/{target.fabric} shape; "
+            shapes = ", ".join(f"{gpu}/{fabric}" for gpu, fabric in seen)
+            notes.append(f"{stack} runs on an existing cluster ({cluster.mode}): simulated on the default {shapes} shape; "
                          f"pass --nodes with `kubectl get nodes -o yaml` of your cluster to check it instead")
-    intents = job_pods(serving.jobs) + operator_pod_intents(serving.dgd)
+    intents = [it for p in plans for it in job_pods(p.jobs) + operator_pod_intents(p.dgd)]
     if inventory:
         nodes = inventory_objects(inventory_nodes(inventory), run_id)
         rcs = {it.pod["spec"]["runtimeClassName"] for it in intents if it.pod["spec"].get("runtimeClassName")}
@@ -624,7 +632,8 @@ def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "s
             notes.append(f"RuntimeClasses {sorted(rcs)} are assumed to exist on the inventory's cluster (not in `kubectl get nodes`)")
     else:
         nodes = node_objects(groups, run_id)
-    return Scenario(f"stack {stack} ({target.id})", nodes, intents, rcs, notes)
+    title = ", ".join(p.target.id for p in plans)
+    return Scenario(f"stack {stack} ({title})", nodes, intents, rcs, notes)
 
 
 def local_kubeconfig(start: bool = True) -> Path:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 from stacks.registry.versions import MANIFEST, versions
 
@@ -396,7 +396,23 @@ def fabric_objects(fabric: str, *, node_selector: Optional[Mapping[str, str]] = 
     return objs
 
 
+
+def fabrics_objects(fabrics: Sequence[str], *, node_selector: Optional[Mapping[str, str]] = None) -> list[dict]:
+    """The objects of every plugin that any of ``fabrics`` needs (a cluster serving targets on several fabrics), each
+    once, in apply order. Two fabrics that configure one plugin differently (the RDMA shared device plugin names one
+    resource per cluster: ``infiniband`` and ``nscale`` differ) cannot share its objects: ValueError naming both."""
+    out: dict[tuple, tuple[str, dict]] = {}
+    for fabric in dict.fromkeys(fabrics):
+        for obj in fabric_objects(fabric, node_selector=node_selector):
+            key = (obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
+            if key in out and out[key][1] != obj:
+                raise ValueError(f"fabrics {out[key][0]!r} and {fabric!r} both configure {key[0]} {key[2]} of their device "
+                                 f"plugin, differently; one cluster runs one such plugin configuration")
+            out.setdefault(key, (fabric, obj))
+    return [obj for _, obj in out.values()]
+
 __all__ = [
+    "fabrics_objects",
     "HelmSpec", "EFA_NODE_LABEL", "EFA_NODE_LABEL_VALUE", "EFA_NODE_LABELS", "GPU_PRESENT_LABELS", "GPU_TAINT",
     "GPU_TOLERATION", "PLATFORM_NAMESPACE", "FABRICS", "NVIDIA_KINDS", "efa_device_plugin", "rdma_shared_device_plugin",
     "rdma_config", "nvidia_gpu_stack", "nvidia_runtime_class", "dynamo_platform", "exposed_resources", "fabric_plugins", "fabric_objects",

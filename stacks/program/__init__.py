@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from stacks.serving.autoscaling import PoolUse, check_bounds, cluster_stack_pools, keda_chart, pause_pools, scaled_object
 from stacks.serving.benchmark import build_benchmark, synthetic_speculative_dgd
+from stacks.cluster.platform import fabrics_objects
 from stacks.cluster import build_cluster_only_plan, build_pools_plan, combined_stack_plan, plan_eks, plan_on_cluster_stack
 from stacks.spec.config import NS, ConfigError, StackConfig
 from stacks.observe.observability import build_observability, dynamo_pod_monitors, prometheus_url
@@ -49,6 +50,14 @@ class ProgramPlan:
     def multi(self) -> bool:
         """A ``dynamo:serve`` stack (resources named by namespace and entry) rather than a single target."""
         return bool(self.entries) and self.entries[0].key != NS
+
+    def device_plugin_fabrics(self) -> list[str]:
+        """The fabrics whose device plugins the platform layer installs: on EKS the cluster's (EFA or none); on an
+        existing cluster with ``installDevicePlugins`` every entry's (its ``fabricProfile``, else its target's), each
+        once, so a stack serving an InfiniBand and an EFA target installs both plugins."""
+        if self.cluster.mode == "eks":
+            return ["aws-efa" if self.cluster_plan.efa else "none"]
+        return list(dict.fromkeys(e.cfg.fabric_profile or e.plan.target.fabric for e in self.entries))
 
     def cluster_objects(self) -> list[dict]:
         """Kubernetes objects of the cluster layer that ``up`` creates for the serving namespaces: image pull
@@ -113,6 +122,13 @@ def plan_program(spec: ProgramSpec) -> ProgramPlan:
         cluster_plan = combined_stack_plan(cluster, entries, [cp for _, cp in per_entry])
     elif mode == "kubeconfig" and cluster.install_device_plugins:
         layers.append("device plugins")
+        fabrics = list(dict.fromkeys(e.cfg.fabric_profile or e.plan.target.fabric for e in entries))
+        try:
+            fabrics_objects(fabrics)
+        except ValueError as err:
+            raise ConfigError(f"{NS}:cluster.installDevicePlugins: {err} (entries: "
+                              f"{', '.join(f'{e.key} on {e.cfg.fabric_profile or e.plan.target.fabric}' for e in entries)}); "
+                              f"serve them from separate clusters, or install the plugins yourself (installDevicePlugins: false)") from None
     if mode != "render" and cluster.platform_wanted():
         layers.append("Dynamo platform")
     program = ProgramPlan(spec.stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries, spec=spec)

@@ -18,7 +18,7 @@ Items are dicts with ``kind``, ``name``, ``why``, ``delete``, ``adopt``; they na
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from stacks.spec.config import NS
 
@@ -34,8 +34,9 @@ TEARDOWN_ENV = "DYNAMO_DESTROY"
 TEARDOWN_HINT = (f"to destroy the stack instead: {TEARDOWN_ENV}=1 pulumi destroy --run-program "
                  f"(it skips this check and says what it keeps)")
 
-ADOPT_CLAIM = (f"a later `pulumi up` of this stack finds the claim and keeps its cached model (the protected claim is "
-               f"applied onto, never recreated); or point another stack at it with {NS}:storage.existingClaim")
+def adopt_claim(ns: str) -> str:
+    return (f"a `pulumi up` whose config serves this model in namespace {ns} finds the claim and keeps its cached model (the "
+            f"protected claim is applied onto, never recreated); or point another stack at it with {NS}:storage.existingClaim")
 
 
 def namespace_item(ns: str) -> dict[str, str]:
@@ -43,19 +44,36 @@ def namespace_item(ns: str) -> dict[str, str]:
     return {"kind": "Namespace", "name": ns,
             "why": f"it holds the protected model cache (deleting a namespace deletes its claims); {NS}:storage.protect is true",
             "delete": f"kubectl delete namespace {ns}   (deletes the claim and the cached model with it)",
-            "adopt": "a later `pulumi up` of this stack applies onto it"}
+            "adopt": f"a `pulumi up` whose config serves namespace {ns} applies onto it"}
 
 
 def claim_item(ns: str, claim: str) -> dict[str, str]:
     """The protected model-cache claim."""
     return {"kind": "PersistentVolumeClaim", "name": f"{ns}/{claim}",
             "why": f"the downloaded model is kept for the next `up` ({NS}:storage.protect: true)",
-            "delete": f"kubectl delete pvc {claim} -n {ns}", "adopt": ADOPT_CLAIM}
+            "delete": f"kubectl delete pvc {claim} -n {ns}", "adopt": adopt_claim(ns)}
+
+
+def kept_item(obj: Mapping[str, Any]) -> Optional[dict[str, str]]:
+    """What was kept, from the kept object's own last state (the engine's ``old_outputs`` or ``old_inputs`` of the
+    resource it just dropped): its kind, namespace and name, never what the current config would name. So after a
+    namespace change or a removed entry the message names the object that is left behind, not the live one.
+    None for an object the program does not keep."""
+    md = obj.get("metadata") or {}
+    kind, name = obj.get("kind"), md.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    if kind == "Namespace":
+        return namespace_item(name)
+    if kind == "PersistentVolumeClaim" and isinstance(md.get("namespace"), str):
+        return claim_item(md["namespace"], name)
+    return None
 
 
 def kept_message(item: dict[str, str]) -> str:
     """What the program logs when the engine drops a kept object from the state (the after_delete hook)."""
-    return (f"kept {item['kind']} {item['name']} (retainOnDelete: the summary counts it as deleted, it is still there)\n"
+    return (f"kept {item['kind']} {item['name']} (retainOnDelete: it left the stack's state, the summary counts it as deleted, "
+            f"it is still in the cluster)\n"
             f"    why:    {item['why']}\n    delete: {item['delete']}\n    adopt:  {item['adopt']}")
 
 
@@ -109,3 +127,28 @@ def retained_report(program: "ProgramPlan") -> str:
     for it in items:
         lines += [f"- {it['kind']} {it['name']}", f"    why:    {it['why']}", f"    delete: {it['delete']}", f"    adopt:  {it['adopt']}"]
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- deletes of an object the config still asks for
+
+def object_identity(api_version: Any, kind: Any, metadata: Mapping[str, Any]) -> Optional[tuple[str, str, str, str]]:
+    """What identifies a Kubernetes object in the cluster: (API group, kind, namespace, name); the version is left out
+    (one object answers at every served version). None when the name is not known yet."""
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not isinstance(kind, str):
+        return None
+    group = api_version.rsplit("/", 1)[0] if isinstance(api_version, str) and "/" in api_version else ""
+    ns = metadata.get("namespace")
+    return group, kind, ns if isinstance(ns, str) else "", name
+
+
+def delete_refusal(urn: str, identity: tuple[str, str, str, str], declared_as: str) -> str:
+    """Why the program refuses to delete the object under ``urn``: this run declares the same object (``identity``)
+    under another resource name, so the engine would delete the live object the new name just adopted (the provider
+    creates with server-side apply, which takes over an existing object of that name). The way through keeps the
+    object: drop the old name from the state only, then the next `up` manages it under the new name."""
+    group, kind, ns, name = identity
+    where = f"{ns}/{name}" if ns else name
+    return (f"refusing to delete {kind} {where}{' (' + group + ')' if group else ''}: this `up` still declares it, as "
+            f"resource {declared_as!r}, and deleting the old resource {urn} would delete the live object in the cluster. "
+            f"Keep it: `pulumi state delete '{urn}' --yes` (removes the old name from the state only), then `pulumi up` again")

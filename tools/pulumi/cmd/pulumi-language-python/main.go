@@ -40,6 +40,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/util/rpcutil"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
@@ -80,6 +81,16 @@ func main() {
 	}
 
 	host := &pythonHost{engineAddress: engineAddress, tracing: tracing}
+	// Exit with the engine: a killed `pulumi up` (SIGKILL, OOM) cannot stop its plugins, and without this check the
+	// host and the program it runs would stay behind. The upstream hosts watch the engine the same way
+	// (rpcutil.Healthcheck, sdk/go/common/util/rpcutil/health.go: it cancels once the engine's health service stops
+	// answering); this one polls every few seconds, so what is left after a killed engine ends within that time.
+	if engineAddress != "" {
+		if err := rpcutil.Healthcheck(context.Background(), engineAddress, engineHealthInterval, engineGone); err != nil {
+			fmt.Fprintf(os.Stderr, "fatal: could not watch the engine at %s: %v\n", engineAddress, err)
+			os.Exit(1)
+		}
+	}
 	handle, err := rpcutil.ServeWithOptions(rpcutil.ServeOptions{
 		Init: func(srv *grpc.Server) error {
 			pulumirpc.RegisterLanguageRuntimeServer(srv, host)
@@ -612,6 +623,8 @@ func runProgramGroup(cmd *exec.Cmd) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	programs.Store(cmd.Process.Pid, struct{}{})
+	defer programs.Delete(cmd.Process.Pid)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -622,4 +635,21 @@ func runProgramGroup(cmd *exec.Cmd) error {
 		}
 	}()
 	return cmd.Wait()
+}
+
+// engineHealthInterval: how often the host asks the engine's health service whether it is still there.
+const engineHealthInterval = 3 * time.Second
+
+// programs: the process groups of the programs this host is running (runProgramGroup), ended with the host.
+var programs sync.Map
+
+// engineGone ends every running program's process group and the host itself: the engine that started them no
+// longer answers, so nothing they do can reach the state.
+func engineGone() {
+	programs.Range(func(pid, _ any) bool {
+		_ = syscall.Kill(-pid.(int), syscall.SIGKILL)
+		return true
+	})
+	fmt.Fprintln(os.Stderr, "pulumi-language-python: the engine no longer answers its health check; stopping the program and exiting")
+	os.Exit(1)
 }

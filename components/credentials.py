@@ -1,0 +1,59 @@
+"""Before any resource: do the cluster credentials work? One cheap authenticated read (``kubectl get --raw /api``,
+the API server's discovery document, which Kubernetes' default RBAC grants to authenticated users only through
+``system:discovery``; an invalid or expired token is refused with 401 before authorization:
+https://kubernetes.io/docs/reference/access-authn-authz/authentication/ "rejected with 401"), run on every ``up`` and
+``preview``. Without it, a stack whose objects are all unchanged exits 0 on an expired token: the provider makes no
+call when nothing differs, so a preview gate stays green until the day a change is needed.
+
+The kubeconfig is written to a private temporary file for kubectl and removed afterwards; it is never logged.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Optional
+
+from stacks.spec.config import NS
+
+TIMEOUT_S = 15
+
+
+def mocked() -> bool:
+    """Whether the program runs under the SDK's mocks (unit tests): there is no cluster to ask."""
+    from pulumi.runtime.mocks import MockMonitor
+    from pulumi.runtime.settings import get_monitor
+
+    return isinstance(get_monitor(), MockMonitor)
+
+
+def credentials_problem(kubeconfig: str, context: Optional[str], source: str, kubectl: Optional[str] = None) -> Optional[str]:
+    """None when an authenticated read works; else the one-line reason with the fix. ``kubeconfig``: the file's text;
+    ``source``: where it came from, for the message (a path or the config key)."""
+    kubectl = kubectl or shutil.which("kubectl")
+    if kubectl is None:
+        return None  # nothing to check with; the provider's own calls still fail on a change
+    fd, path = tempfile.mkstemp(prefix="dynamo-kubeconfig-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(kubeconfig)
+        cmd = [kubectl, "--kubeconfig", path, *(["--context", context] if context else []),
+               "get", "--raw", "/api", f"--request-timeout={TIMEOUT_S}s"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S + 5)
+        except (OSError, subprocess.SubprocessError) as e:
+            return _message(source, context, f"kubectl did not answer: {e}")
+        if r.returncode == 0:
+            return None
+        lines = [x for x in r.stderr.replace(path, source).splitlines() if x.strip()]
+        return _message(source, context, lines[-1] if lines else f"kubectl exited {r.returncode}")
+    finally:
+        os.unlink(path)
+
+
+def _message(source: str, context: Optional[str], seen: str) -> str:
+    ctx = f" (context {context})" if context else " (its current context)"
+    return (f"{NS}:cluster: the cluster credentials of {source}{ctx} do not work: an authenticated read "
+            f"(`kubectl get --raw /api`) answered: {seen.strip()[:300]}. Nothing was changed; renew the credentials "
+            f"(a new token, `aws eks update-kubeconfig`, or a fresh {NS}:kubeconfig) and run again")

@@ -1,0 +1,255 @@
+"""Day-2 changes a team makes to a running stack, each applied as a transition on the real Pulumi engine and a real
+kube-apiserver: the old config is up, then the new one, and the assertions read the API server, not only the state.
+
+After every step, every object the current config asks for is live, and an object live before the step is the same
+object after it (its uid) unless the step changed what it is. What a step leaves behind (a retained namespace and
+model cache) is named by the engine's output, with the namespace it really is in.
+
+The steps run as the Automation API's ``up`` runs them (``pulumi up --yes --skip-preview``, what ``make local-up``
+does), where a create under a new URN adopts the live object (server-side apply) and the delete of the old URN then
+removes it; a preview runs first where a step's preview could fail on its own.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from stacks.program import build_program
+from test_engine import KEPT, TOKEN, kube, kubectl, make_stack, set_config, workspace  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.engine
+
+AGG, DISAGG, OTHER = "lightning-vllm-agg-h100-dspark", "lightning-vllm-disagg-h100-dspark", "motif3-vllm-disagg-b200-chat-generic-2p1d-kv"
+RESOURCE = {"DynamoGraphDeployment": "dynamographdeployments.nvidia.com"}
+
+
+def cluster(kube) -> dict:
+    return {"wait": {"enabled": False}, "cluster": {"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"]}}
+
+
+def asked_for(raw: dict) -> list[dict]:
+    """The Kubernetes objects the config asks for: what the program plans (``build_program``, what `up` runs)."""
+    return build_program(raw, "t", frozenset({"hfToken"})).objects()
+
+
+def uid(kube, kind: str, name: str, ns: str = "") -> str | None:
+    args = ["get", RESOURCE.get(kind, kind.lower()), name, "-o", "jsonpath={.metadata.uid}", *(["-n", ns] if ns else [])]
+    r = kubectl(kube, *args, check=False)
+    return r.stdout.strip() or None if r.returncode == 0 else None
+
+
+def live_uids(kube, raw: dict) -> dict[tuple[str, str, str], str | None]:
+    """(kind, namespace, name) -> uid on the server (None: not there) of every object the config asks for."""
+    out = {}
+    for o in asked_for(raw):
+        md = o["metadata"]
+        ns = "" if o["kind"] == "Namespace" else md["namespace"]
+        out[(o["kind"], ns, md["name"])] = uid(kube, o["kind"], md["name"], ns)
+    return out
+
+
+def apply(stack, kube, raw: dict, before: dict | None = None, preview: bool = False) -> tuple[dict, str]:
+    """Set the stack's config to ``raw`` (keys not in it are removed), preview if asked, up; then check on the server that
+    every object ``raw`` asks for is live and that each of them live in ``before`` is still the same object.
+    Returns the live uids and the engine's output."""
+    current = {k.split(":", 1)[1] for k in stack.get_all_config() if k.startswith("dynamo:") and k != "dynamo:hfToken"}
+    for key in current - set(raw):
+        stack.remove_config(f"dynamo:{key}")
+    set_config(stack, raw)
+    if preview:
+        stack.preview(on_output=None)
+    printed: list[str] = []
+    stack.up(on_output=printed.append)
+    out = "\n".join(printed)
+    now = live_uids(kube, raw)
+    missing = sorted(k for k, v in now.items() if v is None)
+    assert not missing, (missing, out[-3000:])
+    changed = sorted(k for k, v in now.items() if before and k in before and before[k] and before[k] != v)
+    assert not changed, (changed, out[-3000:])
+    return now, out
+
+
+def kept(out: str) -> set[tuple[str, str]]:
+    return {(m["kind"], m["name"]) for m in KEPT.finditer(out)}
+
+
+def resource_changes(stack) -> dict:
+    return stack.history(page_size=1)[0].resource_changes or {}
+
+
+def test_single_to_serve_and_back_keeps_every_live_object(kube, workspace):
+    """single -> serve (a named entry) -> single: every URN is kept both ways (aliases), so no step creates, replaces or
+    deletes anything and the DGD, its ConfigMap, the Job, the cache and the namespace stay the same objects."""
+    ns = "t-forms"
+    single = {"target": AGG, "namespace": ns, **cluster(kube)}
+    serve = {"serve": [{"name": "chat", "target": AGG, "namespace": ns}], **cluster(kube)}
+    stack = make_stack(workspace, ns, single)
+    try:
+        first, _ = apply(stack, kube, single)
+        for raw in (serve, single):
+            _, out = apply(stack, kube, raw, before=first, preview=True)
+            changes = resource_changes(stack)
+            assert set(changes) <= {"same"}, (changes, out[-2000:])
+    finally:
+        stack.destroy(on_output=None, run_program=True)
+        stack.workspace.remove_stack(stack.name, force=True)
+
+
+def test_entries_added_renamed_removed_and_moved_keep_what_the_config_asks_for(kube, workspace):
+    """A serve stack through the changes of its first months, each one `up`: add an entry, rename one, remove the one
+    that owns its namespace (one run; what it keeps is named), move an entry to another namespace (the warning names
+    the namespace left behind, not the live one), change an entry's target (the cache and namespace stay), rotate the
+    HF token (the Secret is updated in place: never a moment without it)."""
+    a, b, c = "t-entries-a", "t-entries-b", "t-entries-c"
+    base = cluster(kube)
+    one = {"serve": [{"name": "chat", "target": AGG, "namespace": a}], **base}
+    two = {"serve": [{"name": "chat", "target": AGG, "namespace": a}, {"target": OTHER, "namespace": b}], **base}
+    renamed = {"serve": [{"name": "talk", "target": AGG, "namespace": a}, {"target": OTHER, "namespace": b}], **base}
+    removed = {"serve": [{"name": "talk", "target": AGG, "namespace": a}], **base}
+    moved = {"serve": [{"name": "talk", "target": AGG, "namespace": c}], **base}
+    retargeted = {"serve": [{"name": "talk", "target": DISAGG, "namespace": c}], **base}
+    stack = make_stack(workspace, "t-entries", one)
+    try:
+        live, _ = apply(stack, kube, one)
+        live, _ = apply(stack, kube, two, before=live)
+        live, _ = apply(stack, kube, renamed, before=live, preview=True)
+        assert set(resource_changes(stack)) <= {"same"}, resource_changes(stack)
+
+        # Removing the entry that owns namespace b: one run, and it says what it kept there.
+        b_ns, b_claim = uid(kube, "Namespace", b), uid(kube, "PersistentVolumeClaim", "shared-model-cache", b)
+        live, out = apply(stack, kube, removed, before=live, preview=True)
+        assert kept(out) == {("Namespace", b), ("PersistentVolumeClaim", f"{b}/shared-model-cache")}, out[-3000:]
+        assert uid(kube, "Namespace", b) == b_ns and uid(kube, "PersistentVolumeClaim", "shared-model-cache", b) == b_claim
+        assert uid(kube, "DynamoGraphDeployment", "motif3-disagg-b200", b) is None  # no longer asked for
+
+        # Moving the entry to namespace c: the objects in a are left (kept) and named as a's, c's are live.
+        a_claim = uid(kube, "PersistentVolumeClaim", "shared-model-cache", a)
+        live, out = apply(stack, kube, moved, preview=True)
+        assert kept(out) == {("Namespace", a), ("PersistentVolumeClaim", f"{a}/shared-model-cache")}, out[-3000:]
+        assert f"kubectl delete namespace {a} " in out and f"kubectl delete namespace {c}" not in out
+        assert uid(kube, "PersistentVolumeClaim", "shared-model-cache", a) == a_claim
+
+        # A new target in c: a new DGD; the namespace and the model cache (same model) are the same objects.
+        before = dict(live)
+        live, _ = apply(stack, kube, retargeted)
+        for key in (("Namespace", "", c), ("PersistentVolumeClaim", c, "shared-model-cache")):
+            assert live[key] == before[key], key
+        assert uid(kube, "DynamoGraphDeployment", "vllm-agg-h100-dspark", c) is None
+
+        # Rotating the HF token: the Secret is updated in place (same uid), holding the new token.
+        from pulumi import automation as auto
+
+        secret_uid = uid(kube, "Secret", "hf-token-secret", c)
+        stack.set_config("dynamo:hfToken", auto.ConfigValue(value=TOKEN + "rotated", secret=True))
+        apply(stack, kube, retargeted, before=live)
+        assert uid(kube, "Secret", "hf-token-secret", c) == secret_uid
+        data = kubectl(kube, "get", "secret", "hf-token-secret", "-n", c, "-o", "jsonpath={.data.HF_TOKEN}").stdout
+        import base64
+
+        assert base64.b64decode(data).decode() == TOKEN + "rotated"
+        assert not {k for k in resource_changes(stack) if k in ("delete", "replace", "create")}, resource_changes(stack)
+    finally:
+        stack.destroy(on_output=None, run_program=True)
+        stack.workspace.remove_stack(stack.name, force=True)
+        for ns in (a, b, c):
+            kubectl(kube, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_broken_credentials_fail_preview_and_up_when_nothing_changes(kube, workspace, tmp_path):
+    """With nothing to change, an expired or bogus token still fails `preview` and `up`, before any resource, with one
+    message naming the kubeconfig and what the server answered."""
+    from pulumi import automation as auto
+
+    ns = "t-creds"
+    raw = {"target": AGG, "namespace": ns, **cluster(kube)}
+    stack = make_stack(workspace, ns, raw)
+    good = Path(kube["kubeconfig"])
+    bogus = tmp_path / "kubeconfig"
+    try:
+        apply(stack, kube, raw)
+        import yaml
+
+        config = yaml.safe_load(good.read_text())
+        for user in config["users"]:
+            user["user"] = {"token": "not-a-valid-token"}  # an expired or revoked token
+        broken = yaml.safe_dump(config)
+        bogus.write_text(broken)
+        set_config(stack, {"cluster": {"mode": "kubeconfig", "kubeconfigPath": str(bogus)}})
+        for run in (stack.preview, stack.up):
+            with pytest.raises(auto.CommandError) as err:
+                run(on_output=None)
+            msg = str(err.value)
+            assert "the cluster credentials of" in msg and str(bogus) in msg, msg[-2000:]
+            assert re.search(r"Unauthorized|[Ff]orbidden", msg), msg[-2000:]
+        assert live_uids(kube, raw)[("Namespace", "", ns)] is not None
+    finally:
+        set_config(stack, {"cluster": {"mode": "kubeconfig", "kubeconfigPath": str(good)}})
+        stack.destroy(on_output=None, run_program=True)
+        stack.workspace.remove_stack(stack.name, force=True)
+        kubectl(kube, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, exited but not yet reaped by its new parent, counts as gone)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _name(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return ""
+
+
+def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
+    """SIGKILL the engine while the program runs: the language host (and the program it runs) exit by themselves
+    within seconds, instead of running on with nothing to report to."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    ns = "t-killed"
+    raw = {"target": AGG, "namespace": ns, **cluster(kube)}
+    stack = make_stack(workspace, ns, raw)
+    env = {**os.environ, **stack.workspace.env_vars}
+    proc = subprocess.Popen(["pulumi", "up", "--stack", ns, "--yes", "--skip-preview", "--non-interactive"],
+                            cwd=workspace["dir"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        host, deadline = None, time.monotonic() + 60
+        while host is None and time.monotonic() < deadline:
+            host = next((c for c in _children(proc.pid) if _name(c).endswith("pulumi-language-python")), None)
+            time.sleep(0.2)
+        assert host is not None, "the engine started no language host within 60 s"
+        time.sleep(2)  # the program is running
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        t0 = time.monotonic()
+        while _alive(host) and time.monotonic() - t0 < 30:
+            time.sleep(0.2)
+        left = _alive(host) and "pulumi-language-python" in _name(host)
+        assert not left, f"the language host (pid {host}) still runs {time.monotonic() - t0:.0f} s after the engine was killed"
+        print(f"language host exited {time.monotonic() - t0:.1f} s after the engine was killed")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["pulumi", "cancel", "--stack", ns, "--yes"], cwd=workspace["dir"], env=env, capture_output=True)
+        stack.workspace.remove_stack(stack.name, force=True)
+        kubectl(kube, "delete", "namespace", ns, "--wait=false", check=False)
