@@ -67,7 +67,8 @@ class KubeconfigSource(ClusterSource):
             with open(self.kubeconfig_file) as f:
                 text = f.read()
         self.context = program.cluster.context
-        problem = None if mocked() else credentials_problem(text, self.context, source)  # before any resource, also unchanged
+        # Before any resource, also when nothing would change.
+        problem = None if mocked() else credentials_problem(text, self.context, source, path=self.kubeconfig_file)
         if problem:
             raise pulumi.RunError(problem)
         self.provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.secret(text), context=self.context,

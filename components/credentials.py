@@ -5,7 +5,8 @@ https://kubernetes.io/docs/reference/access-authn-authz/authentication/ "rejecte
 ``preview``. Without it, a stack whose objects are all unchanged exits 0 on an expired token: the provider makes no
 call when nothing differs, so a preview gate stays green until the day a change is needed.
 
-The kubeconfig is written to a private temporary file for kubectl and removed afterwards; it is never logged.
+A kubeconfig file is read where it lies; the secret ``dynamo:kubeconfig`` is written to a private temporary file for
+kubectl and removed afterwards. Neither is ever logged.
 """
 from __future__ import annotations
 
@@ -28,17 +29,25 @@ def mocked() -> bool:
     return isinstance(get_monitor(), MockMonitor)
 
 
-def credentials_problem(kubeconfig: str, context: Optional[str], source: str, kubectl: Optional[str] = None) -> Optional[str]:
-    """None when an authenticated read works; else the one-line reason with the fix. ``kubeconfig``: the file's text;
-    ``source``: where it came from, for the message (a path or the config key)."""
+def credentials_problem(kubeconfig: Optional[str], context: Optional[str], source: str, path: Optional[str] = None,
+                        kubectl: Optional[str] = None) -> Optional[str]:
+    """None when an authenticated read works; else the one-line reason with the fix. The kubeconfig is the file at
+    ``path`` (read where it lies, so its relative certificate and exec paths resolve as kubectl resolves them), or the
+    text ``kubeconfig`` (written to a private temporary file for the check); ``source`` names it in the message."""
     kubectl = kubectl or shutil.which("kubectl")
     if kubectl is None:
-        return None  # nothing to check with; the provider's own calls still fail on a change
-    fd, path = tempfile.mkstemp(prefix="dynamo-kubeconfig-")
-    try:
+        import pulumi
+
+        pulumi.log.warn(f"{NS}:cluster: kubectl is not on PATH, so the credentials of {source} were not checked before the "
+                        f"update; an expired token shows only when something changes")
+        return None
+    tmp = None
+    if path is None:
+        fd, tmp = tempfile.mkstemp(prefix="dynamo-kubeconfig-")
         with os.fdopen(fd, "w") as f:
-            f.write(kubeconfig)
-        cmd = [kubectl, "--kubeconfig", path, *(["--context", context] if context else []),
+            f.write(kubeconfig or "")
+    try:
+        cmd = [kubectl, "--kubeconfig", path or tmp, *(["--context", context] if context else []),
                "get", "--raw", "/api", f"--request-timeout={TIMEOUT_S}s"]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S + 5)
@@ -46,10 +55,11 @@ def credentials_problem(kubeconfig: str, context: Optional[str], source: str, ku
             return _message(source, context, f"kubectl did not answer: {e}")
         if r.returncode == 0:
             return None
-        lines = [x for x in r.stderr.replace(path, source).splitlines() if x.strip()]
+        lines = [x for x in (r.stderr.replace(tmp, source) if tmp else r.stderr).splitlines() if x.strip()]
         return _message(source, context, lines[-1] if lines else f"kubectl exited {r.returncode}")
     finally:
-        os.unlink(path)
+        if tmp:
+            os.unlink(tmp)
 
 
 def _message(source: str, context: Optional[str], seen: str) -> str:

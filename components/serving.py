@@ -11,13 +11,13 @@ from typing import Callable, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pulumi.resource_hooks import ErrorHook, ResourceHookBinding
+from pulumi.resource_hooks import ResourceHookBinding
 
 from stacks.serving import HF_TOKEN_KEY, ServingPlan
 from stacks.catalog import gpus_needed
 from stacks.serving import waits as _waits
 from stacks.program.retained import TEARDOWN_ENV, TEARDOWN_HINT
-from components.deletes import delete_hooks
+from components.hooks import program_hooks
 
 PKG = "dynamo"
 
@@ -58,19 +58,19 @@ def kubectl_probe(kubeconfig_path: Optional[str], context: Optional[str] = None)
 
 
 def _wait_opts(wait: Optional[_waits.Wait], annotations: dict, probe: Optional[Probe], announce: bool) -> dict:
-    """Resource options for an awaited object: ``customTimeouts`` equal to its ``timeoutSeconds``
-    annotation and an error hook that says what was awaited, what was seen last and how to look."""
+    """Resource options for an awaited object: ``customTimeouts`` equal to its ``timeoutSeconds`` annotation, and
+    ``on_error``, what the program's error hook says when it fails: what was awaited, what was seen last and how to look
+    (components/hooks.py binds it under a fixed name, see ``_guarded``)."""
     if wait is None:
         return {}
     if announce and not pulumi.runtime.is_dry_run():
         pulumi.log.info(wait.announce())
 
-    def on_error(args) -> bool:
+    def on_error(errors: list[str]) -> None:
         seen = probe(wait) if probe else None
-        pulumi.log.error(wait.failed(list(args.errors), seen))  # no resource: logged synchronously
-        return False  # never retry: the message is the point
+        pulumi.log.error(wait.failed(errors, seen))  # no resource: logged synchronously
 
-    kw: dict = {"hooks": ResourceHookBinding(on_error=[ErrorHook(f"wait-{wait.kind}-{wait.namespace}-{wait.name}", on_error)])}
+    kw: dict = {"on_error": on_error}
     timeout = _waits.custom_timeout(annotations)
     if timeout:
         kw["custom_timeouts"] = pulumi.CustomTimeouts(create=timeout, update=timeout)
@@ -95,9 +95,12 @@ def _fail_if_job_failed(wait: Optional[_waits.Wait], job: dict, resource: pulumi
 
 
 def _guarded(kw: dict, name: str, api_version: str, kind: str, metadata: dict, kept: bool = False) -> dict:
-    """``kw`` with the program's delete hooks added (components/deletes.py): the guard against deleting an object this
-    run declares under another name, and, for a retained object, the message that says what was kept."""
-    kw["hooks"] = delete_hooks().bind(name, api_version, kind, metadata, kept=kept, hooks=kw.get("hooks"))
+    """Resource options ``kw`` with the program's hooks bound (components/hooks.py): the guard against deleting an object
+    this run declares as another resource; for a retained object, the message that says what was kept; for an awaited
+    one (``kw["on_error"]`` from ``_wait_opts``), what its failed wait saw."""
+    kw = dict(kw)
+    on_error = kw.pop("on_error", None)
+    kw["hooks"] = program_hooks().bind(name, api_version, kind, metadata, kept=kept, on_error=on_error, hooks=kw.get("hooks"))
     return kw
 
 
@@ -129,20 +132,22 @@ class HfTokenSecret(pulumi.ComponentResource):
     def __init__(self, name: str, obj: Optional[dict], existing_name: str, token: Optional[pulumi.Input[str]],
                  opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
                  redact: bool = False):
-        """``redact``: render mode writes manifests to disk in plain text, so the Secret carries a
-        placeholder there instead of the token (create the real Secret in the cluster yourself)."""
+        """``redact``: render mode writes manifests to disk in plain text, so the Secret is rendered without its data
+        there (create the real Secret in the cluster yourself)."""
         super().__init__(f"{PKG}:serving:HfTokenSecret", name, None, opts)
         self.resource = None
         if obj is not None:
             if token is None:
                 raise ValueError("dynamo:hfToken is not set: run `pulumi config set --secret dynamo:hfToken <token>` "
                                  "or set dynamo:hfTokenSecretName to an existing Secret")
-            secret_token = pulumi.Output.secret(obj["stringData"][HF_TOKEN_KEY] if redact else token)
+            # Render mode writes the Secret without its data (create it in the cluster yourself): the Kubernetes provider
+            # treats any Secret data as secret and would warn that the rendered file "contains a secret value in
+            # plaintext" even for a placeholder (pulumi-kubernetes provider.go Check, yamlRenderMode).
             self.resource = k8s.core.v1.Secret(
                 name,
                 metadata=_meta(obj),
                 type=obj["type"],
-                string_data={HF_TOKEN_KEY: secret_token},
+                string_data=None if redact else {HF_TOKEN_KEY: pulumi.Output.secret(token)},
                 opts=_opts(self, depends_on, additional_secret_outputs=["stringData", "data"],
                            **_guarded({}, name, "v1", "Secret", _meta(obj))),
             )

@@ -3,7 +3,7 @@
 Names follow what identifies the objects in the cluster (the namespace and the DGD's name: stacks/program/names.py),
 never the entries' order or their ``name``, so adding, removing or renaming an entry touches only its own objects, and
 the single-target form and the ``dynamo:serve`` form answer to each other's names (aliases both ways). The program's
-delete hooks are registered here on every run (components/deletes.py). Each Serving gets the HF token when one of its entries needs the stack's token
+hooks are registered here on every run (components/hooks.py). Each Serving gets the HF token when one of its entries needs the stack's token
 Secret, and on a cluster this stack creates (or a cluster stack's) the image pull Secrets of its namespace and the
 GB200 ComputeDomain. Also logged here, before any resource is created: renamed or deprecated targets (the warning
 names the successor) and the commands to follow a long ``up``, which ``exports()`` returns with the next steps.
@@ -21,7 +21,7 @@ from stacks.spec.config import NS, deprecation_warnings
 from stacks.serving.outputs import follow_commands, next_steps
 from stacks.program import ProgramPlan
 from stacks.program.names import pull_secret_name, serving_names
-from components.deletes import delete_hooks
+from components.hooks import program_hooks
 
 
 def pull_secret_value(config: pulumi.Config) -> pulumi.Output:
@@ -42,7 +42,7 @@ class ServingLayer:
         pulls = (cp.notes.get("pull_secrets") or []) if creates else []
         pull = pull_secret_value(config) if pulls else None
         cd = getattr(cp, "compute_domain", None) if creates else None
-        delete_hooks()  # registered on every run, whatever it declares (components/deletes.py)
+        program_hooks()  # registered on every run, whatever it declares (components/hooks.py)
         names = serving_names(program)  # names and their other-form aliases (stacks/program/names.py)
         first_ns = names[0].namespace if names else None
         self.servings: dict[str, Serving] = {}
@@ -60,7 +60,7 @@ class ServingLayer:
                 probe=kubectl_probe(source.kubeconfig_file, source.context) if source.kubeconfig_file else None,
                 graphs=[(g.suffix, g.entry.plan, g.aliases) for g in sn.graphs],
                 pull_secrets=[(n, o, a) for o in pulls if o["metadata"]["namespace"] == ns
-                              for n, a in [pull_secret_name(o["metadata"], first_ns, multi)]],
+                              for n, a in [pull_secret_name(o["metadata"], first_ns)]],
                 pull_secret=pull,
                 compute_domain=cd if cd and cd["metadata"]["namespace"] == ns else None,
             )

@@ -273,14 +273,15 @@ def test_engine_lifecycle(kube, workspace, target):
 
 
 def test_cache_opt_out_destroys_the_pvc(kube, workspace):
-    """Nothing kept, so no delete hooks: a plain `pulumi destroy` (no program) runs and names nothing as kept."""
+    """Nothing kept: `pulumi destroy --run-program` deletes the claim and names nothing as kept. (Every stack records the
+    program's delete guard, so a destroy always runs the program: components/hooks.py.)"""
     ns = "e-optout"
     stack = make_stack(workspace, ns, base_config(kube, TARGETS[0], ns, storage={"protect": False}))
     try:
         stack.up(on_output=None)
         assert kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns).returncode == 0
         printed: list[str] = []
-        stack.destroy(on_output=printed.append)
+        stack.destroy(on_output=printed.append, run_program=True)
         assert kubectl(kube, "get", "pvc", "shared-model-cache", "-n", ns, check=False).returncode != 0
         assert kept_in_destroy_output("\n".join(printed)) == {} and "deleted" in "\n".join(printed)
     finally:

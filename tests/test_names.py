@@ -27,40 +27,46 @@ def _full_names(sn) -> dict[str, set[str]]:
     return {f"{sn.name}-{g.suffix}": {f"{sn.name}-{g.suffix}", *g.aliases} for g in sn.graphs}
 
 
+def _urn_names(names) -> set[str]:
+    return {n for sn in names for n in (sn.name, *_full_names(sn))}
+
+
 @pytest.mark.parametrize("tid", FAMILIES)
 @pytest.mark.parametrize("entry_name", [None, "chat"])
-def test_single_and_serve_forms_answer_to_each_others_names(tid, entry_name):
+def test_single_and_serve_forms_give_the_same_names(tid, entry_name):
+    """The same target in the same namespace has the same resource names in both forms, whatever the entry's name."""
     ns = "team-a"
-    (single,) = serving_names(build_program(_single(tid, ns), "s"))
+    single = serving_names(build_program(_single(tid, ns), "s"))
     entry = {"target": tid, "namespace": ns, **({"name": entry_name} if entry_name else {})}
-    serve = serving_names(build_program(_serve(entry, {"target": tid, "namespace": "team-b"}), "s"))
+    serve = serving_names(build_program(_serve(entry), "s"))
+    assert _urn_names(single) == _urn_names(serve)
+
+
+@pytest.mark.parametrize("tid", FAMILIES)
+def test_earlier_versions_names_are_aliases_of_the_first_namespace(tid):
+    """A stack an earlier version of the program last updated: its single-target Serving ``serving`` and graph
+    ``serving-graph``, and a serve entry's entry-named graph, are aliases (no name is claimed twice)."""
+    serve = serving_names(build_program(_serve({"target": tid, "namespace": "a", "name": "chat"},
+                                               {"target": tid, "namespace": "b"}), "s"))
     first = serve[0]
-    # Serving: each form's name is an alias of the other's.
-    assert single.name in first.aliases and first.name in single.aliases
-    # The graph: the serve form's name is one of the single form's aliases and the other way round, whatever the
-    # entry's name (the names follow the DGD, which the entry's name does not change).
-    (single_graph, single_answers), = _full_names(single).items()
-    (serve_graph, serve_answers), = _full_names(first).items()
-    assert serve_graph in single_answers and single_graph in serve_answers
-    # No name is claimed twice within one form (the engine refuses two resources aliased to one URN).
+    assert "serving" in first.aliases
+    (answers,) = _full_names(first).values()
+    assert {"serving-graph", "serving-a-graph-chat"} <= answers
     claimed = [n for sn in serve for names in _full_names(sn).values() for n in names] + [n for sn in serve for n in (sn.name, *sn.aliases)]
     assert len(claimed) == len(set(claimed))
 
 
-def test_renaming_an_entry_keeps_its_graph_name():
-    tid = FAMILIES[0]
-    a = serving_names(build_program(_serve({"target": tid, "namespace": "x", "name": "chat"}), "s"))
-    b = serving_names(build_program(_serve({"target": tid, "namespace": "x", "name": "talk"}), "s"))
-    assert list(_full_names(a[0])) == list(_full_names(b[0]))
-    # the entry-named graph an earlier program registered is an alias, so such a stack keeps its URNs too
-    assert "serving-x-graph-chat" in _full_names(a[0])[next(iter(_full_names(a[0])))]
+def test_renaming_or_reordering_entries_keeps_every_name():
+    a, b = FAMILIES[0], FAMILIES[-1]
+    one = serving_names(build_program(_serve({"target": a, "namespace": "x", "name": "chat"}, {"target": b, "namespace": "y"}), "s"))
+    two = serving_names(build_program(_serve({"target": b, "namespace": "y"}, {"target": a, "namespace": "x", "name": "talk"}), "s"))
+    assert _urn_names(one) == _urn_names(two)
 
 
-def test_pull_secret_names_alias_the_other_form_only_from_the_single_form():
+def test_pull_secret_names_carry_the_namespace_and_alias_the_earlier_first_namespace_name():
     md = {"name": "ngc", "namespace": "b"}
-    assert pull_secret_name(md, "b", multi=False) == ("pull-secret-ngc", ("pull-secret-b-ngc",))
-    assert pull_secret_name(md, "b", multi=True) == ("pull-secret-ngc", ())
-    assert pull_secret_name(md, "a", multi=True) == ("pull-secret-b-ngc", ())
+    assert pull_secret_name(md, "b") == ("pull-secret-b-ngc", ("pull-secret-ngc",))
+    assert pull_secret_name(md, "a") == ("pull-secret-b-ngc", ())
 
 
 def test_kept_item_names_the_object_left_behind_from_its_own_state():

@@ -76,7 +76,9 @@ def kept(out: str) -> set[tuple[str, str]]:
 
 
 def resource_changes(stack) -> dict:
-    return stack.history(page_size=1)[0].resource_changes or {}
+    changes = stack.history(page_size=1)[0].resource_changes
+    assert changes and changes.get("same"), f"the last update recorded no resource changes: {changes!r}"
+    return changes
 
 
 def test_single_to_serve_and_back_keeps_every_live_object(kube, workspace):
@@ -227,7 +229,8 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
     import time
 
     ns = "t-killed"
-    raw = {"target": AGG, "namespace": ns, **cluster(kube)}
+    # Waits on: the download Job never completes on a cluster without nodes, so the program is still running when killed.
+    raw = {"target": AGG, "namespace": ns, **cluster(kube), "wait": {"enabled": True}}
     stack = make_stack(workspace, ns, raw)
     env = {**os.environ, **stack.workspace.env_vars}
     proc = subprocess.Popen(["pulumi", "up", "--stack", ns, "--yes", "--skip-preview", "--non-interactive"],
@@ -238,7 +241,8 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
             host = next((c for c in _children(proc.pid) if _name(c).endswith("pulumi-language-python")), None)
             time.sleep(0.2)
         assert host is not None, "the engine started no language host within 60 s"
-        time.sleep(2)  # the program is running
+        time.sleep(3)
+        assert proc.poll() is None and _alive(host), "the up ended before it could be killed"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         t0 = time.monotonic()
@@ -250,6 +254,70 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
     finally:
         if proc.poll() is None:
             proc.kill()
-        subprocess.run(["pulumi", "cancel", "--stack", ns, "--yes"], cwd=workspace["dir"], env=env, capture_output=True)
+        for lock in Path(workspace["backend"]).glob(f".pulumi/locks/**/{ns}/*.json"):  # the killed engine's lock
+            lock.unlink()
         stack.workspace.remove_stack(stack.name, force=True)
         kubectl(kube, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stacks an earlier version of the program last updated. tests/fixtures/serving-names-v1/ holds this project's own
+# components/serving.py, serving_layer.py and cluster_source.py as they were before the serving layer's names became
+# one per object (a single-target stack's Serving was ``serving``, a serve entry's graph was named by the entry, each
+# kept object had its own hook ``<resource>-kept``). Such a state is upgraded by one `up` with its config unchanged:
+# nothing is created, replaced or deleted, and afterwards every change above works, an entry's removal included.
+
+LEGACY = Path(__file__).resolve().parent / "fixtures" / "serving-names-v1"
+
+
+def _use_components(workspace, legacy: bool) -> None:
+    import shutil
+
+    src = Path(__file__).resolve().parent.parent / "components"
+    for name in ("serving.py", "serving_layer.py", "cluster_source.py"):
+        target = Path(workspace["dir"]) / "components" / name
+        shutil.copy(LEGACY / f"{name}.txt" if legacy else src / name, target)
+
+
+@pytest.fixture
+def legacy_workspace(tmp_path_factory):
+    """A workspace of its own (the other tests' workspace keeps today's components)."""
+    import shutil
+
+    root = Path(__file__).resolve().parent.parent
+    work = tmp_path_factory.mktemp("project-legacy")
+    for name in ("Pulumi.yaml", "__main__.py", "pyproject.toml"):
+        shutil.copy(root / name, work / name)
+    for d in ("components", "stacks"):
+        shutil.copytree(root / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
+    (work / ".venv").symlink_to(root / ".venv")
+    return {"dir": work, "backend": tmp_path_factory.mktemp("state-legacy")}
+
+
+@pytest.mark.parametrize("form", ["single", "serve"])
+def test_a_stack_of_the_earlier_naming_upgrades_without_a_change(kube, legacy_workspace, form):
+    """Up with the earlier components, then with today's and the same config: no create, replace or delete, the same
+    live objects. The serve form then loses its second entry in one run, which the earlier per-object hook names would
+    have stopped ("hook ... was not registered")."""
+    ns, other = f"t-legacy-{form}", f"t-legacy-{form}-b"
+    base = cluster(kube)
+    raw = ({"target": AGG, "namespace": ns, **base} if form == "single" else
+           {"serve": [{"name": "chat", "target": AGG, "namespace": ns}, {"target": OTHER, "namespace": other}], **base})
+    _use_components(legacy_workspace, legacy=True)
+    stack = make_stack(legacy_workspace, f"t-legacy-{form}", raw)
+    try:
+        live, _ = apply(stack, kube, raw)
+        _use_components(legacy_workspace, legacy=False)
+        live, out = apply(stack, kube, raw, before=live, preview=True)
+        changes = resource_changes(stack)
+        assert not {k for k in changes if k in ("create", "delete", "replace")}, (changes, out[-2000:])
+        if form == "serve":
+            one = {"serve": raw["serve"][:1], **base}
+            live, out = apply(stack, kube, one, before=live, preview=True)
+            assert kept(out) == {("Namespace", other), ("PersistentVolumeClaim", f"{other}/shared-model-cache")}, out[-3000:]
+    finally:
+        _use_components(legacy_workspace, legacy=False)
+        stack.destroy(on_output=None, run_program=True)
+        stack.workspace.remove_stack(stack.name, force=True)
+        for n in (ns, other):
+            kubectl(kube, "delete", "namespace", n, "--wait=false", check=False)

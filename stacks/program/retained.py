@@ -4,8 +4,9 @@ Pulumi removes a retainOnDelete resource from the stack's state without calling 
 the cluster or account while the destroy summary counts it as deleted
 (https://www.pulumi.com/docs/iac/concepts/options/retainondelete/). Two readers of the same items:
 
-- the program itself, at destroy time: components/serving.py binds an ``after_delete`` resource hook to each kept
-  Kubernetes object that logs ``kept_message(item)``. Delete hooks run only when the program runs, so the stack is
+- the program itself, whenever the engine drops a kept object (a destroy, a removed entry, a namespace change):
+  components/hooks.py binds one ``after_delete`` hook under a fixed name to each kept Kubernetes object, which logs
+  ``kept_message(kept_item(<the object's last state>))``. Delete hooks run only when the program runs, so the stack is
   destroyed with ``pulumi destroy --run-program``; a plain ``pulumi destroy`` of a stack whose state records delete
   hooks stops before deleting anything and asks for that flag (engine: pulumi/pulumi pkg/engine/destroy.go
   ``newDestroySource``, pulumi/pulumi#19933; docs: https://www.pulumi.com/docs/iac/concepts/resources/options/hooks/ and
