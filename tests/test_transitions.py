@@ -116,7 +116,7 @@ def test_entries_added_renamed_removed_and_moved_keep_what_the_config_asks_for(k
     try:
         live, _ = apply(stack, kube, one)
         live, _ = apply(stack, kube, two, before=live)
-        live, _ = apply(stack, kube, renamed, before=live, preview=True)
+        live, _ = apply(stack, kube, renamed, before=live)
         assert set(resource_changes(stack)) <= {"same"}, resource_changes(stack)
 
         # Removing the entry that owns namespace b: one run, and it says what it kept there.
@@ -128,7 +128,7 @@ def test_entries_added_renamed_removed_and_moved_keep_what_the_config_asks_for(k
 
         # Moving the entry to namespace c: the objects in a are left (kept) and named as a's, c's are live.
         a_claim = uid(kube, "PersistentVolumeClaim", "shared-model-cache", a)
-        live, out = apply(stack, kube, moved, preview=True)
+        live, out = apply(stack, kube, moved)
         assert kept(out) == {("Namespace", a), ("PersistentVolumeClaim", f"{a}/shared-model-cache")}, out[-3000:]
         assert f"kubectl delete namespace {a} " in out and f"kubectl delete namespace {c}" not in out
         assert uid(kube, "PersistentVolumeClaim", "shared-model-cache", a) == a_claim
@@ -236,11 +236,17 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
     proc = subprocess.Popen(["pulumi", "up", "--stack", ns, "--yes", "--skip-preview", "--non-interactive"],
                             cwd=workspace["dir"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        host, deadline = None, time.monotonic() + 60
-        while host is None and time.monotonic() < deadline:
-            host = next((c for c in _children(proc.pid) if _name(c).endswith("pulumi-language-python")), None)
+        # The language host that runs the program (the engine may start others briefly, e.g. to list plugins): the
+        # one with a child process, the Python program.
+        host, program, deadline = None, None, time.monotonic() + 90
+        while program is None and time.monotonic() < deadline:
+            for c in _children(proc.pid):
+                if _name(c).endswith("pulumi-language-python") and _alive(c):
+                    kids = [k for k in _children(c) if _alive(k)]
+                    if kids:
+                        host, program = c, kids[0]
             time.sleep(0.2)
-        assert host is not None, "the engine started no language host within 60 s"
+        assert program is not None, "the engine started no program within 90 s"
         time.sleep(3)
         assert proc.poll() is None and _alive(host), "the up ended before it could be killed"
         os.kill(proc.pid, signal.SIGKILL)
@@ -250,6 +256,9 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
             time.sleep(0.2)
         left = _alive(host) and "pulumi-language-python" in _name(host)
         assert not left, f"the language host (pid {host}) still runs {time.monotonic() - t0:.0f} s after the engine was killed"
+        while _alive(program) and time.monotonic() - t0 < 30:
+            time.sleep(0.2)
+        assert not _alive(program), f"the program (pid {program}) still runs after the engine and its host are gone"
         print(f"language host exited {time.monotonic() - t0:.1f} s after the engine was killed")
     finally:
         if proc.poll() is None:

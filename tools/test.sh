@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# `make test`: every test, in four pytest processes that run at the same time, because most of the wall time is
+# `make test`: every test, in five pytest processes that run at the same time, because most of the wall time is
 # spent waiting on real processes (kube-apiserver, the Pulumi engine, the Dynamo frontend and mocker, Prometheus,
 # git worktrees), not on this machine's two cores:
 #   engine-lifecycle  tests/test_engine.py's per-target up/update/destroy lifecycle and three slow tests (its own
 #                     local control plane)
 #   engine-main       the rest of tests/test_engine.py (waits, cache, policy pack, simulate; its own control plane)
+#   engine-day2       tests/test_transitions.py: the day-2 changes a team makes, each as a transition (its own control plane)
 #   engine-other      the other engine-marked files, each on its own small control plane (selection, DRA, Karpenter,
 #                     autoscaling admission, upgrade path), then `stacks diff --base` on git worktrees (test_review)
 #   unit              everything else: unit, mocks, fidelity, the AWS rules, the serving rig and Prometheus
@@ -31,7 +32,7 @@ start() { # name, then a command (a shell function call) run in the background w
 # too, below, unless extra arguments narrowed the run).
 engine_other() {
   local a b
-  pytest -m engine --ignore=tests/test_engine.py "$@"
+  pytest -m engine --ignore=tests/test_engine.py --ignore=tests/test_transitions.py "$@"
   a=$?
   pytest tests/test_review.py "$@"
   b=$?
@@ -46,16 +47,17 @@ t0=$SECONDS
 FIRST="lifecycle or observability_and_benchmark_objects_are_admitted or protected_cache_class_change_is_refused or single_target_stack_moves_to_serve_without_replacing"
 start engine-lifecycle pytest -m engine -k "$FIRST" tests/test_engine.py "$@"
 start engine-main pytest -m engine -k "not ($FIRST)" tests/test_engine.py "$@"
+start engine-day2 pytest -m engine tests/test_transitions.py "$@"
 start engine-other engine_other "$@"
 start unit pytest -m "not engine" --ignore=tests/test_review.py "$@"
 
 rc=0
 declare -A status
-for name in engine-lifecycle engine-main engine-other unit; do
+for name in engine-lifecycle engine-main engine-day2 engine-other unit; do
   wait "${pids[$name]}"
   status[$name]=$?
 done
-for name in engine-lifecycle engine-main engine-other unit; do
+for name in engine-lifecycle engine-main engine-day2 engine-other unit; do
   echo
   echo "================================ $name (exit ${status[$name]}) ================================"
   cat "$LOGS/$name.log"
@@ -64,7 +66,7 @@ for name in engine-lifecycle engine-main engine-other unit; do
   if [[ ${status[$name]} -ne 0 ]] && ! [[ ${status[$name]} -eq 5 && $# -gt 0 ]]; then rc=1; fi
 done
 echo
-for name in engine-lifecycle engine-main engine-other unit; do
+for name in engine-lifecycle engine-main engine-day2 engine-other unit; do
   echo "test: $name exit ${status[$name]}: $(grep -E '^(=+ )?[0-9]+ (passed|failed)|^=+ .*(passed|failed|error).* in ' "$LOGS/$name.log" | tail -1)"
 done
 echo "test: wall time $((SECONDS - t0)) s; exit $rc"
