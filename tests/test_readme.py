@@ -273,3 +273,15 @@ def test_readme_deploying_explains_node_groups_vs_karpenter_and_shows_cost():
     assert "karpenter" in yaml.safe_load(_text(ROOT / f"Pulumi.{stack}.yaml"))["config"]["dynamo:cluster"].__repr__()
     operating = _section(text, "Operating")
     assert "dynamo:paused" in operating and "dynamo:autoscaling" in operating and "404" in operating
+
+
+def test_docs_and_stack_files_spell_the_command_line_one_way():
+    """Users copy commands from the docs and the stack files' comments: one spelling, ``.venv/bin/dynamo-stacks`` (the
+    README alone also names the module form once, as the alternative)."""
+    import re
+
+    other = re.compile(r"(?:uv run |\.venv/bin/)?python -m stacks\b")
+    files = sorted(ROOT.glob("docs/*.md")) + sorted(ROOT.glob("Pulumi.*.yaml"))
+    assert files
+    found = {str(f.relative_to(ROOT)): other.findall(f.read_text()) for f in files}
+    assert {k: v for k, v in found.items() if v} == {}
