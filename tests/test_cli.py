@@ -295,3 +295,34 @@ def test_diff_prints_progress_before_rendering(capsys, monkeypatch):
     monkeypatch.setattr(review, "diff_refs", fake_diff)
     code, _, err = run(capsys, "diff", "--base", "HEAD")
     assert code == 0
+
+
+@pytest.mark.parametrize("running_before,flags,stopped", [(False, [], True), (False, ["--keep-control-plane"], False),
+                                                         (True, [], False)])
+def test_simulate_stops_the_control_plane_it_started(capsys, monkeypatch, tmp_path, running_before, flags, stopped):
+    """A control plane the run starts is stopped after it (five processes, about 750 MB), unless kept; one that was
+    already running stays."""
+    from stacks.cli import simulate
+
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append(argv[-1])
+        rc = 0 if argv[-1] != "status" or running_before else 1
+        return subprocess.CompletedProcess(argv, rc, "", "")
+
+    class FakeSim:
+        def __init__(self, kubeconfig):
+            pass
+
+        def close(self):
+            calls.append("sim-closed")
+
+    monkeypatch.setenv("KUBE_LOCAL_DIR", str(tmp_path))
+    monkeypatch.setattr(simulate.subprocess, "run", fake_run)
+    monkeypatch.setattr(simulate, "Simulator", FakeSim)
+    monkeypatch.setattr(simulate, "stack_scenario", lambda stack, inv: simulate.Scenario("s", [], [], set(), []))
+    monkeypatch.setattr(simulate, "run", lambda *a, **k: simulate.Result())
+    code, _, _ = run(capsys, "simulate", "--stack", "h100-disagg", *flags)
+    assert code == 0
+    assert ("stop" in calls) == stopped and calls[-1] == ("stop" if stopped else "sim-closed"), calls

@@ -636,11 +636,28 @@ def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "s
     return Scenario(f"stack {stack} ({title})", nodes, intents, rcs, notes)
 
 
-def local_kubeconfig(start: bool = True) -> Path:
-    """The simulation's own local control plane (``KUBE_LOCAL_DIR``, default .tools/kube-simulate: not the
-    ``make local-up`` one, whose Jobs would otherwise run while the simulated nodes exist), started if asked
-    and left running for the next run (stop: ``KUBE_LOCAL_DIR=<dir> tools/kube-local.sh stop``)."""
-    state = Path(os.environ.get("KUBE_LOCAL_DIR") or REPO_ROOT / ".tools" / "kube-simulate")
+def simulation_state() -> Path:
+    """Where the simulation's own control plane lives (``KUBE_LOCAL_DIR``, default .tools/kube-simulate: not the
+    ``make local-up`` one, whose Jobs would otherwise run while the simulated nodes exist)."""
+    return Path(os.environ.get("KUBE_LOCAL_DIR") or REPO_ROOT / ".tools" / "kube-simulate")
+
+
+def control_plane_running(state: Path) -> bool:
+    r = subprocess.run([str(KUBE_LOCAL), "status"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env={**os.environ, "KUBE_LOCAL_DIR": str(state)})
+    return r.returncode == 0
+
+
+def stop_control_plane(state: Path) -> None:
+    """Stop the five processes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok; about 750 MB)."""
+    subprocess.run([str(KUBE_LOCAL), "stop"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, "KUBE_LOCAL_DIR": str(state)})
+
+
+def local_kubeconfig(start: bool = True, kept: bool = True) -> Path:
+    """The simulation's own local control plane (``simulation_state``), started if asked; ``kept``: it stays running for
+    the next run, and the line printed says how to stop it (stop: ``KUBE_LOCAL_DIR=<dir> tools/kube-local.sh stop``)."""
+    state = simulation_state()
     if start:
         from stacks.cli.shell import CliError, progress
 
@@ -654,7 +671,9 @@ def local_kubeconfig(start: bool = True) -> Path:
             log.write_text(r.stderr)
             last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise CliError(f"tools/kube-local.sh start failed: {last} (its output: {log})")
-        print(f"(local control plane in {state}; stop it with: KUBE_LOCAL_DIR={state} tools/kube-local.sh stop)", file=sys.stderr)
+        if kept:
+            print(f"(local control plane in {state} kept running; stop it with: KUBE_LOCAL_DIR={state} tools/kube-local.sh stop)",
+                  file=sys.stderr)
     return state / "kubeconfig"
 
 
@@ -685,13 +704,26 @@ def cmd(args) -> int:
             sc.nodes = inventory_objects(inventory_nodes(inventory), "cli")
     else:
         sc = stack_scenario(args.stack, inventory)
-    kubeconfig = Path(args.kubeconfig) if args.kubeconfig else local_kubeconfig()
-    sim = Simulator(kubeconfig)
+    # A control plane this run starts is stopped after it, unless asked to keep it (--keep, --keep-control-plane);
+    # one that was running already stays as it was.
+    started = None
+    if args.kubeconfig:
+        kubeconfig = Path(args.kubeconfig)
+    else:
+        state = simulation_state()
+        keep = args.keep or args.keep_control_plane or control_plane_running(state)
+        started = None if keep else state
+        kubeconfig = local_kubeconfig(kept=keep)
     try:
-        with progress(f"simulate: placing {len(sc.intents)} pods on {len(sc.nodes)} nodes (at most {args.timeout:.0f}s)"):
-            res = run(sim, sc.nodes, sc.intents, sc.runtime_classes, "cli", timeout=args.timeout, keep=args.keep)
+        sim = Simulator(kubeconfig)
+        try:
+            with progress(f"simulate: placing {len(sc.intents)} pods on {len(sc.nodes)} nodes (at most {args.timeout:.0f}s)"):
+                res = run(sim, sc.nodes, sc.intents, sc.runtime_classes, "cli", timeout=args.timeout, keep=args.keep)
+        finally:
+            sim.close()
     finally:
-        sim.close()
+        if started is not None:
+            stop_control_plane(started)
     print(format_result(sc.title, res, sc.notes))
     return 0 if res.ok else 1
 
@@ -712,7 +744,9 @@ def add_subparser(sub) -> None:
     p.add_argument("--kubeconfig", metavar="FILE", type=existing_file("the kubeconfig of a local control plane"),
                    help="a local control plane's kubeconfig (default: start tools/kube-local.sh in .tools/kube-simulate)")
     p.add_argument("--timeout", type=float, default=60, metavar="SECONDS", help="seconds to wait for the scheduler (default 60)")
-    p.add_argument("--keep", action="store_true", help="leave the nodes and pods in place for inspection")
+    p.add_argument("--keep", action="store_true", help="leave the nodes and pods in place for inspection (and the control plane running)")
+    p.add_argument("--keep-control-plane", action="store_true",
+                   help="leave the local control plane this run starts running for the next run (default: stopped after the run)")
     p.set_defaults(fn=cmd)
 
 
