@@ -21,7 +21,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi.runtime import config as rc
 
-from components.credentials import credentials_problem, mocked
+from components.credentials import cluster_storage_classes, credentials_problem, mocked, storage_class_warnings
 from components.platform import DevicePlugins, DynamoPlatform, helm_release
 from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
 from stacks.spec.config import NS
@@ -71,6 +71,12 @@ class KubeconfigSource(ClusterSource):
         problem = None if mocked() else credentials_problem(text, self.context, source, path=self.kubeconfig_file)
         if problem:
             raise pulumi.RunError(problem)
+        # A cache claim that can never bind is said now, not when its wait times out minutes later.
+        claims = [(e.key, f"{e.plan.dgd['metadata']['namespace']}/{e.plan.claim_name}", e.plan.cache_pvc["spec"].get("storageClassName"))
+                  for e in program.entries if e.plan.cache_pvc is not None]
+        classes = None if mocked() or not claims else cluster_storage_classes(self.kubeconfig_file, text, self.context)
+        for warning in storage_class_warnings(claims, classes) if classes is not None else []:
+            pulumi.log.warn(warning)
         self.provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.secret(text), context=self.context,
                                      enable_secret_mutable=True)
 

@@ -67,3 +67,54 @@ def _message(source: str, context: Optional[str], seen: str) -> str:
     return (f"{NS}:cluster: the cluster credentials of {source}{ctx} do not work: an authenticated read "
             f"(`kubectl get --raw /api`) answered: {seen.strip()[:300]}. Nothing was changed; renew the credentials "
             f"(a new token, `aws eks update-kubeconfig`, or a fresh {NS}:kubeconfig) and run again")
+
+
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+
+
+def storage_class_warnings(claims: list[tuple[str, str, Optional[str]]], classes: list[dict]) -> list[str]:
+    """What a cache claim will wait for in vain, known before any resource: a claim naming a StorageClass the cluster
+    lacks, or naming none on a cluster without a default class, is left Pending by the PersistentVolume controller
+    until a matching PersistentVolume exists (https://kubernetes.io/docs/concepts/storage/persistent-volumes/#class-1:
+    "A PVC with its storageClassName set equal to "" is always interpreted to be requesting a PV with no class"; with no
+    default class a claim without one binds only to a PV without a class). ``claims``: (config key, claim, class or
+    None); ``classes``: the cluster's StorageClass objects."""
+    names = sorted(c["metadata"]["name"] for c in classes)
+    default = [c["metadata"]["name"] for c in classes
+               if (c["metadata"].get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true"]
+    have = f"the cluster's classes: {', '.join(names)}" if names else "the cluster has no StorageClass"
+    out = []
+    for key, claim, cls in claims:
+        key = f"{key}." if ":" in key else f"{key}:"  # dynamo:serve[1].storage... or, single-target, dynamo:storage...
+        if cls and cls not in names:
+            out.append(f"{key}storage.className: {cls!r} is not a StorageClass of this cluster ({have}); the cache claim "
+                       f"{claim} stays Pending until a PersistentVolume of that class exists")
+        elif not cls and not default:
+            out.append(f"{key}storage.className: not set, and the cluster has no default StorageClass ({have}); the cache "
+                       f"claim {claim} binds only to a PersistentVolume you create; set {key}storage.className")
+    return out
+
+
+def cluster_storage_classes(kubeconfig_path: Optional[str], kubeconfig: Optional[str], context: Optional[str],
+                            kubectl: Optional[str] = None) -> Optional[list[dict]]:
+    """The cluster's StorageClasses (None when they cannot be read: the warning is then left out)."""
+    import json
+
+    kubectl = kubectl or shutil.which("kubectl")
+    if kubectl is None:
+        return None
+    tmp = None
+    if kubeconfig_path is None:
+        fd, tmp = tempfile.mkstemp(prefix="dynamo-kubeconfig-")
+        with os.fdopen(fd, "w") as f:
+            f.write(kubeconfig or "")
+    try:
+        r = subprocess.run([kubectl, "--kubeconfig", kubeconfig_path or tmp, *(["--context", context] if context else []),
+                            "get", "storageclasses", "-o", "json", f"--request-timeout={TIMEOUT_S}s"],
+                           capture_output=True, text=True, timeout=TIMEOUT_S + 5)
+        return json.loads(r.stdout).get("items", []) if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    finally:
+        if tmp:
+            os.unlink(tmp)

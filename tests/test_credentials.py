@@ -36,3 +36,19 @@ def test_a_kubeconfig_file_is_read_where_it_lies_and_a_working_read_passes(tmp_p
     assert credentials_problem(None, None, str(kubeconfig), path=str(kubeconfig), kubectl=_kubectl(tmp_path, 0, "")) is None
     args = (tmp_path / "args").read_text().split()
     assert args[args.index("--kubeconfig") + 1] == str(kubeconfig) and "--context" not in args
+
+
+def test_a_cache_claim_that_cannot_bind_is_named_before_any_resource():
+    from components.credentials import DEFAULT_CLASS_ANNOTATION, storage_class_warnings
+
+    efs = {"metadata": {"name": "efs"}}
+    gp3 = {"metadata": {"name": "gp3", "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}}}
+    claims = [("dynamo", "ns/shared-model-cache", None)]
+    (msg,) = storage_class_warnings(claims, [])
+    assert "dynamo:storage.className: not set" in msg and "no StorageClass" in msg and "ns/shared-model-cache" in msg
+    (msg,) = storage_class_warnings(claims, [efs])
+    assert "no default StorageClass" in msg and "efs" in msg
+    assert storage_class_warnings(claims, [efs, gp3]) == []
+    (msg,) = storage_class_warnings([("dynamo:serve[1]", "b/c", "fsx")], [efs, gp3])
+    assert "dynamo:serve[1].storage.className: 'fsx' is not a StorageClass" in msg and "efs, gp3" in msg
+    assert storage_class_warnings([("dynamo", "a/b", "efs")], [efs]) == []

@@ -81,29 +81,74 @@ def resource_changes(stack) -> dict:
     return changes
 
 
-def test_single_to_serve_and_back_keeps_every_live_object(kube, workspace):
-    """single -> serve (a named entry) -> single: every URN is kept both ways (aliases), so no step creates, replaces or
-    deletes anything and the DGD, its ConfigMap, the Job, the cache and the namespace stay the same objects."""
+# Each test starts from a stack an earlier version of the program last updated (tests/fixtures/serving-names-v1/: this
+# project's own components/serving.py, serving_layer.py and cluster_source.py from before the serving layer's names
+# became one per object: a single-target stack's Serving was ``serving``, a serve entry's graph was named by the entry,
+# each kept object had its own hook ``<resource>-kept``). One `up` of today's program with the config unchanged
+# upgrades it without a create, replace or delete; then come the changes. The control plane is this module's and goes
+# with it, so no test spends a destroy.
+
+def _upgraded(stack, kube, workspace, raw: dict) -> dict:
+    """Up with the earlier components, then with today's and the same config; returns the live uids."""
+    _use_components(workspace, legacy=True)
+    live, _ = apply(stack, kube, raw)
+    _use_components(workspace, legacy=False)
+    live, out = apply(stack, kube, raw, before=live)
+    changes = resource_changes(stack)
+    assert not {k for k in changes if k in ("create", "delete", "replace")}, (changes, out[-2000:])
+    return live
+
+
+def _forget(stack, *namespaces, kube) -> None:
+    stack.workspace.remove_stack(stack.name, force=True)
+    for ns in namespaces:
+        kubectl(kube, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_single_to_serve_and_back_keeps_every_live_object_and_checks_credentials(kube, legacy_workspace, tmp_path):
+    """single -> serve (a named entry) -> single: one name per object in both forms, so no step creates, replaces or
+    deletes anything and the DGD, its ConfigMap, the Job, the cache and the namespace stay the same objects. Then, with
+    nothing to change, a bogus token fails `preview` and `up` before any resource, naming the kubeconfig."""
+    import yaml
+    from pulumi import automation as auto
+
     ns = "t-forms"
     single = {"target": AGG, "namespace": ns, **cluster(kube)}
     serve = {"serve": [{"name": "chat", "target": AGG, "namespace": ns}], **cluster(kube)}
-    stack = make_stack(workspace, ns, single)
+    stack = make_stack(legacy_workspace, ns, single)
     try:
-        first, _ = apply(stack, kube, single)
+        first = _upgraded(stack, kube, legacy_workspace, single)
         for raw in (serve, single):
             _, out = apply(stack, kube, raw, before=first, preview=True)
             changes = resource_changes(stack)
             assert set(changes) <= {"same"}, (changes, out[-2000:])
+
+        config = yaml.safe_load(Path(kube["kubeconfig"]).read_text())
+        for user in config["users"]:
+            user["user"] = {"token": "not-a-valid-token"}  # an expired or revoked token
+        bogus = tmp_path / "kubeconfig"
+        bogus.write_text(yaml.safe_dump(config))
+        set_config(stack, {"cluster": {"mode": "kubeconfig", "kubeconfigPath": str(bogus)}})
+        for run in (stack.preview, stack.up):
+            with pytest.raises(auto.CommandError) as err:
+                run(on_output=None)
+            msg = str(err.value)
+            assert "the cluster credentials of" in msg and str(bogus) in msg, msg[-2000:]
+            assert re.search(r"Unauthorized|[Ff]orbidden", msg), msg[-2000:]
+        assert live_uids(kube, single) == first
     finally:
-        stack.destroy(on_output=None, run_program=True)
-        stack.workspace.remove_stack(stack.name, force=True)
+        _forget(stack, ns, kube=kube)
 
 
-def test_entries_added_renamed_removed_and_moved_keep_what_the_config_asks_for(kube, workspace):
+def test_entries_added_renamed_removed_and_moved_keep_what_the_config_asks_for(kube, legacy_workspace):
     """A serve stack through the changes of its first months, each one `up`: add an entry, rename one, remove the one
     that owns its namespace (one run; what it keeps is named), move an entry to another namespace (the warning names
     the namespace left behind, not the live one), change an entry's target (the cache and namespace stay), rotate the
     HF token (the Secret is updated in place: never a moment without it)."""
+    import base64
+
+    from pulumi import automation as auto
+
     a, b, c = "t-entries-a", "t-entries-b", "t-entries-c"
     base = cluster(kube)
     one = {"serve": [{"name": "chat", "target": AGG, "namespace": a}], **base}
@@ -112,9 +157,9 @@ def test_entries_added_renamed_removed_and_moved_keep_what_the_config_asks_for(k
     removed = {"serve": [{"name": "talk", "target": AGG, "namespace": a}], **base}
     moved = {"serve": [{"name": "talk", "target": AGG, "namespace": c}], **base}
     retargeted = {"serve": [{"name": "talk", "target": DISAGG, "namespace": c}], **base}
-    stack = make_stack(workspace, "t-entries", one)
+    stack = make_stack(legacy_workspace, "t-entries", one)
     try:
-        live, _ = apply(stack, kube, one)
+        live = _upgraded(stack, kube, legacy_workspace, one)
         live, _ = apply(stack, kube, two, before=live)
         live, _ = apply(stack, kube, renamed, before=live)
         assert set(resource_changes(stack)) <= {"same"}, resource_changes(stack)
@@ -126,7 +171,8 @@ def test_entries_added_renamed_removed_and_moved_keep_what_the_config_asks_for(k
         assert uid(kube, "Namespace", b) == b_ns and uid(kube, "PersistentVolumeClaim", "shared-model-cache", b) == b_claim
         assert uid(kube, "DynamoGraphDeployment", "motif3-disagg-b200", b) is None  # no longer asked for
 
-        # Moving the entry to namespace c: the objects in a are left (kept) and named as a's, c's are live.
+        # Moving the entry to namespace c (a's objects were recorded by the earlier program): a's namespace and cache are
+        # left (kept) and named as a's; c's objects are live.
         a_claim = uid(kube, "PersistentVolumeClaim", "shared-model-cache", a)
         live, out = apply(stack, kube, moved)
         assert kept(out) == {("Namespace", a), ("PersistentVolumeClaim", f"{a}/shared-model-cache")}, out[-3000:]
@@ -141,56 +187,15 @@ def test_entries_added_renamed_removed_and_moved_keep_what_the_config_asks_for(k
         assert uid(kube, "DynamoGraphDeployment", "vllm-agg-h100-dspark", c) is None
 
         # Rotating the HF token: the Secret is updated in place (same uid), holding the new token.
-        from pulumi import automation as auto
-
         secret_uid = uid(kube, "Secret", "hf-token-secret", c)
         stack.set_config("dynamo:hfToken", auto.ConfigValue(value=TOKEN + "rotated", secret=True))
         apply(stack, kube, retargeted, before=live)
         assert uid(kube, "Secret", "hf-token-secret", c) == secret_uid
         data = kubectl(kube, "get", "secret", "hf-token-secret", "-n", c, "-o", "jsonpath={.data.HF_TOKEN}").stdout
-        import base64
-
         assert base64.b64decode(data).decode() == TOKEN + "rotated"
         assert not {k for k in resource_changes(stack) if k in ("delete", "replace", "create")}, resource_changes(stack)
     finally:
-        stack.destroy(on_output=None, run_program=True)
-        stack.workspace.remove_stack(stack.name, force=True)
-        for ns in (a, b, c):
-            kubectl(kube, "delete", "namespace", ns, "--wait=false", check=False)
-
-
-def test_broken_credentials_fail_preview_and_up_when_nothing_changes(kube, workspace, tmp_path):
-    """With nothing to change, an expired or bogus token still fails `preview` and `up`, before any resource, with one
-    message naming the kubeconfig and what the server answered."""
-    from pulumi import automation as auto
-
-    ns = "t-creds"
-    raw = {"target": AGG, "namespace": ns, **cluster(kube)}
-    stack = make_stack(workspace, ns, raw)
-    good = Path(kube["kubeconfig"])
-    bogus = tmp_path / "kubeconfig"
-    try:
-        apply(stack, kube, raw)
-        import yaml
-
-        config = yaml.safe_load(good.read_text())
-        for user in config["users"]:
-            user["user"] = {"token": "not-a-valid-token"}  # an expired or revoked token
-        broken = yaml.safe_dump(config)
-        bogus.write_text(broken)
-        set_config(stack, {"cluster": {"mode": "kubeconfig", "kubeconfigPath": str(bogus)}})
-        for run in (stack.preview, stack.up):
-            with pytest.raises(auto.CommandError) as err:
-                run(on_output=None)
-            msg = str(err.value)
-            assert "the cluster credentials of" in msg and str(bogus) in msg, msg[-2000:]
-            assert re.search(r"Unauthorized|[Ff]orbidden", msg), msg[-2000:]
-        assert live_uids(kube, raw)[("Namespace", "", ns)] is not None
-    finally:
-        set_config(stack, {"cluster": {"mode": "kubeconfig", "kubeconfigPath": str(good)}})
-        stack.destroy(on_output=None, run_program=True)
-        stack.workspace.remove_stack(stack.name, force=True)
-        kubectl(kube, "delete", "namespace", ns, "--wait=false", check=False)
+        _forget(stack, a, b, c, kube=kube)
 
 
 def _children(pid: int) -> list[int]:
@@ -211,6 +216,13 @@ def _alive(pid: int) -> bool:
         return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def _name(pid: int) -> str:
@@ -242,7 +254,8 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
         while program is None and time.monotonic() < deadline:
             for c in _children(proc.pid):
                 if _name(c).endswith("pulumi-language-python") and _alive(c):
-                    kids = [k for k in _children(c) if _alive(k)]
+                    # the program runs through the SDK's executor (other children, e.g. a plugin scan, end at once)
+                    kids = [k for k in _children(c) if _alive(k) and "pulumi-language-python-exec" in _cmdline(k)]
                     if kids:
                         host, program = c, kids[0]
             time.sleep(0.2)
@@ -270,11 +283,7 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Stacks an earlier version of the program last updated. tests/fixtures/serving-names-v1/ holds this project's own
-# components/serving.py, serving_layer.py and cluster_source.py as they were before the serving layer's names became
-# one per object (a single-target stack's Serving was ``serving``, a serve entry's graph was named by the entry, each
-# kept object had its own hook ``<resource>-kept``). Such a state is upgraded by one `up` with its config unchanged:
-# nothing is created, replaced or deleted, and afterwards every change above works, an entry's removal included.
+# The earlier components.
 
 LEGACY = Path(__file__).resolve().parent / "fixtures" / "serving-names-v1"
 
@@ -303,30 +312,3 @@ def legacy_workspace(tmp_path_factory):
     return {"dir": work, "backend": tmp_path_factory.mktemp("state-legacy")}
 
 
-@pytest.mark.parametrize("form", ["single", "serve"])
-def test_a_stack_of_the_earlier_naming_upgrades_without_a_change(kube, legacy_workspace, form):
-    """Up with the earlier components, then with today's and the same config: no create, replace or delete, the same
-    live objects. The serve form then loses its second entry in one run, which the earlier per-object hook names would
-    have stopped ("hook ... was not registered")."""
-    ns, other = f"t-legacy-{form}", f"t-legacy-{form}-b"
-    base = cluster(kube)
-    raw = ({"target": AGG, "namespace": ns, **base} if form == "single" else
-           {"serve": [{"name": "chat", "target": AGG, "namespace": ns}, {"target": OTHER, "namespace": other}], **base})
-    _use_components(legacy_workspace, legacy=True)
-    stack = make_stack(legacy_workspace, f"t-legacy-{form}", raw)
-    try:
-        live, _ = apply(stack, kube, raw)
-        _use_components(legacy_workspace, legacy=False)
-        live, out = apply(stack, kube, raw, before=live, preview=True)
-        changes = resource_changes(stack)
-        assert not {k for k in changes if k in ("create", "delete", "replace")}, (changes, out[-2000:])
-        if form == "serve":
-            one = {"serve": raw["serve"][:1], **base}
-            live, out = apply(stack, kube, one, before=live, preview=True)
-            assert kept(out) == {("Namespace", other), ("PersistentVolumeClaim", f"{other}/shared-model-cache")}, out[-3000:]
-    finally:
-        _use_components(legacy_workspace, legacy=False)
-        stack.destroy(on_output=None, run_program=True)
-        stack.workspace.remove_stack(stack.name, force=True)
-        for n in (ns, other):
-            kubectl(kube, "delete", "namespace", n, "--wait=false", check=False)

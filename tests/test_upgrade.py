@@ -8,7 +8,7 @@ exact against ../shared/reference/dynamo-recipes: checked below) and the platfor
 repository (no network here) serves one-ConfigMap stand-ins for dynamo-platform 1.5.0 and 1.6.0.
 
 Expected, and asserted step by step on the preview: the Helm release is upgraded in place (same URN, same object);
-the DynamoGraphDeployment is replaced, because its name changes upstream (``ultra-agg-b200-256k-2w-kv`` ->
+the DynamoGraphDeployment (with its graph component) is replaced, because its name changes upstream (``ultra-agg-b200-256k-2w-kv`` ->
 ``ultra-agg-b200-256k-kv-router``, and ``VllmWorker`` -> ``worker``: a Kubernetes object cannot be renamed, and the
 operator makes one DynamoComponentDeployment per component name); nothing else changes: the model-cache claim, the
 download Jobs, the namespace and the HF Secret stay as they are (the cache is kept). The old id still works with the
@@ -153,13 +153,18 @@ def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
         program.era(ROOT / "stacks" / "catalog" / "ultra.py", PLATFORM_16)
         steps, diagnostics = _steps(stack)
         changed = {k: op for k, op in steps.items() if op != "same"}
+        # The DGD's graph component is named by the namespace and the DGD (stacks/program/names.py), so the new DGD
+        # comes with its own graph component; no other Kubernetes object changes.
+        old_graph, new_graph = f"serving-{ns}-graph-ultra-agg-b200-256k-2w-kv", f"serving-{ns}-graph-ultra-agg-b200-256k-kv-router"
         assert changed == {
             ("kubernetes:helm.sh/v3:Release", "dynamo-platform-release"): "update",
-            ("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "serving-graph-ultra-agg-b200-256k-kv-router"): "create",
-            ("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "serving-graph-ultra-agg-b200-256k-2w-kv"): "delete",
+            ("dynamo:serving:DynamoGraph", new_graph): "create",
+            ("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", f"{new_graph}-ultra-agg-b200-256k-kv-router"): "create",
+            ("dynamo:serving:DynamoGraph", old_graph): "delete",
+            ("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", f"{old_graph}-ultra-agg-b200-256k-2w-kv"): "delete",
         }, changed
-        assert ("kubernetes:core/v1:PersistentVolumeClaim", "serving-model-cache") in steps and \
-            steps[("kubernetes:core/v1:PersistentVolumeClaim", "serving-model-cache")] == "same"
+        assert ("kubernetes:core/v1:PersistentVolumeClaim", f"serving-{ns}-model-cache") in steps and \
+            steps[("kubernetes:core/v1:PersistentVolumeClaim", f"serving-{ns}-model-cache")] == "same"
         assert f"target '{OLD_ID}' was renamed upstream to '{NEW_ID}'" in diagnostics and "'ultra-agg-b200-256k-kv-router'" in diagnostics
 
         # --- the stack file names the new id: the same plan, and no warning
@@ -168,7 +173,7 @@ def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
         assert {k: op for k, op in steps2.items() if op != "same"} == changed and "renamed upstream" not in diagnostics2
         result = stack.up(on_output=None)
         assert result.summary.result == "succeeded"
-        assert {k: v for k, v in result.summary.resource_changes.items() if k != "same"} == {"create": 1, "delete": 1, "update": 1}
+        assert {k: v for k, v in result.summary.resource_changes.items() if k != "same"} == {"create": 2, "delete": 2, "update": 1}
 
         # --- after: new DGD with the 1.6 component names, old one gone, cache claim and release kept (same objects)
         new_dgd = json.loads(kubectl(kube, "get", "dynamographdeployments.nvidia.com", "ultra-agg-b200-256k-kv-router", "-n", ns, "-o", "json").stdout)
