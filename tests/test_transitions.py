@@ -276,8 +276,14 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
     finally:
         if proc.poll() is None:
             proc.kill()
-        for lock in Path(workspace["backend"]).glob(f".pulumi/locks/**/{ns}/*.json"):  # the killed engine's lock
-            lock.unlink()
+        # What docs/operating.md says to do after a killed `up`: `pulumi cancel` deletes the stack's lock files (the
+        # file backend too: pulumi/pulumi pkg/backend/diy CancelCurrentUpdate), and the stack can be used again.
+        subprocess.run(["pulumi", "cancel", "--yes", "--stack", ns], cwd=workspace["dir"], env=env, capture_output=True, check=True)
+        # ...then `pulumi refresh --clear-pending-creates` drops the creates the killed engine never saw finish.
+        r = subprocess.run(["pulumi", "refresh", "--clear-pending-creates", "--yes", "--skip-preview", "--non-interactive",
+                            "--stack", ns], cwd=workspace["dir"], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+        assert not stack.export_stack().deployment.get("pending_operations"), "pending operations left after the refresh"
         stack.workspace.remove_stack(stack.name, force=True)
         kubectl(kube, "delete", "namespace", ns, "--wait=false", check=False)
 
