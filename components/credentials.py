@@ -14,7 +14,8 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 from stacks.spec.config import NS
 
@@ -29,6 +30,22 @@ def mocked() -> bool:
     return isinstance(get_monitor(), MockMonitor)
 
 
+@contextmanager
+def _kubeconfig_file(path: Optional[str], text: Optional[str]) -> Iterator[str]:
+    """The kubeconfig to hand kubectl: the file at ``path`` where it lies, or ``text`` in a private temporary file that is
+    removed afterwards."""
+    if path is not None:
+        yield path
+        return
+    fd, tmp = tempfile.mkstemp(prefix="dynamo-kubeconfig-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text or "")
+        yield tmp
+    finally:
+        os.unlink(tmp)
+
+
 def credentials_problem(kubeconfig: Optional[str], context: Optional[str], source: str, path: Optional[str] = None,
                         kubectl: Optional[str] = None) -> Optional[str]:
     """None when an authenticated read works; else the one-line reason with the fix. The kubeconfig is the file at
@@ -41,13 +58,8 @@ def credentials_problem(kubeconfig: Optional[str], context: Optional[str], sourc
         pulumi.log.warn(f"{NS}:cluster: kubectl is not on PATH, so the credentials of {source} were not checked before the "
                         f"update; an expired token shows only when something changes")
         return None
-    tmp = None
-    if path is None:
-        fd, tmp = tempfile.mkstemp(prefix="dynamo-kubeconfig-")
-        with os.fdopen(fd, "w") as f:
-            f.write(kubeconfig or "")
-    try:
-        cmd = [kubectl, "--kubeconfig", path or tmp, *(["--context", context] if context else []),
+    with _kubeconfig_file(path, kubeconfig) as config:
+        cmd = [kubectl, "--kubeconfig", config, *(["--context", context] if context else []),
                "get", "--raw", "/api", f"--request-timeout={TIMEOUT_S}s"]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S + 5)
@@ -55,11 +67,8 @@ def credentials_problem(kubeconfig: Optional[str], context: Optional[str], sourc
             return _message(source, context, f"kubectl did not answer: {e}")
         if r.returncode == 0:
             return None
-        lines = [x for x in (r.stderr.replace(tmp, source) if tmp else r.stderr).splitlines() if x.strip()]
+        lines = [x for x in r.stderr.replace(config, source).splitlines() if x.strip()]
         return _message(source, context, lines[-1] if lines else f"kubectl exited {r.returncode}")
-    finally:
-        if tmp:
-            os.unlink(tmp)
 
 
 def _message(source: str, context: Optional[str], seen: str) -> str:
@@ -103,18 +112,11 @@ def cluster_storage_classes(kubeconfig_path: Optional[str], kubeconfig: Optional
     kubectl = kubectl or shutil.which("kubectl")
     if kubectl is None:
         return None
-    tmp = None
-    if kubeconfig_path is None:
-        fd, tmp = tempfile.mkstemp(prefix="dynamo-kubeconfig-")
-        with os.fdopen(fd, "w") as f:
-            f.write(kubeconfig or "")
-    try:
-        r = subprocess.run([kubectl, "--kubeconfig", kubeconfig_path or tmp, *(["--context", context] if context else []),
-                            "get", "storageclasses", "-o", "json", f"--request-timeout={TIMEOUT_S}s"],
-                           capture_output=True, text=True, timeout=TIMEOUT_S + 5)
-        return json.loads(r.stdout).get("items", []) if r.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None
-    finally:
-        if tmp:
-            os.unlink(tmp)
+    with _kubeconfig_file(kubeconfig_path, kubeconfig) as config:
+        try:
+            r = subprocess.run([kubectl, "--kubeconfig", config, *(["--context", context] if context else []),
+                                "get", "storageclasses", "-o", "json", f"--request-timeout={TIMEOUT_S}s"],
+                               capture_output=True, text=True, timeout=TIMEOUT_S + 5)
+            return json.loads(r.stdout).get("items", []) if r.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None

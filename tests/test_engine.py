@@ -54,17 +54,21 @@ def kubectl(kube, *args, check=True, input=None) -> subprocess.CompletedProcess:
     return subprocess.run(["kubectl", "--kubeconfig", kube["kubeconfig"], *args], capture_output=True, text=True, check=check, input=input)
 
 
-@pytest.fixture(scope="session")
-def workspace(tmp_path_factory):
-    """A copy of the project (sharing its .venv) so stack files land outside the repository."""
-    work = tmp_path_factory.mktemp("project")
-    for name in ("Pulumi.yaml", "__main__.py", "pyproject.toml"):
-        shutil.copy(ROOT / name, work / name)
+def project_copy(tmp_path_factory, name: str = "project") -> dict:
+    """A copy of the project (sharing its .venv) so stack files land outside the repository, with its own state backend."""
+    work = tmp_path_factory.mktemp(name)
+    for f in ("Pulumi.yaml", "__main__.py", "pyproject.toml"):
+        shutil.copy(ROOT / f, work / f)
     for d in ("components", "stacks"):
         shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
     (work / ".venv").symlink_to(ROOT / ".venv")
-    backend = tmp_path_factory.mktemp("state")
+    backend = tmp_path_factory.mktemp(f"state-{name}")
     return {"dir": work, "backend": backend}
+
+
+@pytest.fixture(scope="session")
+def workspace(tmp_path_factory):
+    return project_copy(tmp_path_factory)
 
 
 def make_stack(workspace, name: str, config: dict):

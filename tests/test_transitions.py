@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from stacks.program import build_program
-from test_engine import KEPT, TOKEN, kube, kubectl, make_stack, set_config, workspace  # noqa: F401  (fixtures)
+from test_engine import KEPT, TOKEN, kube, kubectl, make_stack, project_copy, set_config, workspace  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.engine
 
@@ -306,15 +306,4 @@ def _use_components(workspace, legacy: bool) -> None:
 @pytest.fixture
 def legacy_workspace(tmp_path_factory):
     """A workspace of its own (the other tests' workspace keeps today's components)."""
-    import shutil
-
-    root = Path(__file__).resolve().parent.parent
-    work = tmp_path_factory.mktemp("project-legacy")
-    for name in ("Pulumi.yaml", "__main__.py", "pyproject.toml"):
-        shutil.copy(root / name, work / name)
-    for d in ("components", "stacks"):
-        shutil.copytree(root / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
-    (work / ".venv").symlink_to(root / ".venv")
-    return {"dir": work, "backend": tmp_path_factory.mktemp("state-legacy")}
-
-
+    return project_copy(tmp_path_factory, "project-legacy")
