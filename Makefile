@@ -16,7 +16,7 @@ export PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_CONFIG_PASSPHRASE ?= dynamo-local-dev
 export DYNAMO_TOOLCHAIN_CACHE ?= $(CACHE)
 
-.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain rig-toolchain prometheus-toolchain up local-up local-down test unit engine bench fidelity golden clean
+.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain rig-toolchain prometheus-toolchain gateway-toolchain up local-up local-down test unit engine bench fidelity golden clean
 
 help:
 	@echo "make up    - set-up, then pulumi up --stack dev (renders manifests to ./rendered, no cloud account)"
@@ -44,7 +44,11 @@ kube-toolchain:
 prometheus-toolchain:
 	tools/prometheus.sh
 
-toolchain: pulumi-toolchain kube-toolchain prometheus-toolchain
+# Envoy Gateway's egctl, whose offline translator tests/test_front_door_translate.py runs on the front door's objects.
+gateway-toolchain:
+	tools/egctl.sh
+
+toolchain: pulumi-toolchain kube-toolchain prometheus-toolchain gateway-toolchain
 
 # The GPU-free serving rig's own locked Python env (real Dynamo frontend + mocker, AIPerf) for tests/test_rig.py.
 rig-toolchain: $(UV)

@@ -1,5 +1,6 @@
 """Pulumi program: stack config -> cluster source (render, an existing cluster, a cluster stack's, or a new EKS
-cluster) -> Dynamo serving for the stack's recipe targets -> optional observability and benchmark.
+cluster) -> Dynamo serving for the stack's recipe targets -> optional observability and benchmark -> the optional layers
+(the front door).
 
 The whole config is parsed and planned before any resource (``stacks.program.build_program``, the same function
 ``python -m stacks render --stack`` runs). A cluster-only stack (``dynamo:serve: []``) stops after the platform and
@@ -11,6 +12,7 @@ import pulumi
 
 from components.benchmark import Benchmark
 from components.cluster_source import cluster_source
+from components.layer import Layer
 from components.observability import Observability
 from components.serving_layer import ServingLayer
 from stacks.spec.config import ConfigError
@@ -33,5 +35,9 @@ if program.benchmark is not None:
     Benchmark("benchmark", program.benchmark, opts=pulumi.ResourceOptions(provider=cluster.provider),
               depends_on=[serving.serving.graph.dgd])
 
-for key, value in {**cluster.exports(), **serving.exports()}.items():
+for plan in program.layers:  # the optional layers in the one layer shape (stacks/layers): the front door
+    Layer(plan, opts=pulumi.ResourceOptions(provider=cluster.provider), depends_on=list(serving.servings.values()),
+          redact_secrets=program.cluster.mode == "render")
+
+for key, value in {**cluster.exports(), **serving.exports(), **program.layer_outputs()}.items():
     pulumi.export(key, value)

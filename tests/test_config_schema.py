@@ -13,6 +13,7 @@ import yaml
 
 from stacks.spec.config import NS, SECRET_KEYS, StackConfig
 from stacks.serving.serve import SERVE
+from stacks.spec import STACK_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
@@ -20,7 +21,7 @@ PROJECT = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
 
 def _program_keys() -> set[str]:
     keys = {f.alias or name for name, f in StackConfig.model_fields.items()}
-    return keys | {"cluster"} | set(SECRET_KEYS) | {SERVE}
+    return keys | {"cluster"} | set(SECRET_KEYS) | {SERVE} | set(STACK_KEYS)
 
 
 def _documented() -> dict[str, dict]:

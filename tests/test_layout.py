@@ -61,6 +61,7 @@ PACKAGES = {
     "stacks.serving": "plans",  # plans: Kubernetes and AWS objects as data
     "stacks.cluster": "plans",
     "stacks.observe": "plans",
+    "stacks.layers": "plans",  # the optional layers in the one layer shape (LayerPlan)
     "stacks.program": "program",  # spec -> plans, for `up` and `render --stack`
     "stacks.cli": "shells",
     "components": "shells",

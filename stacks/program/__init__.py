@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from stacks.serving.autoscaling import PoolUse, check_bounds, cluster_stack_pools, keda_chart, pause_pools, scaled_object
 from stacks.serving.benchmark import build_benchmark, synthetic_speculative_dgd
@@ -22,6 +22,8 @@ from stacks.cluster.platform import fabrics_objects
 from stacks.cluster import build_cluster_only_plan, build_pools_plan, combined_stack_plan, plan_eks, plan_on_cluster_stack
 from stacks.spec.config import NS, ConfigError, StackConfig
 from stacks.observe.observability import build_observability, dynamo_pod_monitors, prometheus_url
+from stacks.layers import LayerPlan
+from stacks.layers.front_door import plan_front_door
 from stacks.serving.serve import Entry, build_entries
 from stacks.serving import REDACTED, ServingPlan, build_plan
 from stacks.spec import ClusterConfig, ProgramSpec, ServeEntry, kubeconfig_path, parse_spec  # noqa: F401  (kubeconfig_path: re-export)
@@ -45,6 +47,8 @@ class ProgramPlan:
     # One per serving entry (``dynamo:serve``); a single-target stack has one, keyed ``dynamo``.
     entries: list[Entry] = field(default_factory=list)
     spec: Optional[ProgramSpec] = None  # what the plans were built from
+    # The optional layers in the one layer shape (stacks/layers): each a LayerPlan, wired by components/layer.py.
+    layers: list[LayerPlan] = field(default_factory=list)
 
     @property
     def multi(self) -> bool:
@@ -93,7 +97,11 @@ class ProgramPlan:
         serving namespaces, every entry's serving objects (those entries share appear once), the optional layers."""
         extra = (self.observability.objects() if self.observability else []) + ([self.benchmark.job] if self.benchmark else [])
         serving = [o for e in self.entries for o in e.plan.objects()] if self.entries or self.serving is None else self.serving.objects()
-        return self.cluster_objects() + serving + extra
+        return self.cluster_objects() + serving + extra + [o for layer in self.layers for o in layer.objects]
+
+    def layer_outputs(self) -> dict[str, Any]:
+        """Every layer's stack outputs (e.g. frontDoorUrl, frontDoorSmokeTest)."""
+        return {k: v for layer in self.layers for k, v in layer.outputs.items()}
 
 
 def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = frozenset(),
@@ -132,7 +140,25 @@ def plan_program(spec: ProgramSpec) -> ProgramPlan:
     if mode != "render" and cluster.platform_wanted():
         layers.append("Dynamo platform")
     program = ProgramPlan(spec.stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries, spec=spec)
-    return demand_layers(optional_layers(program))
+    return planned_layers(demand_layers(optional_layers(program)))
+
+
+# The optional layers in the one layer shape, in the order up creates them: (config section, planner). A planner takes
+# the spec, the serving entries and the cluster mode, and returns a LayerPlan or None (off). Adding a layer is one line
+# here (docs/architecture.md "Adding an optional layer").
+LAYER_PLANNERS: list[tuple[str, Callable[[ProgramSpec, list[Entry], str], Optional[LayerPlan]]]] = [
+    ("frontDoor", lambda spec, entries, mode: plan_front_door(spec.front_door, entries, mode, spec.stack)),
+]
+
+
+def planned_layers(program: ProgramPlan) -> ProgramPlan:
+    """Every layer of ``LAYER_PLANNERS`` that the spec turns on, after the serving plans are final."""
+    for _key, planner in LAYER_PLANNERS:
+        layer = planner(program.spec, program.entries, program.cluster.mode)
+        if layer is not None:
+            program.layers.append(layer)
+            program.other_layers.append(layer.describe())
+    return program
 
 
 def _entry_plan(spec: ProgramSpec, per_entry: list, entry: ServeEntry) -> ServingPlan:

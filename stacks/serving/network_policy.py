@@ -94,3 +94,13 @@ def network_policies(dgd: dict, job_names: Iterable[str], ingress_namespaces: It
                                                {"to": [{"podSelector": {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}}}],
                                                 "ports": _tcp(*fe_ports)}]))
     return out
+
+
+def front_door_ingress(dgd: dict, namespaces: Iterable[str]) -> dict:
+    """The front door's path to one DGD's frontend: its HTTP port from the gateway's namespace (and the namespaces the
+    user lists), nothing else; it adds to ``network_policies`` (NetworkPolicies are additive)."""
+    ns, name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
+    graph = {LABEL_DGD_NAME: name}
+    fe_ports = sorted({p for c in dgd["spec"]["components"] if component_type(c) == "frontend" for p in container_ports(c).values()})
+    return _policy(f"{name}-front-door-ingress", ns, {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}}, ["Ingress"],
+                   ingress=[{"from": [_namespaces(namespaces)], "ports": _tcp(*fe_ports)}])

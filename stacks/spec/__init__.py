@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from stacks.cluster.config import EksConfig, apply_aws_region, resolve_region
+from stacks.spec.front_door import API_KEYS_SECRET, FrontDoorConfig
 from stacks.spec.config import (NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _camel, _key_error,
                      check_secret_keys, check_secret_values, parse, quantity_bytes, validation_error)
 
@@ -146,10 +147,12 @@ def cluster_config(raw: dict[str, Any]) -> ClusterConfig:
 # --------------------------------------------------------------------------- serving entries (dynamo:serve)
 
 SERVE = "serve"
+FRONT_DOOR = "frontDoor"  # stack-wide in both forms: one door for every entry (stacks/spec/front_door.py)
 # Keys that belong to the stack, not to an entry.
-STACK_KEYS = frozenset({"cluster", "kubeconfig", "hfToken", "ngcApiKey", "imagePullSecret", SERVE, "observability", "benchmark"})
+STACK_KEYS = frozenset({"cluster", "kubeconfig", "hfToken", "ngcApiKey", "imagePullSecret", SERVE, "observability", "benchmark",
+                        FRONT_DOOR, API_KEYS_SECRET})
 ENTRY_ONLY = frozenset({"name", "overrides"})
-_NOT_PER_ENTRY = ("cluster", "hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret", SERVE)
+_NOT_PER_ENTRY = ("cluster", "hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret", SERVE, FRONT_DOOR, API_KEYS_SECRET)
 
 
 class _Strict(BaseModel):
@@ -241,7 +244,7 @@ def entry_configs(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
                           f"set it inside an entry ({NS}:serve[0].name), or remove it (a single-target stack is named by its stack)")
     defaults = {k: v for k, v in raw.items() if k not in STACK_KEYS}
     if entries is None:
-        return [(NS, dict(raw))]
+        return [(NS, {k: v for k, v in raw.items() if k != FRONT_DOOR})]
     if entries == [] and isinstance(raw.get("cluster"), dict) and raw["cluster"].get("mode") == "eks":
         return []  # a cluster-only stack (parse_spec checks it sets nothing to serve)
     if not isinstance(entries, list) or not entries:
@@ -329,6 +332,19 @@ def check_unused_secrets(secret_keys: frozenset[str], mode: str) -> None:
                           f"(`pulumi config rm {NS}:{key}`); only an EKS or cluster-stack stack creates pull Secrets from it")
 
 
+def check_front_door_secrets(door: FrontDoorConfig, secret_keys: frozenset[str], require_present: bool = True) -> None:
+    """The API keys are read only with ``frontDoor.auth.mode: apiKeys``: refuse them unused, and require them there
+    (when rendering for review they may be left to the environment that deploys, like the HF token)."""
+    key = f"{NS}:{API_KEYS_SECRET}"
+    wants = door.enabled and door.auth.mode == "apiKeys"
+    if API_KEYS_SECRET in secret_keys and not wants:
+        raise ConfigError(f"{key}: set as a secret, but {NS}:frontDoor.auth.mode is not 'apiKeys' (or the front door is off), "
+                          f"so nothing reads it; set frontDoor.auth.mode: apiKeys, or `pulumi config rm {key}`")
+    if wants and require_present and API_KEYS_SECRET not in secret_keys:
+        raise ConfigError(f"{key} is not set: {NS}:frontDoor.auth.mode apiKeys needs one key per client, e.g. "
+                          f"`pulumi config set --secret --path '{key}.team-a' \"$(openssl rand -hex 32)\"`")
+
+
 def kubeconfig_path(cluster: ClusterConfig, secret_keys: frozenset[str], env: Optional[dict[str, str]]) -> Optional[str]:
     """The kubeconfig file an existing-cluster stack uses (None: the secret ``dynamo:kubeconfig``).
     ``env=None`` (render, review): the file is not looked for, since it belongs to the machine
@@ -366,6 +382,7 @@ class ProgramSpec(BaseModel):
     # Stack-wide sections: a single-target stack's own; a dynamo:serve stack's top level (entries cannot set them).
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
+    front_door: FrontDoorConfig = Field(default_factory=FrontDoorConfig)
 
     @property
     def cluster_only(self) -> bool:
@@ -415,7 +432,7 @@ def parse_spec(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = fr
                   kubeconfig_file=kubeconfig_file, aws_region=aws_region)
     if raw.get(SERVE) == [] and cluster.mode == "eks":  # a cluster-only stack
         for key in sorted(raw):
-            if key not in STACK_KEYS or key in ("observability", "benchmark"):
+            if key not in STACK_KEYS or key in ("observability", "benchmark", FRONT_DOOR):
                 raise ConfigError(f"{NS}:{key}: has no effect in a cluster-only stack ({NS}:serve: []), which serves nothing; "
                                   f"set it on a serving stack (cluster.mode: stack) or add entries to {NS}:serve")
         cluster = resolve_region(cluster, raw.get("cluster") or {}, aws_region)
@@ -427,5 +444,8 @@ def parse_spec(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = fr
     else:
         observability = _stack_section(ObservabilityConfig, raw, "observability")
         benchmark = _stack_section(BenchmarkConfig, raw, "benchmark")
+    front_door = _stack_section(FrontDoorConfig, raw, FRONT_DOOR)
+    check_front_door_secrets(front_door, secret_keys, require_present=env is not None)
     check_unused_secrets(secret_keys, cluster.mode)
-    return ProgramSpec(cluster=cluster, entries=entries, observability=observability, benchmark=benchmark, **common)
+    return ProgramSpec(cluster=cluster, entries=entries, observability=observability, benchmark=benchmark,
+                       front_door=front_door, **common)

@@ -558,7 +558,7 @@ class StackConfig(_Model):
 
 # Keys the serving layer does not own here: secrets (read only through pulumi.Config.get_secret, checked by
 # stacks.program) and the cluster (stacks.spec.providers). Other namespaces' keys (aws:, kubernetes:) are not ours.
-SECRET_KEYS = {"hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret"}
+SECRET_KEYS = {"hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret", "frontDoorApiKeys"}
 CLUSTER_KEYS = {"cluster", "kubeconfig"}
 
 
@@ -816,6 +816,13 @@ def secret_value_problems(values: dict[str, Any]) -> list[str]:
         elif key == "ngcApiKey" and (text != text.strip() or any(c.isspace() or not c.isprintable() for c in text)):
             out.append(f"{NS}:ngcApiKey: the secret contains whitespace or control characters (value not shown); "
                        f"paste the NGC API key alone")
+        elif key == "frontDoorApiKeys":
+            from stacks.spec.front_door import api_key_problems  # the front door's own rules (that module imports this one)
+
+            try:
+                out.extend(api_key_problems(json.loads(text) if isinstance(value, str) else value))
+            except ValueError:
+                out.extend(api_key_problems(None))
         elif key == "imagePullSecret":
             why = _dockerconfigjson_problem(text)
             if why:

@@ -1,0 +1,266 @@
+"""The front door (``dynamo:frontDoor``, stacks/layers/front_door.py) as a plan: what is refused before any resource,
+what every route carries, where the API keys go, and which Dynamo headers a client may not set.
+
+The header list is held to the Dynamo 1.6.1 frontend the serving rig installs (its compiled HTTP service), not to the
+product's own list; the timeouts to Envoy Gateway's documented 15 s default; the NetworkPolicy port to the operator's
+documented frontend port (../shared/reference/dynamo-next/OPERATOR-LABELS.md)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stacks.catalog import targets
+from stacks.program import build_program
+from stacks.spec.config import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+CANARY = "fdkey-canary-" + "7" * 24
+ENVOY_DEFAULT_ROUTE_TIMEOUT = 15  # seconds: Envoy's route timeout default, which also cuts a streamed response
+
+INTERNET = {"enabled": True, "exposure": "internet", "sourceRanges": ["203.0.113.0/24"], "hostname": "models.example.com",
+            "tls": {"mode": "certManager", "issuer": {"name": "letsencrypt"}}, "auth": {"mode": "apiKeys"},
+            "rateLimit": {"requestsPerMinute": 60}}
+KEYS = frozenset({"frontDoorApiKeys"})
+
+
+def _program(door: dict, secret_keys=KEYS, cluster=None, env=None, **raw):
+    base = {"gpu": "h100", "topology": "disagg", "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": door, **raw}
+    if cluster:
+        base["cluster"] = cluster
+        if cluster["mode"] == "eks":  # the stack's own cluster: the token comes from the secret dynamo:hfToken
+            del base["hfTokenSecretName"]
+            secret_keys = secret_keys | {"hfToken"}
+    return build_program(base, "test", secret_keys, env=env)
+
+
+def _refused(door: dict, secret_keys=KEYS, env=None, **raw) -> str:
+    with pytest.raises(ConfigError) as err:
+        _program(door, secret_keys, env=env, **raw)
+    return str(err.value)
+
+
+def _objects(program, kind):
+    return [o for layer in program.layers for o in layer.objects if o["kind"] == kind]
+
+
+# ---------------------------------------------------------------------------- refused before any resource
+
+@pytest.mark.parametrize("missing", ["auth", "tls", "sourceRanges"])
+def test_internet_exposure_needs_auth_tls_and_source_ranges(missing):
+    door = {k: v for k, v in INTERNET.items() if k != missing and not (missing == "auth" and k == "rateLimit")}
+    msg = _refused(door, KEYS if missing != "auth" else frozenset())
+    key = {"auth": "auth.mode", "tls": "tls.mode", "sourceRanges": "sourceRanges"}[missing]
+    assert "dynamo:frontDoor.exposure: 'internet' needs" in msg and f"not set: {key}" in msg
+    assert "exposure: cluster" in msg  # the way out
+
+
+def test_a_zero_timeout_is_refused_naming_the_key():
+    msg = _refused({"enabled": True, "requestTimeout": 0}, frozenset())
+    assert "dynamo:frontDoor.requestTimeout" in msg and "no timeout" in msg
+
+
+def test_a_rate_limit_needs_an_identity():
+    msg = _refused({"enabled": True, "rateLimit": {"requestsPerMinute": 5}}, frozenset())
+    assert "dynamo:frontDoor.rateLimit" in msg and "auth.mode" in msg
+
+
+def test_auth_on_an_existing_gateway_of_another_implementation_is_refused():
+    door = {"enabled": True, "gateway": "existing", "existingGateway": {"namespace": "infra", "name": "shared"}, "auth": {"mode": "apiKeys"}}
+    msg = _refused(door)
+    assert "existingGateway.implementation: envoy-gateway" in msg
+
+
+def test_managed_only_keys_on_an_existing_gateway_are_refused():
+    door = {"enabled": True, "gateway": "existing", "existingGateway": {"namespace": "infra", "name": "shared"}, "exposure": "internet"}
+    assert "dynamo:frontDoor.exposure: has no effect with gateway: existing" in _refused(door, frozenset())
+
+
+def test_keys_under_a_door_that_is_off_are_refused():
+    assert "frontDoor.enabled is false" in _refused({"exposure": "internet"}, frozenset())
+
+
+def test_api_keys_are_required_with_api_key_auth_and_refused_without():
+    assert "dynamo:frontDoorApiKeys is not set" in _refused({"enabled": True, "auth": {"mode": "apiKeys"}}, frozenset(), env={})
+    assert "nothing reads it" in _refused({"enabled": True}, KEYS)
+
+
+def test_plain_text_api_keys_are_refused():
+    msg = _refused({"enabled": True, "auth": {"mode": "apiKeys"}}, frozenset(), frontDoorApiKeys={"a": CANARY})
+    assert "must be a Pulumi secret" in msg and CANARY not in msg
+
+
+@pytest.mark.parametrize("value,why", [
+    ({"team-a": "short"}, "shorter than"),
+    ({"team-a": CANARY, "team-b": CANARY}, "share one key"),
+    ({"bad id!": CANARY}, "is not a client id"),
+    ([CANARY], "not a non-empty mapping"),
+])
+def test_bad_api_key_secrets_are_named_without_their_value(value, why):
+    from stacks.spec.config import secret_value_problems
+
+    problems = secret_value_problems({"frontDoorApiKeys": json.dumps(value)})
+    assert problems and why in " ".join(problems)
+    assert all(CANARY not in p and "short\"" not in p for p in problems)
+
+
+def test_vpc_exposure_needs_eks():
+    msg = _refused({"enabled": True, "exposure": "vpc"}, frozenset(), cluster={"mode": "kubeconfig", "kubeconfigPath": __file__})
+    assert "dynamo:frontDoor.exposure: 'vpc'" in msg and "cluster.mode eks" in msg
+
+
+# ---------------------------------------------------------------------------- every route, every target
+
+def _door_variants():
+    yield "managed-open", {"enabled": True}, frozenset()
+    yield "managed-internet", INTERNET, KEYS
+    yield "existing", {"enabled": True, "gateway": "existing", "existingGateway": {"namespace": "infra", "name": "shared"}}, frozenset()
+    yield "existing-eg-jwt", {"enabled": True, "gateway": "existing",
+                              "existingGateway": {"namespace": "infra", "name": "shared", "implementation": "envoy-gateway"},
+                              "auth": {"mode": "jwt", "jwt": {"issuer": "https://id.example.com", "jwksUri": "https://id.example.com/jwks"}}}, frozenset()
+
+
+@pytest.mark.parametrize("target_id", sorted(targets()))
+def test_every_route_has_a_timeout_and_removes_the_dynamo_headers(target_id):
+    from stacks.layers.front_door import DYNAMO_CLIENT_HEADERS, ROUTING_HEADERS, TENANT_HEADER
+
+    for variant, door, keys in _door_variants():
+        program = build_program({"target": target_id, "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": door}, "t", keys)
+        routes = [r for r in _objects(program, "HTTPRoute") if r["metadata"]["namespace"] == "llm"]
+        assert len(routes) == 1, variant
+        for rule in routes[0]["spec"]["rules"]:
+            seconds = int(rule["timeouts"]["request"].rstrip("s"))
+            assert seconds > ENVOY_DEFAULT_ROUTE_TIMEOUT * 4, (variant, seconds)
+            removed = {h for f in rule["filters"] if f["type"] == "RequestHeaderModifier" for h in f["requestHeaderModifier"]["remove"]}
+            assert set(ROUTING_HEADERS) <= removed, variant
+            if TENANT_HEADER not in removed:  # the managed door sets it from the identity: removed early, before auth
+                early = _objects(program, "ClientTrafficPolicy")[0]["spec"]["headers"]["earlyRequestHeaders"]["remove"]
+                assert set(DYNAMO_CLIENT_HEADERS) <= set(early), variant
+                assert variant == "managed-internet"
+
+
+def test_long_context_targets_get_longer_timeouts_and_the_override_wins():
+    by_context = {}
+    for t in targets().values():
+        program = build_program({"target": t.id, "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": {"enabled": True}}, "t")
+        by_context.setdefault(t.context, set()).add(_objects(program, "HTTPRoute")[0]["spec"]["rules"][0]["timeouts"]["request"])
+    seconds = {ctx: max(int(v.rstrip("s")) for v in vals) for ctx, vals in by_context.items()}
+    assert seconds["1m"] > seconds["256k"] > seconds[None]
+    program = _program({"enabled": True, "requestTimeout": 7200}, frozenset())
+    assert _objects(program, "HTTPRoute")[0]["spec"]["rules"][0]["timeouts"]["request"] == "7200s"
+
+
+def test_rig_frontend_headers_that_steer_a_request_are_all_removed():
+    """Every header the installed 1.6.1 frontend reads to pick a worker, a rank, a priority, a tenant or to skip the
+    prefill hop is in the door's removal list (names read from its compiled HTTP service)."""
+    from rig import rig_env_dir
+
+    from stacks.layers.front_door import DYNAMO_CLIENT_HEADERS
+
+    core = sorted(rig_env_dir().glob("lib/python3*/site-packages/dynamo/_core*.so"))
+    assert core, "the rig's ai-dynamo-runtime has no dynamo/_core*.so"
+    data = core[0].read_bytes()
+    # Header names are stored back to back; match each known stem with the longest plausible prefix.
+    stems = rb"(?:worker-instance-id|prefill-instance-id|dp-rank|data-parallel-rank|request-priority|request-strict-priority|tenant-id|bypass-remote-prefill)"
+    found = {m.group(0).decode() for m in re.finditer(rb"x-(?:dynamo-|prefill-)?" + stems, data)}
+    found |= {m.group(0).decode() for m in re.finditer(rb"x-dynamo-prefill-dp-rank", data)}
+    assert {"x-worker-instance-id", "x-dynamo-worker-instance-id", "x-tenant-id"} <= found
+    assert found <= set(DYNAMO_CLIENT_HEADERS), sorted(found - set(DYNAMO_CLIENT_HEADERS))
+
+
+# ---------------------------------------------------------------------------- what the managed door creates
+
+def test_internet_door_objects():
+    program = _program(INTERNET)
+    gw = _objects(program, "Gateway")[0]
+    https = next(lst for lst in gw["spec"]["listeners"] if lst["protocol"] == "HTTPS")
+    assert https["tls"]["mode"] == "Terminate" and https["hostname"] == "models.example.com"
+    assert https["allowedRoutes"]["namespaces"]["selector"]["matchExpressions"][0]["values"] == ["llm"]
+    http = next(lst for lst in gw["spec"]["listeners"] if lst["protocol"] == "HTTP")
+    assert http["allowedRoutes"]["namespaces"]["from"] == "Same"  # plain HTTP serves only the redirect
+    redirect = next(r for r in _objects(program, "HTTPRoute") if r["metadata"]["namespace"] == "dynamo-gateway")
+    assert redirect["spec"]["rules"][0]["filters"][0]["requestRedirect"]["scheme"] == "https"
+    policy = _objects(program, "SecurityPolicy")[0]["spec"]["apiKeyAuth"]
+    assert policy["extractFrom"] == [{"headers": ["Authorization"]}] and policy["sanitize"] is True
+    assert policy["forwardClientIDHeader"] == "x-tenant-id"
+    svc = _objects(program, "EnvoyProxy")[0]["spec"]["provider"]["kubernetes"]["envoyService"]
+    assert svc["type"] == "LoadBalancer" and svc["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
+    cert = _objects(program, "Certificate")[0]["spec"]
+    assert cert["dnsNames"] == ["models.example.com"] and cert["issuerRef"]["name"] == "letsencrypt"
+    assert program.layer_outputs()["frontDoorUrl"] == "https://models.example.com/v1"
+
+
+def test_on_eks_the_gateway_is_an_nlb_in_tcp_mode_idle_as_long_as_a_request():
+    program = _program(INTERNET, cluster={"mode": "eks", "region": "us-east-1"})
+    svc = _objects(program, "EnvoyProxy")[0]["spec"]["provider"]["kubernetes"]["envoyService"]
+    timeout = int(_objects(program, "HTTPRoute")[-1]["spec"]["rules"][0]["timeouts"]["request"].rstrip("s"))
+    ann = svc["annotations"]
+    assert ann["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internet-facing"
+    assert ann["service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"] == "ip"
+    # AWS ListenerAttribute tcp.idle_timeout.seconds: 60-6000 s on TCP listeners (TLS listeners are fixed at 350 s).
+    idle = int(ann["service.beta.kubernetes.io/aws-load-balancer-listener-attributes.TCP-443"].split("=")[1])
+    assert 60 <= idle <= 6000 and idle >= min(timeout, 6000)
+    assert [c.chart for c in program.layers[0].charts] == ["gateway-helm", "cert-manager"]
+
+
+def test_the_api_key_secret_is_redacted_in_the_plan_and_filled_from_the_stack_secret():
+    program = _program(INTERNET)
+    layer = program.layers[0]
+    secrets = [(i, o) for i, o in enumerate(layer.objects) if o["kind"] == "Secret"]
+    assert len(secrets) == 1 and layer.secrets[secrets[0][0]].config_key == "frontDoorApiKeys"
+    assert "<redacted" in json.dumps(secrets[0][1])
+
+
+def test_render_of_a_door_holds_no_key():
+    from stacks.program.render import to_yaml
+
+    program = build_program({"gpu": "h100", "topology": "disagg", "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": INTERNET},
+                            "t", KEYS, secret_values={"frontDoorApiKeys": json.dumps({"team-a": CANARY})})
+    text = to_yaml(program.objects()) + json.dumps(program.layer_outputs())
+    assert "HTTPRoute" in text and CANARY not in text
+
+
+def test_with_network_policy_only_the_gateway_namespace_reaches_the_frontend():
+    labels = (ROOT.parent / "shared/reference/dynamo-next/OPERATOR-LABELS.md")
+    port = 8000
+    if labels.is_file():  # the operator's frontend port, from the reference table
+        port = int(re.search(r"\| `http` \| (\d+) \| frontend container", labels.read_text()).group(1))
+    program = _program({"enabled": True, "allowNamespaces": ["team-a"]}, frozenset(), networkPolicy={"enabled": True})
+    [policy] = [p for p in _objects(program, "NetworkPolicy")]
+    assert policy["metadata"]["namespace"] == "llm"
+    assert policy["spec"]["podSelector"]["matchLabels"]["nvidia.com/dynamo-component-type"] == "frontend"
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"from": [{"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["dynamo-gateway", "team-a"]}]}}],
+        "ports": [{"protocol": "TCP", "port": port}]}]
+
+
+def test_a_serve_stack_routes_each_entry_under_its_name():
+    raw = {"hfTokenSecretName": "hf", "frontDoor": {"enabled": True},
+           "serve": [{"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+                     {"name": "long", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "b"}]}
+    program = build_program(raw, "t")
+    routes = {r["metadata"]["namespace"]: r for r in _objects(program, "HTTPRoute")}
+    assert routes["a"]["spec"]["rules"][0]["matches"][0]["path"]["value"] == "/chat"
+    assert routes["b"]["spec"]["rules"][0]["matches"][0]["path"]["value"] == "/long"
+    assert set(program.layer_outputs()["frontDoorUrl"]) == {"chat", "long"}
+    gw = _objects(program, "Gateway")[0]
+    assert gw["spec"]["listeners"][0]["allowedRoutes"]["namespaces"]["selector"]["matchExpressions"][0]["values"] == ["a", "b"]
+
+
+def test_committed_front_door_stacks_render():
+    from stacks.program.render import program_for_stack
+
+    found = []
+    for path in sorted(ROOT.glob("Pulumi.*.yaml")):
+        door = (yaml.safe_load(path.read_text()).get("config") or {}).get("dynamo:frontDoor")
+        if door and door.get("enabled"):
+            program = program_for_stack(path.name[len("Pulumi."):-len(".yaml")])
+            found.append((door.get("gateway", "managed"), door.get("exposure", "cluster"), program))
+    kinds = {(g, e) for g, e, _ in found}
+    assert ("managed", "internet") in kinds and ("existing", "cluster") in kinds
+    for _, _, program in found:
+        assert _objects(program, "HTTPRoute")
