@@ -61,7 +61,13 @@ class Layer(pulumi.ComponentResource):
                 self.objects.append(k8s.core.v1.Secret(
                     name, metadata=obj["metadata"], type=obj.get("type"), string_data=data,
                     opts=pulumi.ResourceOptions.merge(opts_, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"]))))
+            elif obj["kind"] == "ConfigMap":
+                self.objects.append(k8s.core.v1.ConfigMap(name, metadata=obj["metadata"], data=obj.get("data"), opts=opts_))
             else:
+                extra = sorted(set(obj) - {"apiVersion", "kind", "metadata", "spec"})
+                if extra:  # a generic resource carries spec only: a field beside it would be dropped silently
+                    raise ValueError(f"layer {plan.key}: {obj['kind']} {obj['metadata']['name']} has {extra} beside spec; "
+                                     f"give its kind a typed resource in components/layer.py")
                 self.objects.append(k8s.apiextensions.CustomResource(
                     name, api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"], spec=obj.get("spec"),
                     opts=opts_))

@@ -1,5 +1,6 @@
 """Mock tests of the cluster layer wiring (pulumi.runtime.set_mocks): the resource graph per GPU,
 ordering of platform, device plugins, download and DGD, and every committed stack under mocks."""
+import json
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,8 @@ def test_every_committed_stack_runs_under_mocks(path, tmp_path, monkeypatch):
         secrets.update(TOKEN)
     if (cfg.get("cluster") or {}).get("mode") == "eks" and cfg.get("imagePullSecrets"):
         secrets.setdefault("ngcApiKey", "nvapi-mock")  # `pulumi config set --secret dynamo:ngcApiKey ...` on a real stack
+    if ((cfg.get("frontDoor") or {}).get("auth") or {}).get("mode") == "apiKeys":  # one key per team, set with --secret --path
+        secrets.setdefault("frontDoorApiKeys", json.dumps({"team-a": "a" * 32}))
     mode = (cfg.get("cluster") or {}).get("mode")
     if mode == "stack" and cfg.get("imagePullSecrets"):
         secrets.setdefault("ngcApiKey", "nvapi-mock")

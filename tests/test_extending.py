@@ -244,3 +244,33 @@ def test_eks_default_shape_of_an_efa_target_refuses_the_gpu(extended):
     for f in (default_shapes, default_groups):
         with pytest.raises(ConfigError, match=f"GPU '{GPU}' has {MISSING}"):
             f(efa)
+
+
+# ---- a throwaway optional layer, by docs/architecture.md "Adding an optional layer"
+
+def test_a_throwaway_layer_follows_the_documented_steps(monkeypatch):
+    """A planner in stacks.program.LAYER_PLANNERS is all a layer needs: render lists its objects, and under Pulumi
+    mocks the generic component creates exactly them, with its type token and its outputs exported."""
+    from harness import run_program
+
+    from stacks import program as prog
+    from stacks.layers import LayerPlan
+
+    def plan_notes(spec, entries, mode):
+        ns = entries[0].plan.dgd["metadata"]["namespace"]
+        return LayerPlan(key="notes", kind="Notes", title="throwaway notes",
+                         objects=[{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "notes", "namespace": ns},
+                                   "data": {"hello": "world"}}],
+                         outputs={"notesName": "notes"})
+
+    monkeypatch.setattr(prog, "LAYER_PLANNERS", [*prog.LAYER_PLANNERS, ("notes", plan_notes)])
+    cfg = {"gpu": "h100", "topology": "agg", "namespace": "llm", "hfTokenSecretName": "hf"}
+    program = prog.build_program(cfg, "t")
+    assert any(o["kind"] == "ConfigMap" and o["metadata"]["name"] == "notes" for o in program.objects())
+    assert "throwaway notes: 1 objects" in program.other_layers
+    run = run_program(cfg, {}, stack="notes")
+    (component,) = run.by_type("dynamo:notes:Notes")
+    made = [r for r in run.resources if r.parent == component.urn]
+    assert [(r.type, r.inputs["metadata"]["name"], r.inputs["data"]) for r in made] == [
+        ("kubernetes:core/v1:ConfigMap", "notes", {"hello": "world"})]
+    assert run.outputs.get("notesName") == "notes"

@@ -264,3 +264,29 @@ def test_committed_front_door_stacks_render():
     assert ("managed", "internet") in kinds and ("existing", "cluster") in kinds
     for _, _, program in found:
         assert _objects(program, "HTTPRoute")
+
+
+# ---------------------------------------------------------------------------- the shell, under Pulumi mocks
+
+def test_the_layer_component_creates_the_plan_and_keeps_the_keys_secret():
+    from harness import SECRET_SIG, SECRETS, run_program
+
+    cfg = {"gpu": "h100", "topology": "agg", "namespace": "llm", "imagePullSecrets": ["ngc-secret"], "frontDoor": INTERNET,
+           "cluster": {"mode": "eks", "region": "us-east-1"}}
+    run = run_program(cfg, {**SECRETS, "frontDoorApiKeys": json.dumps({"team-a": CANARY})}, stack="door")
+    (component,) = run.by_type("dynamo:frontDoor:FrontDoor")
+    planned = build_program(cfg, "door", frozenset({"hfToken", "ngcApiKey", "frontDoorApiKeys"})).layers[0]
+    made = [r for r in run.resources if r.parent == component.urn]
+    charts = [r for r in made if r.type == "kubernetes:helm.sh/v3:Release"]
+    assert [r.inputs["chart"] for r in charts] == [c.chart for c in planned.charts]
+    kinds = sorted(r.type.rsplit(":", 1)[1] for r in made if r.type != "kubernetes:helm.sh/v3:Release")
+    assert kinds == sorted(o["kind"] for o in planned.objects)
+    for r in made:  # objects whose CRDs the charts bring wait for them
+        if r.type.rsplit(":", 1)[1] in planned.after_charts:
+            assert {c.urn for c in charts} <= set(r.dependencies), r.name
+    (secret,) = [r for r in made if r.type == "kubernetes:core/v1:Secret"]
+    assert SECRET_SIG in secret.raw_inputs["stringData"]  # the whole mapping travels as one Pulumi secret
+    assert {"stringData", "data"} <= set(secret.additional_secret_outputs)
+    others = [r.raw_inputs for r in run.resources if r is not secret]
+    assert CANARY not in json.dumps(others, default=str) + json.dumps(run.raw_outputs, default=str)
+    assert run.outputs.get("frontDoorUrl") == "https://models.example.com/v1"
