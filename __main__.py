@@ -36,7 +36,7 @@ if program.benchmark is not None:
               depends_on=[serving.serving.graph.dgd])
 
 for plan in program.layers:  # the optional layers in the one layer shape (stacks/layers): the front door
-    Layer(plan, opts=pulumi.ResourceOptions(provider=cluster.provider), depends_on=list(serving.servings.values()),
+    Layer(plan, opts=pulumi.ResourceOptions(provider=cluster.provider), depends_on=[*serving.servings.values(), *cluster.layers_ready],
           redact_secrets=program.cluster.mode == "render")
 
 for key, value in {**cluster.exports(), **serving.exports(), **program.layer_outputs()}.items():

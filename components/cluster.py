@@ -285,7 +285,29 @@ class EksGpuCluster(pulumi.ComponentResource):
         self.karpenter_node_pools: list[pulumi.Resource] = []
         if plan.karpenter:
             self._karpenter(name, plan, tags, child)
+        # ---- the AWS Load Balancer Controller, when the front door has a load balancer
+        self.load_balancer_controller: Optional[pulumi.Resource] = None
+        if plan.load_balancer_controller:
+            self._load_balancer_controller(name, plan, tags, child)
         self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig, "storageClassName": self.storage_class_name})
+
+    def _load_balancer_controller(self, name: str, plan: ClusterPlan, tags: dict, child: pulumi.ResourceOptions) -> None:
+        """stacks/cluster/load_balancer.py: its role through EKS Pod Identity with the upstream policy, then the chart
+        (region and VPC in its values: no instance metadata needed)."""
+        import pulumi_kubernetes as k8s
+
+        lb = plan.load_balancer_controller
+        role = aws.iam.Role(f"{name}-lb-controller", name=lb.role_name, assume_role_policy=ASSUME_POD_IDENTITY, tags=tags, opts=child)
+        policy = aws.iam.Policy(f"{name}-lb-controller", policy=json.dumps(lb.policy), tags=tags, opts=child)
+        attach = aws.iam.RolePolicyAttachment(f"{name}-lb-controller", role=role.name, policy_arn=policy.arn, opts=child)
+        assoc = aws.eks.PodIdentityAssociation(f"{name}-lb-controller", cluster_name=self.cluster.name, namespace=lb.helm.namespace,
+                                               service_account=lb.service_account, role_arn=role.arn, opts=child)
+        provider = k8s.Provider(f"{name}-lb-controller", kubeconfig=self.kubeconfig, opts=child)
+        spec = lb.helm
+        self.load_balancer_controller = k8s.helm.v3.Release(
+            f"{name}-lb-controller", name=spec.name, chart=spec.chart, version=spec.version, namespace=spec.namespace,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=spec.repo), values={**spec.values, "vpcId": self.vpc.id}, timeout=900,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.system_nodes, assoc, attach, *self.addons]))
 
     def _karpenter(self, name: str, plan: ClusterPlan, tags: dict, child: pulumi.ResourceOptions) -> None:
         """Karpenter for the Karpenter pools (stacks/cluster/karpenter.py): the node role and its EC2_LINUX access entry (the

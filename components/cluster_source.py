@@ -41,6 +41,7 @@ class ClusterSource:
         self.program = program
         self.storage_ready: list = []
         self.gpu_ready: list = []
+        self.layers_ready: list = []  # what the optional layers wait for (on EKS the AWS Load Balancer Controller)
 
     def exports(self) -> dict[str, Any]:
         return {}
@@ -143,6 +144,8 @@ class EksSource(ClusterSource):
         # The download starts as soon as storage and the system nodes exist, in parallel with the GPU node group.
         self.storage_ready = [storage, eks.system_nodes]
         self.gpu_ready = list(eks.gpu_node_groups) + eks.karpenter_node_pools  # Karpenter pools: their NodePools exist before the DGDs
+        # the front door's Service becomes an NLB only once the controller (and its webhook) runs
+        self.layers_ready = [eks.load_balancer_controller] if eks.load_balancer_controller else []
         if plan.dra_driver:  # GB200: ComputeDomains (IMEX) through the NVIDIA DRA driver
             self.gpu_ready.append(helm_release("nvidia-dra-driver-gpu", dra_driver_spec(),
                                                pulumi.ResourceOptions(provider=self.provider, depends_on=[eks.gpu_nodes])))

@@ -98,13 +98,15 @@ def test_plain_text_api_keys_are_refused():
     ({"team-a": CANARY, "team-b": CANARY}, "share one key"),
     ({"bad id!": CANARY}, "is not a client id"),
     ([CANARY], "not a non-empty mapping"),
+    ({CANARY + "x" * 40: "team-x"}, "not a client id"),  # a key pasted where the client id goes
+    ({CANARY: "team-x"}, "shorter than"),  # the two swapped: the key is a valid-looking name
 ])
 def test_bad_api_key_secrets_are_named_without_their_value(value, why):
     from stacks.spec.config import secret_value_problems
 
     problems = secret_value_problems({"frontDoorApiKeys": json.dumps(value)})
     assert problems and why in " ".join(problems)
-    assert all(CANARY not in p and "short\"" not in p for p in problems)
+    assert all(CANARY not in p and "short\"" not in p and "team-x" not in p for p in problems)
 
 
 def test_vpc_exposure_needs_eks():
@@ -214,15 +216,6 @@ def test_the_api_key_secret_is_redacted_in_the_plan_and_filled_from_the_stack_se
     assert "<redacted" in json.dumps(secrets[0][1])
 
 
-def test_render_of_a_door_holds_no_key():
-    from stacks.program.render import to_yaml
-
-    program = build_program({"gpu": "h100", "topology": "disagg", "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": INTERNET},
-                            "t", KEYS, secret_values={"frontDoorApiKeys": json.dumps({"team-a": CANARY})})
-    text = to_yaml(program.objects()) + json.dumps(program.layer_outputs())
-    assert "HTTPRoute" in text and CANARY not in text
-
-
 def test_with_network_policy_only_the_gateway_namespace_reaches_the_frontend():
     labels = (ROOT.parent / "shared/reference/dynamo-next/OPERATOR-LABELS.md")
     port = 8000
@@ -290,3 +283,116 @@ def test_the_layer_component_creates_the_plan_and_keeps_the_keys_secret():
     others = [r.raw_inputs for r in run.resources if r is not secret]
     assert CANARY not in json.dumps(others, default=str) + json.dumps(run.raw_outputs, default=str)
     assert run.outputs.get("frontDoorUrl") == "https://models.example.com/v1"
+
+
+def test_keys_without_tls_across_the_network_are_refused():
+    door = {"enabled": True, "exposure": "vpc", "auth": {"mode": "apiKeys"}}
+    assert "dynamo:frontDoor.tls.mode: 'none' with auth.mode 'apiKeys'" in _refused(door, cluster={"mode": "eks", "region": "us-east-1"})
+
+
+def test_allow_namespaces_without_network_policies_is_refused():
+    assert "dynamo:frontDoor.allowNamespaces" in _refused({"enabled": True, "allowNamespaces": ["team-a"]}, frozenset())
+
+
+def test_a_load_balancer_on_a_cluster_stack_is_refused():
+    cluster = {"mode": "stack", "stack": "organization/dynamo/h100-cluster"}
+    door = {**INTERNET}
+    with pytest.raises(ConfigError) as err:
+        build_program({"target": "lightning-vllm-agg-h100-dspark", "namespace": "llm", "frontDoor": door, "cluster": cluster},
+                      "t", KEYS | {"hfToken"})
+    assert "cluster stack's cluster" in str(err.value) and "dynamo:frontDoor.exposure" in str(err.value)
+
+
+def test_the_managed_chart_runs_the_proxies_where_the_network_policy_admits_them():
+    """Envoy Gateway deploys its proxies in the controller's namespace unless told GatewayNamespace
+    (envoyproxy/gateway api/v1alpha1/envoygateway_types.go KubernetesDeployMode: default ControllerNamespace)."""
+    from stacks.layers.front_door import plan_front_door
+
+    program = _program({"enabled": True}, frozenset(), networkPolicy={"enabled": True})
+    door = program.spec.front_door
+    layer = plan_front_door(door, program.entries, "kubeconfig", "t")  # render mode installs no chart
+    (chart,) = layer.charts
+    assert chart.values["config"]["envoyGateway"]["provider"]["kubernetes"]["deploy"]["type"] == "GatewayNamespace"
+    (policy,) = [o for o in layer.objects if o["kind"] == "NetworkPolicy"]
+    gw = next(o for o in layer.objects if o["kind"] == "Gateway")
+    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == [gw["metadata"]["namespace"]]
+    own = plan_front_door(door.model_copy(update={"install_controllers": False}), program.entries, "kubeconfig", "t")
+    (policy,) = [o for o in own.objects if o["kind"] == "NetworkPolicy"]  # the user's controller: either namespace
+    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["dynamo-gateway", "envoy-gateway-system"]
+
+
+def test_an_existing_envoy_gateway_still_keys_the_rate_limit_on_the_identity():
+    door = {"enabled": True, "gateway": "existing", "existingGateway": {"namespace": "infra", "name": "shared",
+            "implementation": "envoy-gateway", "proxyNamespace": "envoy-gateway-system"}, "auth": {"mode": "apiKeys"},
+            "rateLimit": {"requestsPerMinute": 10}}
+    program = _program(door, networkPolicy={"enabled": True})
+    assert _objects(program, "SecurityPolicy")[0]["spec"]["apiKeyAuth"]["forwardClientIDHeader"] == "x-tenant-id"
+    route = _objects(program, "HTTPRoute")[0]
+    assert "x-tenant-id" in route["spec"]["rules"][0]["filters"][0]["requestHeaderModifier"]["remove"]
+    (policy,) = _objects(program, "NetworkPolicy")
+    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["envoy-gateway-system"]
+
+
+# ---------------------------------------------------------------------------- on EKS: the AWS Load Balancer Controller
+
+EKS_DOOR = {"gpu": "h100", "topology": "agg", "namespace": "llm", "imagePullSecrets": ["ngc-secret"], "frontDoor": INTERNET,
+            "cluster": {"mode": "eks", "region": "us-east-1"}}
+
+
+def _eks_run(cfg):
+    from harness import SECRETS, run_program
+
+    return run_program(cfg, {**SECRETS, "frontDoorApiKeys": json.dumps({"team-a": CANARY})}, stack="door")
+
+
+def test_an_nlb_door_on_eks_installs_the_load_balancer_controller_with_its_own_identity():
+    """The controller's service account gets the upstream policy through EKS Pod Identity (EKS user guide, Pod Identity:
+    a role trusted by pods.eks.amazonaws.com with sts:AssumeRole and sts:TagSession, the eks-pod-identity-agent add-on),
+    and its values name the region and VPC (no instance metadata). The listener idle timeout annotation needs
+    elasticloadbalancing:ModifyListenerAttributes, which the pinned upstream policy grants."""
+    import hashlib
+
+    from stacks.cluster.load_balancer import POLICY_FILE
+    from stacks.cluster.platform import chart_pin
+
+    run = _eks_run(EKS_DOOR)
+    (release,) = [r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs.get("chart") == "aws-load-balancer-controller"]
+    assert release.inputs["version"] == chart_pin("aws-load-balancer-controller")["version"]
+    values = release.inputs["values"]
+    assert values["region"] == "us-east-1" and values["clusterName"] and "vpcId" in values
+    (assoc,) = [a for a in run.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+                if a.inputs["serviceAccount"] == values["serviceAccount"]["name"]]
+    assert assoc.inputs["namespace"] == release.inputs["namespace"] == "kube-system"
+    role = next(r for r in run.by_type("aws:iam/role:Role") if r.name.endswith("-lb-controller"))
+    trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"} and {"sts:AssumeRole", "sts:TagSession"} <= set(trust["Action"])
+    policy = next(r for r in run.by_type("aws:iam/policy:Policy") if r.name.endswith("-lb-controller"))
+    assert json.loads(policy.inputs["policy"]) == json.loads(POLICY_FILE.read_text())
+    assert hashlib.sha256(POLICY_FILE.read_bytes()).hexdigest() == chart_pin("aws-load-balancer-controller")["iam-policy-sha256"]
+    actions = {a for st in json.loads(policy.inputs["policy"])["Statement"] for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    assert {"elasticloadbalancing:ModifyListenerAttributes", "elasticloadbalancing:CreateLoadBalancer"} <= actions
+    assert any(a.inputs.get("addonName") == "eks-pod-identity-agent" for a in run.by_type("aws:eks/addon:Addon"))
+    (door,) = run.by_type("dynamo:frontDoor:FrontDoor")
+    assert release.urn in door.dependencies or any(release.urn in r.dependencies for r in run.resources if r.parent == door.urn)
+
+
+def test_opening_the_door_on_a_running_eks_stack_only_adds_resources():
+    """The update a team makes: the same EKS stack, then with the door. Every resource of the first graph is in the second
+    with the same inputs (no AWS update or replacement of the cluster, its network or its nodes); the additions are the
+    controller's role, policy, association and chart, and the door's own objects."""
+    plain = {k: v for k, v in EKS_DOOR.items() if k != "frontDoor"}
+    from harness import SECRETS, run_program
+
+    before = run_program(plain, dict(SECRETS), stack="door")
+    after = _eks_run(EKS_DOOR)
+    first = {r.urn: r for r in before.resources}
+    second = {r.urn: r for r in after.resources}
+    assert set(first) <= set(second)
+    changed = [u for u, r in first.items() if json.dumps(r.inputs, sort_keys=True, default=str) != json.dumps(second[u].inputs, sort_keys=True, default=str)]
+    assert not changed, changed[:5]
+    added = {second[u].type for u in set(second) - set(first)}
+    assert {"aws:iam/role:Role", "aws:iam/policy:Policy", "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+            "kubernetes:helm.sh/v3:Release", "dynamo:frontDoor:FrontDoor"} <= added
+    assert not {t for t in added if t.startswith("aws:") and t not in (
+        "aws:iam/role:Role", "aws:iam/policy:Policy", "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation")}

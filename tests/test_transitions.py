@@ -45,7 +45,7 @@ def live_uids(kube, raw: dict) -> dict[tuple[str, str, str], str | None]:
     out = {}
     for o in asked_for(raw):
         md = o["metadata"]
-        ns = "" if o["kind"] == "Namespace" else md["namespace"]
+        ns = "" if o["kind"] == "Namespace" else md.get("namespace", "")  # cluster-scoped: GatewayClass
         out[(o["kind"], ns, md["name"])] = uid(kube, o["kind"], md["name"], ns)
     return out
 
@@ -54,7 +54,8 @@ def apply(stack, kube, raw: dict, before: dict | None = None, preview: bool = Fa
     """Set the stack's config to ``raw`` (keys not in it are removed), preview if asked, up; then check on the server that
     every object ``raw`` asks for is live and that each of them live in ``before`` is still the same object.
     Returns the live uids and the engine's output."""
-    current = {k.split(":", 1)[1] for k in stack.get_all_config() if k.startswith("dynamo:") and k != "dynamo:hfToken"}
+    current = {k.split(":", 1)[1] for k in stack.get_all_config()
+               if k.startswith("dynamo:") and k not in ("dynamo:hfToken", "dynamo:frontDoorApiKeys")}  # secrets: set apart
     for key in current - set(raw):
         stack.remove_config(f"dynamo:{key}")
     set_config(stack, raw)
@@ -97,6 +98,24 @@ def _upgraded(stack, kube, workspace, raw: dict) -> dict:
     changes = resource_changes(stack)
     assert not {k for k in changes if k in ("create", "delete", "replace")}, (changes, out[-2000:])
     return live
+
+
+def _gateway_crds(kube) -> None:
+    """The CRDs the managed front door's chart installs (Envoy Gateway v1.9.1: its Gateway API bundle and its own), from
+    the Go module proxy; applied once into this module's control plane."""
+    import json as _json
+    import os
+    import subprocess
+
+    from stacks.cluster.platform import chart_pin
+
+    mod = f"github.com/envoyproxy/gateway@{chart_pin('envoy-gateway')['version']}"
+    out = subprocess.run(["go", "mod", "download", "-json", mod], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd="/")
+    crds = Path(_json.loads(out.stdout)["Dir"]) / "charts/gateway-helm/charts/crds/crds"
+    files = [crds / "gatewayapi-crds.yaml", *sorted((crds / "generated").glob("*.yaml"))]
+    kubectl(kube, "apply", "--server-side", *[a for f in files for a in ("-f", str(f))])
+    kubectl(kube, "wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
 
 
 def _forget(stack, *namespaces, kube) -> None:
@@ -307,3 +326,59 @@ def _use_components(workspace, legacy: bool) -> None:
 def legacy_workspace(tmp_path_factory):
     """A workspace of its own (the other tests' workspace keeps today's components)."""
     return project_copy(tmp_path_factory, "project-legacy")
+
+
+def test_the_front_door_opens_rotates_its_keys_and_closes_without_touching_serving(kube, workspace):
+    """A serving stack gains a managed front door (API keys, TLS from an existing Secret, a rate limit, NetworkPolicies),
+    its keys are rotated, and the door is closed again: each step one `up`. The door's objects are live as planned, the
+    key Secret holds the keys and is updated in place, no key is in the state or the outputs, and the serving objects
+    stay the same objects throughout."""
+    import base64
+    import json
+    from pulumi import automation as auto
+
+    _gateway_crds(kube)
+    ns = "t-door"
+    serving = {"target": AGG, "namespace": ns, "networkPolicy": {"enabled": True}, **cluster(kube)}
+    door = {**serving, "frontDoor": {"enabled": True, "installControllers": False, "hostname": "models.example.com",
+                                     "tls": {"mode": "secret", "secretName": "models-tls"}, "auth": {"mode": "apiKeys"},
+                                     "rateLimit": {"requestsPerMinute": 30}}}
+    keys = {"team-a": "k" * 20 + "first-key-a-0001", "team-b": "k" * 20 + "first-key-b-0002"}
+    stack = make_stack(workspace, ns, serving)
+    try:
+        before, _ = apply(stack, kube, serving)
+        stack.set_config("dynamo:frontDoorApiKeys", auto.ConfigValue(value=json.dumps(keys), secret=True))
+        live, out = apply(stack, kube, door, before=before)
+        planned = [o for layer in build_program(door, "t", frozenset({"hfToken", "frontDoorApiKeys"})).layers for o in layer.objects]
+        kinds = {o["kind"] for o in planned}
+        assert {"Gateway", "GatewayClass", "HTTPRoute", "SecurityPolicy", "BackendTrafficPolicy", "ClientTrafficPolicy",
+                "Secret", "NetworkPolicy"} <= kinds
+        (secret,) = [o for o in planned if o["kind"] == "Secret"]
+        name = secret["metadata"]["name"]
+        data = json.loads(kubectl(kube, "get", "secret", name, "-n", ns, "-o", "json").stdout)["data"]
+        assert {k: base64.b64decode(v).decode() for k, v in data.items()} == keys
+        route = json.loads(kubectl(kube, "get", "httproute", f"{name[:-len('-api-keys')]}", "-n", ns, "-o", "json").stdout)
+        assert route["spec"]["rules"][0]["timeouts"]["request"].endswith("s")
+        state = json.dumps(stack.export_stack().deployment) + json.dumps({k: v.value for k, v in stack.outputs().items()}, default=str)
+        assert not any(k in state or k in out for k in keys.values()), "an API key in plain text in the state, outputs or log"
+        assert stack.outputs()["frontDoorUrl"].value == "https://models.example.com/v1"
+
+        rotated = {"team-a": "r" * 20 + "second-key-a-003", "team-c": "r" * 20 + "second-key-c-004"}
+        uid_before = uid(kube, "Secret", name, ns)
+        stack.set_config("dynamo:frontDoorApiKeys", auto.ConfigValue(value=json.dumps(rotated), secret=True))
+        live, out = apply(stack, kube, door, before=live)
+        data = json.loads(kubectl(kube, "get", "secret", name, "-n", ns, "-o", "json").stdout)["data"]
+        assert {k: base64.b64decode(v).decode() for k, v in data.items()} == rotated
+        assert uid(kube, "Secret", name, ns) == uid_before  # updated in place: no moment without the Secret
+
+        stack.remove_config("dynamo:frontDoorApiKeys")
+        closed, out = apply(stack, kube, serving, before={k: v for k, v in live.items() if k in before})
+        for o in planned:
+            kind = RESOURCE.get(o["kind"], o["kind"].lower())
+            md = o["metadata"]
+            if o["kind"] == "Namespace":
+                continue
+            assert uid(kube, o["kind"], md["name"], md.get("namespace", "")) is None, (kind, md["name"], out[-1500:])
+        assert closed == before
+    finally:
+        _forget(stack, ns, "dynamo-gateway", kube=kube)

@@ -57,6 +57,8 @@ class ClusterPlan:
     network: dict[str, Any] = field(default_factory=dict)
     # stacks.cluster.karpenter.KarpenterPlan when a GPU pool has capacity: karpenter (its pools get no managed node group).
     karpenter: Optional[Any] = None
+    # stacks.cluster.load_balancer.LoadBalancerControllerPlan when the front door needs an NLB (set by stacks.program).
+    load_balancer_controller: Optional[Any] = None
     # Who may use the Kubernetes API (``access_plan``), Secrets envelope encryption and control-plane logs
     # (``control_plane_plan``).
     access: dict[str, Any] = field(default_factory=dict)

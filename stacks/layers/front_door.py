@@ -115,6 +115,10 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, st
     ``mode``: the cluster mode (``eks`` adds the NLB annotations; ``render`` installs no charts)."""
     if not door.enabled:
         return None
+    if door.gateway == "managed" and door.exposure != "cluster" and mode == "stack":
+        raise ConfigError(f"{NS}:frontDoor.exposure: {door.exposure!r} needs a load balancer controller, and this stack serves on a "
+                          f"cluster stack's cluster (cluster.mode stack), which installs none; use exposure: cluster, or "
+                          f"gateway: existing with a Gateway the cluster already exposes")
     if door.exposure == "vpc" and mode not in ("eks", "render"):
         raise ConfigError(f"{NS}:frontDoor.exposure: 'vpc' makes an internal AWS NLB, which needs cluster.mode eks (this stack's "
                           f"is {mode!r}); use exposure: internet with sourceRanges, or cluster, or gateway: existing")
@@ -137,6 +141,9 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, st
     else:
         eg = door.existing_gateway
         gw_ns, gw_name, section = eg.namespace, eg.name, eg.section_name
+    if door.allow_namespaces and not any(e.cfg.network_policy.enabled for e in entries):
+        raise ConfigError(f"{NS}:frontDoor.allowNamespaces: {list(door.allow_namespaces)} has no effect without NetworkPolicies "
+                          f"(every pod may reach the frontends); set {NS}:networkPolicy.enabled: true or remove it")
     managed_tenant = door.gateway == "managed" and door.auth.mode != "none"
     remove = list(ROUTING_HEADERS if managed_tenant else DYNAMO_CLIENT_HEADERS)
     multi = len(entries) > 1 or entries[0].key != NS
@@ -163,18 +170,30 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, st
         _auth_objects(plan, door, route_name, ns)
         if e.cfg.network_policy.enabled:
             # the gateway's namespace (and frontDoor.allowNamespaces) may reach the frontend's HTTP port, nothing more
-            plan.objects.append(front_door_ingress(dgd, [gw_ns, *door.allow_namespaces]))
+            plan.objects.append(front_door_ingress(dgd, [*proxy_namespaces(door), *door.allow_namespaces]))
         urls[e.name] = _url(door, gw_name, gw_ns, prefix)
     plan.outputs = {"frontDoorUrl": urls if multi else next(iter(urls.values())),
                     "frontDoorSmokeTest": smoke_test(door, urls, [e.plan for e in entries], stack)}
     return plan
 
 
+def proxy_namespaces(door: FrontDoorConfig) -> list[str]:
+    """Where the gateway's Envoy pods run, so the frontends admit them: the managed door's namespace (the chart it
+    installs deploys proxies there); with the user's own controller (installControllers: false) also Envoy Gateway's
+    default, the controller's namespace; for an existing Gateway ``existingGateway.proxyNamespace``."""
+    if door.gateway == "existing":
+        return [door.existing_gateway.proxy_namespace or door.existing_gateway.namespace]
+    return [door.namespace] if door.install_controllers else [door.namespace, EG_NAMESPACE]
+
+
 def _managed_gateway(plan: LayerPlan, door: FrontDoorConfig, mode: str, serving_namespaces: list[str], idle: int) -> None:
     """The pinned Envoy Gateway (and cert-manager), its GatewayClass, EnvoyProxy, Gateway, TLS and header policy."""
     ns = door.namespace
     if door.install_controllers and mode != "render":
-        plan.charts.append(_helm("envoy-gateway", "eg", EG_NAMESPACE, {}))
+        # The proxies run in the Gateway's own namespace (not the controller's, Envoy Gateway's default): the
+        # NetworkPolicy admits exactly that namespace (EnvoyGatewayKubernetesProvider.deploy.type GatewayNamespace).
+        plan.charts.append(_helm("envoy-gateway", "eg", EG_NAMESPACE, {"config": {"envoyGateway": {
+            "provider": {"type": "Kubernetes", "kubernetes": {"deploy": {"type": "GatewayNamespace"}}}}}}))
         if door.tls.mode == "certManager":
             plan.charts.append(_helm("cert-manager", "cert-manager", CERT_MANAGER_NAMESPACE, {"crds": {"enabled": True}}))
     plan.objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(ns)})
@@ -228,18 +247,19 @@ def _auth_objects(plan: LayerPlan, door: FrontDoorConfig, route: str, ns: str) -
                              "stringData": {"<client id>": REDACTED}})
         # OpenAI clients send "Authorization: Bearer <key>"; Envoy's api_key_auth strips the "Bearer " prefix
         # (envoy.extensions.filters.http.api_key_auth.v3.KeySource.header). The key itself is removed before the
-        # frontend (sanitize); the client id becomes the tenant header.
+        # frontend (sanitize); the client id becomes the tenant header, which the rate limit keys on. On an existing
+        # gateway the route's header filter (applied by the router, after the rate limit) still drops it before the
+        # frontend: tenant isolation needs the managed door, which removes a client's copy before authentication.
         auth = {"apiKeyAuth": {"credentialRefs": [{"group": "", "kind": "Secret", "name": secret}],
                                "extractFrom": [{"headers": ["Authorization"]}],
-                               **({"forwardClientIDHeader": TENANT_HEADER} if door.gateway == "managed" else {}),
+                               "forwardClientIDHeader": TENANT_HEADER,
                                "sanitize": True}}
     else:
         jwt = door.auth.jwt
         provider = {"name": "issuer", "issuer": jwt.issuer, "remoteJWKS": {"uri": jwt.jwks_uri}}
         if jwt.audiences:
             provider["audiences"] = list(jwt.audiences)
-        if door.gateway == "managed":
-            provider["claimToHeaders"] = [{"header": TENANT_HEADER, "claim": jwt.tenant_claim}]
+        provider["claimToHeaders"] = [{"header": TENANT_HEADER, "claim": jwt.tenant_claim}]
         auth = {"jwt": {"providers": [provider]}}
     plan.objects.append({"apiVersion": EG_API, "kind": "SecurityPolicy", "metadata": _meta(route, ns),
                          "spec": {"targetRefs": target, **auth}})
@@ -255,11 +275,9 @@ def _url(door: FrontDoorConfig, gw_name: str, gw_ns: str, prefix: str) -> str:
     if door.hostname:
         scheme = "https" if door.tls.mode != "none" or door.gateway == "existing" else "http"
         return f"{scheme}://{door.hostname}{path}/v1"
-    if door.gateway == "managed":
-        # Envoy Gateway names the proxy Service envoy-<gateway namespace>-<gateway name>-<hash> in its own namespace;
-        # inside the cluster, the Gateway's status.addresses holds its address.
-        return f"http://<address of Gateway {gw_ns}/{gw_name}>{path}/v1"
-    return f"<scheme and address of Gateway {gw_ns}/{gw_name}>{path}/v1"
+    # No host name: the Gateway's first address (its status.addresses, the load balancer's or the Service's), read live.
+    address = f"$(kubectl -n {gw_ns} get gateway {gw_name} -o jsonpath='{{.status.addresses[0].value}}')"
+    return f"http://{address}{path}/v1"
 
 
 def smoke_test(door: FrontDoorConfig, urls: dict[str, str], plans: Sequence[Any], stack: str) -> str:

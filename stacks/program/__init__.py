@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 
 from stacks.serving.autoscaling import PoolUse, check_bounds, cluster_stack_pools, keda_chart, pause_pools, scaled_object
 from stacks.serving.benchmark import build_benchmark, synthetic_speculative_dgd
+from stacks.cluster.load_balancer import plan_load_balancer_controller
 from stacks.cluster.platform import fabrics_objects
 from stacks.cluster import build_cluster_only_plan, build_pools_plan, combined_stack_plan, plan_eks, plan_on_cluster_stack
 from stacks.spec.config import NS, ConfigError, StackConfig
@@ -152,7 +153,13 @@ LAYER_PLANNERS: list[tuple[str, Callable[[ProgramSpec, list[Entry], str], Option
 
 
 def planned_layers(program: ProgramPlan) -> ProgramPlan:
-    """Every layer of ``LAYER_PLANNERS`` that the spec turns on, after the serving plans are final."""
+    """Every layer of ``LAYER_PLANNERS`` that the spec turns on, after the serving plans are final; on EKS, the AWS Load
+    Balancer Controller with the cluster when the front door has a load balancer (stacks/cluster/load_balancer.py)."""
+    door = program.spec.front_door
+    if door.enabled and door.gateway == "managed" and door.exposure != "cluster" and program.cluster.mode == "eks":
+        cp = program.cluster_plan
+        cp.load_balancer_controller = plan_load_balancer_controller(cp.name, cp.region)
+        program.other_layers.append(f"AWS Load Balancer Controller {cp.load_balancer_controller.helm.version} (front door NLB)")
     for _key, planner in LAYER_PLANNERS:
         layer = planner(program.spec, program.entries, program.cluster.mode)
         if layer is not None:

@@ -436,6 +436,7 @@ def parse_spec(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = fr
                 raise ConfigError(f"{NS}:{key}: has no effect in a cluster-only stack ({NS}:serve: []), which serves nothing; "
                                   f"set it on a serving stack (cluster.mode: stack) or add entries to {NS}:serve")
         cluster = resolve_region(cluster, raw.get("cluster") or {}, aws_region)
+        check_front_door_secrets(FrontDoorConfig(), secret_keys)  # a cluster-only stack has no door: its keys are unused
         check_unused_secrets(secret_keys, cluster.mode)
         return ProgramSpec(cluster=cluster, entries=[], **common)
     entries = serve_entries(raw, lambda e: check_secrets(secret_keys, e.config, require_present=env is not None, single=single))

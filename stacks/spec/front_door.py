@@ -32,8 +32,11 @@ class ExistingGateway(_Model):
     # Which implementation runs it: envoy-gateway accepts this program's SecurityPolicy (authentication, rate limit);
     # with any other (Istio, agentgateway, kgateway...) authentication is that gateway's own configuration.
     implementation: Literal["envoy-gateway", "other"] = "other"
+    # Where that gateway's proxy pods run (the NetworkPolicy admits it); default: the Gateway's namespace.
+    proxy_namespace: Optional[str] = None
 
     _ns = field_validator("namespace")(classmethod(lambda cls, v: namespace_name(v)))
+    _proxy_ns = field_validator("proxy_namespace")(classmethod(lambda cls, v: v if v is None else namespace_name(v)))
 
     @field_validator("name", "section_name")
     @classmethod
@@ -207,6 +210,9 @@ class FrontDoorConfig(_Model):
                     f"Set auth.mode: apiKeys (keys in the secret {NS}:{API_KEYS_SECRET}) or jwt, tls.mode: certManager "
                     f"(with tls.issuer) or secret, and sourceRanges: [<CIDR>, ...] (0.0.0.0/0 only if every address "
                     f"may try); or keep exposure: cluster (default) or vpc"))
+        if self.exposure != "cluster" and self.auth.mode != "none" and self.tls.mode == "none":
+            raise _key_error("tls.mode", f"'none' with auth.mode {self.auth.mode!r} and exposure {self.exposure!r}: the keys or tokens "
+                                         "would cross the network in clear text; set tls.mode: certManager or secret")
         if self.exposure == "cluster" and self.source_ranges:
             raise _key_error("sourceRanges", "has no effect with exposure: cluster (no load balancer); set exposure: vpc or internet")
         if self.tls.mode != "none" and not self.hostname:
@@ -225,12 +231,14 @@ def api_key_problems(value: object) -> list[str]:
     if not isinstance(value, dict) or not value:
         return [f"{key}: the secret is not a non-empty mapping of client id to API key (value not shown); {fix}"]
     out = []
-    for client, api_key in value.items():
+    for i, (client, api_key) in enumerate(value.items()):
+        # Entries are named by position: a client id that fails a check may be a key pasted in its place.
         if not _CLIENT_ID.fullmatch(str(client)):
-            out.append(f"{key}.{_short(client)}: is not a client id (letters, digits, '-', '_', '.', at most 63); {fix}")
+            out.append(f"{key}: entry {i + 1} has a name that is not a client id (letters, digits, '-', '_', '.', at most 63; "
+                       f"name not shown: it may be a key); {fix}")
         elif not isinstance(api_key, str) or len(api_key) < MIN_API_KEY_LENGTH or any(c.isspace() for c in api_key):
-            out.append(f"{key}.{client}: the key is shorter than {MIN_API_KEY_LENGTH} characters or has whitespace "
-                       f"(value not shown); {fix}")
+            out.append(f"{key}: entry {i + 1}'s key is shorter than {MIN_API_KEY_LENGTH} characters or has whitespace "
+                       f"(values not shown); {fix}")
     keys = [v for v in value.values() if isinstance(v, str)]
     if len(set(keys)) != len(keys):
         out.append(f"{key}: two clients share one key (values not shown); each client needs its own key to be told apart")
