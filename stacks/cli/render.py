@@ -26,8 +26,13 @@ def cmd_render(args) -> int:
 
         program = program_for_stack(args.stack)
         objs = program.objects()
-        if program.other_layers:
-            print(f"note: serving layer only; `pulumi up --stack {args.stack}` also creates: {', '.join(program.other_layers)} "
+        shown = [layer.title for layer in program.layers]  # the layers in the one layer shape: their objects are below
+        others = [x for x in program.other_layers if not any(x.startswith(t) for t in shown)]
+        charts = [f"{c.chart} {c.version}" for layer in program.layers for c in layer.charts]
+        if others or charts:
+            what = "serving layer" + "".join(f" and {t}" for t in shown) + (" objects" if shown else " only")
+            also = others + ([f"the Helm charts {', '.join(charts)}"] if charts else [])
+            print(f"note: {what}; `pulumi up --stack {args.stack}` also creates: {', '.join(also)} "
                   f"(see `pulumi preview --stack {args.stack}`)", file=sys.stderr)
         for note in skipped_checks(args.stack, program):
             print(f"note: not checked by render (met at `pulumi up`): {note}", file=sys.stderr)
