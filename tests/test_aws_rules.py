@@ -28,7 +28,10 @@ EKS_STACKS = sorted(p for p in ROOT.glob("Pulumi.*.yaml") if (_stack_config(p).g
 @functools.lru_cache(maxsize=None)
 def _run(key: tuple) -> Graph:
     cfg = yaml.safe_load(key[0])
-    return Graph(run_program(cfg, SECRETS, stack=key[1]).resources)
+    secrets = dict(SECRETS)
+    if ((cfg.get("frontDoor") or {}).get("auth") or {}).get("mode") == "apiKeys":  # set with --secret --path on a real stack
+        secrets["frontDoorApiKeys"] = '{"team-a": "' + "a" * 32 + '"}'
+    return Graph(run_program(cfg, secrets, stack=key[1]).resources)
 
 
 def graph(cfg: dict, stack: str = "rules") -> Graph:

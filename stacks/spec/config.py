@@ -560,6 +560,8 @@ class StackConfig(_Model):
 # stacks.program) and the cluster (stacks.spec.providers). Other namespaces' keys (aws:, kubernetes:) are not ours.
 SECRET_KEYS = {"hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret", "frontDoorApiKeys"}
 CLUSTER_KEYS = {"cluster", "kubeconfig"}
+# Stack-wide sections parsed beside the serving keys (stacks.spec.parse_spec), never per entry: the front door.
+STACK_SECTIONS = {"frontDoor"}
 
 
 def check_secret_keys(secret_keys) -> None:
@@ -636,7 +638,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     """Validate the ``dynamo:`` mapping (without the namespace prefix, secrets already removed)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{NS}: the stack config is a {type(raw).__name__}, not a mapping of dynamo: keys")
-    data = {k: v for k, v in raw.items() if k not in SECRET_KEYS | CLUSTER_KEYS}
+    data = {k: v for k, v in raw.items() if k not in SECRET_KEYS | CLUSTER_KEYS | STACK_SECTIONS}
     try:
         cfg = StackConfig.model_validate(data, by_name=False)
     except ValidationError as e:
