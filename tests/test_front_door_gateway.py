@@ -225,8 +225,7 @@ def _crd_docs(paths) -> list[dict]:
     for p in paths:
         for d in yaml.safe_load_all(Path(p).read_text()):
             if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition":
-                d["metadata"].pop("annotations", None)
-                out.append(d)
+                out.append(d)  # annotations kept: *.k8s.io groups need api-approved.kubernetes.io
     return out
 
 

@@ -32,7 +32,6 @@ from typing import Any, Optional, Sequence
 
 from stacks.cluster.platform import _helm
 from stacks.layers import LayerPlan, SecretFill
-from stacks.serving import REDACTED
 from stacks.serving.network_policy import NS_NAME_LABEL, front_door_ingress
 from stacks.serving.operator import FRONTEND, component_type, operator_services
 from stacks.spec.config import NS, ConfigError
@@ -243,8 +242,9 @@ def _auth_objects(plan: LayerPlan, door: FrontDoorConfig, route: str, ns: str) -
     if door.auth.mode == "apiKeys":
         secret = f"{route}-api-keys"
         plan.secrets[len(plan.objects)] = SecretFill(API_KEYS_SECRET)
-        plan.objects.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": _meta(secret, ns),
-                             "stringData": {"<client id>": REDACTED}})
+        # No data in the plan (render writes the Secret empty, as it does the HF token's): `up` fills one key per
+        # client from the Pulumi secret (components/layer.py).
+        plan.objects.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": _meta(secret, ns)})
         # OpenAI clients send "Authorization: Bearer <key>"; Envoy's api_key_auth strips the "Bearer " prefix
         # (envoy.extensions.filters.http.api_key_auth.v3.KeySource.header). The key itself is removed before the
         # frontend (sanitize); the client id becomes the tenant header, which the rate limit keys on. On an existing
