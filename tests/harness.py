@@ -244,3 +244,23 @@ def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, s
     for raw in run.raw_outputs:
         run.outputs.update(unwrap(raw))
     return run
+
+
+def go_module_dir(module: str, version: str) -> Path:
+    """The directory of Go module ``module@version``, downloaded from the Go module proxy (``go mod download -json``:
+    checked against the checksum database); the test fails when it cannot be had."""
+    import os
+    import shutil
+    import subprocess
+
+    import pytest
+
+    go = shutil.which("go")
+    if not go:
+        pytest.fail(f"go not on PATH: {module}@{version} comes from the Go module proxy")
+    out = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd="/")
+    info = json.loads(out.stdout or "{}")
+    if out.returncode or "Dir" not in info:
+        pytest.fail(f"go mod download {module}@{version}: {info.get('Error') or out.stderr}")
+    return Path(info["Dir"])

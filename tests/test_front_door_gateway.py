@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import go_module_dir
 from stacks.cluster.platform import chart_pin
 from stacks.layers.front_door import DYNAMO_CLIENT_HEADERS, ROUTING_HEADERS, TENANT_HEADER
 from stacks.program import build_program
@@ -50,13 +50,11 @@ def door_objects(prog) -> list[dict]:
     return copy.deepcopy([o for layer in prog.layers for o in layer.objects])
 
 
-def go_module_dir(module: str) -> Path:
-    out = subprocess.run(["go", "mod", "download", "-json", module], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd="/")
-    info = json.loads(out.stdout or "{}")
-    if out.returncode or "Dir" not in info:
-        pytest.fail(f"go mod download {module}: {info.get('Error') or out.stderr}")
-    return Path(info["Dir"])
+def envoy_gateway_crd_files() -> list[Path]:
+    """The CRDs the managed door's chart installs (Envoy Gateway at the pinned version: its Gateway API bundle, then
+    its own), from the Go module proxy."""
+    crds = go_module_dir("github.com/envoyproxy/gateway", chart_pin("envoy-gateway")["version"]) / "charts/gateway-helm/charts/crds/crds"
+    return [crds / "gatewayapi-crds.yaml", *sorted((crds / "generated").glob("*.yaml"))]
 
 
 # ---------------------------------------------------------------------------- the translator
@@ -232,11 +230,11 @@ def _crd_docs(paths) -> list[dict]:
 def crd_sets() -> dict[str, list[dict]]:
     """The managed path's CRDs (Envoy Gateway's chart bundle) and a cluster's own Gateway API v1.5.1 standard install,
     each with cert-manager v1.21.2's."""
-    eg = go_module_dir(f"github.com/envoyproxy/gateway@{chart_pin('envoy-gateway')['version']}") / "charts/gateway-helm/charts/crds/crds"
-    cm = go_module_dir(f"github.com/cert-manager/cert-manager@{chart_pin('cert-manager')['version']}") / "deploy/crds"
-    gwapi = go_module_dir("sigs.k8s.io/gateway-api@v1.5.1") / "config/crd/standard"
-    eg_own = sorted((eg / "generated").glob("*.yaml"))
-    return {"managed": _crd_docs([eg / "gatewayapi-crds.yaml", *eg_own, *sorted(cm.glob("*.yaml"))]),
+    eg = envoy_gateway_crd_files()
+    cm = go_module_dir("github.com/cert-manager/cert-manager", chart_pin("cert-manager")["version"]) / "deploy/crds"
+    gwapi = go_module_dir("sigs.k8s.io/gateway-api", "v1.5.1") / "config/crd/standard"
+    eg_own = eg[1:]
+    return {"managed": _crd_docs([*eg, *sorted(cm.glob("*.yaml"))]),
             "existing": _crd_docs([*sorted(gwapi.glob("*.yaml")), *eg_own])}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import CAPACITY, CR, SECRETS, run_program
+from harness import CAPACITY, CR, SECRETS, go_module_dir, run_program
 from stacks.cluster import aws_rules as R
 from stacks.cluster import karpenter as K
 from stacks.cluster.aws_rules import Graph, check
@@ -415,30 +415,12 @@ def _schema_errors(x, s: dict, path: str) -> list[str]:
     return out
 
 
-def _module_dir(module: str, version: str) -> Path:
-    """The directory of Go module ``module@version``, downloaded from the Go module proxy (``go mod download -json``,
-    as tests/test_autoscaling.py does for KEDA's CRDs); the test fails when it cannot be had."""
-    import os
-    import shutil
-    import subprocess
-
-    go = shutil.which("go")
-    if not go:
-        pytest.fail(f"go not on PATH: {module}@{version} (Karpenter's CRDs) comes from the Go module proxy")
-    out = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd="/")
-    info = json.loads(out.stdout or "{}")
-    if out.returncode or "Dir" not in info:
-        pytest.fail(f"go mod download {module}@{version}: {info.get('Error') or out.stderr}")
-    return Path(info["Dir"])
-
-
 def test_objects_match_the_pinned_crds():
     """The EC2NodeClass against github.com/aws/karpenter-provider-aws at the chart's version, the NodePool against the
     core the chart runs (sigs.k8s.io/karpenter), both downloaded from the Go module proxy."""
     pin = versions()["charts"]["karpenter"]
-    core = _module_dir("sigs.k8s.io/karpenter", pin["core"])
-    aws = _module_dir("github.com/aws/karpenter-provider-aws", f"v{pin['version']}")
+    core = go_module_dir("sigs.k8s.io/karpenter", pin["core"])
+    aws = go_module_dir("github.com/aws/karpenter-provider-aws", f"v{pin['version']}")
     bad = copy.deepcopy(build_program(stack_config(), "kt", frozenset(SECRETS)).cluster_plan.karpenter.pools[0])
     bad.nodepool["spec"]["disruption"]["consolidationPolicy"] = "WhenIdle"
     bad.ec2nodeclass["spec"]["capacityReservationSelectorTerms"] = [{"id": "reservation-1"}]
@@ -559,7 +541,7 @@ def test_controller_policy_covers_the_pinned_providers_aws_calls():
     proxy as the CRD check) is granted, left out with its reason, or never made by the controller; every granted action
     but iam:PassRole (a permission EC2 checks on RunInstances/CreateFleet, no API) is one of those calls."""
     pin = versions()["charts"]["karpenter"]
-    aws = _module_dir("github.com/aws/karpenter-provider-aws", f"v{pin['version']}")
+    aws = go_module_dir("github.com/aws/karpenter-provider-aws", f"v{pin['version']}")
     calls = _sdk_actions((aws / "pkg/aws/sdk.go").read_text())
     assert {"iam:ListInstanceProfiles", "ec2:DescribeInstanceStatus"} <= calls
     not_by_the_controller = {  # declared in sdk.go, called only by test/ (the e2e suites), not by pkg/ or cmd/
@@ -578,7 +560,7 @@ def test_interruption_rules_are_the_messages_the_pinned_controller_parses():
     from stacks.cluster.karpenter import INTERRUPTION_RULES
 
     pin = versions()["charts"]["karpenter"]
-    aws = _module_dir("github.com/aws/karpenter-provider-aws", f"v{pin['version']}")
+    aws = go_module_dir("github.com/aws/karpenter-provider-aws", f"v{pin['version']}")
     parsed = set()
     for parser in sorted((aws / "pkg/controllers/interruption/messages").glob("*/parser.go")):
         text = parser.read_text()

@@ -101,19 +101,11 @@ def _upgraded(stack, kube, workspace, raw: dict) -> dict:
 
 
 def _gateway_crds(kube) -> None:
-    """The CRDs the managed front door's chart installs (Envoy Gateway v1.9.1: its Gateway API bundle and its own), from
-    the Go module proxy; applied once into this module's control plane."""
-    import json as _json
-    import os
-    import subprocess
+    """The CRDs the managed front door's chart installs (tests/test_front_door_gateway.py), applied into this module's
+    control plane."""
+    from test_front_door_gateway import envoy_gateway_crd_files
 
-    from stacks.cluster.platform import chart_pin
-
-    mod = f"github.com/envoyproxy/gateway@{chart_pin('envoy-gateway')['version']}"
-    out = subprocess.run(["go", "mod", "download", "-json", mod], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd="/")
-    crds = Path(_json.loads(out.stdout)["Dir"]) / "charts/gateway-helm/charts/crds/crds"
-    files = [crds / "gatewayapi-crds.yaml", *sorted((crds / "generated").glob("*.yaml"))]
+    files = envoy_gateway_crd_files()
     kubectl(kube, "apply", "--server-side", *[a for f in files for a in ("-f", str(f))])
     kubectl(kube, "wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
 

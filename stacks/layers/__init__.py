@@ -13,7 +13,7 @@ the first layer in this shape.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from stacks.cluster.platform import HelmSpec
 
@@ -46,6 +46,3 @@ class LayerPlan:
         """One line for the list of layers ``up`` creates besides the serving objects."""
         charts = f" (charts: {', '.join(f'{c.chart} {c.version}' for c in self.charts)})" if self.charts else ""
         return f"{self.title}{charts}: {len(self.objects)} objects"
-
-    def object_named(self, kind: str, name: str) -> Optional[dict]:
-        return next((o for o in self.objects if o["kind"] == kind and o["metadata"]["name"] == name), None)

@@ -67,6 +67,11 @@ CHART_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", "EnvoyProxy", "
                          "BackendTrafficPolicy", "Certificate"})
 
 
+def needs_load_balancer(door: FrontDoorConfig) -> bool:
+    """The managed door with a load balancer (exposure vpc or internet): on EKS the AWS Load Balancer Controller makes it."""
+    return door.enabled and door.gateway == "managed" and door.exposure != "cluster"
+
+
 def request_timeout(door: FrontDoorConfig, targets: Sequence[Any]) -> int:
     """The routes' request timeout in seconds: ``frontDoor.requestTimeout``, else the longest the targets need."""
     if door.request_timeout is not None:
@@ -114,7 +119,7 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, st
     ``mode``: the cluster mode (``eks`` adds the NLB annotations; ``render`` installs no charts)."""
     if not door.enabled:
         return None
-    if door.gateway == "managed" and door.exposure != "cluster" and mode == "stack":
+    if needs_load_balancer(door) and mode == "stack":
         raise ConfigError(f"{NS}:frontDoor.exposure: {door.exposure!r} needs a load balancer controller, and this stack serves on a "
                           f"cluster stack's cluster (cluster.mode stack), which installs none; use exposure: cluster, or "
                           f"gateway: existing with a Gateway the cluster already exposes")

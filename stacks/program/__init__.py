@@ -24,7 +24,7 @@ from stacks.cluster import build_cluster_only_plan, build_pools_plan, combined_s
 from stacks.spec.config import NS, ConfigError, StackConfig
 from stacks.observe.observability import build_observability, dynamo_pod_monitors, prometheus_url
 from stacks.layers import LayerPlan
-from stacks.layers.front_door import plan_front_door
+from stacks.layers.front_door import needs_load_balancer, plan_front_door
 from stacks.serving.serve import Entry, build_entries
 from stacks.serving import REDACTED, ServingPlan, build_plan
 from stacks.spec import ClusterConfig, ProgramSpec, ServeEntry, kubeconfig_path, parse_spec  # noqa: F401  (kubeconfig_path: re-export)
@@ -155,8 +155,7 @@ LAYER_PLANNERS: list[tuple[str, Callable[[ProgramSpec, list[Entry], str], Option
 def planned_layers(program: ProgramPlan) -> ProgramPlan:
     """Every layer of ``LAYER_PLANNERS`` that the spec turns on, after the serving plans are final; on EKS, the AWS Load
     Balancer Controller with the cluster when the front door has a load balancer (stacks/cluster/load_balancer.py)."""
-    door = program.spec.front_door
-    if door.enabled and door.gateway == "managed" and door.exposure != "cluster" and program.cluster.mode == "eks":
+    if needs_load_balancer(program.spec.front_door) and program.cluster.mode == "eks":
         cp = program.cluster_plan
         cp.load_balancer_controller = plan_load_balancer_controller(cp.name, cp.region)
         program.other_layers.append(f"AWS Load Balancer Controller {cp.load_balancer_controller.helm.version} (front door NLB)")

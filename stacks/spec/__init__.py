@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from stacks.cluster.config import EksConfig, apply_aws_region, resolve_region
 from stacks.spec.front_door import API_KEYS_SECRET, FrontDoorConfig
-from stacks.spec.config import (NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _camel, _key_error,
+from stacks.spec.config import (FRONT_DOOR, NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _camel, _key_error,
                      check_secret_keys, check_secret_values, parse, quantity_bytes, validation_error)
 
 # --------------------------------------------------------------------------- the cluster source (dynamo:cluster)
@@ -147,7 +147,6 @@ def cluster_config(raw: dict[str, Any]) -> ClusterConfig:
 # --------------------------------------------------------------------------- serving entries (dynamo:serve)
 
 SERVE = "serve"
-FRONT_DOOR = "frontDoor"  # stack-wide in both forms: one door for every entry (stacks/spec/front_door.py)
 # Keys that belong to the stack, not to an entry.
 STACK_KEYS = frozenset({"cluster", "kubeconfig", "hfToken", "ngcApiKey", "imagePullSecret", SERVE, "observability", "benchmark",
                         FRONT_DOOR, API_KEYS_SECRET})
@@ -244,7 +243,7 @@ def entry_configs(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
                           f"set it inside an entry ({NS}:serve[0].name), or remove it (a single-target stack is named by its stack)")
     defaults = {k: v for k, v in raw.items() if k not in STACK_KEYS}
     if entries is None:
-        return [(NS, {k: v for k, v in raw.items() if k != FRONT_DOOR})]
+        return [(NS, dict(raw))]
     if entries == [] and isinstance(raw.get("cluster"), dict) and raw["cluster"].get("mode") == "eks":
         return []  # a cluster-only stack (parse_spec checks it sets nothing to serve)
     if not isinstance(entries, list) or not entries:

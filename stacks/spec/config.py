@@ -561,7 +561,8 @@ class StackConfig(_Model):
 SECRET_KEYS = {"hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret", "frontDoorApiKeys"}
 CLUSTER_KEYS = {"cluster", "kubeconfig"}
 # Stack-wide sections parsed beside the serving keys (stacks.spec.parse_spec), never per entry: the front door.
-STACK_SECTIONS = {"frontDoor"}
+FRONT_DOOR = "frontDoor"
+STACK_SECTIONS = {FRONT_DOOR}
 
 
 def check_secret_keys(secret_keys) -> None:
