@@ -11,16 +11,11 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks.cluster import SECRETS_KEY_ACTIONS, ClusterPlan
-from stacks.cluster.karpenter import DISCOVERY_TAG, NODE_POLICIES as KARPENTER_NODE_POLICIES, SERVICE_ACCOUNT as KARPENTER_SERVICE_ACCOUNT, fill
+from stacks.cluster.karpenter import DISCOVERY_TAG, SERVICE_ACCOUNT as KARPENTER_SERVICE_ACCOUNT, fill
 
 ASSUME_EKS = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]})
 ASSUME_EC2 = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]})
 ASSUME_POD_IDENTITY = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]})
-NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy", "AmazonSSMManagedInstanceCore")
-CSI = {
-    "aws-efs-csi-driver": ("efs-csi-controller-sa", "service-role/AmazonEFSCSIDriverPolicy"),
-    "aws-fsx-csi-driver": ("fsx-csi-controller-sa", "AmazonFSxFullAccess"),
-}
 
 
 def kubeconfig_for(name: pulumi.Input[str], endpoint: pulumi.Input[str], ca: pulumi.Input[str], region: str) -> pulumi.Output[str]:
@@ -170,12 +165,13 @@ class EksGpuCluster(pulumi.ComponentResource):
                                             policy_arn=e["policy_arn"], access_scope=e["access_scope"],
                                             opts=pulumi.ResourceOptions(parent=self, depends_on=[entry])))
 
-        # ---- nodes
+        # ---- nodes: the node roles hold only what a kubelet needs (stacks/cluster/identity.py)
         node_role = aws.iam.Role(f"{name}-node", assume_role_policy=ASSUME_EC2, opts=child)
         node_policies = [
             aws.iam.RolePolicyAttachment(f"{name}-node-{p}", role=node_role.name, policy_arn=f"arn:aws:iam::aws:policy/{p}", opts=child)
-            for p in NODE_POLICIES
+            for p in plan.node_policies
         ]
+        self.addons = [self._addon(name, plan, addon, []) for addon in plan.addons_before_nodes]
         efa_sg = aws.ec2.SecurityGroup(
             f"{name}-efa",
             vpc_id=self.vpc.id,
@@ -185,7 +181,7 @@ class EksGpuCluster(pulumi.ComponentResource):
             tags={**tags, **discovery},
             opts=child,
         )
-        node_deps = pulumi.ResourceOptions(parent=self, depends_on=node_policies)
+        node_deps = pulumi.ResourceOptions(parent=self, depends_on=[*node_policies, *self.addons])
         self.system_nodes = aws.eks.NodeGroup(
             f"{name}-system", cluster_name=self.cluster.name, node_role_arn=node_role.arn, subnet_ids=private_ids, **plan.system_nodegroup, tags=tags, opts=node_deps
         )
@@ -222,28 +218,14 @@ class EksGpuCluster(pulumi.ComponentResource):
                 launch_template={"id": lt.id, "version": lt.latest_version.apply(str)},
                 **gpu,
                 tags=tags,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies),
+                opts=node_deps,
             ))
         self.gpu_nodes = self.gpu_node_groups[0] if self.gpu_node_groups else None
         self.launch_template = self.launch_templates[0] if self.launch_templates else None
         self.placement_group = self.placement_groups[0] if plan.gpu_pools[0].placement_group and self.placement_groups else None
 
-        # ---- add-ons (the CSI driver gets its IAM role through EKS Pod Identity)
-        self.addons = []
-        for addon in plan.addons:
-            assoc = []
-            if addon in CSI:
-                sa, policy = CSI[addon]
-                role = aws.iam.Role(f"{name}-{addon}", assume_role_policy=ASSUME_POD_IDENTITY, opts=child)
-                aws.iam.RolePolicyAttachment(f"{name}-{addon}", role=role.name, policy_arn=f"arn:aws:iam::aws:policy/{policy}", opts=child)
-                assoc = [{"role_arn": role.arn, "service_account": sa}]
-            self.addons.append(
-                aws.eks.Addon(f"{name}-{addon}", cluster_name=self.cluster.name, addon_name=addon, addon_version=plan.addon_versions.get(addon),
-                              pod_identity_associations=assoc or None,
-                              # a pinned-version bump is an UpdateAddon; the program owns these add-ons' settings (EKS API UpdateAddon resolveConflicts)
-                              resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE",
-                              opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_nodes]))
-            )
+        # ---- the other add-ons, once the system nodes run their pods
+        self.addons += [self._addon(name, plan, addon, [self.system_nodes]) for addon in plan.addons if addon not in plan.addons_before_nodes]
 
         # ---- model-cache file system
         st = dict(plan.storage)
@@ -309,6 +291,24 @@ class EksGpuCluster(pulumi.ComponentResource):
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=spec.repo), values={**spec.values, "vpcId": self.vpc.id}, timeout=900,
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.system_nodes, assoc, attach, *self.addons]))
 
+    def _addon(self, name: str, plan: ClusterPlan, addon: str, after: list) -> aws.eks.Addon:
+        """One EKS add-on at its pinned version, with its own Pod Identity role when it calls AWS and its configuration
+        values (stacks/cluster/identity.py)."""
+        child = pulumi.ResourceOptions(parent=self)
+        assoc = None
+        if addon in plan.addon_identities:
+            sa, policy = plan.addon_identities[addon]
+            role = aws.iam.Role(f"{name}-{addon}", assume_role_policy=ASSUME_POD_IDENTITY, opts=child)
+            aws.iam.RolePolicyAttachment(f"{name}-{addon}", role=role.name, policy_arn=f"arn:aws:iam::aws:policy/{policy}", opts=child)
+            assoc = [{"role_arn": role.arn, "service_account": sa}]
+        config = plan.addon_configuration.get(addon)
+        return aws.eks.Addon(
+            f"{name}-{addon}", cluster_name=self.cluster.name, addon_name=addon, addon_version=plan.addon_versions.get(addon),
+            pod_identity_associations=assoc, configuration_values=json.dumps(config, sort_keys=True) if config else None,
+            # a pinned-version bump is an UpdateAddon; the program owns these add-ons' settings (EKS API UpdateAddon resolveConflicts)
+            resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after))
+
     def _karpenter(self, name: str, plan: ClusterPlan, tags: dict, child: pulumi.ResourceOptions) -> None:
         """Karpenter for the Karpenter pools (stacks/cluster/karpenter.py): the node role and its EC2_LINUX access entry (the
         managed node groups' role already has one, and one principal has one access entry: EKS CreateAccessEntry),
@@ -319,7 +319,7 @@ class EksGpuCluster(pulumi.ComponentResource):
         kp = plan.karpenter
         node_role = aws.iam.Role(f"{name}-karpenter-node", name=kp.node_role_name, assume_role_policy=ASSUME_EC2, tags=tags, opts=child)
         node_policies = [aws.iam.RolePolicyAttachment(f"{name}-karpenter-node-{p}", role=node_role.name,
-                                                      policy_arn=f"arn:aws:iam::aws:policy/{p}", opts=child) for p in KARPENTER_NODE_POLICIES]
+                                                      policy_arn=f"arn:aws:iam::aws:policy/{p}", opts=child) for p in plan.node_policies]
         access = aws.eks.AccessEntry(f"{name}-karpenter-node", cluster_name=self.cluster.name, principal_arn=node_role.arn, type="EC2_LINUX",
                                      opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies))
         # The cluster security group (EKS creates it; the node groups' launch templates name it) and the EFA group both

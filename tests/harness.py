@@ -115,6 +115,7 @@ class Mocks(pmocks.Mocks):
         if args.typ == "aws:ec2/placementGroup:PlacementGroup":
             state.setdefault("name", args.name)  # auto-named by the provider; the launch template reads it
         if args.typ == "aws:iam/role:Role":  # ARNs the Karpenter wiring writes into its IAM policy and access entry
+            state.setdefault("name", args.name)  # auto-named by the provider; policy attachments name their role by it
             state.setdefault("arn", f"arn:aws:iam::123456789012:role/{state.get('name') or args.name}")
         if args.typ == "aws:sqs/queue:Queue":
             state.setdefault("arn", f"arn:aws:sqs:us-east-1:123456789012:{state.get('name') or args.name}")

@@ -4,6 +4,7 @@ on a graph carrying the mistake it guards against (the shapes earlier versions o
 from __future__ import annotations
 
 import copy
+import json
 import functools
 from pathlib import Path
 
@@ -877,3 +878,105 @@ def test_on_demand_and_reserved_groups_update_their_launch_template_with_running
     assert one(od.resources, R.NODEGROUP, "-gpu").inputs["capacityType"] == "ON_DEMAND"
     assert CB_RULE(od, changed) == []
     assert R.check_update(od, changed) == []
+
+
+# ---------------------------------------------------------------------------- what a pod can reach of AWS credentials
+# The expected policies and hop limit come from the EKS Best Practices Guide (hop count 1) and the EKS user guide (the
+# worker and ECR read-only policies on the node role; the CNI policy on the add-on's own role), not from the program.
+KUBELET_POLICIES = {"arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy", "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly"}
+SSM = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+CNI = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
+
+
+def _karpenter_graph(**cluster) -> Graph:
+    return graph({"gpu": "h100", "topology": "disagg", "networkPolicy": {"enabled": True},
+                  "cluster": {"mode": "eks", "capacity": "karpenter", **cluster}})
+
+
+def _node_group_graph(**cluster) -> Graph:
+    return graph({"gpu": "h100", "topology": "disagg", "networkPolicy": {"enabled": True}, "cluster": {"mode": "eks", **cluster}})
+
+
+@pytest.mark.parametrize("path", EKS_STACKS, ids=lambda p: p.name)
+def test_committed_eks_stack_keeps_node_credentials_from_pods(path):
+    """Every committed EKS stack: IMDSv2 with hop limit 1 on every launch template and EC2NodeClass, node roles with
+    the kubelet's two policies only (no SSM: no stack asks for it), the CNI policy on aws-node's own role."""
+    g = graph(_stack_config(path), path.name.split(".")[1])
+    for lt in g.of(R.LAUNCH_TEMPLATE):
+        assert lt.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1 and lt.inputs["metadataOptions"]["httpTokens"] == "required"
+    for nc in g.of(R.EC2NODECLASS):
+        assert nc.inputs["spec"]["metadataOptions"]["httpPutResponseHopLimit"] == 1
+    roles = R._node_roles(g)
+    assert roles
+    for role in roles:
+        assert set(R._attached(g, role)) == KUBELET_POLICIES, role.name
+    cni = next(a for a in g.of(R.EKS_ADDON) if a.inputs["addonName"] == "vpc-cni")
+    assert [a["serviceAccount"] for a in cni.inputs["podIdentityAssociations"]] == ["aws-node"]
+
+
+def test_ssm_access_is_opt_in_on_both_node_roles():
+    for g in (_node_group_graph(ssmAccess=True), _karpenter_graph(ssmAccess=True)):
+        roles = R._node_roles(g)
+        assert roles and all(set(R._attached(g, r)) == KUBELET_POLICIES | {SSM} for r in roles)
+        assert R.pods_cannot_reach_the_node_role(g) == []
+    with pytest.raises(Exception, match=r"ssmAccess"):
+        run_program({"gpu": "h100", "cluster": {"mode": "eks", "ssmAccess": "yes please"}}, SECRETS, stack="rules")
+
+
+@pytest.mark.parametrize("make", [_node_group_graph, _karpenter_graph], ids=["node-group", "karpenter"])
+def test_a_hop_limit_of_two_or_imdsv1_lets_a_pod_take_the_node_role(make):
+    g = make()
+    assert R.pods_cannot_reach_the_node_role(g) == []
+
+    def loosen(res, hop=2, tokens="required"):
+        for r in res:
+            if r.type == R.LAUNCH_TEMPLATE:
+                r.inputs["metadataOptions"].update(httpPutResponseHopLimit=hop, httpTokens=tokens)
+            if r.type == R.EC2NODECLASS:
+                r.inputs["spec"]["metadataOptions"].update(httpPutResponseHopLimit=hop, httpTokens=tokens)
+    for hop, tokens in ((2, "required"), (1, "optional")):
+        v = R.pods_cannot_reach_the_node_role(mutate(g, lambda res: loosen(res, hop, tokens)))
+        assert v and all("a pod can take the node role" in m for m in v)
+
+
+def test_the_cni_policy_on_a_node_role_is_refused_and_its_own_role_is_required():
+    g = _node_group_graph()
+    assert R.vpc_cni_has_its_own_identity_before_the_nodes(g) == [] and R.pods_cannot_reach_the_node_role(g) == []
+    # the policy list earlier versions attached to the node role
+    node = next(r for r in R._node_roles(g))
+    old = mutate(g, lambda res: res.append(R.Res(R.RPA, f"{node.name}-AmazonEKS_CNI_Policy", {"role": node.name, "policyArn": CNI})))
+    assert [m for m in R.pods_cannot_reach_the_node_role(old) if "AmazonEKS_CNI_Policy" in m]
+    # the add-on without its association, or with a role that lacks the policy
+    bare = mutate(g, lambda res: one(res, R.EKS_ADDON, "-vpc-cni").inputs.pop("podIdentityAssociations"))
+    assert [m for m in R.vpc_cni_has_its_own_identity_before_the_nodes(bare) if "no Pod Identity association for aws-node" in m]
+    weak = mutate(g, lambda res: [r.inputs.update(policyArn=SSM) for r in res if r.type == R.RPA and r.inputs.get("policyArn") == CNI])
+    assert [m for m in R.vpc_cni_has_its_own_identity_before_the_nodes(weak) if "does not hold AmazonEKS_CNI_Policy" in m]
+
+
+def test_node_groups_wait_for_the_cni_and_the_pod_identity_agent():
+    g = _node_group_graph()
+    cni = one(g.resources, R.EKS_ADDON, "-vpc-cni")
+    for ng in g.of(R.NODEGROUP):
+        assert cni.urn in ng.dependencies
+    # the add-ons after the system nodes, as earlier versions created them
+    after = mutate(g, lambda res: [r.__setattr__("dependencies", tuple(d for d in r.dependencies if ":Addon::" not in d))
+                                   for r in res if r.type == R.NODEGROUP])
+    v = R.vpc_cni_has_its_own_identity_before_the_nodes(after)
+    assert any("without waiting for the vpc-cni add-on" in m for m in v)
+    assert any("without waiting for the eks-pod-identity-agent add-on" in m for m in v)
+
+
+def test_network_policies_on_eks_are_enforced_by_the_vpc_cni():
+    g = _node_group_graph()
+    assert g.of(R.NETWORK_POLICY), "networkPolicy: enabled renders NetworkPolicies"
+    cni = one(g.resources, R.EKS_ADDON, "-vpc-cni")
+    assert json.loads(cni.inputs["configurationValues"]) == {"enableNetworkPolicy": "true"}
+    assert R.network_policies_are_enforced(g) == []
+    # the add-on as earlier versions created it: policies rendered, nothing enforces them
+    off = mutate(g, lambda res: one(res, R.EKS_ADDON, "-vpc-cni").inputs.pop("configurationValues"))
+    v = R.network_policies_are_enforced(off)
+    assert len(v) == 1 and "are not enforced" in v[0] and "enableNetworkPolicy" in v[0]
+    # the front door's policy too, on the committed internet stack
+    public = graph(_stack_config(ROOT / "Pulumi.h100-public.yaml"), "h100-public")
+    assert any(str(p.inputs["metadata"]["name"]).endswith("front-door-ingress") for p in public.of(R.NETWORK_POLICY))
+    assert R.network_policies_are_enforced(public) == []

@@ -94,9 +94,10 @@ AREA_KUBERNETES_VERSION = "Kubernetes version in EKS standard support"
 AREA_SECRETS = "Secrets the pods reference exist on a new cluster"
 AREA_EFS_THROUGHPUT = "EFS provisioned throughput"
 AREA_CLUSTER_ACCESS = "cluster access entries, Secrets envelope encryption and control-plane logs"
+AREA_NODE_CREDENTIALS = "node credentials: instance metadata, node role policies, add-on identities, NetworkPolicy enforcement"
 AREAS = (AREA_CAPACITY_BLOCKS, AREA_PLACEMENT_GROUPS, AREA_ULTRASERVERS_AND_ZONES, AREA_NETWORK, AREA_GPU_NODE_SOFTWARE,
          AREA_FSX_LUSTRE, AREA_EFA, AREA_NODE_COUNT, AREA_NODE_GROUP_SIZES, AREA_RETENTION, AREA_KUBERNETES_VERSION,
-         AREA_SECRETS, AREA_EFS_THROUGHPUT, AREA_CLUSTER_ACCESS)
+         AREA_SECRETS, AREA_EFS_THROUGHPUT, AREA_CLUSTER_ACCESS, AREA_NODE_CREDENTIALS)
 RULES: dict[Rule, tuple[str, ...]] = {}
 
 
@@ -1804,3 +1805,109 @@ def karpenter_serving_workers_are_not_disrupted(g: Graph) -> list[str]:
             if str(_get(c, "podTemplate", "metadata", "annotations", DO_NOT_DISRUPT)) != "true":
                 out.append(f"{d.name}/{c['name']}: on NodePool {np.name} without {DO_NOT_DISRUPT}: \"true\"")
     return out
+
+
+# --------------------------------------------------------------------------- what a pod can reach of AWS credentials
+RPA = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+EC2_TRUST = "ec2.amazonaws.com"
+
+
+def _node_roles(g: Graph) -> list[Res]:
+    """The IAM roles EC2 instances assume (the node groups' and Karpenter's node roles)."""
+    return [r for r in g.of(IAM_ROLE) if EC2_TRUST in str(r.inputs.get("assumeRolePolicy", ""))]
+
+
+def _attached(g: Graph, role: Res) -> list[str]:
+    """The policy ARNs attached to ``role`` (an attachment names its role by the role's name: its ``name`` input, or the
+    name the provider gives it, which the mocks make the resource name)."""
+    name = role.inputs.get("name") or role.name
+    return [str(a.inputs.get("policyArn")) for a in g.of(RPA) if a.inputs.get("role") == name]
+
+
+def _addon(g: Graph, name: str) -> Optional[Res]:
+    return next((a for a in g.of(EKS_ADDON) if a.inputs.get("addonName") == name), None)
+
+
+@rule(AREA_NODE_CREDENTIALS)
+def pods_cannot_reach_the_node_role(g: Graph) -> list[str]:
+    """Every GPU launch template and EC2NodeClass requires IMDSv2 with a PUT response hop limit of 1, so a token
+    response cannot reach a pod's network namespace and no pod reads the node role's credentials; the node roles hold
+    neither the VPC CNI's ENI policy nor anything account-wide beyond the worker and ECR read-only policies (SSM Session
+    Manager only where asked for). Sources: EKS Best Practices Guide, security, "Restrict access to the instance
+    profile assigned to the worker node" (IMDSv2, hop count 1); Karpenter v1 EC2NodeClass ``metadataOptions``
+    (default ``httpPutResponseHopLimit: 1``, ``httpTokens: required``); EKS user guide "Configure the Amazon VPC CNI
+    plugin to use IRSA" and "IAM roles for Amazon EKS add-ons" (the CNI policy on the add-on's own role, not the
+    node's)."""
+    from stacks.cluster.identity import CNI_POLICY, NODE_POLICIES, SSM_POLICY
+
+    out = []
+    for lt in g.of(LAUNCH_TEMPLATE):
+        md = lt.inputs.get("metadataOptions") or {}
+        if md.get("httpTokens") != "required" or md.get("httpPutResponseHopLimit") != 1:
+            out.append(f"{lt.name}: metadataOptions {md}: a pod can take the node role (IMDSv2 required, hop limit 1)")
+    for nc in g.of(EC2NODECLASS):
+        md = _get(nc.inputs, "spec", "metadataOptions", default={}) or {}
+        if md.get("httpTokens") != "required" or md.get("httpPutResponseHopLimit") != 1:
+            out.append(f"{nc.name}: metadataOptions {md}: a pod can take the node role (IMDSv2 required, hop limit 1)")
+    allowed = {f"arn:aws:iam::aws:policy/{p}" for p in (*NODE_POLICIES, SSM_POLICY)}
+    for role in _node_roles(g):
+        for arn in _attached(g, role):
+            if arn.endswith("/" + CNI_POLICY):
+                out.append(f"{role.name}: node role holds {CNI_POLICY} (any ENI in the account); it belongs to the vpc-cni add-on's own role")
+            elif arn not in allowed:
+                out.append(f"{role.name}: node role holds {arn}, beyond what a kubelet needs ({sorted(allowed)})")
+    return out
+
+
+@rule(AREA_NODE_CREDENTIALS)
+def vpc_cni_has_its_own_identity_before_the_nodes(g: Graph) -> list[str]:
+    """With the CNI policy off the node role, aws-node gets its credentials only through the EKS Pod Identity agent: the
+    ``vpc-cni`` add-on carries a Pod Identity association for its service account ``aws-node`` to a role holding
+    ``AmazonEKS_CNI_Policy``, and both it and ``eks-pod-identity-agent`` exist before any node group, or a new node's
+    aws-node cannot assign pod IPs and the node never becomes Ready. Sources: EKS user guide "IAM roles for Amazon EKS
+    add-ons" (Pod Identity association on the add-on; the agent must run), "Amazon VPC CNI" (service account aws-node);
+    terraform-aws-modules/terraform-aws-eks v21 ``addons`` (``before_compute = true`` for vpc-cni and
+    eks-pod-identity-agent)."""
+    from stacks.cluster.identity import CNI_POLICY
+
+    if not g.of(NODEGROUP) and not g.of(EC2NODECLASS):
+        return []
+    cni, agent = _addon(g, "vpc-cni"), _addon(g, "eks-pod-identity-agent")
+    if cni is None or agent is None:
+        return [f"the cluster's nodes need the vpc-cni and eks-pod-identity-agent add-ons (found: vpc-cni {cni is not None}, "
+                f"eks-pod-identity-agent {agent is not None})"]
+    out = []
+    assocs = cni.inputs.get("podIdentityAssociations") or []
+    ours = [a for a in assocs if a.get("serviceAccount") == "aws-node"]
+    if not ours:
+        out.append(f"{cni.name}: no Pod Identity association for aws-node: the CNI would need the node role's {CNI_POLICY}")
+    for a in ours:
+        role = next((r for r in g.of(IAM_ROLE) if str(a.get("roleArn", "")).endswith("/" + str(r.inputs.get("name") or r.name))), None)
+        if role is None or not any(arn.endswith("/" + CNI_POLICY) for arn in _attached(g, role)):
+            out.append(f"{cni.name}: aws-node's Pod Identity role {a.get('roleArn')} does not hold {CNI_POLICY}")
+    for ng in g.of(NODEGROUP):
+        for addon in (cni, agent):
+            if addon.urn not in ng.dependencies:
+                out.append(f"{ng.name}: created without waiting for the {addon.inputs.get('addonName')} add-on")
+    return out
+
+
+@rule(AREA_NODE_CREDENTIALS)
+def network_policies_are_enforced(g: Graph) -> list[str]:
+    """A NetworkPolicy the stack registers on EKS is enforced only when the VPC CNI add-on runs its network policy
+    agent: configuration values ``{"enableNetworkPolicy": "true"}`` (VPC CNI >= 1.14). Source: EKS user guide
+    "Restrict Pod network traffic with Kubernetes network policies" ("Enable the network policy parameter for the
+    add-on")."""
+    import json
+
+    policies = g.of(NETWORK_POLICY)
+    if not policies or not g.of(EKS):
+        return []
+    cni = _addon(g, "vpc-cni")
+    raw = (cni.inputs.get("configurationValues") if cni else None) or "{}"
+    if str(json.loads(raw).get("enableNetworkPolicy")) != "true":
+        names = sorted({str(_get(p.inputs, "metadata", "name")) for p in policies})
+        return [f"{len(names)} NetworkPolicies ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) are not enforced: "
+                f"the vpc-cni add-on's configurationValues {raw} lack enableNetworkPolicy: \"true\""]
+    return []

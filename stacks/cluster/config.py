@@ -203,6 +203,9 @@ class EksConfig(_Model):
     # the NAT's per-GB charge). ECR interface endpoints (ecr.api + ecr.dkr, billed per endpoint per zone-hour).
     s3_gateway_endpoint: bool = True
     ecr_endpoints: bool = False
+    # SSM Session Manager on the nodes (the AmazonSSMManagedInstanceCore policy on the node roles): off unless asked for.
+    # That policy also reads every SSM parameter of the account; stacks/cluster/identity.py says what the node roles hold.
+    ssm_access: bool = False
     # One GPU node group per pool (cluster.gpuPools); empty: one node group for the GPU of the stack's entries.
     gpu_pools: tuple[GpuPoolConfig, ...] = ()
 

@@ -64,6 +64,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from stacks.cluster.identity import nodeclass_metadata
+
 CAPACITY_KARPENTER = "karpenter"
 CAPACITY_NODE_GROUP = "node-group"
 CAPACITY_MODES = (CAPACITY_NODE_GROUP, CAPACITY_KARPENTER)
@@ -103,8 +105,6 @@ INTERRUPTION_RULES = (
 )
 # IAM role names (CreateRole RoleName) and EventBridge rule names (PutRule Name) are at most 64 characters.
 MAX_AWS_NAME = 64
-# Node role managed policies (the CloudFormation's KarpenterNodeRole: the same four the managed node groups get).
-NODE_POLICIES = ("AmazonEKS_CNI_Policy", "AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonSSMManagedInstanceCore")
 
 
 def chart_pin() -> dict:
@@ -179,7 +179,7 @@ def ec2nodeclass(name: str, cluster_name: str, role: str, capacity_reservation_i
         "subnetSelectorTerms": [{"tags": {DISCOVERY_TAG: cluster_name}}],
         "securityGroupSelectorTerms": [{"tags": {DISCOVERY_TAG: cluster_name}}],
         "instanceStorePolicy": "RAID0",
-        "metadataOptions": {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 2},
+        "metadataOptions": nodeclass_metadata(),  # IMDSv2, hop limit 1 (stacks/cluster/identity.py)
         "blockDeviceMappings": [{"deviceName": "/dev/xvda",
                                  "ebs": {"volumeSize": "500Gi", "volumeType": "gp3", "deleteOnTermination": True}}],
         "tags": dict(tags or {}),

@@ -13,6 +13,7 @@ from stacks.registry.gpus import InstanceShape, shape_for
 from stacks.cluster.config import POOL_KEYS, EksConfig, resolve_region
 from stacks.cluster.access import access_plan, control_plane_plan
 from stacks.cluster.addons import addon_versions
+from stacks.cluster import identity
 from stacks.cluster.dra import apply_compute_domain, compute_domain
 from stacks.cluster.network import _subnets, check_fabric_on_eks, network_plan
 from stacks.cluster.pools import (GPU_TAINT_KEY, POOL_LABEL, GpuPool, NodeShape, _dgd, _key, _untolerated, build_gpu_pool,
@@ -49,6 +50,13 @@ class ClusterPlan:
     admin_principal_arns: tuple[str, ...] = ()
     notes: dict[str, Any] = field(default_factory=dict)
     addon_versions: dict[str, str] = field(default_factory=dict)  # add-on -> pinned version (stacks/registry/versions.yaml eks.addons)
+    # Who holds which AWS credentials (stacks/cluster/identity.py): the node roles' managed policies; add-on ->
+    # (service account, policy) of its own Pod Identity role; add-on -> its configuration values; the add-ons created
+    # before any node group.
+    node_policies: tuple[str, ...] = ()
+    addon_identities: dict[str, tuple[str, str]] = field(default_factory=dict)
+    addon_configuration: dict[str, dict] = field(default_factory=dict)
+    addons_before_nodes: tuple[str, ...] = ()
     # Every GPU node group (one per gpuPools entry), the first one also as gpu_nodegroup, launch_template, placement_group,
     # shape and gpu_shape above (its resources keep the single-target names).
     gpu_pools: list["GpuPool"] = field(default_factory=list)
@@ -130,6 +138,10 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         network=network_plan(cfg),
         addons=addons,
         addon_versions=addon_versions(cfg.kubernetes_version, addons),  # refuses an add-on without a pin or a stated reason
+        node_policies=identity.node_policies(cfg.ssm_access),
+        addon_identities={a: identity.ADDON_IDENTITIES[a] for a in addons if a in identity.ADDON_IDENTITIES},
+        addon_configuration={a: dict(identity.ADDON_CONFIGURATION[a]) for a in addons if a in identity.ADDON_CONFIGURATION},
+        addons_before_nodes=tuple(a for a in addons if a in identity.BEFORE_NODES),
         system_nodegroup=sys_ng,
         gpu_nodegroup=first.nodegroup,
         launch_template=first.launch_template,

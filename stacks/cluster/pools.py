@@ -12,6 +12,7 @@ from stacks import catalog
 from stacks.catalog.model import Target
 from stacks.spec.config import NS, ConfigError
 from stacks.registry.gpus import InstanceShape, shape_for
+from stacks.cluster.identity import launch_template_metadata
 from stacks.cluster.config import MAX_KARPENTER_NODES, MAX_NODES_PER_NODEGROUP, EksConfig
 
 
@@ -230,7 +231,7 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
     lt: dict[str, Any] = {
         "network_interfaces": network_interfaces(shape, efa),
         "user_data": base64.b64encode(NODEADM_RAID0.encode()).decode(),
-        "metadata_options": {"http_tokens": "required", "http_put_response_hop_limit": 2},
+        "metadata_options": launch_template_metadata(),  # IMDSv2, hop limit 1: no pod reads the node role (stacks/cluster/identity.py)
         "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": {"volume_size": 500, "volume_type": "gp3", "delete_on_termination": "true"}}],
     }
     capacity_block = cfg.market_type == "capacity-block"
