@@ -980,3 +980,52 @@ def test_network_policies_on_eks_are_enforced_by_the_vpc_cni():
     public = graph(_stack_config(ROOT / "Pulumi.h100-public.yaml"), "h100-public")
     assert any(str(p.inputs["metadata"]["name"]).endswith("front-door-ingress") for p in public.of(R.NETWORK_POLICY))
     assert R.network_policies_are_enforced(public) == []
+
+
+# ---------------------------------------------------------------------------- updates in place
+GB200_1M = "ultra-vllm-disagg-gb200-agentic-1M"
+
+
+def _gb200(decode_replicas: int) -> Graph:
+    return graph({"target": GB200_1M, "fabricProfile": "aws-efa", "replicas": {"decode": decode_replicas},
+                  "cluster": {"mode": "eks", "marketType": "capacity-block", "capacityReservationId": CR,
+                              "gpuAvailabilityZone": "us-east-1-dfw-2a", "cacheStorage": "fsx-lustre"}})
+
+
+def test_gpu_node_groups_replace_nodes_without_spare_gpus():
+    g = _block(capacity="on-demand")
+    ng = one(g.resources, R.NODEGROUP, "-gpu")
+    # the EKS API's own names (NodegroupUpdateConfig): updateStrategy MINIMAL, maxUnavailable
+    assert ng.inputs["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
+    assert R.gpu_node_groups_update_without_spare_gpus(g) == []
+    system = one(g.resources, R.NODEGROUP, "-system")
+    assert "updateConfig" not in system.inputs  # the system group keeps EKS's default surge (no GPUs to find)
+    # the update config earlier versions sent
+    old = mutate(g, lambda res: one(res, R.NODEGROUP, "-gpu").inputs.update(updateConfig={"maxUnavailable": 1}))
+    v = R.gpu_node_groups_update_without_spare_gpus(old)
+    assert len(v) == 1 and v[0].startswith("cluster-gpu: updateConfig") and "MINIMAL" in v[0]
+
+
+def test_a_launch_template_change_on_the_default_strategy_is_refused_as_an_update():
+    """A reservation sized to the group (h100-disagg-staging's shape) gets a new user data: every node is replaced."""
+    before = _block(capacity="reservation")
+    user_data = mutate(before, lambda res: one(res, R.LAUNCH_TEMPLATE).inputs.update(userData="bmV3"))
+    assert R.gpu_launch_template_change_needs_no_spare_gpus(before, user_data) == []
+    default = lambda g: mutate(g, lambda res: one(res, R.NODEGROUP, "-gpu").inputs.update(updateConfig={"maxUnavailable": 1}))
+    v = R.gpu_launch_template_change_needs_no_spare_gpus(default(before), default(user_data))
+    assert len(v) == 1 and "launch template cluster-gpu changes (userData)" in v[0] and "replaces every node" in v[0]
+    # a scaling-only change needs no strategy (no node is replaced)
+    assert R.gpu_launch_template_change_needs_no_spare_gpus(default(_block(capacity="reservation")), default(_block(capacity="reservation", paused=True))) == []
+
+
+def test_a_decode_replica_change_leaves_the_compute_domain_spec_alone():
+    one_decode, two_decodes = _gb200(1), _gb200(2)
+    cds = [one(g.resources, R.COMPUTE_DOMAIN) for g in (one_decode, two_decodes)]
+    assert cds[0].inputs["spec"] == cds[1].inputs["spec"]
+    assert cds[0].inputs["spec"]["numNodes"] == 0  # the CRD's recommendation with IMEX daemons named by DNS
+    assert R.immutable_specs_never_change_in_place(one_decode, two_decodes) == []
+    assert R.check_update(one_decode, two_decodes) == []
+    # the spec earlier versions wrote: numNodes followed the node count, which the CRD's `self == oldSelf` refuses
+    counted = lambda g, n: mutate(g, lambda res: one(res, R.COMPUTE_DOMAIN).inputs["spec"].update(numNodes=n))
+    v = R.immutable_specs_never_change_in_place(counted(one_decode, 2), counted(two_decodes, 3))
+    assert len(v) == 1 and "ComputeDomain.spec is immutable" in v[0]

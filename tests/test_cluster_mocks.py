@@ -107,7 +107,7 @@ def test_gb200_local_zone_and_compute_domain():
     assert ng.inputs["subnetIds"] == ["cluster-gpu-local-zone-id"]
     assert any(r.inputs.get("chart") == "dra-driver-nvidia-gpu" for r in run.by_type("kubernetes:helm.sh/v3:Release"))
     cd = run.one("kubernetes:resource.nvidia.com/v1beta1:ComputeDomain")
-    assert cd.inputs["spec"]["numNodes"] == 2
+    assert cd.inputs["spec"]["numNodes"] == 0  # the CRD recommends 0 and makes the spec immutable
 
 
 def test_gpu_nodegroup_taints_and_labels(h100):

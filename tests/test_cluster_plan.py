@@ -127,7 +127,7 @@ def test_gb200_disagg_spanning_nodes_gets_a_compute_domain():
     sp, cp = final({"target": tid, "fabricProfile": "aws-efa", "cluster": {"mode": "eks", "region": "us-east-1", "marketType": "capacity-block",
                                                                           "capacityReservationId": "cr-0123456789abcdef0"}})
     assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 2
-    assert cp.compute_domain["kind"] == "ComputeDomain" and cp.compute_domain["spec"]["numNodes"] == 2
+    assert cp.compute_domain["kind"] == "ComputeDomain" and cp.compute_domain["spec"]["numNodes"] == 0
     from stacks.cluster import COMPUTE_DOMAIN_CLAIM, apply_compute_domain
 
     apply_compute_domain(sp.dgd, cp.compute_domain)

@@ -94,10 +94,11 @@ AREA_KUBERNETES_VERSION = "Kubernetes version in EKS standard support"
 AREA_SECRETS = "Secrets the pods reference exist on a new cluster"
 AREA_EFS_THROUGHPUT = "EFS provisioned throughput"
 AREA_CLUSTER_ACCESS = "cluster access entries, Secrets envelope encryption and control-plane logs"
+AREA_UPDATES = "updates in place: GPU node replacement, immutable specs"
 AREA_NODE_CREDENTIALS = "node credentials: instance metadata, node role policies, add-on identities, NetworkPolicy enforcement"
 AREAS = (AREA_CAPACITY_BLOCKS, AREA_PLACEMENT_GROUPS, AREA_ULTRASERVERS_AND_ZONES, AREA_NETWORK, AREA_GPU_NODE_SOFTWARE,
          AREA_FSX_LUSTRE, AREA_EFA, AREA_NODE_COUNT, AREA_NODE_GROUP_SIZES, AREA_RETENTION, AREA_KUBERNETES_VERSION,
-         AREA_SECRETS, AREA_EFS_THROUGHPUT, AREA_CLUSTER_ACCESS, AREA_NODE_CREDENTIALS)
+         AREA_SECRETS, AREA_EFS_THROUGHPUT, AREA_CLUSTER_ACCESS, AREA_NODE_CREDENTIALS, AREA_UPDATES)
 RULES: dict[Rule, tuple[str, ...]] = {}
 
 
@@ -1911,3 +1912,67 @@ def network_policies_are_enforced(g: Graph) -> list[str]:
         return [f"{len(names)} NetworkPolicies ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) are not enforced: "
                 f"the vpc-cni add-on's configurationValues {raw} lack enableNetworkPolicy: \"true\""]
     return []
+
+
+# --------------------------------------------------------------------------- updates in place
+def _gpu_group(ng: Res) -> bool:
+    return "NVIDIA" in str(ng.inputs.get("amiType", ""))
+
+
+def _strategy_problem(ng: Res) -> Optional[str]:
+    cfg = ng.inputs.get("updateConfig") or {}
+    if cfg.get("updateStrategy") != "MINIMAL" or int(cfg.get("maxUnavailable") or 0) < 1:
+        return (f"updateConfig {cfg}: a launch template or version change replaces every GPU node with EKS's DEFAULT "
+                "strategy, which first launches up to twice the zones' count of new nodes (GPUs a reservation sized to the "
+                "group does not have); use updateStrategy MINIMAL with maxUnavailable 1")
+    return None
+
+
+@rule(AREA_UPDATES)
+def gpu_node_groups_update_without_spare_gpus(g: Graph) -> list[str]:
+    """Every GPU managed node group replaces its nodes with the MINIMAL strategy: terminate, then launch, one node at a
+    time. Source: EKS API reference, NodegroupUpdateConfig.updateStrategy ("The default strategy ... launches the new
+    instances first, before terminating the old instances. The minimal strategy ... terminates the old instances before
+    launching the new instances ... useful in scenarios where you are constrained to resources or costs (for example,
+    with hardware accelerators such as GPUs)"); EKS user guide "Understand each phase of node updates" (the default
+    surge: up to twice the number of Availability Zones)."""
+    return [f"{ng.name}: {m}" for ng in g.of(NODEGROUP) if _gpu_group(ng) and (m := _strategy_problem(ng))]
+
+
+@update_rule(AREA_UPDATES)
+def gpu_launch_template_change_needs_no_spare_gpus(before: Graph, after: Graph) -> list[str]:
+    """An update that gives a GPU node group a new launch template version (EFA, reservation, user data, disk,
+    placement), AMI or Kubernetes version replaces every node of the group; with the DEFAULT strategy EKS first launches
+    new nodes beside the old ones, which on a reservation sized to the group cannot start. Sources: as
+    ``gpu_node_groups_update_without_spare_gpus``; hashicorp/terraform-provider-aws internal/service/eks/node_group.go
+    (the provider sends UpdateNodegroupConfig, with updateConfig, before UpdateNodegroupVersion, so a strategy set in
+    the same update applies to it)."""
+    out = []
+    for old, new in _pairs(before, after, NODEGROUP):
+        if not _gpu_group(new):
+            continue
+        changes = _version_changes(before, after, old, new)
+        problem = _strategy_problem(new)
+        if changes and problem:
+            out.append(f"{new.name}: {'; '.join(changes)} replaces every node: {problem}")
+    return out
+
+
+# Custom resource kinds whose CRD makes the whole spec immutable (x-kubernetes-validations ``self == oldSelf`` on spec):
+# an update that changes it is refused by the API server mid-`up`. ComputeDomain: kubernetes-sigs/dra-driver-nvidia-gpu
+# deployments/helm/dra-driver-nvidia-gpu/crds/resource.nvidia.com_computedomains.yaml ("A computeDomain.spec is immutable").
+IMMUTABLE_SPEC_KINDS = (COMPUTE_DOMAIN,)
+
+
+@update_rule(AREA_UPDATES, AREA_ULTRASERVERS_AND_ZONES)
+def immutable_specs_never_change_in_place(before: Graph, after: Graph) -> list[str]:
+    """An object whose CRD declares its spec immutable keeps the spec it was created with across every update (a
+    replica or node-count change must not reach it). Source: the CRDs named in ``IMMUTABLE_SPEC_KINDS``; Kubernetes
+    "CustomResourceDefinition validation rules" (transition rules: ``self == oldSelf`` refuses any change)."""
+    out = []
+    for typ in IMMUTABLE_SPEC_KINDS:
+        for old, new in _pairs(before, after, typ):
+            if old.inputs.get("spec") != new.inputs.get("spec"):
+                out.append(f"{new.name}: spec {old.inputs.get('spec')} -> {new.inputs.get('spec')}: the API server refuses it "
+                           f"({typ.rsplit(':', 1)[-1]}.spec is immutable)")
+    return out

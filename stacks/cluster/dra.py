@@ -62,14 +62,22 @@ def dra_driver_spec():
 COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"
 
 
-def compute_domain(name: str, namespace: str, nodes: int) -> dict:
+# The ComputeDomain's spec is immutable (its CRD: ``x-kubernetes-validations: self == oldSelf``, "A computeDomain.spec is
+# immutable"), so nothing in it may follow the stack's replicas or node count: ``numNodes: 0``, which the CRD recommends
+# with the default ``featureGates.IMEXDaemonsWithDNSNames=true`` ("recommended to be set to zero (default)"; IMEX daemons
+# start as their nodes join, without waiting for a count) and the EKS UltraServer guide uses
+# (kubernetes-sigs/dra-driver-nvidia-gpu deployments/helm/dra-driver-nvidia-gpu/crds/resource.nvidia.com_computedomains.yaml).
+COMPUTE_DOMAIN_NUM_NODES = 0
+
+
+def compute_domain(name: str, namespace: str) -> dict:
     """A ComputeDomain (NVIDIA DRA driver): an IMEX domain over the nodes the workers run on, with a
-    ResourceClaimTemplate each worker claims (resource.nvidia.com/v1beta1)."""
+    ResourceClaimTemplate each worker claims (resource.nvidia.com/v1beta1). Its spec never changes with the DGD."""
     return {
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomain",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"numNodes": nodes, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+        "spec": {"numNodes": COMPUTE_DOMAIN_NUM_NODES, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
     }
 
 

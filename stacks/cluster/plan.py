@@ -115,7 +115,7 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
     if compute_domain_for and dra:
         target, dgd = compute_domain_for
         if target.topology == "disagg" and pools[0].nodes_needed > 1:
-            cd = compute_domain(f"{name}-imex", (dgd.get("metadata") or {}).get("namespace") or "default", pools[0].nodes_needed)
+            cd = compute_domain(f"{name}-imex", (dgd.get("metadata") or {}).get("namespace") or "default")
     first = pools[0]
     addons = ["vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi]
     from stacks.cluster.karpenter import build_karpenter_plan, node_role_name, pool_objects

@@ -20,6 +20,7 @@ GPU_TAINT_KEY = "nvidia.com/gpu"
 POOL_LABEL = "dynamo.nvidia.com/pool"
 EFA_LABEL = "vpc.amazonaws.com/efa.present"
 AMI_TYPE = {"x86_64": "AL2023_x86_64_NVIDIA", "arm64": "AL2023_ARM_64_NVIDIA"}
+GPU_UPDATE_CONFIG = {"max_unavailable": 1, "update_strategy": "MINIMAL"}
 
 
 def scaling_config(count: int, capacity_block: bool) -> dict:
@@ -253,7 +254,11 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
         "labels": labels,
         "taints": [taint],
         "availability_zone": cfg.gpu_zone(),
-        "update_config": {"max_unavailable": 1},
+        # A launch template or version change replaces every node. EKS's DEFAULT strategy first launches up to twice the
+        # zones' count of new nodes (spare GPUs a reservation sized to the group does not have); MINIMAL terminates
+        # before it launches, one node at a time ("useful in scenarios where you are constrained to resources or costs
+        # (for example, with hardware accelerators such as GPUs)": EKS API reference, NodegroupUpdateConfig.updateStrategy).
+        "update_config": GPU_UPDATE_CONFIG,
     }
     if not capacity_block:
         gpu_ng = {"instance_types": [shape.instance_type], **gpu_ng}
