@@ -148,13 +148,14 @@ class EksGpuCluster(pulumi.ComponentResource):
                            "bootstrap_cluster_creator_admin_permissions": access["bootstrap_creator_admin"]},
             encryption_config=encryption,
             enabled_cluster_log_types=cp["logs"]["types"] if cp["logs"] else None,
+            upgrade_policy={"support_type": cp.get("upgrade_policy", "STANDARD")},  # always sent: the API's default is EXTENDED
             tags=tags,
             # The bootstrap flag acts only on CreateCluster and the provider replaces the cluster when it changes
             # (stacks.cluster.access_plan): an existing cluster keeps the value it was created with.
             opts=pulumi.ResourceOptions(parent=self, depends_on=cluster_deps,
                                         ignore_changes=["accessConfig.bootstrapClusterCreatorAdminPermissions"]),
         )
-        for w in access["warnings"]:
+        for w in [*access["warnings"], *cp.get("support_warnings", [])]:
             pulumi.log.warn(w, resource=self)
         self.access_entries: list[aws.eks.AccessEntry] = []
         self.access_policies: list[aws.eks.AccessPolicyAssociation] = []

@@ -1029,3 +1029,36 @@ def test_a_decode_replica_change_leaves_the_compute_domain_spec_alone():
     counted = lambda g, n: mutate(g, lambda res: one(res, R.COMPUTE_DOMAIN).inputs["spec"].update(numNodes=n))
     v = R.immutable_specs_never_change_in_place(counted(one_decode, 2), counted(two_decodes, 3))
     assert len(v) == 1 and "ComputeDomain.spec is immutable" in v[0]
+
+
+def test_the_upgrade_policy_is_always_sent_and_names_its_choice():
+    g = _node_group_graph()
+    cluster = one(g.resources, R.EKS)
+    assert cluster.inputs["upgradePolicy"] == {"supportType": "STANDARD"}
+    assert R.upgrade_policy_is_sent(g) == []
+    extended = _node_group_graph(upgradePolicy="EXTENDED")
+    assert one(extended.resources, R.EKS).inputs["upgradePolicy"] == {"supportType": "EXTENDED"} and R.check(extended) == []
+    # the cluster earlier versions created (no upgradePolicy: EKS's API default, EXTENDED); the update that adds it passes
+    old = mutate(g, lambda res: one(res, R.EKS).inputs.pop("upgradePolicy"))
+    v = R.upgrade_policy_is_sent(old)
+    assert len(v) == 1 and "EKS takes EXTENDED" in v[0]
+    assert R.check_update(old, g) == []
+    with pytest.raises(Exception, match=r"upgradePolicy"):
+        run_program({"gpu": "h100", "cluster": {"mode": "eks", "upgradePolicy": "NEVER"}}, SECRETS, stack="rules")
+
+
+def test_the_end_of_standard_support_is_announced_before_it_comes():
+    import datetime
+
+    from stacks.cluster.access import standard_support_ends, support_warnings
+
+    ends = standard_support_ends()
+    # the dates versions.yaml records (endoflife.date/amazon-eks, read 2026-11-30)
+    assert ends["1.34"] == datetime.date(2026, 12, 2) and ends["1.35"] == datetime.date(2027, 3, 27)
+    assert support_warnings("1.35", "STANDARD", datetime.date(2026, 12, 2)) == []  # 115 days away
+    (soon,) = support_warnings("1.35", "STANDARD", datetime.date(2027, 1, 1))
+    assert "dynamo:cluster.kubernetesVersion" in soon and "1.35 ends 2027-03-27 (in 85 days)" in soon and "upgrades the control plane by itself" in soon
+    (today,) = support_warnings("1.34", "EXTENDED", datetime.date(2026, 12, 2))
+    assert "ends today" in today and "extended-support hourly price" in today
+    (past,) = support_warnings("1.34", "STANDARD", datetime.date(2026, 12, 12))
+    assert "ended 2026-12-02 (10 days ago)" in past

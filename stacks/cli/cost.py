@@ -130,8 +130,14 @@ def fixed_costs(program, prices: dict) -> list[tuple[str, float, str]]:
     from stacks.cluster import ECR_ENDPOINT_SERVICES, INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, NAT_USD_PER_HOUR
 
     cp = program.cluster_plan
+    from stacks.cluster.access import standard_support_ends
+    import datetime
+
     cpl = prices["eks"]["control_plane"]
-    out = [("EKS control plane", float(cpl["usd_per_hour"]), f"{cpl['source']}, read {cpl['read']}")]
+    ends = standard_support_ends().get(str(cp.kubernetes_version))
+    extended = (cp.control_plane or {}).get("upgrade_policy") == "EXTENDED" and ends is not None and datetime.date.today() > ends
+    out = [("EKS control plane (extended support)" if extended else "EKS control plane",
+            float(cpl["extended_usd_per_hour"] if extended else cpl["usd_per_hour"]), f"{cpl['source']}, read {cpl['read']}")]
     net = cp.network or {}
     nats = len(net.get("nat_zones") or [])
     if nats:
@@ -153,7 +159,7 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
-def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str, float, str]]) -> str:
+def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str, float, str]], warnings: tuple[str, ...] = ()) -> str:
     rows = [["pool", "gpu", "instance", "capacity", "nodes min/max/paused", "per node", "at min", "at max", "paused"]]
     for c in pools:
         why = "block" if c.capacity.endswith("capacity-block") else "unpriced"
@@ -162,7 +168,7 @@ def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str
                      _money(node, why), _money(c.usd(c.nodes_min), why), _money(c.usd(c.nodes_max), why),
                      _money(c.usd(c.nodes_paused, paused=True), why)])
     table = [f"stack {stack} ({region}), USD per hour, prices from stacks/registry/prices.yaml"] + _table(rows)
-    lines = [f"fixed: {what} {usd:,.3f}" for what, usd, _ in fixed]
+    lines = [f"fixed: {what} {usd:,.3f}" for what, usd, _ in fixed] + [f"warning: {w}" for w in warnings]
     lines.append("sources:")
     seen = set()
     for c in pools:
@@ -198,12 +204,20 @@ def config_cost(plain: dict[str, Any], name: str, secret: frozenset = frozenset(
     return program.cluster_plan.region, pool_costs(program, paused, prices), fixed_costs(program, prices)
 
 
+def support_warnings_of(plain: dict[str, Any], name: str, secret: frozenset = frozenset(), region: Optional[str] = None) -> list[str]:
+    """The control plane's end-of-standard-support warnings ``up`` logs for the stack (stacks/cluster/access.py)."""
+    from stacks.program import build_program
+
+    program = build_program(plain, name, secret, aws_region=region)
+    return list((program.cluster_plan.control_plane or {}).get("support_warnings") or [])
+
+
 def stack_cost(name: str, prices: Optional[dict] = None) -> str:
     from stacks.program.render import split_secrets, stack_aws_region, stack_raw_config
 
     plain, secret = split_secrets(stack_raw_config(name))
     region, pools, fixed = config_cost(plain, name, secret, stack_aws_region(name), prices)
-    return report(name, region, pools, fixed)
+    return report(name, region, pools, fixed, tuple(support_warnings_of(plain, name, secret, stack_aws_region(name))))
 
 
 def cmd_cost(args) -> int:

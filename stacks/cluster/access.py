@@ -3,11 +3,13 @@
 (``control_plane_plan``)."""
 from __future__ import annotations
 
+import datetime
+
 import re
 from typing import Any
 
 from stacks.spec.config import NS
-from stacks.cluster.config import EksConfig
+from stacks.cluster.config import EksConfig, _eks_pin
 
 
 # EKS access policies a stack may associate (EKS user guide "Review access policy permissions", access-policy-permissions:
@@ -88,4 +90,32 @@ def control_plane_plan(name: str, cfg: EksConfig) -> dict[str, Any]:
                 "retention_in_days": cfg.control_plane_log_retention_days,
                 "cluster_role_policy": {"Version": "2012-10-17", "Statement": [
                     {"Effect": "Deny", "Action": ["logs:CreateLogGroup"], "Resource": "*"}]}}
-    return {"secrets_encryption": cfg.secrets_encryption, "logs": logs}
+    return {"secrets_encryption": cfg.secrets_encryption, "logs": logs, "upgrade_policy": cfg.upgrade_policy,
+            "support_warnings": support_warnings(cfg.kubernetes_version, cfg.upgrade_policy, datetime.date.today())}
+
+
+SUPPORT_WARNING_DAYS = 90
+
+
+def standard_support_ends() -> dict[str, datetime.date]:
+    """Kubernetes version -> the last day of its EKS standard support (versions.yaml eks.standardSupportEnds)."""
+    return {str(k): datetime.date.fromisoformat(str(v)) for k, v in (_eks_pin("standardSupportEnds") or {}).items()}
+
+
+def support_warnings(version: str, policy: str, today: datetime.date) -> list[str]:
+    """What ``up`` and ``cost`` say when the control plane's version leaves EKS standard support within
+    ``SUPPORT_WARNING_DAYS`` days (or has left it): with ``upgradePolicy`` STANDARD, EKS upgrades the control plane
+    itself; with EXTENDED, the cluster hour costs the extended-support price. Source: EKS user guide "View current
+    cluster upgrade policy"; the end dates in stacks/registry/versions.yaml."""
+    end = standard_support_ends().get(str(version))
+    if end is None:
+        return []
+    days = (end - today).days
+    if days > SUPPORT_WARNING_DAYS:
+        return []
+    when = (f"ends {end.isoformat()} (in {days} days)" if days > 0 else
+            f"ends today ({end.isoformat()})" if days == 0 else f"ended {end.isoformat()} ({-days} days ago)")
+    then = ("EKS then upgrades the control plane by itself, outside this stack (upgradePolicy STANDARD)" if policy == "STANDARD"
+            else "the cluster then enters extended support, billed at the extended-support hourly price (upgradePolicy EXTENDED)")
+    return [f"{NS}:cluster.kubernetesVersion: EKS standard support for Kubernetes {version} {when}; {then}. Move one minor "
+            f"version with kubernetesVersion before then (docs/deploy-aws.md, \"Upgrading Kubernetes\")"]

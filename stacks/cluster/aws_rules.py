@@ -1976,3 +1976,20 @@ def immutable_specs_never_change_in_place(before: Graph, after: Graph) -> list[s
                 out.append(f"{new.name}: spec {old.inputs.get('spec')} -> {new.inputs.get('spec')}: the API server refuses it "
                            f"({typ.rsplit(':', 1)[-1]}.spec is immutable)")
     return out
+
+
+@rule(AREA_KUBERNETES_VERSION)
+def upgrade_policy_is_sent(g: Graph) -> list[str]:
+    """The cluster says what happens at the end of standard support (``upgradePolicy.supportType`` STANDARD or
+    EXTENDED) on create and on every update: without it a cluster created through the API gets EXTENDED, and a
+    version past standard support then bills the extended-support hour ($0.60 instead of $0.10) unseen. Setting it is
+    an in-place update. Sources: EKS user guide "Enable EKS extended support" ("clusters created with the AWS API have
+    extended support enabled"), "View current cluster upgrade policy"; EKS API UpgradePolicyRequest; CloudFormation
+    AWS::EKS::Cluster UpgradePolicy ("Update requires: No interruption")."""
+    out = []
+    for c in g.of(EKS):
+        st = _get(c.inputs, "upgradePolicy", "supportType")
+        if st not in ("STANDARD", "EXTENDED"):
+            out.append(f"{c.name}: upgradePolicy.supportType {st!r} is not sent (STANDARD or EXTENDED): EKS takes EXTENDED for an "
+                       "API-created cluster, billed at the extended-support price once the version leaves standard support")
+    return out

@@ -206,6 +206,10 @@ class EksConfig(_Model):
     # SSM Session Manager on the nodes (the AmazonSSMManagedInstanceCore policy on the node roles): off unless asked for.
     # That policy also reads every SSM parameter of the account; stacks/cluster/identity.py says what the node roles hold.
     ssm_access: bool = False
+    # What EKS does when the control plane's version leaves standard support (EKS UpgradePolicy.supportType, always sent):
+    # STANDARD, EKS upgrades it by itself; EXTENDED, it stays and bills the extended-support price. A cluster created
+    # through the API without it gets EXTENDED (EKS user guide, "Enable EKS extended support").
+    upgrade_policy: Literal["STANDARD", "EXTENDED"] = "STANDARD"
     # One GPU node group per pool (cluster.gpuPools); empty: one node group for the GPU of the stack's entries.
     gpu_pools: tuple[GpuPoolConfig, ...] = ()
 
