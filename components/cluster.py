@@ -164,7 +164,10 @@ class EksGpuCluster(pulumi.ComponentResource):
             self.access_entries.append(entry)
             self.access_policies.append(aws.eks.AccessPolicyAssociation(f"{name}-{e['name']}", cluster_name=self.cluster.name, principal_arn=e["principal_arn"],
                                             policy_arn=e["policy_arn"], access_scope=e["access_scope"],
-                                            opts=pulumi.ResourceOptions(parent=self, depends_on=[entry])))
+                                            # EKS keys an association by (principal, policy): a create-first replacement
+                                            # would be undone by the old one's delete (stacks/cluster/aws_rules.py
+                                            # access_policy_association_is_replaced_delete_first)
+                                            opts=pulumi.ResourceOptions(parent=self, depends_on=[entry], delete_before_replace=True)))
 
         # ---- nodes: the node roles hold only what a kubelet needs (stacks/cluster/identity.py)
         node_role = aws.iam.Role(f"{name}-node", assume_role_policy=ASSUME_EC2, opts=child)

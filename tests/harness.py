@@ -32,6 +32,7 @@ class Registration:
     raw_inputs: dict
     inputs: dict
     ignore_changes: list[str] = field(default_factory=list)
+    delete_before_replace: bool = False
 
 
 @dataclass
@@ -159,6 +160,7 @@ class RecordingMonitor(pmocks.MockMonitor):
                     raw_inputs=raw,
                     inputs=unwrap(raw),
                     ignore_changes=list(request.ignoreChanges),
+                    delete_before_replace=bool(request.deleteBeforeReplace),
                 )
             )
         return resp

@@ -83,13 +83,14 @@ def label_keys() -> dict[str, str]:
 
 
 def operator_ports() -> dict[str, int]:
-    """Port name -> number from OPERATOR-LABELS.md section 2, for the rows with one name and one number
-    (``http`` 8000, ``system`` 9090, ``nixl`` 19090, ``grpc`` 9002)."""
+    """Port name -> number from OPERATOR-LABELS.md section 2: each row's first port name and the first number of
+    its Number cell (``http`` 8000, ``system`` 9090, ``nixl`` 19090, ``metrics`` 9085 (planner), ``grpc`` 9002);
+    rows without a number (``system-0``/``system-1``) are left out."""
     out = {}
     for row in _table(_section(_need(operator_labels_path()).read_text(), 2)):
-        names = re.findall(r"`([^`]+)`", row[0])
-        if len(names) == 1 and re.fullmatch(r"\d+", row[1].split(" ")[0]):
-            out[names[0]] = int(row[1].split(" ")[0])
+        name, number = re.match(r"`([^`]+)`", row[0]), re.match(r"(\d+)\b", row[1])
+        if name and number:
+            out[name.group(1)] = int(number.group(1))
     return out
 
 

@@ -1062,3 +1062,15 @@ def test_the_end_of_standard_support_is_announced_before_it_comes():
     assert "ends today" in today and "extended-support hourly price" in today
     (past,) = support_warnings("1.34", "STANDARD", datetime.date(2026, 12, 12))
     assert "ended 2026-12-02 (10 days ago)" in past
+
+
+def test_adding_a_namespace_to_an_access_entry_replaces_its_association_delete_first():
+    one_ns = graph(h100_eks(accessEntries=ACCESS))
+    two_ns = graph(h100_eks(accessEntries=[ACCESS[0], {**ACCESS[1], "namespaces": ["dynamo-rules", "team-b"]}]))
+    alice = [r for r in two_ns.of(R.ACCESS_POLICY_ASSOCIATION) if r.inputs["principalArn"] == ALICE]
+    assert alice and all(r.delete_before_replace for r in alice)
+    assert R.access_policy_association_is_replaced_delete_first(one_ns, two_ns) == []
+    # the association as earlier versions registered it: replaced create-first
+    create_first = mutate(two_ns, lambda res: [setattr(r, "delete_before_replace", False) for r in res if r.type == R.ACCESS_POLICY_ASSOCIATION])
+    v = R.access_policy_association_is_replaced_delete_first(one_ns, create_first)
+    assert len(v) == 1 and "accessScope change" in v[0] and ALICE in v[0] and "deleteBeforeReplace" in v[0]

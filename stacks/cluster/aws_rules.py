@@ -47,6 +47,7 @@ class Res:
     ignore_changes: tuple = ()
     dependencies: tuple = ()
     urn: str = ""
+    delete_before_replace: bool = False
 
     @property
     def id(self) -> str:
@@ -60,7 +61,7 @@ class Graph:
         self.resources = [
             r if isinstance(r, Res) else Res(r.type, r.name, r.inputs, bool(getattr(r, "retain_on_delete", False)),
                                              tuple(getattr(r, "ignore_changes", ()) or ()), tuple(getattr(r, "dependencies", ()) or ()),
-                                             getattr(r, "urn", ""))
+                                             getattr(r, "urn", ""), bool(getattr(r, "delete_before_replace", False)))
             for r in resources
         ]
 
@@ -1992,4 +1993,24 @@ def upgrade_policy_is_sent(g: Graph) -> list[str]:
         if st not in ("STANDARD", "EXTENDED"):
             out.append(f"{c.name}: upgradePolicy.supportType {st!r} is not sent (STANDARD or EXTENDED): EKS takes EXTENDED for an "
                        "API-created cluster, billed at the extended-support price once the version leaves standard support")
+    return out
+
+
+@update_rule(AREA_CLUSTER_ACCESS)
+def access_policy_association_is_replaced_delete_first(before: Graph, after: Graph) -> list[str]:
+    """An access policy association whose scope changes (a namespace added to an entry) is replaced: its access scope,
+    principal and policy are ForceNew in the provider. EKS keys an association by (cluster, principal, policy):
+    AssociateAccessPolicy on an existing pair updates that one association, and the old resource's delete then
+    disassociates the same pair, leaving the principal with no policy. The replacement must delete first
+    (``deleteBeforeReplace``). Sources: EKS API AssociateAccessPolicy / DisassociateAccessPolicy (principalArn +
+    policyArn identify the association); hashicorp/terraform-provider-aws internal/service/eks/access_policy_association.go
+    (access_scope, policy_arn, principal_arn ForceNew; the id is cluster#principal#policy)."""
+    out = []
+    for old, new in _pairs(before, after, ACCESS_POLICY_ASSOCIATION):
+        keys = ("accessScope", "principalArn", "policyArn", "clusterName")
+        changed = [k for k in keys if old.inputs.get(k) != new.inputs.get(k)]
+        if changed and not new.delete_before_replace:
+            out.append(f"{new.name}: {', '.join(changed)} change replaces the association create-first; the delete of the old one then "
+                       f"disassociates the same (principal, policy) pair and leaves {new.inputs.get('principalArn')} without "
+                       f"{new.inputs.get('policyArn')}: replace it with deleteBeforeReplace")
     return out
