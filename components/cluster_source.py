@@ -25,7 +25,7 @@ from components.credentials import cluster_storage_classes, credentials_problem,
 from components.platform import DevicePlugins, DynamoPlatform, helm_release
 from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
 from stacks.spec.config import NS
-from stacks.cluster.config import check_running_version
+from stacks.cluster.config import LiveNodeGroup, check_node_groups_for_step, check_running_version
 from stacks.cluster.platform import GPU_PRESENT_LABELS, dynamo_platform
 from stacks.program import ProgramPlan
 
@@ -126,7 +126,10 @@ class EksSource(ClusterSource):
         # Before any AWS resource: the version the cluster runs, so that a skip or a downgrade is refused now and not by
         # UpdateClusterVersion halfway through the `up`.
         try:
-            check_running_version(running_cluster_version(plan.name, aws_provider), plan.kubernetes_version, plan.name)
+            running = running_cluster_version(plan.name, aws_provider)
+            check_running_version(running, plan.kubernetes_version, plan.name)
+            if running is not None and str(running) != str(plan.kubernetes_version):
+                check_node_groups_for_step(running, plan.kubernetes_version, live_node_groups(plan.name, aws_provider), plan.name)
         except ValueError as e:
             raise pulumi.RunError(str(e)) from None
         self.eks = eks = EksGpuCluster("cluster", plan, opts=pulumi.ResourceOptions(provider=aws_provider))
@@ -191,6 +194,25 @@ def running_cluster_version(name: str, provider: pulumi.ProviderResource) -> Opt
         raise pulumi.RunError(f"could not read EKS cluster {name!r} to check {NS}:cluster.kubernetesVersion against the "
                               f"version it runs: {e}") from None
     return str(found.version)
+
+
+def live_node_groups(cluster: str, provider: pulumi.ProviderResource) -> list[LiveNodeGroup]:
+    """The cluster's managed node groups as EKS reports them (ListNodegroups, then DescribeNodegroup for each, through
+    ``aws.eks.get_node_groups`` / ``get_node_group``). A failed lookup stops the `up`: a control-plane step is exactly
+    what it guards."""
+    import pulumi_aws as aws
+
+    opts = pulumi.InvokeOptions(provider=provider)
+    try:
+        out = []
+        for ng in sorted(aws.eks.get_node_groups(cluster_name=cluster, opts=opts).names or []):
+            found = aws.eks.get_node_group(cluster_name=cluster, node_group_name=ng, opts=opts)
+            desired = sum(int(sc.desired_size) for sc in (found.scaling_configs or []))
+            out.append(LiveNodeGroup(ng, str(found.version), str(found.capacity_type), desired))
+        return out
+    except Exception as e:
+        raise pulumi.RunError(f"could not read the node groups of EKS cluster {cluster!r} to check {NS}:cluster.kubernetesVersion "
+                              f"against them: {e}") from None
 
 
 SOURCES = {"render": RenderSource, "kubeconfig": KubeconfigSource, "stack": StackSource, "eks": EksSource}

@@ -92,11 +92,13 @@ class ProviderError(grpc.RpcError):
 
 
 class Mocks(pmocks.Mocks):
-    def __init__(self, stack_outputs: dict | None = None, eks_clusters: dict | None = None):
+    def __init__(self, stack_outputs: dict | None = None, eks_clusters: dict | None = None, eks_node_groups: dict | None = None):
         super().__init__()
         self.stack_outputs = stack_outputs or {}
         # EKS cluster name -> the Kubernetes version it runs (absent: no such cluster; an Exception: the lookup fails so)
         self.eks_clusters = eks_clusters or {}
+        # cluster -> node group -> (Kubernetes version, capacity type, desired size), as EKS reports them
+        self.eks_node_groups = eks_node_groups or {}
 
     def new_resource(self, args):
         state = dict(args.inputs)
@@ -135,6 +137,16 @@ class Mocks(pmocks.Mocks):
             if isinstance(self.eks_clusters[name], Exception):  # any other failure of the lookup
                 raise ProviderError(f"invoking aws:eks/getCluster:getCluster: 1 error occurred:\n\t* {self.eks_clusters[name]}")
             return ({"name": name, "version": self.eks_clusters[name], "status": "ACTIVE"}, [])
+        if args.token == "aws:eks/getNodeGroups:getNodeGroups":  # ListNodegroups
+            cluster = args.args.get("clusterName")
+            if isinstance(self.eks_node_groups.get(cluster), Exception):  # a failed ListNodegroups
+                raise ProviderError(f"invoking aws:eks/getNodeGroups:getNodeGroups: 1 error occurred:\n\t* {self.eks_node_groups[cluster]}")
+            return ({"clusterName": cluster, "names": sorted((self.eks_node_groups.get(cluster) or {}).keys()), "id": cluster}, [])
+        if args.token == "aws:eks/getNodeGroup:getNodeGroup":  # DescribeNodegroup
+            cluster, ng = args.args.get("clusterName"), args.args.get("nodeGroupName")
+            version, capacity, desired = self.eks_node_groups[cluster][ng]
+            return ({"clusterName": cluster, "nodeGroupName": ng, "version": version, "capacityType": capacity,
+                     "scalingConfigs": [{"desiredSize": desired, "minSize": 0, "maxSize": max(desired, 1)}], "id": f"{cluster}:{ng}"}, [])
         return ({}, [])
 
 
@@ -211,11 +223,12 @@ AWS_REGION = "us-east-1"
 
 def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, stack: str = "test",
                 stack_outputs: dict[str, dict] | None = None, aws_region: str | None = AWS_REGION,
-                eks_clusters: dict[str, str] | None = None) -> Run:
+                eks_clusters: dict[str, str] | None = None, eks_node_groups: dict | None = None) -> Run:
     """Run __main__.py with ``dynamo:`` config (plain values) and secret config. ``stack_outputs``: the outputs of
     the stacks a ``cluster.mode: stack`` program references, by name (default: ``cluster_stack_outputs``).
     ``aws_region``: ``aws:region``, set for an EKS config that names no ``cluster.region`` (None: not set).
-    ``eks_clusters``: EKS clusters that exist already, name -> Kubernetes version (default: none)."""
+    ``eks_clusters``: EKS clusters that exist already, name -> Kubernetes version (default: none); ``eks_node_groups``:
+    their managed node groups, cluster -> group -> (version, capacity type, desired size) (default: none)."""
     global LAST_RUN
     run = LAST_RUN = Run()
     secrets = secrets or {}
@@ -225,8 +238,9 @@ def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, s
         all_cfg["aws:region"] = aws_region
     all_cfg.update({f"dynamo:{k}": v for k, v in secrets.items()})
     rc.set_all_config(all_cfg, [f"dynamo:{k}" for k in secrets])
-    monitor = RecordingMonitor(Mocks(stack_outputs, eks_clusters), run)
-    pmocks.set_mocks(Mocks(stack_outputs, eks_clusters), project="dynamo", stack=stack, preview=False, monitor=monitor)
+    mocks = Mocks(stack_outputs, eks_clusters, eks_node_groups)
+    monitor = RecordingMonitor(mocks, run)
+    pmocks.set_mocks(mocks, project="dynamo", stack=stack, preview=False, monitor=monitor)
 
     exported: dict[str, Any] = {}
 

@@ -391,11 +391,16 @@ def test_secrets_key_and_log_group_come_before_the_cluster():
 
 # ------------------------------------------------------------------ the version the cluster runs, looked up before any resource
 
-def _run_against(running, wanted, stack="upgrade"):
-    """An EKS stack whose cluster (dynamo-<stack>) runs ``running`` (None: no cluster yet) and whose config asks for
-    ``wanted``; the harness answers the program's aws.eks.get_cluster as the provider does."""
+def _run_against(running, wanted, stack="upgrade", node_groups=None, **cluster):
+    """An EKS stack whose cluster (dynamo-<stack>) runs ``running`` (None: no cluster yet) with ``node_groups`` (name ->
+    (version, capacity type, desired size); default: the system and GPU groups at ``running``), and whose config asks
+    for ``wanted``; the harness answers the program's aws.eks lookups as the provider does."""
     clusters = {} if running is None else {f"dynamo-{stack}": running}
-    return run_program({"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": wanted}}, TOKEN, stack=stack, eks_clusters=clusters)
+    if node_groups is None and isinstance(running, str):
+        node_groups = {"cluster-system-a1b2": (running, "ON_DEMAND", 2), "cluster-gpu-c3d4": (running, "ON_DEMAND", 1)}
+    groups = {f"dynamo-{stack}": node_groups} if node_groups else {}
+    return run_program({"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": wanted, **cluster}}, TOKEN, stack=stack,
+                       eks_clusters=clusters, eks_node_groups=groups)
 
 
 def _registered_types():
@@ -443,3 +448,45 @@ def test_a_failed_lookup_is_not_taken_for_a_new_cluster():
     assert "could not read EKS cluster 'dynamo-upgrade' to check dynamo:cluster.kubernetesVersion" in str(e.value)
     assert "AccessDeniedException" in str(e.value)
     assert _registered_types() == ["pulumi:providers:aws"]
+
+
+def test_every_node_group_follows_the_control_plane_version():
+    run = _run_against("1.34", "1.35")
+    groups = run.by_type("aws:eks/nodeGroup:NodeGroup")
+    assert groups and {g.inputs["version"] for g in groups} == {"1.35"}
+    assert "releaseVersion" not in groups[0].inputs  # the AMI release: EKS's latest for the version (not pinned here)
+
+
+def test_a_control_plane_step_with_a_node_group_behind_is_refused_before_any_resource():
+    with pytest.raises(Exception) as e:
+        _run_against("1.34", "1.35", node_groups={"cluster-system-a1b2": ("1.34", "ON_DEMAND", 2),
+                                                  "cluster-gpu-c3d4": ("1.33", "ON_DEMAND", 1)})
+    msg = str(e.value)
+    assert ("dynamo:cluster.kubernetesVersion: '1.35' steps the control plane of EKS cluster 'dynamo-upgrade' from '1.34', but "
+            "its node group(s) cluster-gpu-c3d4 (1.33) are not at '1.34'") in msg
+    assert "aws eks update-nodegroup-version --cluster-name dynamo-upgrade" in msg
+    assert _registered_types() == ["pulumi:providers:aws"]
+    # the same groups without a step: nothing to refuse (the `up` brings the behind group to the control plane's version)
+    run = _run_against("1.34", "1.34", node_groups={"cluster-gpu-c3d4": ("1.33", "ON_DEMAND", 1)})
+    assert {g.inputs["version"] for g in run.by_type("aws:eks/nodeGroup:NodeGroup")} == {"1.34"}
+
+
+def test_a_control_plane_step_with_a_running_capacity_block_group_is_refused_before_any_resource():
+    block = {"marketType": "capacity-block", "capacityReservationId": "cr-0123456789abcdef0"}
+    with pytest.raises(Exception) as e:
+        _run_against("1.34", "1.35", node_groups={"cluster-system-a1b2": ("1.34", "ON_DEMAND", 2),
+                                                  "cluster-gpu-c3d4": ("1.34", "CAPACITY_BLOCK", 1)}, **block)
+    msg = str(e.value)
+    assert "Capacity Block group(s) cluster-gpu-c3d4 (1 nodes)" in msg and "version only at desired size 0" in msg
+    assert "dynamo:paused: true" in msg
+    assert _registered_types() == ["pulumi:providers:aws"]
+    # paused (EKS reports desired size 0): the step goes ahead
+    run = _run_against("1.34", "1.35", node_groups={"cluster-system-a1b2": ("1.34", "ON_DEMAND", 2),
+                                                    "cluster-gpu-c3d4": ("1.34", "CAPACITY_BLOCK", 0)}, **block)
+    assert run.one("aws:eks/cluster:Cluster").inputs["version"] == "1.35"
+
+
+def test_a_failed_node_group_lookup_stops_the_step():
+    with pytest.raises(Exception) as e:
+        _run_against("1.34", "1.35", node_groups=RuntimeError("operation error EKS: ListNodegroups, AccessDeniedException"))
+    assert "could not read the node groups of EKS cluster 'dynamo-upgrade'" in str(e.value) and "AccessDeniedException" in str(e.value)

@@ -13,7 +13,7 @@ from local_cluster import control_plane
 from stacks import catalog
 from stacks.serving.benchmark import build_benchmark
 from stacks.spec.config import BenchmarkConfig, ConfigError, parse
-from stacks.serving.network_policy import benchmark_job_name
+from stacks.serving.network_policy import benchmark_job_name, front_door_ingress
 from stacks.serving.operator import label_selector_string, operator_pods
 from stacks.serving import build_plan
 
@@ -82,6 +82,146 @@ def test_selectors_match_the_operator_exact_pods(tid):
     for j in plan.jobs:
         assert _matches(jobs, {"batch.kubernetes.io/job-name": j["metadata"]["name"]})
     assert not any(_matches(jobs, p.labels) for p in pods)
+
+
+# --------------------------------------------------------------------------- exact specs from Dynamo's facts
+#
+# The expected policies below are written from facts outside the product, never from its constants:
+# - pod label keys and port numbers: ../shared/reference/dynamo-next/OPERATOR-LABELS.md (sections 1 and 2), parsed
+#   by tests/operator_reference.py (frontend ``http`` 8000; workers ``system`` 9090 and the NIXL exporter 19090);
+# - NATS 4222, etcd 2379 and the platform namespace: ../shared/reference/platform (dynamo-platform values.yaml
+#   ``nats.config.nats.port`` and the ``etcdAddr`` format; dynamo-platform.md ``helm install ... -n dynamo-system``);
+# - Kubernetes: every namespace carries ``kubernetes.io/metadata.name`` (>= 1.22); the Job controller labels a Job's
+#   pods ``batch.kubernetes.io/job-name`` (>= 1.27); CoreDNS runs in kube-system with ``k8s-app: kube-dns`` and
+#   answers on 53 UDP and TCP; the API server listens on 6443 behind the ``kubernetes`` Service's 443.
+
+NS_LABEL = "kubernetes.io/metadata.name"
+JOB_LABEL = "batch.kubernetes.io/job-name"
+WORKER_TYPES = ("worker", "prefill", "decode")  # OPERATOR-LABELS.md section 1: the worker component types
+EXACT = [(SAMPLE[0], False), (SAMPLE[1], True), (SAMPLE[2], True), (SAMPLE[3], False), (SAMPLE[4], True)]
+FRONT_DOOR_NAMESPACES = ["team-a", "dynamo-gateway"]
+
+
+@pytest.fixture(scope="module")
+def facts():
+    from operator_reference import label_keys, operator_ports, platform_facts
+
+    return {"labels": label_keys(), "ports": operator_ports(), "platform": platform_facts()}
+
+
+def _tcp_ports(*ports: int) -> list[dict]:
+    return [{"protocol": "TCP", "port": p} for p in ports]
+
+
+def _from_namespaces(names) -> dict:
+    return {"namespaceSelector": {"matchExpressions": [{"key": NS_LABEL, "operator": "In", "values": sorted(set(names))}]}}
+
+
+def _expected_specs(dgd: dict, job_names: list[str], facts: dict) -> dict[str, dict]:
+    """policy name -> spec, for the serving namespace's policies and the front door's one."""
+    ns, name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
+    keys, ports, platform = facts["labels"], facts["ports"], facts["platform"]
+    graph = {keys["dgd_name"]: name}
+    frontend = {keys["dgd_name"]: name, keys["component_type"]: "frontend"}
+    types = {c["type"] for c in dgd["spec"]["components"]}
+    assert "frontend" in types and types & set(WORKER_TYPES), types
+    for c in dgd["spec"]["components"]:  # a frontend that declares its port declares the operator's
+        for ctr in c["podTemplate"]["spec"]["containers"] if c["type"] == "frontend" else []:
+            assert all(p["containerPort"] == ports["http"] for p in ctr.get("ports") or [] if p.get("name") == "http")
+    http = ports["http"]
+    scraped = sorted({http, ports["system"], ports["nixl"]})  # frontend http; workers' system server and NIXL exporter
+    return {
+        f"{name}-default-deny": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+        f"{name}-dns": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{
+            "to": [{"namespaceSelector": {"matchLabels": {NS_LABEL: "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]},
+        f"{name}-graph": {
+            "podSelector": {"matchLabels": graph}, "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": graph}}]}],
+            "egress": [{"to": [{"podSelector": {"matchLabels": graph}}]},
+                       {"to": [{"namespaceSelector": {"matchLabels": {NS_LABEL: platform["namespace"]}}}],
+                        "ports": _tcp_ports(platform["nats_port"], platform["etcd_port"])},
+                       {"ports": _tcp_ports(443, 6443)}]},
+        f"{name}-frontend-ingress": {
+            "podSelector": {"matchLabels": frontend}, "policyTypes": ["Ingress"],
+            "ingress": [{"from": [_from_namespaces([ns, *NP["ingressNamespaces"]])], "ports": _tcp_ports(http)}]},
+        f"{name}-monitoring": {
+            "podSelector": {"matchLabels": graph}, "policyTypes": ["Ingress"],
+            "ingress": [{"from": [_from_namespaces(NP["monitoringNamespaces"])], "ports": _tcp_ports(*scraped)}]},
+        f"{name}-jobs-egress": {
+            "podSelector": {"matchExpressions": [{"key": JOB_LABEL, "operator": "In", "values": sorted(job_names)}]},
+            "policyTypes": ["Egress"],
+            "egress": [{"ports": _tcp_ports(443)},
+                       {"to": [{"podSelector": {"matchLabels": frontend}}], "ports": _tcp_ports(http)}]},
+        f"{name}-front-door-ingress": {
+            "podSelector": {"matchLabels": frontend}, "policyTypes": ["Ingress"],
+            "ingress": [{"from": [_from_namespaces(FRONT_DOOR_NAMESPACES)], "ports": _tcp_ports(http)}]},
+    }
+
+
+@pytest.mark.parametrize("tid,benchmark", EXACT)
+def test_every_policy_spec_is_exactly_what_dynamo_needs(tid, benchmark, facts):
+    """Each policy, whole, against a spec written from Dynamo's and Kubernetes' facts: a rule admitting any source
+    or any port, a wrong selector, a missing or extra port fails here."""
+    plan = _plan(tid, benchmark={"enabled": benchmark})
+    jobs = [j["metadata"]["name"] for j in plan.jobs]
+    if benchmark:
+        jobs.append(build_benchmark(plan, BenchmarkConfig.model_validate({"enabled": True})).job_name)
+    policies = plan.network_policies + [front_door_ingress(plan.dgd, FRONT_DOOR_NAMESPACES)]
+    for p in policies:
+        assert (p["apiVersion"], p["kind"], p["metadata"]["namespace"]) == ("networking.k8s.io/v1", "NetworkPolicy", "dynamo")
+    got = {p["metadata"]["name"]: p["spec"] for p in policies}
+    assert len(got) == len(policies)
+    want = _expected_specs(plan.dgd, jobs, facts)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name] == want[name], name
+
+
+def _open(rule: dict, peers_key: str) -> list[str]:
+    """How a rule is open: no peer (any address), a peer selecting everything, no port (any port), a port entry
+    without a port number (every port of the protocol)."""
+    why = []
+    peers = rule.get(peers_key)
+    if not peers:
+        why.append(f"no {peers_key!r}: any address")
+    for peer in peers or []:
+        cidr = (peer.get("ipBlock") or {}).get("cidr")
+        if cidr in ("0.0.0.0/0", "::/0") or not any(peer.get(k) for k in ("podSelector", "namespaceSelector", "ipBlock")):
+            why.append(f"peer {peer} selects everything")
+    if not rule.get("ports"):
+        why.append("no 'ports': any port")
+    if any("port" not in p for p in rule.get("ports") or []):
+        why.append("a port entry without a port: every port")
+    return why
+
+
+def test_no_policy_of_any_target_opens_a_rule_beyond_the_documented_ones(facts):
+    """Rules without a peer or without ports are allowed only where the module docstring says so: the graph's pods
+    among themselves (any port), the API server (TCP 443/6443, any address: not a pod) and the Jobs' HTTPS egress
+    (Hugging Face Hub, PyPI). Every other rule names both its peers and its ports; only default-deny and DNS select
+    every pod of the namespace."""
+    dgd_key = facts["labels"]["dgd_name"]
+    problems = []
+    for tid in sorted(catalog.targets()):
+        plan = _plan(tid, benchmark={"enabled": True})
+        name = plan.dgd["metadata"]["name"]
+        graph_peer = [{"podSelector": {"matchLabels": {dgd_key: name}}}]
+        allowed = [(f"{name}-graph", "ingress", {"from": graph_peer}),
+                   (f"{name}-graph", "egress", {"to": graph_peer}),
+                   (f"{name}-graph", "egress", {"ports": _tcp_ports(443, 6443)}),
+                   (f"{name}-jobs-egress", "egress", {"ports": _tcp_ports(443)})]
+        for pol in plan.network_policies + [front_door_ingress(plan.dgd, FRONT_DOOR_NAMESPACES)]:
+            pname, spec = pol["metadata"]["name"], pol["spec"]
+            if not spec["podSelector"] and pname not in (f"{name}-default-deny", f"{name}-dns"):
+                problems.append((tid, pname, "podSelector {} selects every pod"))
+            for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+                for rule in spec.get(direction) or []:
+                    why = _open(rule, peers_key)
+                    if why and (pname, direction, rule) not in allowed:
+                        problems.append((tid, pname, direction, rule, why))
+    assert problems == []
 
 
 def test_benchmark_job_is_allowed_to_reach_the_frontend():

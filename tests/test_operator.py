@@ -8,13 +8,22 @@ import pytest
 from stacks import catalog
 from stacks.spec.config import parse
 from stacks.observe.observability import dynamo_pod_monitors
-from stacks.serving.operator import (LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_METRICS_ENABLED, LABEL_NAMESPACE,
-                             LABEL_POD_TEMPLATE_HASH, LABEL_SELECTOR, LABEL_SUB_COMPONENT_TYPE, LABEL_WORKER_HASH,
-                             label_selector_string, operator_pods, operator_services, selector_matches)
+from stacks.serving.operator import label_selector_string, operator_pods, operator_services, selector_matches
 from stacks.serving import build_plan
 
 TARGETS = catalog.targets()
 SERVING_TYPES = ("frontend", "worker", "prefill", "decode")
+# The Deployment controller's label on the pods of one ReplicaSet (apps/v1 DefaultDeploymentUniqueLabelKey), not Dynamo's.
+POD_TEMPLATE_HASH = "pod-template-hash"
+
+
+@pytest.fixture(scope="module")
+def L():
+    """The operator's pod label keys by role, read from ../shared/reference/dynamo-next/OPERATOR-LABELS.md (section 1;
+    tests/operator_reference.py), never from stacks.serving.operator's constants: a typo there must fail here."""
+    from operator_reference import label_keys
+
+    return label_keys()
 
 
 def _dgd(tid, **cfg):
@@ -26,42 +35,50 @@ def all_dgds():
     return {tid: _dgd(tid) for tid in TARGETS}
 
 
-def test_prefill_and_decode_pods_carry_their_own_component_type():
+def test_prefill_and_decode_pods_carry_their_own_component_type(L):
     """A v1beta1 ``type: prefill|decode`` component's pods are labelled ``prefill``/``decode`` (operator consts.go
     comment on KubeLabelDynamoComponentType; GetDCDWorkloadComponentType); ``worker`` is the alpha-era label."""
     dgd = _dgd("lightning-vllm-disagg-h100-dspark")
     by_comp = {p.component: p for p in operator_pods(dgd)}
-    assert {c: p.labels[LABEL_COMPONENT_TYPE] for c, p in by_comp.items()} == {
+    assert {c: p.labels[L["component_type"]] for c, p in by_comp.items()} == {
         "Frontend": "frontend", "VllmPrefillWorker": "prefill", "VllmDecodeWorker": "decode"}
-    assert all(LABEL_SUB_COMPONENT_TYPE not in p.labels for p in by_comp.values())  # only on converted v1alpha1 DCDs
+    assert all(L["sub_component_type"] not in p.labels for p in by_comp.values())  # only on converted v1alpha1 DCDs
     assert {p.component_type for p in by_comp.values()} == {"frontend", "prefill", "decode"}
 
 
-def test_aggregated_worker_and_motif_roles_typed_worker_stay_worker():
-    agg = {p.component: p.labels[LABEL_COMPONENT_TYPE] for p in operator_pods(_dgd("lightning-vllm-agg-h100-dspark"))}
+def test_aggregated_worker_and_motif_roles_typed_worker_stay_worker(L):
+    agg = {p.component: p.labels[L["component_type"]] for p in operator_pods(_dgd("lightning-vllm-agg-h100-dspark"))}
     assert agg == {"Frontend": "frontend", "agg": "worker"}
     # Motif-3's disaggregated recipe types both roles ``worker``; the operator labels what the type says.
-    motif = {p.component: p.labels[LABEL_COMPONENT_TYPE] for p in operator_pods(_dgd("motif3-vllm-disagg-b200-chat-generic-2p1d-kv"))}
+    motif = {p.component: p.labels[L["component_type"]] for p in operator_pods(_dgd("motif3-vllm-disagg-b200-chat-generic-2p1d-kv"))}
     assert motif == {"Frontend": "frontend", "PrefillWorker": "worker", "DecodeWorker": "worker"}
 
 
-def test_every_pod_has_the_selection_labels_and_its_types_ports():
+def test_every_pod_has_the_selection_labels_and_its_types_ports(L):
     dgd = _dgd("ultra-vllm-disagg-b200-agentic-256K")
     name = dgd["metadata"]["name"]
     for p in operator_pods(dgd):
-        assert p.labels[LABEL_METRICS_ENABLED] == "true"
-        assert p.labels[LABEL_DGD_NAME] == name
-        assert p.labels[LABEL_COMPONENT] == p.component
-        assert p.labels[LABEL_NAMESPACE] == f"dynamo-{name}"  # <k8s namespace>-<dgd name> (ComputeDynamoNamespace)
+        assert p.labels[L["metrics_enabled"]] == "true"
+        assert p.labels[L["dgd_name"]] == name
+        assert p.labels[L["component"]] == p.component
+        assert p.labels[L["dynamo_namespace"]] == f"dynamo-{name}"  # <k8s namespace>-<dgd name> (ComputeDynamoNamespace)
         if p.component_type == "frontend":
             assert p.ports == {"http": 8000}
-            assert LABEL_WORKER_HASH not in p.labels
+            assert L["worker_hash"] not in p.labels
         else:
             assert p.ports == {"system": 9090, "nixl": 19090}
-            assert len(p.labels[LABEL_WORKER_HASH]) == 8
+            assert len(p.labels[L["worker_hash"]]) == 8
 
 
-def test_names_follow_the_dcd_and_deployment_naming():
+def test_every_pod_label_key_is_one_the_operator_documents(all_dgds, L):
+    """No pod of any target carries a label key outside OPERATOR-LABELS.md section 1 (and the Deployment controller's
+    pod-template-hash): a misspelt key would be a label no Service, PodMonitor or NetworkPolicy of Dynamo selects."""
+    documented = set(L.values()) | {POD_TEMPLATE_HASH}
+    extra = {(tid, k) for tid, dgd in all_dgds.items() for p in operator_pods(dgd) for k in p.labels if k not in documented}
+    assert extra == set()
+
+
+def test_names_follow_the_dcd_and_deployment_naming(L):
     dgd = _dgd("ultra-vllm-disagg-b200-agentic-256K")
     name = dgd["metadata"]["name"]
     pods = operator_pods(dgd)
@@ -69,32 +86,32 @@ def test_names_follow_the_dcd_and_deployment_naming():
     assert front.workload == f"{name}-frontend"  # GetDCDResourceName: <dgd>-<lower(component)>, no hash for non-workers
     decode = [p for p in pods if p.component_type == "decode"]
     assert len(decode) == 2 and decode[0].replica == 0 and decode[1].replica == 1
-    whash = decode[0].labels[LABEL_WORKER_HASH]
+    whash = decode[0].labels[L["worker_hash"]]
     assert decode[0].workload == f"{name}-decode-{whash}"  # workers: -<worker hash> (component "decode" since Dynamo 1.6)
     for p in pods:
-        assert p.labels[LABEL_SELECTOR] == p.workload
+        assert p.labels[L["selector"]] == p.workload
         # Deployment pods: <deployment>-<pod-template-hash>-<5 chars>
-        assert p.name == f"{p.workload}-{p.labels[LABEL_POD_TEMPLATE_HASH]}-{p.name.rsplit('-', 1)[1]}"
+        assert p.name == f"{p.workload}-{p.labels[POD_TEMPLATE_HASH]}-{p.name.rsplit('-', 1)[1]}"
         assert len(p.name.rsplit("-", 1)[1]) == 5
-    assert decode[0].labels[LABEL_POD_TEMPLATE_HASH] == decode[1].labels[LABEL_POD_TEMPLATE_HASH]  # one ReplicaSet
+    assert decode[0].labels[POD_TEMPLATE_HASH] == decode[1].labels[POD_TEMPLATE_HASH]  # one ReplicaSet
     assert len({p.name for p in pods}) == len(pods)
 
 
-def test_worker_hash_changes_with_the_worker_spec_not_the_replicas():
+def test_worker_hash_changes_with_the_worker_spec_not_the_replicas(L):
     dgd = _dgd("lightning-vllm-agg-h100-dspark")
-    h = next(p for p in operator_pods(dgd) if p.component_type == "worker").labels[LABEL_WORKER_HASH]
+    h = next(p for p in operator_pods(dgd) if p.component_type == "worker").labels[L["worker_hash"]]
     more = copy.deepcopy(dgd)
     more["spec"]["components"][1]["replicas"] = 3
-    assert {p.labels.get(LABEL_WORKER_HASH) for p in operator_pods(more)} == {None, h}
+    assert {p.labels.get(L["worker_hash"]) for p in operator_pods(more)} == {None, h}
     other = copy.deepcopy(dgd)
     other["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["image"] = "example.invalid/other:1"
-    assert next(p for p in operator_pods(other) if p.component_type == "worker").labels[LABEL_WORKER_HASH] != h
+    assert next(p for p in operator_pods(other) if p.component_type == "worker").labels[L["worker_hash"]] != h
 
 
-def test_metrics_opt_out_annotation_drops_the_label():
+def test_metrics_opt_out_annotation_drops_the_label(L):
     dgd = copy.deepcopy(_dgd("lightning-vllm-agg-h100-dspark"))
     dgd["metadata"].setdefault("annotations", {})["nvidia.com/enable-metrics"] = "false"
-    assert all(LABEL_METRICS_ENABLED not in p.labels for p in operator_pods(dgd))
+    assert all(L["metrics_enabled"] not in p.labels for p in operator_pods(dgd))
 
 
 def test_frontend_service_selects_exactly_the_frontend_pods():
@@ -112,13 +129,13 @@ def test_frontend_service_selects_exactly_the_frontend_pods():
     assert sum(selector_matches({"matchLabels": worker["spec"]["selector"]}, p.labels) for p in pods) == 4
 
 
-def test_multinode_component_pods_are_a_leader_and_workers_per_replica():
+def test_multinode_component_pods_are_a_leader_and_workers_per_replica(L):
     dgd = copy.deepcopy(_dgd("lightning-vllm-agg-h100-dspark"))
     dgd["spec"]["components"][1].update(multinode={"nodeCount": 2}, replicas=2)
     pods = [p for p in operator_pods(dgd) if p.component_type == "worker"]
     assert [(p.replica, p.role) for p in pods] == [(0, "leader"), (0, "worker"), (1, "leader"), (1, "worker")]
     assert pods[0].name == f"{pods[0].workload}-0" and pods[1].name == f"{pods[0].workload}-0-1"
-    svc = next(s for s in operator_services(dgd) if s["spec"]["selector"][LABEL_COMPONENT_TYPE] == "worker")
+    svc = next(s for s in operator_services(dgd) if s["spec"]["selector"][L["component_type"]] == "worker")
     assert [p.role for p in pods if selector_matches({"matchLabels": svc["spec"]["selector"]}, p.labels)] == ["leader", "leader"]
 
 

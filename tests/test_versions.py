@@ -112,6 +112,9 @@ def test_a_version_bump_previews_as_in_place_updates(monkeypatch, tmp_path):
             assert not keys & FORCE_NEW.get(r.type, set()), (r.name, keys)
     assert changed == {
         ("aws:eks/cluster:Cluster", "cluster-eks"): {"version"},
+        # the node groups follow the control plane in the same `up` (UpdateNodegroupVersion, in place)
+        ("aws:eks/nodeGroup:NodeGroup", "cluster-system"): {"version"},
+        ("aws:eks/nodeGroup:NodeGroup", "cluster-gpu"): {"version"},
         ("aws:eks/addon:Addon", "cluster-kube-proxy"): {"addonVersion"},
         ("aws:eks/addon:Addon", "cluster-coredns"): {"addonVersion"},
         ("kubernetes:helm.sh/v3:Release", "dynamo-platform-release"): {"version"},

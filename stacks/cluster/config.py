@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Literal, Optional
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal, Optional
 
 from pydantic import Field, model_validator
 
@@ -97,6 +98,47 @@ def check_running_version(running: Optional[str], wanted: str, cluster: str, k: 
                          f"fail after the `up` has started): "
                          + "; then ".join(f"set {k}.kubernetesVersion: \"{v}\", run `pulumi up`" for v in steps)
                          + " (docs/deploy-aws.md, \"Upgrading Kubernetes\")")
+
+
+@dataclass(frozen=True)
+class LiveNodeGroup:
+    """A managed node group as EKS reports it (DescribeNodegroup through ``aws.eks.get_node_group``)."""
+
+    name: str
+    version: str
+    capacity_type: str
+    desired_size: int
+
+
+def check_node_groups_for_step(running: Optional[str], wanted: str, groups: Iterable[LiveNodeGroup], cluster: str,
+                               k: str = f"{NS}:cluster") -> None:
+    """A control-plane step (``wanted`` one minor above the ``running`` version) is refused before any resource while a
+    managed node group of the cluster is not at the running version: EKS refuses UpdateClusterVersion then ("Before
+    updating your control plane to a new Kubernetes version, make sure that the Kubernetes minor version of both the
+    managed nodes and Fargate nodes in your cluster are the same as your control plane's current version": EKS user
+    guide, "Update existing cluster to new Kubernetes version"). And while a Capacity Block group runs nodes: the node
+    groups follow the control plane in the same `up`, and EKS updates a Capacity Block group's version only at desired
+    size 0 (EKS user guide, "Create a managed node group with Capacity Blocks for ML")."""
+    if running is None or str(wanted) == str(running):
+        return
+    groups = list(groups)
+    behind = [g for g in groups if str(g.version) != str(running)]
+    if behind:
+        names = ", ".join(f"{g.name} ({g.version})" for g in behind)
+        raise ValueError(f"{k}.kubernetesVersion: {wanted!r} steps the control plane of EKS cluster {cluster!r} from {running!r}, "
+                         f"but its node group(s) {names} are not at {running!r}: EKS refuses the control-plane update while a "
+                         f"managed node group is behind it. First bring them to {running!r}: keep {k}.kubernetesVersion: "
+                         f"\"{running}\" and run `pulumi up` (the program sets every group's version), or `aws eks "
+                         f"update-nodegroup-version --cluster-name {cluster} --nodegroup-name <group> --kubernetes-version "
+                         f"{running}`; then step (docs/deploy-aws.md, \"Upgrading Kubernetes\")")
+    running_blocks = [g for g in groups if g.capacity_type == "CAPACITY_BLOCK" and g.desired_size > 0]
+    if running_blocks:
+        names = ", ".join(f"{g.name} ({g.desired_size} nodes)" for g in running_blocks)
+        raise ValueError(f"{k}.kubernetesVersion: {wanted!r}: the node groups follow the control plane in this `up`, and the "
+                         f"Capacity Block group(s) {names} of EKS cluster {cluster!r} run nodes now; EKS updates a Capacity Block "
+                         f"group's version only at desired size 0. Pause them first (dynamo:paused: true, or paused: true on "
+                         f"their dynamo:serve entries) and run `pulumi up`, then step the version, then resume (docs/deploy-aws.md, "
+                         f"\"Capacity Block groups: pause, update, resume\")")
 
 
 POOL_KEYS = ("instance_type", "gpu_nodes", "efa", "placement_group", "market_type", "capacity_reservation_id", "gpu_availability_zone",

@@ -87,6 +87,7 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
     sys_ng = {
         "instance_types": [cfg.system_instance_type],
         "ami_type": "AL2023_x86_64_STANDARD",
+        "version": cfg.kubernetes_version,  # node groups follow the control plane in the same `up` (see build_gpu_pool)
         "capacity_type": "ON_DEMAND",
         "scaling_config": {"desired_size": cfg.system_nodes, "min_size": cfg.system_nodes, "max_size": cfg.system_nodes + 2},
         "labels": {POOL_LABEL: "system"},

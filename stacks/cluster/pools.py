@@ -249,6 +249,12 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
         lt["instance_type"] = shape.instance_type
     gpu_ng = {
         "ami_type": AMI_TYPE[shape.arch],
+        # The group's Kubernetes version is the control plane's: after a control-plane step the same `up` moves the groups
+        # (UpdateNodegroupVersion, after UpdateClusterVersion: the group depends on the cluster), so the next step is not
+        # refused for a group left behind ("Before updating your control plane ... the Kubernetes minor version of ... the
+        # managed nodes ... [must be] the same as your control plane's current version": EKS user guide, update-cluster).
+        # Valid with a launch template that names no AMI (this one names none): EKS CreateNodegroup ``version``.
+        "version": cfg.kubernetes_version,
         "capacity_type": "CAPACITY_BLOCK" if capacity_block else "ON_DEMAND",
         "scaling_config": scaling_config(count, capacity_block),
         "labels": labels,
