@@ -114,7 +114,7 @@ def test_targets_long_and_json_show_what_a_target_needs(capsys):
     assert (r["model"], r["gpu"], r["topology"], r["shape"], r["gpus"], r["nodes"], r["instance_type"]) == \
         ("nemotron-3-ultra", "h200", "disagg", "1P2D", 24, 3, "p5en.48xlarge")
     assert r["reference"] == "dynamo-next" and r["renamed_from"] == ["ultra-vllm-disagg-h200-agentic-256k-1p2d"] and r["successor"] is None
-    day0 = rows["ultra-vllm-disagg-b200-agentic-256k"]
+    day0 = rows["ultra-vllm-disagg-b200-agentic-256k-1p1d"]
     assert day0["successor"] == "ultra-vllm-disagg-b200-agentic-256K" and day0["reference"] == "dynamo-recipes"
     r = rows["lightning-vllm-agg-h100-dspark"]
     assert (r["gpus"], r["nodes"], r["instance_type"]) == (1, 1, "p5.48xlarge")
@@ -208,3 +208,21 @@ def test_render_of_an_old_id_warns_on_stderr_and_prints_the_successor(capsys):
     assert f"warning: target '{old}' was renamed upstream to '{new}'" in out.err
     assert f"name: {TARGETS[new].dgd_name}" in out.out
     assert main(["render", "--target", new]) == 0 and "warning" not in capsys.readouterr().err
+
+
+def test_no_two_target_ids_differ_only_by_case():
+    """render writes <id>.yaml; on a case-insensitive file system two ids equal but for case keep one file."""
+    ids = list(catalog.targets())
+    assert len({i.lower() for i in ids}) == len(ids)
+    # upstream's two directories that differ only by case both stay reachable, each by its own id
+    upstream = {t.upstream for t in catalog.targets().values()}
+    assert {"nemotron-3-ultra/vllm/disagg-b200-agentic-256k/deploy.yaml", "nemotron-3-ultra/vllm/disagg-b200-agentic-256K/deploy.yaml"} <= upstream
+
+
+def test_the_old_spelling_of_a_respelled_id_still_names_its_target_with_a_warning():
+    old = "ultra-vllm-disagg-b200-agentic-256k"
+    t, warning = catalog.resolve(old)
+    assert t.id == "ultra-vllm-disagg-b200-agentic-256k-1p1d" and t.upstream.endswith("/disagg-b200-agentic-256k/deploy.yaml")
+    assert f"target {old!r} is now {t.id!r}" in warning and t.dgd_name in warning
+    assert "deprecated" in warning and "ultra-vllm-disagg-b200-agentic-256K" in warning  # still says what replaces it upstream
+    assert catalog.targets()[old] is t and old not in catalog.renamed()  # not an upstream rename

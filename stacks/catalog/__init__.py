@@ -42,17 +42,20 @@ class Catalog(dict):
     upstream renamed (``ModelFamily.renamed``) finds its successor, so today's ids keep working (``resolve`` gives
     the warning ``up`` prints for them)."""
 
-    def __init__(self, items, aliases: dict[str, str]):
+    def __init__(self, items, aliases: dict[str, str], respelled: Optional[dict[str, str]] = None):
         super().__init__(items)
         self.aliases = aliases
+        self.respelled = dict(respelled or {})
 
     def __missing__(self, key):
         if key in self.aliases:
             return dict.__getitem__(self, self.aliases[key])
+        if key in self.respelled:
+            return dict.__getitem__(self, self.respelled[key])
         raise KeyError(key)
 
     def __contains__(self, key) -> bool:
-        return dict.__contains__(self, key) or key in self.aliases
+        return dict.__contains__(self, key) or key in self.aliases or key in self.respelled
 
     def get(self, key, default=None):
         return self[key] if key in self else default
@@ -62,18 +65,25 @@ class Catalog(dict):
 def targets() -> dict[str, Target]:
     out: dict[str, Target] = {}
     aliases: dict[str, str] = {}
+    respelled: dict[str, str] = {}
     for fam in families().values():
         for t in fam.targets:
             if t.id in out:
                 raise ValueError(f"duplicate catalog target id {t.id!r}")
             out[t.id] = t
         aliases.update(fam.renamed)
-    for old, new in aliases.items():
+        respelled.update(fam.respelled)
+    folded: dict[str, str] = {}
+    for tid in out:  # render writes <id>.yaml: ids equal but for case would overwrite each other on macOS or Windows
+        if tid.lower() in folded:
+            raise ValueError(f"catalog target ids {folded[tid.lower()]!r} and {tid!r} differ only by case")
+        folded[tid.lower()] = tid
+    for old, new in {**aliases, **respelled}.items():
         if old in out:
             raise ValueError(f"renamed id {old!r} is still a catalog target")
         if new not in out:
             raise ValueError(f"renamed id {old!r} names {new!r}, which is not a catalog target")
-    return Catalog(out, aliases)
+    return Catalog(out, aliases, respelled)
 
 
 def renamed() -> dict[str, str]:
@@ -86,6 +96,11 @@ def resolve(tid: str) -> tuple[Optional[Target], Optional[str]]:
     (warning: the DGD and components are renamed); a deprecated target resolves to itself (warning names the
     successor); an unknown id is (None, None)."""
     cat = targets()
+    if tid in cat.respelled:
+        t, deprecated = resolve(cat.respelled[tid])
+        said = (f"target {tid!r} is now {t.id!r} (the same recipe, DynamoGraphDeployment {t.dgd_name!r} and objects: the old id "
+                f"differed from another target's only by case); set dynamo:target: {t.id}")
+        return t, said + (f". {deprecated[0].upper()}{deprecated[1:]}" if deprecated else "")
     if tid in renamed():
         new = cat[tid]
         return new, (f"target {tid!r} was renamed upstream to {new.id!r} (Dynamo 1.6 recipe names); this stack now deploys "

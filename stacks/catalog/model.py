@@ -76,6 +76,10 @@ class ModelFamily:
     # and the same as upstream paths below recipes/ (old -> new), for `stacks drift` and fidelity.
     renamed: dict[str, str] = field(default_factory=dict)
     renamed_paths: dict[str, str] = field(default_factory=dict)
+    # Ids this catalog respelled (the same target, DGD and objects under a new id): old id -> new id. Two upstream
+    # directories may differ only by case (disagg-b200-agentic-256k and -256K); the ids of their targets may not, since
+    # render writes <id>.yaml and a case-insensitive file system keeps one of the two.
+    respelled: dict[str, str] = field(default_factory=dict)
 
     @property
     def cache_size(self) -> str:

@@ -589,6 +589,7 @@ DAY0_H200_MTP_TOPOLOGY = (Set(f"metadata/labels/{LABEL}~1topology", "agg1-tp8", 
 
 KV_PRODUCER_CONSUMER = {"kv_roles": ("kv_producer", "kv_consumer")}
 
+DAY0_B200_1P1D = "disagg-b200-agentic-256k-1p1d"
 TARGETS = (
     # Refresh profiles, final names (Dynamo 1.6): aggregated, two KV-routed workers
     _refresh("agg-b200-agentic-256K-kv-router", "b200", "agg", "256k", (FORK, C3D74133)),
@@ -617,7 +618,8 @@ TARGETS = (
     _day0("agg-h200-chat-256k-mtp", "h200", "agg", "chat", "mtp", 16, ops=DAY0_H200_MTP_TOPOLOGY, perf=(10, 58.7, 46.8),
           successor="agg-h200-agentic-256K-kv-router"),
     _day0("agg-h200-chat-256k-nomtp", "h200", "agg", "chat", "none", 32, perf=(8, 54.2, 43.0), successor="agg-h200-agentic-256K-kv-router"),
-    _day0("disagg-b200-agentic-256k", "b200", "disagg", "agentic", "none", 32, perf=(32, 61.6, 231.1), successor="disagg-b200-agentic-256K"),
+    replace(_day0("disagg-b200-agentic-256k", "b200", "disagg", "agentic", "none", 32, perf=(32, 61.6, 231.1),
+                  successor="disagg-b200-agentic-256K"), id=f"ultra-vllm-{DAY0_B200_1P1D}"),
 )
 
 # Renamed upstream (Dynamo 1.6 final names; same topology and engine, new directory, DGD and component names):
@@ -634,6 +636,9 @@ RENAMED_PATHS = {
     )
 }
 RENAMED = {f"ultra-vllm-{old.split('/')[2]}": f"ultra-vllm-{new.split('/')[2]}" for old, new in RENAMED_PATHS.items()}
+# The Day-0 B200 1P1D file sits in upstream's disagg-b200-agentic-256k, which differs from the final disagg-b200-agentic-256K
+# only by case: its target is ultra-vllm-disagg-b200-agentic-256k-1p1d (its shape), and the old id still names it.
+RESPELLED = {"ultra-vllm-disagg-b200-agentic-256k": f"ultra-vllm-{DAY0_B200_1P1D}"}
 
 
 # --------------------------------------------------------------------------- model cache
@@ -724,4 +729,5 @@ FAMILY = ModelFamily(
     targets=TARGETS,
     renamed=RENAMED,
     renamed_paths=RENAMED_PATHS,
+    respelled=RESPELLED,
 )
