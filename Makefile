@@ -16,7 +16,7 @@ export PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_CONFIG_PASSPHRASE ?= dynamo-local-dev
 export DYNAMO_TOOLCHAIN_CACHE ?= $(CACHE)
 
-.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain rig-toolchain prometheus-toolchain gateway-toolchain up local-up local-down test unit engine bench fidelity golden clean
+.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain rig-toolchain prometheus-toolchain gateway-toolchain node-toolchain up local-up local-down test unit engine bench fidelity golden clean
 
 help:
 	@echo "make up    - set-up, then pulumi up --stack dev (renders manifests to ./rendered, no cloud account)"
@@ -48,7 +48,12 @@ prometheus-toolchain:
 gateway-toolchain:
 	tools/egctl.sh
 
-toolchain: pulumi-toolchain kube-toolchain prometheus-toolchain gateway-toolchain
+# nodeadm (EKS's AL2023 node bootstrap) from the reference data's source, which tests/test_nodeadm.py runs on every GPU
+# node's user data (skipped, with the reason, where the reference data is absent).
+node-toolchain:
+	tools/nodeadm.sh
+
+toolchain: pulumi-toolchain kube-toolchain prometheus-toolchain gateway-toolchain node-toolchain
 
 # The GPU-free serving rig's own locked Python env (real Dynamo frontend + mocker, AIPerf) for tests/test_rig.py.
 rig-toolchain: $(UV)

@@ -38,7 +38,7 @@ from stacks.cluster.config import (AWS_REGIONS, CONTROL_PLANE_LOG_TYPES, DEFAULT
 from stacks.cluster.addons import addon_versions
 from stacks.cluster.storage import EFS_CLIENT_MBPS, FSX_THROUGHPUT_PER_TIB, cache_class_name
 from stacks.cluster.storage import _gib  # noqa: F401  (tests read it from here)
-from stacks.cluster.pools import (AMI_TYPE, EFA_LABEL, GPU_TAINT_KEY, NODE_RESOURCES, NODEADM_RAID0, POOL_LABEL, GpuPool, NodeShape,
+from stacks.cluster.pools import (AMI_TYPE, EFA_LABEL, GPU_TAINT_KEY, NODE_RESOURCES, NODEADM_USER_DATA, POOL_LABEL, GpuPool, NodeShape,
                                   build_gpu_pool, combined_dgd, gpu_taint_for, network_interfaces, pack, pin_gpu_product,
                                   pod_requests, pool_name, scaling_config, tolerates)
 from stacks.cluster.network import (ECR_ENDPOINT_SERVICES, EKS_FABRICS, INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, NAT_USD_PER_GB,
@@ -59,7 +59,7 @@ __all__ = [
     "check_kubernetes_step", "kubernetes_versions", "missing_region_message", "resolve_region",
     "addon_versions",
     "EFS_CLIENT_MBPS", "FSX_THROUGHPUT_PER_TIB", "cache_class_name",
-    "AMI_TYPE", "EFA_LABEL", "GPU_TAINT_KEY", "NODE_RESOURCES", "NODEADM_RAID0", "POOL_LABEL", "GpuPool", "NodeShape",
+    "AMI_TYPE", "EFA_LABEL", "GPU_TAINT_KEY", "NODE_RESOURCES", "NODEADM_USER_DATA", "POOL_LABEL", "GpuPool", "NodeShape",
     "build_gpu_pool", "combined_dgd", "gpu_taint_for", "network_interfaces", "pack", "pin_gpu_product", "pod_requests",
     "pool_name", "scaling_config", "tolerates",
     "ECR_ENDPOINT_SERVICES", "EKS_FABRICS", "INTERFACE_ENDPOINT_USD_PER_AZ_HOUR", "NAT_USD_PER_GB", "NAT_USD_PER_HOUR",

@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from stacks.cluster.identity import nodeclass_metadata
+from stacks.cluster.pools import node_user_data
 
 CAPACITY_KARPENTER = "karpenter"
 CAPACITY_NODE_GROUP = "node-group"
@@ -180,6 +181,8 @@ def ec2nodeclass(name: str, cluster_name: str, role: str, capacity_reservation_i
         "securityGroupSelectorTerms": [{"tags": {DISCOVERY_TAG: cluster_name}}],
         "instanceStorePolicy": "RAID0",
         "metadataOptions": nodeclass_metadata(),  # IMDSv2, hop limit 1 (stacks/cluster/identity.py)
+        # FastImagePull (parallel image pull), merged by Karpenter with the NodeConfig it generates (stacks/cluster/pools.py)
+        "userData": node_user_data(raid0=False),
         "blockDeviceMappings": [{"deviceName": "/dev/xvda",
                                  "ebs": {"volumeSize": "500Gi", "volumeType": "gp3", "deleteOnTermination": True}}],
         "tags": dict(tags or {}),

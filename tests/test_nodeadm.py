@@ -1,0 +1,116 @@
+"""Every user data the program renders for GPU nodes goes through nodeadm, EKS's AL2023 node bootstrap, built from its
+own source (tools/nodeadm.sh, from the reference data's awslabs/amazon-eks-ami nodeadm/): `nodeadm config check`
+accepts it, and nodeadm's containerd package (tools/nodeadm-check) turns on the SOCI parallel-pull snapshotter for it
+on a GPU node. The node groups' launch templates and the Karpenter EC2NodeClasses both carry it.
+
+What stands in for EKS and Karpenter: a second NodeConfig part with the cluster's name, endpoint, CA and service CIDR,
+the part EKS (managed node groups) and Karpenter append to the user data they launch a node with; nodeadm merges the
+parts in order, as at boot."""
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import missing
+from harness import CAPACITY, SECRETS, run_program
+
+ROOT = Path(__file__).resolve().parent.parent
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+EC2NODECLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+# What EKS and Karpenter add (nodeadm's own doc example: doc/examples; the fields ValidateNodeConfig requires).
+PLATFORM_PART = """--BOUNDARY
+Content-Type: application/node.eks.aws
+
+apiVersion: node.eks.aws/v1alpha1
+kind: NodeConfig
+spec:
+  cluster:
+    name: dynamo-test
+    apiServerEndpoint: https://example.eks.amazonaws.com
+    certificateAuthority: Y2VydGlmaWNhdGVBdXRob3JpdHk=
+    cidr: 10.100.0.0/16
+
+--BOUNDARY--
+"""
+# A p5.48xlarge: 192 vCPUs, 2,048 GiB (EC2 user guide, accelerated computing instance specifications).
+P5 = ("192", "2048")
+
+
+@pytest.fixture(scope="module")
+def nodeadm() -> tuple[str, str]:
+    proc = subprocess.run([str(ROOT / "tools" / "nodeadm.sh")], capture_output=True, text=True, timeout=1800)
+    path = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    if proc.returncode != 0 or not path:
+        missing(f"nodeadm not built: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no source'}",
+                "the reference data's tools/nodeadm (../shared/reference, or DYNAMO_REFERENCE), then tools/nodeadm.sh")
+    return path, str(Path(path).with_name("nodeadm-check"))
+
+
+def _with_platform_part(user_data: str) -> str:
+    assert user_data.rstrip().endswith("--BOUNDARY--"), "one MIME multipart with the BOUNDARY boundary"
+    return user_data.rstrip()[: -len("--BOUNDARY--")] + PLATFORM_PART
+
+
+def _boot(tools: tuple[str, str], user_data: str, tmp_path: Path, cpus_mem=P5) -> dict:
+    f = tmp_path / f"user-data-{len(list(tmp_path.iterdir()))}"
+    f.write_text(_with_platform_part(user_data))
+    check = subprocess.run([tools[0], "config", "check", "-c", f"file://{f}"], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    out = subprocess.run([tools[1], "-c", f"file://{f}", "-cpus", cpus_mem[0], "-memory-gib", cpus_mem[1]],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def _stack_config(path: Path) -> dict:
+    cfg = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    return {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("dynamo:")}
+
+
+def rendered_user_data() -> list[tuple[str, str, str]]:
+    """(where, kind, user data) of every GPU launch template and EC2NodeClass of the committed EKS stacks and of a
+    Karpenter and a Capacity Block stack."""
+    configs = {p.name.split(".")[1]: _stack_config(p) for p in sorted(ROOT.glob("Pulumi.*.yaml"))
+               if (_stack_config(p).get("cluster") or {}).get("mode") == "eks"}
+    configs["karpenter"] = {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "capacity": "karpenter"}}
+    configs["capacity-block"] = {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", **CAPACITY["capacity-block"]}}
+    out = []
+    for stack, cfg in configs.items():
+        secrets = dict(SECRETS)
+        if ((cfg.get("frontDoor") or {}).get("auth") or {}).get("mode") == "apiKeys":
+            secrets["frontDoorApiKeys"] = '{"team-a": "' + "a" * 32 + '"}'
+        for r in run_program(cfg, secrets, stack=stack).resources:
+            if r.type == LAUNCH_TEMPLATE:
+                out.append((f"{stack}/{r.name}", "launch template", base64.b64decode(r.inputs["userData"]).decode()))
+            elif r.type == EC2NODECLASS:
+                out.append((f"{stack}/{r.name}", "EC2NodeClass", r.inputs["spec"]["userData"]))
+    return out
+
+
+USER_DATA = rendered_user_data()
+
+
+def test_both_node_kinds_are_covered():
+    assert {kind for _, kind, _ in USER_DATA} == {"launch template", "EC2NodeClass"}
+
+
+@pytest.mark.parametrize("where, kind, user_data", USER_DATA, ids=[u[0] for u in USER_DATA])
+def test_nodeadm_accepts_the_user_data_and_pulls_in_parallel(nodeadm, tmp_path, where, kind, user_data):
+    got = _boot(nodeadm, user_data, tmp_path)
+    assert got["featureGates"] == {"FastImagePull": True}
+    assert got["soci"] is True  # containerd's snapshotter: soci, the parallel pull
+    # node groups ask nodeadm for the RAID0 array; an EC2NodeClass asks Karpenter (instanceStorePolicy: RAID0)
+    assert got["localStorage"] == ("RAID0" if kind == "launch template" else "")
+
+
+def test_a_misspelled_gate_or_a_small_node_gets_no_parallel_pull(nodeadm, tmp_path):
+    """The two ways the snapshotter stays off without an error, both seen through nodeadm's own code."""
+    _, _, user_data = USER_DATA[0]
+    typo = user_data.replace("FastImagePull", "FastImagepull")
+    assert _boot(nodeadm, typo, tmp_path)["soci"] is False
+    assert _boot(nodeadm, user_data, tmp_path, cpus_mem=("2", "4"))["soci"] is False  # below 4 CPUs / 7 GiB
