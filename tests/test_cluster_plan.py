@@ -520,11 +520,18 @@ def test_cluster_plan_carries_access_encryption_and_logs():
     p = plan(access_entries=({"principal_arn": DEPLOY, "policy": "cluster-admin"},))
     assert p.access["bootstrap_creator_admin"] is False and [e["principal_arn"] for e in p.access["entries"]] == [DEPLOY]
     deny = {"Version": "2012-10-17", "Statement": [{"Effect": "Deny", "Action": ["logs:CreateLogGroup"], "Resource": "*"}]}
-    assert p.control_plane == {"secrets_encryption": True, "logs": {"types": ["api", "audit", "authenticator"],
-                                                                    "log_group": "/aws/eks/dynamo-t/cluster", "retention_in_days": 90,
-                                                                    "cluster_role_policy": deny}}
+    import datetime
+
+    from stacks.cluster.access import support_warnings
+
+    def without_dated(cp: dict) -> dict:  # the end-of-support warnings depend on the day (tests/test_aws_rules.py covers them)
+        assert cp["support_warnings"] == support_warnings(p.kubernetes_version, cp["upgrade_policy"], datetime.date.today())
+        return {k: v for k, v in cp.items() if k != "support_warnings"}
+    assert without_dated(p.control_plane) == {"secrets_encryption": True, "upgrade_policy": "STANDARD",
+                                              "logs": {"types": ["api", "audit", "authenticator"], "log_group": "/aws/eks/dynamo-t/cluster",
+                                                       "retention_in_days": 90, "cluster_role_policy": deny}}
     off = plan(secrets_encryption=False, control_plane_logs=())
-    assert off.control_plane == {"secrets_encryption": False, "logs": None}
+    assert without_dated(off.control_plane) == {"secrets_encryption": False, "logs": None, "upgrade_policy": "STANDARD"}
     assert plan(control_plane_logs=("audit", "scheduler"), control_plane_log_retention_days=731).control_plane["logs"] == {
         "types": ["audit", "scheduler"], "log_group": "/aws/eks/dynamo-t/cluster", "retention_in_days": 731, "cluster_role_policy": deny}
 
