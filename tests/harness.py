@@ -120,6 +120,8 @@ class Mocks(pmocks.Mocks):
         if args.typ == "aws:iam/role:Role":  # ARNs the Karpenter wiring writes into its IAM policy and access entry
             state.setdefault("name", args.name)  # auto-named by the provider; policy attachments name their role by it
             state.setdefault("arn", f"arn:aws:iam::123456789012:role/{state.get('name') or args.name}")
+        if args.typ == "aws:iam/policy:Policy":  # attachments name a policy by its ARN
+            state.setdefault("arn", f"arn:aws:iam::123456789012:policy/{state.get('name') or args.name}")
         if args.typ == "aws:sqs/queue:Queue":
             state.setdefault("arn", f"arn:aws:sqs:us-east-1:123456789012:{state.get('name') or args.name}")
             state.setdefault("url", f"https://sqs.us-east-1.amazonaws.com/123456789012/{state.get('name') or args.name}")

@@ -1074,3 +1074,63 @@ def test_adding_a_namespace_to_an_access_entry_replaces_its_association_delete_f
     create_first = mutate(two_ns, lambda res: [setattr(r, "delete_before_replace", False) for r in res if r.type == R.ACCESS_POLICY_ASSOCIATION])
     v = R.access_policy_association_is_replaced_delete_first(one_ns, create_first)
     assert len(v) == 1 and "accessScope change" in v[0] and ALICE in v[0] and "deleteBeforeReplace" in v[0]
+
+
+# ---------------------------------------------------------------------------- the front door's NLB and its controller
+ENVOY_PROXY, LBC = R.ENVOY_PROXY, R.LBC_CHART
+
+
+def _public() -> Graph:
+    return graph(_stack_config(ROOT / "Pulumi.h100-public.yaml"), "h100-public")
+
+
+def _ann(res) -> dict:
+    return one(res, ENVOY_PROXY).inputs["spec"]["provider"]["kubernetes"]["envoyService"]["annotations"]
+
+
+def test_the_public_front_door_nlb_is_built_by_a_controller_that_can():
+    g = _public()
+    assert R.front_door_nlb_is_built_by_a_controller_that_can(g) == []
+    ann = _ann(g.resources)
+    # the controller's own annotation names and values (AWS Load Balancer Controller docs, "Network Load Balancer")
+    assert ann["service.beta.kubernetes.io/aws-load-balancer-type"] == "external"
+    assert ann["service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"] == "ip"
+    assert ann["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internet-facing"
+    rule = R.front_door_nlb_is_built_by_a_controller_that_can
+    cases = {
+        "no controller": lambda res: res.remove(next(r for r in res if r.type == R.HELM and r.inputs.get("chart") == LBC)),
+        "no vpcId": lambda res: next(r for r in res if r.type == R.HELM and r.inputs.get("chart") == LBC).inputs["values"].pop("vpcId"),
+        "no rights": lambda res: [r.inputs.update(policy=r.inputs["policy"].replace("elasticloadbalancing:CreateLoadBalancer", "x"))
+                                  for r in res if r.type == R.IAM_POLICY],
+        "open to all": lambda res: one(res, ENVOY_PROXY).inputs["spec"]["provider"]["kubernetes"]["envoyService"].pop("loadBalancerSourceRanges"),
+        "350 s idle": lambda res: _ann(res).update({"service.beta.kubernetes.io/aws-load-balancer-listener-attributes.TCP-443":
+                                                    "tcp.idle_timeout.seconds=350"}),
+        "idle out of range": lambda res: _ann(res).update({"service.beta.kubernetes.io/aws-load-balancer-listener-attributes.TCP-443":
+                                                           "tcp.idle_timeout.seconds=7000"}),
+        "instance targets": lambda res: _ann(res).update({"service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "instance"}),
+        "untagged subnets": lambda res: [r.inputs["tags"].pop("kubernetes.io/role/elb", None) for r in res if r.type == R.SUBNET],
+    }
+    want = {"no controller": "does not install", "no vpcId": "values.vpcId not set", "no rights": "CreateLoadBalancer",
+            "open to all": "admits every address", "350 s idle": "before the longest route timeout (600 s)",
+            "idle out of range": "must be 60-6000", "instance targets": "IP targets", "untagged subnets": "kubernetes.io/role/elb=1"}
+    for name, fn in cases.items():
+        v = rule(mutate(g, fn))
+        assert v and any(want[name] in m for m in v), (name, v)
+
+
+def test_an_update_keeps_the_front_door_nlb_and_its_controller():
+    before = _public()
+    rotated = mutate(before, lambda res: _ann(res).update({"team": "x"}))
+    assert R.front_door_update_keeps_its_load_balancer(before, rotated) == []
+    # closing the door (no route left): the NLB goes as asked
+    closed = mutate(before, lambda res: [res.remove(r) for r in list(res)
+                                         if r.type in (ENVOY_PROXY, R.HTTP_ROUTE) or (r.type == R.HELM and r.inputs.get("chart") == LBC)])
+    assert R.front_door_update_keeps_its_load_balancer(before, closed) == []
+    # the gateway's EnvoyProxy renamed while the routes stay; the controller dropped while the NLB stays
+    renamed = mutate(before, lambda res: setattr(one(res, ENVOY_PROXY), "name", "frontDoor-envoyproxy-other"))
+    assert any("new DNS name" in m for m in R.front_door_update_keeps_its_load_balancer(before, renamed))
+    no_lbc = mutate(before, lambda res: res.remove(next(r for r in res if r.type == R.HELM and r.inputs.get("chart") == LBC)))
+    assert any("keeps its NLB" in m for m in R.front_door_update_keeps_its_load_balancer(before, no_lbc))
+    # opening the door on a running EKS stack only adds: the rules accept the update
+    closed_stack = {k: v for k, v in _stack_config(ROOT / "Pulumi.h100-public.yaml").items() if k != "frontDoor"}
+    assert R.check_update(graph(closed_stack, "h100-public"), before) == []
