@@ -52,6 +52,17 @@ def need_tool(tool: str) -> str:
     return path
 
 
+def reference_file(relative: str):
+    """A file of the reference data (``$DYNAMO_REFERENCE``, else ../shared/reference): its path, or the test is marked
+    missing (skipped, a failure under CI=true) naming the file and the set-up."""
+    from stacks.cli import fidelity
+
+    path = fidelity.reference_root() / relative
+    if not path.exists():
+        missing(f"no {relative} in the reference data ({path})", REFERENCE_SETUP)
+    return path
+
+
 def _reference_problems(needs_recipes: bool, needs_crds: bool) -> list[str]:
     from stacks.cli import fidelity
 

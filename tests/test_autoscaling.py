@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import reference_file
+
 from harness import run_program
 from local_cluster import control_plane
 from stacks.cli import fidelity
@@ -163,11 +165,11 @@ def test_frontend_unknown_component_and_missing_prometheus_are_refused(comp):
 
 
 def test_the_dgd_crd_takes_the_opt_in_and_zero_replicas():
-    crd = yaml.safe_load((fidelity.reference_root() / "crds" / "nvidia.com_dynamographdeployments.yaml").read_text())
+    crd = yaml.safe_load(reference_file("crds/nvidia.com_dynamographdeployments.yaml").read_text())
     v1beta1 = next(v for v in crd["spec"]["versions"] if v["name"] == "v1beta1")
     comp_schema = v1beta1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["components"]["items"]["properties"]
     assert comp_schema["scalingAdapter"]["type"] == "object" and comp_schema["replicas"]["minimum"] == 0
-    sa = yaml.safe_load((fidelity.reference_root() / "crds" / "nvidia.com_dynamographdeploymentscalingadapters.yaml").read_text())
+    sa = yaml.safe_load(reference_file("crds/nvidia.com_dynamographdeploymentscalingadapters.yaml").read_text())
     assert sa["spec"]["names"]["kind"] == DGDSA_KIND
     served = {f"{sa['spec']['group']}/{v['name']}": v for v in sa["spec"]["versions"] if v["served"]}
     assert served[DGDSA_API]["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"

@@ -9,6 +9,8 @@ runs are derandomized (same examples on every run) and keep no example database 
 """
 from __future__ import annotations
 
+import re
+
 import typing
 from typing import Any
 
@@ -177,13 +179,27 @@ served = st.builds(lambda base, serve: {**{k: v for k, v in base.items() if k no
 secret_sets = st.sets(st.sampled_from(["hfToken", "kubeconfig", "ngcApiKey", "other"]), max_size=3)
 
 
+NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
 def _only_config_errors(fn, *args, **kw):
+    """``fn(*args)``: a ConfigError that names what to fix (a ``dynamo:`` key or the stack file), or a program whose
+    every object is one the API server could take (apiVersion, kind, a valid name, a valid namespace when it has one)."""
     try:
-        return fn(*args, **kw)
-    except ConfigError:
+        program = fn(*args, **kw)
+    except ConfigError as e:
+        msg = str(e)
+        assert "dynamo:" in msg or "Pulumi." in msg, f"a config error that names no key nor stack file: {msg!r} for {args!r}"
         return None
     except Exception as e:  # noqa: BLE001 - the property: nothing but ConfigError escapes
         pytest.fail(f"{type(e).__name__} escaped for input {args!r}: {e}")
+    for o in program.objects():
+        meta = o.get("metadata") or {}
+        assert o.get("apiVersion") and o.get("kind"), o
+        assert isinstance(meta.get("name"), str) and len(meta["name"]) <= 253 and NAME.fullmatch(meta["name"]), (o.get("kind"), meta)
+        ns = meta.get("namespace")
+        assert ns is None or (len(ns) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns)), (o.get("kind"), meta)
+    return program
 
 
 @settings(max_examples=300, **SETTINGS)
@@ -311,7 +327,13 @@ def test_every_pull_secret_a_pod_names_is_created_or_declared_existing(raw):
     named = [(ns, s["name"]) for ns, spec in _pod_specs(objects) for s in spec.get("imagePullSecrets") or []]
     missing = [(ns, n) for ns, n in named if (ns, n) not in created and n not in declared]
     assert not missing, f"pods name pull secrets nobody creates or declares: {missing}"
-    assert {n for _, n in named} == set(raw.get("imagePullSecrets") or []) or not named
+    # every pod that pulls from NGC (nvcr.io) names exactly the declared secrets, none when none is declared
+    want = set(raw.get("imagePullSecrets") or [])
+    ngc = [(ns, spec) for ns, spec in _pod_specs(objects)
+           if any(str(c.get("image", "")).startswith("nvcr.io/") for c in spec.get("containers") or [])]
+    assert ngc, "the plan holds pods that pull from nvcr.io"
+    for ns, spec in ngc:
+        assert {s["name"] for s in spec.get("imagePullSecrets") or []} == want, (ns, spec.get("imagePullSecrets"), want)
 
 
 # Secret values a stack may hold, generated (long enough to be unambiguous in the output).

@@ -4,19 +4,17 @@ device plugin (names from the upstream manifests in ../shared/reference/device-p
 plugin configured two ways are refused before any resource, naming the key and the entries."""
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import pytest
 
 from stacks import catalog
 from stacks.cluster.platform import fabrics_objects
+from conftest import reference_file
 from stacks.program import build_program
 from stacks.spec.config import ConfigError
 
-REFERENCE = Path(os.environ.get("DYNAMO_REFERENCE") or Path(__file__).resolve().parents[2] / "shared" / "reference")
-PLUGINS = REFERENCE / "device-plugins"
+PLUGINS = "device-plugins"  # in the reference data (tests/conftest.py reference_file)
 
 
 def _first(fabric: str) -> str:
@@ -31,8 +29,8 @@ def _stack(*tids: str) -> dict:
 def test_an_infiniband_and_an_efa_entry_get_both_device_plugins():
     program = build_program(_stack(_first("infiniband"), _first("aws-efa")), "s")
     daemonsets = {o["metadata"]["name"] for o in fabrics_objects(program.device_plugin_fabrics()) if o["kind"] == "DaemonSet"}
-    rdma = re.search(r"^  name: (\S+)", (PLUGINS / "rdma-shared" / "daemonset.yaml").read_text(), re.M).group(1)
-    efa_chart = (PLUGINS / "aws-efa" / "daemonset.yaml").read_text()
+    rdma = re.search(r"^  name: (\S+)", reference_file(f"{PLUGINS}/rdma-shared/daemonset.yaml").read_text(), re.M).group(1)
+    efa_chart = reference_file(f"{PLUGINS}/aws-efa/daemonset.yaml").read_text()
     assert "aws-efa-k8s-device-plugin" in efa_chart  # the chart's fullname template: the release name
     assert rdma in daemonsets and "aws-efa-k8s-device-plugin" in daemonsets, daemonsets
 

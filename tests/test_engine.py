@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from local_cluster import chart_repo, control_plane
+from stacks.cli import fidelity
 from stacks.program.render import render_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +80,7 @@ def make_stack(workspace, name: str, config: dict):
         "PULUMI_CONFIG_PASSPHRASE": "engine-tests",
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-        "DYNAMO_REFERENCE": str(ROOT.parent / "shared" / "reference"),
+        "DYNAMO_REFERENCE": str(fidelity.reference_root()),  # $DYNAMO_REFERENCE, else ../shared/reference
     }
     ws = auto.LocalWorkspaceOptions(work_dir=str(workspace["dir"]), env_vars=env)
     stack = auto.create_or_select_stack(stack_name=name, work_dir=str(workspace["dir"]), opts=ws)
@@ -568,7 +569,7 @@ def test_waits_of_a_minute_or_more_end_at_their_timeout(kube, long_waits):
 
 # --------------------------------------------------------------------------- observability and benchmark objects (both opt-in)
 
-MONITORING_CRDS = ROOT.parent / "shared" / "reference" / "crds" / "monitoring"  # Prometheus Operator v0.93.0, kube-prometheus-stack 88.0.0's
+MONITORING_CRDS = fidelity.reference_root() / "crds" / "monitoring"  # Prometheus Operator v0.93.0, kube-prometheus-stack 88.0.0's
 
 
 def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
