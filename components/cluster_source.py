@@ -42,6 +42,9 @@ class ClusterSource:
         self.storage_ready: list = []
         self.gpu_ready: list = []
         self.layers_ready: list = []  # what the optional layers wait for (on EKS the AWS Load Balancer Controller)
+        # What cluster-wide DaemonSets and controllers wait for before they install (on EKS the system nodes, where the
+        # charts' Deployments run): not the GPU nodes, whose pods a DaemonSet starts as each node joins.
+        self.nodes_ready: list = []
 
     def exports(self) -> dict[str, Any]:
         return {}
@@ -146,6 +149,7 @@ class EksSource(ClusterSource):
                 opts=pulumi.ResourceOptions(provider=self.provider, depends_on=eks.addons, retain_on_delete=plan.protect_cache))
         # The download starts as soon as storage and the system nodes exist, in parallel with the GPU node group.
         self.storage_ready = [storage, eks.system_nodes]
+        self.nodes_ready = [eks.system_nodes]
         self.gpu_ready = list(eks.gpu_node_groups) + eks.karpenter_node_pools  # Karpenter pools: their NodePools exist before the DGDs
         # the front door's Service becomes an NLB only once the controller (and its webhook) runs
         self.layers_ready = [eks.load_balancer_controller] if eks.load_balancer_controller else []
@@ -235,9 +239,11 @@ def platform_layer(program: ProgramPlan, source: ClusterSource) -> list:
         return []
     ready: list = []
     if eks or cluster.install_device_plugins:
+        # Installed beside the GPU nodes, not after them: a DaemonSet with no node yet is rolled out, and its pods start
+        # on each GPU node as it joins (the DGDs still wait for the GPU nodes and the plugins).
         plugins = DevicePlugins(
             "device-plugins", fabric=program.device_plugin_fabrics(), nvidia=cluster.nvidia_stack,
-            opts=pulumi.ResourceOptions(provider=source.provider, depends_on=list(source.gpu_ready)),
+            opts=pulumi.ResourceOptions(provider=source.provider, depends_on=list(source.nodes_ready)),
             # EKS: our GPU node groups carry nvidia.com/gpu.present=true; pods naming RuntimeClass nvidia land only there.
             runtime_class_node_selector=dict(GPU_PRESENT_LABELS) if eks else None)
         ready += plugins.ready

@@ -18,10 +18,12 @@ def test_every_duration_has_a_source_and_a_basis():
 
 def test_h100_disagg_critical_path_runs_through_the_gpu_node_group():
     tl = timeline_for_program(program_for_stack("h100-disagg"))
-    assert tl.critical == ["vpc", "eks-control-plane", "gpu-node-group", "device-plugins", "dgd", "image-pull", "worker-startup"]
+    assert tl.critical == ["vpc", "eks-control-plane", "gpu-node-group", "device-plugin-pods", "dgd", "image-pull", "worker-startup"]
+    # the plugins install from the system nodes, beside the GPU node group: only their pods on the new node are on the path
+    assert tl.steps["device-plugins"].after == ("system-node-group",) and "device-plugins" not in tl.critical
     assert "model-download" not in tl.critical and tl.slack("model-download") > 0
     # the DGD waits for both: the download may take as long as the GPU branch still runs after it ends
-    assert tl.slack("model-download") == pytest.approx(tl.finish["device-plugins"] - tl.finish["model-download"])
+    assert tl.slack("model-download") == pytest.approx(tl.finish["device-plugin-pods"] - tl.finish["model-download"])
     assert tl.total == pytest.approx(sum(tl.steps[n].minutes for n in tl.critical))
 
 
@@ -120,7 +122,8 @@ def test_karpenter_path_launches_gpu_nodes_after_the_dgd():
     ng, kp = build_steps(**kw), build_steps(capacity="karpenter", **kw)
     assert "gpu-node-group" not in kp and "karpenter" in kp and "gpu-node-launch" not in ng
     assert kp["karpenter"].after == ("system-node-group",)
-    assert kp["gpu-node-launch"].after == ("dgd",) and kp["image-pull"].after == ("gpu-node-launch",)
+    assert kp["gpu-node-launch"].after == ("dgd",) and kp["device-plugin-pods"].after == ("gpu-node-launch",)
+    assert kp["image-pull"].after == ("device-plugin-pods",)
     assert "karpenter" in kp["dgd"].after
     fn, cn = schedule(ng)
     fk, ck = schedule(kp)

@@ -165,8 +165,14 @@ def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: 
     else:
         cache_deps, graph_deps = (), ()
     if device_plugins:
-        steps.append(step("device-plugins", graph_deps))
-        graph_deps = graph_deps + ("device-plugins",)
+        # The charts install beside the GPU nodes (from the system nodes on EKS); their pods start on each GPU node as it
+        # joins, which the workers wait for (the pods step; on Karpenter after the node launch, below).
+        steps.append(step("device-plugins", ("system-node-group",) if mode == "eks" else ()))
+        if karpenter:
+            graph_deps = graph_deps + ("device-plugins",)
+        else:
+            steps.append(step("device-plugin-pods", graph_deps + ("device-plugins",)))
+            graph_deps = graph_deps + ("device-plugin-pods",)
     if platform:
         steps.append(step("dynamo-platform", cache_deps))
         graph_deps = graph_deps + ("dynamo-platform",)
@@ -175,9 +181,10 @@ def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: 
     steps.append(download_step(model, precision, cache_size, ("serving-objects",), storage_gb_s))
     steps.append(Step("dgd", 0.0, "the DynamoGraphDeployment object; its pods start once it exists", ("model-download",) + graph_deps, "documented"))
     pull_after: tuple[str, ...] = ("dgd",)
-    if karpenter:  # the DGD's pods are Pending until Karpenter's nodes join
+    if karpenter:  # the DGD's pods are Pending until Karpenter's nodes join and the plugins' pods start on them
         steps.append(step("gpu-node-launch", ("dgd",), "karpenter-node-launch"))
-        pull_after = ("gpu-node-launch",)
+        steps.append(step("device-plugin-pods", ("gpu-node-launch",)))
+        pull_after = ("device-plugin-pods",)
     steps.append(step("image-pull", pull_after))
     steps.append(step("worker-startup", ("image-pull",)))
     out = {s.name: s for s in steps}
