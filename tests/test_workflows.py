@@ -1,6 +1,8 @@
-"""The GitHub Actions workflows: pipeline rules (credentials by environment, deploys only from main, actions pinned
-by commit), a record step that pushes nothing but main's own result, and a clean actionlint (built from the Go module
-proxy by tools/actionlint.sh).
+"""The GitHub Actions workflows: pipeline rules (credentials by environment, one passphrase per environment, deploys
+only from main, release ups that apply the plan their approver saw after the commit's tests, actions pinned by commit),
+which stacks a pull request may preview and which a push may deploy (from each stack file's cluster.mode), a record
+step that proposes main's own result as a pull request instead of pushing main, the repository settings docs/ci.md
+names, and a clean actionlint (built from the Go module proxy by tools/actionlint.sh).
 
 The rule checks are plain functions run on the workflows' text. Each of them is also run on the workflows as they
 were before these rules (tests/fixtures/workflows-unhardened/) and on small mutations of today's files, and must
@@ -8,6 +10,7 @@ flag them: the checks can fail.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -27,6 +30,15 @@ UNHARDENED = ROOT / "tests" / "fixtures" / "workflows-unhardened"
 MAIN_REF = "refs/heads/main"
 DEPLOY_ENVIRONMENTS = {"dev", "staging", "prod"}
 PREVIEW_ENVIRONMENT = "preview"
+# The release environments' previews (main only, no reviewers): the saved plan their environment's approver reads.
+RELEASE_PREVIEW = {"staging": "staging-preview", "prod": "prod-preview"}
+PREVIEW_ENVIRONMENTS = {PREVIEW_ENVIRONMENT, *RELEASE_PREVIEW.values()}
+# One passphrase per environment (docs/ci.md): dev-level stacks (the PR preview and dev), staging, prod. A job may
+# reference only its own environment's; a PR job never the staging or prod one.
+ENV_PASSPHRASE = {"preview": "PULUMI_DEV_CONFIG_PASSPHRASE", "dev": "PULUMI_DEV_CONFIG_PASSPHRASE",
+                  "staging-preview": "PULUMI_STAGING_CONFIG_PASSPHRASE", "staging": "PULUMI_STAGING_CONFIG_PASSPHRASE",
+                  "prod-preview": "PULUMI_PROD_CONFIG_PASSPHRASE", "prod": "PULUMI_PROD_CONFIG_PASSPHRASE"}
+RELEASE_PASSPHRASES = {"PULUMI_STAGING_CONFIG_PASSPHRASE", "PULUMI_PROD_CONFIG_PASSPHRASE"}
 # Names of the deploy credentials (docs/ci.md): they may appear only in jobs of the deploy environments.
 DEPLOY_SECRETS = {"PULUMI_ACCESS_TOKEN"}
 DEPLOY_VARS = {"AWS_ROLE_ARN"}
@@ -104,10 +116,16 @@ def credential_violations(text: str) -> list[str]:
             bad.append(f"job {name} {who}holds credentials ({what}) outside an environment")
         if pr_code and env in DEPLOY_ENVIRONMENTS:
             bad.append(f"job {name} runs PR code in the deploy environment {env}")
+        if pr_code and env in RELEASE_PREVIEW.values():
+            bad.append(f"job {name} runs PR code in the release environment {env}")
+        for s in sorted(s for s in secrets if "PASSPHRASE" in s):
+            if s != ENV_PASSPHRASE.get(env):
+                bad.append(f"job {name} decrypts with {s} in environment {env}: "
+                           f"{'that environment has none' if env not in ENV_PASSPHRASE else 'its own is ' + ENV_PASSPHRASE[env]}")
         if deploy_names and env not in DEPLOY_ENVIRONMENTS:
             bad.append(f"job {name} uses deploy credentials ({', '.join(sorted(deploy_names))}) outside "
                        f"the {sorted(DEPLOY_ENVIRONMENTS)} environments")
-        if (secrets or id_token) and env and env not in DEPLOY_ENVIRONMENTS | {PREVIEW_ENVIRONMENT}:
+        if (secrets or id_token) and env and env not in DEPLOY_ENVIRONMENTS | PREVIEW_ENVIRONMENTS:
             bad.append(f"job {name} holds credentials in an environment docs/ci.md does not describe: {env}")
     return bad
 
@@ -118,7 +136,7 @@ def _deploys(job: dict) -> bool:
         if uses.startswith("pulumi/actions@") and str((step.get("with") or {}).get("command")) in MUTATING_PULUMI:
             return True
         run = step.get("run", "")
-        if re.search(r"\bpulumi\s+(up|update|destroy|refresh|import)\b", run) or re.search(r"\bgit\s+push\b", run):
+        if re.search(r"\bpulumi\s+(up|update|destroy|refresh|import)\b", run) or re.search(r"\bgit\b[^\n#]*\spush\b", run):
             return True
     return False
 
@@ -169,8 +187,75 @@ def ref_violations(text: str) -> list[str]:
     return bad
 
 
+def _needs(job: dict) -> set[str]:
+    needs = job.get("needs") or []
+    return {needs} if isinstance(needs, str) else set(needs)
+
+
+def _pulumi_steps(job: dict, commands: set[str]) -> list[dict]:
+    return [s for s in job.get("steps") or [] if str(s.get("uses", "")).startswith("pulumi/actions@")
+            and str((s.get("with") or {}).get("command")) in commands]
+
+
+def _uses(step: dict, action: str) -> bool:
+    return str(step.get("uses", "")).startswith(action + "@")
+
+
+def _plan_file(step: dict) -> str:
+    return str((step.get("with") or {}).get("plan") or "").replace("${{ github.workspace }}/", "")
+
+
+def release_violations(text: str) -> list[str]:
+    """Every job that runs a mutating Pulumi command needs the job that runs the commit's tests (`make test`). In the
+    approval-gated environments (staging, prod) the `up` applies a saved plan (`plan:`, pulumi up --plan) that a
+    preview job of that environment's preview environment saved (pulumi preview --save-plan) and passed to it as an
+    artifact together with the stack file it previewed; the approved job itself promotes nothing, so what it applies
+    is what the approver read."""
+    wf = yaml.safe_load(text)
+    jobs = wf.get("jobs") or {}
+    tests = {n for n, j in jobs.items() if any(re.search(r"\bmake test\b", s.get("run", "")) for s in j.get("steps") or [])}
+    bad = []
+    for name, job in jobs.items():
+        ups = _pulumi_steps(job, MUTATING_PULUMI)
+        if not ups:
+            continue
+        needs, env, steps = _needs(job), _env_name(job), job.get("steps") or []
+        if not needs & tests:
+            bad.append(f"job {name} runs pulumi {ups[0]['with']['command']} without needing the commit's tests (a job that runs make test)")
+        if env not in RELEASE_PREVIEW:
+            continue
+        if any("stacks promote" in s.get("run", "") for s in steps):
+            bad.append(f"job {name} promotes after the approval: its up applies config nobody previewed")
+        previews = [n for n in needs if n in jobs and _env_name(jobs[n]) == RELEASE_PREVIEW[env]]
+        if not previews:
+            bad.append(f"job {name} does not need a preview job in the {RELEASE_PREVIEW[env]} environment")
+        for up in ups:
+            plan, stack = _plan_file(up), str(up["with"].get("stack-name"))
+            if not plan:
+                bad.append(f"job {name} runs pulumi {up['with']['command']} of {stack} without a saved plan (plan:)")
+                continue
+            before = steps[:steps.index(up)]
+            downloaded = {str((s.get("with") or {}).get("name")) for s in before if _uses(s, "actions/download-artifact")}
+            handed = False
+            for p in previews:
+                psteps = jobs[p].get("steps") or []
+                saved = [s for s in _pulumi_steps(jobs[p], {"preview"})
+                         if _plan_file(s) == plan and str(s["with"].get("stack-name")) == stack]
+                for s in saved:
+                    for u in psteps[psteps.index(s) + 1:]:
+                        w = u.get("with") or {}
+                        paths = [line.strip() for line in str(w.get("path", "")).splitlines()]
+                        if _uses(u, "actions/upload-artifact") and plan in paths and f"Pulumi.{stack}.yaml" in paths \
+                                and str(w.get("name")) in downloaded:
+                            handed = True
+            if not handed:
+                bad.append(f"job {name} applies {plan}, which no {RELEASE_PREVIEW[env]} preview of {stack} saved and "
+                           f"passed to it as an artifact with the stack file it previewed")
+    return bad
+
+
 def all_violations(text: str) -> list[str]:
-    return pin_violations(text) + credential_violations(text) + ref_violations(text)
+    return pin_violations(text) + credential_violations(text) + ref_violations(text) + release_violations(text)
 
 
 def _text(name: str) -> str:
@@ -245,6 +330,30 @@ def _mutate(text: str, old: str, new: str) -> str:
      "job prod deploys or pushes without checking github.ref == 'refs/heads/main'"),
     ("main.yml", "  chains:\n    needs: ref-check\n", "  chains:\n", "without needing a job that fails on a ref other than main"),
     ("main.yml", "    branches: [main]\n", "    branches: [main, 'release/*']\n", "run on a push to"),
+    ("main.yml", "    needs: [chains, prod]\n    if: github.ref == 'refs/heads/main' && ", "    needs: [chains, prod]\n    if: ",
+     "job record deploys or pushes without checking github.ref"),
+    # one passphrase per environment; none in a PR job but the dev-level one
+    ("pr.yml", "secrets.PULUMI_DEV_CONFIG_PASSPHRASE", "secrets.PULUMI_PROD_CONFIG_PASSPHRASE",
+     "job preview decrypts with PULUMI_PROD_CONFIG_PASSPHRASE in environment preview"),
+    ("pr.yml", "secrets.PULUMI_DEV_CONFIG_PASSPHRASE", "secrets.PULUMI_CONFIG_PASSPHRASE",
+     "job preview decrypts with PULUMI_CONFIG_PASSPHRASE in environment preview"),
+    ("pr.yml", "    environment: preview\n", "    environment: prod-preview\n", "job preview runs PR code in the release environment prod-preview"),
+    ("main.yml", "secrets.PULUMI_PROD_CONFIG_PASSPHRASE", "secrets.PULUMI_STAGING_CONFIG_PASSPHRASE",
+     "job prod decrypts with PULUMI_STAGING_CONFIG_PASSPHRASE in environment prod"),
+    # the approved up applies the previewed stack file and plan, after the tests
+    ("main.yml", "          plan: ${{ github.workspace }}/plan-${{ matrix.stack }}-staging.json\n        env:\n          PULUMI_ACCESS_TOKEN: ${{ secrets.PULUMI_ACCESS_TOKEN }}",
+     "        env:\n          PULUMI_ACCESS_TOKEN: ${{ secrets.PULUMI_ACCESS_TOKEN }}",
+     "job staging runs pulumi up of ${{ matrix.stack }}-staging without a saved plan"),
+    ("main.yml", "    needs: [chains, staging-preview, test]\n", "    needs: [chains, dev, test]\n",
+     "job staging does not need a preview job in the staging-preview environment"),
+    ("main.yml", "          name: plan-${{ matrix.stack }}-prod\n      - uses: aws-actions", "          name: promoted-${{ matrix.stack }}-staging\n      - uses: aws-actions",
+     "job prod applies plan-${{ matrix.stack }}-prod.json, which no prod-preview preview"),
+    ("main.yml", "          name: plan-${{ matrix.stack }}-staging\n      - uses: aws-actions",
+     "          name: plan-${{ matrix.stack }}-staging\n      - run: .venv/bin/python -m stacks promote --from \"$STACK\" --to \"$STACK-staging\" --yes\n      - uses: aws-actions",
+     "job staging promotes after the approval"),
+    ("main.yml", "    needs: [chains, prod-preview, test]\n", "    needs: [chains, prod-preview]\n",
+     "job prod runs pulumi up without needing the commit's tests"),
+    ("main.yml", "    needs: [chains, test]\n", "    needs: chains\n", "job dev runs pulumi up without needing the commit's tests"),
 ])
 def test_a_broken_rule_is_flagged(name, old, new, expect):
     assert all_violations(_text(name)) == []
@@ -259,6 +368,302 @@ def test_the_ref_check_step_refuses_other_refs(tmp_path):
         assert r.returncode == rc, (ref, r.stdout, r.stderr)
         if rc:
             assert f"refusing to run the deploy workflow on {ref}" in r.stdout
+
+
+# --------------------------------------------------------------------------- GitHub expressions, evaluated
+
+_EXPR_TOKEN = re.compile(r"\s*(?:(?P<str>'(?:[^']|'')*')|(?P<op>==|!=|&&|\|\||!|\(|\))|(?P<name>[A-Za-z_][A-Za-z0-9_.-]*))")
+
+
+def evaluate(expr, context: dict):
+    """A GitHub expression of the forms these workflows use in `if:` and `env:` (context names, 'strings', true/false,
+    ==, !=, !, &&, ||, parentheses), with GitHub's semantics for them: && and || yield an operand, a name the context
+    does not hold is ''. A `secrets.NAME` evaluates to the marker "<secret NAME>"."""
+    expr = str(expr).strip()
+    m = re.fullmatch(r"\$\{\{(.*)\}\}", expr, re.S)
+    expr, out, pos = (m[1] if m else expr).strip(), [], 0
+    while pos < len(expr):
+        t = _EXPR_TOKEN.match(expr, pos)
+        assert t and t.end() > pos, f"cannot read {expr[pos:]!r} in {expr!r}"
+        pos = t.end()
+        if t["str"] is not None:
+            out.append(repr(t["str"][1:-1].replace("''", "'")))
+        elif t["op"]:
+            out.append({"&&": " and ", "||": " or ", "!": " not "}.get(t["op"], t["op"]))
+        else:
+            out.append({"true": "True", "false": "False"}.get(t["name"]) or f"_v({t['name']!r})")
+
+    def value(name):
+        return f"<secret {name[len('secrets.'):]}>" if name.startswith("secrets.") else context.get(name, "")
+    return eval("".join(out), {"__builtins__": {}}, {"_v": value})  # noqa: S307 - only the tokens read above
+
+
+def test_the_expression_evaluator_reads_what_github_reads():
+    ctx = {"github.event_name": "push", "inputs.deploy": "", "steps.kind.outputs.render": "false"}
+    assert evaluate("${{ steps.kind.outputs.render == 'true' && 'x' || secrets.S }}", ctx) == "<secret S>"
+    assert evaluate("steps.kind.outputs.render == 'true' && 'x' || secrets.S", {**ctx, "steps.kind.outputs.render": "true"}) == "x"
+    assert not evaluate("github.event_name == 'workflow_dispatch' && inputs.deploy", ctx)
+    assert evaluate("!(github.event_name == 'workflow_dispatch' && inputs.deploy)", ctx)
+    assert evaluate("github.event_name == 'workflow_dispatch' && inputs.deploy", {"github.event_name": "workflow_dispatch", "inputs.deploy": True})
+
+
+# --------------------------------------------------------------------------- which stacks a PR previews, with which secrets
+
+def _stack_files() -> list[Path]:
+    return sorted(ROOT.glob("Pulumi.*.yaml"))
+
+
+def _stack(path: Path) -> str:
+    return path.name[len("Pulumi."):-len(".yaml")]
+
+
+def _cluster_mode(path: Path) -> str:
+    cluster = ((yaml.safe_load(path.read_text()) or {}).get("config") or {}).get("dynamo:cluster")
+    if cluster is None:
+        return "render"  # stacks/spec: cluster.mode defaults to render
+    return str(cluster.get("mode", "render")) if isinstance(cluster, dict) else "<not a mapping>"
+
+
+def _stack_environment(stack: str) -> str:
+    return "prod" if stack.endswith("-prod") else "staging" if stack.endswith("-staging") else "dev"
+
+
+def _pr_previewable(path: Path) -> bool:
+    """A PR previews a dev-level stack whose cluster it creates or reads from another stack (render, eks, stack); not
+    staging or prod (their previews run on main, in their own environment), not kubeconfig stacks (dynamo:kubeconfig in
+    their config is an existing cluster's credential)."""
+    return _stack_environment(_stack(path)) == "dev" and _cluster_mode(path) in {"render", "eks", "stack"}
+
+
+def _changed_stacks(tmp_path: Path, touched: list[str]) -> list[str]:
+    """Run the changed-stacks `select` step in a clone whose PR touches these files, as on the runner."""
+    origin, work = tmp_path / "origin.git", tmp_path / "work"
+    _git(tmp_path, "init", "-q", "--bare", "-b", "main", str(origin))
+    _git(tmp_path, "clone", "-q", str(origin), str(work))
+    _git(work, "checkout", "-q", "-b", "main")
+    for f in _stack_files():
+        shutil.copy(f, work / f.name)
+    shutil.copytree(ROOT / ".github", work / ".github")
+    (work / "components").mkdir()
+    (work / "components" / "x.py").write_text("x = 1\n")
+    _git(work, "add", ".")
+    _git(work, "commit", "-q", "-m", "base")
+    _git(work, "push", "-q", "origin", "main")
+    _git(work, "checkout", "-q", "-b", "pr")
+    for f in touched:
+        with open(work / f, "a") as fh:
+            fh.write("# touched\n")
+    _git(work, "commit", "-qam", "pr")
+    (work / ".venv").symlink_to(ROOT / ".venv")  # the job's `uv sync --locked`
+    step = next(s for s in _load("pr.yml")["jobs"]["changed-stacks"]["steps"] if s.get("id") == "select")
+    out, summary = tmp_path / "out", tmp_path / "summary"
+    env = {**os.environ, "BASE_REF": "main", "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
+           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    r = subprocess.run(["bash", "-c", step["run"]], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(re.search(r"^stacks=(.*)$", out.read_text(), re.M)[1])
+
+
+def test_a_pr_previews_only_the_dev_level_stacks_it_may_decrypt(tmp_path):
+    """A code change previews every stack a PR may decrypt, and nothing else: no staging or prod stack (the `preview`
+    environment holds only the dev-level passphrase), no kubeconfig stack (its config holds a cluster credential)."""
+    got = _changed_stacks(tmp_path, ["components/x.py"])
+    want = [_stack(f) for f in _stack_files() if _pr_previewable(f)]
+    leaked = {s: (_stack_environment(s), _cluster_mode(ROOT / f"Pulumi.{s}.yaml")) for s in set(got) - set(want)}
+    assert not leaked, f"a PR would preview (and decrypt) {leaked} with the preview environment's passphrase"
+    assert got == want
+    assert "dev" in got and "h100-disagg" in got
+
+
+@pytest.mark.parametrize("stack", ["h100-disagg-prod", "h100-disagg-staging", "motif3-b200-disagg"])
+def test_a_pr_touching_only_a_stack_it_may_not_decrypt_previews_nothing(stack, tmp_path):
+    assert _changed_stacks(tmp_path, [f"Pulumi.{stack}.yaml"]) == []
+
+
+def test_a_pr_touching_a_dev_level_stack_previews_it(tmp_path):
+    assert _changed_stacks(tmp_path, ["Pulumi.h100-disagg.yaml"]) == ["h100-disagg"]
+
+
+def _jobs_with_env():
+    for wf in ("pr.yml", "main.yml"):
+        for name, job in _load(wf)["jobs"].items():
+            yield wf, name, job, _env_name(job)
+
+
+def test_each_environment_decrypts_with_its_own_passphrase():
+    """Every Pulumi step of a job in an environment gets that environment's passphrase for a stack that is not a
+    render stack; no job names another environment's, or one shared by all of them."""
+    found = {}
+    for wf, name, job, env in _jobs_with_env():
+        for step in _pulumi_steps(job, MUTATING_PULUMI | {"preview"}):
+            value = (step.get("env") or {}).get("PULUMI_CONFIG_PASSPHRASE")
+            got = evaluate(value, {"steps.kind.outputs.render": "false"}) if value else None
+            found[f"{wf}:{name}"] = (env, got)
+    want = {k: (env, f"<secret {ENV_PASSPHRASE.get(env)}>") for k, (env, _) in found.items()}
+    assert found == want
+    assert {env for env, _ in found.values()} >= {"preview", "dev", "staging", "prod", "staging-preview", "prod-preview"}
+
+
+def _makefile_passphrase() -> str:
+    return re.search(r"^export PULUMI_CONFIG_PASSPHRASE \?= (\S+)", (ROOT / "Makefile").read_text(), re.M)[1]
+
+
+@pytest.mark.parametrize("wf, job", [("pr.yml", "preview"), ("main.yml", "dev")])
+def test_render_stacks_use_the_public_local_passphrase(wf, job):
+    """The committed dev salt is the Makefile's public passphrase's, so a render stack (no cloud, no cluster, no real
+    secret) gets that one; every other stack gets the environment's secret, which can then be a real one."""
+    for step in _pulumi_steps(_load(wf)["jobs"][job], MUTATING_PULUMI | {"preview"}):
+        value = step["env"]["PULUMI_CONFIG_PASSPHRASE"]
+        assert evaluate(value, {"steps.kind.outputs.render": "true"}) == _makefile_passphrase(), value
+        assert evaluate(value, {"steps.kind.outputs.render": "false"}) == "<secret PULUMI_DEV_CONFIG_PASSPHRASE>", value
+
+
+def test_pr_jobs_never_reach_a_release_environment_or_its_secrets():
+    for name, job in _load("pr.yml")["jobs"].items():
+        body = yaml.safe_dump(job)
+        assert _env_name(job) not in DEPLOY_ENVIRONMENTS | set(RELEASE_PREVIEW.values()), name
+        assert not [s for s in RELEASE_PASSPHRASES | DEPLOY_SECRETS if f"secrets.{s}" in body], name
+        assert "vars.AWS_ROLE_ARN" not in body, name
+
+
+def test_release_stacks_are_previewed_and_deployed_only_in_their_environments():
+    """Staging and prod stacks are previewed on main in staging-preview / prod-preview (main only, their own read-only
+    role and passphrase) and applied in staging / prod."""
+    seen = {}
+    for wf, name, job, env in _jobs_with_env():
+        for step in _pulumi_steps(job, MUTATING_PULUMI | {"preview"}):
+            stack = str(step["with"]["stack-name"])
+            for release in RELEASE_PREVIEW:
+                if stack.endswith(f"-{release}"):
+                    seen.setdefault(release, set()).add((str(step["with"]["command"]), env, wf))
+    assert seen == {"staging": {("preview", "staging-preview", "main.yml"), ("up", "staging", "main.yml")},
+                    "prod": {("preview", "prod-preview", "main.yml"), ("up", "prod", "main.yml")}}
+
+
+# --------------------------------------------------------------------------- approvals: the plan the approver saw, after the tests
+
+def test_release_ups_apply_the_plan_the_approver_saw():
+    """Behind each approval: a preview job saved a plan of the promoted stack file and showed it in its job summary;
+    the approved job downloads both and applies that plan (`pulumi up --plan`); it promotes nothing itself."""
+    assert release_violations(_text("main.yml")) == []
+    jobs = _load("main.yml")["jobs"]
+    for env, preview_env in RELEASE_PREVIEW.items():
+        (up_job,) = [n for n, j in jobs.items() if _env_name(j) == env]
+        (preview_job,) = [n for n, j in jobs.items() if _env_name(j) == preview_env]
+        assert preview_job in _needs(jobs[up_job])
+        (saved,) = _pulumi_steps(jobs[preview_job], {"preview"})
+        assert saved["with"].get("comment-on-summary") is True and saved["with"].get("diff") is True
+        assert any("python -m stacks promote" in s.get("run", "") for s in jobs[preview_job]["steps"])
+        (up,) = _pulumi_steps(jobs[up_job], {"up"})
+        assert _plan_file(up) == _plan_file(saved) != ""
+
+
+def test_release_rule_flags_an_up_nobody_previewed():
+    bad = release_violations((UNHARDENED / "main.yml").read_text())
+    for job in ("staging", "prod"):
+        assert f"job {job} promotes after the approval: its up applies config nobody previewed" in bad, bad
+        assert f"job {job} does not need a preview job in the {RELEASE_PREVIEW[job]} environment" in bad, bad
+        assert f"job {job} runs pulumi up of ${{{{ matrix.stack }}}}-{job} without a saved plan (plan:)" in bad, bad
+    assert "job dev runs pulumi up without needing the commit's tests (a job that runs make test)" in bad, bad
+
+
+def test_deploys_need_the_commits_tests():
+    """main.yml runs the PR workflow's test job on the commit it deploys, and every job that changes a stack needs it."""
+    main, pr = _load("main.yml")["jobs"], _load("pr.yml")["jobs"]
+    assert "test" in main and main["test"]["steps"] == pr["test"]["steps"]
+    deployers = [n for n, j in main.items() if _pulumi_steps(j, MUTATING_PULUMI)]
+    assert set(deployers) >= {"dev", "staging", "prod"}
+    assert {n: sorted(_needs(main[n])) for n in deployers if "test" not in _needs(main[n])} == {}
+
+
+# --------------------------------------------------------------------------- a push deploys render stacks only, by cluster.mode
+
+def _kind_outputs(step: dict, stack: str, tmp_path: Path) -> dict:
+    out = tmp_path / f"out-{stack}"
+    env = {**os.environ, "STACK": stack, "GITHUB_OUTPUT": str(out)}
+    r = subprocess.run(["bash", "-c", step["run"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return dict(line.split("=", 1) for line in out.read_text().splitlines() if line)
+
+
+@pytest.mark.parametrize("path", _stack_files(), ids=lambda p: p.name)
+def test_a_push_ups_only_render_stacks(path, tmp_path):
+    """A push runs `pulumi up` of a stack only when its cluster.mode is render; eks, stack and kubeconfig stacks (each
+    reaches a real cluster) get a preview; a manual run with deploy: true ups every one."""
+    job = _load("main.yml")["jobs"]["dev"]
+    outputs = _kind_outputs(next(s for s in job["steps"] if s.get("id") == "kind"), _stack(path), tmp_path)
+    mode = _cluster_mode(path)
+    for event, deploy, want_up in (("push", "", mode == "render"), ("workflow_dispatch", True, True),
+                                   ("workflow_dispatch", False, mode == "render")):
+        ctx = {"github.event_name": event, "inputs.deploy": deploy, **{f"steps.kind.outputs.{k}": v for k, v in outputs.items()}}
+        ran = {str(s["with"]["command"]) for s in _pulumi_steps(job, MUTATING_PULUMI | {"preview"})
+               if evaluate(s.get("if", "true"), ctx)}
+        assert ran == ({"up"} if want_up else {"preview"}), (mode, event, deploy, ran)
+
+
+# --------------------------------------------------------------------------- repository settings, checkouts, drift, Dependabot
+
+def _section(text: str, heading: str) -> str:
+    m = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert m, f"docs/ci.md has no '## {heading}' section"
+    return m[1]
+
+
+REPOSITORY_SETTINGS = [
+    "Require a pull request before merging", "Require review from Code Owners", "CODEOWNERS",
+    "Require status checks to pass", "Do not allow bypassing the above settings",
+    "Allow GitHub Actions to create and approve pull requests", "Prevent self-review",
+]
+
+
+def test_docs_name_the_repository_settings_the_pipeline_relies_on():
+    section = _section((ROOT / "docs" / "ci.md").read_text(), "Repository settings")
+    assert [s for s in REPOSITORY_SETTINGS if s not in section] == []
+    line = next(line for line in section.splitlines() if "Required checks:" in line)
+    checks = re.findall(r"`([^`]+)`", line.split("Required checks:", 1)[1])
+    pr_jobs = set(_load("pr.yml")["jobs"])
+    assert set(checks) >= {"test", "manifest-diff", "changed-stacks"} and set(checks) <= pr_jobs, checks
+
+
+def test_docs_list_every_environment_with_what_it_holds():
+    """The environment table in docs/ci.md has a row for every environment a job names, and that row lists each
+    secret and environment variable the environment's jobs read."""
+    section = _section((ROOT / "docs" / "ci.md").read_text(), "GitHub settings (Settings → Environments, Settings → Secrets and variables)")
+    rows = {m[1]: m[0] for m in re.findall(r"^(\| `([a-z-]+)` \|.*)$", section, re.M)}
+    used: dict[str, set[str]] = {}
+    for wf in WORKFLOWS:
+        for job in (yaml.safe_load(wf.read_text()).get("jobs") or {}).values():
+            if _env_name(job):
+                body = yaml.safe_dump(job)
+                names = set(re.findall(r"secrets\.([A-Za-z0-9_]+)", body)) - {"GITHUB_TOKEN"}
+                names |= {v for v in re.findall(r"vars\.([A-Za-z0-9_]+)", body) if v.endswith("ROLE_ARN")}
+                used.setdefault(_env_name(job), set()).update(names)
+    assert set(rows) == set(used), (sorted(rows), sorted(used))
+    assert {env: sorted(n for n in names if f"`{n}`" not in rows[env]) for env, names in used.items()} == \
+        {env: [] for env in used}
+    for env in set(used) - {PREVIEW_ENVIRONMENT}:
+        assert "`main` only" in rows[env], rows[env]
+
+
+def test_every_checkout_drops_its_credentials():
+    """actions/checkout stores the job's token in .git/config unless persist-credentials is false; every later step
+    (the PR's code included) could read it there."""
+    bad = [f"{wf.name}:{name}" for wf in WORKFLOWS for name, job in yaml.safe_load(wf.read_text())["jobs"].items()
+           for s in job.get("steps") or [] if _uses(s, "actions/checkout") and (s.get("with") or {}).get("persist-credentials") is not False]
+    assert bad == []
+
+
+def test_drift_grants_issues_write_to_its_job_only():
+    wf = _load("drift.yml")
+    assert wf["permissions"] == {"contents": "read"}
+    assert wf["jobs"]["drift"]["permissions"] == {"contents": "read", "issues": "write"}
+
+
+def test_dependabot_keeps_the_pinned_actions_current():
+    cfg = yaml.safe_load((ROOT / ".github" / "dependabot.yml").read_text())
+    assert cfg["version"] == 2
+    (actions,) = [u for u in cfg["updates"] if u["package-ecosystem"] == "github-actions"]
+    assert actions["directory"] == "/" and actions["schedule"]["interval"] in {"daily", "weekly", "monthly"}
 
 
 # --------------------------------------------------------------------------- the record step, run against real git
@@ -294,8 +699,14 @@ def repo(tmp_path):
 
 def _run_record(script: str, work: Path, sha: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GITHUB_SHA": sha, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "GITHUB_RUN_ID": "4242",
+           "GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "ORG/REPO",
+           "GITHUB_STEP_SUMMARY": str(work.parent / "summary.md"), "GH_TOKEN": "not-a-token"}
     return subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True, env=env, timeout=60)
+
+
+def _branches(origin: Path) -> list[str]:
+    return _git(origin, "for-each-ref", "--format=%(refname)", "refs/heads").splitlines()
 
 
 def _promote(work: Path):
@@ -304,7 +715,9 @@ def _promote(work: Path):
 
 
 @pytest.mark.parametrize("moved", [False, True], ids=["main-unchanged", "main-moved-meanwhile"])
-def test_record_pushes_one_promotion_commit_on_main(repo, moved, tmp_path):
+def test_record_proposes_the_promotion_as_a_pull_request(repo, moved, tmp_path):
+    """main is protected and takes changes through reviewed pull requests only: record pushes its one promotion commit
+    (on top of origin/main) to a promote/ branch, leaves main where it was, and links the pull request to open."""
     origin, work = repo
     sha = _git(work, "rev-parse", "HEAD")
     if moved:  # someone merged to main while the deploy ran
@@ -318,8 +731,14 @@ def test_record_pushes_one_promotion_commit_on_main(repo, moved, tmp_path):
     _promote(work)
     r = _run_record(_record_script(_text("main.yml")), work, sha)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert _git(origin, "rev-list", "--count", f"{before}..main") == "1"
-    assert _git(origin, "diff", "--name-only", before, "main").splitlines() == ["Pulumi.s-prod.yaml", "Pulumi.s-staging.yaml"]
+    assert _git(origin, "rev-parse", "main") == before, "record pushed to main"
+    branch = f"promote/{sha[:7]}-4242"
+    assert _branches(origin) == ["refs/heads/main", f"refs/heads/{branch}"]
+    assert _git(origin, "rev-list", "--count", f"{before}..{branch}") == "1"
+    assert _git(origin, "merge-base", "main", branch) == before
+    assert _git(origin, "diff", "--name-only", before, branch).splitlines() == ["Pulumi.s-prod.yaml", "Pulumi.s-staging.yaml"]
+    assert "[skip ci]" not in _git(origin, "log", "-1", "--format=%B", branch)  # the PR's required checks must run
+    assert f"https://github.com/ORG/REPO/compare/main...{branch}?expand=1" in (tmp_path / "summary.md").read_text()
 
 
 def test_record_refuses_a_commit_that_is_not_on_main(repo):
@@ -333,7 +752,7 @@ def test_record_refuses_a_commit_that_is_not_on_main(repo):
     _promote(work)
     r = _run_record(_record_script(_text("main.yml")), work, sha)
     assert r.returncode != 0 and "is not on main: refusing to record" in r.stdout, r.stdout + r.stderr
-    assert _git(origin, "rev-parse", "main") == before
+    assert _git(origin, "rev-parse", "main") == before and _branches(origin) == ["refs/heads/main"]
 
     r = _run_record(_record_script((UNHARDENED / "main.yml").read_text()), work, sha)  # the old step, same situation
     assert r.returncode == 0, r.stderr
@@ -350,7 +769,7 @@ def test_record_refuses_a_commit_touching_other_files(repo):
                                                          "echo 'y = 1' >> code.py; git add -A")
     r = _run_record(script, work, sha)
     assert r.returncode != 0 and "changes files other than the promoted stack files" in r.stdout, r.stdout + r.stderr
-    assert _git(origin, "rev-parse", "main") == before
+    assert _git(origin, "rev-parse", "main") == before and _branches(origin) == ["refs/heads/main"]
 
 
 # --------------------------------------------------------------------------- actionlint and the workflows' shape
@@ -420,12 +839,15 @@ def test_the_test_job_is_strict_only_with_the_reference_data(tmp_path):
 
 
 def test_main_workflow_promotes_behind_environments():
+    """dev -> staging-preview (promote, saved plan) -> staging (approval, up --plan) -> prod-preview -> prod."""
     jobs = _load("main.yml")["jobs"]
     assert jobs["staging"]["environment"] == "staging" and jobs["prod"]["environment"] == "prod"
-    assert "staging" in jobs["prod"]["needs"] and "dev" in jobs["staging"]["needs"]
+    assert "staging" in _upstream(jobs, "prod") and "dev" in _upstream(jobs, "staging")
     for job in ("staging", "prod"):
-        text = yaml.safe_dump(jobs[job])
-        assert "python -m stacks promote" in text and "command: up" in text
+        preview = f"{job}-preview"
+        assert jobs[preview]["environment"] == preview and preview in _needs(jobs[job])
+        assert "python -m stacks promote" in yaml.safe_dump(jobs[preview])
+        assert "command: up" in yaml.safe_dump(jobs[job])
 
 
 def test_a_push_never_deploys_a_gpu_stack():
@@ -438,22 +860,28 @@ def test_a_push_never_deploys_a_gpu_stack():
             if step.get("uses", "").startswith("pulumi/actions@") and step["with"]["command"] == "up":
                 cond = f"{job.get('if', '')} {step.get('if', '')}"
                 assert manual in cond, (name, cond)
-                if manual not in job.get("if", ""):  # the dev job: render stacks up on push, EKS stacks only by hand
-                    assert step["if"] == f"steps.kind.outputs.eks != 'true' || ({manual})", (name, step["if"])
+                if manual not in job.get("if", ""):  # the dev job: render stacks up on push, the others only by hand
+                    assert step["if"] == f"steps.kind.outputs.render == 'true' || ({manual})", (name, step["if"])
     for name in ("staging", "prod", "record"):
         assert manual in wf["jobs"][name]["if"], name
 
 
-@pytest.mark.parametrize("path", sorted(ROOT.glob("Pulumi.*.yaml")), ids=lambda p: p.name)
-def test_the_eks_detection_step_reads_the_stack_file(path, tmp_path):
-    step = next(s for s in _load("main.yml")["jobs"]["dev"]["steps"] if s.get("id") == "kind")
-    out = tmp_path / "out"
-    env = {**os.environ, "STACK": path.name.split(".")[1], "GITHUB_OUTPUT": str(out)}
-    r = subprocess.run(["bash", "-c", step["run"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    cfg = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-    want = (cfg.get("dynamo:cluster") or {}).get("mode") == "eks"
-    assert out.read_text().strip() == f"eks={str(want).lower()}"
+@pytest.mark.parametrize("path", _stack_files(), ids=lambda p: p.name)
+def test_the_stack_kind_step_reads_the_cluster_mode(path, tmp_path):
+    """The step the PR preview and the dev job share reports the stack file's cluster.mode, and render only for render."""
+    steps = [next(s for s in _load(wf)["jobs"][job]["steps"] if s.get("id") == "kind")
+             for wf, job in (("main.yml", "dev"), ("pr.yml", "preview"))]
+    assert steps[0]["run"] == steps[1]["run"]
+    mode = _cluster_mode(path)
+    assert _kind_outputs(steps[0], _stack(path), tmp_path) == {"mode": mode, "render": str(mode == "render").lower()}
+
+
+def test_the_stack_kind_step_knows_every_cluster_mode():
+    from stacks.spec import MODES
+
+    assert {_cluster_mode(p) for p in _stack_files()} <= set(MODES)
+    script = (ROOT / ".github" / "stack_kind.py").read_text()
+    assert re.search(r"^MODES = \((.*)\)$", script, re.M)[1] == ", ".join(repr(m) for m in MODES)
 
 
 # --------------------------------------------------------------------------- Go builds: read-only against committed go.sum
