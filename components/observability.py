@@ -54,6 +54,8 @@ class Observability(pulumi.ComponentResource):
             )
             for m in plan.monitors
         ]
+        for warning in plan.warnings:
+            pulumi.log.warn(warning, resource=self)
         self.namespace = pulumi.Output.from_input(plan.namespace)
         self.prometheus_endpoint = pulumi.Output.from_input(plan.prometheus_endpoint)
         self.dcgm = pulumi.Output.from_input(plan.dcgm)

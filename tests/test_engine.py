@@ -573,15 +573,16 @@ MONITORING_CRDS = fidelity.reference_root() / "crds" / "monitoring"  # Prometheu
 
 
 def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
-    """Dashboards (ConfigMaps), PodMonitors and the GPU Operator's DCGM ServiceMonitor pass the API server's CRD
-    schema; the AIPerf Job is created after the DGD. (Helm charts cannot be fetched here: they are covered by the
+    """Dashboards (ConfigMaps), PodMonitors, the GPU Operator's DCGM ServiceMonitor and the alerts' PrometheusRule pass
+    the API server's CRD schema; the AIPerf Job is created after the DGD. (Helm charts cannot be fetched here: they are covered by the
     mock tests; this stack uses an existing Prometheus, so no chart is registered.)"""
     from stacks.program import build_program
 
     for crd in sorted(MONITORING_CRDS.glob("monitoring.coreos.com_*.yaml")):
         kubectl(kube, "apply", "--server-side", "-f", str(crd))
     kubectl(kube, "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/podmonitors.monitoring.coreos.com", "crd/servicemonitors.monitoring.coreos.com")
+            "crd/podmonitors.monitoring.coreos.com", "crd/servicemonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com")
     ns, mon = "e-obs", "e-obs-monitoring"
     obs = {"enabled": True, "prometheus": "existing", "prometheusEndpoint": "http://prometheus-operated.monitoring.svc:9090",
            "monitorLabels": {"release": "team-prometheus"}, "dcgm": "gpu-operator", "namespace": mon}
@@ -592,10 +593,11 @@ def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
         assert up.summary.result == "succeeded"
         program = build_program(config, ns, frozenset({"hfToken"}))
         extra = program.observability.objects() + [program.benchmark.job]
-        assert {o["kind"] for o in extra} == {"Namespace", "ConfigMap", "PodMonitor", "ServiceMonitor", "Job"}
+        assert {o["kind"] for o in extra} == {"Namespace", "ConfigMap", "PodMonitor", "ServiceMonitor", "PrometheusRule", "Job"}
         problems = []
         for obj in extra:
-            resource = {"PodMonitor": "podmonitors.monitoring.coreos.com", "ServiceMonitor": "servicemonitors.monitoring.coreos.com"}.get(obj["kind"])
+            resource = {"PodMonitor": "podmonitors.monitoring.coreos.com", "ServiceMonitor": "servicemonitors.monitoring.coreos.com",
+                        "PrometheusRule": "prometheusrules.monitoring.coreos.com"}.get(obj["kind"])
             if resource:
                 server = json.loads(kubectl(kube, "get", resource, obj["metadata"]["name"], "-n", obj["metadata"]["namespace"], "-o", "json").stdout)
             else:

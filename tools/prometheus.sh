@@ -2,7 +2,8 @@
 # prometheus.sh: build-or-reuse the pinned Prometheus server and link it into <repo>/.tools/bin/prometheus.
 #
 # Used by tests/test_prometheus.py, which scrapes the GPU-free serving rig with the project's PodMonitors and
-# evaluates every dashboard query through Prometheus's HTTP API.
+# evaluates every dashboard query through Prometheus's HTTP API; and its promtool (same module, cmd/promtool, linked
+# as <repo>/.tools/bin/promtool), whose `promtool test rules` runs tests/test_alerts.py's unit tests of the alerts.
 #
 # Version: `toolchain.prometheus` in stacks/registry/versions.yaml (the module version the Go module proxy serves;
 # github.com/prometheus/prometheus tags release 3.X.Y as module version v0.3XY.0, e.g. v0.316.0 = 3.16.0, whose
@@ -90,11 +91,28 @@ build() {
 	log "built prometheus $release ($PROMETHEUS_VERSION) in $((SECONDS - t0))s"
 }
 
+build_promtool() {
+	local logf="$OUT_DIR/build-promtool.log" tmp="$OUT_DIR/tmp-promtool.$$" t0=$SECONDS
+	log "building $MODULE/cmd/promtool@$PROMETHEUS_VERSION (a few minutes on 2 cores; log: $logf)"
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	if ! GOBIN="$tmp" go install -trimpath -tags remove_all_sd -ldflags "-s -w" "$MODULE/cmd/promtool@$PROMETHEUS_VERSION" >"$logf" 2>&1; then
+		rm -rf "$tmp"
+		tail -n 30 "$logf" >&2
+		die "go build of $MODULE/cmd/promtool@$PROMETHEUS_VERSION failed (Go $(go env GOVERSION); log: $logf)"
+	fi
+	mv -f "$tmp/promtool" "$OUT_DIR/promtool"
+	rm -rf "$tmp"
+	log "built promtool ($PROMETHEUS_VERSION) in $((SECONDS - t0))s"
+}
+
 mkdir -p "$CACHE" "$BIN_DIR"
 # One build at a time per cache (several clones or CI jobs may share it).
 exec 9>"$CACHE/.prometheus-build.lock"
 flock 9
 [[ -x "$OUT" ]] || build
+[[ -x "$OUT_DIR/promtool" ]] || build_promtool
 flock -u 9
 ln -sfn "$OUT" "$BIN_DIR/prometheus"
+ln -sfn "$OUT_DIR/promtool" "$BIN_DIR/promtool"
 echo "$BIN_DIR/prometheus"

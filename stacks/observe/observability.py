@@ -85,6 +85,7 @@ class ObservabilityPlan:
     dashboards: list[dict] = field(default_factory=list)  # ConfigMaps for the Grafana sidecar
     namespace_object: Optional[dict] = None
     dcgm: str = "none"
+    warnings: list[str] = field(default_factory=list)  # what `up` logs about the layer
 
     def objects(self) -> list[dict]:
         """The plain Kubernetes objects (charts excluded), in apply order."""
@@ -101,12 +102,40 @@ def dcgm_for(nvidia_stack: Optional[str], choice: Optional[str] = None) -> str:
     return {"gpu-operator": "gpu-operator", "device-plugin": "dcgm-exporter"}.get(nvidia_stack or "", "none")
 
 
-def kube_prometheus_stack(namespace: str) -> HelmSpec:
+# Alertmanager's receivers (kube-prometheus-stack values ``alertmanager.config``): the chart's default route sends
+# its Watchdog alert to a receiver named "null", which must stay; the stack's alerts go to ``dynamo``, a webhook when
+# observability.alerts.webhookUrlSecret names one (read from the mounted Secret: Alertmanager webhook_config
+# ``url_file``; kube-prometheus-stack ``alertmanager.alertmanagerSpec.secrets`` mounts each listed Secret at
+# /etc/alertmanager/secrets/<name>/), else no integration: the alerts are held in Alertmanager, not sent.
+ALERT_RECEIVER = "dynamo"
+ALERTMANAGER_SECRETS = "/etc/alertmanager/secrets"
+
+
+def alertmanager_values(alerts: Any) -> dict:
+    if alerts is None or not alerts.enabled:
+        return {"enabled": False}
+    receiver: dict = {"name": ALERT_RECEIVER}
+    spec: dict = {}
+    ref = alerts.webhook_url_secret
+    if ref is not None:
+        receiver["webhook_configs"] = [{"url_file": f"{ALERTMANAGER_SECRETS}/{ref.name}/{ref.key}", "send_resolved": True}]
+        spec["secrets"] = [ref.name]
+    out = {"enabled": True, "config": {
+        "route": {"receiver": ALERT_RECEIVER, "group_by": ["alertname", "namespace", "dynamo_graph"],
+                  "group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"},
+        "receivers": [{"name": "null"}, receiver]}}
+    if spec:
+        out["alertmanagerSpec"] = spec
+    return out
+
+
+def kube_prometheus_stack(namespace: str, alerts: Any = None) -> HelmSpec:
     """The chart: Prometheus (operator-managed) selecting monitors labelled ``release`` in every
-    namespace, Grafana with the dashboard sidecar searching every namespace, Alertmanager off."""
+    namespace, Grafana with the dashboard sidecar searching every namespace, Alertmanager with the stack's alerts
+    (``alertmanager_values``) or off."""
     selector_ns: dict = {}
     values = {
-        "alertmanager": {"enabled": False},
+        "alertmanager": alertmanager_values(alerts),
         "prometheus": {"prometheusSpec": {
             "podMonitorSelectorNilUsesHelmValues": True,
             "serviceMonitorSelectorNilUsesHelmValues": True,
@@ -463,7 +492,7 @@ def build_observability(obs: Any, *, serving_namespace: str, dgd_name: str, nvid
     install = obs.prometheus == "install"
     labels = dict(obs.monitor_labels) if obs.monitor_labels else ({"release": KPS_RELEASE} if install else {})
     dcgm = dcgm_for(nvidia_stack, obs.dcgm)
-    charts: list[HelmSpec] = [kube_prometheus_stack(ns)] if install else []
+    charts: list[HelmSpec] = [kube_prometheus_stack(ns, getattr(obs, "alerts", None))] if install else []
     monitors = dynamo_pod_monitors(serving_namespace, dgd_name, labels)
     if dcgm == "dcgm-exporter":
         charts.append(dcgm_exporter_chart(ns, labels))
@@ -477,5 +506,12 @@ def build_observability(obs: Any, *, serving_namespace: str, dgd_name: str, nvid
     ns_obj = None
     if obs.create_namespace and ns != serving_namespace:
         ns_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"app.kubernetes.io/part-of": "dynamo-observability"}}}
+    warnings = []
+    alerts = getattr(obs, "alerts", None)
+    if install and alerts is not None and alerts.enabled and alerts.webhook_url_secret is None:
+        warnings.append(f"dynamo:observability.alerts: no webhookUrlSecret, so alerts are held in Alertmanager and sent nowhere: see "
+                        f"them with `kubectl -n {ns} port-forward svc/{KPS_RELEASE}-alertmanager 9093`, or name the Secret "
+                        f"holding your webhook URL (docs/operating.md, \"Metrics, benchmark and time to serving\")")
     return ObservabilityPlan(namespace=ns, monitor_labels=labels, prometheus_endpoint=obs.prometheus_endpoint or prometheus_url(ns),
-                             charts=charts, monitors=monitors, dashboards=dashboards, namespace_object=ns_obj, dcgm=dcgm)
+                             charts=charts, monitors=monitors, dashboards=dashboards, namespace_object=ns_obj, dcgm=dcgm,
+                             warnings=warnings)

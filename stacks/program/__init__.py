@@ -258,9 +258,36 @@ def _our_nvidia_stack(cluster: ClusterConfig) -> Optional[str]:
     return cluster.nvidia_stack if ours else None
 
 
+def _alert_rules(program: ProgramPlan, obs: Any) -> None:
+    """The stack's PrometheusRule (stacks/observe/alerts.py): a group per DGD its PodMonitors scrape, each with the TTFT
+    bound of the target it serves, and the GPU group where DCGM is scraped."""
+    from stacks.observe.alerts import ServedGraph, prometheus_rule, ttft_bound
+
+    cfg = program.spec.observability.alerts
+    if not cfg.enabled:
+        return
+    if program.multi:
+        served = {(e.plan.dgd["metadata"]["namespace"], e.name): e.plan.target for e in program.entries}
+    else:
+        md = program.serving.dgd["metadata"]
+        served = {(md["namespace"], md["name"]): program.serving.target}
+    graphs = []
+    for m in obs.monitors:
+        md = m["metadata"]
+        if m["kind"] == "PodMonitor" and md["name"].endswith("-frontend"):
+            name, ns = md["name"][: -len("-frontend")], md["namespace"]
+            t = served.get((ns, name))
+            p50 = t.perf.ttft_p50_ms if t is not None and t.perf is not None else None
+            graphs.append(ServedGraph(name, ns, f"{ns}/{name}-frontend", f"{ns}/{name}-worker", ttft_bound(p50, cfg.ttft_p99_seconds)))
+    obs.monitors.append(prometheus_rule(obs.namespace, obs.monitor_labels, graphs, gpus=obs.dcgm != "none",
+                                        error_ratio=cfg.error_ratio, queued=cfg.queued_requests))
+
+
 def _place_observability(program: ProgramPlan, obs: Any) -> None:
+    _alert_rules(program, obs)
     if program.cluster.mode == "render":
         obs.charts = []  # a render provider cannot install Helm charts
+        obs.warnings = []  # nor Alertmanager, which the warnings are about
     elif obs.charts:
         program.other_layers.append("observability charts (" + ", ".join(c.chart for c in obs.charts) + ")")
     program.observability = obs

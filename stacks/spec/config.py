@@ -349,6 +349,29 @@ def _off_keys_unused(model: BaseModel, section: str) -> None:
             raise _key_error(extra[0], f"has no effect: {section}.enabled is false; set {section}.enabled: true or remove it")
 
 
+class SecretKeyRef(_Model):
+    """A key of a Kubernetes Secret the user creates (its value never enters the stack)."""
+
+    name: str
+    key: str
+
+    _name = field_validator("name")(classmethod(lambda cls, v: namespace_name(v)))
+
+
+class AlertsConfig(_Model):
+    """``dynamo:observability.alerts`` (stacks/observe/alerts.py): on with observability. ``webhookUrlSecret``: the
+    Secret (in the observability namespace, created by you) whose key holds the URL Alertmanager posts alerts to
+    (Slack, PagerDuty and Opsgenie all take webhooks); without it alerts stay in Alertmanager (port-forward to its
+    Service to see them), and ``up`` says so. Thresholds: ``errorRatio`` (0-1), ``queuedRequests``, ``ttftP99Seconds`` (default
+    from the target's published row)."""
+
+    enabled: bool = True
+    webhook_url_secret: Optional[SecretKeyRef] = None
+    error_ratio: float = Field(default=0.05, gt=0, lt=1)
+    queued_requests: int = Field(default=32, ge=1)
+    ttft_p99_seconds: Optional[float] = Field(default=None, gt=0)
+
+
 class ObservabilityConfig(_Model):
     """``prometheus: install`` (kube-prometheus-stack) or ``existing`` (``prometheusEndpoint``, and the
     ``monitorLabels`` that Prometheus selects); ``dcgm`` defaults to the match for ``cluster.nvidiaStack``."""
@@ -361,6 +384,7 @@ class ObservabilityConfig(_Model):
     create_namespace: bool = True
     dcgm: Optional[Literal["gpu-operator", "dcgm-exporter", "none"]] = None
     dashboards: bool = True
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
 
     _ns = field_validator("namespace")(classmethod(lambda cls, v: namespace_name(v)))
 
