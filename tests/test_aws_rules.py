@@ -1134,3 +1134,17 @@ def test_an_update_keeps_the_front_door_nlb_and_its_controller():
     # opening the door on a running EKS stack only adds: the rules accept the update
     closed_stack = {k: v for k, v in _stack_config(ROOT / "Pulumi.h100-public.yaml").items() if k != "frontDoor"}
     assert R.check_update(graph(closed_stack, "h100-public"), before) == []
+
+
+@pytest.mark.parametrize("region, partition", [("us-gov-west-1", "aws-us-gov"), ("cn-north-1", "aws-cn")])
+def test_a_region_of_another_partition_is_refused_before_any_resource(region, partition):
+    """Every ARN the program writes is arn:aws:... (IAM user guide, "IAM identifiers": arn:partition:...)."""
+    import harness
+
+    with pytest.raises(Exception, match=rf"dynamo:cluster.region: '{region}' is in the {partition} partition") as e:
+        run_program({"gpu": "h100", "cluster": {"mode": "eks", "region": region}}, SECRETS, stack="rules")
+    assert "us-east-1" in str(e.value)  # the valid choices
+    assert harness.LAST_RUN.resources == []
+    g = graph({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks"}})
+    arns = [v for r in g.resources for v in (r.inputs.get("policyArn"), r.inputs.get("roleArn")) if isinstance(v, str)]
+    assert arns and all(a.startswith("arn:aws:") for a in arns)  # what the refusal protects

@@ -20,8 +20,14 @@ AWS_REGIONS = (
     "eu-west-1", "eu-west-2", "eu-west-3", "eu-central-1", "eu-central-2", "eu-north-1", "eu-south-1", "eu-south-2",
     "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3",
     "ap-southeast-4", "ap-southeast-5", "ap-southeast-7", "ap-south-1", "ap-south-2", "ap-east-1", "ap-east-2",
-    "me-south-1", "me-central-1", "il-central-1", "af-south-1", "us-gov-west-1", "us-gov-east-1",
+    "me-south-1", "me-central-1", "il-central-1", "af-south-1",
 )
+# Regions of other partitions: the program writes every IAM, policy and service ARN in the commercial partition
+# (arn:aws:...), which GovCloud (arn:aws-us-gov:) and China (arn:aws-cn:) refuse (IAM user guide, "IAM identifiers":
+# ARN format arn:partition:service:region:account-id:resource). Refused with the reason instead of failing mid-`up`.
+OTHER_PARTITION_REGIONS = {
+    "us-gov-west-1": "aws-us-gov", "us-gov-east-1": "aws-us-gov", "cn-north-1": "aws-cn", "cn-northwest-1": "aws-cn",
+}
 # Largest managed node group: EKS service quota "Nodes per managed node group" (450; EKS user guide, service-quotas).
 MAX_NODES_PER_NODEGROUP = 450
 _ZONE = re.compile(r"(?P<region>[a-z]{2}(?:-gov)?-[a-z]+-\d)(?P<letter>[a-z])")
@@ -258,6 +264,10 @@ class EksConfig(_Model):
     @model_validator(mode="after")
     def _check(self):
         k = f"{NS}:cluster"
+        if self.region in OTHER_PARTITION_REGIONS:
+            raise ValueError(f"{k}.region: {self.region!r} is in the {OTHER_PARTITION_REGIONS[self.region]} partition, and this program "
+                             f"writes its IAM and policy ARNs in the aws partition (arn:aws:...), which that partition refuses; "
+                             f"choose one of: {', '.join(AWS_REGIONS)}")
         if self.region not in AWS_REGIONS:
             raise ValueError(f"{k}.region: {self.region!r} is not an AWS Region; choose one of: {', '.join(AWS_REGIONS)}")
         # The step from the running version first: its message names every step to take.
