@@ -21,7 +21,6 @@ from harness import CAPACITY, SECRETS, run_program
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
-EC2NODECLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
 # What EKS and Karpenter add (nodeadm's own doc example: doc/examples; the fields ValidateNodeConfig requires).
 PLATFORM_PART = """--BOUNDARY
 Content-Type: application/node.eks.aws
@@ -72,35 +71,47 @@ def _stack_config(path: Path) -> dict:
     return {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("dynamo:")}
 
 
-def rendered_user_data() -> list[tuple[str, str, str]]:
-    """(where, kind, user data) of every GPU launch template and EC2NodeClass of the committed EKS stacks and of a
-    Karpenter and a Capacity Block stack."""
+def _planned(cfg: dict, stack: str) -> list[tuple[str, str]]:
+    """(kind, user data) of every GPU node the cluster plan launches (what components/cluster.py registers)."""
+    from stacks.program import build_program
+
+    secrets = {"hfToken", "ngcApiKey"} | ({"frontDoorApiKeys"} if ((cfg.get("frontDoor") or {}).get("auth") or {}).get("mode") == "apiKeys" else set())
+    region = None if (cfg.get("cluster") or {}).get("region") else "us-east-1"  # as aws:region where the stack names none
+    cp = build_program(cfg, stack, frozenset(secrets), aws_region=region).cluster_plan
+    out = [("launch template", base64.b64decode(p.launch_template["user_data"]).decode())
+           for p in cp.gpu_pools if p.capacity != "karpenter"]
+    out += [("EC2NodeClass", kp.ec2nodeclass["spec"]["userData"]) for kp in (cp.karpenter.pools if cp.karpenter else [])]
+    return out
+
+
+def rendered_user_data() -> dict[tuple[str, str], list[str]]:
+    """(kind, user data) -> the stacks that render it: every committed EKS stack, plus a Karpenter and a Capacity Block
+    stack. Each distinct text goes through nodeadm once."""
     configs = {p.name.split(".")[1]: _stack_config(p) for p in sorted(ROOT.glob("Pulumi.*.yaml"))
                if (_stack_config(p).get("cluster") or {}).get("mode") == "eks"}
     configs["karpenter"] = {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "capacity": "karpenter"}}
     configs["capacity-block"] = {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", **CAPACITY["capacity-block"]}}
-    out = []
+    out: dict[tuple[str, str], list[str]] = {}
     for stack, cfg in configs.items():
-        secrets = dict(SECRETS)
-        if ((cfg.get("frontDoor") or {}).get("auth") or {}).get("mode") == "apiKeys":
-            secrets["frontDoorApiKeys"] = '{"team-a": "' + "a" * 32 + '"}'
-        for r in run_program(cfg, secrets, stack=stack).resources:
-            if r.type == LAUNCH_TEMPLATE:
-                out.append((f"{stack}/{r.name}", "launch template", base64.b64decode(r.inputs["userData"]).decode()))
-            elif r.type == EC2NODECLASS:
-                out.append((f"{stack}/{r.name}", "EC2NodeClass", r.inputs["spec"]["userData"]))
+        for kind, text in _planned(cfg, stack):
+            out.setdefault((kind, text), []).append(stack)
     return out
 
 
 USER_DATA = rendered_user_data()
 
 
-def test_both_node_kinds_are_covered():
-    assert {kind for _, kind, _ in USER_DATA} == {"launch template", "EC2NodeClass"}
+def test_both_node_kinds_are_covered_and_registered_as_planned():
+    assert {kind for kind, _ in USER_DATA} == {"launch template", "EC2NodeClass"}
+    # what `up` registers is the planned text (one stack under the mocks)
+    registered = [base64.b64decode(r.inputs["userData"]).decode()
+                  for r in run_program({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks"}}, SECRETS, stack="nodeadm").resources
+                  if r.type == LAUNCH_TEMPLATE]
+    assert registered and all(("launch template", t) in USER_DATA for t in registered)
 
 
-@pytest.mark.parametrize("where, kind, user_data", USER_DATA, ids=[u[0] for u in USER_DATA])
-def test_nodeadm_accepts_the_user_data_and_pulls_in_parallel(nodeadm, tmp_path, where, kind, user_data):
+@pytest.mark.parametrize("kind, user_data", list(USER_DATA), ids=[f"{k}:{'+'.join(v[:3])}" for (k, _), v in USER_DATA.items()])
+def test_nodeadm_accepts_the_user_data_and_pulls_in_parallel(nodeadm, tmp_path, kind, user_data):
     got = _boot(nodeadm, user_data, tmp_path)
     assert got["featureGates"] == {"FastImagePull": True}
     assert got["soci"] is True  # containerd's snapshotter: soci, the parallel pull
@@ -110,7 +121,7 @@ def test_nodeadm_accepts_the_user_data_and_pulls_in_parallel(nodeadm, tmp_path, 
 
 def test_a_misspelled_gate_or_a_small_node_gets_no_parallel_pull(nodeadm, tmp_path):
     """The two ways the snapshotter stays off without an error, both seen through nodeadm's own code."""
-    _, _, user_data = USER_DATA[0]
+    _, user_data = next(iter(USER_DATA))
     typo = user_data.replace("FastImagePull", "FastImagepull")
     assert _boot(nodeadm, typo, tmp_path)["soci"] is False
     assert _boot(nodeadm, user_data, tmp_path, cpus_mem=("2", "4"))["soci"] is False  # below 4 CPUs / 7 GiB
