@@ -11,6 +11,7 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks.cluster import SECRETS_KEY_ACTIONS, ClusterPlan
+from stacks.cluster.pools import update_timeout_minutes
 from stacks.cluster.karpenter import DISCOVERY_TAG, SERVICE_ACCOUNT as KARPENTER_SERVICE_ACCOUNT, fill
 
 ASSUME_EKS = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]})
@@ -222,7 +223,8 @@ class EksGpuCluster(pulumi.ComponentResource):
                 launch_template={"id": lt.id, "version": lt.latest_version.apply(str)},
                 **gpu,
                 tags=tags,
-                opts=node_deps,
+                opts=pulumi.ResourceOptions.merge(node_deps, pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(
+                    update=f"{update_timeout_minutes(gpu['scaling_config']['max_size'])}m"))),
             ))
         self.gpu_nodes = self.gpu_node_groups[0] if self.gpu_node_groups else None
         self.launch_template = self.launch_templates[0] if self.launch_templates else None
@@ -261,11 +263,12 @@ class EksGpuCluster(pulumi.ComponentResource):
 
         self.cluster_name = self.cluster.name
         # Everything that uses the kubeconfig waits for the access entries: with accessEntries set the identity that runs
-        # `up` reaches the Kubernetes API through its own entry, not through the creator's bootstrap admin. The wait rides
-        # on the associations' clusterName, an input (known in a preview of an existing cluster, unlike a new id), so the
-        # kubeconfig stays known whenever the cluster's name is.
-        granted = pulumi.Output.all(self.cluster.name, *[a.cluster_name for a in self.access_policies]).apply(lambda v: v[0])
-        self.kubeconfig = pulumi.Output.secret(kubeconfig_for(granted, self.cluster.endpoint, self.cluster.certificate_authority.data, plan.region))
+        # `up` reaches the Kubernetes API through its own entry, not through the creator's bootstrap admin. The wait is an
+        # ordering (``provider_opts``: depends_on the associations), not data: an association replaced delete-first makes
+        # the engine re-diff what takes data from it with that data unknown, and a Kubernetes provider whose kubeconfig
+        # is unknown is replaced, with every object it manages.
+        self.kubeconfig = pulumi.Output.secret(kubeconfig_for(self.cluster.name, self.cluster.endpoint,
+                                                              self.cluster.certificate_authority.data, plan.region))
         self.storage_class_name = pulumi.Output.from_input(plan.cache_class_name)
         # ---- Karpenter (GPU pools with capacity: karpenter): after the kubeconfig, which its Helm release and objects use
         self.karpenter_node_pools: list[pulumi.Resource] = []
@@ -288,12 +291,17 @@ class EksGpuCluster(pulumi.ComponentResource):
         attach = aws.iam.RolePolicyAttachment(f"{name}-lb-controller", role=role.name, policy_arn=policy.arn, opts=child)
         assoc = aws.eks.PodIdentityAssociation(f"{name}-lb-controller", cluster_name=self.cluster.name, namespace=lb.helm.namespace,
                                                service_account=lb.service_account, role_arn=role.arn, opts=child)
-        provider = k8s.Provider(f"{name}-lb-controller", kubeconfig=self.kubeconfig, opts=child)
+        provider = k8s.Provider(f"{name}-lb-controller", kubeconfig=self.kubeconfig, opts=self.provider_opts())
         spec = lb.helm
         self.load_balancer_controller = k8s.helm.v3.Release(
             f"{name}-lb-controller", name=spec.name, chart=spec.chart, version=spec.version, namespace=spec.namespace,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=spec.repo), values={**spec.values, "vpcId": self.vpc.id}, timeout=900,
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.system_nodes, assoc, attach, *self.addons]))
+
+    def provider_opts(self, **kw) -> pulumi.ResourceOptions:
+        """Options of a Kubernetes provider on this cluster: after the access entries' policy associations (an ordering
+        only; see the kubeconfig above)."""
+        return pulumi.ResourceOptions(parent=kw.pop("parent", self), depends_on=list(self.access_policies), **kw)
 
     def _addon(self, name: str, plan: ClusterPlan, addon: str, after: list) -> aws.eks.Addon:
         """One EKS add-on at its pinned version, with its own Pod Identity role when it calls AWS and its configuration
@@ -346,7 +354,7 @@ class EksGpuCluster(pulumi.ComponentResource):
         attach = aws.iam.RolePolicyAttachment(f"{name}-karpenter", role=controller.name, policy_arn=policy.arn, opts=child)
         assoc = aws.eks.PodIdentityAssociation(f"{name}-karpenter", cluster_name=self.cluster.name, namespace=kp.helm.namespace,
                                                service_account=KARPENTER_SERVICE_ACCOUNT, role_arn=controller.arn, opts=child)
-        provider = k8s.Provider(f"{name}-karpenter", kubeconfig=self.kubeconfig, opts=child)
+        provider = k8s.Provider(f"{name}-karpenter", kubeconfig=self.kubeconfig, opts=self.provider_opts())
         # OCI charts: Helm pulls oci://<repo>/<chart> at the version (no repository index). The CRDs first, from
         # karpenter-crd (templates, so a bump upgrades them); the controller's chart then skips its crds/.
         crds = kp.crd_helm

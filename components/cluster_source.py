@@ -15,6 +15,8 @@ the Dynamo operator) where the stack installs it.
 """
 from __future__ import annotations
 
+import datetime
+
 from typing import Any, Optional
 
 import pulumi
@@ -25,6 +27,7 @@ from components.credentials import cluster_storage_classes, credentials_problem,
 from components.platform import DevicePlugins, DynamoPlatform, helm_release
 from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
 from stacks.spec.config import NS
+from stacks.cluster.access import check_upgrade_policy
 from stacks.cluster.config import LiveNodeGroup, check_node_groups_for_step, check_running_version
 from stacks.cluster.platform import GPU_PRESENT_LABELS, dynamo_platform
 from stacks.program import ProgramPlan
@@ -131,12 +134,14 @@ class EksSource(ClusterSource):
         try:
             running = running_cluster_version(plan.name, aws_provider)
             check_running_version(running, plan.kubernetes_version, plan.name)
-            if running is not None and str(running) != str(plan.kubernetes_version):
+            if running is not None:
                 check_node_groups_for_step(running, plan.kubernetes_version, live_node_groups(plan.name, aws_provider), plan.name)
+                check_upgrade_policy(running, (plan.control_plane or {}).get("upgrade_policy", "STANDARD"), datetime.date.today(), plan.name)
         except ValueError as e:
             raise pulumi.RunError(str(e)) from None
         self.eks = eks = EksGpuCluster("cluster", plan, opts=pulumi.ResourceOptions(provider=aws_provider))
-        self.provider = k8s.Provider("eks", kubeconfig=eks.kubeconfig, enable_secret_mutable=True)
+        self.provider = k8s.Provider("eks", kubeconfig=eks.kubeconfig, enable_secret_mutable=True,
+                                     opts=pulumi.ResourceOptions(depends_on=list(eks.access_policies)))
         sc = plan.storage_class
         if sc:  # EFS: access points provisioned per claim
             storage = k8s.storage.v1.StorageClass(

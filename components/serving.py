@@ -368,6 +368,10 @@ class Serving(pulumi.ComponentResource):
                 "compute-domain", api_version=cd["apiVersion"], kind=cd["kind"], metadata=cd["metadata"], spec=cd["spec"],
                 opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(
                     depends_on=([self.ns.resource] if self.ns.resource else []) + list(graph_depends_on),
+                    # Its CRD makes the spec immutable (self == oldSelf): a live ComputeDomain keeps the spec it was
+                    # created with (one written before numNodes became 0 keeps its count, which the driver then only
+                    # reports against); the API server would refuse any change of it mid-`up`.
+                    ignore_changes=["spec"],
                     **_guarded({}, "compute-domain", cd["apiVersion"], cd["kind"], cd["metadata"]))))
         self.dgd_name = self.graph.dgd_name
         self.namespace = self.ns.name

@@ -33,6 +33,7 @@ class Registration:
     inputs: dict
     ignore_changes: list[str] = field(default_factory=list)
     delete_before_replace: bool = False
+    custom_timeouts: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -175,6 +176,7 @@ class RecordingMonitor(pmocks.MockMonitor):
                     inputs=unwrap(raw),
                     ignore_changes=list(request.ignoreChanges),
                     delete_before_replace=bool(request.deleteBeforeReplace),
+                    custom_timeouts=json_format.MessageToDict(request.customTimeouts),
                 )
             )
         return resp

@@ -490,3 +490,47 @@ def test_a_failed_node_group_lookup_stops_the_step():
     with pytest.raises(Exception) as e:
         _run_against("1.34", "1.35", node_groups=RuntimeError("operation error EKS: ListNodegroups, AccessDeniedException"))
     assert "could not read the node groups of EKS cluster 'dynamo-upgrade'" in str(e.value) and "AccessDeniedException" in str(e.value)
+
+
+def test_a_running_capacity_block_group_behind_the_control_plane_is_refused_without_a_step():
+    block = {"marketType": "capacity-block", "capacityReservationId": "cr-0123456789abcdef0"}
+    with pytest.raises(Exception) as e:
+        _run_against("1.35", "1.35", node_groups={"cluster-gpu-c3d4": ("1.34", "CAPACITY_BLOCK", 2)}, **block)
+    assert "moves the Capacity Block group(s) cluster-gpu-c3d4 (1.34, 2 nodes)" in str(e.value)
+    assert _registered_types() == ["pulumi:providers:aws"]
+    _run_against("1.35", "1.35", node_groups={"cluster-gpu-c3d4": ("1.35", "CAPACITY_BLOCK", 2)}, **block)  # caught up: fine
+
+
+def test_standard_support_policy_on_a_cluster_in_extended_support_is_refused(monkeypatch):
+    import datetime
+
+    from stacks.cluster import access
+
+    assert access.standard_support_ends()["1.34"] == datetime.date(2026, 12, 2)
+    later = datetime.date(2026, 12, 20)
+    with pytest.raises(ValueError, match=r"upgradePolicy: 'STANDARD', but EKS cluster 'c' runs Kubernetes 1.34, whose standard support ended 2026-12-02"):
+        access.check_upgrade_policy("1.34", "STANDARD", later, "c")
+    access.check_upgrade_policy("1.34", "EXTENDED", later, "c")
+    access.check_upgrade_policy("1.34", "STANDARD", datetime.date(2026, 12, 2), "c")  # the last day of standard support
+    access.check_upgrade_policy("1.35", "STANDARD", later, "c")
+
+
+def test_gpu_node_group_updates_wait_for_one_node_at_a_time():
+    """MINIMAL replaces one node at a time: the update's wait grows with the group (30 min a node, at least the
+    provider's 60 min default), so `up` does not give up while EKS still rolls the nodes."""
+    for nodes, minutes in ((1, 60), (4, 120)):
+        run = _run_against(None, "1.35", gpuNodes=nodes)
+        gpu = next(r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-gpu"))
+        assert gpu.inputs["updateConfig"]["updateStrategy"] == "MINIMAL"
+        assert gpu.custom_timeouts.get("update") == f"{minutes}m", gpu.custom_timeouts
+
+
+def test_kubernetes_providers_wait_for_the_access_entries_by_order_not_by_data():
+    """A policy association replaced delete-first must not make a provider's kubeconfig unknown (the engine would then
+    replace the provider and every object it manages): the providers depend on the associations, the kubeconfig not."""
+    cfg = {"gpu": "h100", "cluster": {"mode": "eks", "accessEntries": [
+        {"principalArn": "arn:aws:iam::123456789012:role/deploy", "policy": "cluster-admin"}]}}
+    run = run_program(cfg, TOKEN, stack="order")
+    assoc = [r.urn for r in run.by_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")]
+    provider = next(r for r in run.resources if r.type == "pulumi:providers:kubernetes" and r.name == "eks")
+    assert assoc and set(assoc) <= set(provider.dependencies)

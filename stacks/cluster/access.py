@@ -119,3 +119,18 @@ def support_warnings(version: str, policy: str, today: datetime.date) -> list[st
             else "the cluster then enters extended support, billed at the extended-support hourly price (upgradePolicy EXTENDED)")
     return [f"{NS}:cluster.kubernetesVersion: EKS standard support for Kubernetes {version} {when}; {then}. Move one minor "
             f"version with kubernetesVersion before then (docs/deploy-aws.md, \"Upgrading Kubernetes\")"]
+
+
+def check_upgrade_policy(running: "str | None", policy: str, today: datetime.date, cluster: str) -> None:
+    """A cluster whose running version has left standard support is in extended support, which EKS does not let a
+    cluster leave by policy ("You can't disable extended support for a cluster that's already in extended support":
+    EKS user guide, "Disable EKS extended support"): sending STANDARD then fails the update mid-`up`. Refused before
+    any resource with the way through."""
+    end = standard_support_ends().get(str(running)) if running is not None else None
+    if end is None or policy != "STANDARD" or today <= end:
+        return
+    raise ValueError(f"{NS}:cluster.upgradePolicy: 'STANDARD', but EKS cluster {cluster!r} runs Kubernetes {running}, whose standard "
+                     f"support ended {end.isoformat()}: the cluster is in extended support (billed at the extended-support price), "
+                     f"which it cannot leave by policy. Set {NS}:cluster.upgradePolicy: EXTENDED and step "
+                     f"{NS}:cluster.kubernetesVersion one minor version up; once it runs a version in standard support, set "
+                     f"STANDARD again (docs/deploy-aws.md, \"Upgrading Kubernetes\")")

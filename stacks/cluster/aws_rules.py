@@ -1947,14 +1947,19 @@ def gpu_launch_template_change_needs_no_spare_gpus(before: Graph, after: Graph) 
     placement), AMI or Kubernetes version replaces every node of the group; with the DEFAULT strategy EKS first launches
     new nodes beside the old ones, which on a reservation sized to the group cannot start. Sources: as
     ``gpu_node_groups_update_without_spare_gpus``; hashicorp/terraform-provider-aws internal/service/eks/node_group.go
-    (the provider sends UpdateNodegroupConfig, with updateConfig, before UpdateNodegroupVersion, so a strategy set in
-    the same update applies to it)."""
+    (resourceNodeGroupUpdate: "Do any version update first", UpdateNodegroupVersion, then UpdateNodegroupConfig with
+    updateConfig: a strategy set in the same update comes too late for its version update)."""
     out = []
     for old, new in _pairs(before, after, NODEGROUP):
         if not _gpu_group(new):
             continue
         changes = _version_changes(before, after, old, new)
-        problem = _strategy_problem(new)
+        # The provider sends UpdateNodegroupVersion before UpdateNodegroupConfig: the replacement runs with the strategy
+        # the group had before this update (set MINIMAL in an `up` of its own first, or with `aws eks
+        # update-nodegroup-config --update-config updateStrategy=MINIMAL,maxUnavailable=1`).
+        problem = _strategy_problem(new) or (_strategy_problem(old) and (
+            "the group gets MINIMAL in this same update, but the provider sends the version update first, so the nodes are "
+            "replaced under the old strategy: " + _strategy_problem(old)))
         if changes and problem:
             out.append(f"{new.name}: {'; '.join(changes)} replaces every node: {problem}")
     return out
@@ -1974,7 +1979,7 @@ def immutable_specs_never_change_in_place(before: Graph, after: Graph) -> list[s
     out = []
     for typ in IMMUTABLE_SPEC_KINDS:
         for old, new in _pairs(before, after, typ):
-            if old.inputs.get("spec") != new.inputs.get("spec"):
+            if old.inputs.get("spec") != new.inputs.get("spec") and not _ignored(new, "spec"):
                 out.append(f"{new.name}: spec {old.inputs.get('spec')} -> {new.inputs.get('spec')}: the API server refuses it "
                            f"({typ.rsplit(':', 1)[-1]}.spec is immutable)")
     return out
@@ -2008,7 +2013,7 @@ def access_policy_association_is_replaced_delete_first(before: Graph, after: Gra
     (access_scope, policy_arn, principal_arn ForceNew; the id is cluster#principal#policy)."""
     out = []
     for old, new in _pairs(before, after, ACCESS_POLICY_ASSOCIATION):
-        keys = ("accessScope", "principalArn", "policyArn", "clusterName")
+        keys = ("accessScope",)  # a new principal or policy is another (principal, policy) pair: create-first is safe
         changed = [k for k in keys if old.inputs.get(k) != new.inputs.get(k)]
         if changed and not new.delete_before_replace:
             out.append(f"{new.name}: {', '.join(changed)} change replaces the association create-first; the delete of the old one then "

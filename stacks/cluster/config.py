@@ -125,9 +125,20 @@ def check_node_groups_for_step(running: Optional[str], wanted: str, groups: Iter
     guide, "Update existing cluster to new Kubernetes version"). And while a Capacity Block group runs nodes: the node
     groups follow the control plane in the same `up`, and EKS updates a Capacity Block group's version only at desired
     size 0 (EKS user guide, "Create a managed node group with Capacity Blocks for ML")."""
-    if running is None or str(wanted) == str(running):
+    if running is None:
         return
     groups = list(groups)
+    if str(wanted) == str(running):
+        # No step, but the `up` still moves every group to the control plane's version (the groups carry it): a Capacity
+        # Block group behind it that runs nodes would get a version update EKS refuses.
+        blocks = [g for g in groups if g.capacity_type == "CAPACITY_BLOCK" and g.desired_size > 0 and str(g.version) != str(wanted)]
+        if blocks:
+            names = ", ".join(f"{g.name} ({g.version}, {g.desired_size} nodes)" for g in blocks)
+            raise ValueError(f"{k}.kubernetesVersion: {wanted!r}: this `up` moves the Capacity Block group(s) {names} of EKS "
+                             f"cluster {cluster!r} to {wanted!r}, and EKS updates a Capacity Block group's version only at desired "
+                             f"size 0. Pause them first (dynamo:paused: true, or paused: true on their dynamo:serve entries) and run "
+                             f"`pulumi up`, then resume (docs/deploy-aws.md, \"Capacity Block groups: pause, update, resume\")")
+        return
     behind = [g for g in groups if str(g.version) != str(running)]
     if behind:
         names = ", ".join(f"{g.name} ({g.version})" for g in behind)

@@ -21,6 +21,14 @@ POOL_LABEL = "dynamo.nvidia.com/pool"
 EFA_LABEL = "vpc.amazonaws.com/efa.present"
 AMI_TYPE = {"x86_64": "AL2023_x86_64_NVIDIA", "arm64": "AL2023_ARM_64_NVIDIA"}
 GPU_UPDATE_CONFIG = {"max_unavailable": 1, "update_strategy": "MINIMAL"}
+# How long `up` waits for a GPU node group's update: MINIMAL replaces one node at a time (drain, terminate, launch a
+# p5/p6, its AMI's RAID0 and EFA set-up, Ready), about 30 min a node (an estimate: stacks/registry/durations.yaml
+# gpu-node-group is 20 min for a whole group's launch), never less than the provider's 60 min default.
+GPU_NODE_REPLACE_MINUTES = 30
+
+
+def update_timeout_minutes(nodes: int) -> int:
+    return max(60, GPU_NODE_REPLACE_MINUTES * max(nodes, 1))
 
 
 def scaling_config(count: int, capacity_block: bool) -> dict:
