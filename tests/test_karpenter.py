@@ -321,6 +321,16 @@ def test_rule_interruption_queue():
     pol = one(g, R.SQS_QUEUE_POLICY)
     pol.inputs["policy"] = pol.inputs["policy"].replace("events.amazonaws.com", "sns.amazonaws.com")
     assert any("events.amazonaws.com" in v for v in fails(g, R.karpenter_interruption_queue_is_wired))
+    # the policy earlier versions wrote: no DenyHTTP (the getting-started CloudFormation denies sqs:* without TLS)
+    g = graph(stack_config())
+    pol = one(g, R.SQS_QUEUE_POLICY)
+    doc = json.loads(pol.inputs["policy"])
+    assert [st for st in doc["Statement"] if st.get("Sid") == "DenyHTTP"] == [
+        {"Sid": "DenyHTTP", "Effect": "Deny", "Principal": "*", "Action": "sqs:*", "Resource": doc["Statement"][0]["Resource"],
+         "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]
+    doc["Statement"] = [st for st in doc["Statement"] if st.get("Sid") != "DenyHTTP"]
+    pol.inputs["policy"] = json.dumps(doc)
+    assert any("does not deny requests without TLS" in v for v in fails(g, R.karpenter_interruption_queue_is_wired))
 
 
 def test_rule_controller_identity():

@@ -1709,7 +1709,7 @@ def karpenter_interruption_queue_is_wired(g: Graph) -> list[str]:
     Health events, Spot interruption warnings, rebalance recommendations, instance state changes, interruptible Capacity
     Reservation interruption warnings: ``stacks.cluster.karpenter.INTERRUPTION_RULES``, which tests/test_karpenter.py
     holds to the provider's parsers) targets it, and the controller may receive and delete its messages. Source:
-    Karpenter getting-started CloudFormation (KarpenterInterruptionQueue, KarpenterInterruptionQueuePolicy,
+    Karpenter getting-started CloudFormation (KarpenterInterruptionQueue, KarpenterInterruptionQueuePolicy with DenyHTTP,
     ScheduledChangeRule, SpotInterruptionRule, RebalanceRule, InstanceStateChangeRule, AllowInterruptionQueueActions)
     and github.com/aws/karpenter-provider-aws v1.13.1 pkg/controllers/interruption/messages."""
     import json
@@ -1732,6 +1732,10 @@ def karpenter_interruption_queue_is_wired(g: Graph) -> list[str]:
     if not any("events.amazonaws.com" in json.dumps(st.get("Principal")) and "sqs:SendMessage" in _actions(st)
                and any(r.endswith(arn) for r in _resources(st)) for p in pols for st in p.get("Statement") or []):
         out.append(f"{queue.name}: no queue policy lets events.amazonaws.com send to it")
+    if not any(st.get("Effect") == "Deny" and "sqs:*" in _actions(st) and any(r.endswith(arn) for r in _resources(st))
+               and str(_get(st, "Condition", "Bool", "aws:SecureTransport")).lower() == "false"
+               for p in pols for st in p.get("Statement") or []):
+        out.append(f"{queue.name}: its policy does not deny requests without TLS (DenyHTTP: sqs:* when aws:SecureTransport is false)")
     targets = [t for t in g.of(EVENT_TARGET) if str(t.inputs.get("arn", "")).endswith(arn)]
     for _, src, detail in INTERRUPTION_RULES:
         rules = [r for r in g.of(EVENT_RULE) if json.loads(r.inputs.get("eventPattern") or "{}") == {"source": [src], "detail-type": [detail]}]

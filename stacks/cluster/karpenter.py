@@ -314,11 +314,14 @@ def controller_policy(cluster_name: str, region: str, reserved: bool) -> dict:
 
 
 def queue_policy() -> dict:
-    """The interruption queue's policy: EventBridge (and SQS) may send to it (the CloudFormation's
-    KarpenterInterruptionQueuePolicy); ``<queue-arn>`` filled by the wiring."""
+    """The interruption queue's policy: EventBridge (and SQS) may send to it, and nothing reaches it without TLS (the
+    getting-started CloudFormation's KarpenterInterruptionQueuePolicy: its statement and ``DenyHTTP``, Deny ``sqs:*``
+    when ``aws:SecureTransport`` is false; karpenter.sh docs, "CloudFormation"); ``<queue-arn>`` filled by the wiring."""
     return {"Version": "2012-10-17", "Id": "EC2InterruptionPolicy", "Statement": [
         {"Effect": "Allow", "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
-         "Action": "sqs:SendMessage", "Resource": "<queue-arn>"}]}
+         "Action": "sqs:SendMessage", "Resource": "<queue-arn>"},
+        {"Sid": "DenyHTTP", "Effect": "Deny", "Principal": "*", "Action": "sqs:*", "Resource": "<queue-arn>",
+         "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}
 
 
 def helm_values(cluster_name: str, queue_name: str, reserved: bool, system_selector: dict, replicas: int) -> dict:
