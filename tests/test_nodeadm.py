@@ -14,7 +14,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conftest import missing
 from harness import CAPACITY, SECRETS, run_program
@@ -66,18 +65,9 @@ def _boot(tools: tuple[str, str], user_data: str, tmp_path: Path, cpus_mem=P5) -
     return json.loads(out.stdout)
 
 
-def _stack_config(path: Path) -> dict:
-    cfg = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-    return {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("dynamo:")}
-
-
-def _planned(cfg: dict, stack: str) -> list[tuple[str, str]]:
+def _planned(program) -> list[tuple[str, str]]:
     """(kind, user data) of every GPU node the cluster plan launches (what components/cluster.py registers)."""
-    from stacks.program import build_program
-
-    secrets = {"hfToken", "ngcApiKey"} | ({"frontDoorApiKeys"} if ((cfg.get("frontDoor") or {}).get("auth") or {}).get("mode") == "apiKeys" else set())
-    region = None if (cfg.get("cluster") or {}).get("region") else "us-east-1"  # as aws:region where the stack names none
-    cp = build_program(cfg, stack, frozenset(secrets), aws_region=region).cluster_plan
+    cp = program.cluster_plan
     out = [("launch template", base64.b64decode(p.launch_template["user_data"]).decode())
            for p in cp.gpu_pools if p.capacity != "karpenter"]
     out += [("EC2NodeClass", kp.ec2nodeclass["spec"]["userData"]) for kp in (cp.karpenter.pools if cp.karpenter else [])]
@@ -85,15 +75,23 @@ def _planned(cfg: dict, stack: str) -> list[tuple[str, str]]:
 
 
 def rendered_user_data() -> dict[tuple[str, str], list[str]]:
-    """(kind, user data) -> the stacks that render it: every committed EKS stack, plus a Karpenter and a Capacity Block
-    stack. Each distinct text goes through nodeadm once."""
-    configs = {p.name.split(".")[1]: _stack_config(p) for p in sorted(ROOT.glob("Pulumi.*.yaml"))
-               if (_stack_config(p).get("cluster") or {}).get("mode") == "eks"}
-    configs["karpenter"] = {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "capacity": "karpenter"}}
-    configs["capacity-block"] = {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", **CAPACITY["capacity-block"]}}
+    """(kind, user data) -> the stacks that render it: every committed EKS stack (as `up` plans it), plus a Karpenter and
+    a Capacity Block stack. Each distinct text goes through nodeadm once."""
+    from stacks.program import build_program
+    from stacks.program.render import program_for_stack
+
+    programs = {}
+    for path in sorted(ROOT.glob("Pulumi.*.yaml")):
+        stack = path.name.split(".")[1]
+        program = program_for_stack(stack)
+        if program.cluster.mode == "eks":
+            programs[stack] = program
+    for stack, cluster in (("karpenter", {"capacity": "karpenter"}), ("capacity-block", CAPACITY["capacity-block"])):
+        programs[stack] = build_program({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", **cluster}}, stack,
+                                        frozenset({"hfToken", "ngcApiKey"}), aws_region="us-east-1")
     out: dict[tuple[str, str], list[str]] = {}
-    for stack, cfg in configs.items():
-        for kind, text in _planned(cfg, stack):
+    for stack, program in programs.items():
+        for kind, text in _planned(program):
             out.setdefault((kind, text), []).append(stack)
     return out
 

@@ -190,34 +190,34 @@ def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str
         for line in lines)
 
 
-def config_cost(plain: dict[str, Any], name: str, secret: frozenset = frozenset(), region: Optional[str] = None,
-                prices: Optional[dict] = None) -> tuple[str, list[PoolCost], list[tuple[str, float, str]]]:
-    """(region, pool costs, fixed costs) of a stack's plain ``dynamo:`` config."""
+def _programs(plain: dict[str, Any], name: str, secret: frozenset, region: Optional[str]):
+    """The stack's program as `up` builds it, and the same with every entry paused (an EKS stack only)."""
     from stacks.program import build_program
 
-    prices = prices if prices is not None else load_prices()
     program = build_program(plain, name, secret, aws_region=region)
     if program.cluster.mode != "eks":
         raise ConfigError(f"{NS}:cluster.mode: {program.cluster.mode!r}: stack {name!r} creates no AWS capacity of its own; "
                           f"cost applies to cluster.mode eks stacks (for cluster.mode stack, run it on the cluster stack)")
-    paused = build_program(paused_raw(plain), name, secret, aws_region=region)
+    return program, build_program(paused_raw(plain), name, secret, aws_region=region)
+
+
+def config_cost(plain: dict[str, Any], name: str, secret: frozenset = frozenset(), region: Optional[str] = None,
+                prices: Optional[dict] = None) -> tuple[str, list[PoolCost], list[tuple[str, float, str]]]:
+    """(region, pool costs, fixed costs) of a stack's plain ``dynamo:`` config."""
+    prices = prices if prices is not None else load_prices()
+    program, paused = _programs(plain, name, secret, region)
     return program.cluster_plan.region, pool_costs(program, paused, prices), fixed_costs(program, prices)
 
 
-def support_warnings_of(plain: dict[str, Any], name: str, secret: frozenset = frozenset(), region: Optional[str] = None) -> list[str]:
-    """The control plane's end-of-standard-support warnings ``up`` logs for the stack (stacks/cluster/access.py)."""
-    from stacks.program import build_program
-
-    program = build_program(plain, name, secret, aws_region=region)
-    return list((program.cluster_plan.control_plane or {}).get("support_warnings") or [])
-
-
 def stack_cost(name: str, prices: Optional[dict] = None) -> str:
+    """The report, with the control plane's end-of-standard-support warnings ``up`` logs (stacks/cluster/access.py)."""
     from stacks.program.render import split_secrets, stack_aws_region, stack_raw_config
 
     plain, secret = split_secrets(stack_raw_config(name))
-    region, pools, fixed = config_cost(plain, name, secret, stack_aws_region(name), prices)
-    return report(name, region, pools, fixed, tuple(support_warnings_of(plain, name, secret, stack_aws_region(name))))
+    prices = prices if prices is not None else load_prices()
+    program, paused = _programs(plain, name, secret, stack_aws_region(name))
+    warnings = tuple((program.cluster_plan.control_plane or {}).get("support_warnings") or ())
+    return report(name, program.cluster_plan.region, pool_costs(program, paused, prices), fixed_costs(program, prices), warnings)
 
 
 def cmd_cost(args) -> int:

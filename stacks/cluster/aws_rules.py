@@ -1771,7 +1771,7 @@ def karpenter_controller_has_its_identity(g: Graph) -> list[str]:
         if not any("pods.eks.amazonaws.com" in json.dumps(st.get("Principal")) and {"sts:AssumeRole", "sts:TagSession"} <= set(_actions(st))
                    for st in trust.get("Statement") or []):
             out.append(f"{a.name}: role {a.inputs.get('roleArn')} is not trusted by pods.eks.amazonaws.com with sts:AssumeRole and sts:TagSession")
-    if not any(x.inputs.get("addonName") == "eks-pod-identity-agent" for x in g.of(EKS_ADDON)):
+    if _addon(g, "eks-pod-identity-agent") is None:
         out.append("no eks-pod-identity-agent add-on: the Pod Identity association gives the controller no credentials")
     return out
 

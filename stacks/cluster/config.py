@@ -128,19 +128,9 @@ def check_node_groups_for_step(running: Optional[str], wanted: str, groups: Iter
     if running is None:
         return
     groups = list(groups)
-    if str(wanted) == str(running):
-        # No step, but the `up` still moves every group to the control plane's version (the groups carry it): a Capacity
-        # Block group behind it that runs nodes would get a version update EKS refuses.
-        blocks = [g for g in groups if g.capacity_type == "CAPACITY_BLOCK" and g.desired_size > 0 and str(g.version) != str(wanted)]
-        if blocks:
-            names = ", ".join(f"{g.name} ({g.version}, {g.desired_size} nodes)" for g in blocks)
-            raise ValueError(f"{k}.kubernetesVersion: {wanted!r}: this `up` moves the Capacity Block group(s) {names} of EKS "
-                             f"cluster {cluster!r} to {wanted!r}, and EKS updates a Capacity Block group's version only at desired "
-                             f"size 0. Pause them first (dynamo:paused: true, or paused: true on their dynamo:serve entries) and run "
-                             f"`pulumi up`, then resume (docs/deploy-aws.md, \"Capacity Block groups: pause, update, resume\")")
-        return
+    step = str(wanted) != str(running)
     behind = [g for g in groups if str(g.version) != str(running)]
-    if behind:
+    if step and behind:
         names = ", ".join(f"{g.name} ({g.version})" for g in behind)
         raise ValueError(f"{k}.kubernetesVersion: {wanted!r} steps the control plane of EKS cluster {cluster!r} from {running!r}, "
                          f"but its node group(s) {names} are not at {running!r}: EKS refuses the control-plane update while a "
@@ -148,14 +138,17 @@ def check_node_groups_for_step(running: Optional[str], wanted: str, groups: Iter
                          f"\"{running}\" and run `pulumi up` (the program sets every group's version), or `aws eks "
                          f"update-nodegroup-version --cluster-name {cluster} --nodegroup-name <group> --kubernetes-version "
                          f"{running}`; then step (docs/deploy-aws.md, \"Upgrading Kubernetes\")")
-    running_blocks = [g for g in groups if g.capacity_type == "CAPACITY_BLOCK" and g.desired_size > 0]
-    if running_blocks:
-        names = ", ".join(f"{g.name} ({g.desired_size} nodes)" for g in running_blocks)
-        raise ValueError(f"{k}.kubernetesVersion: {wanted!r}: the node groups follow the control plane in this `up`, and the "
-                         f"Capacity Block group(s) {names} of EKS cluster {cluster!r} run nodes now; EKS updates a Capacity Block "
-                         f"group's version only at desired size 0. Pause them first (dynamo:paused: true, or paused: true on "
-                         f"their dynamo:serve entries) and run `pulumi up`, then step the version, then resume (docs/deploy-aws.md, "
-                         f"\"Capacity Block groups: pause, update, resume\")")
+    # The groups carry the control plane's version, so this `up` moves every group not at ``wanted`` (all of them on a
+    # step): a Capacity Block group that runs nodes would get a version update EKS refuses.
+    moved = [g for g in groups if g.capacity_type == "CAPACITY_BLOCK" and g.desired_size > 0 and (step or str(g.version) != str(wanted))]
+    if moved:
+        names = ", ".join(f"{g.name} ({g.desired_size} nodes)" if step else f"{g.name} ({g.version}, {g.desired_size} nodes)"
+                          for g in moved)
+        raise ValueError(f"{k}.kubernetesVersion: {wanted!r}: this `up` moves the Capacity Block group(s) {names} of EKS cluster "
+                         f"{cluster!r} to {wanted!r} (the node groups follow the control plane), and EKS updates a Capacity Block "
+                         f"group's version only at desired size 0. Pause them first (dynamo:paused: true, or paused: true on their "
+                         f"dynamo:serve entries) and run `pulumi up`, then {'step the version, then ' if step else ''}resume "
+                         f"(docs/deploy-aws.md, \"Capacity Block groups: pause, update, resume\")")
 
 
 POOL_KEYS = ("instance_type", "gpu_nodes", "efa", "placement_group", "market_type", "capacity_reservation_id", "gpu_availability_zone",
