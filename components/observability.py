@@ -37,10 +37,16 @@ class Observability(pulumi.ComponentResource):
         if plan.namespace_object:
             self.ns = k8s.core.v1.Namespace(f"{name}-namespace", metadata=plan.namespace_object["metadata"], opts=_opts(self))
             base.append(self.ns)
+        # The Grafana sidecars' Role (ConfigMaps of this namespace only): before the chart, so they never start without it.
+        self.rbac: list[pulumi.Resource] = []
+        for obj in plan.rbac:
+            cls = k8s.rbac.v1.Role if obj["kind"] == "Role" else k8s.rbac.v1.RoleBinding
+            extra = {"rules": obj["rules"]} if obj["kind"] == "Role" else {"role_ref": obj["roleRef"], "subjects": obj["subjects"]}
+            self.rbac.append(cls(f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}", metadata=obj["metadata"], **extra, opts=_opts(self, base)))
         # In order: kube-prometheus-stack first (it brings the monitoring CRDs the dcgm-exporter chart's ServiceMonitor needs).
         self.charts: list[k8s.helm.v3.Release] = []
         for spec in plan.charts:
-            self.charts.append(helm_release(f"{name}-{spec.name}", spec, _opts(self, base + self.charts[:1]), create_namespace=False))
+            self.charts.append(helm_release(f"{name}-{spec.name}", spec, _opts(self, base + self.rbac + self.charts[:1]), create_namespace=False))
         crds = base + self.charts[:1]
         self.dashboards = [
             k8s.core.v1.ConfigMap(f"{name}-{cm['metadata']['name']}", metadata=cm["metadata"], data=cm["data"], opts=_opts(self, base))

@@ -50,10 +50,35 @@ def test_device_plugin_installs_the_dcgm_exporter_chart_labelled_for_our_prometh
     assert dcgm.values["serviceMonitor"] == {"enabled": True, "interval": "15s", "additionalLabels": {"release": "kube-prometheus-stack"}}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in dcgm.values["tolerations"]
     assert not any(m["kind"] == "ServiceMonitor" for m in plan.monitors)
-    # Prometheus selects monitors by the release label in every namespace; Grafana's sidecar finds dashboards everywhere.
+    # Prometheus selects monitors by the release label in every namespace; Grafana's sidecar reads this namespace's dashboards.
     spec = kps.values["prometheus"]["prometheusSpec"]
     assert spec["podMonitorSelectorNilUsesHelmValues"] is True and spec["podMonitorNamespaceSelector"] == {}
     assert kps.values["grafana"]["sidecar"]["dashboards"]["label"] == DASHBOARD_LABEL
+
+
+def test_grafana_reads_configmaps_of_its_namespace_and_no_secret():
+    """The Grafana chart's own rules give its sidecars every Secret of the cluster (charts/grafana/templates/
+    clusterrole.yaml: ``resources: ["configmaps", "secrets"]`` whenever a sidecar is on): the chart creates no RBAC, and
+    the plan's Role grants reading ConfigMaps of the observability namespace, where the dashboards are, to the service
+    account the chart runs Grafana with."""
+    plan = build_observability(_obs(), serving_namespace="serve", dgd_name="g", nvidia_stack="device-plugin")
+    grafana = plan.charts[0].values["grafana"]
+    assert grafana["rbac"]["create"] is False
+    for sidecar in ("dashboards", "datasources"):
+        assert grafana["sidecar"][sidecar]["resource"] == "configmap"
+    assert grafana["sidecar"]["dashboards"]["searchNamespace"] == plan.namespace
+    assert {d["metadata"]["namespace"] for d in plan.dashboards} == {plan.namespace}
+    kinds = {o["kind"]: o for o in plan.rbac}
+    assert set(kinds) == {"Role", "RoleBinding"} and all(o["metadata"]["namespace"] == plan.namespace for o in plan.rbac)
+    granted = {(g, r, v) for rule in kinds["Role"]["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == {("", "configmaps", "get"), ("", "configmaps", "watch"), ("", "configmaps", "list")}
+    assert kinds["RoleBinding"]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": kinds["Role"]["metadata"]["name"]}
+    assert kinds["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": grafana["serviceAccount"]["name"], "namespace": plan.namespace}]
+    assert kinds["Role"] in plan.objects() and kinds["RoleBinding"] in plan.objects()
+    # With an existing Prometheus nothing of Grafana is installed, and no Role either.
+    existing = build_observability(_obs(prometheus="existing", prometheus_endpoint="http://prom:9090"), serving_namespace="serve",
+                                   dgd_name="g", nvidia_stack="device-plugin")
+    assert existing.rbac == [] and not [c for c in existing.charts if c.chart == "kube-prometheus-stack"]
 
 
 def _upstream_worker_expressions() -> list[tuple[str, str, tuple[str, ...]]]:

@@ -65,6 +65,9 @@ DCGM_RELEASE = "dcgm-exporter"
 GPU_OPERATOR_NAMESPACE = "gpu-operator"  # stacks.cluster.platform.nvidia_gpu_stack installs the GPU Operator here
 DASHBOARD_LABEL = "grafana_dashboard"
 DASHBOARD_LABEL_VALUE = "1"
+# The Grafana subchart's service account (its default name, ``<release>-grafana``, set explicitly) and our Role for it.
+GRAFANA_SERVICE_ACCOUNT = f"{KPS_RELEASE}-grafana"
+GRAFANA_SIDECAR_ROLE = "grafana-sidecar-configmaps"
 # Labels the Dynamo operator puts on every pod it manages: stacks.serving.operator holds them, with their sources.
 METRICS_ENABLED_LABEL = LABEL_METRICS_ENABLED
 COMPONENT_TYPE_LABEL = LABEL_COMPONENT_TYPE
@@ -83,13 +86,14 @@ class ObservabilityPlan:
     charts: list[HelmSpec] = field(default_factory=list)  # in install order (kube-prometheus-stack first)
     monitors: list[dict] = field(default_factory=list)  # PodMonitors and ServiceMonitors (need the CRDs)
     dashboards: list[dict] = field(default_factory=list)  # ConfigMaps for the Grafana sidecar
+    rbac: list[dict] = field(default_factory=list)  # the Role and RoleBinding the Grafana sidecars read ConfigMaps with
     namespace_object: Optional[dict] = None
     dcgm: str = "none"
     warnings: list[str] = field(default_factory=list)  # what `up` logs about the layer
 
     def objects(self) -> list[dict]:
         """The plain Kubernetes objects (charts excluded), in apply order."""
-        return ([self.namespace_object] if self.namespace_object else []) + self.dashboards + self.monitors
+        return ([self.namespace_object] if self.namespace_object else []) + self.rbac + self.dashboards + self.monitors
 
 
 def dcgm_for(nvidia_stack: Optional[str], choice: Optional[str] = None) -> str:
@@ -131,7 +135,7 @@ def alertmanager_values(alerts: Any) -> dict:
 
 def kube_prometheus_stack(namespace: str, alerts: Any = None) -> HelmSpec:
     """The chart: Prometheus (operator-managed) selecting monitors labelled ``release`` in every
-    namespace, Grafana with the dashboard sidecar searching every namespace, Alertmanager with the stack's alerts
+    namespace, Grafana with the dashboard sidecar reading ConfigMaps of this namespace only, Alertmanager with the stack's alerts
     (``alertmanager_values``) or off."""
     selector_ns: dict = {}
     values = {
@@ -143,11 +147,36 @@ def kube_prometheus_stack(namespace: str, alerts: Any = None) -> HelmSpec:
             "serviceMonitorNamespaceSelector": dict(selector_ns),
             "retention": "15d",
         }},
-        "grafana": {"sidecar": {"dashboards": {
-            "enabled": True, "label": DASHBOARD_LABEL, "labelValue": DASHBOARD_LABEL_VALUE, "searchNamespace": "ALL",
-        }}},
+        # The Grafana chart's own RBAC grants its sidecars get/watch/list on every ConfigMap *and Secret*, cluster-wide
+        # unless ``rbac.namespaced`` (grafana/helm-charts charts/grafana/templates/clusterrole.yaml and role.yaml: the
+        # rule ``resources: ["configmaps", "secrets"]`` whenever a sidecar is on). Our dashboards live in this namespace,
+        # so the chart creates no RBAC (``rbac.create: false``), the sidecars read ConfigMaps only (``resource:
+        # configmap``; kube-prometheus-stack's datasource is a ConfigMap too) in this namespace, and
+        # ``grafana_sidecar_rbac`` grants exactly that to the chart's service account.
+        "grafana": {
+            "rbac": {"create": False},
+            "serviceAccount": {"create": True, "name": GRAFANA_SERVICE_ACCOUNT},
+            "sidecar": {
+                "dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": DASHBOARD_LABEL_VALUE,
+                               "searchNamespace": namespace, "resource": "configmap"},
+                "datasources": {"resource": "configmap"},
+            },
+        },
     }
     return _helm(KPS_KEY, KPS_RELEASE, namespace, values)
+
+
+def grafana_sidecar_rbac(namespace: str) -> list[dict]:
+    """A Role reading ConfigMaps (nothing else) in the observability namespace, bound to Grafana's service account:
+    all the dashboard and datasource sidecars need, where the chart's own rules would let Grafana read every Secret."""
+    meta = {"name": GRAFANA_SIDECAR_ROLE, "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "dynamo-observability", "app.kubernetes.io/managed-by": "pulumi"}}
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta),
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "watch", "list"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(meta),
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": GRAFANA_SIDECAR_ROLE},
+               "subjects": [{"kind": "ServiceAccount", "name": GRAFANA_SERVICE_ACCOUNT, "namespace": namespace}]}
+    return [role, binding]
 
 
 def prometheus_url(namespace: str) -> str:
@@ -514,4 +543,5 @@ def build_observability(obs: Any, *, serving_namespace: str, dgd_name: str, nvid
                         f"holding your webhook URL (docs/operating.md, \"Metrics, benchmark and time to serving\")")
     return ObservabilityPlan(namespace=ns, monitor_labels=labels, prometheus_endpoint=obs.prometheus_endpoint or prometheus_url(ns),
                              charts=charts, monitors=monitors, dashboards=dashboards, namespace_object=ns_obj, dcgm=dcgm,
+                             rbac=grafana_sidecar_rbac(ns) if install else [],
                              warnings=warnings)
