@@ -32,6 +32,7 @@ from typing import Any, Optional, Sequence
 
 from stacks.cluster.platform import _helm
 from stacks.layers import LayerPlan, SecretFill
+from stacks.serving import pod_security_labels
 from stacks.serving.network_policy import NS_NAME_LABEL, front_door_ingress
 from stacks.serving.operator import FRONTEND, component_type, operator_services
 from stacks.spec.config import NS, ConfigError
@@ -200,7 +201,13 @@ def _managed_gateway(plan: LayerPlan, door: FrontDoorConfig, mode: str, serving_
             "provider": {"type": "Kubernetes", "kubernetes": {"deploy": {"type": "GatewayNamespace"}}}}}}))
         if door.tls.mode == "certManager":
             plan.charts.append(_helm("cert-manager", "cert-manager", CERT_MANAGER_NAMESPACE, {"crds": {"enabled": True}}))
-    plan.objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(ns)})
+    # Pod Security (stacks.serving.pod_security_labels): warn and audit at restricted, no enforce label. The pods here
+    # are the Envoy proxies Envoy Gateway's controller creates at run time from its own defaults (this plan renders
+    # only the EnvoyProxy's Service settings), so no pod spec of the plan says what level they need; the cluster's
+    # default applies, and the warnings and audit events show any pod that would not fit restricted.
+    ns_meta = _meta(ns)
+    ns_meta["labels"].update(pod_security_labels(None))
+    plan.objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": ns_meta})
     plan.objects.append({"apiVersion": EG_API, "kind": "EnvoyProxy", "metadata": _meta(GATEWAY_NAME, ns),
                          "spec": {"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": _service_spec(door, mode, idle)}}}})
     plan.objects.append({"apiVersion": GATEWAY_API, "kind": "GatewayClass", "metadata": _meta(GATEWAY_NAME),

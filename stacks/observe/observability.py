@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from stacks.cluster.platform import GPU_TOLERATION, HelmSpec, _helm
+from stacks.serving import least_strict, pod_security_labels
 from stacks.serving.operator import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_METRICS_ENABLED
 
 MONITORING_API = "monitoring.coreos.com/v1"
@@ -514,6 +515,18 @@ def dashboard_queries(configmap: dict) -> list[tuple[str, str, str, str]]:
 
 # --------------------------------------------------------------------------- the plan
 
+def observability_pod_security(charts: list[HelmSpec]) -> str:
+    """The Pod Security level the observability namespace enforces (stacks.serving.pod_security_labels; warn and audit
+    stay ``restricted``). Its pods are the charts' (the objects this plan renders are ConfigMaps and monitors, no pod):
+    kube-prometheus-stack runs the prometheus-node-exporter DaemonSet, which by that chart's defaults (kept here: the
+    values above leave ``nodeExporter`` alone) shares the node's network and PID namespaces and mounts the host's
+    /proc, /sys and / (hostNetwork, hostPID, hostPath: outside ``baseline``); the dcgm-exporter chart's exporter adds
+    SYS_ADMIN and mounts the kubelet's pod-resources socket from the host. Either chart needs ``privileged``; with
+    neither, no pod of this program runs there and ``restricted`` admits everything the plan puts in it. The charts
+    are not rendered by this program, so this rests on their documented defaults, not on a check of their output."""
+    return "privileged" if any(c.chart in (KPS_KEY, DCGM_KEY) for c in charts) else least_strict([])
+
+
 def build_observability(obs: Any, *, serving_namespace: str, dgd_name: str, nvidia_stack: Optional[str]) -> ObservabilityPlan:
     """Everything ``dynamo:observability`` asks for. ``obs``: ``stacks.spec.config.ObservabilityConfig``;
     ``nvidia_stack``: the NVIDIA stack the program installs (None when it installs none)."""
@@ -534,7 +547,8 @@ def build_observability(obs: Any, *, serving_namespace: str, dgd_name: str, nvid
             dashboards.append(dashboard_configmap("dynamo-gpu-dashboard", ns, gpu_dashboard()))
     ns_obj = None
     if obs.create_namespace and ns != serving_namespace:
-        ns_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"app.kubernetes.io/part-of": "dynamo-observability"}}}
+        ns_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
+            "app.kubernetes.io/part-of": "dynamo-observability", **pod_security_labels(observability_pod_security(charts))}}}
     warnings = []
     alerts = getattr(obs, "alerts", None)
     if install and alerts is not None and alerts.enabled and alerts.webhook_url_secret is None:

@@ -26,7 +26,8 @@ from stacks.observe.observability import build_observability, dynamo_pod_monitor
 from stacks.layers import LayerPlan
 from stacks.layers.front_door import needs_load_balancer, plan_front_door
 from stacks.serving.serve import Entry, build_entries
-from stacks.serving import REDACTED, ServingPlan, build_plan
+from stacks.serving import (PSS_PREFIX, REDACTED, ServingPlan, build_plan, least_strict, plan_pods, pod_security_labels,
+                            pod_security_level)
 from stacks.spec import ClusterConfig, ProgramSpec, ServeEntry, kubeconfig_path, parse_spec  # noqa: F401  (kubeconfig_path: re-export)
 
 
@@ -141,7 +142,7 @@ def plan_program(spec: ProgramSpec) -> ProgramPlan:
     if mode != "render" and cluster.platform_wanted():
         layers.append("Dynamo platform")
     program = ProgramPlan(spec.stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries, spec=spec)
-    return planned_layers(demand_layers(optional_layers(program)))
+    return pod_security(planned_layers(demand_layers(optional_layers(program))))
 
 
 # The optional layers in the one layer shape, in the order up creates them: (config section, planner). A planner takes
@@ -164,6 +165,49 @@ def planned_layers(program: ProgramPlan) -> ProgramPlan:
         if layer is not None:
             program.layers.append(layer)
             program.other_layers.append(layer.describe())
+    return program
+
+
+def pod_security_version(cluster: ClusterConfig) -> str:
+    """The ``-version`` of the Pod Security labels. On the EKS cluster this stack creates, the plan knows the control
+    plane's minor (``cluster.kubernetesVersion``), and the labels pin it (``v1.35``): the checks are those of the
+    Kubernetes release the stack was planned for, so a control plane upgraded out of band (whose admission may check
+    more at ``latest``) cannot start refusing the workers before the plan moves the pin with ``kubernetesVersion`` in
+    the same ``up``. Elsewhere (``kubeconfig``, a cluster stack read only at ``up``, ``render``) the plan does not
+    know the cluster's version, and ``latest`` (the checks of the API server's own release) is the only value valid on
+    every cluster (https://kubernetes.io/docs/concepts/security/pod-security-admission: ``<version>`` is a Kubernetes
+    minor such as ``v1.35``, or ``latest``)."""
+    if cluster.mode == "eks" and getattr(cluster, "kubernetes_version", None):
+        return f"v{cluster.kubernetes_version}"
+    return "latest"
+
+
+def pod_security(program: ProgramPlan) -> ProgramPlan:
+    """Pod Security admission labels on every Namespace the program creates, once the plans are final (overrides,
+    fabric profiles, the benchmark Job, the entries that share a namespace). A serving namespace enforces the least
+    strict level that admits every pod placed there (stacks.serving.pod_security_level of each DGD component's pod
+    template, each download Job's and the benchmark Job's): ``privileged`` where a worker adds IPC_LOCK, SYS_RESOURCE
+    or SYS_PTRACE or runs privileged (a fabric profile), ``baseline`` where every pod fits baseline; several entries
+    in one namespace get the union, on the Namespace of the entry that creates it. Warn and audit are ``restricted``
+    everywhere. The observability and front door namespaces carry the labels their builders chose; here every
+    Namespace gets the version (``pod_security_version``)."""
+    version = pod_security_version(program.cluster)
+    levels: dict[str, list[str]] = {}
+    for e in program.entries:
+        ns = e.plan.dgd["metadata"]["namespace"]
+        levels.setdefault(ns, []).extend(pod_security_level(spec, ann) for _, spec, ann in plan_pods(e.plan))
+    if program.benchmark is not None:
+        tmpl = program.benchmark.job["spec"]["template"]
+        levels.setdefault(program.benchmark.namespace, []).append(
+            pod_security_level(tmpl["spec"], (tmpl.get("metadata") or {}).get("annotations")))
+    for e in program.entries:
+        if e.plan.namespace is not None:
+            md = e.plan.namespace["metadata"]
+            md["labels"] = {**(md.get("labels") or {}), **pod_security_labels(least_strict(levels[md["name"]]))}
+    for obj in program.objects():
+        labels = (obj["metadata"].get("labels") or {}) if obj.get("kind") == "Namespace" else {}
+        for key in [k for k in labels if k.startswith(PSS_PREFIX) and k.endswith("-version")]:
+            labels[key] = version
     return program
 
 

@@ -201,7 +201,7 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         job_names = [j["metadata"]["name"] for j in jobs] + ([benchmark_job_name(dgd)] if cfg.benchmark.enabled else [])
         policies = network_policies(dgd, job_names, cfg.network_policy.ingress_namespaces,
                                     cfg.network_policy.monitoring_namespaces)
-    return ServingPlan(
+    plan = ServingPlan(
         target=t,
         namespace=namespace,
         hf_secret=secret,
@@ -214,3 +214,142 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         notes={k: v for k, v in (("autoscaling", scaling), ("paused", paused)) if v or (k == "paused" and cfg.paused)},
         network_policies=policies,
     )
+    if namespace is not None:  # this plan's own pods; stacks.program.pod_security unions a namespace's entries and the benchmark
+        namespace["metadata"]["labels"] = pod_security_labels(least_strict(pod_security_level(s, a) for _, s, a in plan_pods(plan)))
+    return plan
+
+
+# --------------------------------------------------------------------------- Pod Security Standards
+# Pod Security admission (https://kubernetes.io/docs/concepts/security/pod-security-admission, "Pod Security Admission
+# labels for namespaces"): a namespace labelled ``pod-security.kubernetes.io/<MODE>: <LEVEL>`` and
+# ``pod-security.kubernetes.io/<MODE>-version: <VERSION>`` has its pods checked against that level of the Pod Security
+# Standards as that Kubernetes minor defined it (``v1.35``, or ``latest``). MODE ``enforce`` rejects a violating pod,
+# ``audit`` records the violation in the audit event, ``warn`` returns it to the client as a warning; the modes are
+# independent, so a namespace enforces the level its pods need and warns and audits at ``restricted``, as
+# https://kubernetes.io/docs/tasks/configure-pod-container/enforce-standards-namespace-labels does. The levels, least to
+# most strict, and each level's controls: https://kubernetes.io/docs/concepts/security/pod-security-standards.
+PSS_PREFIX = "pod-security.kubernetes.io/"
+PSS_LEVELS = ("privileged", "baseline", "restricted")  # least to most strict; each admits every pod the next admits
+PSS_WARN_AUDIT = "restricted"
+# Baseline "Capabilities": adding any capability outside this list is refused (IPC_LOCK, SYS_RESOURCE, SYS_PTRACE are not in it).
+BASELINE_CAPABILITIES = frozenset({"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+                                   "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"})
+# Baseline "Sysctls": the safe set.
+BASELINE_SYSCTLS = frozenset({"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+                              "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                              "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                              "net.ipv4.tcp_keepalive_probes"})
+BASELINE_SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
+# Restricted "Volume Types": only these.
+RESTRICTED_VOLUMES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"})
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+
+
+def _containers(spec: dict) -> list[dict]:
+    return [c for key in ("initContainers", "containers", "ephemeralContainers") for c in spec.get(key) or []]
+
+
+def pod_security_violations(spec: dict, level: str, annotations: Optional[dict] = None) -> list[str]:
+    """What in a pod spec (and its annotations) the Pod Security Standards ``level`` forbids: the controls of the
+    Pod Security Standards page, baseline's for ``baseline``, baseline's and restricted's for ``restricted``;
+    ``privileged`` forbids nothing."""
+    if level not in PSS_LEVELS:
+        raise ValueError(f"Pod Security level {level!r}: one of {', '.join(PSS_LEVELS)}")
+    if level == "privileged":
+        return []
+    out: list[str] = []
+    psc = spec.get("securityContext") or {}
+    ctrs = _containers(spec)
+    scs = [(c.get("name"), c.get("securityContext") or {}) for c in ctrs]
+    # baseline
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(key):
+            out.append(f"{key}: true")
+    for where, sc in [("pod", psc)] + scs:
+        if (sc.get("windowsOptions") or {}).get("hostProcess"):
+            out.append(f"{where}: windowsOptions.hostProcess")
+        se = sc.get("seLinuxOptions") or {}
+        if se.get("type", "") not in BASELINE_SELINUX_TYPES or se.get("user") or se.get("role"):
+            out.append(f"{where}: seLinuxOptions {se}")
+        if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
+            out.append(f"{where}: seccompProfile Unconfined")
+        if (sc.get("appArmorProfile") or {}).get("type") == "Unconfined":
+            out.append(f"{where}: appArmorProfile Unconfined")
+    for name, sc in scs:
+        if sc.get("privileged"):
+            out.append(f"{name}: privileged")
+        extra = sorted(set((sc.get("capabilities") or {}).get("add") or []) - BASELINE_CAPABILITIES)
+        if extra:
+            out.append(f"{name}: capabilities.add {extra}")
+        if sc.get("procMount", "Default") != "Default":
+            out.append(f"{name}: procMount {sc['procMount']}")
+    for c in ctrs:
+        if any(p.get("hostPort") for p in c.get("ports") or []):
+            out.append(f"{c.get('name')}: hostPort")
+    for v in spec.get("volumes") or []:
+        if "hostPath" in v:
+            out.append(f"volume {v.get('name')}: hostPath")
+    for s in psc.get("sysctls") or []:
+        if s.get("name") not in BASELINE_SYSCTLS:
+            out.append(f"sysctl {s.get('name')}")
+    for k, v in (annotations or {}).items():
+        if k.startswith(APPARMOR_ANNOTATION) and v and v != "runtime/default" and not v.startswith("localhost/"):
+            out.append(f"annotation {k}: {v}")
+    if level == "baseline":
+        return out
+    # restricted
+    for v in spec.get("volumes") or []:
+        kinds = [k for k in v if k != "name"]
+        if any(k not in RESTRICTED_VOLUMES for k in kinds):
+            out.append(f"volume {v.get('name')}: {', '.join(kinds)}")
+    if psc.get("runAsUser") == 0:
+        out.append("pod: runAsUser 0")
+    pod_seccomp = (psc.get("seccompProfile") or {}).get("type") in ("RuntimeDefault", "Localhost")
+    for name, sc in scs:
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{name}: allowPrivilegeEscalation not false")
+        if not (sc.get("runAsNonRoot") is True or (psc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is None)):
+            out.append(f"{name}: runAsNonRoot not true")
+        if sc.get("runAsUser") == 0:
+            out.append(f"{name}: runAsUser 0")
+        if not pod_seccomp and (sc.get("seccompProfile") or {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{name}: seccompProfile not RuntimeDefault or Localhost")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            out.append(f"{name}: capabilities.drop lacks ALL")
+        if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+            out.append(f"{name}: capabilities.add {sorted(set(caps['add']) - {'NET_BIND_SERVICE'})}")
+    return out
+
+
+def pod_security_level(spec: dict, annotations: Optional[dict] = None) -> str:
+    """The strictest Pod Security Standards level that admits the pod."""
+    return next(lvl for lvl in reversed(PSS_LEVELS) if not pod_security_violations(spec, lvl, annotations))
+
+
+def least_strict(levels) -> str:
+    """The level that admits every pod of the given levels (the least strict of them); ``restricted`` for none."""
+    return min(levels, key=PSS_LEVELS.index, default=PSS_LEVELS[-1])
+
+
+def pod_security_labels(enforce: Optional[str], version: str = "latest") -> dict[str, str]:
+    """A namespace's Pod Security admission labels: ``enforce`` (None: no enforce label, the cluster's default
+    applies), warn and audit at ``restricted``, all at ``version``."""
+    out = {f"{PSS_PREFIX}enforce": enforce, f"{PSS_PREFIX}enforce-version": version} if enforce else {}
+    for mode in ("warn", "audit"):
+        out[f"{PSS_PREFIX}{mode}"] = PSS_WARN_AUDIT
+        out[f"{PSS_PREFIX}{mode}-version"] = version
+    return out
+
+
+def plan_pods(plan: ServingPlan) -> list[tuple[str, dict, dict]]:
+    """``(name, pod spec, annotations)`` of every pod template of an entry's plan: the DGD's components, as the
+    operator runs them from ``podTemplate``, and the download Jobs'."""
+    out = []
+    for comp in plan.dgd["spec"]["components"]:
+        tmpl = comp.get("podTemplate") or {}
+        out.append((comp["name"], tmpl.get("spec") or {}, (tmpl.get("metadata") or {}).get("annotations") or {}))
+    for job in plan.jobs:
+        tmpl = job["spec"]["template"]
+        out.append((job["metadata"]["name"], tmpl["spec"], (tmpl.get("metadata") or {}).get("annotations") or {}))
+    return out
