@@ -143,8 +143,10 @@ class EksGpuCluster(pulumi.ComponentResource):
             name=plan.name,
             version=plan.kubernetes_version,
             role_arn=cluster_role.arn,
-            vpc_config={"subnet_ids": private_ids + [sn.id for sn in self.public_subnets], "endpoint_public_access": True, "endpoint_private_access": True,
-                        "public_access_cidrs": net["public_access_cidrs"]},
+            # Private-only: no publicAccessCidrs sent (the provider keeps the computed value; sending [] would diff forever).
+            vpc_config={"subnet_ids": private_ids + [sn.id for sn in self.public_subnets],
+                        "endpoint_public_access": net.get("endpoint_public_access", True), "endpoint_private_access": True,
+                        **({"public_access_cidrs": net["public_access_cidrs"]} if net.get("endpoint_public_access", True) else {})},
             access_config={"authentication_mode": access["authentication_mode"],
                            "bootstrap_cluster_creator_admin_permissions": access["bootstrap_creator_admin"]},
             encryption_config=encryption,
@@ -158,6 +160,13 @@ class EksGpuCluster(pulumi.ComponentResource):
         )
         for w in [*access["warnings"], *cp.get("support_warnings", [])]:
             pulumi.log.warn(w, resource=self)
+        # A private-only endpoint is reached from the networks the cluster security group admits on 443.
+        self.endpoint_ingress = [
+            aws.vpc.SecurityGroupIngressRule(f"{name}-api-from-{cidr.replace('.', '-').replace('/', '-')}", security_group_id=self.cluster.vpc_config.cluster_security_group_id,
+                                             cidr_ipv4=cidr, ip_protocol="tcp", from_port=443, to_port=443,
+                                             description="Kubernetes API (private endpoint) from a connected network", tags=tags, opts=child)
+            for cidr in net.get("private_access_cidrs", [])
+        ]
         self.access_entries: list[aws.eks.AccessEntry] = []
         self.access_policies: list[aws.eks.AccessPolicyAssociation] = []
         for e in access["entries"]:
@@ -177,12 +186,27 @@ class EksGpuCluster(pulumi.ComponentResource):
             for p in plan.node_policies
         ]
         self.addons = [self._addon(name, plan, addon, []) for addon in plan.addons_before_nodes]
+        # The model cache's security group first: the EFA group admits Lustre traffic from it (stacks.cluster.network).
+        kind = plan.storage["kind"]
+        nfs_sg = aws.ec2.SecurityGroup(f"{name}-cache", vpc_id=self.vpc.id, description="model cache from the VPC",
+                                       ingress=[{"protocol": "tcp", "from_port": 988 if kind == "fsx-lustre" else 2049,
+                                                 "to_port": 1023 if kind == "fsx-lustre" else 2049, "cidr_blocks": [plan.vpc["cidr_block"]]}],
+                                       egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}], tags=tags,
+                                       opts=kept)
+        efa_rules = net.get("efa_security_group") or {"ingress": [{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
+                                                       "egress": [{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}]}
+
+        def sg_rule(r: dict) -> dict:
+            r = dict(r)
+            if r.pop("from_cache", False):
+                r["security_groups"] = [nfs_sg.id]
+            return r
         efa_sg = aws.ec2.SecurityGroup(
             f"{name}-efa",
             vpc_id=self.vpc.id,
             description="EFA: all traffic to and from itself; cluster traffic",
-            ingress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}, {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": [plan.vpc["cidr_block"]]}],
-            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}, {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
+            ingress=[sg_rule(r) for r in efa_rules["ingress"]],
+            egress=[sg_rule(r) for r in efa_rules["egress"]],
             tags={**tags, **discovery},
             opts=child,
         )
@@ -235,12 +259,7 @@ class EksGpuCluster(pulumi.ComponentResource):
 
         # ---- model-cache file system
         st = dict(plan.storage)
-        kind = st.pop("kind")
-        nfs_sg = aws.ec2.SecurityGroup(f"{name}-cache", vpc_id=self.vpc.id, description="model cache from the VPC",
-                                       ingress=[{"protocol": "tcp", "from_port": 988 if kind == "fsx-lustre" else 2049,
-                                                 "to_port": 1023 if kind == "fsx-lustre" else 2049, "cidr_blocks": [plan.vpc["cidr_block"]]}],
-                                       egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}], tags=tags,
-                                       opts=kept)
+        st.pop("kind")
         # The file system follows dynamo:storage.protect, like the claim on it.
         fs_opts = pulumi.ResourceOptions(parent=self, retain_on_delete=plan.protect_cache)
         self.storage_parameters = None

@@ -572,6 +572,12 @@ def test_default_network_keeps_one_nat():
     ({"ecrEndpoints": "maybe"}, r"ecrEndpoints"),
     ({"publicAccessCidrs": ["10.0.0.1/8"]}, r"publicAccessCidrs: '10\.0\.0\.1/8' is not an IPv4 network"),
     ({"publicAccessCidrs": []}, r"publicAccessCidrs: empty"),
+    ({"endpointAccess": "internal"}, r"endpointAccess"),
+    ({"endpointAccess": "private"}, r"privateAccessCidrs: required with endpointAccess: private"),
+    ({"endpointAccess": "private", "privateAccessCidrs": ["10.0.0.0/16"], "publicAccessCidrs": ["203.0.113.0/24"]},
+     r"publicAccessCidrs: only applies with endpointAccess: public"),
+    ({"privateAccessCidrs": ["10.0.0.0/16"]}, r"privateAccessCidrs: only applies with endpointAccess: private"),
+    ({"endpointAccess": "private", "privateAccessCidrs": ["10.0.0.1/16"]}, r"privateAccessCidrs: '10\.0\.0\.1/16' is not an IPv4 network"),
 ])
 def test_bad_network_keys_name_the_key(cluster, must):
     from stacks.spec.config import ConfigError
@@ -589,6 +595,29 @@ def test_public_endpoint_rule_fails_without_cidrs(on_demand_efs):
     mine = graph({"gpu": "h100", "topology": "disagg", "imagePullSecrets": ["ngc-secret"],
                   "cluster": {"mode": "eks", "publicAccessCidrs": ["203.0.113.0/24"]}})
     assert one(mine.resources, R.EKS).inputs["vpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def test_private_endpoint_is_reached_from_the_networks_listed():
+    """A private-only API endpoint: no public endpoint and no public CIDRs sent, a 443 rule on the cluster security group
+    per network in privateAccessCidrs, and a warning that `up` must run from there; the rule fails without those rules
+    and on a cluster with neither endpoint (EKS refuses it)."""
+    g = graph({"gpu": "h100", "topology": "disagg", "imagePullSecrets": ["ngc-secret"],
+               "cluster": {"mode": "eks", "endpointAccess": "private", "privateAccessCidrs": ["10.0.0.0/16", "192.168.8.0/24"]}})
+    vc = one(g.resources, R.EKS).inputs["vpcConfig"]
+    assert vc["endpointPublicAccess"] is False and vc["endpointPrivateAccess"] is True and "publicAccessCidrs" not in vc
+    rules = g.of(R.SG_INGRESS_RULE)
+    assert sorted(r.inputs["cidrIpv4"] for r in rules) == ["10.0.0.0/16", "192.168.8.0/24"]
+    assert all((r.inputs["ipProtocol"], r.inputs["fromPort"], r.inputs["toPort"]) == ("tcp", 443, 443) for r in rules)
+    assert R.eks_endpoint_is_reachable(g) == [] and R.eks_public_endpoint_cidrs_are_explicit(g) == [] and check(g) == []
+    cut = mutate(g, lambda res: [res.remove(r) for r in [r for r in res if r.type == R.SG_INGRESS_RULE]])
+    assert [m for m in R.eks_endpoint_is_reachable(cut) if "no rule admits any network" in m]
+    none = mutate(g, lambda res: one(res, R.EKS).inputs["vpcConfig"].update(endpointPrivateAccess=False))
+    assert [m for m in R.eks_endpoint_is_reachable(none) if "EKS refuses it" in m]
+    # the public default: both endpoints, no 443 rule of ours
+    from stacks.cluster import EksConfig, network_plan
+    assert R.eks_endpoint_is_reachable(graph(matrix_config("h100", "on-demand", "efs"))) == []
+    assert any("endpointAccess is private" in w and "10.0.0.0/16" in w for w in network_plan(
+        EksConfig(endpoint_access="private", private_access_cidrs=("10.0.0.0/16",)))["warnings"])
 
 
 def test_open_public_endpoint_is_warned_about():
@@ -980,6 +1009,42 @@ def test_network_policies_on_eks_are_enforced_by_the_vpc_cni():
     public = graph(_stack_config(ROOT / "Pulumi.h100-public.yaml"), "h100-public")
     assert any(str(p.inputs["metadata"]["name"]).endswith("front-door-ingress") for p in public.of(R.NETWORK_POLICY))
     assert R.network_policies_are_enforced(public) == []
+
+
+def test_gpu_nodes_efa_group_admits_only_itself(on_demand_efs, block_fsx):
+    for g in (on_demand_efs, block_fsx):
+        sgs = R._node_security_groups(g)
+        assert [sg.name for sg in sgs] == [next(r.name for r in g.of(R.SECURITY_GROUP) if r.name.endswith("-efa"))]
+        assert R.gpu_node_security_group_admits_only_itself(g) == []
+    efa = one(block_fsx.resources, R.SECURITY_GROUP, "-efa")
+    cache_sg = one(block_fsx.resources, R.FSX).inputs["securityGroupIds"]
+    # Lustre's client ports (FSx for Lustre user guide: TCP 988 and 1018-1023 from the file system's group), and on EFS none
+    lustre = sorted((r["fromPort"], r["toPort"]) for r in efa.inputs["ingress"] if r.get("securityGroups") == cache_sg)
+    assert lustre == [(988, 988), (1018, 1023)]
+    assert all(r.get("self") is True for r in one(on_demand_efs.resources, R.SECURITY_GROUP, "-efa").inputs["ingress"])
+    # the rules earlier versions wrote: all traffic from the VPC in, all traffic to anywhere out
+    old = mutate(on_demand_efs, lambda res: (
+        one(res, R.SECURITY_GROUP, "-efa").inputs["ingress"].append({"protocol": "-1", "fromPort": 0, "toPort": 0, "cidrBlocks": ["10.0.0.0/16"]}),
+        one(res, R.SECURITY_GROUP, "-efa").inputs["egress"].append({"protocol": "-1", "fromPort": 0, "toPort": 0, "cidrBlocks": ["0.0.0.0/0"]})))
+    v = R.gpu_node_security_group_admits_only_itself(old)
+    assert len(v) == 2 and any("ingress rule" in m and "10.0.0.0/16" in m for m in v) and any("egress rule" in m and "0.0.0.0/0" in m for m in v)
+    # Lustre's ports from the whole VPC instead of the cache's group
+    wide = mutate(block_fsx, lambda res: [r.update(securityGroups=None, cidrBlocks=["10.0.0.0/16"])
+                                          for r in one(res, R.SECURITY_GROUP, "-efa").inputs["ingress"] if r.get("fromPort") == 988])
+    assert [m for m in R.gpu_node_security_group_admits_only_itself(wide) if "10.0.0.0/16" in m]
+
+
+def test_karpenter_nodes_security_groups_are_held_to_the_same_rule():
+    karpenter = [p for p in EKS_STACKS if any((pool.get("capacity") == "karpenter") for pool in
+                                              [_stack_config(p)["cluster"], *(_stack_config(p)["cluster"].get("gpuPools") or [])])]
+    assert karpenter, "a committed stack runs its GPU pool on Karpenter"
+    g = graph(_stack_config(karpenter[0]), karpenter[0].name.split(".")[1])
+    efa = one(g.resources, R.SECURITY_GROUP, "-efa")
+    assert efa in R._node_security_groups(g)  # the EC2NodeClass selects it by its discovery tag
+    assert R.gpu_node_security_group_admits_only_itself(g) == []
+    wide = mutate(g, lambda res: one(res, R.SECURITY_GROUP, "-efa").inputs["ingress"].append(
+        {"protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["10.0.0.0/16"]}))
+    assert len(R.gpu_node_security_group_admits_only_itself(wide)) == 1
 
 
 # ---------------------------------------------------------------------------- updates in place

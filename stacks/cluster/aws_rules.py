@@ -571,6 +571,32 @@ def eks_public_endpoint_cidrs_are_explicit(g: Graph) -> list[str]:
     return out
 
 
+SG_INGRESS_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+
+
+@rule(AREA_NETWORK)
+def eks_endpoint_is_reachable(g: Graph) -> list[str]:
+    """The Kubernetes API keeps at least one endpoint, and a private-only endpoint is reached from connected networks
+    that the cluster security group admits on TCP 443, or no `pulumi up` after this one reaches it. Sources: EKS API
+    reference ``VpcConfigRequest`` (endpointPublicAccess false: requests only from within the VPC); eksctl "Cluster
+    Access" ("EKS doesn't allow clusters without either private or public access enabled"); EKS user guide "Cluster API
+    server endpoint" (private-only access from a connected network) and "View Amazon EKS security group requirements
+    for clusters" (the cluster group admits only itself by default)."""
+    out = []
+    for c in g.of(EKS):
+        vc = c.inputs.get("vpcConfig") or {}
+        public, private = vc.get("endpointPublicAccess", True), vc.get("endpointPrivateAccess", False)
+        if not public and not private:
+            out.append(f"{c.name}: neither the public nor the private API endpoint is on (EKS refuses it)")
+        elif not public:
+            rules = [r for r in g.of(SG_INGRESS_RULE) if r.inputs.get("fromPort") == 443 and r.inputs.get("toPort") == 443
+                     and r.inputs.get("ipProtocol") == "tcp" and r.inputs.get("cidrIpv4")]
+            if not rules:
+                out.append(f"{c.name}: private-only API endpoint, and no rule admits any network to the cluster security group "
+                           "on 443: nothing outside the cluster reaches the API")
+    return out
+
+
 @rule(AREA_GPU_NODE_SOFTWARE)
 def gpu_operator_leaves_driver_and_toolkit_to_the_ami(g: Graph) -> list[str]:
     """On the EKS AL2023 NVIDIA AMI the GPU Operator installs neither the driver nor the NVIDIA Container Toolkit: the
@@ -1918,6 +1944,43 @@ def network_policies_are_enforced(g: Graph) -> list[str]:
         return [f"{len(names)} NetworkPolicies ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) are not enforced: "
                 f"the vpc-cni add-on's configurationValues {raw} lack enableNetworkPolicy: \"true\""]
     return []
+
+
+def _node_security_groups(g: Graph) -> list[Res]:
+    """The security groups the stack puts on GPU nodes besides EKS's cluster group: those the launch templates' network
+    interfaces name, and those an EC2NodeClass selects by tag."""
+    ids = {sid for lt in g.of(LAUNCH_TEMPLATE) for ni in (lt.inputs.get("networkInterfaces") or [])
+           for sid in (ni.get("securityGroups") or [])}
+    terms = [t.get("tags") or {} for nc in g.of(EC2NODECLASS) for t in (_get(nc.inputs, "spec", "securityGroupSelectorTerms", default=[]) or [])]
+    return [sg for sg in g.of(SECURITY_GROUP)
+            if sg.id in ids or any(t and all((sg.inputs.get("tags") or {}).get(k) == v for k, v in t.items()) for t in terms)]
+
+
+@rule(AREA_NODE_CREDENTIALS)
+def gpu_node_security_group_admits_only_itself(g: Graph) -> list[str]:
+    """The security group the GPU nodes carry for EFA admits and sends all traffic to and from itself only, plus,
+    where the cache is FSx for Lustre, Lustre's client ports (TCP 988, 1018-1023) from the file system's security
+    group. Every other path runs through EKS's cluster security group: a VPC-wide or internet rule here opens the
+    nodes, and the model code on them, to every host of the VPC. Sources: EC2 user guide, "Prepare an EFA-enabled
+    security group"; FSx for Lustre user guide, "File system access control with Amazon VPC" (Lustre client rules);
+    EKS user guide, "View Amazon EKS security group requirements for clusters"."""
+    from stacks.cluster.network import LUSTRE_CLIENT_PORTS
+
+    cache_sgs = {sid for fs in g.of(FSX) for sid in (fs.inputs.get("securityGroupIds") or [])}
+    out = []
+    for sg in _node_security_groups(g):
+        if _get(sg.inputs, "tags", default={}).get("aws:eks:cluster-name"):
+            continue  # EKS's own cluster security group (not registered by the stack, listed for completeness)
+        for direction in ("ingress", "egress"):
+            for r in sg.inputs.get(direction) or []:
+                lustre = (direction == "ingress" and r.get("protocol") == "tcp"
+                          and (r.get("fromPort"), r.get("toPort")) in LUSTRE_CLIENT_PORTS
+                          and set(r.get("securityGroups") or []) <= cache_sgs and r.get("securityGroups"))
+                only_self = r.get("self") is True and not r.get("cidrBlocks") and not r.get("ipv6CidrBlocks") and not r.get("securityGroups")
+                if not (only_self or lustre):
+                    out.append(f"{sg.name}: {direction} rule {r}: the GPU nodes' EFA group admits only itself (and Lustre's client "
+                               "ports from the cache's group); other traffic goes through the cluster security group")
+    return out
 
 
 # --------------------------------------------------------------------------- updates in place

@@ -249,6 +249,14 @@ class EksConfig(_Model):
     # Who may reach the public Kubernetes API endpoint. EKS's own default is 0.0.0.0/0 (EKS API reference,
     # VpcConfigRequest.publicAccessCidrs); kept as the default here, and the plan warns about it.
     public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    # The Kubernetes API endpoint: ``public`` (EKS's default: the public endpoint, limited to publicAccessCidrs, and the
+    # private one inside the VPC) or ``private`` (the private endpoint only; EKS VpcConfigRequest endpointPublicAccess
+    # false). Private: `pulumi up`, kubectl and CI reach the API only through the VPC (a runner inside it, a VPN, peering or
+    # Direct Connect), from the networks in privateAccessCidrs, which the cluster security group admits on 443 (EKS user
+    # guide, "Cluster API server endpoint": a private-only endpoint is reached from a connected network the cluster
+    # security group allows on 443).
+    endpoint_access: Literal["public", "private"] = "public"
+    private_access_cidrs: tuple[str, ...] = ()
     # Egress: one NAT gateway (in the first zone) or one per zone, so no node's traffic crosses zones to reach it.
     nat_gateways: Literal["one", "per-zone"] = "one"
     # S3 gateway endpoint on the private route tables (no hourly or per-GB charge; ECR image layers and S3 reads skip
@@ -356,14 +364,28 @@ class EksConfig(_Model):
         if not self.public_access_cidrs:
             raise ValueError(f"{k}.publicAccessCidrs: empty; list the IPv4 networks that may reach the public Kubernetes API "
                              "endpoint, e.g. [203.0.113.0/24] (default [0.0.0.0/0], EKS's own default)")
-        for c in self.public_access_cidrs:
-            try:
-                net = ipaddress.ip_network(c, strict=True)
-            except ValueError:
-                net = None
-            if net is None or net.version != 4:
-                raise ValueError(f"{k}.publicAccessCidrs: {c!r} is not an IPv4 network like 203.0.113.0/24 (host bits zero); "
-                                 "the EKS public endpoint takes IPv4 CIDR blocks (EKS API reference, VpcConfigRequest.publicAccessCidrs)")
+        for key, cidrs in (("publicAccessCidrs", self.public_access_cidrs), ("privateAccessCidrs", self.private_access_cidrs)):
+            for c in cidrs:
+                try:
+                    net = ipaddress.ip_network(c, strict=True)
+                except ValueError:
+                    net = None
+                if net is None or net.version != 4:
+                    raise ValueError(f"{k}.{key}: {c!r} is not an IPv4 network like 203.0.113.0/24 (host bits zero); "
+                                     "the EKS endpoint and security group rules take IPv4 CIDR blocks (EKS API reference, "
+                                     "VpcConfigRequest.publicAccessCidrs)")
+        if self.endpoint_access == "private":
+            if "public_access_cidrs" in self.model_fields_set:
+                raise ValueError(f"{k}.publicAccessCidrs: only applies with endpointAccess: public (got endpointAccess: private, "
+                                 "which has no public endpoint); remove it, or list the networks that reach the private "
+                                 "endpoint in privateAccessCidrs")
+            if not self.private_access_cidrs:
+                raise ValueError(f"{k}.privateAccessCidrs: required with endpointAccess: private: list the networks `pulumi up`, "
+                                 "kubectl and CI reach the VPC from (a runner's subnet, a VPN or peered range), e.g. [10.0.0.0/16]; "
+                                 "the cluster security group admits them on 443, and nothing else reaches the API")
+        elif self.private_access_cidrs:
+            raise ValueError(f"{k}.privateAccessCidrs: only applies with endpointAccess: private (got endpointAccess: public, "
+                             "where the VPC reaches the private endpoint already); remove it, or set endpointAccess: private")
         if self.gpu_pools:
             self._check_pools(k)
         else:

@@ -58,13 +58,40 @@ NAT_USD_PER_HOUR = 0.045
 NAT_USD_PER_GB = 0.045
 
 
+# FSx for Lustre clients (the GPU nodes) accept Lustre traffic from the file system on TCP 988 and 1018-1023: FSx for
+# Lustre user guide, "File system access control with Amazon VPC", Lustre client VPC security group rules (inbound
+# from the file system's security group). EFS needs nothing inbound on its clients (NFS is client-initiated, 2049).
+LUSTRE_CLIENT_PORTS = ((988, 988), (1018, 1023))
+
+
+def efa_security_group(cfg: EksConfig) -> dict[str, list[dict]]:
+    """The rules of the security group on every GPU node's interfaces, besides EKS's cluster security group: all
+    traffic to and from itself, which EFA requires and nothing more (EC2 user guide, "Get started with EFA",
+    "Prepare an EFA-enabled security group": inbound and outbound all traffic from and to the group itself), plus
+    the Lustre client ports from the cache's security group with ``cacheStorage: fsx-lustre``. Everything else a
+    node sends or receives goes through the cluster security group (EKS user guide, "View Amazon EKS security group
+    requirements for clusters": inbound all from itself, outbound all), so no VPC-wide or internet rule sits here.
+    ``{"self": True}`` is this group, ``{"from_cache": True}`` the cache's; the shell fills in the ids."""
+    ingress = [{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}]
+    if cfg.cache_storage == "fsx-lustre":
+        ingress += [{"protocol": "tcp", "from_port": lo, "to_port": hi, "from_cache": True} for lo, hi in LUSTRE_CLIENT_PORTS]
+    return {"ingress": ingress, "egress": [{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}]}
+
+
 def network_plan(cfg: EksConfig) -> dict[str, Any]:
     """Egress of the cluster's private subnets and the endpoints that keep AWS traffic off the NAT gateway's per-GB
     charge: ``nat_zones`` (the zones with a NAT gateway: the first, or every zone), ``s3_gateway_endpoint``,
-    ``interface_endpoints`` (service suffixes), ``public_access_cidrs`` and ``warnings``."""
+    ``interface_endpoints`` (service suffixes), the API endpoint (``endpoint_public_access``, ``public_access_cidrs``,
+    ``private_access_cidrs``: the networks the cluster security group admits on 443), ``efa_security_group`` and
+    ``warnings``."""
     zones = cfg.zones()
     warnings = []
-    if "0.0.0.0/0" in cfg.public_access_cidrs:
+    public = cfg.endpoint_access == "public"
+    if not public:
+        warnings.append(f"{NS}:cluster.endpointAccess is private: once this cluster exists, `pulumi up`, kubectl and CI reach its "
+                        f"Kubernetes API only from {', '.join(cfg.private_access_cidrs)} through the VPC (a runner inside it, a VPN, "
+                        "peering or Direct Connect); run `up` from there")
+    if public and "0.0.0.0/0" in cfg.public_access_cidrs:
         warnings.append(f"{NS}:cluster.publicAccessCidrs includes 0.0.0.0/0 (the default, as EKS's): the Kubernetes API endpoint "
                         "accepts connections from any address (authentication still applies); list your networks there, e.g. "
                         "[203.0.113.0/24]")
@@ -74,6 +101,9 @@ def network_plan(cfg: EksConfig) -> dict[str, Any]:
         "nat_zones": list(zones) if cfg.nat_gateways == "per-zone" else [zones[0]],
         "s3_gateway_endpoint": cfg.s3_gateway_endpoint,
         "interface_endpoints": list(ECR_ENDPOINT_SERVICES) if cfg.ecr_endpoints else [],
-        "public_access_cidrs": list(cfg.public_access_cidrs),
+        "endpoint_public_access": public,
+        "public_access_cidrs": list(cfg.public_access_cidrs) if public else [],
+        "private_access_cidrs": list(cfg.private_access_cidrs),
+        "efa_security_group": efa_security_group(cfg),
         "warnings": warnings,
     }
