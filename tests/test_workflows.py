@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from conftest import need_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "actionlint.sh"
+CI_TOOLS = ROOT / "tools" / "ci-tools.sh"
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 UNHARDENED = ROOT / "tests" / "fixtures" / "workflows-unhardened"
 
@@ -254,8 +256,59 @@ def release_violations(text: str) -> list[str]:
     return bad
 
 
+# Actions that download a tool without checking it against a checksum we pin (tools/ci-tools.sh replaces them).
+UNCHECKED_DOWNLOADERS = {"astral-sh/setup-uv", "actions/setup-go", "actions/setup-python", "actions/setup-node",
+                         "pulumi/setup-pulumi", "pulumi/action-install-pulumi-cli"}
+
+
+def download_violations(text: str) -> list[str]:
+    """Every binary a job runs is checked before it runs (docs/ci.md, "Downloads"): no action that downloads a tool
+    unchecked; pulumi/actions only after `tools/ci-tools.sh pulumi` (which puts the CLI built from the Go module proxy
+    on the PATH, so the action finds the pinned version and downloads none) and with automatic plugin downloads off;
+    no curl/wget without a sha256 check, no `pulumi plugin install` without --checksum, no pip without
+    --require-hashes, no `uv sync` without --locked."""
+    wf = yaml.safe_load(text) or {}
+    bad = []
+    for name, job in (wf.get("jobs") or {}).items():
+        env = {**(wf.get("env") or {}), **(job.get("env") or {})}
+        installed = False
+        for step in job.get("steps") or []:
+            uses = str(step.get("uses", "")).split("@", 1)[0]
+            run = str(step.get("run", ""))
+            if uses in UNCHECKED_DOWNLOADERS:
+                bad.append(f"job {name}: {uses} downloads a tool without checking a pinned checksum")
+            if uses == "pulumi/actions":
+                if not installed:
+                    bad.append(f"job {name}: pulumi/actions runs before tools/ci-tools.sh pulumi, so it downloads the Pulumi CLI unchecked")
+                step_env = {**env, **(step.get("env") or {})}
+                if str(step_env.get("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION", "")).lower() != "true":
+                    bad.append(f"job {name}: pulumi/actions runs with automatic plugin downloads on")
+            for line in run.splitlines():
+                code = re.sub(r"(^|\s)#.*", "", line)
+                if re.search(r"\b(curl|wget)\b", code) and not re.search(r"sha256sum -c|shasum -a 256 -c", run):
+                    bad.append(f"job {name}: downloads without a sha256 check: {code.strip()}")
+                if re.search(r"\bpulumi plugin install\b", code) and "--checksum" not in code:
+                    bad.append(f"job {name}: pulumi plugin install without --checksum: {code.strip()}")
+                if re.search(r"\bpip3? install\b", code) and "--require-hashes" not in code:
+                    bad.append(f"job {name}: pip install without --require-hashes: {code.strip()}")
+                if re.search(r"\buv sync\b", code) and "--locked" not in code:
+                    bad.append(f"job {name}: uv sync without --locked: {code.strip()}")
+                if re.search(r"\buvx\b|\buv (tool|pip) ", code):
+                    bad.append(f"job {name}: uv fetches a package outside uv.lock: {code.strip()}")
+            if re.search(r"ci-tools\.sh pulumi\b", run):
+                installed = True
+    return bad
+
+
 def all_violations(text: str) -> list[str]:
-    return pin_violations(text) + credential_violations(text) + ref_violations(text) + release_violations(text)
+    return (pin_violations(text) + credential_violations(text) + ref_violations(text) + release_violations(text)
+            + download_violations(text))
+
+
+def _jobs_running(command: str) -> set[tuple[str, str]]:
+    """(workflow, job) of every job with a step whose `run` contains ``command``."""
+    return {(wf.name, name) for wf in WORKFLOWS for name, job in yaml.safe_load(wf.read_text())["jobs"].items()
+            if any(command in str(s.get("run", "")) for s in job.get("steps") or [])}
 
 
 def _text(name: str) -> str:
@@ -273,11 +326,17 @@ def test_workflows_exist():
     assert {p.name for p in WORKFLOWS} >= {"pr.yml", "main.yml"}
 
 
-def test_setup_uv_installs_the_makefiles_uv():
+def test_ci_installs_the_makefiles_uv():
+    """tools/ci-tools.sh installs the Makefile's uv, at the Makefile's path, from the pin in versions.yaml."""
+    from stacks.registry.versions import versions
+
     want = re.search(r"^UV_VERSION\s*:=\s*(\S+)", (ROOT / "Makefile").read_text(), re.M)[1]
-    steps = [s for wf in WORKFLOWS for job in yaml.safe_load(wf.read_text())["jobs"].values()
-             for s in job.get("steps", []) if s.get("uses", "").startswith("astral-sh/setup-uv@")]
-    assert steps and all(str((s.get("with") or {}).get("version")) == want for s in steps), [s.get("with") for s in steps]
+    assert versions()["toolchain"]["ci-uv"] == want
+    assert re.fullmatch(r"[0-9a-f]{64}", versions()["toolchain"]["ci-uv-sha256"])
+    assert 'dir="$CACHE/uv-$ver"' in CI_TOOLS.read_text()  # the Makefile's $(CACHE)/uv-$(UV_VERSION)
+    syncs = [(wf.name, name) for wf in WORKFLOWS for name, job in yaml.safe_load(wf.read_text())["jobs"].items()
+             if any("uv sync" in s.get("run", "") for s in job.get("steps") or [])]
+    assert syncs and [j for j in syncs if j not in _jobs_running("ci-tools.sh uv")] == []
 
 
 def test_preview_is_read_only_and_deploys_are_in_their_environments():
@@ -354,6 +413,22 @@ def _mutate(text: str, old: str, new: str) -> str:
     ("main.yml", "    needs: [chains, prod-preview, test]\n", "    needs: [chains, prod-preview]\n",
      "job prod runs pulumi up without needing the commit's tests"),
     ("main.yml", "    needs: [chains, test]\n", "    needs: chains\n", "job dev runs pulumi up without needing the commit's tests"),
+    # every download is checked against a pin
+    ("pr.yml", "      - name: uv from PyPI, checked against its pinned sha256 (tools/ci-tools.sh)\n        run: tools/ci-tools.sh uv\n",
+     "      - uses: astral-sh/setup-uv@e92bafb6253dcd438e0484186d7669ea7a8ca1cc # v6.4.3\n        with:\n          version: \"0.13.9\"\n",
+     "job changed-stacks: astral-sh/setup-uv downloads a tool without checking a pinned checksum"),
+    ("main.yml", "      - name: Go from the Go module proxy, checked against sum.golang.org (tools/ci-tools.sh)\n        run: main/tools/ci-tools.sh go\n",
+     "      - uses: actions/setup-go@3041bf56c941b39c61721a86cd11f3bb1338122a # v5.2.0\n        with:\n          go-version: \"1.26.8\"\n",
+     "job test: actions/setup-go downloads a tool without checking a pinned checksum"),
+    ("pr.yml", "        run: tools/ci-tools.sh pulumi \"$STACK\"\n", "        run: echo \"$STACK\"\n",
+     "job preview: pulumi/actions runs before tools/ci-tools.sh pulumi"),
+    ("main.yml", '  PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION: "true"\n', "", "job prod: pulumi/actions runs with automatic plugin downloads on"),
+    ("main.yml", "        run: tools/ci-tools.sh pulumi \"$STACK\"\n",
+     "        run: |\n          tools/ci-tools.sh pulumi \"$STACK\"\n          pulumi plugin install resource aws 7.51.1\n",
+     "job dev: pulumi plugin install without --checksum"),
+    ("pr.yml", "        run: tools/ci-tools.sh go\n", "        run: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -xz\n",
+     "job preview: downloads without a sha256 check"),
+    ("drift.yml", "      - run: uv sync --locked\n", "      - run: uv sync\n", "job drift: uv sync without --locked"),
 ])
 def test_a_broken_rule_is_flagged(name, old, new, expect):
     assert all_violations(_text(name)) == []
@@ -976,8 +1051,9 @@ def _go_version(text: str) -> tuple[int, ...]:
 
 
 def test_ci_installs_a_go_every_pinned_build_accepts():
-    """The scripts build with GOTOOLCHAIN=local, so the Go that setup-go installs must be at least the `go` directive
-    of every module they build: tools/*/go.mod and the Prometheus module the pin names (built from the proxy as is)."""
+    """The scripts build with GOTOOLCHAIN=local, so the Go that tools/ci-tools.sh installs (versions.yaml's ci-go) must
+    be at least the `go` directive of every module they build: tools/*/go.mod and the Prometheus module the pin names
+    (built from the proxy as is). Every job that builds with Go installs it first."""
     need_tool("go")
     from stacks.registry.versions import versions
 
@@ -987,15 +1063,176 @@ def test_ci_installs_a_go_every_pinned_build_accepts():
                        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}, cwd=ROOT / "tools" / "pulumi")
     assert r.returncode == 0, r.stderr[-2000:]
     wanted[module] = _go_version(Path(re.search(r'"GoMod": "(.*)"', r.stdout)[1]).read_text())
-    installed = {}
-    for wf in WORKFLOWS:
-        for job in ((yaml.safe_load(wf.read_text()) or {}).get("jobs") or {}).values():
-            for step in job.get("steps") or []:
-                if str(step.get("uses", "")).startswith("actions/setup-go@"):
-                    w = step.get("with") or {}
-                    assert "go-version" in w, f"{wf.name}: setup-go takes its version from a file, not the pinned builds' minimum"
-                    installed[wf.name] = tuple(int(x) for x in str(w["go-version"]).split("."))
-    assert installed, "no workflow installs Go"
+    installed = tuple(int(x) for x in str(versions()["toolchain"]["ci-go"]).split("."))
     need = max(wanted.values())
-    assert {n: v for n, v in installed.items() if v < need} == {}, \
-        f"the builds need Go {'.'.join(map(str, need))} ({[m for m, v in wanted.items() if v == need]})"
+    assert installed >= need, f"the builds need Go {'.'.join(map(str, need))} ({[m for m, v in wanted.items() if v == need]})"
+    builders = set()
+    for wf in WORKFLOWS:
+        for name, job in yaml.safe_load(wf.read_text())["jobs"].items():
+            runs = "\n".join(s.get("run", "") for s in job.get("steps") or [])
+            if re.search(r"make test|ci-tools\.sh pulumi|actionlint\.sh", runs):
+                builders.add((wf.name, name))
+    assert builders and builders <= _jobs_running("ci-tools.sh go"), builders - _jobs_running("ci-tools.sh go")
+
+
+# --------------------------------------------------------------------------- zizmor, and the downloads CI runs
+
+ZIZMOR = ROOT / ".venv" / "bin" / "zizmor"
+
+
+def _zizmor(*inputs: Path) -> subprocess.CompletedProcess:
+    """zizmor (uv.lock's, a dev dependency) offline: no GitHub API, only the audits that read the files."""
+    if not ZIZMOR.exists():
+        need_tool("zizmor")
+    return subprocess.run([str(ZIZMOR), "--offline", "--no-progress", "--color=never", *map(str, inputs)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_zizmor_finds_nothing_in_the_workflows():
+    """The security audit of .github (workflows and dependabot.yml) at zizmor's default persona: no finding."""
+    r = _zizmor(ROOT / ".github")
+    assert r.returncode == 0 and "No findings to report" in r.stdout, r.stdout + r.stderr
+
+
+def test_zizmor_flags_an_unsafe_workflow(tmp_path):
+    """The audit can fail: a pull_request_target job that checks out the PR head with the token left in .git/config,
+    an unpinned action and the PR title expanded into a shell are findings."""
+    wf = tmp_path / ".github" / "workflows" / "unsafe.yml"
+    wf.parent.mkdir(parents=True)
+    wf.write_text(
+        "on: pull_request_target\n"
+        "jobs:\n"
+        "  a:\n"
+        "    runs-on: ubuntu-latest\n"
+        "    steps:\n"
+        "      - uses: actions/checkout@v4\n"
+        "        with:\n"
+        "          ref: ${{ github.event.pull_request.head.sha }}\n"
+        "      - run: echo \"${{ github.event.pull_request.title }}\"\n"
+    )
+    r = _zizmor(wf)
+    assert r.returncode != 0, r.stdout + r.stderr
+    for audit in ("template-injection", "unpinned-uses", "artipacked", "dangerous-triggers"):
+        assert audit in r.stdout, (audit, r.stdout)
+
+
+def test_pull_requests_lint_the_workflows_in_a_job_of_their_own():
+    """pr.yml's lint-workflows runs actionlint and zizmor --offline on .github, with no credentials."""
+    job = _load("pr.yml")["jobs"]["lint-workflows"]
+    runs = [s.get("run", "") for s in job["steps"]]
+    assert "tools/actionlint.sh" in runs
+    assert any(re.match(r"\.venv/bin/zizmor --offline\b.* \.github$", r) for r in runs), runs
+    assert job["permissions"] == {"contents": "read"} and "secrets." not in yaml.safe_dump(job)
+
+
+@pytest.mark.parametrize("wf", WORKFLOWS, ids=lambda p: p.name)
+def test_every_download_is_checked(wf):
+    assert download_violations(wf.read_text()) == []
+
+
+def test_the_workflows_before_the_download_checks_are_flagged():
+    """The unhardened workflows installed uv with setup-uv and let pulumi/actions download the CLI and plugins."""
+    bad = download_violations((UNHARDENED / "pr.yml").read_text())
+    assert "job preview: astral-sh/setup-uv downloads a tool without checking a pinned checksum" in bad
+    assert "job preview: pulumi/actions runs before tools/ci-tools.sh pulumi, so it downloads the Pulumi CLI unchecked" in bad
+    assert "job preview: pulumi/actions runs with automatic plugin downloads on" in bad
+
+
+def test_ci_tools_pins_agree_with_the_project():
+    """The AWS plugin tools/ci-tools.sh installs is the provider the locked SDK asks for; a recorded checksum is a sha256."""
+    from stacks.registry.versions import versions
+
+    tc = versions()["toolchain"]
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert f"pulumi-aws=={tc['pulumi-aws-plugin']}" in deps
+    assert tc["pulumi-aws-plugin-sha256"] in ("", None) or re.fullmatch(r"[0-9a-f]{64}", tc["pulumi-aws-plugin-sha256"])
+    groups = tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["dev"]
+    assert f"zizmor=={tc['zizmor']}" in groups
+
+
+def _fake_ci_root(tmp_path: Path, aws_sha: str, cli_version: str) -> tuple[Path, dict]:
+    """A copy of the script with the real stack_kind.py and stack files, versions.yaml with this AWS checksum, and a
+    fake tools/toolchain.sh whose `pulumi` logs its arguments (no build, no download)."""
+    root = tmp_path / "repo"
+    (root / "tools").mkdir(parents=True)
+    (root / "stacks" / "registry").mkdir(parents=True)
+    shutil.copy(CI_TOOLS, root / "tools" / "ci-tools.sh")
+    shutil.copytree(ROOT / ".github", root / ".github")
+    for f in _stack_files():
+        shutil.copy(f, root / f.name)
+    text = (ROOT / "stacks" / "registry" / "versions.yaml").read_text()
+    text = re.sub(r"(?m)^  pulumi-aws-plugin-sha256: .*$", f'  pulumi-aws-plugin-sha256: "{aws_sha}"', text)
+    (root / "stacks" / "registry" / "versions.yaml").write_text(text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "pulumi.log"
+    (bin_dir / "pulumi").write_text(f'#!/bin/sh\necho "$*" >>{log}\n[ "$1" = version ] && echo {cli_version}\nexit 0\n')
+    (root / "tools" / "toolchain.sh").write_text(f"#!/bin/sh\necho {bin_dir}\n")
+    for f in (bin_dir / "pulumi", root / "tools" / "toolchain.sh"):
+        f.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(ROOT / ".venv" / "bin" / "python"),
+           "GITHUB_PATH": str(tmp_path / "path"), "GITHUB_ENV": str(tmp_path / "env")}
+    return root, env
+
+
+def _ci_pulumi(root: Path, env: dict, stack: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(root / "tools" / "ci-tools.sh"), "pulumi", stack], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_ci_tools_installs_the_aws_plugin_only_with_its_checksum(tmp_path):
+    """An EKS stack gets the AWS plugin through `pulumi plugin install ... --checksum <pin>`; with no pin recorded the
+    step refuses and installs nothing; a render stack gets no AWS plugin. Later steps find the CLI on the PATH and
+    automatic plugin downloads off."""
+    from stacks.registry.versions import versions
+
+    cli = versions()["toolchain"]["pulumi"]
+    aws = versions()["toolchain"]["pulumi-aws-plugin"]
+    sha = "ab" * 32
+    eks = next(_stack(p) for p in _stack_files() if _cluster_mode(p) == "eks")
+    root, env = _fake_ci_root(tmp_path / "pinned", sha, cli)
+    r = _ci_pulumi(root, env, eks)
+    assert r.returncode == 0, r.stderr
+    assert f"plugin install resource aws {aws} --checksum {sha}" in (tmp_path / "pinned" / "pulumi.log").read_text()
+    assert "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true" in (tmp_path / "pinned" / "env").read_text().splitlines()
+    assert (tmp_path / "pinned" / "path").read_text().split() == [str(tmp_path / "pinned" / "bin")]
+
+    r = _ci_pulumi(root, env, "dev")  # render: nothing from AWS
+    assert r.returncode == 0 and "needs no AWS provider plugin" in r.stderr, r.stderr
+    assert (tmp_path / "pinned" / "pulumi.log").read_text().count("plugin install") == 1
+
+    root, env = _fake_ci_root(tmp_path / "unpinned", "", cli)
+    r = _ci_pulumi(root, env, eks)
+    assert r.returncode != 0 and "refusing to download the AWS provider plugin" in r.stderr, r.stderr
+    assert "plugin install" not in (tmp_path / "unpinned" / "pulumi.log").read_text()
+
+    root, env = _fake_ci_root(tmp_path / "other-cli", sha, "v3.0.0")  # the CLI on the PATH is not the pinned one
+    r = _ci_pulumi(root, env, "dev")
+    assert r.returncode != 0 and f"not {cli}" in r.stderr, r.stderr
+
+
+def test_ci_tools_installs_uv_and_go_only_against_their_pins():
+    """uv: pip --require-hashes with the pinned sha256; Go: the toolchain module through the proxy with the checksum
+    database on, whatever the runner's GONOSUMDB/GOPRIVATE/GOINSECURE/GOFLAGS say."""
+    text = CI_TOOLS.read_text()
+    assert "--require-hashes" in text and "printf 'uv==%s --hash=sha256:%s\\n'" in text
+    assert 'GOTOOLCHAIN="go$want" GOPROXY=https://proxy.golang.org GOSUMDB=sum.golang.org' in text
+    assert "GONOSUMDB= GOPRIVATE= GOINSECURE= GOFLAGS=" in text
+    assert "GOSUMDB=off" not in text and "GOFLAGS=-insecure" not in text
+
+
+def test_pulumi_jobs_cache_only_the_pulumi_toolchain():
+    """The deploy and preview jobs restore the toolchain.sh builds under a key of their own, never the test job's key
+    (a job that missed first would save a cache without the test toolchain under it)."""
+    keys = {}
+    for wf in WORKFLOWS:
+        for name, job in yaml.safe_load(wf.read_text())["jobs"].items():
+            for s in job.get("steps") or []:
+                if _uses(s, "actions/cache"):
+                    keys[(wf.name, name)] = (s["with"]["path"], s["with"]["key"])
+    pulumi_jobs = _jobs_running("ci-tools.sh pulumi")
+    assert pulumi_jobs and pulumi_jobs <= set(keys)
+    assert {keys[j] for j in pulumi_jobs} == {keys[("main.yml", "dev")]}
+    path, key = keys[("main.yml", "dev")]
+    assert path == "~/.cache/dynamo-pulumi-toolchain/pulumi-*" and key.startswith("pulumi-toolchain-")
+    assert keys[("pr.yml", "test")][1] == keys[("main.yml", "test")][1] != key
