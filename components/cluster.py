@@ -12,6 +12,7 @@ import pulumi_aws as aws
 
 from stacks.cluster import SECRETS_KEY_ACTIONS, ClusterPlan
 from stacks.cluster.pools import update_timeout_minutes
+from stacks.cluster.storage import efs_file_system_policy
 from stacks.cluster.karpenter import DISCOVERY_TAG, SERVICE_ACCOUNT as KARPENTER_SERVICE_ACCOUNT, fill
 
 ASSUME_EKS = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]})
@@ -266,6 +267,10 @@ class EksGpuCluster(pulumi.ComponentResource):
         self.static_pv_source = None
         if kind == "efs":
             self.file_system = aws.efs.FileSystem(f"{name}-cache", **st, tags={**tags, "Name": f"{plan.name}-model-cache"}, opts=fs_opts)
+            # TLS only (stacks.cluster.storage.efs_file_system_policy); kept with the file system when it is kept.
+            self.file_system_policy = aws.efs.FileSystemPolicy(
+                f"{name}-cache-policy", file_system_id=self.file_system.id,
+                policy=self.file_system.arn.apply(lambda arn: json.dumps(efs_file_system_policy(arn))), opts=fs_opts)
             self.mount_targets = [
                 aws.efs.MountTarget(f"{name}-cache-{i}", file_system_id=self.file_system.id, subnet_id=sn.id, security_groups=[nfs_sg.id], opts=child)
                 for i, sn in enumerate(self.private_subnets.values())

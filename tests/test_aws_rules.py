@@ -1011,6 +1011,22 @@ def test_network_policies_on_eks_are_enforced_by_the_vpc_cni():
     assert R.network_policies_are_enforced(public) == []
 
 
+def test_efs_cache_refuses_clients_without_tls(on_demand_efs):
+    fs = one(on_demand_efs.resources, R.EFS)
+    pol = next(p for p in on_demand_efs.of(R.EFS_POLICY) if p.inputs["fileSystemId"] == fs.id)
+    doc = json.loads(pol.inputs["policy"])
+    deny = [st for st in doc["Statement"] if st["Effect"] == "Deny"]
+    assert deny and deny[0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} and deny[0]["Action"] == "*"
+    assert pol.retain_on_delete == fs.retain_on_delete  # kept with the file system, or the kept cache is open again
+    assert R.efs_cache_refuses_clients_without_tls(on_demand_efs) == []
+    # the cache as earlier versions created it: no policy
+    bare = mutate(on_demand_efs, lambda res: res.remove(one(res, R.EFS_POLICY)))
+    assert [m for m in R.efs_cache_refuses_clients_without_tls(bare) if "no file-system policy" in m]
+    # a deny-only policy locks the nodes out (EFS's default grant is gone once a policy is set)
+    deny_only = mutate(on_demand_efs, lambda res: one(res, R.EFS_POLICY).inputs.update(policy=json.dumps({"Statement": deny})))
+    assert [m for m in R.efs_cache_refuses_clients_without_tls(deny_only) if "grants no ClientMount" in m]
+
+
 def test_gpu_nodes_efa_group_admits_only_itself(on_demand_efs, block_fsx):
     for g in (on_demand_efs, block_fsx):
         sgs = R._node_security_groups(g)

@@ -98,9 +98,11 @@ AREA_CLUSTER_ACCESS = "cluster access entries, Secrets envelope encryption and c
 AREA_LOAD_BALANCER = "the front door's NLB and the AWS Load Balancer Controller"
 AREA_UPDATES = "updates in place: GPU node replacement, immutable specs"
 AREA_NODE_CREDENTIALS = "node credentials: instance metadata, node role policies, add-on identities, NetworkPolicy enforcement"
+AREA_CACHE_ACCESS = "who reaches the model cache: the EFS file-system policy and encryption at rest"
 AREAS = (AREA_CAPACITY_BLOCKS, AREA_PLACEMENT_GROUPS, AREA_ULTRASERVERS_AND_ZONES, AREA_NETWORK, AREA_GPU_NODE_SOFTWARE,
          AREA_FSX_LUSTRE, AREA_EFA, AREA_NODE_COUNT, AREA_NODE_GROUP_SIZES, AREA_RETENTION, AREA_KUBERNETES_VERSION,
-         AREA_SECRETS, AREA_EFS_THROUGHPUT, AREA_CLUSTER_ACCESS, AREA_NODE_CREDENTIALS, AREA_UPDATES, AREA_LOAD_BALANCER)
+         AREA_SECRETS, AREA_EFS_THROUGHPUT, AREA_CLUSTER_ACCESS, AREA_NODE_CREDENTIALS, AREA_UPDATES, AREA_LOAD_BALANCER,
+         AREA_CACHE_ACCESS)
 RULES: dict[Rule, tuple[str, ...]] = {}
 
 
@@ -1403,6 +1405,39 @@ def efs_provisioned_throughput_has_its_value(g: Graph) -> list[str]:
 
 
 # --------------------------------------------------------------------------- EFA launch template shape
+
+
+EFS_POLICY = "aws:efs/fileSystemPolicy:FileSystemPolicy"
+
+
+@rule(AREA_CACHE_ACCESS)
+def efs_cache_refuses_clients_without_tls(g: Graph) -> list[str]:
+    """An EFS cache carries a file-system policy that denies every request without TLS and still grants mounting through
+    a mount target (what EFS grants by default), and is encrypted at rest. Sources: EFS user guide, "Creating file
+    system policies" ("Enforce in-transit encryption for all clients"), "Using IAM to control access to file systems"
+    (the default policy: ClientRootAccess, ClientWrite, ClientMount with elasticfilesystem:AccessedViaMountTarget),
+    "Encrypting data at rest" (encryption is chosen at creation only)."""
+    import json
+
+    out = []
+    for fs in g.of(EFS):
+        if fs.inputs.get("encrypted") is not True:
+            out.append(f"{fs.name}: not encrypted at rest (only a new file system can be)")
+        pols = [p for p in g.of(EFS_POLICY) if p.inputs.get("fileSystemId") == fs.id]
+        if not pols:
+            out.append(f"{fs.name}: no file-system policy: any host of the VPC mounts the cache over plain NFS")
+            continue
+        doc = json.loads(pols[0].inputs.get("policy") or "{}")
+        sts = doc.get("Statement") or []
+        deny = any(st.get("Effect") == "Deny" and st.get("Action") == "*"
+                   and _get(st, "Condition", "Bool", "aws:SecureTransport") == "false" for st in sts)
+        mount = any(st.get("Effect") == "Allow" and "elasticfilesystem:ClientMount" in (st.get("Action") or [])
+                    and _get(st, "Condition", "Bool", "elasticfilesystem:AccessedViaMountTarget") == "true" for st in sts)
+        if not deny:
+            out.append(f"{pols[0].name}: the policy does not deny requests without TLS (aws:SecureTransport false)")
+        if not mount:
+            out.append(f"{pols[0].name}: the policy grants no ClientMount through a mount target: the nodes cannot mount the cache")
+    return out
 
 
 @rule(AREA_EFA)

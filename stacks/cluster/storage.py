@@ -49,6 +49,25 @@ def _fsx_static_pv(name: str, class_name: str, capacity_gib: int) -> dict:
     }
 
 
+def efs_file_system_policy(file_system_arn: str) -> dict:
+    """The EFS cache's file-system policy: EFS's own default grant (mount, write and root access for clients that come
+    through a mount target: EFS user guide, "Using IAM to control access to file systems", the default policy), and a
+    deny of every request without TLS (``aws:SecureTransport`` false), the console's "Enforce in-transit encryption for
+    all clients" (EFS user guide, "Creating file system policies"; terraform-aws-modules/efs ``deny_nonsecure_transport``).
+    The EFS CSI driver mounts with TLS unless told otherwise (kubernetes-sigs/aws-efs-csi-driver, ``encryptInTransit``
+    defaults to true), so the cache keeps working and a plain NFS mount from anywhere in the VPC is refused."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "ClientsThroughAMountTarget", "Effect": "Allow", "Principal": {"AWS": "*"}, "Resource": file_system_arn,
+             "Action": ["elasticfilesystem:ClientRootAccess", "elasticfilesystem:ClientWrite", "elasticfilesystem:ClientMount"],
+             "Condition": {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}}},
+            {"Sid": "NonSecureTransport", "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "*", "Resource": file_system_arn,
+             "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
+        ],
+    }
+
+
 def cache_class_name(cfg: EksConfig) -> str:
     return "efs-model-cache" if cfg.cache_storage == "efs" else "fsx-model-cache"
 
