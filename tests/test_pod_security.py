@@ -173,7 +173,8 @@ def test_a_hardened_pod_is_restricted_and_each_missing_control_drops_it():
     for path, value in ((("securityContext", "runAsNonRoot"), None), (("securityContext", "seccompProfile"), None),
                         (("containers", 0, "securityContext", "allowPrivilegeEscalation"), None),
                         (("containers", 0, "securityContext", "capabilities"), None),
-                        (("containers", 0, "securityContext", "runAsUser"), 0)):
+                        (("containers", 0, "securityContext", "runAsUser"), 0),
+                        (("securityContext", "runAsNonRoot"), False)):
         s = copy.deepcopy(spec)
         d = s
         for k in path[:-1]:

@@ -234,14 +234,16 @@ PSS_WARN_AUDIT = "restricted"
 # Baseline "Capabilities": adding any capability outside this list is refused (IPC_LOCK, SYS_RESOURCE, SYS_PTRACE are not in it).
 BASELINE_CAPABILITIES = frozenset({"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
                                    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"})
-# Baseline "Sysctls": the safe set.
+# Baseline "Sysctls": the safe set (the 1.32+ list; the admission's own code, k8s.io/pod-security-admission
+# policy/check_sysctls.go, grows it by version, and every list and rule here is that package's at v0.33).
 BASELINE_SYSCTLS = frozenset({"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
                               "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
                               "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-                              "net.ipv4.tcp_keepalive_probes"})
+                              "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"})
 BASELINE_SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
 # Restricted "Volume Types": only these.
-RESTRICTED_VOLUMES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"})
+RESTRICTED_VOLUMES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim",
+                                "projected", "secret"})
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 
 
@@ -304,20 +306,23 @@ def pod_security_violations(spec: dict, level: str, annotations: Optional[dict] 
             out.append(f"volume {v.get('name')}: {', '.join(kinds)}")
     if psc.get("runAsUser") == 0:
         out.append("pod: runAsUser 0")
+    if psc.get("runAsNonRoot") is False:
+        out.append("pod: runAsNonRoot false")
+    linux = (spec.get("os") or {}).get("name") != "windows"  # a Windows pod is exempt from the three Linux-only controls
     pod_seccomp = (psc.get("seccompProfile") or {}).get("type") in ("RuntimeDefault", "Localhost")
     for name, sc in scs:
-        if sc.get("allowPrivilegeEscalation") is not False:
+        if linux and sc.get("allowPrivilegeEscalation") is not False:
             out.append(f"{name}: allowPrivilegeEscalation not false")
         if not (sc.get("runAsNonRoot") is True or (psc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is None)):
             out.append(f"{name}: runAsNonRoot not true")
         if sc.get("runAsUser") == 0:
             out.append(f"{name}: runAsUser 0")
-        if not pod_seccomp and (sc.get("seccompProfile") or {}).get("type") not in ("RuntimeDefault", "Localhost"):
+        if linux and not pod_seccomp and (sc.get("seccompProfile") or {}).get("type") not in ("RuntimeDefault", "Localhost"):
             out.append(f"{name}: seccompProfile not RuntimeDefault or Localhost")
         caps = sc.get("capabilities") or {}
-        if "ALL" not in (caps.get("drop") or []):
+        if linux and "ALL" not in (caps.get("drop") or []):
             out.append(f"{name}: capabilities.drop lacks ALL")
-        if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+        if linux and set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
             out.append(f"{name}: capabilities.add {sorted(set(caps['add']) - {'NET_BIND_SERVICE'})}")
     return out
 
