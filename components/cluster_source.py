@@ -28,7 +28,8 @@ from components.platform import DevicePlugins, DynamoPlatform, helm_release
 from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
 from stacks.spec.config import NS
 from stacks.cluster.access import check_upgrade_policy
-from stacks.cluster.config import LiveNodeGroup, check_node_groups_for_step, check_running_version
+from stacks.cluster.config import (LiveNodeGroup, LiveSubnet, check_cache_zone, check_node_groups_for_step, check_running_version,
+                                   check_subnet_layout)
 from stacks.cluster.platform import GPU_PRESENT_LABELS, dynamo_platform
 from stacks.program import ProgramPlan
 
@@ -136,6 +137,11 @@ class EksSource(ClusterSource):
             check_running_version(running, plan.kubernetes_version, plan.name)
             if running is not None:
                 check_node_groups_for_step(running, plan.kubernetes_version, live_node_groups(plan.name, aws_provider), plan.name)
+                check_subnet_layout(live_subnets(plan.name, aws_provider),
+                                    [*plan.public_subnets, *plan.private_subnets, *([plan.gpu_subnet] if plan.gpu_subnet else [])], plan.name)
+                if plan.storage.get("kind") == "fsx-lustre":
+                    check_cache_zone(live_cache_zone(plan.name, aws_provider), plan.storage["availability_zone"],
+                                     program.cluster.cache_availability_zone is not None, plan.name)
                 check_upgrade_policy(running, (plan.control_plane or {}).get("upgrade_policy", "STANDARD"), datetime.date.today(), plan.name)
         except ValueError as e:
             raise pulumi.RunError(str(e)) from None
@@ -222,6 +228,43 @@ def live_node_groups(cluster: str, provider: pulumi.ProviderResource) -> list[Li
     except Exception as e:
         raise pulumi.RunError(f"could not read the node groups of EKS cluster {cluster!r} to check {NS}:cluster.kubernetesVersion "
                               f"against them: {e}") from None
+
+
+CLUSTER_TAG = "dynamo.nvidia.com/cluster"  # every AWS resource of the cluster carries it (components.cluster)
+CACHE_SG_DESCRIPTION = "model cache from the VPC"  # the cache's security group (components.cluster)
+
+
+def live_subnets(cluster: str, provider: pulumi.ProviderResource) -> list[LiveSubnet]:
+    """The subnets the stack made for the cluster (tagged with it), as EC2 reports them (``aws.ec2.get_subnets`` by tag,
+    then ``get_subnet``). A failed lookup stops the `up`: a re-cut it would hide replaces every subnet."""
+    import pulumi_aws as aws
+
+    opts = pulumi.InvokeOptions(provider=provider)
+    try:
+        ids = aws.ec2.get_subnets(filters=[{"name": f"tag:{CLUSTER_TAG}", "values": [cluster]}], opts=opts).ids or []
+        return [LiveSubnet(i, str(sn.availability_zone), str(sn.cidr_block))
+                for i in sorted(ids) for sn in [aws.ec2.get_subnet(id=i, opts=opts)]]
+    except Exception as e:
+        raise pulumi.RunError(f"could not read the subnets of EKS cluster {cluster!r} to check the zones against them: {e}") from None
+
+
+def live_cache_zone(cluster: str, provider: pulumi.ProviderResource) -> Optional[str]:
+    """The zone of the cluster's FSx for Lustre cache: the zone of a network interface in the cache's security group
+    (the file system's own interfaces; ``aws.ec2.get_security_groups`` by tag and description, then
+    ``get_network_interfaces`` / ``get_network_interface``). None when there is no cache yet."""
+    import pulumi_aws as aws
+
+    opts = pulumi.InvokeOptions(provider=provider)
+    try:
+        sgs = aws.ec2.get_security_groups(filters=[{"name": f"tag:{CLUSTER_TAG}", "values": [cluster]},
+                                                   {"name": "description", "values": [CACHE_SG_DESCRIPTION]}], opts=opts).ids or []
+        if not sgs:
+            return None
+        enis = aws.ec2.get_network_interfaces(filters=[{"name": "group-id", "values": sorted(sgs)}], opts=opts).ids or []
+        return str(aws.ec2.get_network_interface(id=sorted(enis)[0], opts=opts).availability_zone) if enis else None
+    except Exception as e:
+        raise pulumi.RunError(f"could not read where the model cache of EKS cluster {cluster!r} is, to check "
+                              f"{NS}:cluster.cacheAvailabilityZone against it: {e}") from None
 
 
 SOURCES = {"render": RenderSource, "kubeconfig": KubeconfigSource, "stack": StackSource, "eks": EksSource}

@@ -93,8 +93,12 @@ class ProviderError(grpc.RpcError):
 
 
 class Mocks(pmocks.Mocks):
-    def __init__(self, stack_outputs: dict | None = None, eks_clusters: dict | None = None, eks_node_groups: dict | None = None):
+    def __init__(self, stack_outputs: dict | None = None, eks_clusters: dict | None = None, eks_node_groups: dict | None = None,
+                 ec2_subnets: dict | None = None, cache_zones: dict | None = None):
         super().__init__()
+        # cluster -> [(zone, CIDR block)] of the subnets tagged with it; cluster -> the zone of its FSx cache's interfaces
+        self.ec2_subnets = ec2_subnets or {}
+        self.cache_zones = cache_zones or {}
         self.stack_outputs = stack_outputs or {}
         # EKS cluster name -> the Kubernetes version it runs (absent: no such cluster; an Exception: the lookup fails so)
         self.eks_clusters = eks_clusters or {}
@@ -150,6 +154,25 @@ class Mocks(pmocks.Mocks):
             version, capacity, desired = self.eks_node_groups[cluster][ng]
             return ({"clusterName": cluster, "nodeGroupName": ng, "version": version, "capacityType": capacity,
                      "scalingConfigs": [{"desiredSize": desired, "minSize": 0, "maxSize": max(desired, 1)}], "id": f"{cluster}:{ng}"}, [])
+        def tagged(args) -> str:  # the cluster a lookup filters on (tag:dynamo.nvidia.com/cluster)
+            return next((f["values"][0] for f in args.args.get("filters") or [] if f.get("name") == "tag:dynamo.nvidia.com/cluster"), "")
+        if args.token == "aws:ec2/getSubnets:getSubnets":
+            cluster = tagged(args)
+            return ({"ids": [f"subnet-{cluster}-{i}" for i, _ in enumerate(self.ec2_subnets.get(cluster) or [])], "id": cluster}, [])
+        if args.token == "aws:ec2/getSubnet:getSubnet":
+            sid = args.args.get("id")
+            cluster, i = sid[len("subnet-"):].rsplit("-", 1)
+            zone, cidr = self.ec2_subnets[cluster][int(i)]
+            return ({"id": sid, "availabilityZone": zone, "cidrBlock": cidr}, [])
+        if args.token == "aws:ec2/getSecurityGroups:getSecurityGroups":
+            cluster = tagged(args)
+            return ({"ids": [f"sg-cache-{cluster}"] if cluster in self.cache_zones else [], "id": cluster}, [])
+        if args.token == "aws:ec2/getNetworkInterfaces:getNetworkInterfaces":
+            sg = next(f["values"][0] for f in args.args.get("filters") or [] if f.get("name") == "group-id")
+            return ({"ids": [f"eni-{sg[len('sg-cache-'):]}"], "id": sg}, [])
+        if args.token == "aws:ec2/getNetworkInterface:getNetworkInterface":
+            cluster = args.args.get("id")[len("eni-"):]
+            return ({"id": args.args.get("id"), "availabilityZone": self.cache_zones[cluster]}, [])
         return ({}, [])
 
 
@@ -227,7 +250,8 @@ AWS_REGION = "us-east-1"
 
 def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, stack: str = "test",
                 stack_outputs: dict[str, dict] | None = None, aws_region: str | None = AWS_REGION,
-                eks_clusters: dict[str, str] | None = None, eks_node_groups: dict | None = None) -> Run:
+                eks_clusters: dict[str, str] | None = None, eks_node_groups: dict | None = None,
+                ec2_subnets: dict | None = None, cache_zones: dict | None = None) -> Run:
     """Run __main__.py with ``dynamo:`` config (plain values) and secret config. ``stack_outputs``: the outputs of
     the stacks a ``cluster.mode: stack`` program references, by name (default: ``cluster_stack_outputs``).
     ``aws_region``: ``aws:region``, set for an EKS config that names no ``cluster.region`` (None: not set).
@@ -242,7 +266,7 @@ def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, s
         all_cfg["aws:region"] = aws_region
     all_cfg.update({f"dynamo:{k}": v for k, v in secrets.items()})
     rc.set_all_config(all_cfg, [f"dynamo:{k}" for k in secrets])
-    mocks = Mocks(stack_outputs, eks_clusters, eks_node_groups)
+    mocks = Mocks(stack_outputs, eks_clusters, eks_node_groups, ec2_subnets, cache_zones)
     monitor = RecordingMonitor(mocks, run)
     pmocks.set_mocks(mocks, project="dynamo", stack=stack, preview=False, monitor=monitor)
 

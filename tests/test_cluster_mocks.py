@@ -409,6 +409,74 @@ def _registered_types():
     return [r.type for r in harness.LAST_RUN.resources]
 
 
+# ------------------------------------------------------------------ zones, subnets and the cache's zone on an existing cluster
+
+def _existing(cluster: dict, subnets: list, cache_zone=None, stack="zones"):
+    """An EKS stack at 1.35 whose cluster exists with ``subnets`` [(zone, CIDR)] (and its FSx cache in ``cache_zone``), as
+    EC2 answers the program's lookups; the config asks for ``cluster``."""
+    name = f"dynamo-{stack}"
+    return run_program({"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": "1.35", **cluster}}, TOKEN, stack=stack,
+                       eks_clusters={name: "1.35"}, eks_node_groups={name: {"cluster-system-a1b2": ("1.35", "ON_DEMAND", 2)}},
+                       ec2_subnets={name: subnets}, cache_zones={name: cache_zone} if cache_zone else {})
+
+
+def _subnets_of(run) -> list:
+    return sorted((r.inputs["availabilityZone"], r.inputs["cidrBlock"]) for r in run.by_type("aws:ec2/subnet:Subnet"))
+
+
+def test_a_zone_in_a_free_slot_is_added_and_a_re_cut_is_refused_before_any_resource():
+    three = ["us-east-1a", "us-east-1b", "us-east-1c"]
+    live = _subnets_of(_existing({"availabilityZones": three}, []))
+    assert len(live) == 6
+    # the same zones: unchanged; a fourth zone takes a free slot of the same size: the live subnets are kept as they are
+    assert _subnets_of(_existing({"availabilityZones": three}, live)) == live
+    four = _subnets_of(_existing({"availabilityZones": three + ["us-east-1d"]}, live))
+    assert set(live) <= set(four) and len(four) == 8
+    # a fifth zone halves every private subnet: refused, naming the zones and the blocks, before any AWS resource
+    with pytest.raises(Exception) as e:
+        _existing({"availabilityZones": three + ["us-east-1d", "us-east-1f"]}, live)
+    msg = str(e.value)
+    assert "re-cuts the subnets of EKS cluster 'dynamo-zones'" in msg and "us-east-1a: 10.0.0.0/20 (it has 10.0.0.0/19)" in msg and "us-east-1f: 10.0.64.0/20 overlaps us-east-1c's 10.0.64.0/19" in msg
+    assert "Keep the zones the cluster has" in msg
+    assert _registered_types() == ["pulumi:providers:aws"]
+
+
+def test_moving_the_gpu_zone_keeps_the_fsx_cache_or_says_so():
+    live = _subnets_of(_existing({"cacheStorage": "fsx-lustre"}, []))
+    # the GPU zone moves from us-east-1a to us-east-1b: the cache would follow it and be re-created empty
+    with pytest.raises(Exception) as e:
+        _existing({"cacheStorage": "fsx-lustre", "gpuAvailabilityZone": "us-east-1b"}, live, cache_zone="us-east-1a")
+    msg = str(e.value)
+    assert "dynamo:cluster.cacheAvailabilityZone: the FSx for Lustre cache of EKS cluster 'dynamo-zones' is in us-east-1a" in msg
+    assert "Set dynamo:cluster.cacheAvailabilityZone: us-east-1a to keep the cache" in msg
+    assert _registered_types() == ["pulumi:providers:aws"]
+    # kept where it is: the file system stays in us-east-1a's subnet while the GPU nodes move
+    kept = _existing({"cacheStorage": "fsx-lustre", "gpuAvailabilityZone": "us-east-1b", "cacheAvailabilityZone": "us-east-1a"},
+                     live, cache_zone="us-east-1a")
+    fs = kept.one("aws:fsx/lustreFileSystem:LustreFileSystem")
+    subnet = next(r for r in kept.by_type("aws:ec2/subnet:Subnet") if r.inputs["availabilityZone"] == "us-east-1a"
+                  and r.inputs["cidrBlock"].startswith("10.0.0."))
+    assert fs.inputs["subnetIds"] == f"{subnet.name}-id"
+    # a new cache in the new zone, asked for by name
+    new = _existing({"cacheStorage": "fsx-lustre", "gpuAvailabilityZone": "us-east-1b", "cacheAvailabilityZone": "us-east-1b"},
+                    live, cache_zone="us-east-1a")
+    assert new.one("aws:fsx/lustreFileSystem:LustreFileSystem")
+    # the same GPU zone: nothing to refuse
+    assert _existing({"cacheStorage": "fsx-lustre"}, live, cache_zone="us-east-1a").one("aws:fsx/lustreFileSystem:LustreFileSystem")
+
+
+@pytest.mark.parametrize("cluster, must", [
+    ({"cacheAvailabilityZone": "us-east-1a"}, r"cacheAvailabilityZone: only applies with cacheStorage: fsx-lustre"),
+    ({"cacheStorage": "fsx-lustre", "cacheAvailabilityZone": "us-east-1-dfw-2a"}, r"cacheAvailabilityZone: 'us-east-1-dfw-2a' is not one of"),
+])
+def test_bad_cache_zone_names_the_key(cluster, must):
+    from stacks.spec.config import ConfigError
+    from stacks.spec.providers import cluster_config
+
+    with pytest.raises(ConfigError, match=must):
+        cluster_config({"cluster": {"mode": "eks", **cluster}})
+
+
 def test_a_new_cluster_is_created_at_the_asked_version():
     run = _run_against(None, "1.35")
     assert run.one("aws:eks/cluster:Cluster").inputs["version"] == "1.35"

@@ -151,6 +151,60 @@ def check_node_groups_for_step(running: Optional[str], wanted: str, groups: Iter
                          f"(docs/deploy-aws.md, \"Capacity Block groups: pause, update, resume\")")
 
 
+@dataclass(frozen=True)
+class LiveSubnet:
+    """A subnet of the cluster's VPC as EC2 reports it (``aws.ec2.get_subnet``)."""
+
+    id: str
+    zone: str
+    cidr: str
+
+
+def check_subnet_layout(live: Iterable[LiveSubnet], planned: Iterable[dict], cluster: str, k: str = f"{NS}:cluster") -> None:
+    """Refuse, before any resource, a plan that re-cuts the subnets of an existing cluster: a subnet's CIDR block cannot
+    change (EC2 has no ModifySubnet for it; the provider replaces the subnet), and the replacement's CIDR collides with
+    the old one while the old still holds the nodes' and the cache's interfaces. The subnet sizes follow the zone count
+    (stacks.cluster.network._subnets), so adding zones, or a Local Zone, can re-cut every private subnet. Zones added
+    in free slots, and zones removed, pass."""
+    by_zone: dict[str, set[str]] = {}
+    for sn in live:
+        by_zone.setdefault(sn.zone, set()).add(sn.cidr)
+    planned = list(planned)
+    def overlapping(cidr: str, cidrs: Iterable[str]) -> list[str]:
+        return sorted(c for c in cidrs if ipaddress.ip_network(c).overlaps(ipaddress.ip_network(cidr)))
+
+    moved = [(p["availability_zone"], p["cidr_block"], overlapping(p["cidr_block"], by_zone[p["availability_zone"]])
+              or sorted(by_zone[p["availability_zone"]])) for p in planned
+             if p["availability_zone"] in by_zone and p["cidr_block"] not in by_zone[p["availability_zone"]]]
+    seen = {(z, c) for z, c, _ in moved}
+    live_nets = [(z, ipaddress.ip_network(c)) for z, cs in by_zone.items() for c in cs]
+    clash = [(p["availability_zone"], p["cidr_block"], z, str(n)) for p in planned for z, n in live_nets
+             if (p["availability_zone"], p["cidr_block"]) not in seen and z != p["availability_zone"]
+             and ipaddress.ip_network(p["cidr_block"]).overlaps(n)]
+    if moved or clash:
+        what = "; ".join([f"{z}: {c} (it has {', '.join(old)})" for z, c, old in moved]
+                         + [f"{z}: {c} overlaps {oz}'s {oc}" for z, c, oz, oc in clash])
+        raise ValueError(f"{k}.availabilityZones / {k}.gpuAvailabilityZone: this plan re-cuts the subnets of EKS cluster {cluster!r} "
+                         f"({what}): a subnet's CIDR block cannot change, so every re-cut subnet would be replaced, with its "
+                         f"nodes and the cache's network interfaces, and the new blocks collide with the old. Keep the zones the "
+                         f"cluster has (and the GPU zone), or build the new layout as a new stack (docs/deploy-aws.md, \"Zones and "
+                         f"subnets\")")
+
+
+def check_cache_zone(live_zone: Optional[str], planned_zone: str, explicit: bool, cluster: str, k: str = f"{NS}:cluster") -> None:
+    """Refuse, before any resource, an `up` that would move the FSx for Lustre cache to another zone because the GPU zone
+    moved: the file system's subnet is replace-only (FSx CreateFileSystem SubnetIds; the provider replaces it), so the
+    cache would be re-created empty, and with storage.protect the old one would leave the state and keep billing. A zone
+    named in cacheAvailabilityZone is the user's choice and passes."""
+    if live_zone is None or explicit or live_zone == planned_zone:
+        return
+    raise ValueError(f"{k}.cacheAvailabilityZone: the FSx for Lustre cache of EKS cluster {cluster!r} is in {live_zone}, and this "
+                     f"plan puts it in {planned_zone} (it follows the GPU zone unless set), which replaces the file system: a "
+                     f"new, empty cache, and the old one deleted or, with storage.protect, kept outside the stack and still "
+                     f"billed. Set {k}.cacheAvailabilityZone: {live_zone} to keep the cache where it is (the GPU nodes mount it "
+                     f"across zones, at inter-zone transfer prices), or set it to {planned_zone} to build a new cache there")
+
+
 POOL_KEYS = ("instance_type", "gpu_nodes", "efa", "placement_group", "market_type", "capacity_reservation_id", "gpu_availability_zone",
              "capacity", "max_nodes", "consolidate_after", "ami_alias")
 # Karpenter pools (stacks/cluster/karpenter.py): the NodePool's node limit; consolidateAfter as the NodePool CRD accepts it
@@ -232,6 +286,9 @@ class EksConfig(_Model):
     system_instance_type: str = "m7i.2xlarge"
     system_nodes: int = Field(default=2, ge=1, le=MAX_NODES_PER_NODEGROUP)
     cache_storage: Literal["efs", "fsx-lustre"] = "efs"
+    # The FSx for Lustre cache's Availability Zone (FSx for Lustre lives in one subnet): default the GPU zone, or the
+    # first zone when the GPUs are in a Local Zone. Set it to keep the cache where it is when the GPU zone moves.
+    cache_availability_zone: Optional[str] = None
     efs_throughput_mode: Literal["elastic", "bursting", "provisioned"] = "elastic"
     efs_provisioned_throughput_mibps: Optional[int] = None  # EFS_PROVISIONED_MIBPS, checked in _check
     fsx_storage_capacity_gib: int = 2400
@@ -392,6 +449,13 @@ class EksConfig(_Model):
             check_karpenter_keys(self, k)
         if not self.gpu_pools and self.gpu_zone_is_local():
             check_cache_in_local_zone(self.cache_storage, self.gpu_zone(), f"{k}.gpuAvailabilityZone")
+        if self.cache_availability_zone is not None:
+            if self.cache_storage != "fsx-lustre":
+                raise ValueError(f"{k}.cacheAvailabilityZone: only applies with cacheStorage: fsx-lustre (got cacheStorage: "
+                                 f"{self.cache_storage!r}, which has a mount target in every zone); remove it")
+            if self.cache_availability_zone not in self.zones():
+                raise ValueError(f"{k}.cacheAvailabilityZone: {self.cache_availability_zone!r} is not one of the cluster's "
+                                 f"Availability Zones; choose one of: {', '.join(self.zones())}")
         return self
 
     def _check_access(self, k: str) -> None:

@@ -105,7 +105,7 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         # FSx for Lustre is an Availability Zone service: in the GPU zone, or the first zone when the GPUs are in a Local Zone.
         storage = {"kind": "fsx-lustre", "deployment_type": "PERSISTENT_2", "storage_capacity": cfg.fsx_storage_capacity_gib,
                    "per_unit_storage_throughput": cfg.fsx_throughput_per_tib, "data_compression_type": "LZ4",
-                   "availability_zone": zones[0] if local_zone else gpu_zone}
+                   "availability_zone": cfg.cache_availability_zone or (zones[0] if local_zone else gpu_zone)}
         class_name = "fsx-model-cache"
         static_pv = _fsx_static_pv(f"{name}-model-cache", class_name, cfg.fsx_storage_capacity_gib)
         csi = "aws-fsx-csi-driver"
