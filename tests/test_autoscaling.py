@@ -29,6 +29,7 @@ from stacks.program.render import render_target
 from stacks.cluster.platform import chart_pin
 
 ROOT = Path(__file__).resolve().parent.parent
+GPU_KEY = "nvidia.com/gpu"
 SECRETS = {"hfToken": "hf_mock", "ngcApiKey": "nvapi-mock"}
 AGG = "lightning-vllm-agg-h100-dspark"
 SCALE = {"worker": {"minReplicas": 1, "maxReplicas": 8, "metric": "queue-depth", "target": 4}}
@@ -143,7 +144,12 @@ def test_gpu_pool_key_and_other_entries_count_against_the_pool(comp):
     ({"maxReplicas": 101, "metric": "queue-depth", "target": 1}, r"maxReplicas: 101 is outside the valid range 1-100"),
     ({"maxReplicas": 2, "metric": "gpu-util", "target": 1}, r"metric: 'gpu-util' is not valid; choose one of 'queue-depth', 'inflight' or 'ttft'"),
     ({"maxReplicas": 2, "metric": "ttft"}, r"target: required"),
-    ({"maxReplicas": 2, "metric": "ttft", "target": 1, "via": "planner"}, r"via: 'planner': .*DynamoGraphDeploymentRequest.*via: keda"),
+    # AGG routes to a single worker (no KV Router): the Planner's load-based mode is refused there
+    ({"maxReplicas": 2, "via": "planner"}, r"via: 'planner' is not available for lightning-vllm-agg-h100-dspark: its "
+                                           r"routing is 'single' .*KV Router.*valid choices here: keda; KV-routed targets "
+                                           r"of nemotron-3.5-lightning it can drive: .*lightning-vllm-agg-h100-dspark-kv-router"),
+    ({"maxReplicas": 2, "metric": "ttft", "target": 1, "optimizationTarget": "latency"},
+     r"optimizationTarget: 'latency' is a Dynamo Planner setting; it needs via: planner"),
     ({"maxReplicas": 2, "metric": "ttft", "target": 1, "scaleDown": 1}, r"scaleDown: unknown key; valid keys: minReplicas, maxReplicas"),
 ])
 def test_bad_autoscaling_is_refused_before_any_resource(comp, body, match):
@@ -173,6 +179,162 @@ def test_the_dgd_crd_takes_the_opt_in_and_zero_replicas():
     assert sa["spec"]["names"]["kind"] == DGDSA_KIND
     served = {f"{sa['spec']['group']}/{v['name']}": v for v in sa["spec"]["versions"] if v["served"]}
     assert served[DGDSA_API]["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
+
+
+# ---------------------------------------------------------------------------- via: planner (the Dynamo Planner)
+#
+# Expected values come from the pinned Dynamo 1.6.1 (the ai-dynamo wheel of the serving rig), not from the product:
+# - dynamo/planner/__main__.py _parse_config: the Planner's one flag is --config (a JSON string or a file path);
+# - dynamo/planner/config/planner_config.py PlannerConfig: environment "kubernetes", backend, mode agg|disagg|prefill|
+#   decode, optimization_target (throughput/latency/load: load-based scaling on, throughput-based off; sla: profiling),
+#   enable_load_scaling, enable_throughput_scaling, pre_deployment_sweeping_mode "none", min_endpoint (agg) or
+#   prefill_min_endpoint/decode_min_endpoint, max_gpu_budget ("Maximum total GPUs the planner may allocate");
+# - examples/backends/vllm/deploy/v1beta1/disagg_planner.yaml @ 14a3b0d9132c9194daefae989364777c191ee559: the component
+#   is type planner, runs `python3 -m dynamo.planner --config ...`, image nvcr.io/nvidia/ai-dynamo/dynamo-planner:<v>;
+# - dynamo/planner/monitoring/dgd_services.py: roles by component type prefill/decode, one type worker as decode (agg).
+
+KV_AGG = "lightning-vllm-agg-h100-dspark-kv-router"
+KV_DISAGG = "ultra-vllm-disagg-b200-agentic-256K"  # type prefill + type decode, routing kv
+
+
+def _planner(plan) -> dict:
+    (pl,) = [c for c in plan.dgd["spec"]["components"] if c.get("type") == "planner"]
+    return pl
+
+
+def _planner_config(plan) -> dict:
+    (main,) = _planner(plan)["podTemplate"]["spec"]["containers"]
+    assert main["command"] == ["python3", "-m", "dynamo.planner"]
+    flag, value = main["args"]
+    assert flag == "--config"
+    return json.loads(value)
+
+
+def test_kv_routed_targets_come_from_the_catalog():
+    from stacks import catalog
+    from stacks.serving.autoscaling import planner_targets
+
+    kv = {t.dgd_name for t in catalog.targets().values() if t.routing == "kv"}
+    got = {t.dgd_name for t in planner_targets().values()}
+    assert got and got <= kv
+    assert {t.routing for t in planner_targets().values()} == {"kv"}
+    # the KV-routed Motif targets run prefill and decode both as type worker, which the Planner cannot tell apart
+    assert not any(t.model == "motif-3" or t.id.startswith("motif3") for t in planner_targets().values())
+
+
+def test_planner_on_a_kv_routed_agg_target_is_a_load_based_planner_component_and_no_scaled_object():
+    p = build_program({"target": KV_AGG, "autoscaling": {"agg": {"via": "planner", "minReplicas": 2, "maxReplicas": 4}}}, "a")
+    plan = p.entries[0].plan
+    pl = _planner(plan)
+    assert pl["name"] == "Planner" and pl["replicas"] == 1
+    (main,) = pl["podTemplate"]["spec"]["containers"]
+    assert main["name"] == "main" and main["image"].startswith("nvcr.io/nvidia/ai-dynamo/dynamo-planner:1.6.")
+    assert GPU_KEY not in json.dumps(main.get("resources") or {})
+    per = gpus_per_replica(next(c for c in plan.dgd["spec"]["components"] if c["name"] == "agg"))
+    assert _planner_config(plan) == {
+        "environment": "kubernetes", "backend": "vllm", "mode": "agg", "optimization_target": "throughput",
+        "enable_load_scaling": True, "enable_throughput_scaling": False, "pre_deployment_sweeping_mode": "none",
+        "min_endpoint": 2, "max_gpu_budget": 4 * per}
+    # the scaled component opts into its adapter as on the KEDA path; no ScaledObject, no KEDA, no Prometheus needed
+    assert [c["name"] for c in plan.dgd["spec"]["components"] if "scalingAdapter" in c] == ["agg"]
+    assert plan.autoscalers == [] and "keda" not in plan.notes and p.observability is None
+    assert "KEDA chart (autoscaling)" not in p.other_layers
+    assert plan.notes["autoscaling"]["agg"].via == "planner"  # its replicas are the adapter's after creation
+
+
+def test_planner_on_a_disagg_target_scales_prefill_and_decode_in_one_planner():
+    scale = {"prefill": {"via": "planner", "maxReplicas": 2},
+             "decode": {"via": "planner", "minReplicas": 2, "maxReplicas": 3, "optimizationTarget": "latency"}}
+    with pytest.raises(ConfigError, match=r"optimizationTarget: one Planner drives prefill, decode, so they take one"):
+        build_program({"target": KV_DISAGG, "autoscaling": scale}, "a")
+    scale["prefill"]["optimizationTarget"] = "latency"
+    plan = build_program({"target": KV_DISAGG, "autoscaling": scale}, "a").entries[0].plan
+    comps = {c["name"]: c for c in plan.dgd["spec"]["components"]}
+    cfg_ = _planner_config(plan)
+    assert (cfg_["mode"], cfg_["optimization_target"]) == ("disagg", "latency")
+    assert (cfg_["prefill_min_endpoint"], cfg_["decode_min_endpoint"]) == (1, 2) and "min_endpoint" not in cfg_
+    assert cfg_["max_gpu_budget"] == 2 * gpus_per_replica(comps["prefill"]) + 3 * gpus_per_replica(comps["decode"])
+    # decode alone: the Planner's decode mode, the prefill left as configured
+    one = build_program({"target": KV_DISAGG, "autoscaling": {"decode": {"via": "planner", "maxReplicas": 3}}}, "a").entries[0].plan
+    assert _planner_config(one)["mode"] == "decode" and "prefill_min_endpoint" not in _planner_config(one)
+    assert [c["name"] for c in one.dgd["spec"]["components"] if "scalingAdapter" in c] == ["decode"]
+
+
+def test_planner_and_keda_side_by_side_only_keda_gets_a_scaled_object():
+    scale = {"prefill": {"via": "planner", "maxReplicas": 2},
+             "decode": {"minReplicas": 1, "maxReplicas": 3, "metric": "inflight", "target": 16}}
+    with pytest.raises(ConfigError, match=r"dynamo:autoscaling: needs dynamo:observability.enabled: true .*for decode\)"):
+        build_program({"target": KV_DISAGG, "autoscaling": scale}, "a")
+    plan = build_program({"target": KV_DISAGG, "autoscaling": scale, "observability": {"enabled": True}}, "a").entries[0].plan
+    assert [so["metadata"]["name"] for so in plan.autoscalers] == [adapter_name(plan.dgd["metadata"]["name"], "decode")]
+    assert _planner_config(plan)["mode"] == "prefill"
+
+
+@pytest.mark.parametrize("target, body, kw, match", [
+    ("motif3-vllm-disagg-b200-chat-generic-2p1d-kv", {"DecodeWorker": {"via": "planner", "maxReplicas": 2}}, {},
+     r"DecodeWorker\.via: 'planner' is not available for motif3-vllm-disagg-b200-chat-generic-2p1d-kv: the Planner "
+     r"finds no role .*type worker components PrefillWorker, DecodeWorker.*valid choices here: keda"),
+    (KV_AGG, {"agg": {"via": "planner", "maxReplicas": 2, "optimizationTarget": "sla"}}, {},
+     r"agg\.via: 'planner' in the Planner's SLA mode \(optimizationTarget: 'sla'\) is not available: SLA scaling needs "
+     r"profiling data.*valid optimizationTarget with via: planner: throughput, latency"),
+    (KV_AGG, {"agg": {"via": "planner", "maxReplicas": 2, "optimizationTarget": "load"}}, {},
+     r"agg\.optimizationTarget: 'load' needs the Planner's prefill queue-token and decode KV-utilization thresholds"),
+    (KV_AGG, {"agg": {"via": "planner", "maxReplicas": 2, "metric": "ttft", "target": 1}}, {},
+     r"agg\.metric: 'ttft' is a KEDA setting; with via: planner .*remove metric, or choose via: keda"),
+    (KV_AGG, {"agg": {"via": "planner", "maxReplicas": 2, "pollingInterval": 30}}, {},
+     r"agg\.pollingInterval: 30 is a KEDA setting"),
+    (KV_AGG, {"agg": {"via": "planner", "maxReplicas": 2}}, {"paused": True},
+     r"agg\.via: 'planner' with paused: true is not possible: .*valid choices for a paused entry: keda"),
+    (KV_AGG, {"agg": {"via": "nope", "maxReplicas": 2}}, {}, r"agg\.via: 'nope' is not valid; choose one of 'keda' or 'planner'"),
+])
+def test_planner_refusals_name_the_key_the_value_why_and_the_choices(target, body, kw, match):
+    with pytest.raises(ConfigError, match=rf"^dynamo:autoscaling\.{match}"):
+        build_program({"target": target, "autoscaling": body, **kw}, "a")
+
+
+def test_planner_in_a_serve_entry_names_the_entry_key():
+    raw = {"serve": [{"target": AGG, "name": "a"},
+                     {"target": "lightning-vllm-agg-h100-dspark", "name": "b", "autoscaling": {"agg": {"via": "planner", "maxReplicas": 2}}}]}
+    with pytest.raises(ConfigError, match=r"dynamo:serve\[1\]\.autoscaling\.agg\.via: 'planner' is not available"):
+        build_program(raw, "a")
+
+
+def test_planner_config_is_accepted_by_the_pinned_planner():
+    """The --config the DGD carries, validated by PlannerConfig of the pinned ai-dynamo 1.6.1 wheel (the rig's env)."""
+    from rig import RigError, rig_env_dir
+
+    try:
+        py = rig_env_dir() / "bin" / "python"
+    except RigError as e:
+        pytest.skip(f"the serving rig's environment is not available: {e}")
+    configs = [_planner_config(build_program({"target": t, "autoscaling": a}, "a").entries[0].plan) for t, a in (
+        (KV_AGG, {"agg": {"via": "planner", "maxReplicas": 4}}),
+        (KV_DISAGG, {"prefill": {"via": "planner", "maxReplicas": 2}, "decode": {"via": "planner", "maxReplicas": 3}}),
+        (KV_DISAGG, {"decode": {"via": "planner", "maxReplicas": 3, "optimizationTarget": "latency"}}),
+    )]
+    # The rig env lacks the Planner's runtime dependencies (sklearn, aisimulate_core) that dynamo/planner/__init__.py
+    # and plugins/__init__.py import; the config module needs only pydantic, so those two package inits are skipped.
+    code = ("import json, os, sys, types\n"
+            "import dynamo\n"
+            "base = os.path.join(list(dynamo.__path__)[0], 'planner')\n"
+            "for name, sub in (('dynamo.planner', base), ('dynamo.planner.plugins', os.path.join(base, 'plugins'))):\n"
+            "    m = types.ModuleType(name); m.__path__ = [sub]; sys.modules[name] = m\n"
+            "from dynamo.planner.config.planner_config import PlannerConfig\n"
+            "out = []\n"
+            "for arg in json.loads(sys.argv[1]):\n"
+            "    c = PlannerConfig.from_config_arg(arg)\n"
+            "    out.append({k: getattr(c, k) for k in ('environment', 'backend', 'mode', 'optimization_target',"
+            " 'enable_load_scaling', 'enable_throughput_scaling', 'max_gpu_budget')})\n"
+            "print(json.dumps(out, default=str))\n")
+    proc = subprocess.run([str(py), "-c", code, json.dumps([json.dumps(c) for c in configs])],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for c, g in zip(configs, got):
+        # load-based: the pinned Planner keeps load scaling on and throughput (profiling) scaling off
+        assert g["enable_load_scaling"] is True and g["enable_throughput_scaling"] is False
+        assert {k: g[k] for k in ("environment", "backend", "mode", "optimization_target", "max_gpu_budget")} == \
+            {k: c[k] for k in ("environment", "backend", "mode", "optimization_target", "max_gpu_budget")}
 
 
 # ---------------------------------------------------------------------------- wiring (Pulumi mocks)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Optional
 
-from stacks.serving.autoscaling import PoolUse, check_bounds, cluster_stack_pools, keda_chart, pause_pools, scaled_object
+from stacks.serving.autoscaling import PoolUse, check_bounds, cluster_stack_pools, keda_chart, keda_specs, pause_pools, scaled_object
 from stacks.serving.benchmark import build_benchmark, synthetic_speculative_dgd
 from stacks.cluster.load_balancer import plan_load_balancer_controller
 from stacks.cluster.platform import fabrics_objects
@@ -392,14 +392,18 @@ def demand_layers(program: ProgramPlan) -> ProgramPlan:
     scaled = [e for e in program.entries if e.plan.notes.get("autoscaling")]
     if not scaled:
         return program
-    if program.observability is not None:
+    # KEDA's components get a ScaledObject on the stack's Prometheus; the Planner's (via: planner) neither: the Planner
+    # is a DGD component, and in its load-based mode it reads no Prometheus (stacks/serving/autoscaling.py).
+    keda = [e for e in scaled if keda_specs(e.plan.notes["autoscaling"])]
+    url = None
+    if keda and program.observability is not None:
         url = program.observability.prometheus_endpoint
-    else:
+    elif keda:
         obs = program.spec.observability
-        where = f"{NS}:autoscaling" if scaled[0].key == NS else f"{scaled[0].key}.autoscaling"
+        where = f"{NS}:autoscaling" if keda[0].key == NS else f"{keda[0].key}.autoscaling"
         if not obs.enabled:
             raise ConfigError(f"{where}: needs {NS}:observability.enabled: true (the Prometheus its "
-                              f"ScaledObjects query for {', '.join(sorted(scaled[0].plan.notes['autoscaling']))})")
+                              f"ScaledObjects query for {', '.join(sorted(keda_specs(keda[0].plan.notes['autoscaling'])))})")
         url = obs.prometheus_endpoint or prometheus_url(obs.namespace)
     if program.cluster.mode == "eks" and cp is not None:
         pools = {}
@@ -413,11 +417,11 @@ def demand_layers(program: ProgramPlan) -> ProgramPlan:
                 pools[p.gpu] = PoolUse(p.gpu, _pool_key(program, i), n * p.shape.gpus_per_node, f"{n} x {p.shape.instance_type}",
                                        n, p.node_shape.capacity)
         check_bounds(program.entries, pools)
-    for e in scaled:
+    for e in keda:
         e.plan.autoscalers = [scaled_object(e.plan.dgd, name, spec, url, paused=bool(e.cfg.paused))
-                              for name, spec in e.plan.notes["autoscaling"].items()]
-    if program.cluster.mode != "render":
-        scaled[0].plan.notes["keda"] = keda_chart()
+                              for name, spec in keda_specs(e.plan.notes["autoscaling"]).items()]
+    if keda and program.cluster.mode != "render":
+        keda[0].plan.notes["keda"] = keda_chart()
         program.other_layers.append("KEDA chart (autoscaling)")
     return program
 

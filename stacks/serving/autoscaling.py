@@ -49,9 +49,65 @@ Autoscaling (``autoscaling: {<component>: {minReplicas, maxReplicas, metric, tar
 - Minimum 1: "when every worker for a model scales to zero ... Requests for the model return HTTP 404 and do not
   provide a model-specific demand signal ... keep at least one replica ... minReplicaCount: 1 for KEDA" (guide,
   "Scale-to-Zero Limitation"), so ``minReplicas: 0`` is refused (pause is ``paused: true``).
-- The Dynamo Planner is deployed "via DynamoGraphDeploymentRequest (DGDR), which automatically profiles your model"
-  and needs "profiling data and Prometheus access" (same guide, "Autoscaling with Dynamo Planner"): the catalog's
-  recipes carry no profiling data, so ``via: planner`` is refused with that reason.
+- ``via: planner``: the Dynamo Planner, in its load-based mode, drives the components instead of KEDA (below).
+
+The Dynamo Planner (``via: planner``), facts it relies on (the pinned Dynamo 1.6.1: the ai-dynamo 1.6.1 wheel of the
+serving rig, ``dynamo/planner/``, which is what the ``dynamo-planner`` image runs):
+
+- Its optimization targets: "throughput (default): Uses static thresholds on queue depth and KV cache utilization. No
+  SLA targets or profiling needed", ``latency`` the same "with more aggressive thresholds", ``load`` "user-defined
+  prefill queue token thresholds and decode KV utilization thresholds", ``sla`` the AIConfigurator performance model
+  with TTFT/ITL targets; "When optimization_target is throughput, latency, or load, load-based scaling is
+  automatically enabled and throughput-based scaling is disabled" (Planner Guide,
+  https://docs.nvidia.com/dynamo/v1.6.0/knowledge-base/modular-components/planner/planner-guide and the wheel's
+  ``config/planner_config.py`` ``PlannerConfig._validate_config``: a target other than ``sla`` sets
+  ``enable_load_scaling`` and clears ``enable_throughput_scaling``). Load-based scaling "Uses ForwardPassMetrics (FPM)
+  from the Dynamo event plane" and "does not require profiling data" (the wheel's ``dynamo/planner/README.md``); its
+  builtin proposer needs only FPM and worker counts, and queries Prometheus only under ``sla``
+  (``plugins/orchestrator/engine_adapter.py`` ``_register_builtin_plugins``: ``needs`` gains
+  ``observations.traffic`` only when ``optimization_target == "sla"``). So ``throughput`` (the default) and
+  ``latency`` are offered; ``sla`` needs profiling data (an AIC perf model or a profiler's sweep, "Integration with
+  Profiler" in the guide) that the catalog's recipes do not carry, and ``load`` needs four thresholds this stack does
+  not take: both are refused. The workers publish FPM when ``DYN_FORWARDPASS_METRIC_PORT`` is set
+  (``dynamo/vllm/main.py`` ``setup_fpm_relay``), which the operator puts on worker containers (``20380`` in its
+  graph tests, ai-dynamo/dynamo stored index id 66509744193; "the operator-injected port", index id 55228124998).
+- The KV Router: the Planner overview lists for load-based scaling "Requires the KV Router. Load-based scaling relies
+  on per-worker engine metrics (active prefill tokens, active KV blocks) published by the KV Router ... Other routing
+  strategies (round-robin, random) do not emit these metrics" and a feature matrix with "Any (round-robin, random,
+  etc.) | ... | Not supported" (ai-dynamo/dynamo docs/.../planner/README.md, stored index id 52102429038). The 1.6.1
+  wheel's README says instead that load-based scaling does not require "the KV Router"; this stack keeps the
+  documented condition: ``via: planner`` only on a catalog target whose ``routing`` is ``kv``
+  (``stacks.catalog.targets()``), others are refused naming the KV-routed targets of the model.
+- How it is deployed in a DGD: a component ``type: planner`` running ``python3 -m dynamo.planner --config <JSON>``
+  (the wheel's ``dynamo/planner/__main__.py`` ``_parse_config``: ``--config`` is its only flag, "JSON string or path to
+  a JSON/YAML config file", validated as ``PlannerConfig``) in the ``nvcr.io/nvidia/ai-dynamo/dynamo-planner:<version>``
+  image ("Dynamo >= 1.1.0: use the dedicated planner image", ai-dynamo/dynamo
+  examples/backends/vllm/deploy/v1beta1/disagg_planner.yaml @ 14a3b0d9132c9194daefae989364777c191ee559, whose
+  Planner has ``"environment": "kubernetes", "backend": "vllm"``). ``PlannerConfig`` fields used here (the wheel's
+  ``config/planner_config.py`` and ``config/defaults.py``): ``environment`` (``kubernetes``), ``backend`` (``vllm``,
+  ``sglang``, ``trtllm``, ``mocker``), ``mode`` (``disagg``, ``prefill``, ``decode``, ``agg``), ``optimization_target``,
+  ``enable_load_scaling``/``enable_throughput_scaling``, ``pre_deployment_sweeping_mode`` (``none``: no bootstrap
+  data), ``min_endpoint`` (agg; "prefill_min_endpoint and decode_min_endpoint are not supported when mode='agg'"),
+  ``prefill_min_endpoint``/``decode_min_endpoint`` (ge 1), ``max_gpu_budget`` ("Maximum total GPUs the planner may
+  allocate", default 8; the Planner has no per-component maximum, so the components' ``maxReplicas`` x GPUs per
+  replica, which ``check_bounds`` fits to the pool, is its budget).
+- Which components it scales: it finds the prefill and decode roles by the components' ``type`` (``prefill``,
+  ``decode``; the decode role falls back to the one component of ``type: worker`` when there is exactly one), and two
+  of one role are an error (the wheel's ``monitoring/dgd_services.py`` ``get_component_from_type_or_name``). So a DGD
+  whose workers are all ``type: worker`` (more than one) cannot be planned, and is refused.
+- It scales "using Scale subresource when DGDSA exists" (``<dgd-name>-<lowercase-service-name>``) and falls back to
+  patching the DGD (the wheel's ``connectors/clients/kubernetes_api.py`` ``update_service_replicas``); the scaled
+  components opt into their DGDSA (``scalingAdapter: {}``) as on the KEDA path, and Pulumi leaves their replicas to it.
+- RBAC: the operator runs a planner component's pods as ``planner-serviceaccount`` (ai-dynamo/dynamo
+  deploy/operator/internal/dynamo/component_planner.go @ 6d0496d5f430f94711f3d5012f67311c7754c5f4,
+  ``GetBasePodSpec``) and, in cluster-wide mode (the platform's ``namespaceRestriction.enabled: false``,
+  stacks/cluster/platform.py), creates that ServiceAccount with its ClusterRole binding in the DGD's namespace
+  (``EnsureServiceAccountWithRBAC``, the DGD controller, stored index id 2512389583); the admission webhook lets that
+  account change a DGD's replicas (``CanModifyDGDReplicas``, index id 65891008559). The stack creates no RBAC.
+- No KEDA ScaledObject is made for a planned component, and it needs no ``dynamo:observability`` Prometheus (the
+  load-based Planner reads none, above).
+- Pause: KEDA's pause holds a component at 0 through its adapter; the Planner has no such pause and would scale a
+  paused component back up, so ``paused: true`` with ``via: planner`` is refused (use ``via: keda`` to pause).
 
 Pausing an autoscaled component (``paused: true`` with ``autoscaling``): its ScaledObject stays and is paused the KEDA
 way, with the annotation ``autoscaling.keda.sh/paused-replicas: "0"`` (``PAUSED_REPLICAS``). What each pause
@@ -85,7 +141,9 @@ resource but the DGD (its non-autoscaled GPU components' replicas), the ScaledOb
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -104,6 +162,16 @@ MAX_REPLICAS = 100  # as dynamo:replicas (stacks.spec.config.MAX_REPLICAS)
 PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"
 METRICS = ("queue-depth", "inflight", "ttft")
 GPU = "nvidia.com/gpu"
+VIAS = ("keda", "planner")
+# The Dynamo Planner (module docstring): its image at the pinned Dynamo release (the rig's ai-dynamo 1.6.1 wheel, whose
+# dynamo/planner/ this configuration is checked against), its component, and the optimization targets it runs here.
+PLANNER_IMAGE = "nvcr.io/nvidia/ai-dynamo/dynamo-planner:1.6.1"
+PLANNER_COMPONENT = "Planner"
+PLANNER_TYPE = "planner"
+PLANNER_TARGETS = ("throughput", "latency")  # load-based; "sla" needs profiling data, "load" thresholds
+PLANNER_BACKENDS = ("vllm", "sglang", "trtllm", "mocker")  # PlannerConfig.backend
+KEDA_ONLY = {"metric": "metric", "target": "target", "polling_interval": "pollingInterval",
+             "cooldown_period": "cooldownPeriod"}
 
 
 def adapter_name(dgd_name: str, component: str) -> str:
@@ -131,16 +199,19 @@ def gpu_components(dgd: dict) -> list[str]:
 # --------------------------------------------------------------------------- config
 
 class ComponentAutoscaling(BaseModel):
-    """``autoscaling.<component>``: ``metric`` is ``queue-depth`` (requests waiting in the frontend's queue, summed over
-    the DGD's frontends), ``inflight`` (requests in flight) or ``ttft`` (p95 time to first token over 2 minutes, in
-    seconds); ``target`` is the value per replica KEDA aims for (its ``threshold``)."""
+    """``autoscaling.<component>``: ``via`` is ``keda`` (the default) or ``planner`` (the Dynamo Planner, load-based).
+    KEDA: ``metric`` is ``queue-depth`` (requests waiting in the frontend's queue, summed over the DGD's frontends),
+    ``inflight`` (requests in flight) or ``ttft`` (p95 time to first token over 2 minutes, in seconds); ``target`` is
+    the value per replica KEDA aims for (its ``threshold``). Planner: ``optimizationTarget`` ``throughput`` (default)
+    or ``latency``; the Planner picks its own signals, so the KEDA keys are refused there."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     min_replicas: int = Field(alias="minReplicas", default=1)
     max_replicas: int = Field(alias="maxReplicas")
-    metric: Literal["queue-depth", "inflight", "ttft"]
-    target: float = Field(gt=0)
+    metric: Optional[Literal["queue-depth", "inflight", "ttft"]] = None
+    target: Optional[float] = Field(default=None, gt=0)
     via: Literal["keda", "planner"] = "keda"
+    optimization_target: Optional[str] = Field(alias="optimizationTarget", default=None)
     polling_interval: int = Field(alias="pollingInterval", default=15, ge=1, le=3600)
     cooldown_period: int = Field(alias="cooldownPeriod", default=300, ge=0, le=86400)
 
@@ -155,11 +226,35 @@ class ComponentAutoscaling(BaseModel):
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"@minReplicas@{self.min_replicas} is above maxReplicas {self.max_replicas}; "
                              f"valid range 1-{self.max_replicas}")
-        if self.via == "planner":
-            raise ValueError("@via@'planner': the Dynamo Planner is deployed through a DynamoGraphDeploymentRequest that "
-                             "profiles the model first (Dynamo autoscaling guide, 'Autoscaling with Dynamo Planner'); the "
-                             "catalog's recipes carry no profiling data. Choose via: keda (the default)")
+        if self.via == "keda":
+            for field in ("metric", "target"):
+                if getattr(self, field) is None:
+                    raise ValueError(f"@{field}@required")
+            if self.optimization_target is not None:
+                raise ValueError(f"@optimizationTarget@{self.optimization_target!r} is a Dynamo Planner setting; it needs "
+                                 "via: planner (KEDA scales on metric and target)")
+            return self
+        # via: planner (module docstring): load-based only, the Planner's own signals
+        for field, key in KEDA_ONLY.items():
+            if field in self.model_fields_set:
+                raise ValueError(f"@{key}@{getattr(self, field)!r} is a KEDA setting; with via: planner the Dynamo "
+                                 "Planner scales on its own load signals (forward-pass metrics: queue depth, KV cache "
+                                 f"utilization); remove {key}, or choose via: keda")
+        ot = self.optimization_target or PLANNER_TARGETS[0]
+        if ot == "sla":
+            raise ValueError("@via@'planner' in the Planner's SLA mode (optimizationTarget: 'sla') is not available: SLA "
+                             "scaling needs profiling data (an AIConfigurator perf model or the profiler's sweep, Dynamo "
+                             "Planner Guide) that the catalog's recipes do not carry; valid optimizationTarget with "
+                             f"via: planner: {', '.join(PLANNER_TARGETS)} (load-based, no profiling), or via: keda")
+        if ot not in PLANNER_TARGETS:
+            why = (" needs the Planner's prefill queue-token and decode KV-utilization thresholds, which this stack does "
+                   "not take" if ot == "load" else " is not a Planner optimization target")
+            raise ValueError(f"@optimizationTarget@{ot!r}{why}; valid choices: {', '.join(PLANNER_TARGETS)}")
         return self
+
+    @property
+    def planner_target(self) -> str:
+        return self.optimization_target or PLANNER_TARGETS[0]
 
 
 def _akey(key: str) -> str:
@@ -192,7 +287,7 @@ def parse_autoscaling(raw: Any, components: list[str], gpu_comps: list[str], key
                 raise ConfigError(f"{where}.{sub}: {msg}") from None
             if err["type"] == "extra_forbidden":
                 msg = ("unknown key; valid keys: minReplicas, maxReplicas, metric, target, via, pollingInterval, "
-                       "cooldownPeriod")
+                       "cooldownPeriod, optimizationTarget")
             elif err["type"] == "literal_error":
                 msg = f"{err.get('input')!r} is not valid; choose one of {err['ctx']['expected']}"
             elif err["type"] == "missing":
@@ -205,9 +300,144 @@ def parse_autoscaling(raw: Any, components: list[str], gpu_comps: list[str], key
 
 # --------------------------------------------------------------------------- the DGD (pure, in place)
 
+def keda_specs(specs: Optional[dict]) -> dict[str, ComponentAutoscaling]:
+    """The components KEDA drives (a ScaledObject each); the others are the Planner's."""
+    return {n: s for n, s in (specs or {}).items() if s.via == "keda"}
+
+
+def planner_specs(specs: Optional[dict]) -> dict[str, ComponentAutoscaling]:
+    return {n: s for n, s in (specs or {}).items() if s.via == "planner"}
+
+
+def planner_roles(dgd: dict) -> tuple[dict[str, str], str]:
+    """The Planner's role (``prefill``/``decode``/``agg``) of each component it can find in ``dgd``, as its Kubernetes
+    connector finds them (``get_component_from_type_or_name``, module docstring), and why the others are not found."""
+    comps = dgd["spec"]["components"]
+    by_type: dict[str, list[str]] = {}
+    for c in comps:
+        by_type.setdefault(c.get("type") or "", []).append(c["name"])
+    roles: dict[str, str] = {}
+    notes = []
+    for role in ("prefill", "decode"):
+        names = by_type.get(role, [])
+        if len(names) == 1:
+            roles[names[0]] = role
+        elif names:
+            notes.append(f"{len(names)} components of type {role} ({', '.join(names)}), one of a role is the Planner's limit")
+    workers = by_type.get("worker", [])
+    if len(workers) == 1 and not by_type.get("decode") and not by_type.get("prefill"):
+        roles[workers[0]] = "agg"
+    elif workers:
+        notes.append(f"type worker component{'s' if len(workers) > 1 else ''} {', '.join(workers)} "
+                     "(the Planner takes one type worker component, aggregated, and only without prefill/decode types)")
+    return roles, "; ".join(notes)
+
+
+@lru_cache(maxsize=1)
+def planner_targets() -> dict[str, Any]:
+    """Catalog targets the Planner may drive (DGD name -> Target): KV-routed (``routing: kv``, module docstring), with
+    at least one GPU component whose role the Planner can find. Derived from ``stacks.catalog.targets()``."""
+    from stacks import catalog
+
+    out = {}
+    for t in {id(t): t for t in catalog.targets().values()}.values():
+        if t.routing != "kv" or t.runtime not in PLANNER_BACKENDS:
+            continue
+        dgd = next(o for o in catalog.recipe_objects(t) if o["kind"] == "DynamoGraphDeployment")
+        if set(planner_roles(dgd)[0]) & set(gpu_components(dgd)):
+            out[t.dgd_name] = t
+    return out
+
+
+def _catalog_target(dgd: dict):
+    from stacks import catalog
+
+    name = dgd["metadata"]["name"]
+    return next((t for t in {id(t): t for t in catalog.targets().values()}.values() if t.dgd_name == name), None)
+
+
+def planner_config(dgd: dict, specs: dict[str, ComponentAutoscaling], roles: dict[str, str], backend: str) -> dict:
+    """The ``PlannerConfig`` (``--config``) of the Planner that drives ``specs`` (module docstring: field names and
+    rules of the pinned 1.6.1 wheel's ``config/planner_config.py``)."""
+    comps = {c["name"]: c for c in dgd["spec"]["components"]}
+    mine = {roles[n]: s for n, s in specs.items()}
+    mode = ("agg" if "agg" in mine else "disagg" if {"prefill", "decode"} <= set(mine) else next(iter(mine)))
+    cfg: dict[str, Any] = {
+        "environment": "kubernetes",
+        "backend": backend,
+        "mode": mode,
+        "optimization_target": next(iter(specs.values())).planner_target,
+        "enable_load_scaling": True,
+        "enable_throughput_scaling": False,
+        "pre_deployment_sweeping_mode": "none",
+        "max_gpu_budget": sum(s.max_replicas * gpus_per_replica(comps[n]) for n, s in specs.items()),
+    }
+    if mode == "agg":
+        cfg["min_endpoint"] = mine["agg"].min_replicas
+    for role in ("prefill", "decode"):
+        if role in mine:
+            cfg[f"{role}_min_endpoint"] = mine[role].min_replicas
+    return cfg
+
+
+def planner_component(config: dict) -> dict:
+    """The DGD's Planner: ``type: planner``, ``python3 -m dynamo.planner --config <JSON>`` (module docstring). CPU only
+    (the operator sets ``NVIDIA_VISIBLE_DEVICES=void`` on it: component_planner.go)."""
+    return {
+        "name": PLANNER_COMPONENT,
+        "type": PLANNER_TYPE,
+        "replicas": 1,
+        "podTemplate": {"spec": {"containers": [{
+            "name": "main",
+            "image": PLANNER_IMAGE,
+            "command": ["python3", "-m", "dynamo.planner"],
+            "args": ["--config", json.dumps(config, sort_keys=True, separators=(",", ":"))],
+            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
+        }]}},
+    }
+
+
+def _check_planner(dgd: dict, paused: bool, specs: dict[str, ComponentAutoscaling]) -> tuple[dict[str, str], str]:
+    """Refuse ``via: planner`` where the Planner cannot run here, naming the key, the value, why and the choices."""
+    first = next(iter(specs))
+    where = f"{NS}:autoscaling.{first}.via"
+    t = _catalog_target(dgd)
+    eligible = planner_targets()
+    if t is None or t.dgd_name not in eligible:
+        same = sorted(e.id for e in eligible.values() if t is not None and e.model == t.model)
+        why = ("it is not a catalog target" if t is None else
+               f"its routing is {t.routing!r} and the Planner's load-based scaling needs the KV Router's per-worker load "
+               "(Dynamo Planner overview, 'Requires the KV Router')" if t.routing != "kv" else
+               f"the Planner finds no role among its GPU components ({planner_roles(dgd)[1]})")
+        alt = f"; KV-routed targets of {t.model} it can drive: {', '.join(same)}" if same else ""
+        raise ConfigError(f"{where}: 'planner' is not available for {t.id if t else dgd['metadata']['name']}: {why}; "
+                          f"valid choices here: keda{alt}")
+    roles, note = planner_roles(dgd)
+    for name in specs:
+        if name not in roles:
+            raise ConfigError(f"{NS}:autoscaling.{name}.via: 'planner' cannot drive {name!r}: {note or 'no Planner role'}; "
+                              f"valid choices: keda, or via: planner on {', '.join(sorted(set(roles) & set(gpu_components(dgd))))}")
+    targets = {s.planner_target for s in specs.values()}
+    if len(targets) > 1:
+        raise ConfigError(f"{NS}:autoscaling.{first}.optimizationTarget: one Planner drives {', '.join(specs)}, so they "
+                          f"take one optimizationTarget; got {', '.join(sorted(targets))}")
+    if paused:
+        raise ConfigError(f"{where}: 'planner' with paused: true is not possible: the Planner would scale the paused "
+                          "components back up (it has no pause; KEDA's holds a component at 0 through its adapter); "
+                          "valid choices for a paused entry: keda")
+    if any(c["name"] == PLANNER_COMPONENT for c in dgd["spec"]["components"]):
+        raise ConfigError(f"{where}: 'planner': the target already has a {PLANNER_COMPONENT!r} component")
+    return roles, t.runtime
+
+
 def apply_to_dgd(dgd: dict, paused: bool, specs: dict[str, ComponentAutoscaling]) -> dict[str, int]:
     """Pause: every GPU component to 0 replicas (returns the replicas it had). Autoscaling: the component opts into
-    its DGDSA (``scalingAdapter: {}``) and starts at its replicas clamped to [minReplicas, maxReplicas]."""
+    its DGDSA (``scalingAdapter: {}``) and starts at its replicas clamped to [minReplicas, maxReplicas]; with
+    ``via: planner`` the DGD gains the Planner that drives them (after the checks of ``_check_planner``)."""
+    planned = planner_specs(specs)
+    if planned:
+        roles, backend = _check_planner(dgd, paused, planned)
+        config = planner_config(dgd, planned, roles, backend)
     before = {}
     for comp in dgd["spec"]["components"]:
         spec = specs.get(comp["name"])
@@ -217,6 +447,8 @@ def apply_to_dgd(dgd: dict, paused: bool, specs: dict[str, ComponentAutoscaling]
         if paused and gpus_per_replica(comp):
             before[comp["name"]] = int(comp.get("replicas", 1))
             comp["replicas"] = 0
+    if planned:
+        dgd["spec"]["components"].append(planner_component(config))
     return before
 
 
