@@ -242,6 +242,28 @@ def _namespace(sim, name: str, labels: dict) -> None:
                 {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
 
 
+def _runtime_classes(sim, names: set[str]) -> None:
+    """The RuntimeClasses the pods name (``nvidia``), so the RuntimeClass admission plugin lets them through to Pod
+    Security; it reads from an informer, so wait until a dry-run pod naming each is admitted."""
+    import time
+
+    from stacks.cli.simulate import KubeError
+
+    for n in sorted(names):
+        sim.request("POST", "/apis/node.k8s.io/v1/runtimeclasses", {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                                                     "metadata": {"name": n}, "handler": n})
+        probe = _pod("probe", "pss-privileged", {"runtimeClassName": n, "containers": [{"name": "c", "image": "registry.invalid/none:0"}]}, {})
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                sim.request("POST", "/api/v1/namespaces/pss-privileged/pods?dryRun=All", probe)
+                break
+            except KubeError as e:
+                if "RuntimeClass" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
 def _admitted(sim, pod: dict) -> str | None:
     """None when the API server admits the Pod (server-side dry run), else its refusal."""
     from stacks.cli.simulate import KubeError
@@ -260,6 +282,7 @@ def test_api_server_admits_each_pod_at_the_computed_level_and_refuses_it_one_str
     for level in PSS_LEVELS:  # one namespace per level, enforce only
         _namespace(sim, f"pss-{level}", {PSS_PREFIX + "enforce": level, PSS_PREFIX + "enforce-version": "latest"})
     sample = representative_targets()
+    _runtime_classes(sim, {s.get("runtimeClassName") for t in sample for _, s, _ in _pods(_program({"target": t}))} - {None})
     assert BASELINE_ONLY in sample or any(_program({"target": t}).serving.namespace["metadata"]["labels"][ENFORCE] == "baseline"
                                           for t in sample)
     for i, tid in enumerate(sample):
