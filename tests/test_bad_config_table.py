@@ -156,7 +156,6 @@ CASES = [
     C("revision-tilde", {"modelRevision": "v1.0~1"}, "modelRevision", "'v1.0~1'", base=ULTRA),
     C("revision-hidden-component", {"modelRevision": "feature/.hidden"}, "modelRevision", "'feature/.hidden'", base=ULTRA),
     C("revision-lock", {"modelRevision": "v1.lock"}, "modelRevision", "'v1.lock'", base=ULTRA),
-    C("revision-not-applicable", {"modelRevision": "a" * 40}, "modelRevision", "'" + "a" * 40 + "'", "nemotron-3-ultra"),
     # ---- storage
     C("size-word", {"storage": {"size": "lots"}}, "storage.size", "'lots'", "140Gi"),
     C("size-zero", {"storage": {"size": "0Gi"}}, "storage.size", "'0Gi'", "1Gi"),
@@ -430,6 +429,9 @@ VALID = [
     ("empty-revision-is-default", {**ULTRA, "modelRevision": ""}, {}),
     # Values that look like the bad ones but are fine.
     ("revision-version-tag", {**ULTRA, "modelRevision": "v1.0"}, {}),
+    # every model's download Job takes a revision (tests/test_model_revision.py)
+    ("revision-lightning", {**AGG, "modelRevision": "a" * 40}, {}),
+    ("revision-motif", {"model": "motif-3", "modelRevision": "v1.0"}, {}),
     ("vpcCidr-rfc6598", {**EKS, **eks(vpcCidr="100.64.0.0/16")}, {}),
     ("admin-role-arn", {**EKS, **eks(adminPrincipalArns=["arn:aws:iam::123456789012:role/admin"])}, {}),
     ("access-entries-named", {**EKS, **eks(accessEntries=[{"principalArn": "arn:aws:iam::123456789012:role/deploy", "policy": "cluster-admin"},

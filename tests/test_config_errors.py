@@ -97,8 +97,15 @@ def test_every_target_reachable_by_its_axes():
         assert select_target(parse(raw)).id == t.id
 
 
-def test_model_revision_only_where_the_download_supports_it():
-    with pytest.raises(ConfigError, match=r"dynamo:modelRevision: 'v1' cannot be applied.*nemotron-3-ultra"):
+def test_model_revision_only_where_the_download_supports_it(monkeypatch):
+    from dataclasses import replace
+
+    from stacks import catalog
+
+    fam = catalog.families()["nemotron-3.5-lightning"]
+    for name, job in list(fam.cache_job_builders.items()):  # a Lightning download Job that took no revision
+        monkeypatch.setitem(fam.cache_job_builders, name, replace(job, revision=None))
+    with pytest.raises(ConfigError, match=r"dynamo:modelRevision: 'v1' cannot be applied.*\(supported: motif-3, nemotron-3-ultra\)"):
         render_config({"modelRevision": "v1"})
     objs = render_config({"model": "nemotron-3-ultra", "gpu": "b200", "modelRevision": "a" * 40})
     download = next(o for o in objs if o["kind"] == "Job" and o["metadata"]["name"] == "nemotron-ultra-model-download")

@@ -202,7 +202,10 @@ def test_missing_upstream_file_of_a_target_fails_and_target_reports_only_that_ta
 
     rc, out, _ = _fidelity(monkeypatch, capsys, "--target", "lightning-vllm-agg-h100-dspark", recipes=tree)
     assert rc == 0, out
-    assert out.splitlines() == ["fidelity (lightning-vllm-agg-h100-dspark): 1/1 upstream deploy files exact, "
+    assert out.splitlines() == ["with dynamo:modelRevision: 1 download Job(s) exact but for the recorded revision pin "
+                                "(MODEL_REVISION and the script edits of engine.RevisionPin): "
+                                "nemotron-3.5-lightning/model-cache/model-download.yaml#Job/model-download",
+                                "fidelity (lightning-vllm-agg-h100-dspark): 1/1 upstream deploy files exact, "
                                 "2/2 model-cache objects exact; skipped: none"]
     rc, out, _ = _fidelity(monkeypatch, capsys, "--target", "lightning-vllm-agg-h200-dspark", recipes=tree)
     assert rc == 1 and "lightning-vllm-agg-h100-dspark" not in out
@@ -239,3 +242,53 @@ def test_full_check_is_exact(snapshot):
     assert len(report.exact) == len([p for p in SCOPE if p.values[0] == snapshot]) == len(followers)
     ours = sorted(t.id for t in catalog.targets().values() if t.reference == snapshot and not t.upstream)  # targets of our own
     assert report.cache_exact and report.skipped == ours
+
+
+# --------------------------------------------------------------------------- dynamo:modelRevision: the one recorded departure of the download Jobs
+
+def _render_pinned(tid):
+    pull = {"imagePullSecrets": list(PULL)} if _upstream_names_pull_secrets(tid) else {}
+    return render_config({"target": tid, "storage": {"className": STORAGE_CLASS}, "modelRevision": fidelity.PROBE_REVISION, **pull})
+
+
+def _pinned_jobs(ref):
+    """Every upstream model-cache Job in the tree whose catalog download Job takes a revision (from the catalog data)."""
+    out = []
+    for fam in catalog.families().values():
+        pinned = {name for name, b in fam.cache_job_builders.items() if getattr(b, "revision", None) is not None}
+        for f in sorted((ref / fam.id / "model-cache").glob("*.yaml")):
+            out += [f"{fam.id}/model-cache/{f.name}#Job/{d['metadata']['name']}" for d in fidelity.load_docs(f)
+                    if d.get("kind") == "Job" and d["metadata"]["name"] in pinned]
+    return sorted(out)
+
+
+@needs_reference
+@pytest.mark.parametrize("snapshot", FOLLOWED)
+def test_revision_pin_is_exact_but_for_the_recorded_departure_and_named(snapshot):
+    ref = _tree(snapshot)
+    report = fidelity.check(_render, ref, storage_class=STORAGE_CLASS, pull_secrets=PULL, snapshot=snapshot, render_pinned=_render_pinned)
+    assert report.ok, (report.summary(), report.pinned_different)
+    followed = {t.model for t in catalog.targets().values() if t.reference == snapshot and t.upstream}
+    want = [n for n in _pinned_jobs(ref) if n.split("/")[0] in followed]
+    assert want and sorted(report.pinned_exact) == want
+    assert report.departures().endswith(", ".join(report.pinned_exact)) and "MODEL_REVISION" in report.departures()
+
+
+@needs_reference
+@pytest.mark.parametrize("tid,path", [("lightning-vllm-agg-h100-dspark", "nemotron-3.5-lightning/model-cache/model-download.yaml"),
+                                      ("motif3-vllm-agg-b200-chat", "motif-3/model-cache/model-download.yaml")])
+def test_the_revision_departure_is_exactly_the_env_var_and_the_listed_script_edit(monkeypatch, tid, path):
+    up = fidelity.load_docs(REF / path)
+    pinned = _render_pinned(tid)
+    assert not fidelity.compare_file(up, pinned, storage_class=STORAGE_CLASS, pull_secrets=PULL)
+    # not taken out, the pin is exactly two fields: the script and one env entry
+    with monkeypatch.context() as m:
+        m.setattr(fidelity, "without_revision_pin", lambda rendered, upstream: rendered)
+        diffs = fidelity.compare_file(up, pinned, storage_class=STORAGE_CLASS, pull_secrets=PULL)
+    assert sorted(d.split(":")[0] for d in diffs) == sorted([f"Job/model-download.spec.template.spec.containers[0].args[0]",
+                                                             "Job/model-download.spec.template.spec.containers[0].env"])
+    # anything else beside the pin stays a difference
+    job = next(o for o in pinned if o["kind"] == "Job")
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    c["args"] = [c["args"][0] + "echo extra\n"]
+    assert fidelity.compare_file(up, pinned, storage_class=STORAGE_CLASS, pull_secrets=PULL)

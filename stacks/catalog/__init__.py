@@ -137,6 +137,17 @@ def cache_objects(t: Target, size: str | None = None) -> list[dict]:
     return [fam.cache.pvc(size)] + [fam.cache_job_builders[name]() for name in t.cache_jobs]
 
 
+def revision_pins(t: Target) -> dict:
+    """Job name -> ``engine.RevisionPin`` for each of the target's cache Jobs that takes ``dynamo:modelRevision``."""
+    fam = family_of(t)
+    return {name: pin for name in t.cache_jobs if (pin := getattr(fam.cache_job_builders[name], "revision", None)) is not None}
+
+
+def revision_models() -> list[str]:
+    """The models whose download Jobs take ``dynamo:modelRevision`` (from the catalog data: ``DownloadJob.revision``)."""
+    return sorted(f.id for f in families().values() if any(getattr(b, "revision", None) is not None for b in f.cache_job_builders.values()))
+
+
 def cache_claim(t: Target) -> str:
     """The name of the target's own model-cache PVC (per model: ``shared-model-cache`` for the seed models)."""
     return family_of(t).cache.claim
@@ -153,4 +164,5 @@ def gpus_needed(dgd: dict) -> int:
 
 
 __all__ = ["AXES", "SELECT_ORDER", "Perf", "Target", "ModelFamily", "targets", "families", "recipe_objects", "cache_objects", "cache_claim",
+           "revision_pins", "revision_models",
            "gpus_needed", "reload", "renamed", "resolve", "component_names"]

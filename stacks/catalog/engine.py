@@ -179,12 +179,72 @@ class Component:
         return comp
 
 
+REVISION_ENV = "MODEL_REVISION"
+
+
+@dataclass(frozen=True)
+class RevisionPin:
+    """How a download Job takes ``dynamo:modelRevision``: the env var ``MODEL_REVISION`` appended to its container,
+    and, where upstream's script reads none, ``edits``: (upstream text, pinned text) pairs, each upstream text found
+    exactly once in the script. It is applied only when a revision is set (``apply``), so the Job rendered without one
+    is upstream's, byte for byte; ``undo`` takes exactly this departure back out for the fidelity check
+    (``stacks.cli.fidelity``), and anything else stays a difference.
+    """
+
+    edits: tuple[tuple[str, str], ...] = ()
+
+    def script(self, text: str) -> str:
+        """``text`` with every edit made; an upstream text that is not there exactly once is an error (the upstream
+        script changed: the pin must be written again, never silently dropped)."""
+        for old, new in self.edits:
+            if text.count(old) != 1:
+                raise ValueError(f"revision pin: {old!r} is in the download script {text.count(old)} times, not once")
+            text = text.replace(old, new)
+        return text
+
+    def apply(self, job: dict, revision: str) -> dict:
+        """The Job (in place, and returned) downloading ``revision``."""
+        for c in job["spec"]["template"]["spec"]["containers"]:
+            c["args"] = [self.script(a) for a in c.get("args") or []]
+            c.setdefault("env", []).append({"name": REVISION_ENV, "value": str(revision)})
+        return job
+
+    def undo(self, rendered: dict, upstream: dict) -> bool:
+        """Take the pin out of ``rendered`` (a copy of the Job, changed in place) where it is exactly this pin applied
+        to ``upstream``'s container: its args edited as listed and one ``MODEL_REVISION`` env entry upstream lacks.
+        True when it did."""
+        try:
+            pod, upod = rendered["spec"]["template"]["spec"], upstream["spec"]["template"]["spec"]
+        except (KeyError, TypeError):
+            return False
+        ups = {c.get("name"): c for c in upod.get("containers") or []}
+        done = False
+        for c in pod.get("containers") or []:
+            uc = ups.get(c.get("name"))
+            if uc is None or not isinstance(c.get("env"), list):
+                continue
+            added = [e for e in c["env"] if isinstance(e, dict) and e.get("name") == REVISION_ENV and e not in (uc.get("env") or [])]
+            try:
+                pinned = [self.script(a) for a in uc.get("args") or []]
+            except ValueError:
+                continue
+            if len(added) != 1 or c.get("args") != pinned:
+                continue
+            c["args"] = list(uc.get("args") or [])
+            c["env"].remove(added[0])
+            if not c["env"] and "env" not in uc:
+                del c["env"]
+            done = True
+        return done
+
+
 @dataclass(frozen=True)
 class DownloadJob:
     """A no-GPU Job that fills (or checks) the model cache: ``command`` + ``script`` in ``image``.
 
     ``hf_token``: the HF token Secret as ``envFrom``; ``labels``: on the Job and its pods;
-    ``pod_labels``: on the pods only; ``spec``: extra Job spec fields (completions, deadline...).
+    ``pod_labels``: on the pods only; ``spec``: extra Job spec fields (completions, deadline...);
+    ``revision``: how the Job takes ``dynamo:modelRevision`` (None: it downloads no model, or cannot be pinned).
     """
 
     name: str
@@ -204,6 +264,7 @@ class DownloadJob:
     resources: Optional[Mapping] = None
     pull_secrets: bool = False
     image_pull_policy: Optional[str] = None
+    revision: Optional[RevisionPin] = None
 
     def build(self) -> dict:
         c: dict[str, Any] = {"name": self.container or self.name, "image": self.image}

@@ -11,7 +11,7 @@ import json
 from stacks import registry
 from stacks.registry import versions
 from stacks.catalog import k8s
-from stacks.catalog.engine import DownloadJob
+from stacks.catalog.engine import DownloadJob, RevisionPin
 from stacks.catalog.lightning_base import CACHE, DRAFT_SUFFIX, MODEL, PERF_FIRST, PERF_MAIN, REPO, frontend, gpu_worker
 from stacks.catalog.lightning_trtllm import AGG as TRTLLM_AGG, TRTLLM_TARGETS
 from stacks.catalog.model import ModelFamily, Perf, Target
@@ -321,6 +321,26 @@ for path in Path("/model-cache/hub").glob("*/snapshots"):
 """
 
 
+# dynamo:modelRevision (stacks/serving: applied only when set, so the default Job is upstream's and downloads each repo's
+# default branch). huggingface_hub's snapshot_download "downloads the latest revision by default. If you want a specific
+# repository revision, use the revision parameter" (https://huggingface.co/docs/huggingface_hub/guides/download, "Download
+# an entire repository"): a branch, a PR, a tag or a full-length commit hash ("From specific version"). The revision
+# names a commit of the base checkpoint, so only BASE_MODEL takes it; the draft repositories have commits of their own
+# and stay on their default branch. The workers load the model by name with HF_HUB_OFFLINE=1, which reads the cache's
+# refs/main; snapshot_download writes a ref only for a branch or tag it was given (refs/<revision>), never refs/main for
+# a commit (huggingface_hub src/huggingface_hub/_snapshot_download.py: "if revision != commit_hash ... store a ref"), so the script points refs/main at the snapshot it fetched: the workers then load the pinned commit.
+REVISION_PIN = RevisionPin(edits=((
+    "    snapshot_download(repo_id=repo_id)\n",
+    "    revision = os.environ[\"MODEL_REVISION\"] if env_name == \"BASE_MODEL\" else None\n"
+    "    snapshot = Path(snapshot_download(repo_id=repo_id, revision=revision))\n"
+    "    if revision:\n"
+    "        ref = snapshot.parent.parent / \"refs\" / \"main\"\n"
+    "        ref.parent.mkdir(parents=True, exist_ok=True)\n"
+    "        ref.write_text(snapshot.name)\n"
+    "        print(f\"Pinned {repo_id} to {snapshot.name} (refs/main)\", flush=True)\n",
+),))
+
+
 def download_job(name: str, precision: str) -> DownloadJob:
     """Fills the shared HF cache with the base checkpoint and both draft models for one precision."""
     repo = REPO[precision]
@@ -330,6 +350,7 @@ def download_job(name: str, precision: str) -> DownloadJob:
              "HF_HOME": "/model-cache", "HF_XET_HIGH_PERFORMANCE": "1"},
         security={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         spec={"completions": 1, "parallelism": 1, "activeDeadlineSeconds": 3600}, pod_labels={"app": name}, pull_secrets=True,
+        revision=REVISION_PIN,
     )
 
 

@@ -12,7 +12,7 @@ import json
 from stacks import registry
 from stacks.registry import versions
 from stacks.catalog import k8s
-from stacks.catalog.engine import Cache, Component, DownloadJob, Recipe
+from stacks.catalog.engine import Cache, Component, DownloadJob, Recipe, RevisionPin
 from stacks.catalog.model import ModelFamily, Target
 from stacks.catalog.ops import FRONTEND, WORKERS, Op, Set, env_insert
 
@@ -160,12 +160,29 @@ hf download "$MODEL_NAME"
 """
 
 
+# dynamo:modelRevision (stacks/serving: applied only when set, so the default Job is upstream's and downloads the default
+# branch). The ``hf download`` CLI takes ``--revision``, "Git revision id which can be a branch name, a tag, or a commit
+# hash" (huggingface_hub src/huggingface_hub/cli/_cli_utils.py, RevisionOpt, which cli/download.py passes to
+# snapshot_download; https://huggingface.co/docs/huggingface_hub/guides/download, "Download from the CLI"). The workers load the model by name with HF_HUB_OFFLINE=1, which reads the cache's
+# refs/main; the CLI writes refs/<revision> for a branch or tag and no ref for a commit, so the script then points refs/main
+# at the snapshot it fetched (and fails when that snapshot is not there): the workers load the pinned commit.
+REVISION_PIN = RevisionPin(edits=((
+    'hf download "$MODEL_NAME"\n',
+    'hf download "$MODEL_NAME" --revision "$MODEL_REVISION"\n'
+    'repo="$HF_HOME/hub/models--$(printf %s "$MODEL_NAME" | sed \'s|/|--|g\')"\n'
+    'commit=$(cat "$repo/refs/$MODEL_REVISION" 2>/dev/null || printf %s "$MODEL_REVISION")\n'
+    'test -d "$repo/snapshots/$commit"\n'
+    'mkdir -p "$repo/refs" && printf %s "$commit" > "$repo/refs/main"\n',
+),))
+
+
 # Job ``model-download``: the ``hf`` CLI fills ``HF_HOME`` on the shared PVC with the NVFP4 checkpoint.
 DOWNLOAD_JOB = DownloadJob(
     "model-download", versions.image("motif3-download"), DOWNLOAD_SCRIPT, CACHE, ("sh", "-c"),
     env={"MODEL_NAME": REPO, "HF_HOME": CACHE_MOUNT, "HF_XET_HIGH_PERFORMANCE": "1"},
     security={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
     resources={"requests": {"cpu": "4", "memory": "16Gi"}},
+    revision=REVISION_PIN,
 )
 
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 from stacks import registry
 from stacks.registry import versions
 from stacks.catalog import k8s
-from stacks.catalog.engine import Cache, Component, DownloadJob, empty_dir, shm
+from stacks.catalog.engine import Cache, Component, DownloadJob, RevisionPin, empty_dir, shm
 from stacks.catalog.model import ModelFamily, Perf, Target
 from stacks.catalog.ops import FRONTEND, WORKERS, Delete, EnvRemove, Op, Set
 
@@ -711,7 +711,10 @@ CACHE_JOB_LABELS = {"app.kubernetes.io/part-of": "nemotron-ultra"}
 # No-GPU Jobs on the shared cache: download (needs the HF token, writes) and validate (read-only).
 DOWNLOAD_JOB = DownloadJob("nemotron-ultra-model-download", versions.image("ultra-model-cache"), DOWNLOAD_SCRIPT, CACHE, ("/bin/bash", "-lc"),
                            container="download", backoff_limit=1, image_pull_policy="IfNotPresent",
-                           labels={"app.kubernetes.io/name": "nemotron-ultra-model-download", **CACHE_JOB_LABELS})
+                           labels={"app.kubernetes.io/name": "nemotron-ultra-model-download", **CACHE_JOB_LABELS},
+                           # upstream's script reads MODEL_REVISION (default main) and downloads into a local_dir the workers
+                           # load by path: dynamo:modelRevision only sets the variable
+                           revision=RevisionPin())
 VALIDATE_JOB = DownloadJob("nemotron-ultra-model-validate", versions.image("ultra-model-cache"), VALIDATE_SCRIPT, CACHE, ("/bin/bash", "-lc"),
                            container="validate", hf_token=False, read_only=True, backoff_limit=0, image_pull_policy="IfNotPresent",
                            labels={"app.kubernetes.io/name": "nemotron-ultra-model-validate", **CACHE_JOB_LABELS})

@@ -10,6 +10,12 @@ the old id resolves to its successor) are not claimed by any target, so they are
 ``metadata.namespace``, Pulumi's own annotations/labels, comments and key order,
 with the placeholders ``your-storage-class-name`` and ``your-image-pull-secret``
 standing for the configured storage class and pull secret.
+
+The model-cache Jobs may depart from upstream in exactly two recorded ways, each taken back out before comparing and
+anything else a difference: the hardening (``stacks.serving.hardening``) and, when ``dynamo:modelRevision`` is set, the
+revision pin of each download Job that takes one (``engine.RevisionPin`` on its ``DownloadJob``: the ``MODEL_REVISION``
+env var and the listed script edits). Without a revision the Jobs are upstream's; ``check`` with ``render_pinned``
+also compares each pinned download Job and names the ones that carry the pin (``Report.pinned_exact``).
 """
 from __future__ import annotations
 
@@ -18,12 +24,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import yaml
 
 from stacks.catalog import k8s
 from stacks.serving.hardening import without_hardening
+
+# The revision ``check`` renders the pinned download Jobs with (any valid 40-hex commit: only the departure's shape matters).
+PROBE_REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -183,6 +192,31 @@ def differences(expected: Any, got: Any, where: str = "") -> list[str]:
     return [] if expected == got else [f"{where}: upstream {expected!r:.200} != rendered {got!r:.200}"]
 
 
+def revision_pins() -> list:
+    """Every distinct ``engine.RevisionPin`` the catalog's download Jobs carry (the recorded revision departures)."""
+    from stacks.catalog import families
+
+    pins: list = []
+    for f in families().values():
+        for b in f.cache_job_builders.values():
+            pin = getattr(b, "revision", None)
+            if pin is not None and pin not in pins:
+                pins.append(pin)
+    return pins
+
+
+def without_revision_pin(rendered: dict, upstream: dict) -> dict:
+    """A rendered Job with a recorded revision pin taken out where it is exactly that pin applied to upstream's Job
+    (its listed script edits and one ``MODEL_REVISION`` env entry); anything else stays and shows as a difference."""
+    if rendered.get("kind") != "Job" or upstream.get("kind") != "Job":
+        return rendered
+    out = copy.deepcopy(rendered)
+    for pin in revision_pins():
+        if pin.undo(out, upstream):
+            break
+    return out
+
+
 def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: str | None, pull_secrets: Iterable[str]) -> list[str]:
     """Differences between the upstream objects of one file and the rendered objects (extra rendered objects are fine)."""
     got = {obj_key(d): normalize(d) for d in rendered}
@@ -193,8 +227,9 @@ def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: s
             diffs.append(f"{k[0]}/{k[1]}: not rendered")
             continue
         want = normalize(substitute_placeholders(d, storage_class, pull_secrets))
-        # The Jobs this program hardens: exactly the listed additions are allowed (stacks/serving/hardening.py), nothing else.
-        diffs += differences(want, without_hardening(got[k], want), f"{k[0]}/{k[1]}")
+        # The Jobs this program hardens and pins: exactly the recorded additions are allowed (stacks/serving/hardening.py,
+        # engine.RevisionPin), nothing else.
+        diffs += differences(want, without_revision_pin(without_hardening(got[k], want), want), f"{k[0]}/{k[1]}")
     return diffs
 
 
@@ -238,6 +273,10 @@ class Report:
     skipped: list[str] = field(default_factory=list)  # targets of our own (no upstream file): not compared
     cache_exact: list[str] = field(default_factory=list)  # "path#Kind/name" of model-cache objects rendered exactly
     cache_different: dict[str, list[str]] = field(default_factory=dict)
+    # With render_pinned: the download Jobs that carry the recorded revision pin and are otherwise exact, and those
+    # that differ beyond it.
+    pinned_exact: list[str] = field(default_factory=list)
+    pinned_different: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def files(self) -> int:
@@ -245,7 +284,14 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return self.files > 0 and self.files == len(self.exact) and not self.cache_different
+        return self.files > 0 and self.files == len(self.exact) and not self.cache_different and not self.pinned_different
+
+    def departures(self) -> Optional[str]:
+        """The recorded revision departure, named with the Jobs that carry it (None when none was compared)."""
+        if not self.pinned_exact:
+            return None
+        return (f"with dynamo:modelRevision: {len(self.pinned_exact)} download Job(s) exact but for the recorded revision pin "
+                f"(MODEL_REVISION and the script edits of engine.RevisionPin): {', '.join(self.pinned_exact)}")
 
     def summary(self) -> str:
         cache = len(self.cache_exact) + len(self.cache_different)
@@ -257,14 +303,16 @@ class Report:
 
 
 def check(render_target, ref: Path | None = None, only: Optional[str] = None, *, storage_class: Optional[str] = None,
-          pull_secrets: Iterable[str] = (), snapshot: str = "dynamo-recipes") -> Report:
+          pull_secrets: Iterable[str] = (), snapshot: str = "dynamo-recipes",
+          render_pinned: Optional[Callable[[str], list[dict]]] = None) -> Report:
     """Compare every target (or only target ``only``) with its upstream file, and the model-cache objects.
 
     Raises ``ReferenceMissing`` when there is no upstream tree. A target whose upstream file is missing
     and an in-scope upstream file without a target are failures; targets of our own are skipped (listed).
     Only the targets that follow ``snapshot`` (``Target.reference``) are compared, with ``ref`` (default: that
     snapshot's tree). With ``only``, the model-cache objects compared are those the target itself renders. ``storage_class`` and
-    ``pull_secrets``: what ``render_target`` configured in place of upstream's placeholders."""
+    ``pull_secrets``: what ``render_target`` configured in place of upstream's placeholders. ``render_pinned``: the same
+    render with ``dynamo:modelRevision`` set; each model-cache Job it changes is compared too (``Report.pinned_*``)."""
     from stacks.catalog import targets
 
     ref = require_reference(ref or snapshot_dir(snapshot))
@@ -312,4 +360,17 @@ def check(render_target, ref: Path | None = None, only: Optional[str] = None, *,
                     report.cache_different[name] = diffs
                 else:
                     report.cache_exact.append(name)
+                if render_pinned is None or k[0] != "Job":
+                    continue
+                t = next((t for t in mine if any(obj_key(o) == k for o in render(t.id))), None)
+                if t is None:
+                    continue
+                plain = next(o for o in render(t.id) if obj_key(o) == k)
+                pinned = [o for o in render_pinned(t.id) if obj_key(o) == k]
+                if pinned and pinned[0] != plain:  # the Job takes the revision
+                    diffs = compare_file([d], pinned, storage_class=storage_class, pull_secrets=pull_secrets)
+                    if diffs:
+                        report.pinned_different[name] = diffs
+                    else:
+                        report.pinned_exact.append(name)
     return report

@@ -58,7 +58,7 @@ def cmd_fidelity(args) -> int:
     """Exit 0 only when every compared upstream file and model-cache object is exact; 1 on a difference, a target
     whose upstream file is missing or an upstream file without a target; 2 when there is no upstream tree."""
     from stacks.cli import fidelity
-    from stacks.program.render import render_target
+    from stacks.program.render import render_config, render_target
 
     if args.target and args.target not in catalog.targets():
         raise ConfigError(unknown_target(args.target))
@@ -67,7 +67,8 @@ def cmd_fidelity(args) -> int:
     snapshots = [catalog.targets()[args.target].reference] if args.target else \
         [s for s in fidelity.SNAPSHOTS if any(t.reference == s for t in catalog.targets().values())]
     try:
-        reports = [fidelity.check(render_target, only=args.target, snapshot=s) for s in snapshots]
+        pinned = lambda tid: render_config({"target": tid, "modelRevision": fidelity.PROBE_REVISION})  # noqa: E731
+        reports = [fidelity.check(render_target, only=args.target, snapshot=s, render_pinned=pinned) for s in snapshots]
     except fidelity.ReferenceMissing as e:
         raise CliError(f"fidelity: {e}") from None
     for report in reports:
@@ -89,7 +90,13 @@ def _print_fidelity(report, verbose: bool) -> None:
         print(f"DIFF {name}: {len(diffs)}")
         for d in diffs[:shown]:
             print("   ", d)
-    print(report.summary())
+    for name, diffs in report.pinned_different.items():
+        print(f"DIFF {name} with dynamo:modelRevision: {len(diffs)}")
+        for d in diffs[:shown]:
+            print("   ", d)
+    if report.departures():
+        print(report.departures())
+    print(report.summary())  # last: what a script tailing the output reads
 
 
 def unknown_target(tid: str) -> str:

@@ -139,15 +139,15 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         paused = apply_to_dgd(dgd, cfg.paused, scaling)
 
     if cfg.model_revision:
-        pinned = 0
+        # Each download Job that takes a revision says how (catalog data: engine.RevisionPin, the departure from upstream
+        # the fidelity check allows); without dynamo:modelRevision the Jobs stay upstream's and fetch the default branch.
+        pins = catalog.revision_pins(t)
         for job in jobs:
-            for c in job["spec"]["template"]["spec"]["containers"]:
-                if any("MODEL_REVISION" in a for a in (c.get("args") or []) + (c.get("command") or [])):
-                    c.setdefault("env", []).append({"name": "MODEL_REVISION", "value": cfg.model_revision})
-                    pinned += 1
-        if not pinned:
+            if job["metadata"]["name"] in pins:
+                pins[job["metadata"]["name"]].apply(job, cfg.model_revision)
+        if not pins:
             raise ConfigError(f"{NS}:modelRevision: {cfg.model_revision!r} cannot be applied: the {t.model} download Job takes no revision "
-                              "(supported: nemotron-3-ultra)")
+                              f"(supported: {', '.join(catalog.revision_models())})")
     if cfg.fabric_profile:
         from stacks.serving.fabric import apply_profile
         from stacks.registry.gpus import efa_per_gpu as _efa_per_gpu

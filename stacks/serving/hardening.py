@@ -17,7 +17,8 @@ What the images need (so that hardening does not break them):
   and fsGroup makes volumes that support ownership management group-writable.
 
 The DGD's workers keep exactly what upstream sets (fidelity). The model-cache Jobs are compared with upstream too:
-``stacks.cli.fidelity`` allows exactly the additions listed here (``ADDED_*``) and nothing else.
+``stacks.cli.fidelity`` allows exactly the additions listed here and, with ``dynamo:modelRevision``, the revision pin
+each download Job records (``stacks.catalog.engine.RevisionPin``), nothing else.
 """
 from __future__ import annotations
 
