@@ -242,15 +242,25 @@ def _cfg(path: Path) -> dict:
     return {k.split(":", 1)[1]: v for k, v in yaml.safe_load(path.read_text())["config"].items()}
 
 
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+DIGEST = "@sha256:" + "d" * 64
+RUNTIME = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-nemotron-3.5-lightning-dev.2"
+
+
+def _pin_release(path: Path) -> None:
+    """What a release into staging or prod carries: every image by digest and the model's commit."""
+    _set_release(path, images={"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0-nemotron-3.5-lightning-dev.1" + DIGEST},
+                 modelRevision=REVISION)
+
+
 def test_clean_promotion_copies_release_keys_and_keeps_environment(stacks_dir, capsys):
     dev, stg = stacks_dir / "Pulumi.h100-disagg.yaml", stacks_dir / "Pulumi.h100-disagg-staging.yaml"
-    _set_release(dev, images={"VllmDecodeWorker": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-nemotron-3.5-lightning-dev.2"},
-                 modelRevision="0123456789abcdef0123456789abcdef01234567")
+    _set_release(dev, images={"*": RUNTIME + DIGEST, "VllmDecodeWorker": "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "e" * 64},
+                 modelRevision=REVISION)
     # staging has a stale override that the release no longer carries
-    _set_release(stg, images={"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0@sha256:" + "a" * 64})
+    _set_release(stg, images={"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0@sha256:" + "a" * 64})
     before_text, before = stg.read_text(), _cfg(stg)
 
-    # the committed schema has no modelRevision key yet: check the file edit, not the render
     old, new = plan_promotion("h100-disagg", "h100-disagg-staging", stacks_dir)
     assert old == before_text
     got = {k.split(":", 1)[1]: v for k, v in yaml.safe_load(new)["config"].items()}
@@ -263,16 +273,17 @@ def test_clean_promotion_copies_release_keys_and_keeps_environment(stacks_dir, c
     assert new.splitlines()[: len(header)] == header  # comments at the top kept
     assert stg.read_text() == before_text  # planning writes nothing
 
-    # through the CLI (without modelRevision, which this schema does not accept yet): dry run, then --yes
-    dev.write_text(dev.read_text().replace("  dynamo:modelRevision: 0123456789abcdef0123456789abcdef01234567\n", ""))
+    # through the CLI: dry run, then --yes; the revision reaches the Lightning download Job
     assert cli(["promote", "--from", "h100-disagg", "--to", "h100-disagg-staging", "--root", str(stacks_dir)]) == 0
     out = capsys.readouterr().out
     assert "dry run" in out and stg.read_text() == before_text
-    assert "+    \"VllmDecodeWorker\": nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-nemotron-3.5-lightning-dev.2" in out
-    assert "`spec.components[VllmDecodeWorker].podTemplate.spec.containers[main].image: nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0@sha256:" in out
+    assert "+    \"VllmDecodeWorker\": nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "e" * 64 in out
+    assert "`spec.components[Frontend].podTemplate.spec.containers[main].image: nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0@sha256:" in out
+    assert REVISION in out and "MODEL_REVISION" in out
     assert cli(["promote", "--from", "h100-disagg", "--to", "h100-disagg-staging", "--root", str(stacks_dir), "--yes"]) == 0
     after = _cfg(stg)
-    assert after["images"] == {"VllmDecodeWorker": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-nemotron-3.5-lightning-dev.2"}
+    assert after["images"] == {"*": RUNTIME + DIGEST, "VllmDecodeWorker": "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "e" * 64}
+    assert after["modelRevision"] == REVISION
     assert {k: after.get(k) for k in ENV} == {k: before.get(k) for k in ENV}
     # idempotent
     assert cli(["promote", "--from", "h100-disagg", "--to", "h100-disagg-staging", "--root", str(stacks_dir)]) == 0
@@ -303,6 +314,52 @@ def test_floating_value_is_refused(stacks_dir, capsys, key, value, needle):
     assert prod.read_text() == before
 
 
+@pytest.mark.parametrize("dst", ["h100-disagg-staging", "h100-disagg-prod"])
+def test_promotion_to_staging_or_prod_refuses_an_image_given_only_by_tag(stacks_dir, capsys, dst):
+    """Into staging or prod, promotion records digests: an image set by tag, or a component left to the catalog's
+    tag, is refused with the key, the value and the digest form to write; promote cannot resolve the tag itself."""
+    dev, path = stacks_dir / "Pulumi.h100-disagg.yaml", stacks_dir / f"Pulumi.{dst}.yaml"
+    _set_release(dev, images={"VllmDecodeWorker": RUNTIME}, modelRevision=REVISION)
+    before = path.read_text()
+    rc = cli(["promote", "--from", "h100-disagg", "--to", dst, "--root", str(stacks_dir), "--yes"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and out == "" and path.read_text() == before
+    env = dst.rsplit("-", 1)[1]
+    assert (f"dynamo:images.VllmDecodeWorker = '{RUNTIME}' is a tag without a digest: a {env} stack records image digests; "
+            "set dynamo:images.VllmDecodeWorker: nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:<64 hex> "
+            f"(or {RUNTIME}@sha256:<64 hex>)") in err
+    assert "no registry access" in err
+    catalog_tag = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0-nemotron-3.5-lightning-dev.1"
+    for comp in ("Frontend", "VllmPrefillWorker"):  # left to the catalog, whose image is a tag
+        assert f"dynamo:images.{comp} is not set, so {comp} runs the catalog's '{catalog_tag}', a tag without a digest" in err
+    # the same release by digest is promoted
+    dev.write_text(dev.read_text().replace(f'    "VllmDecodeWorker": {RUNTIME}\n', f'    "*": {RUNTIME}{DIGEST}\n'))
+    assert cli(["promote", "--from", "h100-disagg", "--to", dst, "--root", str(stacks_dir), "--yes"]) == 0, capsys.readouterr().err
+    assert _cfg(path)["images"] == {"*": RUNTIME + DIGEST}
+
+
+def test_promotion_to_staging_or_prod_refuses_a_model_without_a_revision(stacks_dir, capsys):
+    dev = stacks_dir / "Pulumi.h100-disagg.yaml"
+    _set_release(dev, images={"*": RUNTIME + DIGEST})
+    with pytest.raises(PromotionError, match=r"dynamo:modelRevision is not set: the download Job fetches the model's default branch"):
+        plan_promotion("h100-disagg", "h100-disagg-prod", stacks_dir)
+    # a dev-level destination is not a release: tags and the default branch are promoted as before
+    shutil.copy(dev, stacks_dir / "Pulumi.h100-disagg-copy.yaml")
+    (stacks_dir / "Pulumi.h100-disagg-copy.yaml").write_text(dev.read_text().replace(DIGEST, ""))
+    plan_promotion("h100-disagg-copy", "h100-disagg", stacks_dir)
+
+
+def test_environment_is_the_rule_ci_applies():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stack_kind", ROOT / ".github" / "stack_kind.py")
+    stack_kind = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stack_kind)
+    names = [p.name[len("Pulumi."):-len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml")] + ["a-prod", "a-staging", "prod", "a-production"]
+    assert {n: review.environment(n) for n in names} == {n: stack_kind.environment(n) for n in names}
+    assert {review.environment(n) for n in names} == {"dev", "staging", "prod"}
+
+
 def test_pinned_values_are_not_floating():
     assert floating_values({
         "images": {"a": "nvcr.io/x/y:1.4.0", "b": "nvcr.io/x/y@sha256:" + "b" * 64, "c": "host:5000/y:1.0"},
@@ -317,6 +374,7 @@ def test_environment_keys_never_copied(stacks_dir):
     # the dev stack sets every environment key differently from prod
     dev.write_text(dev.read_text() + "  dynamo:replicas:\n    Frontend: 9\n  dynamo:wait:\n    enabled: false\n"
                    "  dynamo:hfTokenSecretName: dev-token\n  dynamo:createNamespace: false\n")
+    _pin_release(dev)
     before = _cfg(prod)
     _, new = plan_promotion("h100-disagg", "h100-disagg-prod", stacks_dir)
     got = {k.split(":", 1)[1]: v for k, v in yaml.safe_load(new)["config"].items()}
@@ -330,9 +388,17 @@ def test_unknown_stack_is_refused(stacks_dir):
 
 
 def test_committed_promotion_examples_are_at_the_dev_release():
+    """The committed chain carries the dev stack's release keys; it names images by the catalog's tags and no model
+    revision, so promoting it into staging or prod is refused until the dev stack records digests and a commit."""
+    dev = _cfg(ROOT / "Pulumi.h100-disagg.yaml")
     for env in ("staging", "prod"):
-        old, new = plan_promotion("h100-disagg", f"h100-disagg-{env}", ROOT)
-        assert {k: v for k, v in yaml.safe_load(new)["config"].items()} == yaml.safe_load(old)["config"]
+        got = _cfg(ROOT / f"Pulumi.h100-disagg-{env}.yaml")
+        assert {k: got.get(k) for k in review.RELEASE_KEYS} == {k: dev.get(k) for k in review.RELEASE_KEYS}
+        with pytest.raises(PromotionError) as e:
+            plan_promotion("h100-disagg", f"h100-disagg-{env}", ROOT)
+        for comp in ("Frontend", "VllmPrefillWorker", "VllmDecodeWorker"):
+            assert f"dynamo:images.{comp} is not set" in str(e.value)
+        assert "dynamo:modelRevision is not set" in str(e.value)
 
 
 # --------------------------------------------------------------------------- promotion edge cases (unknown keys, fabricProfile, secrets)
@@ -351,6 +417,7 @@ def test_every_config_key_is_release_or_environment():
 def test_chart_versions_are_not_copied_and_fabric_profile_is(stacks_dir, capsys):
     dev, stg = stacks_dir / "Pulumi.h100-disagg.yaml", stacks_dir / "Pulumi.h100-disagg-staging.yaml"
     _set_release(dev, chartVersions={"dynamo-platform": "1.5.0"}, fabricProfile="aws-efa")
+    _pin_release(dev)
     # the h100 disagg recipe is on EFA already: the profile is accepted and changes nothing but the key
     _, new = plan_promotion("h100-disagg", "h100-disagg-staging", stacks_dir)
     got = {k.split(":", 1)[1]: v for k, v in yaml.safe_load(new)["config"].items()}
@@ -447,7 +514,7 @@ def test_serve_stacks_promote_release_keys_per_entry_by_name(tmp_path, capsys):
     top = "  dynamo:hfTokenSecretName: hf-token-secret\n"
     _serve_stack(tmp_path / "Pulumi.s-dev.yaml", [
         {"name": "chat", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "dev",
-         "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-x.2"},
+         "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-x.2" + DIGEST}, "modelRevision": REVISION,
          "overrides": {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}}}}}], top)
     _serve_stack(tmp_path / "Pulumi.s-prod.yaml", [
         {"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "prod", "replicas": {"Frontend": 2}},
@@ -459,10 +526,16 @@ def test_serve_stacks_promote_release_keys_per_entry_by_name(tmp_path, capsys):
     assert text.startswith("# comment kept\n") and "  # entries below\n" in text
     chat, legacy = yaml.safe_load(text)["config"]["dynamo:serve"]
     assert chat == {"name": "chat", "namespace": "prod", "replicas": {"Frontend": 2}, "target": "lightning-vllm-disagg-h100-dspark",
-                    "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-x.2"},
+                    "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-x.2" + DIGEST}, "modelRevision": REVISION,
                     "overrides": {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}}}}}
     assert legacy == {"name": "legacy", "target": "lightning-vllm-agg-h100-mtp", "namespace": "prod-legacy"}
     assert "max-num-seqs" in out  # the rendered-object diff shows the override reaching prod
+    # the entry only prod has (legacy, catalog tags) is not promoted, so it is not checked; a promoted entry by tag is
+    _serve_stack(tmp_path / "Pulumi.s-dev.yaml", [{"name": "chat", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "dev",
+                                                   "modelRevision": REVISION}], top)
+    assert cli(["promote", "--from", "s-dev", "--to", "s-prod", "--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "dynamo:serve[chat].images.VllmDecodeWorker is not set" in err and "serve[legacy]" not in err
 
 
 @pytest.mark.parametrize("dst_serve, needle", [

@@ -14,6 +14,11 @@ cluster, replicas, storage, secrets...) and its comments. It refuses floating or
 (an image that ``stacks.spec.config.image_problem`` rejects: no tag, a moving tag such as ``latest``,
 ``nightly`` or ``main``, whitespace; a model revision that is not a valid git name or is a branch)
 and a result the program would reject (``stacks.program.build_program``), before printing anything.
+Into a staging or production stack (``environment``: a name ending ``-staging`` or ``-prod``, the rule CI applies in
+``.github/stack_kind.py``) it records digests, not tags: every DGD container image must carry ``@sha256:<64 hex>``,
+whether ``dynamo:images`` names it or the catalog's default does, and ``modelRevision`` must be set (unset, the download
+Job fetches the default branch). It cannot resolve a tag to a digest itself (no registry access): the message names the
+key, the value and the form to write.
 Its output never carries a plain-text value of a secret-looking key (``hfToken``, ``kubeconfig``,
 ``*token*``, ``*password*``...): such lines are shown redacted.
 
@@ -433,6 +438,12 @@ _SECRET_NAME = re.compile(r"(token|secret|passw|credential|api[-_]?key|private[-
 _NOT_SECRET = frozenset({"hfTokenSecretName", "imagePullSecrets"})
 
 
+def environment(stack: str) -> str:
+    """``prod``, ``staging`` or ``dev``: the environment a stack belongs to, by its name, as CI decides it
+    (``.github/stack_kind.py`` ``environment``; tests/test_review.py keeps the two in step)."""
+    return "prod" if stack.endswith("-prod") else "staging" if stack.endswith("-staging") else "dev"
+
+
 class PromotionError(ValueError):
     """A floating value or a stack that cannot be promoted; the message names the key and value."""
 
@@ -542,6 +553,41 @@ def floating_values(cfg: dict[str, Any]) -> list[str]:
     return bad
 
 
+def _digest_fix(key: str, ref: str) -> str:
+    name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
+    return (f"set {key}: {name}@sha256:<64 hex> (or {name}:{tag}@sha256:<64 hex>); promote cannot resolve a tag "
+            f"to its digest (it has no registry access): read it where the registry is reachable, e.g. "
+            f"`crane digest {ref}` or `docker buildx imagetools inspect {ref}`")
+
+
+def unpinned_release(program, env: str, entries: Optional[set] = None) -> list[str]:
+    """Messages for what a ``staging``/``prod`` stack would run without a pin: each DGD container image without a
+    digest (named by the ``dynamo:images`` key that sets it, or that would), and an entry without ``modelRevision``.
+    ``entries``: in a ``dynamo:serve`` stack, the names of the entries promoted (the others are not checked)."""
+    bad: list[str] = []
+    for e in program.entries:
+        if entries is not None and e.name not in entries:
+            continue
+        prefix = f"{NS}:" if e.key == NS else f"{NS}:serve[{e.name}]."
+        images = dict(e.cfg.images or {})
+        for comp in e.plan.dgd["spec"]["components"]:
+            for c in comp["podTemplate"]["spec"]["containers"]:
+                ref = c.get("image", "")
+                if "@" in ref:
+                    continue
+                set_by = comp["name"] if comp["name"] in images else "*" if "*" in images else None
+                key = f"{prefix}images.{set_by or comp['name']}"
+                what = f"{key} = {ref!r} is a tag without a digest" if set_by else \
+                    f"{key} is not set, so {comp['name']} runs the catalog's {ref!r}, a tag without a digest"
+                msg = f"{what}: a {env} stack records image digests; {_digest_fix(key, ref)}"
+                if msg not in bad:
+                    bad.append(msg)
+        if not e.cfg.model_revision:
+            bad.append(f"{prefix}modelRevision is not set: the download Job fetches the model's default branch, which moves; "
+                       f"a {env} stack records the checkpoint: set it to a 40-hex commit (or a version tag)")
+    return bad
+
+
 def _key_of(full: str) -> Optional[str]:
     return full[len(NS) + 1:] if full.startswith(NS + ":") else None
 
@@ -639,6 +685,16 @@ def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str
     got = _config(new_text)
     if got != want:
         raise PromotionError(f"internal: promoted {dp.name} does not parse to the expected config: {got!r} != {want!r}")
+    env = environment(dst)
+    if env != "dev":
+        try:
+            program = _program_raw(_dynamo(got), dst)
+        except ConfigError:
+            program = None  # cmd_promote refuses a result that would not deploy, with the program's own message
+        promoted = {e["name"] for e in src_cfg["serve"]} if serve is not None else None
+        bad = unpinned_release(program, env, promoted) if program is not None else []
+        if bad:
+            raise PromotionError(f"refusing to promote {src} -> {dst}:\n  " + "\n  ".join(bad))
     return dst_text, new_text
 
 
@@ -692,14 +748,19 @@ def replace_entry(text: str, full_key: str, value: Any) -> str:
     return "".join(head) + "".join(t for _, t in out) + "".join(tail)
 
 
-def _render_raw(raw: dict[str, Any], stack: str) -> list[dict]:
-    """The serving objects ``pulumi up`` of ``stack`` would create from this config, through the same
-    ``build_program`` (every serving, cluster and secret check) that ``up`` and ``render --stack`` run."""
+def _program_raw(raw: dict[str, Any], stack: str):
+    """The program ``pulumi up`` of ``stack`` would run from this config: the same ``build_program`` (every serving,
+    cluster and secret check) that ``up`` and ``render --stack`` run."""
     from stacks.program import build_program
     from stacks.program.render import split_secrets
 
     plain, secret = split_secrets(raw)
-    return build_program(plain, stack, secret).objects()
+    return build_program(plain, stack, secret)
+
+
+def _render_raw(raw: dict[str, Any], stack: str) -> list[dict]:
+    """The serving objects ``pulumi up`` of ``stack`` would create from this config."""
+    return _program_raw(raw, stack).objects()
 
 
 def cmd_promote(args) -> int:
