@@ -44,8 +44,8 @@ def test_against_the_snapshot_ultra_follows_nothing_drifts(next_tree):
     deprecated = sorted(t.id for t in catalog.targets().values() if t.successor and t.model == "nemotron-3-ultra")
     assert [l.split(": ")[1] for l in _kind(lines, "deprecated (not drift)")] == deprecated
     assert lines[0].endswith("(model folders compared: nemotron-3-ultra)")
-    assert lines[-1] == (f"drift: no drift: 0 added, 0 removed, 0 renamed, 0 changed, {len(final)} exact; "
-                         f"{len(deprecated)} deprecated and 0 known renames listed (not drift)")
+    assert lines[-1] == (f"drift: no drift: 0 added, 0 removed, 0 renamed, 0 changed, 0 unsure, {len(final)} exact; "
+                         f"{len(deprecated)} deprecated, 0 legacy and 0 known renames listed (not drift)")
 
 
 def test_against_the_frozen_snapshot_the_final_ultra_profiles_it_lacks_are_reported():
@@ -115,3 +115,68 @@ def test_platform_pins_are_the_chart_and_subcharts_of_dynamo_next(next_tree):
     assert (pin["version"], pin["grove"], pin["kai-scheduler"]) == (chart["version"], deps["grove"], deps["kai-scheduler"])
     spec = dynamo_platform(grove=True, kai_scheduler=True)
     assert spec.version == chart["version"] and spec.values["global"]["grove"]["install"] is True
+
+
+# --------------------------------------------------------------------------- upstream main: legacy targets and renames
+
+def _upstream_main(tmp_path: Path, next_tree: Path) -> Path:
+    """Upstream main as the reference data reconstructs it: the frozen snapshot without the files its INDEX.md marks as
+    deleted or renamed by the later upstream PR (their copies are the first layout's), with dynamo-next's model folders
+    in place of the frozen ones."""
+    tree = tmp_path / "recipes"
+    shutil.copytree(FROZEN, tree)
+    status = fidelity.index_status(FROZEN)
+    gone = [p for p, st in status.items() if "by PR #13370" in st]
+    assert gone, "the frozen snapshot's INDEX.md names the files upstream main dropped or renamed"
+    for p in gone:
+        (tree / p).unlink()
+    for model in (d for d in next_tree.iterdir() if d.is_dir() and (FROZEN / d.name).is_dir()):
+        for f in model.rglob("deploy*.yaml"):
+            dest = tree / f.relative_to(next_tree)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, dest)
+    return tree, gone
+
+
+def test_against_upstream_main_the_legacy_targets_are_listed_and_nothing_drifts(next_tree, tmp_path):
+    tree, gone = _upstream_main(tmp_path, next_tree)
+    report = drift.compare(tree, __import__("stacks.program.render", fromlist=["render_target"]).render_target)
+    legacy = {tid for tid, _, _ in report.legacy}
+    marked = {t.id for t in catalog.targets().values() if t.legacy}
+    # the targets whose file upstream main no longer has are exactly the ones the catalog marks legacy
+    assert legacy == marked == {t.id for t in catalog.targets().values() if t.upstream in gone}
+    assert not report.drifted, "\n".join(report.lines(None))
+    rc, lines = _run(tree)
+    assert rc == 0 and len(_kind(lines, "legacy (not drift): ")) == len(marked), "\n".join(lines)
+
+
+def test_a_legacy_target_warns_at_render_and_up():
+    t = next(t for t in catalog.targets().values() if t.legacy)
+    _, warning = catalog.resolve(t.id)
+    assert warning and t.legacy in warning and "legacy" in warning
+    out = subprocess.run([sys.executable, "-m", "stacks", "render", "--target", t.id], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and "warning:" in out.stderr and t.legacy in out.stderr
+
+
+def test_a_same_folder_file_for_another_gpu_is_not_taken_for_a_rename(tmp_path):
+    """A removed target and an added file of its folder pair only when GPU, topology, speculative method and context
+    agree: the file of another GPU (product label changed) is a candidate of an UNSURE entry, never its rename."""
+    tree = tmp_path / "recipes"
+    shutil.copytree(FROZEN, tree)
+    t = next(t for t in catalog.targets().values() if t.upstream and not t.legacy and not t.successor and t.reference == "dynamo-recipes"
+             and t.upstream.startswith("nemotron-3.5-lightning/vllm/") and t.gpu == "h100")
+    src = tree / t.upstream
+    moved = src.parent.parent / (src.parent.name + "-renamed") / src.name
+    moved.parent.mkdir()
+    text = src.read_text()
+    src.unlink()
+    # the same recipe under a new folder name: a rename
+    moved.write_text(text)
+    r = drift.compare(tree, __import__("stacks.program.render", fromlist=["render_target"]).render_target)
+    assert [(tid, new) for tid, _, new, _ in r.renamed] == [(t.id, str(moved.relative_to(tree)))], "\n".join(r.lines(None))
+    # the same file for another GPU product: not a rename
+    assert "NVIDIA-H100-80GB-HBM3" in text
+    moved.write_text(text.replace("NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"))
+    r = drift.compare(tree, __import__("stacks.program.render", fromlist=["render_target"]).render_target)
+    assert not r.renamed and [(tid, c) for tid, _, c in r.unsure] == [(t.id, [str(moved.relative_to(tree))])], "\n".join(r.lines(None))
+    assert r.drifted

@@ -112,6 +112,9 @@ def resolve(tid: str) -> tuple[Optional[Target], Optional[str]]:
     if t.successor:
         return t, (f"target {tid!r} is deprecated: upstream dropped this recipe (it still renders its last published file); "
                    f"its successor is {t.successor!r} (see README 'Upgrading Dynamo')")
+    if t.legacy:
+        return t, (f"target {tid!r} {t.legacy}; it still renders that published file, which upstream no longer maintains "
+                   f"(`dynamo-stacks drift` lists it as legacy)")
     return t, None
 
 

@@ -12,7 +12,7 @@ from stacks import registry
 from stacks.registry import versions
 from stacks.catalog import k8s
 from stacks.catalog.engine import DownloadJob, RevisionPin
-from stacks.catalog.lightning_base import CACHE, DRAFT_SUFFIX, MODEL, PERF_FIRST, PERF_MAIN, REPO, frontend, gpu_worker
+from stacks.catalog.lightning_base import CACHE, DRAFT_SUFFIX, LEGACY_FIRST_LAYOUT, MODEL, PERF_FIRST, PERF_MAIN, REPO, frontend, gpu_worker
 from stacks.catalog.lightning_trtllm import AGG as TRTLLM_AGG, TRTLLM_TARGETS
 from stacks.catalog.model import ModelFamily, Perf, Target
 from stacks.catalog.ops import FRONTEND, WORKERS, Append, Op, Set
@@ -245,6 +245,7 @@ def _vllm(dirname: str, gpu: str, topology: str, spec: str, precision: str, toke
         model=MODEL, runtime="vllm", gpu=gpu, topology=topology, spec=spec, routing=routing, precision=precision, fabric=fabric,
         shape="1P1D" if topology == "disagg" else None,
         profile="current" if perf_source == PERF_MAIN else "legacy",
+        legacy=LEGACY_FIRST_LAYOUT if perf_source == PERF_FIRST else None,
         dgd_name=dgd or f"vllm-{dirname}", family=f"vllm-{topology}",
         params={"spec_tokens": tokens, "synthetic_al": al, **params}, ops=ops,
         perf=Perf(*perf, source=perf_source) if perf else None,

@@ -15,6 +15,11 @@ REPO = {"nvfp4": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", "bf16": "
 DRAFT_SUFFIX = {"dflash": "-DFlash", "dspark": "-DSpark"}
 PERF_MAIN = "nemotron-3.5-lightning/perf/README.md@b08b769"
 PERF_FIRST = "nemotron-3.5-lightning/perf/README.md@70d2ef4"
+# The targets that follow the first published layout (ai-dynamo/dynamo PR #13021, commit 70d2ef4), which upstream main
+# replaced in PR #13370 (commit b08b769: files renamed to -bf16 variants or deleted; shared/reference/dynamo-recipes
+# INDEX.md status column). The project's documents name them, so the catalog keeps them, marked.
+LEGACY_FIRST_LAYOUT = ("follows the first upstream layout (ai-dynamo/dynamo PR #13021); upstream main replaced it in PR #13370 "
+                       "(renamed to a -bf16 variant or dropped)")
 CACHE = Cache(claim=k8s.CACHE_PVC, mount="/model-cache", size="140Gi")
 
 FRONTEND_ENV = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 from stacks.registry import versions
 from stacks.catalog import k8s
 from stacks.catalog.engine import Component, Recipe, shm
-from stacks.catalog.lightning_base import FRONTEND, MODEL, PERF_FIRST, PERF_MAIN, REPO, SHM, WORKER
+from stacks.catalog.lightning_base import FRONTEND, LEGACY_FIRST_LAYOUT, MODEL, PERF_FIRST, PERF_MAIN, REPO, SHM, WORKER
 from stacks.catalog.model import Perf, Target
 
 ENGINE_CONFIG_HEAD = """backend: pytorch
@@ -94,6 +94,7 @@ def _trtllm(dirname: str, gpu: str, spec: str, precision: str, perf: tuple | Non
         upstream=f"nemotron-3.5-lightning/trtllm/{dirname}/deploy.yaml",
         model=MODEL, runtime="trtllm", gpu=gpu, topology="agg", spec=spec, routing="round-robin", precision=precision, fabric="none",
         profile="current" if perf_source == PERF_MAIN else "legacy",
+        legacy=LEGACY_FIRST_LAYOUT if perf_source == PERF_FIRST else None,
         dgd_name=dgd or f"trtllm-{dirname}", family="trtllm-agg",
         params={"repo": REPO[precision], "engine_config": engine_config(gpu, spec, precision)},
         experimental=True,

@@ -55,6 +55,9 @@ class Target:
     source: Optional[str] = None  # repo, path and commit of that file, where the snapshot holds files of several origins
     # Deprecated: upstream dropped the recipe; the target still renders it, and `up` warns and names this successor id.
     successor: Optional[str] = None
+    # Legacy: the target follows a layout upstream main has since replaced (its file renamed or dropped there), kept
+    # because the project's documents name it; why, and what replaced it. `render` and `up` warn; `drift` lists it.
+    legacy: Optional[str] = None
 
     def axis(self, name: str) -> Optional[str]:
         return getattr(self, name)

@@ -10,9 +10,14 @@ holds are compared, so a partial checkout compares what it has. For those models
   differing fields; a renamed object counts its name as one field);
 * CHANGED: a target whose file DIR holds, with every field that differs (as ``stacks fidelity`` compares them).
 
+A REMOVED target is paired with an added file only when the two agree on GPU product, topology (DGD component types),
+speculative method and context length (``signature``); same-folder files that disagree are listed as candidates of an
+UNSURE entry, which is drift.
+
 Not drift, listed as such: targets the catalog marks deprecated because upstream dropped them (``Target.successor``),
-and upstream paths the catalog marks renamed (``ModelFamily.renamed_paths``: the old id already resolves to the new
-target). Exit 0 when nothing drifted, 1 when anything did, 2 when DIR is missing or holds no catalog model.
+targets the catalog marks legacy whose file DIR lacks (``Target.legacy``: a layout upstream main replaced, kept on
+purpose), and upstream paths the catalog marks renamed (``ModelFamily.renamed_paths``: the old id already resolves to
+the new target). Exit 0 when nothing drifted, 1 when anything did, 2 when DIR is missing or holds no catalog model.
 """
 from __future__ import annotations
 
@@ -40,10 +45,12 @@ class Drift:
     exact: list[str] = field(default_factory=list)  # target ids
     deprecated: list[tuple[str, str, bool]] = field(default_factory=list)  # (target id, successor, file still upstream)
     known_renames: list[tuple[str, str]] = field(default_factory=list)  # (old path, new path) present in DIR
+    legacy: list[tuple[str, str, str]] = field(default_factory=list)  # (target id, its path DIR lacks, why it is kept)
+    unsure: list[tuple[str, str, list[str]]] = field(default_factory=list)  # (target id, its path, candidate new paths)
 
     @property
     def drifted(self) -> bool:
-        return bool(self.added or self.removed or self.renamed or self.changed)
+        return bool(self.added or self.removed or self.renamed or self.changed or self.unsure)
 
     def lines(self, shown: Optional[int] = 8) -> list[str]:
         out = [f"drift vs {self.upstream} (model folders compared: {', '.join(self.models)})"]
@@ -53,13 +60,16 @@ class Drift:
             out.append(f"RENAMED upstream: target {tid}: {old} -> {new}; {len(fields)} field(s) differ" + _fields(fields, shown))
         for tid, (path, fields) in self.changed.items():
             out.append(f"CHANGED {tid} ({path}): {len(fields)} field(s) differ" + _fields(fields, shown))
+        out += [f"UNSURE: target {tid} follows {p}, which {self.upstream} lacks; same-folder file(s) {', '.join(c)} differ in GPU, "
+                f"topology, speculative method or context, so none is taken for its rename" for tid, p, c in self.unsure]
         out += [f"deprecated (not drift): {tid}: upstream dropped it{'' if present else ' (file gone)'}; successor {succ}"
                 for tid, succ, present in self.deprecated]
+        out += [f"legacy (not drift): {tid}: {p} is gone upstream; the target {why}" for tid, p, why in self.legacy]
         out += [f"renamed, already followed (not drift): {old} -> {new}" for old, new in self.known_renames]
         verdict = "drifted" if self.drifted else "no drift"
         out.append(f"drift: {verdict}: {len(self.added)} added, {len(self.removed)} removed, {len(self.renamed)} renamed, "
-                   f"{len(self.changed)} changed, {len(self.exact)} exact; {len(self.deprecated)} deprecated and "
-                   f"{len(self.known_renames)} known renames listed (not drift)")
+                   f"{len(self.changed)} changed, {len(self.unsure)} unsure, {len(self.exact)} exact; {len(self.deprecated)} "
+                   f"deprecated, {len(self.legacy)} legacy and {len(self.known_renames)} known renames listed (not drift)")
         return out
 
 
@@ -83,6 +93,41 @@ def field_paths(diffs: list[str]) -> list[str]:
 def _shape(docs: list[dict]) -> list[list]:
     """The DGDs' component types in order: a renamed recipe keeps its topology (Frontend + worker, or prefill + decode)."""
     return [[c.get("type") for c in (d.get("spec") or {}).get("components") or []] for d in docs if d.get("kind") == "DynamoGraphDeployment"]
+
+
+def _strings(x) -> list[str]:
+    """Every string of an object tree; a list of strings also as one space-joined string (flag and value)."""
+    if isinstance(x, dict):
+        return [s for v in x.values() for s in _strings(v)]
+    if isinstance(x, list):
+        joined = [" ".join(x)] if x and all(isinstance(v, str) for v in x) else []
+        return joined + [s for v in x for s in _strings(v)]
+    return [x] if isinstance(x, str) else []
+
+
+def _gpu_products(x) -> set[str]:
+    """The ``nvidia.com/gpu.product`` values a tree selects (node affinity expressions and node selectors)."""
+    out: set[str] = set()
+    if isinstance(x, dict):
+        if x.get("key") == "nvidia.com/gpu.product":
+            out |= {str(v) for v in x.get("values") or []}
+        if "nvidia.com/gpu.product" in x and isinstance(x["nvidia.com/gpu.product"], str):
+            out.add(x["nvidia.com/gpu.product"])
+        for v in x.values():
+            out |= _gpu_products(v)
+    elif isinstance(x, list):
+        for v in x:
+            out |= _gpu_products(v)
+    return out
+
+
+def signature(docs: list[dict]) -> tuple:
+    """What a rename keeps: the GPU products selected, the DGDs' component types, the speculative method(s) (``method``
+    in a speculative config) and the context length(s) (``--max-model-len``)."""
+    text = [s for d in docs for s in _strings(d)]
+    methods = {m for s in text for m in re.findall(r'"method"\s*:\s*"([A-Za-z0-9_-]+)"', s)}
+    lengths = {n for s in text for n in re.findall(r"--max-model-len[= ]+(\d+)", s)}
+    return (tuple(sorted(_gpu_products(docs))), _shape(docs), tuple(sorted(methods)), tuple(sorted(lengths)))
 
 
 def _align(upstream_docs: list[dict], rendered: list[dict]) -> tuple[list[dict], list[str]]:
@@ -138,6 +183,8 @@ def compare(upstream: Path, render_target: Callable[[str], list[dict]]) -> Drift
         present = (upstream / t.upstream).is_file()
         if t.successor:
             report.deprecated.append((t.id, t.successor, present))
+        elif t.legacy and not present:
+            report.legacy.append((t.id, t.upstream, t.legacy))
         elif not present:
             missing.append(t)
         else:
@@ -147,13 +194,20 @@ def compare(upstream: Path, render_target: Callable[[str], list[dict]]) -> Drift
             else:
                 report.exact.append(t.id)
     for t in missing:
-        shape = _shape(rendered.setdefault(t.id, render_target(t.id)))
-        same_dir = [p for p in added if p.split("/")[:2] == t.upstream.split("/")[:2] and _shape(fidelity.load_docs(upstream / p)) == shape]
-        scored = sorted(((len(diffs(t, p)), p) for p in same_dir))
+        mine_sig = signature(rendered.setdefault(t.id, render_target(t.id)))
+        folder = [p for p in added if p.split("/")[:2] == t.upstream.split("/")[:2]]
+        same = [p for p in folder if signature(fidelity.load_docs(upstream / p)) == mine_sig]
+        scored = sorted(((len(diffs(t, p)), p) for p in same))
         if scored and scored[0][0] <= RENAME_MAX_FIELDS:
             path = scored[0][1]
             report.renamed.append((t.id, t.upstream, path, diffs(t, path)))
             added.remove(path)
+        elif folder and not same:
+            near = [p for p in folder if signature(fidelity.load_docs(upstream / p))[1] == mine_sig[1]]
+            if near:
+                report.unsure.append((t.id, t.upstream, near))
+            else:
+                report.removed.append((t.id, t.upstream))
         else:
             report.removed.append((t.id, t.upstream))
     report.added = added

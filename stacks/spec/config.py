@@ -741,7 +741,7 @@ def deprecation_warnings(cfg: StackConfig) -> list[str]:
     if cfg.target:
         return [f"{NS}:target: {w}" for w in [resolve(cfg.target)[1]] if w]
     t = select_target(cfg)
-    if t.successor:
+    if t.successor or t.legacy:
         return [f"{NS}: {resolve(t.id)[1]} (selected by the config's axes)"]
     old = sorted(o for o, n in renamed().items() if n == t.id)
     if old:
