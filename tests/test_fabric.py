@@ -3,6 +3,8 @@ import json
 
 import pytest
 
+import aws_reference
+from stacks.registry import GPUS
 from stacks.spec.config import ConfigError
 from stacks.program.render import render_config
 
@@ -10,6 +12,11 @@ from stacks.program.render import render_config
 def workers(objs):
     dgd = next(o for o in objs if o["kind"] == "DynamoGraphDeployment")
     return [c for c in dgd["spec"]["components"] if c["type"] in ("prefill", "decode")]
+
+
+def reference_efa_per_gpu(gpu: str) -> int:
+    """EFA devices per GPU of the GPU's default instance (stacks/registry GPUS), from the reference's AWS facts."""
+    return aws_reference.efa_per_gpu(GPUS[gpu].instance)
 
 
 def kv_config(main):
@@ -23,10 +30,11 @@ def kv_config(main):
 
 def test_efa_profile_on_an_infiniband_recipe():
     objs = render_config({"gpu": "h200", "topology": "disagg", "fabricProfile": "aws-efa"})
+    per_gpu = reference_efa_per_gpu("h200")  # p5en.48xlarge (the H200 default): 16 EFA / 8 GPU
     for w in workers(objs):
         main = w["podTemplate"]["spec"]["containers"][0]
         for part in ("requests", "limits"):
-            assert main["resources"][part]["vpc.amazonaws.com/efa"] == "2"  # p5en.48xlarge (H200 default): 16 EFA / 8 GPU, 1 GPU
+            assert main["resources"][part]["vpc.amazonaws.com/efa"] == str(per_gpu * int(main["resources"][part]["nvidia.com/gpu"]))
             assert "rdma/ib" not in main["resources"][part]
         assert kv_config(main)["kv_connector_extra_config"]["backends"] == ["LIBFABRIC"]
         env = {e["name"]: e.get("value") for e in main["env"]}
@@ -38,15 +46,18 @@ def test_efa_count_follows_the_workers_gpu_count():
     objs = render_config({"model": "nemotron-3-ultra", "gpu": "h200", "topology": "disagg", "fabricProfile": "aws-efa"})
     for w in workers(objs):
         res = w["podTemplate"]["spec"]["containers"][0]["resources"]
-        assert res["limits"]["vpc.amazonaws.com/efa"] == str(2 * int(res["limits"]["nvidia.com/gpu"]))
+        assert res["limits"]["vpc.amazonaws.com/efa"] == str(reference_efa_per_gpu("h200") * int(res["limits"]["nvidia.com/gpu"]))
 
 
-@pytest.mark.parametrize("gpu, per_gpu", [("h200", 2), ("b200", 1)])
-def test_efa_devices_per_gpu_come_from_the_instance(gpu, per_gpu):
+@pytest.mark.parametrize("model, gpu", [("nemotron-3-ultra", "h200"), ("nemotron-3-ultra", "b200"), ("nemotron-3.5-lightning", "h100")])
+def test_efa_devices_per_gpu_come_from_the_instance(model, gpu):
+    """Each worker requests its GPUs times the EFA devices per GPU the reference states for the GPU's default instance
+    (p5.48xlarge 4, p5en.48xlarge 2, p6-b200.48xlarge 1)."""
     from stacks.registry.gpus import efa_per_gpu
 
+    per_gpu = reference_efa_per_gpu(gpu)
     assert efa_per_gpu(gpu) == per_gpu
-    objs = render_config({"model": "nemotron-3-ultra", "gpu": gpu, "topology": "disagg", "fabricProfile": "aws-efa"})
+    objs = render_config({"model": model, "gpu": gpu, "topology": "disagg", "fabricProfile": "aws-efa"})
     for w in workers(objs):
         res = w["podTemplate"]["spec"]["containers"][0]["resources"]
         assert res["limits"]["vpc.amazonaws.com/efa"] == str(per_gpu * int(res["limits"]["nvidia.com/gpu"]))

@@ -4,6 +4,7 @@ from typing import get_args
 
 import pytest
 
+import aws_reference
 from stacks import catalog, registry
 from stacks.registry import gpus
 from stacks.catalog.model import AXES
@@ -45,6 +46,27 @@ def test_gpus_reference_the_instance_data_without_copying_it():
         assert (shape.gpu, shape.product, shape.kubernetes_arch) == (g.id, g.label, g.arch), g
         assert gpus.default_shape(g.id) is shape and g.instance in gpus.HOSTS, g
     assert gpus.DEFAULT_INSTANCE == {g.id: g.instance for g in registry.GPUS.values() if g.instance}
+
+
+@pytest.mark.parametrize("instance_type", sorted(gpus.INSTANCES))
+def test_instance_data_is_the_aws_reference(instance_type):
+    """Every instance of stacks/registry/gpus.py has the GPUs, network cards, EFA interfaces, EFA devices per GPU and
+    architecture the reference's AWS facts state (aws/FACTS.md, each row with its source). Where the reference does
+    not state the EFA layout (p6e-gb200: to be read from DescribeInstanceTypes), the product must mark its own layout
+    unverified (preflight then checks it against NetworkInfo.NetworkCards)."""
+    shape, facts = gpus.INSTANCES[instance_type], aws_reference.instance(instance_type)
+    ours = (shape.gpus_per_node, shape.network_cards, shape.arch, shape.gpu.upper())
+    assert ours == (facts.gpus, facts.network_cards, facts.arch, facts.gpu_model), (
+        f"{instance_type}: (GPUs, network cards, arch, GPU) {ours} in stacks/registry/gpus.py, "
+        f"{(facts.gpus, facts.network_cards, facts.arch, facts.gpu_model)} in {aws_reference.FACTS} ({facts.source})")
+    if facts.efa_interfaces is None:
+        assert not shape.verified, f"{instance_type}: {aws_reference.FACTS} does not confirm an EFA layout ({facts.source})"
+        return
+    assert shape.verified
+    assert (shape.efa_interfaces, shape.efa_per_gpu) == (facts.efa_interfaces, facts.efa_per_gpu), (
+        f"{instance_type}: {shape.efa_interfaces} EFA interfaces ({shape.efa_per_gpu} per GPU) in stacks/registry/gpus.py, "
+        f"{facts.efa_interfaces} ({facts.efa_per_gpu} per GPU) in {aws_reference.FACTS} ({facts.source})")
+    assert len(set(shape.efa_cards)) == shape.efa_interfaces and all(0 <= c < facts.network_cards for c in shape.efa_cards)
 
 
 def test_a_gpu_without_instance_data_is_refused_by_name(monkeypatch):

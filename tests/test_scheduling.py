@@ -1,17 +1,20 @@
 """Every catalog target's workers fit its cluster: GPU/EFA/RDMA requests, affinity, tolerations.
 
-The oracle is independent of the product: the GPU nodes are written here from the instance data
-(stacks/registry/gpus.py: GPUs per node, EFA devices, product label, architecture) and the taint is spelled
-literally, never read back from what the target tolerates. A typo in a toleration the catalog renders
-therefore makes these tests fail (checked by mutating ``stacks/catalog/k8s.py GPU_TOLERATION``)."""
+The oracle is independent of the product: the GPU nodes are written here from the AWS instance facts of the reference
+data (aws/FACTS.md through tests/aws_reference.py: GPUs per instance, EFA interfaces, architecture; only the
+``nvidia.com/gpu.product`` label and the instance type a GPU defaults to come from stacks/registry) and the taint is
+spelled literally, never read back from what the target tolerates. A typo in a toleration the catalog renders
+therefore makes these tests fail (checked by mutating ``stacks/catalog/k8s.py GPU_TOLERATION``), and so does a wrong
+instance figure in stacks/registry/gpus.py (checked by halving p5.48xlarge's EFA cards)."""
 
 import math
 
 import pytest
 
+import aws_reference
 from stacks import catalog, registry
 from stacks.cluster import NodeShape
-from stacks.registry.gpus import DEFAULT_INSTANCE, INSTANCES
+from stacks.registry.gpus import DEFAULT_INSTANCE
 from stacks.cluster.scheduling import SYSTEM, check_target, default_shapes
 
 TARGETS = catalog.targets()
@@ -31,7 +34,7 @@ PRESENT_TARGETS = {
     "ultra-vllm-agg-gb200-agentic-1M-kv-router", "ultra-vllm-agg-gb200-agentic-256K-kv-router",
     "ultra-vllm-disagg-gb200-agentic-1M", "ultra-vllm-disagg-gb200-agentic-256K",
 }
-# Interconnect capacity each fabric's nodes advertise (device plugins): EFA from the instance data; the
+# Interconnect capacity each fabric's nodes advertise (device plugins): EFA from the reference's instance facts; the
 # InfiniBand/GKE/nscale clusters' RDMA resources as those clusters' device plugins name them.
 GKE_RDMA = {f"networking.gke.io.networks/rdma-{i}{s}": 1 for i in range(4) for s in ("", ".IP")}
 
@@ -42,21 +45,22 @@ EXISTING_GPUS_PER_NODE = 8
 
 
 def literal_gpu_node(t) -> NodeShape:
-    """The GPU node a target's cluster offers, from the instance data (or, for a GPU registered without any, its
-    registry label and arch on an eight-GPU node) and the literal taint only."""
-    if t.gpu in DEFAULT_INSTANCE:
-        inst = INSTANCES[DEFAULT_INSTANCE[t.gpu]]
-        product, arch, per_node = inst.product, {"x86_64": "amd64", "arm64": "arm64"}[inst.arch], inst.gpus_per_node
-        extra = {"node.kubernetes.io/instance-type": inst.instance_type}
+    """The GPU node a target's cluster offers: its default instance's GPUs, EFA interfaces and architecture from the
+    reference's AWS facts (or, for a GPU registered without an instance, its registry label and arch on an eight-GPU
+    node), the GPU's product label, and the literal taint only."""
+    instance_type = DEFAULT_INSTANCE.get(t.gpu)
+    g = registry.GPUS[t.gpu]
+    if instance_type:
+        facts = aws_reference.instance(instance_type)
+        arch, per_node = facts.kubernetes_arch, facts.gpus
+        extra = {"node.kubernetes.io/instance-type": instance_type}
     else:
-        g = registry.GPUS[t.gpu]
-        product, arch, per_node, extra = g.label, g.arch, EXISTING_GPUS_PER_NODE, {}
-        inst = None
-    labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.present": "true", "kubernetes.io/arch": arch,
+        arch, per_node, extra = g.arch, EXISTING_GPUS_PER_NODE, {}
+    labels = {"nvidia.com/gpu.product": g.label, "nvidia.com/gpu.present": "true", "kubernetes.io/arch": arch,
               "kubernetes.io/os": "linux", **extra}
     capacity = {"nvidia.com/gpu": per_node}
     if t.fabric == "aws-efa":
-        capacity["vpc.amazonaws.com/efa"] = len(inst.efa_cards)
+        capacity["vpc.amazonaws.com/efa"] = aws_reference.efa_interfaces(instance_type)
         labels["vpc.amazonaws.com/efa.present"] = "true"
     elif t.fabric == "infiniband":
         capacity["rdma/ib"] = 1000
@@ -97,6 +101,33 @@ def test_eks_node_group_carries_the_literal_taint(tid):
     plan = build_cluster_plan("check", default_eks_config(t), t)
     expected = PRESENT_TAINT if tid in PRESENT_TARGETS else GPU_TAINT
     assert plan.gpu_pools[0].nodegroup["taints"] == [{**expected, "effect": "NO_SCHEDULE"}]
+
+
+@pytest.mark.parametrize("tid", sorted(tid for tid, t in TARGETS.items() if t.fabric in ("aws-efa", "none") and t.gpu in DEFAULT_INSTANCE))
+def test_eks_gpu_node_group_offers_the_instances_gpus_and_efa(tid):
+    """The GPU node group the program plans on EKS (its node shape and launch template) has the GPUs and, on an EFA
+    target, the EFA interfaces the reference states for its instance type: a wrong figure in stacks/registry/gpus.py
+    sizes the node group and its launch template wrongly even where the workers still fit."""
+    from stacks.cluster import build_cluster_plan
+    from stacks.cluster.scheduling import default_eks_config
+
+    t = TARGETS[tid]
+    plan = build_cluster_plan("check", default_eks_config(t), t)
+    instance_type = DEFAULT_INSTANCE[t.gpu]
+    facts = aws_reference.instance(instance_type)
+    ng, lt = plan.gpu_pools[0].nodegroup, plan.launch_template  # a Capacity Block node group names it in its template
+    assert ng.get("instance_types", [lt.get("instance_type")]) == [instance_type], (ng, lt.get("instance_type"))
+    capacity = plan.gpu_shape.capacity
+    assert capacity["nvidia.com/gpu"] == facts.gpus, (instance_type, capacity, facts)
+    assert plan.gpu_shape.labels["kubernetes.io/arch"] == facts.kubernetes_arch
+    efa = [n for n in plan.launch_template.get("network_interfaces", []) if n.get("interface_type") in ("efa", "efa-only")]
+    if t.fabric == "aws-efa" or efa or "vpc.amazonaws.com/efa" in capacity:
+        want = aws_reference.efa_interfaces(instance_type)
+        assert capacity.get("vpc.amazonaws.com/efa") == want, (f"{instance_type}: the node group advertises "
+                                                               f"{capacity.get('vpc.amazonaws.com/efa')} EFA devices, "
+                                                               f"{aws_reference.FACTS} states {want} ({facts.source})")
+        assert len(efa) == want, f"{instance_type}: the launch template attaches {len(efa)} EFA interfaces, {aws_reference.FACTS} states {want}"
+        assert len({n["network_card_index"] for n in efa}) == want and max(n["network_card_index"] for n in efa) < facts.network_cards
 
 
 def test_mismatched_product_label_is_reported_with_target_and_field():
