@@ -144,12 +144,13 @@ def test_compare_reports_each_difference():
 def _fidelity(monkeypatch, capsys, *argv, recipes=None, reference=None):
     from stacks.__main__ import main
 
+    # The reference root stays the one the tests use ($DYNAMO_REFERENCE, else ../shared/reference; its other snapshots,
+    # e.g. dynamo-next, are still read) unless the test names another; ``recipes`` overrides the recipe tree only.
+    root = fidelity.reference_root() if reference is None else reference
     monkeypatch.delenv("DYNAMO_RECIPES_DIR", raising=False)
-    monkeypatch.delenv("DYNAMO_REFERENCE", raising=False)
+    monkeypatch.setenv("DYNAMO_REFERENCE", str(root))
     if recipes is not None:
         monkeypatch.setenv("DYNAMO_RECIPES_DIR", str(recipes))
-    if reference is not None:
-        monkeypatch.setenv("DYNAMO_REFERENCE", str(reference))
     rc = main(["fidelity", *argv])
     out = capsys.readouterr()
     return rc, out.out, out.err

@@ -1,7 +1,6 @@
 """The optional observability layer (stacks/observe/observability.py, components/observability.py)."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -13,8 +12,8 @@ from stacks.observe.observability import (
     dcgm_for, grafana_interpolate, pod_monitor_scrape_configs, selector_matches,
 )
 from stacks.registry.versions import versions
+from conftest import reference_file  # the reference data: $DYNAMO_REFERENCE, else ../shared/reference
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
 TARGET = "lightning-vllm-disagg-h100-dspark"
 EKS = {"target": TARGET, "namespace": "serve", "cluster": {"mode": "eks"}}
 
@@ -84,7 +83,7 @@ def test_grafana_reads_configmaps_of_its_namespace_and_no_secret():
 def _upstream_worker_expressions() -> list[tuple[str, str, tuple[str, ...]]]:
     """The platform chart's newest ``dynamo-worker`` selector as the reference facts file records it
     (shared/reference/dynamo-next/OPERATOR-LABELS.md, section 3 table row, source P)."""
-    row = next(line for line in (REF / "dynamo-next" / "OPERATOR-LABELS.md").read_text().splitlines()
+    row = next(line for line in reference_file("dynamo-next/OPERATOR-LABELS.md").read_text().splitlines()
                if line.startswith("| `dynamo-worker` |"))
     selector = row.split("|")[2]
     out = []
@@ -243,7 +242,7 @@ def test_monitors_are_valid_against_the_reference_crd_schema():
     """Every field we set exists in the Prometheus Operator v0.93.0 CRD schema (the pinned chart's CRD set)."""
     plan = build_observability(_obs(), serving_namespace="serve", dgd_name="g", nvidia_stack="gpu-operator")
     for m in plan.monitors:
-        crd = yaml.safe_load((REF / "crds" / "monitoring" / f"monitoring.coreos.com_{m['kind'].lower()}s.yaml").read_text())
+        crd = yaml.safe_load(reference_file(f"crds/monitoring/monitoring.coreos.com_{m['kind'].lower()}s.yaml").read_text())
         schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
 
         def walk(value, sch, path):
