@@ -360,8 +360,78 @@ def test_job_wait_times_out_when_the_download_never_completes(kube, workspace, w
         stack.workspace.remove_stack(stack.name, force=True)
 
 
+DGD_KIND = "DynamoGraphDeployment"  # kubernetes:nvidia.com/<version>:DynamoGraphDeployment, whichever version the CRD serves
+
+
+class EngineEvents:
+    """The engine events of one `up` (``on_event``), collected from its thread, with what a test waits on."""
+
+    def __init__(self):
+        import threading
+
+        self._lock, self._events = threading.Lock(), []
+
+    def __call__(self, event):
+        with self._lock:
+            self._events.append(event)
+
+    def all(self) -> list:
+        with self._lock:
+            return list(self._events)
+
+    def count(self) -> int:  # (no __len__: the Automation API tests `if on_event:`, and an empty log would be falsy)
+        return len(self.all())
+
+    @staticmethod
+    def _urn(e):
+        if e.resource_pre_event:
+            return e.resource_pre_event.metadata.urn
+        if e.res_outputs_event:
+            return e.res_outputs_event.metadata.urn
+        if e.res_op_failed_event:
+            return e.res_op_failed_event.metadata.urn
+        return e.diagnostic_event.urn if e.diagnostic_event else None
+
+    @classmethod
+    def _type(cls, e) -> str:  # urn:pulumi:<stack>::<project>::<parent types$>type::<name>
+        parts = (cls._urn(e) or "").split("::")
+        return parts[-2].split("$")[-1] if len(parts) >= 4 else ""
+
+    def of_kind(self, kind: str) -> list[tuple[int, object]]:
+        """(index, event) of the step and diagnostic events of the Kubernetes objects of that kind, in order."""
+        return [(i, e) for i, e in enumerate(self.all())
+                if self._type(e).startswith("kubernetes:") and self._type(e).rsplit(":", 1)[-1] == kind]
+
+    @staticmethod
+    def describe(e) -> str:
+        if e.resource_pre_event:
+            return f"step {e.resource_pre_event.metadata.op.value} begins"
+        if e.res_outputs_event:
+            return f"step {e.res_outputs_event.metadata.op.value} done"
+        if e.res_op_failed_event:
+            return "step failed"
+        d = e.diagnostic_event
+        return f"{d.severity}{' (status)' if d.ephemeral else ''}: {d.message.strip()[:200]}"
+
+    def last(self, kind: str, n: int = 8) -> str:
+        """The last events of that kind's objects, for a failure message (or the types seen when there is none)."""
+        seen = [self.describe(e) for _, e in self.of_kind(kind)]
+        types = sorted({self._type(e) for e in self.all()} - {""})
+        return "; ".join(seen[-n:]) or f"no event of any {kind} ({self.count()} engine events in all, of {types})"
+
+
+def _awaits_ready(e) -> bool:
+    """A status message of the Kubernetes provider's ``pulumi.com/waitFor`` await of a Ready condition, before the
+    condition holds (pulumi-kubernetes provider/pkg/await/condition/kubectl.go: "Has no .status.conditions", "Resource
+    has condition Ready=False (want True)"); "Skipping await logic" (immediate.go) is the opposite."""
+    d = e.diagnostic_event
+    return bool(d) and (".status.conditions" in d.message or "has condition Ready=" in d.message)
+
+
 def test_dgd_wait_follows_the_ready_condition(kube, workspace, wffc_storage_class):
-    """With the DGD wait on, `up` returns only once the DGD reports Ready (set here as the operator would)."""
+    """With the DGD wait on, `up` returns only once the DGD reports Ready (set here as the operator would). No fixed
+    sleep: the engine's own events show the provider awaiting the DGD's Ready condition while the DGD's step is still
+    open, and the step ends only after the Ready status is written."""
     import threading
     import time
 
@@ -370,29 +440,49 @@ def test_dgd_wait_follows_the_ready_condition(kube, workspace, wffc_storage_clas
                       wait={"enabled": True, "job": False, "dgdTimeout": "180s"})
     stack = make_stack(workspace, ns, cfg)
     result: dict = {}
+    events = EngineEvents()
 
     def run_up():
         try:
-            result["up"] = stack.up(on_output=None)
+            result["up"] = stack.up(on_output=None, on_event=events)
         except Exception as exc:  # reported below
             result["error"] = exc
 
-    try:
-        t = threading.Thread(target=run_up)
-        t.start()
-        name = "vllm-agg-h100-dspark"
-        deadline = time.time() + 120
-        while time.time() < deadline and kubectl(kube, "get", "dgd", name, "-n", ns, check=False).returncode != 0:
-            time.sleep(1)
-        time.sleep(3)
-        assert t.is_alive(), f"up returned before the DGD was Ready: {result}"
+    def set_ready(check=True):  # as the operator would
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "AllReady", "message": "test", "lastTransitionTime": now}]}}
-        kubectl(kube, "patch", "dgd", name, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+        kubectl(kube, "patch", "dgd", name, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps(status), check=check)
+
+    def dgd_step_done() -> list[int]:
+        return [i for i, e in events.of_kind(DGD_KIND) if e.res_outputs_event or e.res_op_failed_event]
+
+    t, name = threading.Thread(target=run_up), "vllm-agg-h100-dspark"
+    try:
+        t.start()
+        deadline, waiting = time.monotonic() + 150, False
+        while not waiting:
+            assert not dgd_step_done(), f"up ended the DGD's step before it was Ready: {events.last(DGD_KIND)}"
+            assert t.is_alive(), f"up returned before the DGD was Ready: {result}; DGD events: {events.last(DGD_KIND)}"
+            assert time.monotonic() < deadline, (f"no sign within 150 s that up awaits the DGD's Ready condition; "
+                                                 f"last DGD events: {events.last(DGD_KIND)}")
+            waiting = any(_awaits_ready(e) for _, e in events.of_kind(DGD_KIND)) and \
+                kubectl(kube, "get", "dgd", name, "-n", ns, check=False).returncode == 0
+            if not waiting:
+                time.sleep(0.2)
+        # The provider is awaiting Ready on the DGD that exists: up must still be running, the DGD's step open.
+        assert t.is_alive() and not dgd_step_done(), f"{result}; DGD events: {events.last(DGD_KIND)}"
+        patched_at = events.count()
+        set_ready()
         t.join(timeout=150)
         assert not t.is_alive() and "error" not in result, result
         assert result["up"].summary.result == "succeeded"
+        done = dgd_step_done()
+        assert done and min(done) >= patched_at, (f"the DGD's step ended at engine event {done}, before the Ready "
+                                                  f"status was written (event {patched_at}): {events.last(DGD_KIND)}")
     finally:
+        if t.is_alive():  # a failed assertion above: let the up end (Ready) before the destroy takes the stack's lock
+            set_ready(check=False)
+            t.join(timeout=200)
         stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)
 
@@ -833,15 +923,17 @@ def test_simulated_cluster_up_completes_the_download_job(kube, workspace, simula
     t = threading.Thread(target=run_up)
     try:
         t.start()
-        pod, deadline = None, time.time() + 180
+        pod, seen, deadline = None, "no pod", time.time() + 180
         while time.time() < deadline:
             out = kubectl(kube, "get", "pods", "-n", ns, "-l", "job-name=model-download", "-o", "json", check=False)
             items = json.loads(out.stdout or "{}").get("items", []) if out.returncode == 0 else []
+            if items:
+                seen = f"{items[0]['metadata']['name']} on {items[0]['spec'].get('nodeName')}: {items[0].get('status', {}).get('phase')}"
             if items and items[0]["spec"].get("nodeName") and items[0].get("status", {}).get("phase") == "Succeeded":
                 pod = items[0]
                 break
             time.sleep(1)
-        assert pod, f"the download Job's pod did not complete: {result}"
+        assert pod, f"the download Job's pod did not complete within 180 s (last seen: {seen}): {result}"
         node = json.loads(kubectl(kube, "get", "node", pod["spec"]["nodeName"], "-o", "json").stdout)
         assert node["metadata"]["labels"]["dynamo.nvidia.com/pool"] == "system"
         t.join(timeout=240)
