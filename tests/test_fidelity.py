@@ -4,6 +4,8 @@ The upstream tree: $DYNAMO_RECIPES_DIR, else $DYNAMO_REFERENCE/dynamo-recipes, e
 ../shared/reference/dynamo-recipes. Renders use a configured storage class and pull
 secret, which stand for upstream's placeholders.
 """
+import re
+
 import pytest
 
 from conftest import REFERENCE_SETUP, missing
@@ -203,7 +205,10 @@ def test_missing_upstream_file_of_a_target_fails_and_target_reports_only_that_ta
 
     rc, out, _ = _fidelity(monkeypatch, capsys, "--target", "lightning-vllm-agg-h100-dspark", recipes=tree)
     assert rc == 0, out
-    assert out.splitlines() == ["with dynamo:modelRevision: 1 download Job(s) exact but for the recorded revision pin "
+    assert out.splitlines() == ["compile caches on the model-cache volume: 1 vLLM worker container(s) in 1 upstream file(s) exact "
+                                "but for VLLM_CACHE_ROOT and TRITON_CACHE_DIR (and, where the cache is mounted read-only, its "
+                                "compile-cache mount) of stacks.serving.compile_cache",
+                                "with dynamo:modelRevision: 1 download Job(s) exact but for the recorded revision pin "
                                 "(MODEL_REVISION and the script edits of engine.RevisionPin): "
                                 "nemotron-3.5-lightning/model-cache/model-download.yaml#Job/model-download",
                                 "fidelity (lightning-vllm-agg-h100-dspark): 1/1 upstream deploy files exact, "
@@ -243,6 +248,12 @@ def test_full_check_is_exact(snapshot):
     assert len(report.exact) == len([p for p in SCOPE if p.values[0] == snapshot]) == len(followers)
     ours = sorted(t.id for t in catalog.targets().values() if t.reference == snapshot and not t.upstream)  # targets of our own
     assert report.cache_exact and report.skipped == ours
+    # the compile caches: the one recorded departure of the DGDs, on every vLLM worker container, counted in the report
+    workers = sum(1 for t in followers if t.runtime == "vllm"
+                  for comp in next(d for d in catalog.recipe_objects(t) if d["kind"] == "DynamoGraphDeployment")["spec"]["components"]
+                  for c in comp["podTemplate"]["spec"]["containers"] if (c.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu"))
+    assert workers and sum(report.compile_cache.values()) == workers
+    assert f"compile caches on the model-cache volume: {workers} vLLM worker container(s)" in report.departures()
 
 
 # --------------------------------------------------------------------------- dynamo:modelRevision: the one recorded departure of the download Jobs
@@ -293,3 +304,50 @@ def test_the_revision_departure_is_exactly_the_env_var_and_the_listed_script_edi
     c = job["spec"]["template"]["spec"]["containers"][0]
     c["args"] = [c["args"][0] + "echo extra\n"]
     assert fidelity.compare_file(up, pinned, storage_class=STORAGE_CLASS, pull_secrets=PULL)
+
+
+# --------------------------------------------------------------------------- compile caches: the one recorded departure of the DGD's workers
+
+@needs_reference
+@pytest.mark.parametrize("snapshot,tid", [("dynamo-recipes", "lightning-vllm-agg-h100-dspark"),  # replaced in the container
+                                          ("dynamo-recipes", "ultra-vllm-agg-b200-agentic-256k-mtp"),  # over spec.env, read-only cache
+                                          ("dynamo-next", "ultra-vllm-disagg-h200-agentic-256K"),  # over spec.env, two workers
+                                          ("dynamo-recipes", "motif3-vllm-agg-b200-chat")])  # added
+def test_the_compile_cache_departure_is_taken_out_exactly_and_counted(monkeypatch, snapshot, tid):
+    from stacks.serving import compile_cache as cc
+
+    t = catalog.targets()[tid]
+    up = fidelity.load_docs(_tree(snapshot) / t.upstream)
+    got = _render(tid)
+    dgd = next(d for d in got if d["kind"] == "DynamoGraphDeployment")
+    workers = [(comp["name"], c) for comp in dgd["spec"]["components"] for c in comp["podTemplate"]["spec"]["containers"]
+               if (c.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu")]
+    compiled: dict = {}
+    assert not fidelity.compare_file(up, got, storage_class=STORAGE_CLASS, pull_secrets=PULL, compiled=compiled)
+    assert compiled == {f"DynamoGraphDeployment/{dgd['metadata']['name']}": len(workers)} and workers
+    # not taken out, the departure is exactly the workers' env (and, on a read-only cache, their mounts)
+    with monkeypatch.context() as m:
+        m.setattr(fidelity, "without_compile_cache", lambda rendered, upstream, objects: (rendered, 0))
+        raw = fidelity.compare_file(up, got, storage_class=STORAGE_CLASS, pull_secrets=PULL)
+    fields = {re.search(r"\.containers\[\d+\]\.(env|volumeMounts)\b", d.split(":")[0]).group(1) for d in raw}
+    read_only = any(m.get("readOnly") for _, c in workers for m in c["volumeMounts"])
+    assert raw and fields == ({"env", "volumeMounts"} if read_only else {"env"}), raw
+    # a wrong path is not the step's: it stays a difference, and nothing is counted
+    for _, c in workers[:1]:
+        e = next(e for e in c["env"] if e["name"] == cc.VLLM_VAR)
+        e["value"] = e["value"].replace("/compile-cache/", "/compile-cache/x-")
+    compiled = {}
+    diffs = fidelity.compare_file(up, got, storage_class=STORAGE_CLASS, pull_secrets=PULL, compiled=compiled)
+    assert diffs and all(".env" in d or ".volumeMounts" in d for d in diffs)
+    assert sum(compiled.values()) == len(workers) - 1  # the other workers' additions are still the step's
+    # the step's exact additions beside another change: the change still fails, and only it
+    got = _render(tid)
+    dgd = next(d for d in got if d["kind"] == "DynamoGraphDeployment")
+    comp = next(comp for comp in dgd["spec"]["components"] if comp["name"] == workers[0][0])
+    comp["podTemplate"]["spec"]["containers"][0]["tty"] = True
+    diffs = fidelity.compare_file(up, got, storage_class=STORAGE_CLASS, pull_secrets=PULL)
+    assert len(diffs) == 1 and ".tty: not upstream" in diffs[0], diffs
+    # an env entry beside them changes the key the additions must have: nothing is taken out, the file differs
+    comp["podTemplate"]["spec"]["containers"][0].pop("tty")
+    comp["podTemplate"]["spec"]["containers"][0]["env"].append({"name": "EXTRA", "value": "1"})
+    assert fidelity.compare_file(up, got, storage_class=STORAGE_CLASS, pull_secrets=PULL)

@@ -182,7 +182,15 @@ def test_one_flag_change_shows_only_that_flag_for_the_affected_target_and_stack(
     assert groups == ["stack h200-disagg", "stack ultra-moving", "target lightning-vllm-disagg-h200-dspark"], r.stdout
     for g in (groups[0], groups[2]):
         block = r.stdout.split(f"### {g}\n", 1)[1].split("\n\n", 1)[0].splitlines()
-        assert block == [
+        # The flag moves each changed worker's compile caches to a new key (stacks/serving/compile_cache.py): both
+        # variables, the same target and component directory; nothing else but the flag.
+        cache = re.compile(r"  - `spec\.components\[(\w+)\]\.podTemplate\.spec\.containers\[main\]\.env\[(VLLM_CACHE_ROOT|TRITON_CACHE_DIR)\]"
+                           r"\.value: (/model-cache/compile-cache/lightning-vllm-disagg-h200-dspark/\1/)(\w+)/(\w+) -> \3(\w+)/\5`$")
+        moved = [m for m in map(cache.match, block) if m]
+        assert sorted((m.group(1), m.group(2)) for m in moved) == sorted(
+            (w, v) for w in ("VllmPrefillWorker", "VllmDecodeWorker") for v in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR")), r.stdout
+        assert all(m.group(4) != m.group(6) for m in moved)
+        assert [line for line in block if not cache.match(line)] == [
             "- **changed** `DynamoGraphDeployment/vllm-disagg-h200-dspark`",
             "  - `spec.components[VllmPrefillWorker].podTemplate.spec.containers[main].args: - --max-num-seqs 32 + --max-num-seqs 16`",
             "  - `spec.components[VllmDecodeWorker].podTemplate.spec.containers[main].args: - --max-num-seqs 32 + --max-num-seqs 16`",

@@ -11,6 +11,11 @@ the old id resolves to its successor) are not claimed by any target, so they are
 with the placeholders ``your-storage-class-name`` and ``your-image-pull-secret``
 standing for the configured storage class and pull secret.
 
+The DGD's vLLM worker containers depart in one recorded way, taken back out the same way: their compile caches on the
+model-cache volume (``stacks.serving.compile_cache``: ``VLLM_CACHE_ROOT`` and ``TRITON_CACHE_DIR`` with the paths and key
+the step computes for the target, and the writable ``compile-cache`` mount where the cache is read-only); the report
+counts the containers (``Report.compile_cache``).
+
 The model-cache Jobs may depart from upstream in exactly two recorded ways, each taken back out before comparing and
 anything else a difference: the hardening (``stacks.serving.hardening``) and, when ``dynamo:modelRevision`` is set, the
 revision pin of each download Job that takes one (``engine.RevisionPin`` on its ``DownloadJob``: the ``MODEL_REVISION``
@@ -29,6 +34,7 @@ from typing import Any, Callable, Iterable, Optional
 import yaml
 
 from stacks.catalog import k8s
+from stacks.serving import compile_cache
 from stacks.serving.hardening import without_hardening
 
 # The revision ``check`` renders the pinned download Jobs with (any valid 40-hex commit: only the departure's shape matters).
@@ -217,8 +223,25 @@ def without_revision_pin(rendered: dict, upstream: dict) -> dict:
     return out
 
 
-def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: str | None, pull_secrets: Iterable[str]) -> list[str]:
-    """Differences between the upstream objects of one file and the rendered objects (extra rendered objects are fine)."""
+def without_compile_cache(rendered: dict, upstream: dict, objects: list[dict]) -> tuple[dict, int]:
+    """A rendered DGD with exactly the compile-cache additions (``stacks.serving.compile_cache``) of the catalog target
+    that renders it taken back out, and the number of containers they were taken from; anything else stays."""
+    from stacks.catalog import family_of, targets
+
+    # The targets that may have rendered it: by DGD name, and by the target id the cache paths name (stacks drift
+    # compares a render renamed to upstream's DGD name); either way the additions must be exactly that target's.
+    name = (rendered.get("metadata") or {}).get("name")
+    named = set(re.findall(rf"/{compile_cache.SUBDIR}/([^/\"']+)/", repr(rendered)))
+    cat = targets()
+    candidates = [(t.id, t.runtime, t.gpu, family_of(t).cache.mount) for t in cat.values() if t.dgd_name == name or t.id in named]
+    configmaps = {(d.get("metadata") or {}).get("name"): d.get("data") for d in objects if d.get("kind") == "ConfigMap"}
+    return compile_cache.without_compile_cache(rendered, upstream, candidates, configmaps)
+
+
+def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: str | None, pull_secrets: Iterable[str],
+                 compiled: Optional[dict[str, int]] = None) -> list[str]:
+    """Differences between the upstream objects of one file and the rendered objects (extra rendered objects are fine).
+    ``compiled``: filled with ``Kind/name`` -> the containers the compile-cache additions were taken out of."""
     got = {obj_key(d): normalize(d) for d in rendered}
     diffs: list[str] = []
     for d in upstream:
@@ -229,7 +252,11 @@ def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: s
         want = normalize(substitute_placeholders(d, storage_class, pull_secrets))
         # The Jobs this program hardens and pins: exactly the recorded additions are allowed (stacks/serving/hardening.py,
         # engine.RevisionPin), nothing else.
-        diffs += differences(want, without_revision_pin(without_hardening(got[k], want), want), f"{k[0]}/{k[1]}")
+        # The DGD's vLLM workers: exactly the compile-cache env (and mount) of stacks/serving/compile_cache.py.
+        obj, n = without_compile_cache(got[k], want, rendered)
+        if n and compiled is not None:
+            compiled[f"{k[0]}/{k[1]}"] = n
+        diffs += differences(want, without_revision_pin(without_hardening(obj, want), want), f"{k[0]}/{k[1]}")
     return diffs
 
 
@@ -277,6 +304,8 @@ class Report:
     # that differ beyond it.
     pinned_exact: list[str] = field(default_factory=list)
     pinned_different: dict[str, list[str]] = field(default_factory=dict)
+    # Upstream deploy file -> the vLLM worker containers exact but for the compile-cache additions.
+    compile_cache: dict[str, int] = field(default_factory=dict)
 
     @property
     def files(self) -> int:
@@ -287,11 +316,18 @@ class Report:
         return self.files > 0 and self.files == len(self.exact) and not self.cache_different and not self.pinned_different
 
     def departures(self) -> Optional[str]:
-        """The recorded revision departure, named with the Jobs that carry it (None when none was compared)."""
-        if not self.pinned_exact:
-            return None
-        return (f"with dynamo:modelRevision: {len(self.pinned_exact)} download Job(s) exact but for the recorded revision pin "
-                f"(MODEL_REVISION and the script edits of engine.RevisionPin): {', '.join(self.pinned_exact)}")
+        """The recorded departures, one line each: the compile caches with the count of containers that carry them, the
+        revision pin with the Jobs that carry it (None when none was found)."""
+        lines = []
+        if self.compile_cache:
+            lines.append(f"compile caches on the model-cache volume: {sum(self.compile_cache.values())} vLLM worker container(s) "
+                         f"in {len(self.compile_cache)} upstream file(s) exact but for {compile_cache.VLLM_VAR} and "
+                         f"{compile_cache.TRITON_VAR} (and, where the cache is mounted read-only, its {compile_cache.SUBDIR} "
+                         f"mount) of stacks.serving.compile_cache")
+        if self.pinned_exact:
+            lines.append(f"with dynamo:modelRevision: {len(self.pinned_exact)} download Job(s) exact but for the recorded revision pin "
+                         f"(MODEL_REVISION and the script edits of engine.RevisionPin): {', '.join(self.pinned_exact)}")
+        return "\n".join(lines) or None
 
     def summary(self) -> str:
         cache = len(self.cache_exact) + len(self.cache_different)
@@ -338,11 +374,15 @@ def check(render_target, ref: Path | None = None, only: Optional[str] = None, *,
         if t is None:
             report.no_target.append(path)
             continue
-        diffs = compare_file(load_docs(ref / path), render(t.id), storage_class=storage_class, pull_secrets=pull_secrets)
+        compiled: dict[str, int] = {}
+        diffs = compare_file(load_docs(ref / path), render(t.id), storage_class=storage_class, pull_secrets=pull_secrets,
+                             compiled=compiled)
         if diffs:
             report.different[path] = (t.id, diffs)
         else:
             report.exact.append(path)
+            if compiled:
+                report.compile_cache[path] = sum(compiled.values())
 
     models = sorted({t.upstream.split("/")[0] for t in picked if t.upstream})
     for model in models:

@@ -422,7 +422,9 @@ ENV_KEYS = frozenset({"namespace", "createNamespace", "cluster", "replicas", "st
                       # capacity of an environment (stacks/serving/autoscaling.py): staging may be paused while prod serves
                       "paused", "autoscaling",
                       # which namespaces may reach the frontend and scrape it differs per environment
-                      "networkPolicy"})
+                      "networkPolicy",
+                      # where the workers' compile caches live is the environment's storage (stacks/serving/compile_cache.py)
+                      "compileCache"})
 # Keys a release pins and promotion copies: what selects and shapes the DGD. Every StackConfig key is
 # either here or in ENV_KEYS (a test keeps it so), and nothing else is copied: a key the program does
 # not know would make the destination fail.

@@ -181,6 +181,13 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         obj["metadata"]["namespace"] = ns
         _set_pull_secrets(obj, cfg.image_pull_secrets)
         _rename_refs(obj, own_claim=own_claim, claim=claim, hf_secret=hf_name)
+    if cfg.compile_cache.enabled:
+        # After the DGD's other edits (images, fabric, references): the cache key is taken from the containers as they
+        # run. vLLM's and Triton's caches on the model-cache volume, keyed (stacks/serving/compile_cache.py).
+        from stacks.serving.compile_cache import apply_compile_cache
+
+        apply_compile_cache(dgd, t.id, t.runtime, t.gpu, catalog.family_of(t).cache.mount,
+                            {cm["metadata"]["name"]: cm.get("data") for cm in configmaps})
 
     secret = None
     if not cfg.hf_token_secret_name:

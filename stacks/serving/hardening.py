@@ -16,7 +16,7 @@ What the images need (so that hardening does not break them):
   all file system operations using this access point", AWS::EFS::AccessPoint PosixUser, CloudFormation user guide),
   and fsGroup makes volumes that support ownership management group-writable.
 
-The DGD's workers keep exactly what upstream sets (fidelity). The model-cache Jobs are compared with upstream too:
+The DGD's workers keep exactly what upstream sets (fidelity), but for their compile caches (stacks/serving/compile_cache.py). The model-cache Jobs are compared with upstream too:
 ``stacks.cli.fidelity`` allows exactly the additions listed here and, with ``dynamo:modelRevision``, the revision pin
 each download Job records (``stacks.catalog.engine.RevisionPin``), nothing else.
 """

@@ -461,6 +461,13 @@ class NetworkPolicyConfig(_Model):
         return v
 
 
+class CompileCacheConfig(_Model):
+    """vLLM's torch.compile cache and Triton's cache on the model-cache volume (stacks/serving/compile_cache.py), on by
+    default; ``enabled: false`` keeps the recipe's in-container paths."""
+
+    enabled: bool = True
+
+
 class StackConfig(_Model):
     target: Optional[str] = None
     # The choices of every axis come from stacks/registry/__init__.py (the one registry of choices).
@@ -497,6 +504,7 @@ class StackConfig(_Model):
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)  # optional, off by default
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)  # optional, off by default
     network_policy: NetworkPolicyConfig = Field(default_factory=NetworkPolicyConfig)  # optional, off by default
+    compile_cache: CompileCacheConfig = Field(default_factory=CompileCacheConfig)  # on by default; enabled: false opts out
     # Pause: every GPU worker component at 0 replicas (frontend and cache kept); stacks/serving/autoscaling.py.
     paused: bool = False
     # Per component: minReplicas, maxReplicas, metric, target (a KEDA ScaledObject on the component's DGDSA);

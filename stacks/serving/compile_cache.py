@@ -1,0 +1,201 @@
+"""Compile caches on the model-cache volume: no vLLM worker compiles the same thing twice.
+
+Upstream's recipes keep vLLM's and Triton's caches in the container (``VLLM_CACHE_ROOT=/tmp/vllm-cache`` or
+``/tmp/vllm``, ``TRITON_CACHE_DIR=/tmp/.triton-cache`` or ``/tmp/triton``, or their defaults under ``$HOME``), so every
+new pod compiles again. ``apply_compile_cache`` points each vLLM GPU worker container's two variables at a directory on
+the model-cache volume (the family's ``Cache.mount``, which every target already mounts):
+
+    <mount>/compile-cache/<target id>/<component>/<key>/vllm     VLLM_CACHE_ROOT
+    <mount>/compile-cache/<target id>/<component>/<key>/triton   TRITON_CACHE_DIR
+
+``<key>`` is a short hash of what decides what gets compiled: the image, command and args, the container's and the
+DGD's env (but for these two variables), the data of the ConfigMaps the container reads (engine and speculative
+configs), the GPU model and the GPUs per pod. Different images, models, engine arguments or GPUs never share an entry;
+replicas of one component (and restarts) do.
+
+What the sources say:
+- ``VLLM_CACHE_ROOT`` (default ``~/.cache/vllm``) holds vLLM's torch.compile cache, ``torch_compile_cache/<hash>/rank_<i>_<j>``;
+  vLLM hashes "all the related configs (compute_hash ...), PyTorch configs ... and the model's forward function" into
+  that directory name, so vLLM itself never loads an artifact for another config (https://docs.vllm.ai/en/latest/design/torch_compile/,
+  "Compilation Cache"; the env vars that enter the key: ``vllm.envs.compile_factors``, https://docs.vllm.ai/en/latest/api/vllm/envs/).
+  Our key is on top of vLLM's: it keeps targets, images and GPUs in separate trees (an image upgrade starts a new tree
+  instead of growing an old one) and lets a cache be deleted per target and component.
+- ``TRITON_CACHE_DIR`` holds the Triton kernels JIT-compiled at run time (e.g. the TRITON_ATTN attention backend some
+  recipes select, fused MoE kernels); Triton keys each kernel by its source, options and target GPU.
+- Concurrent first starts: vLLM takes no lock on the cache. Replicas starting together may each compile (the wasted
+  work is the first start's only); vllm-project/vllm#24601 reported artifacts clobbered by concurrent writers, fixed by
+  saving standalone_compile artifacts as single "binary" files written atomically (write + rename), the default since
+  vllm-project/vllm#27616 (merged); a write lock (vllm-project/vllm#26521) was proposed and closed unmerged. The
+  versions of vLLM inside the recipes' vllm-runtime images are not checked here. A later start reads the finished
+  entries; an entry is only read back when vLLM's own hash matches.
+- The DGD's ``spec.env`` "is prepended to every component's environment. Component-specific env entries with the same
+  name take precedence" (DynamoGraphDeployment CRD v1beta1, ``spec.env``: /work/shared/reference/crds/
+  nvidia.com_dynamographdeployments.yaml), so the container-level entries set here win over a DGD-level value
+  (Ultra's ``SCRATCH_ENV``); an entry the container already has is replaced in place (one entry per name).
+- Where a worker mounts the model cache read-only (Ultra: ``/opt/models``, ``readOnly: true``), the container also gets
+  the same volume's ``compile-cache`` directory mounted writable at ``<mount>/compile-cache`` (``subPath``); the model
+  stays read-only.
+
+TensorRT-LLM targets get nothing: ``trtllm-serve`` (lightning_trtllm.py) does not read ``VLLM_CACHE_ROOT``, and
+their engine configs turn on no torch.compile (``torch_compile_config`` unset), so there is no torch.compile cache to
+move; the recipe's ``TRITON_CACHE_DIR=/tmp/.triton-cache`` is kept as upstream has it (moving it too is a possible
+extension; it holds only the Triton kernels the engine JIT-compiles).
+
+The DGD CRD also has ``components[].compilationCache`` (a PVC the operator mounts at a backend default path); it is not
+used: it takes a PVC of its own, keys nothing by image or arguments, and leaves the paths to the operator's version.
+
+Opt out per stack entry: ``dynamo:compileCache: {enabled: false}`` (the recipe's values are kept). ``stacks.cli.fidelity``
+takes exactly these additions back out (``without_compile_cache``) and lists the containers that carry them.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any, Iterable, Optional
+
+VLLM_VAR = "VLLM_CACHE_ROOT"
+TRITON_VAR = "TRITON_CACHE_DIR"
+VARS = (VLLM_VAR, TRITON_VAR)
+SUBDIR = "compile-cache"
+KEY_LENGTH = 12
+RUNTIMES = ("vllm",)  # the runtimes whose workers read VLLM_CACHE_ROOT (TensorRT-LLM: see the module docstring)
+
+
+def _gpus(container: dict) -> int:
+    res = container.get("resources") or {}
+    for part in ("limits", "requests"):
+        n = (res.get(part) or {}).get("nvidia.com/gpu")
+        if n:
+            return int(n)
+    return 0
+
+
+def _configmap_names(container: dict, pod: dict) -> list[str]:
+    names = {e["valueFrom"]["configMapKeyRef"]["name"] for e in container.get("env") or []
+             if isinstance(e.get("valueFrom"), dict) and "configMapKeyRef" in e["valueFrom"]}
+    names |= {s["configMapRef"]["name"] for s in container.get("envFrom") or [] if "configMapRef" in s}
+    mounted = {m.get("name") for m in container.get("volumeMounts") or []}
+    names |= {v["configMap"]["name"] for v in pod.get("volumes") or [] if "configMap" in v and v.get("name") in mounted}
+    return sorted(names)
+
+
+def cache_key(container: dict, pod: dict, spec_env: Iterable[dict], gpu: str, configmaps: dict[str, dict]) -> str:
+    """The short hash of what decides a container's compiled artifacts (the two cache variables left out)."""
+    def env(entries):
+        return [e for e in entries or [] if e.get("name") not in VARS]
+
+    facts = {
+        "image": container.get("image"), "command": container.get("command"), "args": container.get("args"),
+        "env": env(container.get("env")), "envFrom": container.get("envFrom"), "specEnv": env(spec_env),
+        "configMaps": {n: configmaps.get(n) for n in _configmap_names(container, pod)},
+        "gpu": gpu, "gpus": _gpus(container),
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:KEY_LENGTH]
+
+
+def cache_dir(mount: str, target_id: str, component: str, key: str) -> str:
+    return f"{mount.rstrip('/')}/{SUBDIR}/{target_id}/{component}/{key}"
+
+
+def _cache_volume(container: dict, mount: str) -> Optional[dict]:
+    return next((m for m in container.get("volumeMounts") or [] if m.get("mountPath", "").rstrip("/") == mount.rstrip("/")), None)
+
+
+def writable_mount(volume: str, mount: str) -> dict:
+    """The mount added where the model cache is read-only: the volume's compile-cache directory, writable."""
+    return {"name": volume, "mountPath": f"{mount.rstrip('/')}/{SUBDIR}", "subPath": SUBDIR}
+
+
+def worker_containers(dgd: dict, runtime: str, mount: str) -> Iterable[tuple[dict, dict, dict]]:
+    """``(component, pod spec, container)`` of every vLLM GPU worker container that mounts the model cache."""
+    if runtime not in RUNTIMES:
+        return
+    for comp in dgd["spec"]["components"]:
+        pod = (comp.get("podTemplate") or {}).get("spec") or {}
+        for c in pod.get("containers") or []:
+            if _gpus(c) and _cache_volume(c, mount) is not None:
+                yield comp, pod, c
+
+
+def expected(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, configmaps: dict[str, dict]) -> dict[tuple[str, str], dict]:
+    """(component, container) -> the env values and the mount (or None) the step sets, computed from the DGD as it is
+    (the key leaves the two variables out, so the DGD before or after the step gives the same)."""
+    out = {}
+    spec_env = dgd["spec"].get("env") or []
+    for comp, pod, c in worker_containers(dgd, runtime, mount):
+        base = cache_dir(mount, target_id, comp["name"], cache_key(c, pod, spec_env, gpu, configmaps))
+        vol = _cache_volume(c, mount)
+        out[(comp["name"], c["name"])] = {
+            "env": {VLLM_VAR: f"{base}/vllm", TRITON_VAR: f"{base}/triton"},
+            "mount": writable_mount(vol["name"], mount) if vol.get("readOnly") else None,
+        }
+    return out
+
+
+def apply_compile_cache(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str,
+                        configmaps: dict[str, dict]) -> list[str]:
+    """Point every vLLM worker container's compile caches at the model-cache volume (in place); the
+    ``component/container`` names changed, in order."""
+    plan = expected(dgd, target_id, runtime, gpu, mount, configmaps)
+    changed = []
+    for comp, _pod, c in list(worker_containers(dgd, runtime, mount)):
+        want = plan[(comp["name"], c["name"])]
+        env = c.setdefault("env", [])
+        for name, value in want["env"].items():
+            entry = next((e for e in env if e.get("name") == name), None)
+            if entry is None:
+                env.append({"name": name, "value": value})
+            else:
+                entry.clear()
+                entry.update({"name": name, "value": value})
+        if want["mount"] and want["mount"] not in c["volumeMounts"]:
+            c["volumeMounts"].append(copy.deepcopy(want["mount"]))
+        changed.append(f"{comp['name']}/{c['name']}")
+    return changed
+
+
+def without_compile_cache(rendered: dict, upstream: dict, candidates: Iterable[tuple[str, str, str, str]],
+                          configmaps: dict[str, dict]) -> tuple[dict, int]:
+    """A rendered DGD with exactly the step's additions taken back out where upstream lacks them, and the number of
+    containers they were taken from. ``candidates``: ``(target id, runtime, gpu, mount)`` of the catalog targets that
+    render this DGD; the additions must be those of one of them (the same paths, the same key), or nothing is taken
+    out. A replaced entry gets upstream's entry back; anything else stays and shows as a difference."""
+    if rendered.get("kind") != "DynamoGraphDeployment" or upstream.get("kind") != "DynamoGraphDeployment":
+        return rendered, 0
+    up_containers = {(comp.get("name"), c.get("name")): c for comp in (upstream.get("spec") or {}).get("components") or []
+                     for c in ((comp.get("podTemplate") or {}).get("spec") or {}).get("containers") or []}
+    for tid, runtime, gpu, mount in candidates:
+        out = copy.deepcopy(rendered)
+        want = expected(out, tid, runtime, gpu, mount, configmaps)
+        count = 0
+        for comp, _pod, c in worker_containers(out, runtime, mount):
+            w = want[(comp["name"], c["name"])]
+            env = c.get("env") or []
+            if not all({"name": k, "value": v} in env for k, v in w["env"].items()):
+                continue
+            if w["mount"] and w["mount"] not in (c.get("volumeMounts") or []):
+                continue
+            uc = up_containers.get((comp["name"], c["name"]), {})
+            up_env = uc.get("env") or []
+            for k, v in w["env"].items():
+                i = env.index({"name": k, "value": v})
+                # Upstream's entry of that name at the same place is the one the step replaced; otherwise it was added.
+                if i < len(up_env) and up_env[i].get("name") == k:
+                    env[i] = copy.deepcopy(up_env[i])
+                else:
+                    del env[i]
+            if not env and "env" not in uc:
+                del c["env"]
+            if w["mount"] and w["mount"] not in (uc.get("volumeMounts") or []):
+                c["volumeMounts"].remove(w["mount"])
+            count += 1
+        if count:
+            return out, count
+    return rendered, 0
+
+
+def recipe_values(container: dict) -> dict[str, Any]:
+    """The container's own entries of the two variables (None where it has none)."""
+    env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+    return {k: env.get(k) for k in VARS}

@@ -1,0 +1,160 @@
+"""vLLM's torch.compile cache and Triton's cache live on the model-cache volume (stacks/serving/compile_cache.py).
+
+The containers checked are derived from the catalog: every GPU container of every vLLM target's recipe DGD
+(``catalog.recipe_objects``), rendered with default options. The effective value of a variable is the one the operator
+gives the container: the DGD's ``spec.env`` prepended, the container's own entry of the same name taking precedence
+(DynamoGraphDeployment CRD v1beta1, ``spec.env``).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stacks import catalog
+from stacks.program.render import render_config, render_target
+from stacks.serving import compile_cache as cc
+from stacks.spec.config import ConfigError
+
+
+def _dgd(objs):
+    return next(o for o in objs if o["kind"] == "DynamoGraphDeployment")
+
+
+def _gpus(c):
+    res = c.get("resources") or {}
+    return int((res.get("limits") or {}).get("nvidia.com/gpu") or (res.get("requests") or {}).get("nvidia.com/gpu") or 0)
+
+
+def _effective(dgd, container, name):
+    """The value the container runs with: container env over the DGD's spec.env."""
+    env = [*(dgd["spec"].get("env") or []), *(container.get("env") or [])]
+    return next((e.get("value") for e in reversed(env) if e.get("name") == name), None)
+
+
+def _workers(dgd):
+    for comp in dgd["spec"]["components"]:
+        for c in comp["podTemplate"]["spec"]["containers"]:
+            if _gpus(c):
+                yield comp["name"], c
+
+
+TARGETS = sorted(catalog.targets().values(), key=lambda t: t.id)
+RENDERED = {t.id: _dgd(render_target(t.id)) for t in TARGETS}
+RECIPE = {t.id: _dgd(catalog.recipe_objects(t)) for t in TARGETS}
+
+
+def test_every_vllm_worker_container_has_both_caches_under_the_cache_mount():
+    seen = 0
+    for t in TARGETS:
+        mount = catalog.family_of(t).cache.mount
+        want = list(_workers(RECIPE[t.id]))
+        got = dict(((n, c["name"]), c) for n, c in _workers(RENDERED[t.id]))
+        assert len(got) == len(want)
+        for comp, rc in want:
+            c = got[(comp, rc["name"])]
+            if t.runtime != "vllm":  # TensorRT-LLM: the recipe's values, untouched
+                assert cc.recipe_values(c) == cc.recipe_values(rc) and c.get("volumeMounts") == rc.get("volumeMounts"), t.id
+                continue
+            seen += 1
+            vllm, triton = _effective(RENDERED[t.id], c, cc.VLLM_VAR), _effective(RENDERED[t.id], c, cc.TRITON_VAR)
+            prefix = f"{mount}/compile-cache/{t.id}/{comp}/"
+            assert vllm.startswith(prefix) and vllm.endswith("/vllm"), (t.id, comp, vllm)
+            assert triton == vllm[:-len("vllm")] + "triton", (t.id, comp, triton)
+            key = vllm[len(prefix):-len("/vllm")]
+            assert len(key) == cc.KEY_LENGTH and "/" not in key
+            names = [e["name"] for e in c["env"]]
+            assert names.count(cc.VLLM_VAR) == names.count(cc.TRITON_VAR) == 1  # one entry per name, set on the container
+            # the directory is writable: on the cache volume, by a mount that is not read-only
+            mounts = [m for m in c["volumeMounts"] if vllm.startswith(m["mountPath"].rstrip("/") + "/")]
+            deepest = max(mounts, key=lambda m: len(m["mountPath"]))
+            assert not deepest.get("readOnly") and deepest["name"] == next(m["name"] for m in rc["volumeMounts"] if m["mountPath"] == mount)
+            if any(m.get("readOnly") for m in rc["volumeMounts"] if m["mountPath"] == mount):
+                assert deepest == {"name": deepest["name"], "mountPath": f"{mount}/compile-cache", "subPath": "compile-cache"}
+    vllm_workers = sum(1 for t in TARGETS if t.runtime == "vllm" for _ in _workers(RECIPE[t.id]))
+    assert seen == vllm_workers and seen > len([t for t in TARGETS if t.runtime == "vllm"])
+
+
+def _keys():
+    """(target, component) -> (key, what it is of: image, command, args, GPU)."""
+    out = {}
+    for t in TARGETS:
+        if t.runtime != "vllm":
+            continue
+        for comp, c in _workers(RENDERED[t.id]):
+            key = _effective(RENDERED[t.id], c, cc.VLLM_VAR).split("/")[-2]
+            out[(t.id, comp)] = (key, json.dumps([c["image"], c.get("command"), c.get("args"), t.gpu, _gpus(c)]))
+    return out
+
+
+def test_keys_differ_for_different_images_args_and_gpus():
+    keys = _keys()
+    by_facts: dict[str, set] = {}
+    for key, facts in keys.values():
+        by_facts.setdefault(facts, set()).add(key)
+    # every distinct (image, command, args, GPU, GPUs per pod) has keys of its own
+    owners: dict[str, str] = {}
+    for facts, ks in by_facts.items():
+        for k in ks:
+            assert owners.setdefault(k, facts) == facts, f"key {k} shared by {facts} and {owners[k]}"
+    assert len(by_facts) > 10
+    # the same target and component: the same key on every render (replicas and restarts share it)
+    t = "lightning-vllm-agg-h100-dspark"
+    assert _effective(_dgd(render_target(t)), next(_workers(_dgd(render_target(t))))[1], cc.VLLM_VAR) == \
+        _effective(RENDERED[t], next(_workers(RENDERED[t]))[1], cc.VLLM_VAR)
+
+
+@pytest.mark.parametrize("change", ["image", "args", "gpu", "configmap"])
+def test_each_input_changes_the_key(change):
+    t = catalog.targets()["lightning-vllm-agg-h100-dspark"]
+    dgd = RECIPE[t.id]
+    comp, c = next(_workers(dgd))
+    pod = next(x for x in dgd["spec"]["components"] if x["name"] == comp)["podTemplate"]["spec"]
+    cms = {o["metadata"]["name"]: o["data"] for o in catalog.recipe_objects(t) if o["kind"] == "ConfigMap"}
+    base = cc.cache_key(c, pod, dgd["spec"].get("env") or [], t.gpu, cms)
+    c2, gpu, cms2 = json.loads(json.dumps(c)), t.gpu, json.loads(json.dumps(cms))
+    if change == "image":
+        c2["image"] += "-other"
+    elif change == "args":
+        c2["args"] = [*c2["args"], "--max-num-seqs", "1"]
+    elif change == "gpu":
+        gpu = "h200"
+    else:
+        ref = next(e["valueFrom"]["configMapKeyRef"] for e in c["env"] if "configMapKeyRef" in (e.get("valueFrom") or {}))
+        cms2[ref["name"]][ref["key"]] += " "
+    assert cc.cache_key(c2, pod, dgd["spec"].get("env") or [], gpu, cms2) != base
+    # the key leaves the two cache variables themselves out
+    c3 = json.loads(json.dumps(c))
+    c3["env"] = [e for e in c3["env"] if e["name"] not in cc.VARS]
+    assert cc.cache_key(c3, pod, dgd["spec"].get("env") or [], t.gpu, cms) == base
+
+
+def test_image_override_moves_the_cache():
+    t = "lightning-vllm-agg-h100-dspark"
+    other = _dgd(render_config({"target": t, "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:9.9.9"}}))
+    a = _effective(RENDERED[t], next(_workers(RENDERED[t]))[1], cc.VLLM_VAR)
+    b = _effective(other, next(_workers(other))[1], cc.VLLM_VAR)
+    assert a != b and a.rsplit("/", 2)[0] == b.rsplit("/", 2)[0]  # same target/component directory, another key
+
+
+def test_opt_out_restores_the_recipe_values():
+    for t in TARGETS:
+        if t.runtime != "vllm":
+            continue
+        off = _dgd(render_config({"target": t.id, "compileCache": {"enabled": False}}))
+        assert off["spec"].get("env") == RECIPE[t.id]["spec"].get("env")
+        for (comp, c), (_, rc) in zip(_workers(off), _workers(RECIPE[t.id]), strict=True):
+            assert c.get("env") == rc.get("env") and c.get("volumeMounts") == rc.get("volumeMounts"), (t.id, comp)
+    # and the recipe's values are what upstream keeps in the container: /tmp or $HOME, never the cache volume
+    lightning = next(_workers(RECIPE["lightning-vllm-agg-h100-dspark"]))[1]
+    assert cc.recipe_values(lightning) == {cc.VLLM_VAR: "/tmp/vllm-cache", cc.TRITON_VAR: "/tmp/.triton-cache"}
+
+
+@pytest.mark.parametrize("value,message", [
+    ({"enabled": "maybe"}, "dynamo:compileCache.enabled: 'maybe' is not a boolean; use true or false"),
+    ({"enable": False}, "dynamo:compileCache.enable: unknown key; valid keys here: enabled; did you mean 'enabled'?"),
+])
+def test_bad_config_names_the_key_the_value_and_the_choices(value, message):
+    with pytest.raises(ConfigError) as e:
+        render_config({"target": "lightning-vllm-agg-h100-dspark", "compileCache": value})
+    assert message in str(e.value)
