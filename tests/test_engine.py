@@ -159,6 +159,8 @@ def upstream_problems(kube, target: str, ns: str) -> list[str]:
         missing(f"no upstream file {deploy}", REFERENCE_SETUP)
     docs = [(d, True) for d in fidelity.load_docs(deploy)]
     docs += [(d, False) for f in sorted((ref / t.upstream.split("/")[0] / "model-cache").glob("*.yaml")) for d in fidelity.load_docs(f)]
+    configmaps = json.loads(kubectl(kube, "get", "configmaps", "-n", ns, "-o", "json").stdout)["items"]
+    configmaps = [{**c, "kind": "ConfigMap"} for c in configmaps]
     problems = []
     for doc, required in docs:
         want = fidelity.normalize(fidelity.substitute_placeholders(doc, None, ()))
@@ -170,7 +172,10 @@ def upstream_problems(kube, target: str, ns: str) -> list[str]:
             if required:
                 problems.append(f"{kind}/{obj['metadata']['name']}: in {t.upstream}, not on the server")
             continue  # a model-cache object another target of the model uses
-        server = without_hardening(json.loads(got.stdout), want)  # the Jobs' listed hardening additions, nothing else
+        # The program's listed additions, nothing else: the Jobs' hardening and revision pin, and the vLLM workers'
+        # compile-cache env and mount (keyed from the ConfigMaps the server holds, not from the render).
+        server, _ = fidelity.without_compile_cache(json.loads(got.stdout), want, configmaps)
+        server = fidelity.without_revision_pin(without_hardening(server, want), want)
         problems += [f"{kind}/{obj['metadata']['name']}{d}" for d in subset_diff(want, server)]
     return problems
 

@@ -293,7 +293,10 @@ def autoscaling_queries(target: str, namespace: str, dgd: dict) -> dict[str, lis
     """For every metric of the autoscaling module (``METRICS``, which must be what ``autoscaling.<component>.metric``
     accepts), the Prometheus queries of the KEDA triggers the program renders when every GPU component of ``target``
     autoscales on it: ``build_program`` with ``observability`` on, the entry's ``autoscalers``."""
-    accepted = typing.get_args(autoscaling.ComponentAutoscaling.model_fields["metric"].annotation)
+    # The field is optional (the Planner picks its own signals): the metrics are the Literal inside the Optional.
+    annotation = autoscaling.ComponentAutoscaling.model_fields["metric"].annotation
+    accepted = {arg for lit in typing.get_args(annotation) if typing.get_origin(lit) is typing.Literal
+                for arg in typing.get_args(lit)}
     assert set(autoscaling.METRICS) == set(accepted), (autoscaling.METRICS, accepted)
     comps = autoscaling.gpu_components(dgd)
     assert comps, f"{target}: no GPU component to autoscale"
