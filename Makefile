@@ -27,8 +27,11 @@ $(UV):
 	python3 -m venv $(CACHE)/uv-$(UV_VERSION)
 	$(CACHE)/uv-$(UV_VERSION)/bin/pip install --quiet uv==$(UV_VERSION)
 
+# --compile-bytecode: every test process and every Pulumi program run imports pulumi, pulumi-kubernetes, pydantic
+# and grpc; without bytecode written at install (uv writes none by default, and PYTHONDONTWRITEBYTECODE stops Python
+# from writing it on import) each of them compiles those packages from source again.
 python: $(UV)
-	$(UV) sync --locked
+	$(UV) sync --locked --compile-bytecode
 
 # Pulumi CLI, language host and Kubernetes provider: all the dev stack (render mode) needs.
 pulumi-toolchain:

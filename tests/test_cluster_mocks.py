@@ -399,8 +399,23 @@ def _run_against(running, wanted, stack="upgrade", node_groups=None, **cluster):
     if node_groups is None and isinstance(running, str):
         node_groups = {"cluster-system-a1b2": (running, "ON_DEMAND", 2), "cluster-gpu-c3d4": (running, "ON_DEMAND", 1)}
     groups = {f"dynamo-{stack}": node_groups} if node_groups else {}
+    # A running version whose standard support has ended by today is in extended support, which a STANDARD policy is
+    # refused against (the upgrade policy tests below): these version-step tests then ask for EXTENDED, as the refusal
+    # tells a user to, so that they test the step and not the calendar.
+    if isinstance(running, str) and "upgradePolicy" not in cluster and _support_ended(running):
+        cluster["upgradePolicy"] = "EXTENDED"
     return run_program({"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": wanted, **cluster}}, TOKEN, stack=stack,
                        eks_clusters=clusters, eks_node_groups=groups)
+
+
+def _support_ended(version: str) -> bool:
+    """Whether EKS standard support for ``version`` ended before today (the dates the program's own refusal reads)."""
+    import datetime
+
+    from stacks.cluster.access import standard_support_ends
+
+    end = standard_support_ends().get(version)
+    return end is not None and datetime.date.today() > end
 
 
 def _registered_types():

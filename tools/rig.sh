@@ -71,4 +71,11 @@ if [ ! -f "$STAMP" ]; then
 	touch "$STAMP"
 	log "done"
 fi
+# Bytecode for the rig's packages (the frontend, mocker and AIPerf start many times per test run, and AIPerf imports
+# a large tree): written once, explicitly, because uv writes none by default and PYTHONDONTWRITEBYTECODE stops Python
+# from writing it on import. Some packages ship files that are not meant to compile (templates), hence no exit check.
+if [ ! -f "$ENV_DIR/.rig-bytecode" ]; then
+	"$ENV_DIR/bin/python" -m compileall -q -j 0 "$ENV_DIR/lib" >/dev/null 2>&1 || true
+	touch "$ENV_DIR/.rig-bytecode"
+fi
 echo "$ENV_DIR"

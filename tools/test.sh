@@ -41,6 +41,15 @@ engine_other() {
 }
 
 t0=$SECONDS
+# Bytecode, written once before the groups start: the project's modules (imported by every test process and every
+# Pulumi program run the engine tests start) and pytest's assertion-rewritten test modules (a collection of tests/
+# writes them). PYTHONDONTWRITEBYTECODE, where the caller's environment sets it, would make each of those processes
+# compile and rewrite everything again: measured here, a cached collection of the unit group takes 3.6 s of CPU
+# against 9.4 s uncached, and a Pulumi program's imports 0.8 s against 1.5 s.
+unset PYTHONDONTWRITEBYTECODE
+"$PY" -m compileall -q components stacks tests tools __main__.py >/dev/null
+"$PY" -m pytest -p no:cacheprovider --collect-only -q tests >/dev/null 2>&1
+echo "test: bytecode written in $((SECONDS - t0)) s"
 # Two slow tests of test_engine.py join the lifecycle process, so that the two test_engine.py processes end at about
 # the same time (each starts its own control plane; fresh-clone runs measured lifecycle 4:26 / the rest 9:15 with none
 # moved, then 6:18 / 8:23 with two).
