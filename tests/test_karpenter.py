@@ -582,3 +582,72 @@ def test_interruption_rules_are_the_messages_the_pinned_controller_parses():
         parsed.add((source[1], detail[1]))
     assert len(parsed) >= 5, parsed  # the five of v1.13.1: a regex that finds nothing must not pass
     assert {(src, dt) for _, src, dt in INTERRUPTION_RULES} == parsed
+
+
+# --------------------------------------------------------------------------- EFA pools name their interfaces
+
+def _efa_pool(topology: str = "disagg"):
+    program = build_program({**stack_config(), "topology": topology}, "kt", frozenset(SECRETS))
+    (pool,) = program.cluster_plan.karpenter.pools
+    return program, pool
+
+
+def test_efa_pool_names_one_primary_and_one_efa_only_interface_per_efa_card():
+    """The instance's EFA count comes from the reference's AWS facts; the layout rules from the EC2NodeClass CRD's
+    validations (one primary ``interface`` at card 0 / device 0, unique (card, device), one ``efa-only`` per card) and
+    Karpenter's EFA capacity (the count of ``efa-only`` interfaces)."""
+    import aws_reference
+
+    program, pool = _efa_pool()
+    facts = aws_reference.instance(pool.instance_type)
+    interfaces = pool.ec2nodeclass["spec"]["networkInterfaces"]
+    assert [i for i in interfaces if i["interfaceType"] == "interface"] == [
+        {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}]
+    efa_only = [i for i in interfaces if i["interfaceType"] == "efa-only"]
+    assert len(efa_only) == aws_reference.efa_interfaces(pool.instance_type)
+    assert len({i["networkCardIndex"] for i in efa_only}) == len(efa_only)  # one per card
+    assert len({(i["networkCardIndex"], i["deviceIndex"]) for i in interfaces}) == len(interfaces)
+    assert all(0 <= i["networkCardIndex"] < facts.network_cards for i in interfaces)
+    # The same EFA devices as the node groups' launch template would give the instance.
+    from stacks.cluster.pools import network_interfaces
+
+    (gpu_pool,) = [p for p in program.cluster_plan.gpu_pools if p.capacity == "karpenter"]
+    lt = network_interfaces(gpu_pool.shape, True)
+    assert len(efa_only) == len([i for i in lt if i.get("interface_type") in ("efa", "efa-only")])
+
+
+def test_pool_without_efa_workers_names_no_interfaces():
+    program, pool = _efa_pool("agg")
+    (gpu_pool,) = [p for p in program.cluster_plan.gpu_pools if p.capacity == "karpenter"]
+    assert gpu_pool.efa is False
+    assert "networkInterfaces" not in pool.ec2nodeclass["spec"]
+
+
+def _drop_interfaces(spec):
+    del spec["networkInterfaces"]
+
+
+def _efa_only_primary(spec):
+    spec["networkInterfaces"][0]["interfaceType"] = "efa-only"
+
+
+def _two_efa_on_one_card(spec):
+    spec["networkInterfaces"].append({"networkCardIndex": 0, "deviceIndex": 2, "interfaceType": "efa-only"})
+
+
+def _one_card_missing(spec):
+    spec["networkInterfaces"].pop()
+
+
+@pytest.mark.parametrize("mistake, words", [
+    (_drop_interfaces, "names no networkInterfaces"),
+    (_efa_only_primary, "not one 'interface'"),
+    (_two_efa_on_one_card, "more than one efa-only interface on a card"),
+    (_one_card_missing, "has EFA on"),
+], ids=lambda x: getattr(x, "__name__", "words"))
+def test_rule_karpenter_efa_interfaces(mistake, words):
+    g = graph(stack_config())
+    assert R.karpenter_efa_pools_name_their_interfaces(g) == []
+    nc = one(g, R.EC2NODECLASS)
+    mistake(nc.inputs["spec"])
+    assert any(words in v for v in fails(g, R.karpenter_efa_pools_name_their_interfaces))

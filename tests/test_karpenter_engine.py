@@ -662,3 +662,40 @@ def test_karpenter_pin_agrees_with_its_go_module():
     assert re.search(rf"^\s*(require\s+)?sigs\.k8s\.io/karpenter {re.escape(pins['toolchain']['karpenter'])}( //.*)?$", gomod, re.M)
     # The EKS chart's core is the one the simulated cluster runs.
     assert pins["charts"]["karpenter"]["core"] == pins["toolchain"]["karpenter"]
+
+
+def test_the_efa_pools_ec2nodeclass_is_admitted_by_the_pinned_crd_and_its_mistakes_are_refused(karpenter):
+    """The EC2NodeClass CRD of karpenter-provider-aws at the chart's version (Go module proxy) on this control plane:
+    its CEL rules (a primary ``interface`` at card 0 / device 0, at most one ``efa-only`` per card) run on the real API
+    server. The disaggregated H100 stack's EFA pool is admitted; the two layouts the rules exist for are refused."""
+    import json
+    import subprocess
+
+    from harness import SECRETS, go_module_dir
+    from stacks.program import build_program
+    from stacks.registry.versions import versions
+    from test_karpenter import stack_config
+
+    crd = go_module_dir("github.com/aws/karpenter-provider-aws", f"v{versions()['charts']['karpenter']['version']}") / \
+        "pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml"
+    kc = ["kubectl", "--kubeconfig", str(karpenter["kubeconfig"])]
+    subprocess.run([*kc, "apply", "--server-side", "-f", str(crd)], check=True, capture_output=True, text=True)
+    subprocess.run([*kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/ec2nodeclasses.karpenter.k8s.aws"],
+                   check=True, capture_output=True, text=True)
+    (pool,) = build_program(stack_config(), "kt", frozenset(SECRETS)).cluster_plan.karpenter.pools
+    assert pool.ec2nodeclass["spec"]["networkInterfaces"]
+
+    def create(obj: dict) -> subprocess.CompletedProcess:
+        return subprocess.run([*kc, "create", "--dry-run=server", "-o", "name", "-f", "-"], input=json.dumps(obj),
+                              capture_output=True, text=True)
+
+    ok = create(pool.ec2nodeclass)
+    assert ok.returncode == 0, ok.stderr
+    efa_primary = copy.deepcopy(pool.ec2nodeclass)
+    efa_primary["spec"]["networkInterfaces"][0]["interfaceType"] = "efa-only"
+    r = create(efa_primary)
+    assert r.returncode != 0 and "must include a primary interface with interfaceType='interface'" in r.stderr, r.stderr
+    two_on_one_card = copy.deepcopy(pool.ec2nodeclass)
+    two_on_one_card["spec"]["networkInterfaces"].append({"networkCardIndex": 0, "deviceIndex": 2, "interfaceType": "efa-only"})
+    r = create(two_on_one_card)
+    assert r.returncode != 0 and "at most one efa device per network card" in r.stderr, r.stderr

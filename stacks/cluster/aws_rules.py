@@ -1683,6 +1683,44 @@ def karpenter_nodeclass_role_joins_the_cluster(g: Graph) -> list[str]:
     return out
 
 
+@rule(AREA_EFA)
+def karpenter_efa_pools_name_their_interfaces(g: Graph) -> list[str]:
+    """A NodePool whose workers request ``vpc.amazonaws.com/efa`` uses an EC2NodeClass that names its network
+    interfaces: the primary ``interface`` at card 0 / device 0, one ``efa-only`` interface per EFA card of the instance
+    type, no two on one (card, device) slot and at most one ``efa-only`` per card. Without ``networkInterfaces``
+    Karpenter launches an ENA+EFA interface on every card, each taking subnet IPs. Source: karpenter-provider-aws
+    @v1.13.1 pkg/providers/launchtemplate/launchtemplate.go generateNetworkInterfaces (the EFACount path),
+    pkg/providers/instancetype/types.go efas (EFA capacity = the count of efa-only interfaces),
+    pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml (networkInterfaces enum and CEL rules),
+    designs/efa-for-static-capacity.md ("IP optimized")."""
+    out = []
+    classes = {_get(nc.inputs, "metadata", "name"): nc for nc in g.of(EC2NODECLASS)}
+    for np in g.of(NODEPOOL):
+        its = _req_values(np, "node.kubernetes.io/instance-type")
+        if len(its) != 1 or its[0] not in INSTANCES or not any(pod_requests_efa(c) for _, c in _on_nodepool(g, np)):
+            continue
+        shape = INSTANCES[its[0]]
+        ref = _get(np.inputs, "spec", "template", "spec", "nodeClassRef", "name")
+        nc = classes.get(ref)
+        nis = (_get(nc.inputs, "spec", "networkInterfaces", default=None) or []) if nc is not None else []
+        if not nis:
+            out.append(f"{np.name}: EFA workers, but EC2NodeClass {ref!r} names no networkInterfaces (an ENA+EFA "
+                       f"interface on every card)")
+            continue
+        primary = [n for n in nis if (n.get("networkCardIndex"), n.get("deviceIndex")) == (0, 0)]
+        if [n.get("interfaceType") for n in primary] != ["interface"]:
+            out.append(f"{ref}: the primary (card 0, device 0) is {primary}, not one 'interface'")
+        slots = [(n.get("networkCardIndex"), n.get("deviceIndex")) for n in nis]
+        if len(slots) != len(set(slots)):
+            out.append(f"{ref}: two interfaces on one (card, device) slot")
+        efa_cards = [n.get("networkCardIndex") for n in nis if n.get("interfaceType") == "efa-only"]
+        if len(efa_cards) != len(set(efa_cards)):
+            out.append(f"{ref}: more than one efa-only interface on a card")
+        if sorted(efa_cards) != sorted(shape.efa_cards):
+            out.append(f"{ref}: efa-only on cards {sorted(efa_cards)}, {shape.instance_type} has EFA on {sorted(shape.efa_cards)}")
+    return out
+
+
 @rule()
 def karpenter_node_limits_hold_the_dgds(g: Graph) -> list[str]:
     """A NodePool's ``limits`` (``nodes`` and ``nvidia.com/gpu``) hold every GPU worker that lands on it, packed on its

@@ -38,11 +38,17 @@ Facts, with their sources:
   resource, and ``nodes``: pkg/utils/resources/resources.go ``Node = "nodes"``), ``disruption.budgets[].nodes`` (a
   count or a percentage) with ``reasons`` Underutilized | Empty | Drifted, requirement operators In, NotIn, Exists,
   DoesNotExist, Gt, Lt, Gte, Lte; the ``karpenter.sh`` label domain is restricted except ``karpenter.sh/capacity-type``.
-* EFA: "Pods can request ``vpc.amazonaws.com/efa`` resources, and nodes launched for this pod will have EFA interfaces
-  configured on all network cards" (aws/karpenter-provider-aws#9071, about v1.11.0 and later;
-  aws/karpenter-provider-aws#6296; @v1.13.1 pkg/providers/instancetype/suite_test.go "should launch instances
-  for vpc.amazonaws.com/efa resource requests"): the workers' EFA requests drive it, so the EC2NodeClass names no
-  network interfaces.
+* EFA: with no ``networkInterfaces`` a pod's ``vpc.amazonaws.com/efa`` request makes Karpenter launch one ENA+EFA
+  interface on every network card (@v1.13.1 pkg/providers/launchtemplate/launchtemplate.go generateNetworkInterfaces,
+  the ``EFACount`` path: ``interfaceType: efa`` per card), each taking IP addresses from the subnet (32 primary IPs per
+  p5.48xlarge node), where the GPU node groups launch one primary interface and ``efa-only`` ones ("IP optimized":
+  designs/efa-for-static-capacity.md). EFA pools therefore name their interfaces in the node groups' layout: the
+  primary ``interface`` (ENA) at card 0 / device 0, and one ``efa-only`` interface per EFA card of the instance (card 0
+  at device 1, every other card at device 0). The CRD (pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml) allows
+  only ``interface`` and ``efa-only``, requires that primary, and allows one ``efa-only`` per card; the node's
+  ``vpc.amazonaws.com/efa`` capacity is then the count of ``efa-only`` interfaces (pkg/providers/instancetype/types.go
+  ``efas``), so it equals the node groups' EFA count. A changed ``networkInterfaces`` is EC2NodeClass drift: Karpenter
+  replaces the pool's nodes.
 * Placement groups: v1.13 can select an existing one (EC2NodeClass ``placementGroupSelector``;
   designs/placement-groups-support.md @v1.13.1). Its controller permissions (``ec2:DescribePlacementGroups``, the
   ``placement-group/*`` resource on RunInstances/CreateFleet: upgrade guide "Upgrading to 1.11.0+") are not granted,
@@ -169,8 +175,19 @@ def capacity_type_for(market_type: str, capacity_reservation_id: Optional[str]) 
     return "on-demand", None
 
 
+def karpenter_network_interfaces(efa_cards: Iterable[int]) -> list[dict]:
+    """An EFA pool's ``EC2NodeClass.networkInterfaces`` (module docstring, EFA): the primary ENA interface at card 0 /
+    device 0, then one ``efa-only`` interface per EFA card (device 1 on card 0, which holds the primary, else 0)."""
+    cards = list(efa_cards)
+    if not cards:
+        return []
+    out = [{"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}]
+    out += [{"networkCardIndex": card, "deviceIndex": 1 if card == 0 else 0, "interfaceType": "efa-only"} for card in cards]
+    return out
+
+
 def ec2nodeclass(name: str, cluster_name: str, role: str, capacity_reservation_id: Optional[str] = None,
-                 ami_alias: str = DEFAULT_AMI_ALIAS, tags: Optional[dict] = None) -> dict:
+                 ami_alias: str = DEFAULT_AMI_ALIAS, tags: Optional[dict] = None, efa_cards: Iterable[int] = ()) -> dict:
     """The pool's EC2NodeClass: the AL2023 alias, subnets and security groups by the cluster's discovery tag, the node
     role (Karpenter makes the instance profile from it), the reservation or Capacity Block when there is one, the
     same 500 GiB gp3 root volume, IMDSv2 and instance-store RAID0 as the node groups' launch template."""
@@ -187,6 +204,8 @@ def ec2nodeclass(name: str, cluster_name: str, role: str, capacity_reservation_i
                                  "ebs": {"volumeSize": "500Gi", "volumeType": "gp3", "deleteOnTermination": True}}],
         "tags": dict(tags or {}),
     }
+    if interfaces := karpenter_network_interfaces(efa_cards):
+        spec["networkInterfaces"] = interfaces
     if capacity_reservation_id:
         spec["capacityReservationSelectorTerms"] = [{"id": capacity_reservation_id}]
     return {"apiVersion": NODECLASS_API, "kind": "EC2NodeClass", "metadata": {"name": name}, "spec": spec}
@@ -344,11 +363,13 @@ def helm_values(cluster_name: str, queue_name: str, reserved: bool, system_selec
 def pool_objects(cluster_name: str, pool_name: str, node_role: str, instance_type: str, arch: str, gpus_per_node: int,
                  zone: str, labels: dict, taint: dict, max_nodes: int, market_type: str = "on-demand",
                  capacity_reservation_id: Optional[str] = None, ami_alias: str = DEFAULT_AMI_ALIAS,
-                 consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER, gpu: str = "", nodes_needed: int = 0) -> KarpenterPool:
-    """One pool's EC2NodeClass and NodePool (both named ``<pool name>``)."""
+                 consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER, gpu: str = "", nodes_needed: int = 0,
+                 efa_cards: Iterable[int] = ()) -> KarpenterPool:
+    """One pool's EC2NodeClass and NodePool (both named ``<pool name>``); ``efa_cards``: the instance's EFA network
+    cards when the pool's workers use EFA (empty: no interfaces named)."""
     ctype, rtype = capacity_type_for(market_type, capacity_reservation_id)
     nc = ec2nodeclass(pool_name, cluster_name, node_role, capacity_reservation_id, ami_alias,
-                      tags={"dynamo.nvidia.com/cluster": cluster_name})
+                      tags={"dynamo.nvidia.com/cluster": cluster_name}, efa_cards=efa_cards)
     np = nodepool(pool_name, pool_name, instance_type, ctype, labels, taint, max_nodes, gpus_per_node, zone, rtype,
                   arch=arch, consolidate_after=consolidate_after)
     return KarpenterPool(name=pool_name, gpu=gpu, instance_type=instance_type, capacity_type=ctype, reservation_type=rtype,

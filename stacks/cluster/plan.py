@@ -126,7 +126,7 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
                      p.karpenter["zone"], p.nodegroup["labels"], p.nodegroup["taints"][0], p.karpenter["max_nodes"],
                      market_type=p.karpenter["market_type"], capacity_reservation_id=p.karpenter["capacity_reservation_id"],
                      ami_alias=p.karpenter["ami_alias"], consolidate_after=p.karpenter["consolidate_after"], gpu=p.gpu,
-                     nodes_needed=p.nodes_needed)
+                     nodes_needed=p.nodes_needed, efa_cards=p.shape.efa_cards if p.efa else ())
         for p in pools if p.capacity == "karpenter"], system_nodes=cfg.system_nodes, system_selector={POOL_LABEL: "system"})
     return ClusterPlan(
         name=name,
