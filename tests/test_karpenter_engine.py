@@ -671,10 +671,9 @@ def test_the_efa_pools_ec2nodeclass_is_admitted_by_the_pinned_crd_and_its_mistak
     import json
     import subprocess
 
-    from harness import SECRETS, go_module_dir
-    from stacks.program import build_program
+    from harness import go_module_dir
     from stacks.registry.versions import versions
-    from test_karpenter import stack_config
+    from test_karpenter import _efa_pool
 
     crd = go_module_dir("github.com/aws/karpenter-provider-aws", f"v{versions()['charts']['karpenter']['version']}") / \
         "pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml"
@@ -682,7 +681,7 @@ def test_the_efa_pools_ec2nodeclass_is_admitted_by_the_pinned_crd_and_its_mistak
     subprocess.run([*kc, "apply", "--server-side", "-f", str(crd)], check=True, capture_output=True, text=True)
     subprocess.run([*kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/ec2nodeclasses.karpenter.k8s.aws"],
                    check=True, capture_output=True, text=True)
-    (pool,) = build_program(stack_config(), "kt", frozenset(SECRETS)).cluster_plan.karpenter.pools
+    _, pool = _efa_pool()
     assert pool.ec2nodeclass["spec"]["networkInterfaces"]
 
     def create(obj: dict) -> subprocess.CompletedProcess:
