@@ -16,9 +16,9 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
 
 from stacks.cli import fidelity
+from stacks.registry import yaml_text
 
 # A label row of OPERATOR-LABELS.md section 1 is picked by what it says the value is, never by the key itself:
 # role -> (column, pattern the cell of that column matches). Each pattern must pick exactly one row.
@@ -101,7 +101,7 @@ def platform_dir() -> Path:
 def platform_facts() -> dict:
     """``nats_port``, ``etcd_port`` and ``namespace`` of the dynamo-platform chart (module docstring)."""
     values_path = _need(platform_dir() / "dynamo-platform-values.yaml")
-    values = yaml.safe_load(values_path.read_text())
+    values = yaml_text.load(values_path.read_text())
     etcd = re.search(r"Format: `http://hostname:(\d+)`.*\n\s*etcdAddr:", values_path.read_text())
     install = re.search(r"helm install dynamo-platform \S+ -n (\S+) --create-namespace",
                         _need(platform_dir() / "dynamo-platform.md").read_text())

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conftest import reference_file
 
@@ -27,6 +26,7 @@ from stacks.observe.observability import DYNAMO_METRICS, prometheus_url
 from stacks.program import build_program
 from stacks.program.render import render_target
 from stacks.cluster.platform import chart_pin
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_KEY = "nvidia.com/gpu"
@@ -171,11 +171,11 @@ def test_frontend_unknown_component_and_missing_prometheus_are_refused(comp):
 
 
 def test_the_dgd_crd_takes_the_opt_in_and_zero_replicas():
-    crd = yaml.safe_load(reference_file("crds/nvidia.com_dynamographdeployments.yaml").read_text())
+    crd = yaml_text.load(reference_file("crds/nvidia.com_dynamographdeployments.yaml").read_text())
     v1beta1 = next(v for v in crd["spec"]["versions"] if v["name"] == "v1beta1")
     comp_schema = v1beta1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["components"]["items"]["properties"]
     assert comp_schema["scalingAdapter"]["type"] == "object" and comp_schema["replicas"]["minimum"] == 0
-    sa = yaml.safe_load(reference_file("crds/nvidia.com_dynamographdeploymentscalingadapters.yaml").read_text())
+    sa = yaml_text.load(reference_file("crds/nvidia.com_dynamographdeploymentscalingadapters.yaml").read_text())
     assert sa["spec"]["names"]["kind"] == DGDSA_KIND
     served = {f"{sa['spec']['group']}/{v['name']}": v for v in sa["spec"]["versions"] if v["served"]}
     assert served[DGDSA_API]["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
@@ -395,9 +395,9 @@ def apiserver(tmp_path_factory):
     with control_plane(state, apiserver_only=True, crds=False, timeout=300):
         sim = Simulator(state / "kubeconfig")
         try:
-            docs = [yaml.safe_load((crds / "keda.sh_scaledobjects.yaml").read_text())]
+            docs = [yaml_text.load((crds / "keda.sh_scaledobjects.yaml").read_text())]
             for f in ("nvidia.com_dynamographdeployments.yaml", "nvidia.com_dynamographdeploymentscalingadapters.yaml"):
-                d = yaml.safe_load((fidelity.reference_root() / "crds" / f).read_text())
+                d = yaml_text.load((fidelity.reference_root() / "crds" / f).read_text())
                 d["spec"]["conversion"] = {"strategy": "None"}  # no operator webhook here; both versions share one schema shape per object
                 docs.append(d)
             for d in docs:

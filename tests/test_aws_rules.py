@@ -14,12 +14,13 @@ import yaml
 from harness import CAPACITY, CR, SECRETS, run_program
 from stacks.cluster import aws_rules as R
 from stacks.cluster.aws_rules import Graph, check
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _stack_config(path: Path) -> dict:
-    cfg = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    cfg = (yaml_text.load(path.read_text()) or {}).get("config") or {}
     return {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("dynamo:")}
 
 
@@ -28,7 +29,7 @@ EKS_STACKS = sorted(p for p in ROOT.glob("Pulumi.*.yaml") if (_stack_config(p).g
 
 @functools.lru_cache(maxsize=None)
 def _run(key: tuple) -> Graph:
-    cfg = yaml.safe_load(key[0])
+    cfg = yaml_text.load(key[0])
     secrets = dict(SECRETS)
     if ((cfg.get("frontDoor") or {}).get("auth") or {}).get("mode") == "apiKeys":  # set with --secret --path on a real stack
         secrets["frontDoorApiKeys"] = '{"team-a": "' + "a" * 32 + '"}'

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from stacks import catalog
 from stacks.__main__ import build_parser, main
 from stacks.cli import shell, targets as targets_cli
 from stacks.cli.cost import PRICES
+from stacks.registry import yaml_text
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / ".venv" / "bin" / "dynamo-stacks"
@@ -98,7 +98,7 @@ def test_targets_default_on_a_terminal_is_a_table_within_100_columns(capsys, mon
 
 def test_targets_dollars_per_hour_are_nodes_times_the_price_file(capsys):
     """$/h = nodes x the instance's us-east-1 on-demand price in stacks/registry/prices.yaml, '-' where it has none."""
-    prices = yaml.safe_load(PRICES.read_text())["ec2"]
+    prices = yaml_text.load(PRICES.read_text())["ec2"]
     code, out, _ = run(capsys, "targets", "--table")
     assert code == 0
     priced = unpriced = 0
@@ -116,11 +116,11 @@ def test_targets_dollars_per_hour_are_nodes_times_the_price_file(capsys):
 
 
 def test_every_priced_instance_has_a_price_in_the_region_targets_shows():
-    assert all(targets_cli.PRICE_REGION in regions for regions in yaml.safe_load(PRICES.read_text())["ec2"].values())
+    assert all(targets_cli.PRICE_REGION in regions for regions in yaml_text.load(PRICES.read_text())["ec2"].values())
 
 
 def test_price_file_names_source_and_date_of_every_price():
-    data = yaml.safe_load(PRICES.read_text())
+    data = yaml_text.load(PRICES.read_text())
     entries = [p for regions in data["ec2"].values() for p in regions.values()] + [data["eks"]["control_plane"]]
     for p in entries:
         assert p["usd_per_hour"] > 0 and p["source"].strip() and str(p["read"])[:4].isdigit()

@@ -4,9 +4,9 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness import run_program
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = {"hfToken": "hf_mock"}
@@ -18,7 +18,7 @@ def eks(gpu, topology="agg", **cluster):
 
 
 def stack_config(path: Path) -> dict:
-    cfg = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    cfg = (yaml_text.load(path.read_text()) or {}).get("config") or {}
     return {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("dynamo:")}
 
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 
 from stacks.spec.config import NS, SECRET_KEYS, StackConfig
 from stacks.serving.serve import SERVE
 from stacks.spec import STACK_KEYS
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+PROJECT = yaml_text.load((ROOT / "Pulumi.yaml").read_text())
 
 
 def _program_keys() -> set[str]:

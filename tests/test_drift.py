@@ -10,6 +10,7 @@ import yaml
 from stacks import catalog
 from stacks.cli import fidelity
 from stacks.cli import drift
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.needs_reference
@@ -109,7 +110,7 @@ def test_platform_pins_are_the_chart_and_subcharts_of_dynamo_next(next_tree):
     platform Chart.yaml names (the subcharts install at those versions with the chart)."""
     from stacks.cluster.platform import chart_pin, dynamo_platform
 
-    chart = yaml.safe_load((next_tree / "platform" / "dynamo-platform-Chart.yaml").read_text())
+    chart = yaml_text.load((next_tree / "platform" / "dynamo-platform-Chart.yaml").read_text())
     deps = {d.get("alias") or d["name"]: d["version"] for d in chart["dependencies"]}
     pin = chart_pin("dynamo-platform")
     assert (pin["version"], pin["grove"], pin["kai-scheduler"]) == (chart["version"], deps["grove"], deps["kai-scheduler"])

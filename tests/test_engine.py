@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from local_cluster import chart_repo, control_plane
+import lazy_results  # noqa: F401  (the Automation API's results, fetched when read)
 from stacks.cli import fidelity
 from stacks.program.render import render_config
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "hf_ENGINE_CANARY_9d1e"
@@ -84,16 +86,19 @@ def make_stack(workspace, name: str, config: dict):
     }
     ws = auto.LocalWorkspaceOptions(work_dir=str(workspace["dir"]), env_vars=env)
     stack = auto.create_or_select_stack(stack_name=name, work_dir=str(workspace["dir"]), opts=ws)
-    set_config(stack, config)
-    stack.set_config("dynamo:hfToken", auto.ConfigValue(value=TOKEN, secret=True))
+    set_config(stack, config, secrets={"hfToken": TOKEN})
     return stack
 
 
-def set_config(stack, config: dict):
+def set_config(stack, config: dict, secrets: dict | None = None):
+    """Every key in one ``pulumi config set-all``: each CLI run costs this two-core machine about 0.2 s of CPU (a
+    secret's about 0.4 s, for the passphrase's key derivation), and the engine tests set several hundred keys."""
     from pulumi import automation as auto
 
-    for k, v in config.items():
-        stack.set_config(f"dynamo:{k}", auto.ConfigValue(value=v if isinstance(v, str) else json.dumps(v)))
+    values = {f"dynamo:{k}": auto.ConfigValue(value=v if isinstance(v, str) else json.dumps(v)) for k, v in config.items()}
+    values |= {f"dynamo:{k}": auto.ConfigValue(value=v, secret=True) for k, v in (secrets or {}).items()}
+    if values:
+        stack.set_all_config(values)
 
 
 def base_config(kube, target: str, ns: str, **extra) -> dict:
@@ -191,6 +196,11 @@ KEPT = re.compile(r"warning: kept (?P<kind>\w+) (?P<name>\S+) \(retainOnDelete[^
                   r"\s+delete:\s+(?P<delete>[^\n]+)\n\s+adopt:\s+(?P<adopt>[^\n]+)")
 
 
+# The annotation the Dynamo operator's DGD webhook stamps at creation and keeps immutable (ai-dynamo/dynamo
+# deploy/operator/internal/consts/consts.go, KubeAnnotationDynamoOperatorOriginVersion).
+OPERATOR_ORIGIN_VERSION = "nvidia.com/dynamo-operator-origin-version"
+
+
 def kept_in_destroy_output(out: str) -> dict[tuple[str, str], dict[str, str]]:
     """(kind, name) -> why/delete/adopt of each object `pulumi destroy --run-program` says it kept (the program's
     after_delete hooks, components/serving.py), read from the Diagnostics section of the engine's own output."""
@@ -236,15 +246,24 @@ def test_engine_lifecycle(kube, workspace, target):
         pv = stack.preview(on_output=None)
         assert set(pv.change_summary) <= {"same"}, pv.change_summary
 
-        # A replica change updates the DGD in place and never replaces the PVC.
+        # A replica change updates the DGD in place (the same object, its uid kept), never replaces the PVC, and keeps
+        # what the Dynamo operator wrote on the DGD: its mutating webhook stamps nvidia.com/dynamo-operator-origin-version
+        # on CREATE and refuses an UPDATE that changes or drops it ("the origin version annotation is immutable once
+        # set": DGDDefaulter.Default in ai-dynamo/dynamo deploy/operator, the constant in internal/consts/consts.go).
+        # No webhook runs here, so the stamp is written as the webhook would, by another field manager.
         dgd = next(o for o in rendered if o["kind"] == "DynamoGraphDeployment")
         worker = next(c["name"] for c in dgd["spec"]["components"] if c["type"] != "frontend")
+        kubectl(kube, "annotate", "dynamographdeployments.nvidia.com", dgd["metadata"]["name"], "-n", ns,
+                f"{OPERATOR_ORIGIN_VERSION}=1.6.1", "--field-manager=dynamo-operator-webhook")
+        before = live(kube, {**dgd, "metadata": {**dgd["metadata"], "namespace": ns}})
         set_config(stack, {"replicas": {worker: 3}})
         up2 = stack.up(on_output=None)
         changes = up2.summary.resource_changes
         assert changes.get("update") == 1 and not changes.get("replace") and not changes.get("create"), changes
         live_dgd = live(kube, {**dgd, "metadata": {**dgd["metadata"], "namespace": ns}})
         assert next(c for c in live_dgd["spec"]["components"] if c["name"] == worker)["replicas"] == 3
+        assert live_dgd["metadata"]["uid"] == before["metadata"]["uid"]
+        assert (live_dgd["metadata"].get("annotations") or {}).get(OPERATOR_ORIGIN_VERSION) == "1.6.1", live_dgd["metadata"]
 
         # destroy removes everything but the protected model cache (and the namespace holding it), and says so.
         # The kept objects' after_delete hooks are in the state, so a destroy without the program is refused
@@ -1041,7 +1060,7 @@ def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_pat
     manifest = work / "stacks" / "registry" / "versions.yaml"
 
     def pin(version: str, chart: str = "nvidia-device-plugin"):
-        m = yaml.safe_load(manifest.read_text())
+        m = yaml_text.load(manifest.read_text())
         m["charts"]["nvidia-device-plugin"] = {"repo": f"http://127.0.0.1:{server.server_address[1]}", "chart": chart,
                                                "version": version}
         manifest.write_text(yaml.safe_dump(m))

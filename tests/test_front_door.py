@@ -11,12 +11,12 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from stacks.catalog import targets
 from stacks.program import build_program
 from stacks.spec.config import ConfigError
 from conftest import reference_file  # the reference data: $DYNAMO_REFERENCE, else ../shared/reference
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CANARY = "fdkey-canary-" + "7" * 24
@@ -250,7 +250,7 @@ def test_committed_front_door_stacks_render():
 
     found = []
     for path in sorted(ROOT.glob("Pulumi.*.yaml")):
-        door = (yaml.safe_load(path.read_text()).get("config") or {}).get("dynamo:frontDoor")
+        door = (yaml_text.load(path.read_text()).get("config") or {}).get("dynamo:frontDoor")
         if door and door.get("enabled"):
             program = program_for_stack(path.name[len("Pulumi."):-len(".yaml")])
             found.append((door.get("gateway", "managed"), door.get("exposure", "cluster"), program))

@@ -29,6 +29,7 @@ from harness import go_module_dir
 from stacks.cluster.platform import chart_pin
 from stacks.layers.front_door import DYNAMO_CLIENT_HEADERS, ROUTING_HEADERS, TENANT_HEADER
 from stacks.program import build_program
+from stacks.registry import yaml_text
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +117,7 @@ def translate(egctl: str, objs: list[dict], tmp_path: Path, to: str) -> dict | l
     args = [egctl, "x", "translate", "--from", "gateway-api", "--to", to, "-f", str(f)] + (["-t", "all"] if to == "xds" else [])
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr[-3000:]
-    return list(yaml.safe_load_all(proc.stdout)) if to == "gateway-api" else yaml.safe_load(proc.stdout)
+    return list(yaml_text.load_all(proc.stdout)) if to == "gateway-api" else yaml_text.load(proc.stdout)
 
 
 def walk(node, key: str):
@@ -221,7 +222,7 @@ def test_a_serve_stack_gets_one_prefix_per_entry_rewritten_to_the_frontend(egctl
 def _crd_docs(paths) -> list[dict]:
     out = []
     for p in paths:
-        for d in yaml.safe_load_all(Path(p).read_text()):
+        for d in yaml_text.load_all(Path(p).read_text()):
             if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition":
                 out.append(d)  # annotations kept: *.k8s.io groups need api-approved.kubernetes.io
     return out

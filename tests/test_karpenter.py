@@ -22,6 +22,7 @@ from stacks.cluster.aws_rules import Graph, check
 from stacks.spec.config import ConfigError
 from stacks.program import build_program
 from stacks.registry.versions import versions
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 KARPENTER_RULES = [fn for fn in R.RULES if fn.__name__.startswith("karpenter_")]
@@ -34,7 +35,7 @@ def stack_config(kind: str = "on-demand", **cluster) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _run(key: str, stack: str) -> Graph:
-    return Graph(run_program(yaml.safe_load(key), SECRETS, stack=stack).resources)
+    return Graph(run_program(yaml_text.load(key), SECRETS, stack=stack).resources)
 
 
 def graph(cfg: dict, stack: str = "kt") -> Graph:
@@ -74,7 +75,7 @@ def test_karpenter_pool_passes_every_aws_rule(capacity):
 
 
 def test_committed_karpenter_stack_passes_the_aws_rules():
-    cfg = yaml.safe_load((ROOT / "Pulumi.h100-karpenter.yaml").read_text())["config"]
+    cfg = yaml_text.load((ROOT / "Pulumi.h100-karpenter.yaml").read_text())["config"]
     cfg = {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("dynamo:")}
     g = graph(cfg, "h100-karpenter")
     assert check(g) == []
@@ -387,7 +388,7 @@ def test_every_karpenter_rule_cites_its_source_and_is_exercised_here():
 
 
 def _crd_schema(path) -> dict:
-    return yaml.safe_load(path.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return yaml_text.load(path.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
 def _schema_errors(x, s: dict, path: str) -> list[str]:

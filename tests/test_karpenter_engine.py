@@ -52,6 +52,7 @@ import pytest
 
 from conftest import missing, need_tool
 from local_cluster import control_plane
+from stacks.registry import yaml_text
 
 STACK = "h100-karpenter"
 TARGET = "lightning-vllm-agg-h100-mtp"  # the unit tests' target (no stack needed)
@@ -654,16 +655,15 @@ def test_kwok_node_pool_swaps_only_the_node_class():
 def test_karpenter_pin_agrees_with_its_go_module():
     from pathlib import Path
 
-    import yaml
-
     root = Path(__file__).resolve().parent.parent
-    pins = yaml.safe_load((root / "stacks" / "registry" / "versions.yaml").read_text())
+    pins = yaml_text.load((root / "stacks" / "registry" / "versions.yaml").read_text())
     gomod = (root / "tools" / "karpenter" / "go.mod").read_text()
     assert re.search(rf"^\s*(require\s+)?sigs\.k8s\.io/karpenter {re.escape(pins['toolchain']['karpenter'])}( //.*)?$", gomod, re.M)
     # The EKS chart's core is the one the simulated cluster runs.
     assert pins["charts"]["karpenter"]["core"] == pins["toolchain"]["karpenter"]
 
 
+@pytest.mark.engine
 def test_the_efa_pools_ec2nodeclass_is_admitted_by_the_pinned_crd_and_its_mistakes_are_refused(karpenter):
     """The EC2NodeClass CRD of karpenter-provider-aws at the chart's version (Go module proxy) on this control plane:
     its CEL rules (a primary ``interface`` at card 0 / device 0, at most one ``efa-only`` per card) run on the real API

@@ -3,7 +3,6 @@ import json
 import re
 
 import pytest
-import yaml
 
 from harness import run_program
 from stacks.spec.config import ConfigError, ObservabilityConfig, parse
@@ -13,6 +12,7 @@ from stacks.observe.observability import (
 )
 from stacks.registry.versions import versions
 from conftest import reference_file  # the reference data: $DYNAMO_REFERENCE, else ../shared/reference
+from stacks.registry import yaml_text
 
 TARGET = "lightning-vllm-disagg-h100-dspark"
 EKS = {"target": TARGET, "namespace": "serve", "cluster": {"mode": "eks"}}
@@ -242,7 +242,7 @@ def test_monitors_are_valid_against_the_reference_crd_schema():
     """Every field we set exists in the Prometheus Operator v0.93.0 CRD schema (the pinned chart's CRD set)."""
     plan = build_observability(_obs(), serving_namespace="serve", dgd_name="g", nvidia_stack="gpu-operator")
     for m in plan.monitors:
-        crd = yaml.safe_load(reference_file(f"crds/monitoring/monitoring.coreos.com_{m['kind'].lower()}s.yaml").read_text())
+        crd = yaml_text.load(reference_file(f"crds/monitoring/monitoring.coreos.com_{m['kind'].lower()}s.yaml").read_text())
         schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
 
         def walk(value, sch, path):

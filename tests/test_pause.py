@@ -19,6 +19,7 @@ from stacks.cluster import aws_rules as R
 from stacks.cluster.aws_rules import Graph, check
 from stacks.spec.config import ConfigError
 from stacks.program import build_program
+from stacks.registry import yaml_text
 
 SECRETS = {"hfToken": "hf_mock", "ngcApiKey": "nvapi-mock"}
 DISAGG = {"target": "lightning-vllm-disagg-h100-dspark", "imagePullSecrets": ["ngc-secret"],
@@ -156,7 +157,7 @@ def test_paused_is_a_boolean():
 
 @functools.lru_cache(maxsize=None)
 def _run(text: str):
-    return run_program(yaml.safe_load(text), SECRETS, stack="pause")
+    return run_program(yaml_text.load(text), SECRETS, stack="pause")
 
 
 def run(cfg: dict):

@@ -12,10 +12,10 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-import yaml
 
 from stacks import catalog
 from stacks.__main__ import main as stacks_main
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -211,7 +211,7 @@ def test_readme_states_the_two_commands_ci_runs():
 
 
 def test_readme_pins_are_the_versions_manifest():
-    v = yaml.safe_load(_text(ROOT / "stacks" / "registry" / "versions.yaml"))
+    v = yaml_text.load(_text(ROOT / "stacks" / "registry" / "versions.yaml"))
     section = _text(README).split("## Upgrading Dynamo", 1)[1].split("\n## ", 1)[0]
     rows = [r for r in section.splitlines() if r.startswith("|")]
     platform = v["charts"]["dynamo-platform"]
@@ -244,7 +244,7 @@ def test_readme_shell_setup_puts_the_pinned_pulumi_on_the_path():
     assert r.returncode == 0, r.stderr
     where, version = r.stdout.split()[:2]
     assert where == str(ROOT / ".tools" / "bin" / "pulumi")
-    assert version == yaml.safe_load(_text(ROOT / "stacks" / "registry" / "versions.yaml"))["toolchain"]["pulumi"]
+    assert version == yaml_text.load(_text(ROOT / "stacks" / "registry" / "versions.yaml"))["toolchain"]["pulumi"]
 
 
 
@@ -270,7 +270,7 @@ def test_readme_deploying_explains_node_groups_vs_karpenter_and_shows_cost():
     assert "capacity: karpenter" in deploying and "managed node group" in deploying
     example = next(a for a in cli_commands(deploying) if a[0] == "cost")
     stack = example[example.index("--stack") + 1]
-    assert "karpenter" in yaml.safe_load(_text(ROOT / f"Pulumi.{stack}.yaml"))["config"]["dynamo:cluster"].__repr__()
+    assert "karpenter" in yaml_text.load(_text(ROOT / f"Pulumi.{stack}.yaml"))["config"]["dynamo:cluster"].__repr__()
     operating = _section(text, "Operating")
     assert "dynamo:paused" in operating and "dynamo:autoscaling" in operating and "404" in operating
 

@@ -15,6 +15,7 @@ import yaml
 from stacks.cli import review
 from stacks.__main__ import main as cli
 from stacks.cli.review import diff_objects, floating_values, plan_promotion, PromotionError
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,7 +39,7 @@ ARGS = ["-m", "dynamo.vllm", "--model", "m", "--max-num-seqs", "512", "--enable-
 
 def test_equal_is_empty():
     objs = {"stack a": [_dgd(ARGS)], "target t": [{"kind": "Namespace", "metadata": {"name": "x"}}]}
-    assert diff_objects(objs, yaml.safe_load(yaml.safe_dump(objs))) == []
+    assert diff_objects(objs, yaml_text.load(yaml.safe_dump(objs))) == []
 
 
 def test_changed_flag_by_component_and_container_name():
@@ -256,7 +257,7 @@ ENV = ("namespace", "createNamespace", "cluster", "replicas", "storage", "hfToke
 
 
 def _cfg(path: Path) -> dict:
-    return {k.split(":", 1)[1]: v for k, v in yaml.safe_load(path.read_text())["config"].items()}
+    return {k.split(":", 1)[1]: v for k, v in yaml_text.load(path.read_text())["config"].items()}
 
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -280,7 +281,7 @@ def test_clean_promotion_copies_release_keys_and_keeps_environment(stacks_dir, c
 
     old, new = plan_promotion("h100-disagg", "h100-disagg-staging", stacks_dir)
     assert old == before_text
-    got = {k.split(":", 1)[1]: v for k, v in yaml.safe_load(new)["config"].items()}
+    got = {k.split(":", 1)[1]: v for k, v in yaml_text.load(new)["config"].items()}
     src = _cfg(dev)
     for k in review.RELEASE_KEYS:
         assert got.get(k) == src.get(k), k
@@ -394,7 +395,7 @@ def test_environment_keys_never_copied(stacks_dir):
     _pin_release(dev)
     before = _cfg(prod)
     _, new = plan_promotion("h100-disagg", "h100-disagg-prod", stacks_dir)
-    got = {k.split(":", 1)[1]: v for k, v in yaml.safe_load(new)["config"].items()}
+    got = {k.split(":", 1)[1]: v for k, v in yaml_text.load(new)["config"].items()}
     assert {k: got.get(k) for k in review.ENV_KEYS} == {k: before.get(k) for k in review.ENV_KEYS}
     assert got["cluster"]["capacityReservationId"] == before["cluster"]["capacityReservationId"]
 
@@ -437,7 +438,7 @@ def test_chart_versions_are_not_copied_and_fabric_profile_is(stacks_dir, capsys)
     _pin_release(dev)
     # the h100 disagg recipe is on EFA already: the profile is accepted and changes nothing but the key
     _, new = plan_promotion("h100-disagg", "h100-disagg-staging", stacks_dir)
-    got = {k.split(":", 1)[1]: v for k, v in yaml.safe_load(new)["config"].items()}
+    got = {k.split(":", 1)[1]: v for k, v in yaml_text.load(new)["config"].items()}
     assert "chartVersions" not in got
     assert got["fabricProfile"] == "aws-efa"
     # and the other way round: a destination's fabricProfile the source no longer has is removed,
@@ -541,7 +542,7 @@ def test_serve_stacks_promote_release_keys_per_entry_by_name(tmp_path, capsys):
     assert rc == 0, err
     text = (tmp_path / "Pulumi.s-prod.yaml").read_text()
     assert text.startswith("# comment kept\n") and "  # entries below\n" in text
-    chat, legacy = yaml.safe_load(text)["config"]["dynamo:serve"]
+    chat, legacy = yaml_text.load(text)["config"]["dynamo:serve"]
     assert chat == {"name": "chat", "namespace": "prod", "replicas": {"Frontend": 2}, "target": "lightning-vllm-disagg-h100-dspark",
                     "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-x.2" + DIGEST}, "modelRevision": REVISION,
                     "overrides": {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}}}}}

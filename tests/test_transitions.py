@@ -18,6 +18,7 @@ import pytest
 
 from stacks.program import build_program
 from test_engine import KEPT, TOKEN, kube, kubectl, make_stack, project_copy, set_config, workspace  # noqa: F401  (fixtures)
+from stacks.registry import yaml_text
 
 pytestmark = pytest.mark.engine
 
@@ -134,7 +135,7 @@ def test_single_to_serve_and_back_keeps_every_live_object_and_checks_credentials
             changes = resource_changes(stack)
             assert set(changes) <= {"same"}, (changes, out[-2000:])
 
-        config = yaml.safe_load(Path(kube["kubeconfig"]).read_text())
+        config = yaml_text.load(Path(kube["kubeconfig"]).read_text())
         for user in config["users"]:
             user["user"] = {"token": "not-a-valid-token"}  # an expired or revoked token
         bogus = tmp_path / "kubeconfig"

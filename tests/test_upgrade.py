@@ -27,9 +27,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+import lazy_results  # noqa: F401  (the Automation API's results, fetched when read)
 from local_cluster import chart_repo, control_plane
 from stacks import catalog
 from stacks.cli import fidelity
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD_ULTRA = ROOT / "tests" / "fixtures" / "catalog-1.5" / "ultra.py.txt"
@@ -71,7 +73,7 @@ class Program:
     def era(self, ultra: Path, platform: str) -> None:
         shutil.copy(ultra, self.work / "stacks" / "catalog" / "ultra.py")
         manifest = self.work / "stacks" / "registry" / "versions.yaml"
-        m = yaml.safe_load(manifest.read_text())
+        m = yaml_text.load(manifest.read_text())
         m["charts"]["dynamo-platform"] = {**m["charts"]["dynamo-platform"], "repo": self.repo_url, "version": platform}
         manifest.write_text(yaml.safe_dump(m))
 
@@ -136,9 +138,9 @@ def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
                                         opts=auto.LocalWorkspaceOptions(work_dir=str(program.work), env_vars=env))
     config = {"target": OLD_ID, "namespace": ns, "wait": {"enabled": False},
               "cluster": {"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"], "installPlatform": True}}
-    for k, v in config.items():
-        stack.set_config(f"dynamo:{k}", auto.ConfigValue(value=v if isinstance(v, str) else json.dumps(v)))
-    stack.set_config("dynamo:hfToken", auto.ConfigValue(value="hf_UPGRADE_CANARY", secret=True))
+    stack.set_all_config({**{f"dynamo:{k}": auto.ConfigValue(value=v if isinstance(v, str) else json.dumps(v))
+                             for k, v in config.items()},
+                          "dynamo:hfToken": auto.ConfigValue(value="hf_UPGRADE_CANARY", secret=True)})
     try:
         # --- the 1.5-era stack
         assert stack.up(on_output=None).summary.result == "succeeded"

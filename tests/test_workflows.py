@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from conftest import need_tool
+from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "actionlint.sh"
@@ -99,7 +100,7 @@ def pin_violations(text: str) -> list[str]:
 def credential_violations(text: str) -> list[str]:
     """Credentials (secrets other than GITHUB_TOKEN, `id-token: write`) only in a job that names an environment; deploy
     credentials only in the dev/staging/prod environments; a job that runs PR code never in a deploy environment."""
-    wf = yaml.safe_load(text)
+    wf = yaml_text.load(text)
     pr_code = bool(_triggers(wf) & PR_EVENTS)
     bad = []
     for name, job in (wf.get("jobs") or {}).items():
@@ -166,7 +167,7 @@ def _upstream(jobs: dict, name: str) -> set[str]:
 def ref_violations(text: str) -> list[str]:
     """A workflow that deploys or pushes runs it only from main: on push only for main; on a dispatch (any ref can
     be chosen) every such job checks `github.ref == 'refs/heads/main'` itself and needs a job that fails otherwise."""
-    wf = yaml.safe_load(text)
+    wf = yaml_text.load(text)
     on = wf.get(True, wf.get("on"))
     triggers = _triggers(wf)
     jobs = wf.get("jobs") or {}
@@ -213,7 +214,7 @@ def release_violations(text: str) -> list[str]:
     preview job of that environment's preview environment saved (pulumi preview --save-plan) and passed to it as an
     artifact together with the stack file it previewed; the approved job itself promotes nothing, so what it applies
     is what the approver read."""
-    wf = yaml.safe_load(text)
+    wf = yaml_text.load(text)
     jobs = wf.get("jobs") or {}
     tests = {n for n, j in jobs.items() if any(re.search(r"\bmake test\b", s.get("run", "")) for s in j.get("steps") or [])}
     bad = []
@@ -267,7 +268,7 @@ def download_violations(text: str) -> list[str]:
     on the PATH, so the action finds the pinned version and downloads none) and with automatic plugin downloads off;
     no curl/wget without a sha256 check, no `pulumi plugin install` without --checksum, no pip without
     --require-hashes, no `uv sync` without --locked."""
-    wf = yaml.safe_load(text) or {}
+    wf = yaml_text.load(text) or {}
     bad = []
     for name, job in (wf.get("jobs") or {}).items():
         env = {**(wf.get("env") or {}), **(job.get("env") or {})}
@@ -307,7 +308,7 @@ def all_violations(text: str) -> list[str]:
 
 def _jobs_running(command: str) -> set[tuple[str, str]]:
     """(workflow, job) of every job with a step whose `run` contains ``command``."""
-    return {(wf.name, name) for wf in WORKFLOWS for name, job in yaml.safe_load(wf.read_text())["jobs"].items()
+    return {(wf.name, name) for wf in WORKFLOWS for name, job in yaml_text.load(wf.read_text())["jobs"].items()
             if any(command in str(s.get("run", "")) for s in job.get("steps") or [])}
 
 
@@ -334,18 +335,18 @@ def test_ci_installs_the_makefiles_uv():
     assert versions()["toolchain"]["ci-uv"] == want
     assert re.fullmatch(r"[0-9a-f]{64}", versions()["toolchain"]["ci-uv-sha256"])
     assert 'dir="$CACHE/uv-$ver"' in CI_TOOLS.read_text()  # the Makefile's $(CACHE)/uv-$(UV_VERSION)
-    syncs = [(wf.name, name) for wf in WORKFLOWS for name, job in yaml.safe_load(wf.read_text())["jobs"].items()
+    syncs = [(wf.name, name) for wf in WORKFLOWS for name, job in yaml_text.load(wf.read_text())["jobs"].items()
              if any("uv sync" in s.get("run", "") for s in job.get("steps") or [])]
     assert syncs and [j for j in syncs if j not in _jobs_running("ci-tools.sh uv")] == []
 
 
 def test_preview_is_read_only_and_deploys_are_in_their_environments():
-    pr = yaml.safe_load(_text("pr.yml"))["jobs"]["preview"]
+    pr = yaml_text.load(_text("pr.yml"))["jobs"]["preview"]
     body = yaml.safe_dump(pr)
     assert pr["environment"] == PREVIEW_ENVIRONMENT
     assert "vars.AWS_PREVIEW_ROLE_ARN" in body and "secrets.PULUMI_PREVIEW_ACCESS_TOKEN" in body
     assert "vars.AWS_ROLE_ARN" not in body and "secrets.PULUMI_ACCESS_TOKEN" not in body
-    main = yaml.safe_load(_text("main.yml"))["jobs"]
+    main = yaml_text.load(_text("main.yml"))["jobs"]
     assert {j: _env_name(main[j]) for j in ("dev", "staging", "prod")} == {"dev": "dev", "staging": "staging", "prod": "prod"}
 
 
@@ -437,7 +438,7 @@ def test_a_broken_rule_is_flagged(name, old, new, expect):
 
 
 def test_the_ref_check_step_refuses_other_refs(tmp_path):
-    step = yaml.safe_load(_text("main.yml"))["jobs"]["ref-check"]["steps"][0]
+    step = yaml_text.load(_text("main.yml"))["jobs"]["ref-check"]["steps"][0]
     for ref, rc in ((MAIN_REF, 0), ("refs/heads/feature", 1), ("refs/tags/v1.0.0", 1), ("refs/heads/main-old", 1)):
         r = subprocess.run(["bash", "-c", step["run"]], env={**os.environ, "REF": ref}, capture_output=True, text=True)
         assert r.returncode == rc, (ref, r.stdout, r.stderr)
@@ -493,7 +494,7 @@ def _stack(path: Path) -> str:
 
 
 def _cluster_mode(path: Path) -> str:
-    cluster = ((yaml.safe_load(path.read_text()) or {}).get("config") or {}).get("dynamo:cluster")
+    cluster = ((yaml_text.load(path.read_text()) or {}).get("config") or {}).get("dynamo:cluster")
     if cluster is None:
         return "render"  # stacks/spec: cluster.mode defaults to render
     return str(cluster.get("mode", "render")) if isinstance(cluster, dict) else "<not a mapping>"
@@ -707,7 +708,7 @@ def test_docs_list_every_environment_with_what_it_holds():
     rows = {m[1]: m[0] for m in re.findall(r"^(\| `([a-z-]+)` \|.*)$", section, re.M)}
     used: dict[str, set[str]] = {}
     for wf in WORKFLOWS:
-        for job in (yaml.safe_load(wf.read_text()).get("jobs") or {}).values():
+        for job in (yaml_text.load(wf.read_text()).get("jobs") or {}).values():
             if _env_name(job):
                 body = yaml.safe_dump(job)
                 names = set(re.findall(r"secrets\.([A-Za-z0-9_]+)", body)) - {"GITHUB_TOKEN"}
@@ -723,7 +724,7 @@ def test_docs_list_every_environment_with_what_it_holds():
 def test_every_checkout_drops_its_credentials():
     """actions/checkout stores the job's token in .git/config unless persist-credentials is false; every later step
     (the PR's code included) could read it there."""
-    bad = [f"{wf.name}:{name}" for wf in WORKFLOWS for name, job in yaml.safe_load(wf.read_text())["jobs"].items()
+    bad = [f"{wf.name}:{name}" for wf in WORKFLOWS for name, job in yaml_text.load(wf.read_text())["jobs"].items()
            for s in job.get("steps") or [] if _uses(s, "actions/checkout") and (s.get("with") or {}).get("persist-credentials") is not False]
     assert bad == []
 
@@ -735,7 +736,7 @@ def test_drift_grants_issues_write_to_its_job_only():
 
 
 def test_dependabot_keeps_the_pinned_actions_current():
-    cfg = yaml.safe_load((ROOT / ".github" / "dependabot.yml").read_text())
+    cfg = yaml_text.load((ROOT / ".github" / "dependabot.yml").read_text())
     assert cfg["version"] == 2
     (actions,) = [u for u in cfg["updates"] if u["package-ecosystem"] == "github-actions"]
     assert actions["directory"] == "/" and actions["schedule"]["interval"] in {"daily", "weekly", "monthly"}
@@ -753,7 +754,7 @@ def _git(cwd, *args, check=True) -> str:
 
 
 def _record_script(text: str) -> str:
-    steps = yaml.safe_load(text)["jobs"]["record"]["steps"]
+    steps = yaml_text.load(text)["jobs"]["record"]["steps"]
     return next(s["run"] for s in steps if "git push" in s.get("run", ""))
 
 
@@ -882,7 +883,7 @@ def test_broken_workflow_is_flagged(tmp_path):
 
 def _load(name: str) -> dict:
     # PyYAML reads the `on:` key as True
-    return yaml.safe_load(_text(name))
+    return yaml_text.load(_text(name))
 
 
 def test_pr_workflow_shape():
@@ -1036,7 +1037,7 @@ def test_workflows_run_the_pulumi_cli_the_toolchain_pins():
     pinned = versions()["toolchain"]["pulumi"].lstrip("v")
     found = {}
     for wf in WORKFLOWS:
-        env = (yaml.safe_load(wf.read_text()) or {}).get("env") or {}
+        env = (yaml_text.load(wf.read_text()) or {}).get("env") or {}
         if "PULUMI_VERSION" in env:
             found[wf.name] = str(env["PULUMI_VERSION"])
     assert found, "no workflow sets PULUMI_VERSION"
@@ -1068,7 +1069,7 @@ def test_ci_installs_a_go_every_pinned_build_accepts():
     assert installed >= need, f"the builds need Go {'.'.join(map(str, need))} ({[m for m, v in wanted.items() if v == need]})"
     builders = set()
     for wf in WORKFLOWS:
-        for name, job in yaml.safe_load(wf.read_text())["jobs"].items():
+        for name, job in yaml_text.load(wf.read_text())["jobs"].items():
             runs = "\n".join(s.get("run", "") for s in job.get("steps") or [])
             if re.search(r"make test|ci-tools\.sh pulumi|actionlint\.sh", runs):
                 builders.add((wf.name, name))
@@ -1226,7 +1227,7 @@ def test_pulumi_jobs_cache_only_the_pulumi_toolchain():
     (a job that missed first would save a cache without the test toolchain under it)."""
     keys = {}
     for wf in WORKFLOWS:
-        for name, job in yaml.safe_load(wf.read_text())["jobs"].items():
+        for name, job in yaml_text.load(wf.read_text())["jobs"].items():
             for s in job.get("steps") or []:
                 if _uses(s, "actions/cache"):
                     keys[(wf.name, name)] = (s["with"]["path"], s["with"]["key"])

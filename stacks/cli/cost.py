@@ -26,16 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 
 from stacks.spec.config import NS, ConfigError
+from stacks.registry import yaml_text
 
 PRICES = Path(__file__).resolve().parents[1] / "registry" / "prices.yaml"
 WIDTH = 100  # the report's columns
 
 
 def load_prices(path: Path = PRICES) -> dict:
-    data = yaml.safe_load(path.read_text()) or {}
+    data = yaml_text.load(path.read_text()) or {}
     for itype, regions in (data.get("ec2") or {}).items():
         for region, p in regions.items():
             missing = {"usd_per_hour", "source", "read"} - set(p or {})

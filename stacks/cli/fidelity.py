@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-import yaml
 
 from stacks.catalog import k8s
 from stacks.serving import compile_cache
 from stacks.serving.hardening import without_hardening
+from stacks.registry import yaml_text
 
 # The revision ``check`` renders the pinned download Jobs with (any valid 40-hex commit: only the departure's shape matters).
 PROBE_REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -127,7 +127,7 @@ def in_scope_files(ref: Path | None = None) -> list[str]:
 
 
 def load_docs(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return [d for d in yaml_text.load_all(path.read_text()) if d]
 
 
 def obj_key(d: dict) -> tuple[str, str]:

@@ -35,10 +35,10 @@ from typing import Callable, Optional
 from urllib.parse import quote
 from urllib.request import urlopen
 
-import yaml
 
 from stacks.cluster.karpenter_sim import kwok_instance_types, kwok_node_class
 from stacks.cli.simulate import REPO_ROOT, KubeError, Simulator
+from stacks.registry import yaml_text
 
 KARPENTER_SH = REPO_ROOT / "tools" / "karpenter.sh"
 KUBE_GO_MOD = REPO_ROOT / "tools" / "kube" / "go.mod"
@@ -134,7 +134,7 @@ class KarpenterSim:
     def install_crds(self, crd_dir: Path, timeout: float = 60) -> list[str]:
         names = []
         for f in sorted(crd_dir.glob("*.yaml")):
-            crd = yaml.safe_load(f.read_text())
+            crd = yaml_text.load(f.read_text())
             names.append(crd["metadata"]["name"])
             try:
                 self.api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)

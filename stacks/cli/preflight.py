@@ -117,14 +117,13 @@ def requests_from_stack(name: str, root: Optional[Path] = None) -> list[Prefligh
     """One preflight request per GPU node group a committed ``Pulumi.<name>.yaml`` creates ([]: not an EKS stack,
     nothing to check), each under the config key its settings live at. Built from the same plan the program builds:
     final DGD (replicas included), zone, region with ``aws:region``; every ``gpuPools`` entry, not only the first."""
-    import yaml
-
     from stacks.program import render
+    from stacks.registry import yaml_text
     from stacks.spec.config import parse
 
     root = root or render.REPO_ROOT
     raw = render.stack_raw_config(name, root)
-    top = (yaml.safe_load(render.stack_file(name, root).read_text()) or {}).get("config") or {}
+    top = (yaml_text.load(render.stack_file(name, root).read_text()) or {}).get("config") or {}
     cluster: dict[str, Any] = raw.get("cluster") or {}
     if not isinstance(cluster, dict):
         raise _config_error(f"{CLUSTER}: must be a mapping, got {cluster!r}")

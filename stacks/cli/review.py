@@ -45,6 +45,7 @@ from typing import Any, Optional
 import yaml
 
 from stacks.spec.config import NS, SECRET_KEYS, ConfigError, image_problem, revision_problem
+from stacks.registry import yaml_text
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -289,7 +290,7 @@ def _run_render(src: Path, args: list[str]) -> subprocess.CompletedProcess:
 
 
 def _load(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    return [d for d in yaml_text.load_all(path.read_text()) if d is not None]
 
 
 def render_tree(src: Path, out: Path) -> tuple[dict[str, list[dict]], dict[str, str]]:
@@ -489,7 +490,7 @@ def redact_text(text: str) -> str:
     for key, chunk in entries:
         if key and secret_like(key):
             try:
-                value = (yaml.safe_load("config:\n" + chunk) or {}).get("config", {}).get(key)
+                value = (yaml_text.load("config:\n" + chunk) or {}).get("config", {}).get(key)
             except yaml.YAMLError:
                 value = None
             if not _is_secure(value):
@@ -639,7 +640,7 @@ def promoted_text(src_text: str, dst_text: str) -> str:
 
 def _config(text: str, name: str = "stack file") -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml_text.load(text) or {}
     except yaml.YAMLError as e:
         raise PromotionError(f"{name} is not valid YAML: {e}") from None
     cfg = data.get("config") if isinstance(data, dict) else data

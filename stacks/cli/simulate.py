@@ -54,6 +54,7 @@ from stacks.cluster import EFA_LABEL, POOL_LABEL, EksConfig, build_cluster_plan,
 from stacks.spec.config import NS, ConfigError
 from stacks.registry.gpus import HOSTS, HostResources, default_shape, host_type_for
 from stacks.serving.operator import WORKER_TYPES, operator_pods
+from stacks.registry import yaml_text
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KUBE_LOCAL = REPO_ROOT / "tools" / "kube-local.sh"
@@ -196,7 +197,7 @@ def inventory_nodes(text: str) -> list[dict]:
     """Nodes of ``kubectl get nodes -o yaml`` (a List, or one Node), reduced to what the scheduler reads:
     name, labels, taints, unschedulable, capacity and allocatable."""
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml_text.load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"--nodes: not YAML ({e})") from None
     items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else [doc] if isinstance(doc, dict) and doc.get("kind") == "Node" else None
@@ -326,7 +327,7 @@ class Simulator:
     """A minimal client of the LOCAL API server (loopback only) for the simulation."""
 
     def __init__(self, kubeconfig: str | os.PathLike, namespace: str = SIM_NAMESPACE):
-        cfg = yaml.safe_load(Path(kubeconfig).read_text())
+        cfg = yaml_text.load(Path(kubeconfig).read_text())
         ctx_name = cfg.get("current-context")
         ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == ctx_name)
         cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])

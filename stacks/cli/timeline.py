@@ -30,9 +30,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 
 from stacks.cli.shell import wrap
+from stacks.registry import yaml_text
 
 DURATIONS = Path(__file__).resolve().parents[1] / "registry" / "durations.yaml"
 GB = 10**9
@@ -40,7 +40,7 @@ GB = 10**9
 
 @lru_cache(maxsize=1)
 def durations() -> dict:
-    return yaml.safe_load(DURATIONS.read_text())
+    return yaml_text.load(DURATIONS.read_text())
 
 
 @dataclass

@@ -4,14 +4,14 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
+from stacks.registry import yaml_text
 
 MANIFEST = Path(__file__).with_name("versions.yaml")
 
 
 @lru_cache(maxsize=1)
 def versions() -> dict:
-    return yaml.safe_load(MANIFEST.read_text())
+    return yaml_text.load(MANIFEST.read_text())
 
 
 def image(key: str) -> str:
