@@ -32,6 +32,7 @@ from local_cluster import chart_repo, control_plane
 from stacks import catalog
 from stacks.cli import fidelity
 from stacks.registry import yaml_text
+from test_engine import set_config
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD_ULTRA = ROOT / "tests" / "fixtures" / "catalog-1.5" / "ultra.py.txt"
@@ -138,9 +139,7 @@ def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
                                         opts=auto.LocalWorkspaceOptions(work_dir=str(program.work), env_vars=env))
     config = {"target": OLD_ID, "namespace": ns, "wait": {"enabled": False},
               "cluster": {"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"], "installPlatform": True}}
-    stack.set_all_config({**{f"dynamo:{k}": auto.ConfigValue(value=v if isinstance(v, str) else json.dumps(v))
-                             for k, v in config.items()},
-                          "dynamo:hfToken": auto.ConfigValue(value="hf_UPGRADE_CANARY", secret=True)})
+    set_config(stack, config, secrets={"hfToken": "hf_UPGRADE_CANARY"})
     try:
         # --- the 1.5-era stack
         assert stack.up(on_output=None).summary.result == "succeeded"

@@ -65,14 +65,15 @@ start engine-other engine_other "$@"
 HEAVY=(tests/test_rig.py tests/test_prometheus.py tests/test_nodeadm.py tests/test_aws_rules.py tests/test_cluster_mocks.py)
 start unit-heavy pytest -m "not engine" "${HEAVY[@]}" "$@"
 start unit pytest -m "not engine" --ignore=tests/test_review.py "${HEAVY[@]/#/--ignore=}" "$@"
+TEST_GROUPS=(engine-lifecycle engine-main engine-day2 engine-other unit-heavy unit)
 
 rc=0
 declare -A status
-for name in engine-lifecycle engine-main engine-day2 engine-other unit-heavy unit; do
+for name in "${TEST_GROUPS[@]}"; do
   wait "${pids[$name]}"
   status[$name]=$?
 done
-for name in engine-lifecycle engine-main engine-day2 engine-other unit-heavy unit; do
+for name in "${TEST_GROUPS[@]}"; do
   echo
   echo "================================ $name (exit ${status[$name]}) ================================"
   cat "$LOGS/$name.log"
@@ -81,7 +82,7 @@ for name in engine-lifecycle engine-main engine-day2 engine-other unit-heavy uni
   if [[ ${status[$name]} -ne 0 ]] && ! [[ ${status[$name]} -eq 5 && $# -gt 0 ]]; then rc=1; fi
 done
 echo
-for name in engine-lifecycle engine-main engine-day2 engine-other unit-heavy unit; do
+for name in "${TEST_GROUPS[@]}"; do
   echo "test: $name exit ${status[$name]}: $(grep -E '^(=+ )?[0-9]+ (passed|failed)|^=+ .*(passed|failed|error).* in ' "$LOGS/$name.log" | tail -1)"
 done
 echo "test: wall time $((SECONDS - t0)) s; exit $rc"
