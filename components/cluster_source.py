@@ -75,14 +75,16 @@ class KubeconfigSource(ClusterSource):
             with open(self.kubeconfig_file) as f:
                 text = f.read()
         self.context = program.cluster.context
-        # Before any resource, also when nothing would change.
-        problem = None if mocked() else credentials_problem(text, self.context, source, path=self.kubeconfig_file)
-        if problem:
-            raise pulumi.RunError(problem)
         # A cache claim that can never bind is said now, not when its wait times out minutes later.
         claims = [(e.key, f"{e.plan.dgd['metadata']['namespace']}/{e.plan.claim_name}", e.plan.cache_pvc["spec"].get("storageClassName"))
                   for e in program.entries if e.plan.cache_pvc is not None]
         classes = None if mocked() or not claims else cluster_storage_classes(self.kubeconfig_file, text, self.context)
+        # Before any resource, also when nothing would change. A StorageClass list that answered was itself an
+        # authenticated read, so the discovery read runs only when there was none or it failed (one kubectl run per
+        # program run instead of two; a list refused by RBAC is not a credentials problem, the discovery read decides).
+        problem = None if mocked() or classes is not None else credentials_problem(text, self.context, source, path=self.kubeconfig_file)
+        if problem:
+            raise pulumi.RunError(problem)
         for warning in storage_class_warnings(claims, classes) if classes is not None else []:
             pulumi.log.warn(warning)
         self.provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.secret(text), context=self.context,

@@ -20,18 +20,31 @@ from stacks.registry.gpus import INSTANCES
 P5 = "p5.48xlarge"
 
 
+# moto 5 (moto/core/config.py, moto/settings.py): by default each mock start drops boto3's default session, so every
+# test's first client reads botocore's service models (EC2's is megabytes of JSON) again, and each new EC2 backend
+# loads moto's ~70,000 default AMIs. Neither is state a test can see: the models are read-only, and these tests
+# register the one image they launch. Together they were half of this module's CPU time.
+MOTO_CONFIG = {"core": {"reset_boto3_session": False}}
+
+
 @pytest.fixture
 def aws(monkeypatch):
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                 "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
         monkeypatch.setenv(k, v)
     for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         monkeypatch.delenv(k, raising=False)
-    with mock_aws():
+    with mock_aws(config=MOTO_CONFIG):
         yield
 
 
 def ec2(region="us-east-1"):
     return boto3.client("ec2", region_name=region)
+
+
+def image(client) -> str:
+    """The id of an image registered in the mock account (the mock loads none of its own)."""
+    return client.register_image(Name="gpu-node", RootDeviceName="/dev/xvda")["ImageId"]
 
 
 def offered_zones(client, instance_type):
@@ -224,8 +237,7 @@ def test_quota_too_low_fails_with_nodes_key(aws):
 
 def test_quota_counts_running_p_instances(aws):
     c = ec2()
-    ami = c.describe_images()["Images"][0]["ImageId"]
-    c.run_instances(ImageId=ami, InstanceType=P5, MinCount=1, MaxCount=1)
+    c.run_instances(ImageId=image(c), InstanceType=P5, MinCount=1, MaxCount=1)
     r = by_name(run_checks(req(nodes=1, efa=False), c, quota_client(384)))["quota"]
     # 384 quota - 192 used by the running p5 leaves exactly one node's worth.
     assert r.status == PASS, r.message
@@ -468,8 +480,9 @@ def _quota(code: str, values: list[float]):
 
 def test_g_instances_use_the_g_and_vt_quota(aws):
     client = ec2()
-    client.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="g5.xlarge")
-    client.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="p5.48xlarge")
+    ami = image(client)
+    client.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="g5.xlarge")
+    client.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="p5.48xlarge")
     info = {"VCpuInfo": {"DefaultVCpus": 192}}
     r = preflight.check_quota(req(instance_type="g6e.48xlarge", nodes=1), client, _quota("L-DB2E81BA", [100]), info, None)
     assert r.status == FAIL and "L-DB2E81BA (Running On-Demand G and VT instances) is 100 vCPUs, 4 in use by running G and VT instances" in r.message

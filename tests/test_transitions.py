@@ -42,12 +42,23 @@ def uid(kube, kind: str, name: str, ns: str = "") -> str | None:
 
 
 def live_uids(kube, raw: dict) -> dict[tuple[str, str, str], str | None]:
-    """(kind, namespace, name) -> uid on the server (None: not there) of every object the config asks for."""
-    out = {}
+    """(kind, namespace, name) -> uid on the server (None: not there) of every object the config asks for. One
+    ``kubectl get --ignore-not-found`` per namespace reads them all (what is absent is simply not in its list)."""
+    import json
+
+    wanted: dict[str, list[tuple[str, str]]] = {}
     for o in asked_for(raw):
         md = o["metadata"]
         ns = "" if o["kind"] == "Namespace" else md.get("namespace", "")  # cluster-scoped: GatewayClass
-        out[(o["kind"], ns, md["name"])] = uid(kube, o["kind"], md["name"], ns)
+        wanted.setdefault(ns, []).append((o["kind"], md["name"]))
+    out: dict[tuple[str, str, str], str | None] = {}
+    for ns, objs in wanted.items():
+        names = [f"{RESOURCE.get(kind, kind.lower())}/{name}" for kind, name in objs]
+        r = kubectl(kube, "get", *names, *(["-n", ns] if ns else []), "-o", "json", "--ignore-not-found")
+        listed = json.loads(r.stdout) if r.stdout.strip() else {"items": []}
+        items = listed["items"] if listed.get("kind") == "List" else [listed]
+        found = {(i["kind"], i["metadata"]["name"]): i["metadata"]["uid"] for i in items}
+        out.update({(kind, ns, name): found.get((kind, name)) for kind, name in objs})
     return out
 
 
@@ -57,8 +68,8 @@ def apply(stack, kube, raw: dict, before: dict | None = None, preview: bool = Fa
     Returns the live uids and the engine's output."""
     current = {k.split(":", 1)[1] for k in stack.get_all_config()
                if k.startswith("dynamo:") and k not in ("dynamo:hfToken", "dynamo:frontDoorApiKeys")}  # secrets: set apart
-    for key in current - set(raw):
-        stack.remove_config(f"dynamo:{key}")
+    if current - set(raw):
+        stack.remove_all_config([f"dynamo:{key}" for key in sorted(current - set(raw))])
     set_config(stack, raw)
     if preview:
         stack.preview(on_output=None)
