@@ -31,6 +31,8 @@
 #   DYNAMO_REFERENCE        reference dir whose crds/*.yaml are installed
 #                           (default <repo>/../shared/reference)
 #   KUBE_LOCAL_SKIP_CRDS=1  do not install the CRDs
+#   KUBE_LOCAL_CRDS         only these CRDs (metadata.name, space-separated) of crds/*.yaml
+#                           (default: all); each is still checked to be in the reference
 #   KUBE_LOCAL_CRD_CONVERSION=none  patch the CRDs' v1alpha1<->v1beta1 conversion webhook
 #                           (the Dynamo operator, absent here) to strategy None; default
 #                           "webhook" keeps the reference CRDs as they are, so any v1alpha1
@@ -404,8 +406,16 @@ install_crds() {
   local files=("$crd_dir"/*.yaml)
   shopt -u nullglob
   ((${#files[@]})) || die "no CRDs in $crd_dir (set DYNAMO_REFERENCE or KUBE_LOCAL_SKIP_CRDS=1)"
-  for f in "${files[@]}"; do
-    names+=("$(awk '/^metadata:/ {m=1; next} m && /^  name:/ {print $2; exit}' "$f")")
+  local all=("${files[@]}") name wanted=" ${KUBE_LOCAL_CRDS:-} " n
+  files=()
+  for f in "${all[@]}"; do
+    name="$(awk '/^metadata:/ {m=1; next} m && /^  name:/ {print $2; exit}' "$f")"
+    [[ -z "${KUBE_LOCAL_CRDS:-}" || "$wanted" == *" $name "* ]] || continue
+    names+=("$name")
+    files+=("$f")
+  done
+  for n in ${KUBE_LOCAL_CRDS:-}; do
+    [[ " ${names[*]} " == *" $n "* ]] || die "KUBE_LOCAL_CRDS names $n, which no file in $crd_dir defines"
   done
   sum="$(cat "${files[@]}" | sha256sum | cut -d' ' -f1) ${KUBE_LOCAL_CRD_CONVERSION:-webhook}"
   # Unchanged since the last start on this etcd data: nothing to apply.
