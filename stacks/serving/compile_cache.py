@@ -35,6 +35,13 @@ What the sources say:
 - Where a worker mounts the model cache read-only (Ultra: ``/opt/models``, ``readOnly: true``), the container also gets
   the same volume's ``compile-cache`` directory mounted writable at ``<mount>/compile-cache`` (``subPath``); the model
   stays read-only.
+- Where the recipe runs a worker with ``HF_HUB_OFFLINE=1`` (Lightning's and Motif-3's vLLM workers), the worker only
+  reads the model from the Hugging Face cache: huggingface_hub in offline mode makes no HTTP call and resolves files
+  from the local cache only (https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables,
+  ``HF_HUB_OFFLINE``), and the step has moved the only two caches it writes to the compile-cache directory. So the
+  step also mounts the model cache read-only in those containers (``readOnly: true``), with the compile-cache
+  directory writable as above: a worker running model code (``--trust-remote-code``) cannot change the model every
+  other replica and stack on the volume loads. Workers without that variable keep the recipe's mount as it is.
 
 TensorRT-LLM targets get nothing: ``trtllm-serve`` (lightning_trtllm.py) does not read ``VLLM_CACHE_ROOT``, and
 their engine configs turn on no torch.compile (``torch_compile_config`` unset), so there is no torch.compile cache to
@@ -54,6 +61,7 @@ import hashlib
 import json
 from typing import Any, Iterable, Optional
 
+OFFLINE_VAR = "HF_HUB_OFFLINE"  # huggingface_hub: "1" = no HTTP call, files from the local cache only
 VLLM_VAR = "VLLM_CACHE_ROOT"
 TRITON_VAR = "TRITON_CACHE_DIR"
 VARS = (VLLM_VAR, TRITON_VAR)
@@ -118,17 +126,29 @@ def worker_containers(dgd: dict, runtime: str, mount: str) -> Iterable[tuple[dic
                 yield comp, pod, c
 
 
+def reads_offline(container: dict, spec_env: Iterable[dict] = ()) -> bool:
+    """Whether the container runs with ``HF_HUB_OFFLINE=1`` (its own entry, else the DGD's ``spec.env``)."""
+    for entries in (container.get("env") or [], spec_env or []):
+        value = next((e.get("value") for e in entries if e.get("name") == OFFLINE_VAR), None)
+        if value is not None:
+            return str(value) == "1"
+    return False
+
+
 def expected(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, configmaps: dict[str, dict]) -> dict[tuple[str, str], dict]:
-    """(component, container) -> the env values and the mount (or None) the step sets, computed from the DGD as it is
-    (the key leaves the two variables out, so the DGD before or after the step gives the same)."""
+    """(component, container) -> the env values, the mount (or None) and whether the model-cache mount is made read-only,
+    as the step sets them, computed from the DGD as it is (the key leaves the two variables out, so the DGD before or
+    after the step gives the same)."""
     out = {}
     spec_env = dgd["spec"].get("env") or []
     for comp, pod, c in worker_containers(dgd, runtime, mount):
         base = cache_dir(mount, target_id, comp["name"], cache_key(c, pod, spec_env, gpu, configmaps))
         vol = _cache_volume(c, mount)
+        read_only = reads_offline(c, spec_env)
         out[(comp["name"], c["name"])] = {
             "env": {VLLM_VAR: f"{base}/vllm", TRITON_VAR: f"{base}/triton"},
-            "mount": writable_mount(vol["name"], mount) if vol.get("readOnly") else None,
+            "mount": writable_mount(vol["name"], mount) if vol.get("readOnly") or read_only else None,
+            "read_only": read_only,
         }
     return out
 
@@ -149,6 +169,8 @@ def apply_compile_cache(dgd: dict, target_id: str, runtime: str, gpu: str, mount
             else:
                 entry.clear()
                 entry.update({"name": name, "value": value})
+        if want["read_only"]:
+            _cache_volume(c, mount)["readOnly"] = True
         if want["mount"] and want["mount"] not in c["volumeMounts"]:
             c["volumeMounts"].append(copy.deepcopy(want["mount"]))
         changed.append(f"{comp['name']}/{c['name']}")
@@ -176,6 +198,9 @@ def without_compile_cache(rendered: dict, upstream: dict, candidates: Iterable[t
                 continue
             if w["mount"] and w["mount"] not in (c.get("volumeMounts") or []):
                 continue
+            vol = _cache_volume(c, mount)
+            if w["read_only"] and vol.get("readOnly") is not True:
+                continue
             uc = up_containers.get((comp["name"], c["name"]), {})
             up_env = uc.get("env") or []
             for k, v in w["env"].items():
@@ -189,6 +214,12 @@ def without_compile_cache(rendered: dict, upstream: dict, candidates: Iterable[t
                 del c["env"]
             if w["mount"] and w["mount"] not in (uc.get("volumeMounts") or []):
                 c["volumeMounts"].remove(w["mount"])
+            if w["read_only"]:  # upstream's readOnly of that mount back (absent where upstream has none)
+                up_vol = _cache_volume(uc, mount) or {}
+                if "readOnly" in up_vol:
+                    vol["readOnly"] = up_vol["readOnly"]
+                else:
+                    vol.pop("readOnly", None)
             count += 1
         if count:
             return out, count
