@@ -135,6 +135,25 @@ def subset_diff(want, got, where="") -> list[str]:
     return []
 
 
+def live_many(kube, objs: list[dict], namespace: str | None = None) -> dict[tuple[str, str], dict | None]:
+    """(kind, name) -> the server's object (None: not there) of each of ``objs``, read with one ``kubectl get
+    --ignore-not-found`` per namespace (``namespace``: the one to read the namespaced objects from, instead of their
+    own). Kinds as ``live`` names them; cluster-scoped objects (Namespace) are read without a namespace."""
+    wanted: dict[str, list[tuple[str, str]]] = {}
+    for o in objs:
+        ns = "" if o["kind"] == "Namespace" else (namespace or o["metadata"].get("namespace", ""))
+        wanted.setdefault(ns, []).append((o["kind"], o["metadata"]["name"]))
+    out: dict[tuple[str, str], dict | None] = {}
+    for ns, keys in wanted.items():
+        names = [f"{({'DynamoGraphDeployment': 'dynamographdeployments.nvidia.com'}).get(k, k.lower())}/{n}" for k, n in keys]
+        r = kubectl(kube, "get", *names, *(["-n", ns] if ns else []), "-o", "json", "--ignore-not-found")
+        listed = json.loads(r.stdout) if r.stdout.strip() else {"items": []}
+        items = listed["items"] if listed.get("kind") == "List" else [listed]
+        found = {(i["kind"], i["metadata"]["name"]): i for i in items}
+        out.update({key: found.get(key) for key in keys})
+    return out
+
+
 def live(kube, obj: dict) -> dict:
     kind = obj["kind"]
     resource = {"DynamoGraphDeployment": "dynamographdeployments.nvidia.com"}.get(kind, kind.lower())
@@ -167,29 +186,21 @@ def upstream_problems(kube, target: str, ns: str) -> list[str]:
     configmaps = json.loads(kubectl(kube, "get", "configmaps", "-n", ns, "-o", "json").stdout)["items"]
     configmaps = [{**c, "kind": "ConfigMap"} for c in configmaps]
     problems = []
+    on_server = live_many(kube, [d for d, _ in docs], namespace=ns)
     for doc, required in docs:
         want = fidelity.normalize(fidelity.substitute_placeholders(doc, None, ()))
-        obj = {**doc, "metadata": {**doc["metadata"], "namespace": ns}}
-        kind = obj["kind"]
-        resource = {"DynamoGraphDeployment": "dynamographdeployments.nvidia.com"}.get(kind, kind.lower())
-        got = kubectl(kube, "get", resource, obj["metadata"]["name"], "-n", ns, "-o", "json", check=False)
-        if got.returncode != 0:
+        kind = doc["kind"]
+        got = on_server[(kind, doc["metadata"]["name"])]
+        if got is None:
             if required:
-                problems.append(f"{kind}/{obj['metadata']['name']}: in {t.upstream}, not on the server")
+                problems.append(f"{kind}/{doc['metadata']['name']}: in {t.upstream}, not on the server")
             continue  # a model-cache object another target of the model uses
         # The program's listed additions, nothing else: the Jobs' hardening and revision pin, and the vLLM workers'
         # compile-cache env and mount (keyed from the ConfigMaps the server holds, not from the render).
-        server, _ = fidelity.without_compile_cache(json.loads(got.stdout), want, configmaps)
+        server, _ = fidelity.without_compile_cache(got, want, configmaps)
         server = fidelity.without_revision_pin(without_hardening(server, want), want)
-        problems += [f"{kind}/{obj['metadata']['name']}{d}" for d in subset_diff(want, server)]
+        problems += [f"{kind}/{doc['metadata']['name']}{d}" for d in subset_diff(want, server)]
     return problems
-
-
-def live_args(obj: dict) -> list[str]:
-    kind = obj["kind"]
-    resource = {"DynamoGraphDeployment": "dynamographdeployments.nvidia.com"}.get(kind, kind.lower())
-    ns = [] if kind == "Namespace" else ["-n", obj["metadata"]["namespace"]]
-    return ["get", resource, obj["metadata"]["name"], *ns, "-o", "name"]
 
 
 KEPT = re.compile(r"warning: kept (?P<kind>\w+) (?P<name>\S+) \(retainOnDelete[^\n]*\n\s+why:\s+(?P<why>[^\n]+)\n"
@@ -226,8 +237,10 @@ def test_engine_lifecycle(kube, workspace, target):
         # What the engine created equals what `python -m stacks render` shows for the same config.
         rendered = render_config({k: v for k, v in config.items()})
         problems = []
+        on_server = live_many(kube, rendered)
         for obj in rendered:
-            server = live(kube, obj)
+            server = on_server[(obj["kind"], obj["metadata"]["name"])]
+            assert server is not None, f"{obj['kind']}/{obj['metadata']['name']}: rendered, not on the server"
             problems += [f"{obj['kind']}/{obj['metadata']['name']}{d}" for d in subset_diff(comparable(obj), server)]
         assert problems == []
         # ...and every field of upstream's own files is on the server (the render code is not its own oracle).
@@ -281,8 +294,9 @@ def test_engine_lifecycle(kube, workspace, target):
         assert TOKEN not in out
         kept = kept_in_destroy_output(out)
         # what it names as kept is exactly what of the stack's objects is still on the server (so nothing deleted)
+        after = live_many(kube, rendered)
         still_there = {(o["kind"], o["metadata"]["name"] if o["kind"] == "Namespace" else f"{ns}/{o['metadata']['name']}")
-                       for o in rendered if kubectl(kube, *live_args(o), check=False).returncode == 0}
+                       for o in rendered if after[(o["kind"], o["metadata"]["name"])] is not None}
         assert set(kept) == still_there == {("Namespace", ns), ("PersistentVolumeClaim", f"{ns}/shared-model-cache")}, out[-3000:]
         assert all(k["why"] and k["adopt"] for k in kept.values())
         assert "storage.protect" in kept["PersistentVolumeClaim", f"{ns}/shared-model-cache"]["why"]
