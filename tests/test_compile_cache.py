@@ -75,13 +75,21 @@ def test_every_vllm_worker_container_has_both_caches_under_the_cache_mount():
     assert seen == vllm_workers and seen > len([t for t in TARGETS if t.runtime == "vllm"])
 
 
-def test_workers_that_read_the_hub_cache_offline_mount_the_model_read_only():
-    """Where upstream's recipe file runs a vLLM worker with HF_HUB_OFFLINE=1 (it only reads the model), the rendered
-    worker mounts the model cache read-only and only the compile-cache directory writable; every other worker keeps
-    upstream's readOnly on that mount. The expectation is read from the upstream files, not from the catalog."""
+def _writes_modules_to(up: dict, container: dict, mount: str) -> bool:
+    """Whether transformers' remote-code module cache of the upstream container is on the mount: HF_MODULES_CACHE, else
+    $HF_HOME/modules (transformers utils/hub.py)."""
+    modules = _effective(up, container, "HF_MODULES_CACHE") or f"{_effective(up, container, 'HF_HOME') or '/root/.cache/huggingface'}/modules"
+    return modules.startswith(mount.rstrip("/") + "/")
+
+
+def test_workers_that_only_read_the_model_mount_it_read_only():
+    """Where upstream's recipe file runs a vLLM worker with HF_HUB_OFFLINE=1 (no hub writes) and its remote-code module
+    cache off the volume, the rendered worker mounts the model cache read-only and only the compile-cache directory
+    writable; every other worker keeps upstream's readOnly on that mount. The expectation is read from the upstream
+    files, not from the catalog."""
     from stacks.cli import fidelity
 
-    offline = 0
+    offline = writes_modules = 0
     for t in TARGETS:
         if t.runtime != "vllm" or not t.upstream:
             continue
@@ -97,20 +105,23 @@ def test_workers_that_read_the_hub_cache_offline_mount_the_model_read_only():
                 continue
             c = got[(comp, uc["name"])]
             m = next(m for m in c["volumeMounts"] if m["mountPath"] == mount)
-            if _effective(up, uc, cc.OFFLINE_VAR) == "1":
+            if _effective(up, uc, cc.OFFLINE_VAR) == "1" and _writes_modules_to(up, uc, mount):
+                writes_modules += 1
+                assert m.get("readOnly") == up_mount.get("readOnly"), (t.id, comp, m, up_mount)
+            elif _effective(up, uc, cc.OFFLINE_VAR) == "1":
                 offline += 1
                 assert m.get("readOnly") is True, (t.id, comp, m)
                 assert {"name": m["name"], "mountPath": f"{mount}/compile-cache", "subPath": "compile-cache"} in c["volumeMounts"], t.id
             else:
                 assert m.get("readOnly") == up_mount.get("readOnly"), (t.id, comp, m, up_mount)
-    # Lightning's and Motif-3's workers read offline; the targets whose upstream files run workers without it (if any in
-    # the snapshot) keep upstream's mount, and Ultra's recipe mounts read-only already (the test above).
-    assert offline > 0
+    # Lightning's workers only read; Motif-3's read offline but write remote code under HF_HOME on the volume, so they
+    # keep upstream's mount; Ultra's recipe mounts read-only already (the test above).
+    assert offline > 0 and writes_modules > 0
 
 
 def test_opt_out_keeps_the_recipe_mount_writable_where_upstream_has_it():
     t = next(t for t in TARGETS if t.runtime == "vllm" and any(
-        _effective(RECIPE[t.id], c, cc.OFFLINE_VAR) == "1" for _, c in _workers(RECIPE[t.id])))
+        cc.model_read_only(c, RECIPE[t.id]["spec"].get("env") or [], catalog.family_of(t).cache.mount) for _, c in _workers(RECIPE[t.id])))
     dgd = _dgd(render_config({"target": t.id, "compileCache": {"enabled": False}}))
     mount = catalog.family_of(t).cache.mount
     for (_, c), (_, rc) in zip(_workers(dgd), _workers(RECIPE[t.id])):

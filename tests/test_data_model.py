@@ -103,11 +103,11 @@ def test_data_model_renders_its_targets_and_download_job(registered):
     main = worker["podTemplate"]["spec"]["containers"][0]
     assert main["args"][:4] == ["--model", REPO, "--served-model-name", REPO] and main["image"] == IMAGE
     assert worker["replicas"] == 2 and main["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    # The worker reads the hub cache offline (HF_HUB_OFFLINE=1 in its env), so the model is mounted read-only and only
-    # the compile-cache directory of the same volume is writable (stacks/serving/compile_cache.py).
-    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in main["env"]
-    assert main["volumeMounts"][0] == {"name": "qwen3-model-cache", "mountPath": "/models", "readOnly": True}
-    assert {"name": "qwen3-model-cache", "mountPath": "/models/compile-cache", "subPath": "compile-cache"} in main["volumeMounts"]
+    # Offline (HF_HUB_OFFLINE=1), but HF_HOME is the cache mount and no HF_MODULES_CACHE is set: transformers writes the
+    # model's remote code under $HF_HOME/modules, on the volume, so the mount stays as the model's data says
+    # (stacks/serving/compile_cache.py model_read_only).
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in main["env"] and {"name": "HF_HOME", "value": "/models"} in main["env"]
+    assert main["volumeMounts"][0] == {"name": "qwen3-model-cache", "mountPath": "/models"}
     affinity = worker["podTemplate"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert affinity["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["NVIDIA-B200"]
     assert catalog.gpus_needed(dgd) == 2

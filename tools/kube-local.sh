@@ -414,6 +414,7 @@ install_crds() {
     names+=("$name")
     files+=("$f")
   done
+  ((${#files[@]})) || die "KUBE_LOCAL_CRDS ('${KUBE_LOCAL_CRDS:-}') selects no CRD of $crd_dir"
   for n in ${KUBE_LOCAL_CRDS:-}; do
     [[ " ${names[*]} " == *" $n "* ]] || die "KUBE_LOCAL_CRDS names $n, which no file in $crd_dir defines"
   done

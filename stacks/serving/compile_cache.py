@@ -35,13 +35,18 @@ What the sources say:
 - Where a worker mounts the model cache read-only (Ultra: ``/opt/models``, ``readOnly: true``), the container also gets
   the same volume's ``compile-cache`` directory mounted writable at ``<mount>/compile-cache`` (``subPath``); the model
   stays read-only.
-- Where the recipe runs a worker with ``HF_HUB_OFFLINE=1`` (Lightning's and Motif-3's vLLM workers), the worker only
-  reads the model from the Hugging Face cache: huggingface_hub in offline mode makes no HTTP call and resolves files
-  from the local cache only (https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables,
-  ``HF_HUB_OFFLINE``), and the step has moved the only two caches it writes to the compile-cache directory. So the
-  step also mounts the model cache read-only in those containers (``readOnly: true``), with the compile-cache
-  directory writable as above: a worker running model code (``--trust-remote-code``) cannot change the model every
-  other replica and stack on the volume loads. Workers without that variable keep the recipe's mount as it is.
+- Where the recipe lets a worker read the model cache without writing to it, the step also mounts the model cache
+  read-only in that container (``readOnly: true``), with the compile-cache directory writable as above, so that the
+  worker (which runs model code, ``--trust-remote-code``) cannot change the model files every other replica and stack
+  on the volume loads. The recipe allows it when both hold (``model_read_only``):
+  - ``HF_HUB_OFFLINE=1``: huggingface_hub makes no HTTP call and resolves files from the local cache only
+    (https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables, ``HF_HUB_OFFLINE``);
+  - transformers' remote-code module cache is off the volume: ``HF_MODULES_CACHE``, default ``$HF_HOME/modules``
+    (transformers ``utils/hub.py``: ``os.getenv("HF_MODULES_CACHE", os.path.join(constants.HF_HOME, "modules"))``),
+    where ``trust_remote_code`` copies the model's Python files before importing them.
+  Lightning's vLLM workers qualify (offline, ``HF_MODULES_CACHE=/tmp/hf_modules``); Motif-3's do not (offline, but
+  ``HF_HOME`` is the cache mount and no ``HF_MODULES_CACHE``: their remote code is written onto the volume), and keep
+  the recipe's mount. The compile-cache directory stays writable and shared by the replicas of a component (keyed).
 
 TensorRT-LLM targets get nothing: ``trtllm-serve`` (lightning_trtllm.py) does not read ``VLLM_CACHE_ROOT``, and
 their engine configs turn on no torch.compile (``torch_compile_config`` unset), so there is no torch.compile cache to
@@ -62,6 +67,8 @@ import json
 from typing import Any, Iterable, Optional
 
 OFFLINE_VAR = "HF_HUB_OFFLINE"  # huggingface_hub: "1" = no HTTP call, files from the local cache only
+MODULES_VAR = "HF_MODULES_CACHE"  # transformers: where trust_remote_code writes the model's Python modules
+HOME_VAR = "HF_HOME"  # the default of HF_MODULES_CACHE is $HF_HOME/modules
 VLLM_VAR = "VLLM_CACHE_ROOT"
 TRITON_VAR = "TRITON_CACHE_DIR"
 VARS = (VLLM_VAR, TRITON_VAR)
@@ -126,13 +133,32 @@ def worker_containers(dgd: dict, runtime: str, mount: str) -> Iterable[tuple[dic
                 yield comp, pod, c
 
 
-def reads_offline(container: dict, spec_env: Iterable[dict] = ()) -> bool:
-    """Whether the container runs with ``HF_HUB_OFFLINE=1`` (its own entry, else the DGD's ``spec.env``)."""
+def _env_value(container: dict, spec_env: Iterable[dict], name: str) -> Optional[str]:
+    """The container's literal value of ``name``: its own entry, else the DGD's ``spec.env`` (None: unset, or set from a
+    reference this plan cannot read)."""
     for entries in (container.get("env") or [], spec_env or []):
-        value = next((e.get("value") for e in entries if e.get("name") == OFFLINE_VAR), None)
-        if value is not None:
-            return str(value) == "1"
-    return False
+        entry = next((e for e in entries if e.get("name") == name), None)
+        if entry is not None:
+            return None if "value" not in entry else str(entry["value"])
+    return None
+
+
+def _under(path: str, mount: str) -> bool:
+    return path.rstrip("/") == mount.rstrip("/") or path.startswith(mount.rstrip("/") + "/")
+
+
+def model_read_only(container: dict, spec_env: Iterable[dict], mount: str) -> bool:
+    """Whether the recipe lets the container read the model cache at ``mount`` without writing to it (module docstring):
+    offline hub reads, and transformers' remote-code module cache off the volume."""
+    if _env_value(container, spec_env, OFFLINE_VAR) != "1":
+        return False
+    modules = _env_value(container, spec_env, MODULES_VAR)
+    if modules is None:
+        home = _env_value(container, spec_env, HOME_VAR)
+        if home is None and any(e.get("name") == HOME_VAR for e in [*(container.get("env") or []), *(spec_env or [])]):
+            return False  # HF_HOME from a reference: where the modules go is unknown
+        modules = f"{home or '~/.cache/huggingface'}/modules"
+    return not _under(modules, mount)
 
 
 def expected(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, configmaps: dict[str, dict]) -> dict[tuple[str, str], dict]:
@@ -144,7 +170,7 @@ def expected(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, conf
     for comp, pod, c in worker_containers(dgd, runtime, mount):
         base = cache_dir(mount, target_id, comp["name"], cache_key(c, pod, spec_env, gpu, configmaps))
         vol = _cache_volume(c, mount)
-        read_only = reads_offline(c, spec_env)
+        read_only = model_read_only(c, spec_env, mount)
         out[(comp["name"], c["name"])] = {
             "env": {VLLM_VAR: f"{base}/vllm", TRITON_VAR: f"{base}/triton"},
             "mount": writable_mount(vol["name"], mount) if vol.get("readOnly") or read_only else None,
