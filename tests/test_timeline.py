@@ -4,7 +4,7 @@ import pytest
 from harness import run_program
 from stacks.__main__ import main
 from stacks.program.render import program_for_stack
-from stacks.cli.timeline import build_steps, durations, schedule, timeline_for_program
+from stacks.cli.timeline import build_steps, durations, schedule, serving_paths, timeline_for_program
 
 LIGHTNING = dict(model="nemotron-3.5-lightning", precision="nvfp4", cache_size="140Gi")
 
@@ -230,3 +230,30 @@ def test_pause_line_is_what_the_paused_plan_does(capsys):
     assert f"the node group goes to {desired} nodes" in line
     assert f"desired and min size {desired}" in line and min_size == desired
     assert "keeps its GPU nodes" not in out
+
+
+def test_five_paths_sum_their_steps_and_are_held_to_their_targets(capsys):
+    """Each path is the sum of its steps' durations (the registry's), warm differs from cold by the worker start only,
+    and the CLI prints every path with its target verdict."""
+    program = program_for_stack("h100-disagg")
+    ng, kp = timeline_for_program(program, capacity="node-group"), timeline_for_program(program, capacity="karpenter")
+    paths = serving_paths(ng, ng, kp)
+    table, targets = durations()["steps"], durations()["targets"]
+    assert len(paths) == 5
+    assert (paths[0].cold, paths[1].cold) == (ng.total, kp.total)
+    saved = table["worker-startup"]["minutes"] - table["worker-startup-warm"]["minutes"]
+    for p in paths:
+        assert p.warm == pytest.approx(p.cold - saved), p.name
+        assert p.steps[-1] == "worker-startup"
+    for p in paths[2:]:
+        assert p.cold == pytest.approx(sum(table[n]["minutes"] for n in p.steps)), p.name
+    assert "image-pull" not in paths[3].steps and "gpu-node-group" in paths[4].steps  # same node: no pull, no launch
+    assert (paths[0].target_cold, paths[0].target_warm) == (targets["empty-account"]["cold"], targets["empty-account"]["warm"])
+    assert main(["timeline", "--stack", "h100-disagg"]) == 0
+    out = capsys.readouterr().out
+    for p in paths:
+        assert p.name in out
+    flat = " ".join(out.split())  # the report wraps at 100 columns
+    row = flat.split("scale-out on a running node", 1)[1].split(" + worker-startup", 1)[0]
+    verdict = "met" if paths[3].warm <= targets["scale-out-same-node"]["cold"] else f"misses by {paths[3].warm - targets['scale-out-same-node']['cold']:.1f}"
+    assert f"warm {paths[3].warm:.1f} (target {targets['scale-out-same-node']['cold']:g}: {verdict})" in row, row

@@ -298,7 +298,7 @@ def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
     m = k["measured"]
     ng_step, ng_from = gpu_launch(ng)
     kp_step, kp_from = gpu_launch(kp)
-    resume = sum(kp.steps[n].minutes for n in ("gpu-node-launch", "image-pull", "worker-startup"))
+    resume = sum(kp.steps[n].minutes for n in ("gpu-node-launch", "device-plugin-pods", "image-pull", "worker-startup"))
     after = kp.consolidate_after_s
     pause = pause_seconds(after)
     mine = lambda t: " (this stack)" if t is tl else ""  # noqa: E731
@@ -315,8 +315,70 @@ def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
            + f"; measured with the real Karpenter in the simulated cluster: {max(m['pause_to_zero_nodes_s']):.1f} s at "
              f"consolidateAfter {m['consolidate_after_s']} s, pending pods bound within {max(m['pending_to_bound_s'])} s "
              f"(tests/test_karpenter_engine.py)",
-           f"  resume on Karpenter: node launch + image pull + worker start-up = {resume:.1f} min (the model cache stays; "
+           f"  resume on Karpenter: node launch + device plugins' pods + image pull + worker start-up = {resume:.1f} min (the model cache stays; "
            f"no download)"]
+    return out
+
+
+@dataclass(frozen=True)
+class ServingPath:
+    """One way to a Ready replica, in minutes, with a cold compile cache and with the entry it needs already on the
+    volume (``worker-startup`` against ``worker-startup-warm``), and the target it is held to (None: no target)."""
+
+    name: str
+    steps: tuple[str, ...]
+    cold: float
+    warm: float
+    target_cold: Optional[float] = None
+    target_warm: Optional[float] = None
+
+
+def serving_paths(own: Timeline, node_group: Timeline, karpenter: Timeline) -> list[ServingPath]:
+    """The five paths to a serving replica: an empty account on a node group and on Karpenter (the whole ``up``), the
+    resume of a paused entry (its nodes come back: the stack's own capacity), a scale-out onto free GPUs of a running
+    node (the image is there), and a scale-out that needs a new node. ``own``: the stack's timeline (its capacity)."""
+    table, targets = durations()["steps"], durations()["targets"]
+    cold, warm = float(table["worker-startup"]["minutes"]), float(table["worker-startup-warm"]["minutes"])
+    launch = "karpenter-node-launch" if own.capacity == "karpenter" else "gpu-node-group"
+    node = tuple(n for n in (launch, "device-plugin-pods", "image-pull") if n in table)
+
+    def minutes(names) -> float:
+        return sum(float(table[n]["minutes"]) for n in names)
+
+    def up(tl: Timeline) -> tuple[float, float]:  # the worker start is the last step of the critical path
+        return tl.total, tl.total - tl.steps["worker-startup"].minutes + warm
+
+    ng, kp = up(node_group), up(karpenter)
+    t_empty, t_resume, t_same = targets["empty-account"], targets["resume"], targets["scale-out-same-node"]
+    return [
+        ServingPath("empty account, node group", tuple(node_group.critical), *ng, t_empty.get("cold"), t_empty.get("warm")),
+        ServingPath("empty account, Karpenter", tuple(karpenter.critical), *kp, t_empty.get("cold"), t_empty.get("warm")),
+        ServingPath(f"resume a paused entry ({own.capacity})", (*node, "worker-startup"), minutes(node) + cold,
+                    minutes(node) + warm, t_resume.get("cold"), t_resume.get("warm")),
+        ServingPath("scale-out on a running node", ("image-cached", "worker-startup"), minutes(["image-cached"]) + cold,
+                    minutes(["image-cached"]) + warm, t_same.get("cold"), t_same.get("warm")),
+        ServingPath(f"scale-out on a new node ({own.capacity})", (*node, "worker-startup"), minutes(node) + cold,
+                    minutes(node) + warm),
+    ]
+
+
+def _against(value: float, target: Optional[float]) -> str:
+    if target is None:
+        return ""
+    return f" (target {target:g}: {'met' if value <= target else f'misses by {value - target:.1f}'})"
+
+
+def paths_report(paths: list[ServingPath]) -> list[str]:
+    """The five paths, cold and warm compile cache, each against its target; the steps each one sums."""
+    table = durations()["steps"]
+    out = ["paths to a serving replica (minutes; cold = the workers compile, warm = the compile-cache entry is on the "
+           "volume already; worker-startup-warm: " + _oneline(table["worker-startup-warm"]["source"]) + "):"]
+    for p in paths:
+        # A target on the cold path is the bar for both (a warm start must not be slower than a cold target).
+        warm_target = p.target_warm if p.target_warm is not None else p.target_cold
+        out.append(f"  {p.name:<36} cold {p.cold:5.1f}{_against(p.cold, p.target_cold)}, warm {p.warm:5.1f}"
+                   f"{_against(p.warm, warm_target)}")
+        out.append(f"      {' + '.join(p.steps)}")
     return out
 
 
@@ -332,7 +394,11 @@ def cmd(args) -> int:
     other = None
     if tl.mode == "eks":
         other = timeline_for_program(program, capacity="node-group" if tl.capacity == "karpenter" else "karpenter")
-    print(report(tl, timeline_for_program(program, sequential=True), other))
+    text = report(tl, timeline_for_program(program, sequential=True), other)
+    if other is not None:
+        ng, kp = (tl, other) if tl.capacity == "node-group" else (other, tl)
+        text += "\n\n" + "\n".join(wrap(line) for line in paths_report(serving_paths(tl, ng, kp)))
+    print(text)
     return 0
 
 
