@@ -21,6 +21,7 @@ from test_engine import KEPT, TOKEN, kube, kubectl, make_stack, project_copy, se
 from stacks.registry import yaml_text
 
 pytestmark = pytest.mark.engine
+ROOT = Path(__file__).resolve().parent.parent
 
 AGG, DISAGG, OTHER = "lightning-vllm-agg-h100-dspark", "lightning-vllm-disagg-h100-dspark", "motif3-vllm-disagg-b200-chat-generic-2p1d-kv"
 RESOURCE = {"DynamoGraphDeployment": "dynamographdeployments.nvidia.com"}
@@ -384,5 +385,26 @@ def test_the_front_door_opens_rotates_its_keys_and_closes_without_touching_servi
                 continue
             assert uid(kube, o["kind"], md["name"], md.get("namespace", "")) is None, (kind, md["name"], out[-1500:])
         assert closed == before
+
+        # The committed serving stack's door (Pulumi.h100-serving.yaml: gateway: existing, routes on the platform
+        # team's Gateway) on the same serving objects: its route attaches to the Gateway the file names, with a timeout
+        # and the header removals, and the serving objects stay the same objects.
+        committed = yaml_text.load((ROOT / "Pulumi.h100-serving.yaml").read_text())["config"]["dynamo:frontDoor"]
+        existing = {**serving, "frontDoor": committed}
+        attached, out = apply(stack, kube, existing, before=closed)
+        routes = [o for layer in build_program(existing, "t", frozenset({"hfToken"})).layers for o in layer.objects
+                  if o["kind"] == "HTTPRoute"]
+        assert routes, "the committed door plans no HTTPRoute"
+        for r in routes:
+            got = json.loads(kubectl(kube, "get", "httproute", r["metadata"]["name"], "-n", ns, "-o", "json").stdout)
+            gw = committed["existingGateway"]
+            assert [(p["namespace"], p["name"], p.get("sectionName")) for p in got["spec"]["parentRefs"]] == \
+                   [(gw["namespace"], gw["name"], gw.get("sectionName"))]
+            for rule in got["spec"]["rules"]:
+                assert rule["timeouts"]["request"].endswith("s") and rule["timeouts"]["request"] != "0s"
+                removed = [h for f in rule.get("filters") or [] if f["type"] == "RequestHeaderModifier"
+                           for h in f["requestHeaderModifier"].get("remove") or []]
+                assert "x-worker-instance-id" in [h.lower() for h in removed], rule
+        assert {k: v for k, v in attached.items() if k in closed} == closed
     finally:
         _forget(stack, ns, "dynamo-gateway", kube=kube)
