@@ -135,28 +135,39 @@ def subset_diff(want, got, where="") -> list[str]:
     return []
 
 
-def live_many(kube, objs: list[dict], namespace: str | None = None) -> dict[tuple[str, str], dict | None]:
-    """(kind, name) -> the server's object (None: not there) of each of ``objs``, read with one ``kubectl get
+# kubectl's resource name of a kind the program writes (the DGD's kind is ambiguous without its group).
+RESOURCE = {"DynamoGraphDeployment": "dynamographdeployments.nvidia.com"}
+
+
+def live_key(obj: dict, namespace: str | None = None) -> tuple[str, str, str]:
+    """(kind, namespace, name) of an object as ``live_many`` reads it: cluster-scoped objects (Namespace, GatewayClass)
+    with namespace ""; ``namespace`` instead of the object's own."""
+    md = obj["metadata"]
+    return obj["kind"], "" if obj["kind"] == "Namespace" else (namespace or md.get("namespace", "")), md["name"]
+
+
+def live_many(kube, objs: list[dict], namespace: str | None = None) -> dict[tuple[str, str, str], dict | None]:
+    """``live_key`` -> the server's object (None: not there) of each of ``objs``, read with one ``kubectl get
     --ignore-not-found`` per namespace (``namespace``: the one to read the namespaced objects from, instead of their
-    own). Kinds as ``live`` names them; cluster-scoped objects (Namespace) are read without a namespace."""
-    wanted: dict[str, list[tuple[str, str]]] = {}
+    own)."""
+    wanted: dict[str, list[tuple[str, str, str]]] = {}
     for o in objs:
-        ns = "" if o["kind"] == "Namespace" else (namespace or o["metadata"].get("namespace", ""))
-        wanted.setdefault(ns, []).append((o["kind"], o["metadata"]["name"]))
-    out: dict[tuple[str, str], dict | None] = {}
+        key = live_key(o, namespace)
+        wanted.setdefault(key[1], []).append(key)
+    out: dict[tuple[str, str, str], dict | None] = {}
     for ns, keys in wanted.items():
-        names = [f"{({'DynamoGraphDeployment': 'dynamographdeployments.nvidia.com'}).get(k, k.lower())}/{n}" for k, n in keys]
+        names = [f"{RESOURCE.get(kind, kind.lower())}/{name}" for kind, _, name in keys]
         r = kubectl(kube, "get", *names, *(["-n", ns] if ns else []), "-o", "json", "--ignore-not-found")
         listed = json.loads(r.stdout) if r.stdout.strip() else {"items": []}
         items = listed["items"] if listed.get("kind") == "List" else [listed]
         found = {(i["kind"], i["metadata"]["name"]): i for i in items}
-        out.update({key: found.get(key) for key in keys})
+        out.update({key: found.get((key[0], key[2])) for key in keys})
     return out
 
 
 def live(kube, obj: dict) -> dict:
     kind = obj["kind"]
-    resource = {"DynamoGraphDeployment": "dynamographdeployments.nvidia.com"}.get(kind, kind.lower())
+    resource = RESOURCE.get(kind, kind.lower())
     args = ["get", resource, obj["metadata"]["name"], "-o", "json"]
     if kind != "Namespace":
         args[1:1] = ["-n", obj["metadata"]["namespace"]]
@@ -190,7 +201,7 @@ def upstream_problems(kube, target: str, ns: str) -> list[str]:
     for doc, required in docs:
         want = fidelity.normalize(fidelity.substitute_placeholders(doc, None, ()))
         kind = doc["kind"]
-        got = on_server[(kind, doc["metadata"]["name"])]
+        got = on_server[live_key(doc, ns)]
         if got is None:
             if required:
                 problems.append(f"{kind}/{doc['metadata']['name']}: in {t.upstream}, not on the server")
@@ -239,7 +250,7 @@ def test_engine_lifecycle(kube, workspace, target):
         problems = []
         on_server = live_many(kube, rendered)
         for obj in rendered:
-            server = on_server[(obj["kind"], obj["metadata"]["name"])]
+            server = on_server[live_key(obj)]
             assert server is not None, f"{obj['kind']}/{obj['metadata']['name']}: rendered, not on the server"
             problems += [f"{obj['kind']}/{obj['metadata']['name']}{d}" for d in subset_diff(comparable(obj), server)]
         assert problems == []
@@ -296,7 +307,7 @@ def test_engine_lifecycle(kube, workspace, target):
         # what it names as kept is exactly what of the stack's objects is still on the server (so nothing deleted)
         after = live_many(kube, rendered)
         still_there = {(o["kind"], o["metadata"]["name"] if o["kind"] == "Namespace" else f"{ns}/{o['metadata']['name']}")
-                       for o in rendered if after[(o["kind"], o["metadata"]["name"])] is not None}
+                       for o in rendered if after[live_key(o)] is not None}
         assert set(kept) == still_there == {("Namespace", ns), ("PersistentVolumeClaim", f"{ns}/shared-model-cache")}, out[-3000:]
         assert all(k["why"] and k["adopt"] for k in kept.values())
         assert "storage.protect" in kept["PersistentVolumeClaim", f"{ns}/shared-model-cache"]["why"]

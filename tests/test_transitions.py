@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from stacks.program import build_program
-from test_engine import KEPT, TOKEN, kube, kubectl, make_stack, project_copy, set_config, workspace  # noqa: F401  (fixtures)
+from test_engine import (KEPT, RESOURCE, TOKEN, kube, kubectl, live_many, make_stack, project_copy, set_config,  # noqa: F401  (fixtures)
+                         workspace)
 from stacks.registry import yaml_text
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent
 
 AGG, DISAGG, OTHER = "lightning-vllm-agg-h100-dspark", "lightning-vllm-disagg-h100-dspark", "motif3-vllm-disagg-b200-chat-generic-2p1d-kv"
-RESOURCE = {"DynamoGraphDeployment": "dynamographdeployments.nvidia.com"}
 
 
 def cluster(kube) -> dict:
@@ -43,24 +43,9 @@ def uid(kube, kind: str, name: str, ns: str = "") -> str | None:
 
 
 def live_uids(kube, raw: dict) -> dict[tuple[str, str, str], str | None]:
-    """(kind, namespace, name) -> uid on the server (None: not there) of every object the config asks for. One
-    ``kubectl get --ignore-not-found`` per namespace reads them all (what is absent is simply not in its list)."""
-    import json
-
-    wanted: dict[str, list[tuple[str, str]]] = {}
-    for o in asked_for(raw):
-        md = o["metadata"]
-        ns = "" if o["kind"] == "Namespace" else md.get("namespace", "")  # cluster-scoped: GatewayClass
-        wanted.setdefault(ns, []).append((o["kind"], md["name"]))
-    out: dict[tuple[str, str, str], str | None] = {}
-    for ns, objs in wanted.items():
-        names = [f"{RESOURCE.get(kind, kind.lower())}/{name}" for kind, name in objs]
-        r = kubectl(kube, "get", *names, *(["-n", ns] if ns else []), "-o", "json", "--ignore-not-found")
-        listed = json.loads(r.stdout) if r.stdout.strip() else {"items": []}
-        items = listed["items"] if listed.get("kind") == "List" else [listed]
-        found = {(i["kind"], i["metadata"]["name"]): i["metadata"]["uid"] for i in items}
-        out.update({(kind, ns, name): found.get((kind, name)) for kind, name in objs})
-    return out
+    """(kind, namespace, name) -> uid on the server (None: not there) of every object the config asks for, read with
+    one ``kubectl get`` per namespace (test_engine.live_many)."""
+    return {k: o["metadata"]["uid"] if o else None for k, o in live_many(kube, asked_for(raw)).items()}
 
 
 def apply(stack, kube, raw: dict, before: dict | None = None, preview: bool = False) -> tuple[dict, str]:

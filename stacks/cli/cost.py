@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-
 from stacks.spec.config import NS, ConfigError
 from stacks.registry import yaml_text
 

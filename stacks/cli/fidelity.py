@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-
 from stacks.catalog import k8s
 from stacks.serving import compile_cache
 from stacks.serving.hardening import without_hardening

@@ -35,7 +35,6 @@ from typing import Callable, Optional
 from urllib.parse import quote
 from urllib.request import urlopen
 
-
 from stacks.cluster.karpenter_sim import kwok_instance_types, kwok_node_class
 from stacks.cli.simulate import REPO_ROOT, KubeError, Simulator
 from stacks.registry import yaml_text

@@ -30,7 +30,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-
 from stacks.cli.shell import wrap
 from stacks.registry import yaml_text
 
@@ -340,7 +339,7 @@ def serving_paths(own: Timeline, node_group: Timeline, karpenter: Timeline) -> l
     table, targets = durations()["steps"], durations()["targets"]
     cold, warm = float(table["worker-startup"]["minutes"]), float(table["worker-startup-warm"]["minutes"])
     launch = "karpenter-node-launch" if own.capacity == "karpenter" else "gpu-node-group"
-    node = tuple(n for n in (launch, "device-plugin-pods", "image-pull") if n in table)
+    node = (launch, "device-plugin-pods", "image-pull")
 
     def minutes(names) -> float:
         return sum(float(table[n]["minutes"]) for n in names)
