@@ -344,6 +344,8 @@ class Serving(pulumi.ComponentResource):
                                 wait=waits.get(("PersistentVolumeClaim", plan.claim_name)), probe=probe, announce=announce)
         # Optional NetworkPolicies (dynamo:networkPolicy, stacks/serving/network_policy.py): in place before the Jobs and the DGD start.
         graphs = list(graphs) if graphs is not None else [("graph", plan, ())]
+        for w in dict.fromkeys(w for _, p, _ in graphs for w in p.warnings):
+            pulumi.log.warn(w, resource=self)
         policies = {_meta(np_)["name"]: np_ for _, p, _ in graphs for np_ in p.network_policies}
         self.network_policies = [
             k8s.networking.v1.NetworkPolicy(f"{name}-netpol-{pname}", metadata=_meta(np_), spec=np_["spec"],

@@ -230,6 +230,67 @@ def test_benchmark_job_is_allowed_to_reach_the_frontend():
     assert benchmark_job_name(plan.dgd) in jobs["spec"]["podSelector"]["matchExpressions"][0]["values"]
 
 
+# --------------------------------------------------------------------------- where Dynamo's pods reach the API server
+#
+# EKS API reference, KubernetesNetworkConfigRequest.serviceIpv4Cidr (the program names none, so EKS picks a range):
+EKS_SERVICE_CIDR_DOC = ("If you don't specify a block, Kubernetes assigns addresses from either the 10.100.0.0/16 or "
+                        "172.20.0.0/16 CIDR blocks.")
+# The control plane's network interfaces (the ``kubernetes`` Service's endpoints) are in the cluster's subnets, so in
+# the VPC: EKS user guide, "Amazon EKS creates up to 4 elastic network interfaces in the subnets that you specify".
+
+
+def _api_server_rule(plan) -> dict:
+    graph = next(p for p in plan.network_policies if p["metadata"]["name"].endswith("-graph"))
+    rules = [r for r in graph["spec"]["egress"] if any(x["port"] in (443, 6443) for x in r.get("ports") or [])]
+    assert len(rules) == 1, rules
+    return rules[0]
+
+
+def _eks_plan(tid: str, vpc_cidr: str, **np_extra):
+    from stacks.cluster.plan import plan_eks
+    from stacks.spec import cluster_config
+
+    raw = {"target": tid, "namespace": "dynamo", "networkPolicy": {**NP, **np_extra},
+           "cluster": {"mode": "eks", "region": "us-east-1", "vpcCidr": vpc_cidr}}
+    return plan_eks("np-test", parse({k: v for k, v in raw.items() if k != "cluster"}), cluster_config(raw), raw, frozenset(),
+                    require_secrets=False)[2]
+
+
+@pytest.mark.parametrize("vpc_cidr", ["10.0.0.0/16", "10.20.0.0/18"])
+def test_on_the_eks_cluster_it_builds_dynamo_pods_reach_only_the_vpc_and_the_service_ranges_on_the_api_ports(vpc_cidr):
+    """The EKS cluster the program builds: the API server's ClusterIP is in one of EKS's default Service ranges, its
+    endpoints in the VPC; nothing else is reachable on 443/6443 (no rule without peers)."""
+    import re
+
+    service_ranges = re.findall(r"\d+\.\d+\.\d+\.\d+/\d+", EKS_SERVICE_CIDR_DOC)
+    assert len(service_ranges) == 2
+    plan = _eks_plan(SAMPLE[1], vpc_cidr)
+    assert _api_server_rule(plan) == {"to": [{"ipBlock": {"cidr": c}} for c in sorted({vpc_cidr, *service_ranges})],
+                                      "ports": _tcp_ports(443, 6443)}
+    assert plan.warnings == []
+
+
+def test_listed_api_server_networks_replace_any_address_and_the_eks_default():
+    listed = ["192.0.2.10/32", "198.51.100.0/24"]
+    for plan in (_plan(SAMPLE[0], networkPolicy={**NP, "apiServerCidrs": listed}),
+                 _eks_plan(SAMPLE[0], "10.0.0.0/16", apiServerCidrs=listed)):
+        assert _api_server_rule(plan) == {"to": [{"ipBlock": {"cidr": c}} for c in listed], "ports": _tcp_ports(443, 6443)}
+        assert plan.warnings == []
+
+
+def test_an_unknown_api_server_leaves_the_ports_open_and_says_which_key_closes_them():
+    plan = _plan(SAMPLE[0])
+    assert _api_server_rule(plan) == {"ports": _tcp_ports(443, 6443)}
+    assert len(plan.warnings) == 1 and "dynamo:networkPolicy.apiServerCidrs" in plan.warnings[0]
+    assert build_plan(parse({"target": SAMPLE[0]})).warnings == []  # no policies, nothing to say
+
+
+def test_a_bad_api_server_network_is_refused_with_the_key_and_the_value():
+    with pytest.raises(ConfigError, match=r"networkPolicy\.apiServerCidrs") as e:
+        parse({"target": SAMPLE[0], "networkPolicy": {**NP, "apiServerCidrs": ["10.0.0.0/33"]}})
+    assert "10.0.0.0/33" in str(e.value)
+
+
 # --------------------------------------------------------------------------- a real API server
 
 @pytest.fixture(scope="module")

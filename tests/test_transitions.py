@@ -269,8 +269,15 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
                         host, program = c, kids[0]
             time.sleep(0.2)
         assert program is not None, "the engine started no program within 90 s"
-        time.sleep(3)
-        assert proc.poll() is None and _alive(host), "the up ended before it could be killed"
+        # Killed while it waits: the download Job is live, so the program has registered it and awaits its completion
+        # (a Job that can never complete here).
+        jobs, deadline = "", time.monotonic() + 90
+        while not jobs and time.monotonic() < deadline and proc.poll() is None:
+            jobs = kubectl(kube, "get", "jobs", "-n", ns, "-o", "name", check=False).stdout.strip()
+            if not jobs:
+                time.sleep(0.5)
+        assert jobs, f"no Job of {ns} became live within 90 s (the up {'ended' if proc.poll() is not None else 'still runs'})"
+        assert proc.poll() is None and _alive(host) and _alive(program), "the up ended before it could be killed"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         t0 = time.monotonic()

@@ -211,6 +211,7 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
     image pull secrets. Returns ``(cluster, cluster_plan, serving_plan)``; ``cluster`` may carry the region
     from ``aws:region``. ``require_secrets=False`` (render for review) skips only the presence of ``ngcApiKey``."""
     from stacks.serving import build_plan, select_target
+    from stacks.serving.network_policy import eks_api_server_cidrs
 
     cluster = resolve_region(cluster, (raw or {}).get("cluster") or {}, aws_region)
     target = select_target(cfg)
@@ -227,7 +228,7 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
                           f"so the cache claim would stay Pending; remove it (the stack's class is {own_class!r}, "
                           f"from {NS}:cluster.cacheStorage: {cluster.cache_storage}) or set it to {own_class!r}")
     serving = build_plan(cfg, default_storage_class=cache_class_name(cluster), job_node_selector={POOL_LABEL: "system"},
-                         efa_per_gpu=shape.efa_per_gpu)
+                         efa_per_gpu=shape.efa_per_gpu, api_server_cidrs=eks_api_server_cidrs(cluster.vpc_cidr))
     cp = build_cluster_plan(stack, pool_cfg, target, dgd=serving.dgd, protect_cache=cfg.storage.protect, key=pool_key)
     if cp.gpu_pools[0].capacity == "karpenter":  # consolidation never takes a node from under a serving worker
         from stacks.cluster.karpenter import add_do_not_disrupt

@@ -44,6 +44,8 @@ class ServingPlan:
     autoscalers: list[dict] = field(default_factory=list)
     # Optional NetworkPolicies of the namespace (dynamo:networkPolicy, stacks/serving/network_policy.py)
     network_policies: list[dict] = field(default_factory=list)
+    # What `preview` and `up` print about this plan (pulumi.log.warn in components/serving.py); never an object
+    warnings: list[str] = field(default_factory=list)
 
     def objects(self) -> list[dict]:
         out = [o for o in (self.namespace, self.hf_secret, self.cache_pvc) if o]
@@ -93,9 +95,11 @@ def component_names(dgd: dict) -> list[str]:
 
 
 def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None, job_node_selector: Optional[dict] = None,
-               efa_per_gpu: Optional[int] = None) -> ServingPlan:
+               efa_per_gpu: Optional[int] = None, api_server_cidrs: tuple[str, ...] = ()) -> ServingPlan:
     """``default_storage_class``: the class the cluster layer created (used when storage.className is unset);
     ``job_node_selector``: where the download Jobs run (the EKS system node group);
+    ``api_server_cidrs``: where the cluster layer knows the Kubernetes API server is (the NetworkPolicies' 443/6443
+    rule; ``networkPolicy.apiServerCidrs`` takes precedence, neither: any address);
     ``efa_per_gpu``: EFA devices per GPU of the cluster's instance type (default: the GPU's default instance, stacks/registry/gpus.py)."""
     t = select_target(cfg)
     ns = cfg.namespace
@@ -199,7 +203,7 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
             "stringData": {HF_TOKEN_KEY: REDACTED},
         }
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} if cfg.create_namespace else None
-    policies = []
+    policies, warnings = [], []
     if cfg.network_policy.enabled:
         from stacks.serving.network_policy import network_policies
 
@@ -207,7 +211,12 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
 
         job_names = [j["metadata"]["name"] for j in jobs] + ([benchmark_job_name(dgd)] if cfg.benchmark.enabled else [])
         policies = network_policies(dgd, job_names, cfg.network_policy.ingress_namespaces,
-                                    cfg.network_policy.monitoring_namespaces)
+                                    cfg.network_policy.monitoring_namespaces,
+                                    cfg.network_policy.api_server_cidrs or api_server_cidrs)
+        if not (cfg.network_policy.api_server_cidrs or api_server_cidrs):
+            warnings.append(f"{NS}:networkPolicy.apiServerCidrs is unset, so the pods of {dgd['metadata']['name']} in {ns} may reach any "
+                            f"address on TCP 443/6443 (the Kubernetes API server's ports); list the networks of this cluster's "
+                            f"API server (`kubectl get endpoints kubernetes -n default` and the `kubernetes` Service's ClusterIP)")
     plan = ServingPlan(
         target=t,
         namespace=namespace,
@@ -220,6 +229,7 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         claim_name=claim,
         notes={k: v for k, v in (("autoscaling", scaling), ("paused", paused)) if v or (k == "paused" and cfg.paused)},
         network_policies=policies,
+        warnings=warnings,
     )
     if namespace is not None:  # this plan's own pods; stacks.program.pod_security unions a namespace's entries and the benchmark
         namespace["metadata"]["labels"] = pod_security_labels(least_strict(pod_security_level(s, a) for _, s, a in plan_pods(plan)))

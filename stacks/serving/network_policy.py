@@ -11,9 +11,14 @@ NetworkPolicies add up):
 - the DGD's pods to the platform in ``dynamo-system``: NATS client port 4222 (dynamo-platform values.yaml
   ``nats.port: 4222``) and etcd 2379 (dynamo-platform.md: ``etcdAddr`` format ``http://host:2379``), and to the
   Kubernetes API server on TCP 443/6443: the platform's discovery backend is "kubernetes" (values.yaml
-  ``discoveryBackend``: "Default is kubernetes for Kubernetes API service discovery"), and the API server is not a
-  pod a selector can name (its Service's endpoints are node or control-plane addresses), so these ports are open
-  to any address;
+  ``discoveryBackend``: "Default is kubernetes for Kubernetes API service discovery"). The API server is not a pod a
+  selector can name, so the rule names networks (``api_server_cidrs``): its ``kubernetes`` Service's ClusterIP, which
+  implementations that evaluate a policy before the Service's address translation see (the VPC CNI's network
+  policy controller puts Service ClusterIPs into its PolicyEndpoints, aws/amazon-network-policy-controller-k8s#222),
+  and its endpoints, which the others see (the VPC CNI maintainers' advice for the API server: "allow the endpoint
+  IPs behind the Kubernetes service ... Another way is to allow the subnet", aws/aws-network-policy-agent#281).
+  Where the program does not know them (a cluster it did not build) and ``networkPolicy.apiServerCidrs`` is unset,
+  these ports stay open to any address, and the serving layer warns, naming the key;
 - the download / validate Jobs (and the benchmark Job): egress TCP 443 to any address (Hugging Face Hub, PyPI for
   the ``pip install`` of the python:3.10-slim Jobs); the benchmark Job also reaches the frontend (ingress above).
 
@@ -35,6 +40,19 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 NATS_PORT, ETCD_PORT = 4222, 2379
 API_SERVER_PORTS = (443, 6443)
 HTTPS = 443
+# EKS assigns Service addresses from one of these when the cluster names no serviceIpv4Cidr (the program names none):
+# EKS API reference, KubernetesNetworkConfigRequest.serviceIpv4Cidr: "If you don't specify a block, Kubernetes assigns
+# addresses from either the 10.100.0.0/16 or 172.20.0.0/16 CIDR blocks."
+EKS_DEFAULT_SERVICE_CIDRS = ("10.100.0.0/16", "172.20.0.0/16")
+
+
+def eks_api_server_cidrs(vpc_cidr: str) -> tuple[str, ...]:
+    """Where Dynamo's pods reach the API server of an EKS cluster the program built in ``vpc_cidr``: the ``kubernetes``
+    Service's ClusterIP (in one of EKS's default Service ranges) and its endpoints, the control plane's network
+    interfaces, which EKS places in the cluster's subnets (EKS user guide, "View Amazon EKS networking requirements
+    for VPC and subnets": "Amazon EKS creates up to 4 elastic network interfaces in the subnets that you specify"),
+    all inside the VPC's CIDR. Nothing outside the VPC is reachable on 443/6443 through this rule."""
+    return (vpc_cidr, *EKS_DEFAULT_SERVICE_CIDRS)
 
 
 def benchmark_job_name(dgd: dict) -> str:
@@ -59,9 +77,16 @@ def _tcp(*ports: int) -> list[dict]:
     return [{"protocol": "TCP", "port": p} for p in ports]
 
 
+def _api_server_rule(cidrs: Iterable[str]) -> dict:
+    blocks = sorted(set(cidrs))
+    rule: dict = {"to": [{"ipBlock": {"cidr": c}} for c in blocks]} if blocks else {}
+    return {**rule, "ports": _tcp(*API_SERVER_PORTS)}
+
+
 def network_policies(dgd: dict, job_names: Iterable[str], ingress_namespaces: Iterable[str] = (),
-                     monitoring_namespaces: Iterable[str] = ()) -> list[dict]:
-    """The NetworkPolicies of one serving namespace holding ``dgd`` and the Jobs ``job_names``."""
+                     monitoring_namespaces: Iterable[str] = (), api_server_cidrs: Iterable[str] = ()) -> list[dict]:
+    """The NetworkPolicies of one serving namespace holding ``dgd`` and the Jobs ``job_names``; ``api_server_cidrs``:
+    the networks the API server is reached at (empty: any address)."""
     ns = dgd["metadata"]["namespace"]
     name = dgd["metadata"]["name"]  # every policy carries the DGD's name: entries sharing a namespace never collide
     graph = {LABEL_DGD_NAME: dgd["metadata"]["name"]}
@@ -80,7 +105,7 @@ def network_policies(dgd: dict, job_names: Iterable[str], ingress_namespaces: It
                 egress=[{"to": [{"podSelector": {"matchLabels": dict(graph)}}]},
                         {"to": [{"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: PLATFORM_NAMESPACE}}}],
                          "ports": _tcp(NATS_PORT, ETCD_PORT)},
-                        {"ports": _tcp(*API_SERVER_PORTS)}]),
+                        _api_server_rule(api_server_cidrs)]),
     ]
     if fe_ports:
         out.append(_policy(f"{name}-frontend-ingress", ns, {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}}, ["Ingress"],

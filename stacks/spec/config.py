@@ -446,11 +446,27 @@ class BenchmarkConfig(_Model):
 class NetworkPolicyConfig(_Model):
     """Optional NetworkPolicies in the serving namespace (stacks/serving/network_policy.py): deny by default, allow what Dynamo
     needs. ``ingressNamespaces``: namespaces whose pods may reach the frontend's HTTP port (the serving namespace
-    always may); ``monitoringNamespaces``: namespaces whose pods may scrape every component's ports (Prometheus)."""
+    always may); ``monitoringNamespaces``: namespaces whose pods may scrape every component's ports (Prometheus);
+    ``apiServerCidrs``: the networks the Kubernetes API server is reached at (its ``kubernetes`` Service's ClusterIP
+    and endpoints), the only addresses Dynamo's pods may reach on 443/6443; on the EKS cluster this stack builds the
+    program knows them (stacks/serving/network_policy.eks_api_server_cidrs), elsewhere unset means any address."""
 
     enabled: bool = False
     ingress_namespaces: tuple[str, ...] = ()
     monitoring_namespaces: tuple[str, ...] = ()
+    api_server_cidrs: tuple[str, ...] = ()
+
+    @field_validator("api_server_cidrs")
+    @classmethod
+    def _cidrs(cls, v):
+        import ipaddress
+
+        for c in v:
+            try:
+                ipaddress.ip_network(c)
+            except ValueError:
+                raise ValueError(f"{c!r} is not a CIDR block like 10.0.0.0/16 or 172.20.0.1/32") from None
+        return v
 
     @field_validator("ingress_namespaces", "monitoring_namespaces")
     @classmethod
