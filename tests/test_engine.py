@@ -7,6 +7,7 @@ one switch `dynamo:wait.enabled: false` (no nodes or controllers run pods here).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import shutil
@@ -74,18 +75,38 @@ def workspace(tmp_path_factory):
     return project_copy(tmp_path_factory)
 
 
-def make_stack(workspace, name: str, config: dict):
+@functools.cache
+def pulumi_command():
+    """One Automation API command object per test process: each new one runs `pulumi version` (0.2 s of CPU here)."""
     from pulumi import automation as auto
 
+    return auto.PulumiCommand()
+
+
+def new_stack(work_dir, name: str, env: dict):
+    """A stack on the test process's key service (tests/transit_keeper.py: no passphrase key derivation per CLI run).
+    Created first (a test's stack is new), selected only when it exists: ``create_or_select_stack`` runs a failing
+    `pulumi stack select` before every create."""
+    from pulumi import automation as auto
+
+    import transit_keeper
+
+    ws = auto.LocalWorkspaceOptions(work_dir=str(work_dir), env_vars={**env, **transit_keeper.env()},
+                                    secrets_provider=transit_keeper.SECRETS_PROVIDER, pulumi_command=pulumi_command())
+    try:
+        return auto.create_stack(stack_name=name, work_dir=str(work_dir), opts=ws)
+    except auto.StackAlreadyExistsError:
+        return auto.select_stack(stack_name=name, work_dir=str(work_dir), opts=ws)
+
+
+def make_stack(workspace, name: str, config: dict):
     env = {
         "PULUMI_BACKEND_URL": f"file://{workspace['backend']}",
-        "PULUMI_CONFIG_PASSPHRASE": "engine-tests",
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         "DYNAMO_REFERENCE": str(fidelity.reference_root()),  # $DYNAMO_REFERENCE, else ../shared/reference
     }
-    ws = auto.LocalWorkspaceOptions(work_dir=str(workspace["dir"]), env_vars=env)
-    stack = auto.create_or_select_stack(stack_name=name, work_dir=str(workspace["dir"]), opts=ws)
+    stack = new_stack(workspace["dir"], name, env)
     set_config(stack, config, secrets={"hfToken": TOKEN})
     return stack
 

@@ -32,7 +32,7 @@ from local_cluster import chart_repo, control_plane
 from stacks import catalog
 from stacks.cli import fidelity
 from stacks.registry import yaml_text
-from test_engine import set_config
+from test_engine import new_stack, set_config
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD_ULTRA = ROOT / "tests" / "fixtures" / "catalog-1.5" / "ultra.py.txt"
@@ -131,12 +131,11 @@ def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
     program.era(OLD_ULTRA, PLATFORM_15)
 
     ns = "e-upgrade"
-    env = {"PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}", "PULUMI_CONFIG_PASSPHRASE": "engine-tests",
+    env = {"PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
            "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
            "DYNAMO_REFERENCE": str(fidelity.reference_root())}
     (tmp_path / "state").mkdir()
-    stack = auto.create_or_select_stack(stack_name=ns, work_dir=str(program.work),
-                                        opts=auto.LocalWorkspaceOptions(work_dir=str(program.work), env_vars=env))
+    stack = new_stack(program.work, ns, env)
     config = {"target": OLD_ID, "namespace": ns, "wait": {"enabled": False},
               "cluster": {"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"], "installPlatform": True}}
     set_config(stack, config, secrets={"hfToken": "hf_UPGRADE_CANARY"})
