@@ -132,9 +132,9 @@ def test_every_route_has_a_timeout_and_removes_the_dynamo_headers(target_id):
 
     for variant, door, keys in _door_variants():
         program = build_program({"target": target_id, "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": door}, "t", keys)
-        routes = [r for r in _objects(program, "HTTPRoute") if r["metadata"]["namespace"] == "llm"]
-        assert len(routes) == 1, variant
-        for rule in routes[0]["spec"]["rules"]:
+        routes = _objects(program, "HTTPRoute")  # the model's route and, with TLS, the gateway's HTTPS redirect
+        assert len([r for r in routes if r["metadata"]["namespace"] == "llm"]) == 1, variant
+        for rule in [rule for r in routes for rule in r["spec"]["rules"]]:
             seconds = int(rule["timeouts"]["request"].rstrip("s"))
             assert seconds > ENVOY_DEFAULT_ROUTE_TIMEOUT * 4, (variant, seconds)
             removed = {h for f in rule["filters"] if f["type"] == "RequestHeaderModifier" for h in f["requestHeaderModifier"]["remove"]}
@@ -174,6 +174,30 @@ def test_rig_frontend_headers_that_steer_a_request_are_all_removed():
     assert found <= set(DYNAMO_CLIENT_HEADERS), sorted(found - set(DYNAMO_CLIENT_HEADERS))
 
 
+# Names of the x-dynamo-/x-bypass- family the door lets through, each for a reason: request ids (tracing) and session
+# ids (KV-cache affinity within a caller's own sessions, stacks/layers/front_door.py's docstring). "x-dynamo-request"
+# is stored alone in the binary (the stem the request-id and priority names share).
+PASSED_THROUGH = ("x-dynamo-request-id", "x-dynamo-session-id", "x-dynamo-session-final", "x-dynamo-parent-session-id")
+STEMS = ("x-dynamo-request",)
+
+
+def test_every_dynamo_or_bypass_header_in_the_rig_frontend_is_removed_or_passed_for_a_reason():
+    """Not only the names the door knows: every place the 1.6.1 frontend's binary holds ``x-dynamo-`` or ``x-bypass-``
+    (strings are stored back to back, so each occurrence is checked from where it starts) begins with a removed name,
+    a documented pass-through, or the bare stem."""
+    from rig import rig_env_dir
+
+    from stacks.layers.front_door import DYNAMO_CLIENT_HEADERS
+
+    data = sorted(rig_env_dir().glob("lib/python3*/site-packages/dynamo/_core*.so"))[0].read_bytes()
+    occurrences = {m.group(1).decode() for m in re.finditer(rb"(?=(x-(?:dynamo|bypass)-[a-z-]+))", data)}
+    assert len(occurrences) >= 10, sorted(occurrences)
+    known = sorted({*DYNAMO_CLIENT_HEADERS, *PASSED_THROUGH}, key=len, reverse=True)
+    unknown = [o for o in sorted(occurrences)
+               if not any(o.startswith(k) for k in known) and not any(o.startswith(s) and not o.startswith(s + "-") for s in STEMS)]
+    assert unknown == []
+
+
 # ---------------------------------------------------------------------------- what the managed door creates
 
 def test_internet_door_objects():
@@ -185,7 +209,7 @@ def test_internet_door_objects():
     http = next(lst for lst in gw["spec"]["listeners"] if lst["protocol"] == "HTTP")
     assert http["allowedRoutes"]["namespaces"]["from"] == "Same"  # plain HTTP serves only the redirect
     redirect = next(r for r in _objects(program, "HTTPRoute") if r["metadata"]["namespace"] == "dynamo-gateway")
-    assert redirect["spec"]["rules"][0]["filters"][0]["requestRedirect"]["scheme"] == "https"
+    assert next(f for f in redirect["spec"]["rules"][0]["filters"] if f["type"] == "RequestRedirect")["requestRedirect"]["scheme"] == "https"
     policy = _objects(program, "SecurityPolicy")[0]["spec"]["apiKeyAuth"]
     assert policy["extractFrom"] == [{"headers": ["Authorization"]}] and policy["sanitize"] is True
     assert policy["forwardClientIDHeader"] == "x-tenant-id"

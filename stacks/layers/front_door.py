@@ -46,6 +46,10 @@ ROUTING_HEADERS = (
     "x-prefill-dp-rank", "x-dynamo-prefill-dp-rank",
     "x-dynamo-request-priority", "x-dynamo-request-strict-priority",
     "x-bypass-remote-prefill",
+    # Also in that binary, meaning not documented: removed because a client could otherwise choose them. The first
+    # sits beside the frontend's response strings, the second in lib/kv-router's selection service
+    # (services/selection/affinity.rs), which picks a worker.
+    "x-bypass-remote-backend", "x-dynamo-meta-policy-class",
 )
 TENANT_HEADER = "x-tenant-id"
 DYNAMO_CLIENT_HEADERS = ROUTING_HEADERS + (TENANT_HEADER,)
@@ -136,12 +140,14 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, st
                              f"({NLB_IDLE_TIMEOUT_RANGE[1]}s); a request silent for longer is cut by the load balancer")
     namespaces = list(dict.fromkeys(e.plan.dgd["metadata"]["namespace"] for e in entries))
     tls = door.tls.mode != "none"
+    managed_tenant = door.gateway == "managed" and door.auth.mode != "none"
+    remove = list(ROUTING_HEADERS if managed_tenant else DYNAMO_CLIENT_HEADERS)
     if door.gateway == "managed":
         gw_ns, gw_name = door.namespace, GATEWAY_NAME
         if door.namespace in namespaces:
             raise ConfigError(f"{NS}:frontDoor.namespace: {door.namespace!r} is a serving namespace; the gateway gets a namespace "
                               f"of its own (default dynamo-gateway), so only it is admitted to the frontends")
-        _managed_gateway(plan, door, mode, namespaces, idle)
+        _managed_gateway(plan, door, mode, namespaces, idle, timeout, remove)
         section = "https" if tls else "http"
     else:
         eg = door.existing_gateway
@@ -149,8 +155,6 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, st
     if door.allow_namespaces and not any(e.cfg.network_policy.enabled for e in entries):
         raise ConfigError(f"{NS}:frontDoor.allowNamespaces: {list(door.allow_namespaces)} has no effect without NetworkPolicies "
                           f"(every pod may reach the frontends); set {NS}:networkPolicy.enabled: true or remove it")
-    managed_tenant = door.gateway == "managed" and door.auth.mode != "none"
-    remove = list(ROUTING_HEADERS if managed_tenant else DYNAMO_CLIENT_HEADERS)
     multi = len(entries) > 1 or entries[0].key != NS
     urls = {}
     for e in entries:
@@ -191,7 +195,8 @@ def proxy_namespaces(door: FrontDoorConfig) -> list[str]:
     return [door.namespace] if door.install_controllers else [door.namespace, EG_NAMESPACE]
 
 
-def _managed_gateway(plan: LayerPlan, door: FrontDoorConfig, mode: str, serving_namespaces: list[str], idle: int) -> None:
+def _managed_gateway(plan: LayerPlan, door: FrontDoorConfig, mode: str, serving_namespaces: list[str], idle: int,
+                     timeout: int, remove: list[str]) -> None:
     """The pinned Envoy Gateway (and cert-manager), its GatewayClass, EnvoyProxy, Gateway, TLS and header policy."""
     ns = door.namespace
     if door.install_controllers and mode != "render":
@@ -237,8 +242,13 @@ def _managed_gateway(plan: LayerPlan, door: FrontDoorConfig, mode: str, serving_
     if door.tls.mode != "none":
         plan.objects.append({"apiVersion": GATEWAY_API, "kind": "HTTPRoute", "metadata": _meta(f"{GATEWAY_NAME}-https-redirect", ns),
                              "spec": {"parentRefs": [{"name": GATEWAY_NAME, "sectionName": "http"}],
-                                      "rules": [{"filters": [{"type": "RequestRedirect",
-                                                              "requestRedirect": {"scheme": "https", "statusCode": 301}}]}]}})
+                                      # the same header removals and timeout as every route (the rule forwards
+                                      # nothing, but no route of the door is without them)
+                                      "rules": [{"filters": [{"type": "RequestHeaderModifier",
+                                                              "requestHeaderModifier": {"remove": list(remove)}},
+                                                             {"type": "RequestRedirect",
+                                                              "requestRedirect": {"scheme": "https", "statusCode": 301}}],
+                                                 "timeouts": {"request": f"{timeout}s"}}]}})
     # Before routing and before authentication: a client's tenant and routing headers never reach the filters that set
     # them from its identity (Envoy Gateway ClientTrafficPolicy headers.earlyRequestHeaders).
     plan.objects.append({"apiVersion": EG_API, "kind": "ClientTrafficPolicy", "metadata": _meta(GATEWAY_NAME, ns),
