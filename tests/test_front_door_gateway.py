@@ -58,6 +58,11 @@ def envoy_gateway_crd_files() -> list[Path]:
     return [crds / "gatewayapi-crds.yaml", *sorted((crds / "generated").glob("*.yaml"))]
 
 
+def cert_manager_crd_files() -> list[Path]:
+    """cert-manager's CRDs at the pinned chart version, from the Go module proxy."""
+    return sorted((go_module_dir("github.com/cert-manager/cert-manager", chart_pin("cert-manager")["version"]) / "deploy/crds").glob("*.yaml"))
+
+
 # ---------------------------------------------------------------------------- the translator
 
 @pytest.fixture(scope="module")
@@ -232,10 +237,9 @@ def crd_sets() -> dict[str, list[dict]]:
     """The managed path's CRDs (Envoy Gateway's chart bundle) and a cluster's own Gateway API v1.5.1 standard install,
     each with cert-manager v1.21.2's."""
     eg = envoy_gateway_crd_files()
-    cm = go_module_dir("github.com/cert-manager/cert-manager", chart_pin("cert-manager")["version"]) / "deploy/crds"
     gwapi = go_module_dir("sigs.k8s.io/gateway-api", "v1.5.1") / "config/crd/standard"
     eg_own = eg[1:]
-    return {"managed": _crd_docs([*eg, *sorted(cm.glob("*.yaml"))]),
+    return {"managed": _crd_docs([*eg, *cert_manager_crd_files()]),
             "existing": _crd_docs([*sorted(gwapi.glob("*.yaml")), *eg_own])}
 
 

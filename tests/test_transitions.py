@@ -99,11 +99,11 @@ def _upgraded(stack, kube, workspace, raw: dict) -> dict:
 
 
 def _gateway_crds(kube) -> None:
-    """The CRDs the managed front door's chart installs (tests/test_front_door_gateway.py), applied into this module's
-    control plane."""
-    from test_front_door_gateway import envoy_gateway_crd_files
+    """The CRDs the managed front door's charts install (tests/test_front_door_gateway.py: Envoy Gateway's bundle and
+    cert-manager's), applied into this module's control plane."""
+    from test_front_door_gateway import cert_manager_crd_files, envoy_gateway_crd_files
 
-    files = envoy_gateway_crd_files()
+    files = [*envoy_gateway_crd_files(), *cert_manager_crd_files()]
     kubectl(kube, "apply", "--server-side", *[a for f in files for a in ("-f", str(f))])
     kubectl(kube, "wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
 
@@ -326,10 +326,11 @@ def legacy_workspace(tmp_path_factory):
 
 
 def test_the_front_door_opens_rotates_its_keys_and_closes_without_touching_serving(kube, workspace):
-    """A serving stack gains a managed front door (API keys, TLS from an existing Secret, a rate limit, NetworkPolicies),
-    its keys are rotated, and the door is closed again: each step one `up`. The door's objects are live as planned, the
-    key Secret holds the keys and is updated in place, no key is in the state or the outputs, and the serving objects
-    stay the same objects throughout."""
+    """A serving stack gains the committed public door (Pulumi.h100-public.yaml's ``frontDoor``: internet exposure
+    from its source ranges, API keys, TLS from cert-manager, a rate limit, NetworkPolicies; the charts' controllers are
+    not run here, their CRDs are), its keys are rotated, and the door is closed again: each step one `up`. The door's
+    objects are live as planned, the key Secret holds the keys and is updated in place, no key is in the state or the
+    outputs, and the serving objects stay the same objects throughout."""
     import base64
     import json
     from pulumi import automation as auto
@@ -337,9 +338,9 @@ def test_the_front_door_opens_rotates_its_keys_and_closes_without_touching_servi
     _gateway_crds(kube)
     ns = "t-door"
     serving = {"target": AGG, "namespace": ns, "networkPolicy": {"enabled": True}, **cluster(kube)}
-    door = {**serving, "frontDoor": {"enabled": True, "installControllers": False, "hostname": "models.example.com",
-                                     "tls": {"mode": "secret", "secretName": "models-tls"}, "auth": {"mode": "apiKeys"},
-                                     "rateLimit": {"requestsPerMinute": 30}}}
+    public = yaml_text.load((ROOT / "Pulumi.h100-public.yaml").read_text())["config"]["dynamo:frontDoor"]
+    assert (public["exposure"], public["auth"]["mode"], public["tls"]["mode"]) == ("internet", "apiKeys", "certManager")
+    door = {**serving, "frontDoor": {**public, "installControllers": False}}
     keys = {"team-a": "k" * 20 + "first-key-a-0001", "team-b": "k" * 20 + "first-key-b-0002"}
     stack = make_stack(workspace, ns, serving)
     try:
@@ -349,7 +350,13 @@ def test_the_front_door_opens_rotates_its_keys_and_closes_without_touching_servi
         planned = [o for layer in build_program(door, "t", frozenset({"hfToken", "frontDoorApiKeys"})).layers for o in layer.objects]
         kinds = {o["kind"] for o in planned}
         assert {"Gateway", "GatewayClass", "HTTPRoute", "SecurityPolicy", "BackendTrafficPolicy", "ClientTrafficPolicy",
-                "Secret", "NetworkPolicy"} <= kinds
+                "Secret", "NetworkPolicy", "Certificate", "EnvoyProxy"} <= kinds
+        on_server = live_many(kube, planned)  # every object of the committed door is live
+        assert [k for k, v in on_server.items() if v is None] == []
+        (proxy,) = [v for (kind, _, _), v in on_server.items() if kind == "EnvoyProxy"]
+        assert proxy["spec"]["provider"]["kubernetes"]["envoyService"]["loadBalancerSourceRanges"] == public["sourceRanges"]
+        (cert,) = [v["spec"] for (kind, _, _), v in on_server.items() if kind == "Certificate"]
+        assert cert["dnsNames"] == [public["hostname"]] and cert["issuerRef"]["name"] == public["tls"]["issuer"]["name"]
         (secret,) = [o for o in planned if o["kind"] == "Secret"]
         name = secret["metadata"]["name"]
         data = json.loads(kubectl(kube, "get", "secret", name, "-n", ns, "-o", "json").stdout)["data"]
@@ -358,7 +365,7 @@ def test_the_front_door_opens_rotates_its_keys_and_closes_without_touching_servi
         assert route["spec"]["rules"][0]["timeouts"]["request"].endswith("s")
         state = json.dumps(stack.export_stack().deployment) + json.dumps({k: v.value for k, v in stack.outputs().items()}, default=str)
         assert not any(k in state or k in out for k in keys.values()), "an API key in plain text in the state, outputs or log"
-        assert stack.outputs()["frontDoorUrl"].value == "https://models.example.com/v1"
+        assert stack.outputs()["frontDoorUrl"].value == f"https://{public['hostname']}/v1"
 
         rotated = {"team-a": "r" * 20 + "second-key-a-003", "team-c": "r" * 20 + "second-key-c-004"}
         uid_before = uid(kube, "Secret", name, ns)
