@@ -84,6 +84,11 @@ def request_timeout(door: FrontDoorConfig, targets: Sequence[Any]) -> int:
     return max(REQUEST_TIMEOUT_BY_CONTEXT.get(t.context, max(REQUEST_TIMEOUT_BY_CONTEXT.values())) for t in targets)
 
 
+def _header_removal(remove: Sequence[str]) -> dict:
+    """The HTTPRoute filter every route of the door carries: the client-supplied Dynamo headers removed."""
+    return {"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": list(remove)}}
+
+
 def _meta(name: str, namespace: Optional[str] = None, **extra) -> dict:
     md = {"name": name, "labels": {"app.kubernetes.io/part-of": "dynamo-front-door", "app.kubernetes.io/managed-by": "pulumi"}}
     if namespace:
@@ -166,7 +171,7 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, st
         parent = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gw_name, "namespace": gw_ns}
         if section:
             parent["sectionName"] = section
-        filters: list[dict] = [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": list(remove)}}]
+        filters: list[dict] = [_header_removal(remove)]
         if prefix != "/":
             filters.append({"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}})
         route = {"apiVersion": GATEWAY_API, "kind": "HTTPRoute", "metadata": _meta(route_name, ns),
@@ -244,8 +249,7 @@ def _managed_gateway(plan: LayerPlan, door: FrontDoorConfig, mode: str, serving_
                              "spec": {"parentRefs": [{"name": GATEWAY_NAME, "sectionName": "http"}],
                                       # the same header removals and timeout as every route (the rule forwards
                                       # nothing, but no route of the door is without them)
-                                      "rules": [{"filters": [{"type": "RequestHeaderModifier",
-                                                              "requestHeaderModifier": {"remove": list(remove)}},
+                                      "rules": [{"filters": [_header_removal(remove),
                                                              {"type": "RequestRedirect",
                                                               "requestRedirect": {"scheme": "https", "statusCode": 301}}],
                                                  "timeouts": {"request": f"{timeout}s"}}]}})

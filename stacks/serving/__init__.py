@@ -205,15 +205,13 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} if cfg.create_namespace else None
     policies, warnings = [], []
     if cfg.network_policy.enabled:
-        from stacks.serving.network_policy import network_policies
-
-        from stacks.serving.network_policy import benchmark_job_name
+        from stacks.serving.network_policy import benchmark_job_name, network_policies
 
         job_names = [j["metadata"]["name"] for j in jobs] + ([benchmark_job_name(dgd)] if cfg.benchmark.enabled else [])
+        api_cidrs = cfg.network_policy.api_server_cidrs or api_server_cidrs
         policies = network_policies(dgd, job_names, cfg.network_policy.ingress_namespaces,
-                                    cfg.network_policy.monitoring_namespaces,
-                                    cfg.network_policy.api_server_cidrs or api_server_cidrs)
-        if not (cfg.network_policy.api_server_cidrs or api_server_cidrs):
+                                    cfg.network_policy.monitoring_namespaces, api_cidrs)
+        if not api_cidrs:
             warnings.append(f"{NS}:networkPolicy.apiServerCidrs is unset, so the pods of {dgd['metadata']['name']} in {ns} may reach any "
                             f"address on TCP 443/6443 (the Kubernetes API server's ports); list the networks of this cluster's "
                             f"API server (`kubectl get endpoints kubernetes -n default` and the `kubernetes` Service's ClusterIP)")

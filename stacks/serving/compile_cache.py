@@ -133,14 +133,18 @@ def worker_containers(dgd: dict, runtime: str, mount: str) -> Iterable[tuple[dic
                 yield comp, pod, c
 
 
-def _env_value(container: dict, spec_env: Iterable[dict], name: str) -> Optional[str]:
-    """The container's literal value of ``name``: its own entry, else the DGD's ``spec.env`` (None: unset, or set from a
-    reference this plan cannot read)."""
+def _env_entry(container: dict, spec_env: Iterable[dict], name: str) -> Optional[dict]:
+    """The container's own env entry for ``name``, else the DGD's ``spec.env`` one (None: unset)."""
     for entries in (container.get("env") or [], spec_env or []):
         entry = next((e for e in entries if e.get("name") == name), None)
         if entry is not None:
-            return None if "value" not in entry else str(entry["value"])
+            return entry
     return None
+
+
+def _literal(entry: Optional[dict]) -> Optional[str]:
+    """An env entry's literal value (None: unset, or set from a reference this plan cannot read)."""
+    return None if entry is None or "value" not in entry else str(entry["value"])
 
 
 def _under(path: str, mount: str) -> bool:
@@ -150,14 +154,14 @@ def _under(path: str, mount: str) -> bool:
 def model_read_only(container: dict, spec_env: Iterable[dict], mount: str) -> bool:
     """Whether the recipe lets the container read the model cache at ``mount`` without writing to it (module docstring):
     offline hub reads, and transformers' remote-code module cache off the volume."""
-    if _env_value(container, spec_env, OFFLINE_VAR) != "1":
+    if _literal(_env_entry(container, spec_env, OFFLINE_VAR)) != "1":
         return False
-    modules = _env_value(container, spec_env, MODULES_VAR)
+    modules = _literal(_env_entry(container, spec_env, MODULES_VAR))
     if modules is None:
-        home = _env_value(container, spec_env, HOME_VAR)
-        if home is None and any(e.get("name") == HOME_VAR for e in [*(container.get("env") or []), *(spec_env or [])]):
+        home = _env_entry(container, spec_env, HOME_VAR)
+        if home is not None and "value" not in home:
             return False  # HF_HOME from a reference: where the modules go is unknown
-        modules = f"{home or '~/.cache/huggingface'}/modules"
+        modules = f"{_literal(home) or '~/.cache/huggingface'}/modules"
     return not _under(modules, mount)
 
 
