@@ -936,6 +936,10 @@ def test_committed_eks_stack_keeps_node_credentials_from_pods(path):
         assert lt.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1 and lt.inputs["metadataOptions"]["httpTokens"] == "required"
     for nc in g.of(R.EC2NODECLASS):
         assert nc.inputs["spec"]["metadataOptions"]["httpPutResponseHopLimit"] == 1
+    # A group on EKS's own launch template (the system group) gets IMDSv2 and hop count 1 only on AL2023 (EKS user
+    # guide, "Upgrade from Amazon Linux 2 to Amazon Linux 2023").
+    default_template = [ng for ng in g.of(R.NODEGROUP) if not ng.inputs.get("launchTemplate")]
+    assert default_template and all(ng.inputs["amiType"].startswith("AL2023_") for ng in default_template)
     roles = R._node_roles(g)
     assert roles
     for role in roles:
@@ -967,6 +971,18 @@ def test_a_hop_limit_of_two_or_imdsv1_lets_a_pod_take_the_node_role(make):
     for hop, tokens in ((2, "required"), (1, "optional")):
         v = R.pods_cannot_reach_the_node_role(mutate(g, lambda res: loosen(res, hop, tokens)))
         assert v and all("a pod can take the node role" in m for m in v)
+
+
+def test_a_node_group_on_eks_default_launch_template_must_be_al2023():
+    """EKS's own launch template requires IMDSv2 with hop count 1 for AL2023 AMI types (EKS user guide, "Upgrade from
+    Amazon Linux 2 to Amazon Linux 2023"); the system group on an AL2 AMI type could hand the node role to a pod (the
+    download Job runs there)."""
+    g = _node_group_graph()
+    system = next(ng for ng in g.of(R.NODEGROUP) if not ng.inputs.get("launchTemplate"))
+    assert system.inputs["amiType"] == "AL2023_x86_64_STANDARD"
+    for ami in ("AL2_x86_64", "BOTTLEROCKET_x86_64", None):
+        v = R.pods_cannot_reach_the_node_role(mutate(g, lambda res: one(res, R.NODEGROUP, "-system").inputs.update(amiType=ami)))
+        assert len(v) == 1 and system.name in v[0] and "a pod" in v[0], v
 
 
 def test_the_cni_policy_on_a_node_role_is_refused_and_its_own_role_is_required():

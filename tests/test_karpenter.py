@@ -375,6 +375,23 @@ def test_rule_disruption_budgets():
     assert R.karpenter_serving_workers_are_not_disrupted(g) == []
 
 
+def test_karpenter_is_told_its_region_because_its_pod_cannot_ask_the_node():
+    """karpenter-provider-aws v1.13.1 asks IMDS for the Region when the SDK finds none (pkg/operator/operator.go, read
+    from the Go module proxy) and exits on failure; the system nodes' hop count 1 refuses a pod, so the chart's
+    controller.env carries AWS_REGION, the stack's own Region."""
+    operator = (go_module_dir("github.com/aws/karpenter-provider-aws", f"v{versions()['charts']['karpenter']['version']}")
+                / "pkg/operator/operator.go").read_text()
+    assert 'if cfg.Region == "" {' in operator and "imds.NewFromConfig(cfg).GetRegion" in operator
+    region = "eu-north-1"
+    g = graph(stack_config(region=region))
+    rel = R._karpenter_release(g)
+    assert {"name": "AWS_REGION", "value": region} in rel.inputs["values"]["controller"]["env"]
+    assert R.karpenter_controller_knows_its_region(g) == []
+    rel.inputs["values"]["controller"].pop("env")  # the values the chart had before: no region
+    v = R.karpenter_controller_knows_its_region(g)
+    assert len(v) == 1 and "AWS_REGION" in v[0]
+
+
 def test_every_karpenter_rule_cites_its_source_and_is_exercised_here():
     import inspect
 

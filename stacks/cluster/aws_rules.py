@@ -1875,6 +1875,24 @@ def karpenter_controller_has_its_identity(g: Graph) -> list[str]:
     return out
 
 
+@rule(AREA_NODE_CREDENTIALS)
+def karpenter_controller_knows_its_region(g: Graph) -> list[str]:
+    """The controller is told the cluster's Region (``AWS_REGION`` in ``controller.env``): without it the controller
+    asks the instance metadata service for it and exits when that fails, and the system nodes it runs on answer no pod
+    (IMDSv2 with hop count 1). Source: karpenter-provider-aws v1.13.1 ``pkg/operator/operator.go`` (``if cfg.Region ==
+    ""`` ... ``imds.NewFromConfig(cfg).GetRegion``, ``lo.Must0``) and ``charts/karpenter/values.yaml``
+    (``controller.env``); EKS user guide "Upgrade from Amazon Linux 2 to Amazon Linux 2023" (managed node groups'
+    default hop count 1)."""
+    rel = _karpenter_release(g)
+    if rel is None:
+        return []
+    env = {e.get("name"): e.get("value") for e in _get(rel.inputs, "values", "controller", "env", default=[]) or []}
+    if not env.get("AWS_REGION"):
+        return [f"{rel.name}: values.controller.env has no AWS_REGION: the controller would ask the instance metadata service, "
+                "which hop count 1 keeps from its pod, and exit"]
+    return []
+
+
 @rule()
 def karpenter_serving_workers_are_not_disrupted(g: Graph) -> list[str]:
     """Every GPU worker that lands on a NodePool carries the pod annotation ``karpenter.sh/do-not-disrupt: "true"``, so
@@ -1935,6 +1953,10 @@ def _addon(g: Graph, name: str) -> Optional[Res]:
     return next((a for a in g.of(EKS_ADDON) if a.inputs.get("addonName") == name), None)
 
 
+# AMI types whose EKS-made launch template requires IMDSv2 with hop limit 1 (see pods_cannot_reach_the_node_role).
+EKS_DEFAULT_IMDS_HOP_1_AMI_PREFIX = "AL2023_"
+
+
 @rule(AREA_NODE_CREDENTIALS)
 def pods_cannot_reach_the_node_role(g: Graph) -> list[str]:
     """Every GPU launch template and EC2NodeClass requires IMDSv2 with a PUT response hop limit of 1, so a token
@@ -1944,10 +1966,19 @@ def pods_cannot_reach_the_node_role(g: Graph) -> list[str]:
     profile assigned to the worker node" (IMDSv2, hop count 1); Karpenter v1 EC2NodeClass ``metadataOptions``
     (default ``httpPutResponseHopLimit: 1``, ``httpTokens: required``); EKS user guide "Configure the Amazon VPC CNI
     plugin to use IRSA" and "IAM roles for Amazon EKS add-ons" (the CNI policy on the add-on's own role, not the
-    node's)."""
+    node's). A managed node group without a launch template of ours (the system group) runs on the launch template EKS
+    makes for it, which has both only for an AL2023 AMI type: EKS user guide "Upgrade from Amazon Linux 2 to Amazon
+    Linux 2023" ("AL2023 requires IMDSv2 by default"; "For IMDSv2, the default hop count for managed node groups is
+    set to 1. This means that containers won't have access to the node's credentials using IMDS"), so such a group
+    must name an AL2023 AMI type."""
     from stacks.cluster.identity import CNI_POLICY, NODE_POLICIES, SSM_POLICY
 
     out = []
+    for ng in g.of(NODEGROUP):
+        if not ng.inputs.get("launchTemplate") and not str(ng.inputs.get("amiType") or "").startswith(EKS_DEFAULT_IMDS_HOP_1_AMI_PREFIX):
+            out.append(f"{ng.name}: no launch template of ours and amiType {ng.inputs.get('amiType')!r}: EKS's own launch "
+                       f"template gives IMDSv2 with hop limit 1 only to {EKS_DEFAULT_IMDS_HOP_1_AMI_PREFIX}* AMI types, so a pod "
+                       "could take the node role")
     for lt in g.of(LAUNCH_TEMPLATE):
         md = lt.inputs.get("metadataOptions") or {}
         if md.get("httpTokens") != "required" or md.get("httpPutResponseHopLimit") != 1:

@@ -7,9 +7,16 @@ service (IMDS) options of every GPU launch template and EC2NodeClass, and the ad
   node": "IMDSv2 ... hop count of 1"; Karpenter's EC2NodeClass ``metadataOptions`` default ``httpPutResponseHopLimit:
   1``; terraform-aws-eks node groups' ``metadata_options`` default ``http_put_response_hop_limit = 1``). Host-network
   pods (aws-node, kube-proxy, the EKS Pod Identity agent, the CSI node plugins) share the node's stack and keep IMDS.
+  The system node group has no launch template of ours: EKS's own one for an AL2023 AMI type already requires IMDSv2
+  with hop count 1 (EKS user guide, "Upgrade from Amazon Linux 2 to Amazon Linux 2023": "the default hop count for
+  managed node groups is set to 1"), which the AWS rules hold it to.
   Nothing else on a GPU node needs it: the workers read the model from the cache, the device plugins and the DRA
-  driver talk only to the kubelet, and every AWS-calling controller (Karpenter, the AWS Load Balancer Controller, the
-  CSI controllers) runs on the system nodes with its own Pod Identity role and its region (and VPC) in its values.
+  driver talk only to the kubelet. Every AWS-calling controller runs on the system nodes with its own Pod Identity
+  role and learns its Region without the metadata service: Karpenter from ``AWS_REGION`` in its chart values (it
+  would otherwise ask IMDS and exit: karpenter-provider-aws v1.13.1 ``pkg/operator/operator.go``), the AWS Load
+  Balancer Controller from ``region`` and ``vpcId``, and the EFS and FSx CSI controllers fall back to the Kubernetes
+  API when IMDS does not answer (aws-efs-csi-driver ``pkg/cloud/metadata.go`` ``GetNewMetadataProvider``;
+  aws-fsx-csi-driver ``pkg/cloud/metadata.go`` ``NewMetadataService``).
 - **Node roles hold what a kubelet needs and nothing more**: ``AmazonEKSWorkerNodePolicy`` and
   ``AmazonEC2ContainerRegistryReadOnly``. The VPC CNI's ``AmazonEKS_CNI_Policy`` (create, attach and delete any ENI)
   moves to its own role through an EKS Pod Identity association on the add-on (EKS user guide, "IAM roles for Amazon

@@ -343,11 +343,14 @@ def queue_policy() -> dict:
          "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}
 
 
-def helm_values(cluster_name: str, queue_name: str, reserved: bool, system_selector: dict, replicas: int) -> dict:
+def helm_values(cluster_name: str, queue_name: str, reserved: bool, system_selector: dict, replicas: int, region: str) -> dict:
     """Chart values: the cluster and its interruption queue, the ReservedCapacity gate where reservations are used,
     the controller on the system node group (never on nodes it manages; the chart's default affinity already keeps it
     off ``karpenter.sh/nodepool`` nodes), one replica per system node up to the chart's two (its pod anti-affinity
-    puts replicas on distinct hosts)."""
+    puts replicas on distinct hosts), and the region as ``AWS_REGION``: without it the controller asks the instance
+    metadata service (karpenter-provider-aws v1.13.1 ``pkg/operator/operator.go``: ``if cfg.Region == ""`` ...
+    ``imds.NewFromConfig(cfg).GetRegion``, fatal on error), which the system nodes' hop count of 1 keeps from pods
+    (stacks/cluster/identity.py); the chart's ``controller.env`` is where its values.yaml shows ``AWS_REGION``."""
     settings: dict[str, Any] = {"clusterName": cluster_name, "interruptionQueue": queue_name}
     if reserved:
         settings["featureGates"] = {"reservedCapacity": True}
@@ -356,7 +359,8 @@ def helm_values(cluster_name: str, queue_name: str, reserved: bool, system_selec
         "serviceAccount": {"name": SERVICE_ACCOUNT},
         "nodeSelector": {"kubernetes.io/os": "linux", **system_selector},
         "replicas": max(1, min(2, replicas)),
-        "controller": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}},
+        "controller": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+                       "env": [{"name": "AWS_REGION", "value": region}]},
     }
 
 
@@ -398,7 +402,7 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
     reserved = any(p.capacity_type == "reserved" for p in pools)
     pin = chart_pin()
     helm = HelmSpec(name="karpenter", chart=pin["chart"], version=str(pin["version"]), repo=pin["repo"], namespace=NAMESPACE,
-                    values=helm_values(cluster_name, cluster_name, reserved, system_selector or {}, system_nodes))
+                    values=helm_values(cluster_name, cluster_name, reserved, system_selector or {}, system_nodes, region))
     # The release script publishes karpenter-crd beside karpenter, same version (hack/release/common.sh @v1.13.1:
     # publishHelmChart ... "karpenter-crd"); its CRDs sit in templates/ (charts/karpenter-crd/templates).
     crd_helm = HelmSpec(name="karpenter-crd", chart="karpenter-crd", version=str(pin["version"]), repo=pin["repo"], namespace=NAMESPACE)
