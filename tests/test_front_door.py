@@ -403,8 +403,9 @@ def test_an_nlb_door_on_eks_installs_the_load_balancer_controller_with_its_own_i
 
 def test_opening_the_door_on_a_running_eks_stack_only_adds_resources():
     """The update a team makes: the same EKS stack, then with the door. Every resource of the first graph is in the second
-    with the same inputs (no AWS update or replacement of the cluster, its network or its nodes); the additions are the
-    controller's role, policy, association and chart, and the door's own objects."""
+    with the same inputs (no AWS update or replacement of the cluster, its network or its nodes) except the DGD, whose
+    frontend container gains exactly Dynamo's nvext switch (an in-place update: a frontend restart); the additions are
+    the controller's role, policy, association and chart, and the door's own objects."""
     plain = {k: v for k, v in EKS_DOOR.items() if k != "frontDoor"}
     from harness import SECRETS, run_program
 
@@ -414,7 +415,14 @@ def test_opening_the_door_on_a_running_eks_stack_only_adds_resources():
     second = {r.urn: r for r in after.resources}
     assert set(first) <= set(second)
     changed = [u for u, r in first.items() if json.dumps(r.inputs, sort_keys=True, default=str) != json.dumps(second[u].inputs, sort_keys=True, default=str)]
-    assert not changed, changed[:5]
+    assert [first[u].type for u in changed] == ["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"], changed[:5]
+    dgd_before, dgd_after = first[changed[0]].inputs, second[changed[0]].inputs
+    frontend = next(i for i, c in enumerate(dgd_before["spec"]["components"]) if c["type"] == "frontend")
+    env_after = dgd_after["spec"]["components"][frontend]["podTemplate"]["spec"]["containers"][0]["env"]
+    # Dynamo's security guide: "set DYN_DISABLE_FRONTEND_NVEXT=1" for untrusted clients
+    assert env_after[-1] == {"name": "DYN_DISABLE_FRONTEND_NVEXT", "value": "1"}
+    dgd_after["spec"]["components"][frontend]["podTemplate"]["spec"]["containers"][0]["env"] = env_after[:-1]
+    assert json.dumps(dgd_after, sort_keys=True, default=str) == json.dumps(dgd_before, sort_keys=True, default=str)
     added = {second[u].type for u in set(second) - set(first)}
     assert {"aws:iam/role:Role", "aws:iam/policy:Policy", "aws:eks/podIdentityAssociation:PodIdentityAssociation",
             "kubernetes:helm.sh/v3:Release", "dynamo:frontDoor:FrontDoor"} <= added

@@ -20,6 +20,11 @@ the tenant header before authentication and sets it from the caller's identity (
 ``auth.jwt.tenantClaim``), so one team cannot read another's cache or jump the queue. Session headers
 (``x-session-id``, ``x-dynamo-session-id``...) stay: they steer KV-cache affinity within a caller's own sessions.
 
+**The body's ``nvext``.** The same choices can be made in the JSON body (``nvext.backend_instance_id``,
+``decode_worker_id``, ``prefill_worker_id``, ``dp_rank``...), which no header filter sees. So with the door on, the
+serving plan runs every frontend with ``DYN_DISABLE_FRONTEND_NVEXT=1`` (``stacks.serving.drop_client_nvext``;
+``frontDoor.clientNvext: true`` opts out), measured on the rig in tests/test_front_door_rig.py.
+
 **Timeouts.** Envoy Gateway's route timeout defaults to 15 s and also cuts a streamed response, so every route sets
 ``timeouts.request`` (``REQUEST_TIMEOUT_BY_CONTEXT`` from the target's context, or ``frontDoor.requestTimeout``). On
 EKS the Service is an NLB in TCP mode (TLS ends at the gateway, because a TLS listener's idle timeout is fixed at 350 s),
@@ -306,15 +311,23 @@ def _url(door: FrontDoorConfig, gw_name: str, gw_ns: str, prefix: str) -> str:
     return f"http://{address}{path}/v1"
 
 
+SMOKE_TEST_TOKENS = 16384  # the streamed answer's length in frontDoorSmokeTest
+
+
 def smoke_test(door: FrontDoorConfig, urls: dict[str, str], plans: Sequence[Any], stack: str) -> str:
-    """A shell snippet: 401 without a key and 200 with one, a stream that outlives 60 s, and which worker served
-    (``nvext.extra_fields: ["worker_id"]``). The key is read from the stack's secret config, never printed."""
+    """A shell snippet: 401 without a key and 200 with one, then a long streamed request (its chunks counted and
+    timed). With ``frontDoor.clientNvext`` the stream also asks which worker served (``nvext.extra_fields:
+    ["worker_id"]``); without it the frontend drops every client's ``nvext`` (worker ids included) and the snippet says
+    so. The key is read from the stack's secret config, never printed."""
     from stacks.serving.outputs import _served_model
 
     url, plan = next(iter(urls.values())), plans[0]
     model = _served_model(plan.dgd)
-    body = ('{"model": "%s", "messages": [{"role": "user", "content": "Count slowly to 2000."}], "max_tokens": 4096, '
-            '"stream": true, "nvext": {"extra_fields": ["worker_id"]}}' % model)
+    nvext = ', "nvext": {"extra_fields": ["worker_id"]}' if door.client_nvext else ""
+    # ignore_eos (root level; the frontend refuses it inside nvext) makes the answer exactly max_tokens long, so the
+    # stream outlives 60 s at any decode speed below ~270 tokens/s per request.
+    body = ('{"model": "%s", "messages": [{"role": "user", "content": "Count slowly to 20000."}], "max_tokens": %d, '
+            '"ignore_eos": true, "stream": true%s}' % (model, SMOKE_TEST_TOKENS, nvext))
     auth = ""
     if door.auth.mode == "apiKeys":
         auth = (f"KEY=$(pulumi config get --stack {stack} --path '{NS}:{API_KEYS_SECRET}' | python3 -c "
@@ -329,6 +342,10 @@ def smoke_test(door: FrontDoorConfig, urls: dict[str, str], plans: Sequence[Any]
     if door.auth.mode != "none":
         steps.append("curl -s -o /dev/null -w 'without a key: %{http_code} (want 401)\\n' $URL/models")
     steps.append(f"curl -s -o /dev/null -w 'with the key: %{{http_code}} (want 200)\\n' {header} $URL/models".replace("  ", " "))
-    steps.append(f"time curl -sN {header} $URL/chat/completions -H 'Content-Type: application/json' -d '{body}' "
-                 "| grep -o '\"worker_id\":[^}]*}' | sort | uniq -c".replace("  ", " "))
+    stream = f"time curl -sN {header} $URL/chat/completions -H 'Content-Type: application/json' -d '{body}' "
+    if door.client_nvext:
+        steps.append((stream + "| grep -o '\"worker_id\":[^}]*}' | sort | uniq -c").replace("  ", " "))
+    else:
+        steps.append((stream + "| grep -c '^data:' | sed 's/$/ streamed chunks (worker ids: hidden from clients, "
+                      "frontDoor.clientNvext false)/'").replace("  ", " "))
     return " && ".join(steps)

@@ -217,16 +217,19 @@ def _entry_plan(spec: ProgramSpec, per_entry: list, entry: ServeEntry) -> Servin
     EFA per GPU of the instance, node group sized from the final DGD, GB200 ComputeDomain claims, FSx claim
     binding: stacks/cluster/plan.py plan_eks), or any other cluster (the plain serving objects)."""
     cfg, cluster = entry.config, spec.cluster
+    # Behind the front door the clients are other teams': their nvext stays out unless frontDoor.clientNvext lets it in.
+    client_nvext = not spec.front_door.enabled or spec.front_door.client_nvext
     if cluster.mode == "stack":
-        ref_plan, serving = plan_on_cluster_stack(cfg, cluster, entry.raw, spec.secret_keys, require_secrets=spec.require_secrets)
+        ref_plan, serving = plan_on_cluster_stack(cfg, cluster, entry.raw, spec.secret_keys, require_secrets=spec.require_secrets,
+                                                  client_nvext=client_nvext)
         per_entry.append((cluster, ref_plan))
         return serving
     if cluster.mode == "eks":
         resolved, cluster_plan, serving = plan_eks(spec.stack, cfg, cluster, entry.raw, spec.secret_keys, aws_region=spec.aws_region,
-                                                   require_secrets=spec.require_secrets)
+                                                   require_secrets=spec.require_secrets, client_nvext=client_nvext)
         per_entry.append((resolved, cluster_plan))
         return serving
-    return build_plan(cfg)
+    return build_plan(cfg, client_nvext=client_nvext)
 
 
 def _eks_layers(plan: Any) -> list[str]:

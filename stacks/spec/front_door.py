@@ -134,6 +134,10 @@ class FrontDoorConfig(_Model):
     rate_limit: Optional[RateLimitConfig] = None
     request_timeout: Optional[int] = None  # seconds; default: from the target (stacks/layers/front_door.py)
     allow_namespaces: tuple[str, ...] = ()  # with networkPolicy: namespaces besides the gateway's that reach the frontends
+    # false (default): the frontends drop every client's ``nvext`` and routing headers (DYN_DISABLE_FRONTEND_NVEXT,
+    # stacks/serving/__init__.py), so no client picks its worker through a field in the request body; true: clients
+    # behind the door may send nvext (worker choice, cache_salt, agent_hints, extra_fields) as upstream allows.
+    client_nvext: bool = False
 
     _ns = field_validator("namespace")(classmethod(lambda cls, v: namespace_name(v)))
 
