@@ -151,6 +151,22 @@ def pytest_runtest_makereport(item, call):
                     f"Set-up: {TOOLCHAIN_SETUP}, with the reference data in place ({REFERENCE_SETUP}).")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Strict run: a module that skips itself at import (``pytest.skip(..., allow_module_level=True)``, a module-level
+    ``importorskip``) collects no test at all, so the test hook above never sees it: its collection fails instead."""
+    outcome = yield
+    rep = outcome.get_result()
+    if not (STRICT and rep.skipped):
+        return
+    reason = _skip_reason(rep)
+    if any(c in reason for c in CONDITIONAL_SKIPS):
+        return
+    rep.outcome = "failed"
+    rep.longrepr = (f"CI=true: {collector.nodeid} would have been skipped whole ({reason}); under CI a skip is a failure. "
+                    f"Set-up: {TOOLCHAIN_SETUP}, with the reference data in place ({REFERENCE_SETUP}).")
+
+
 def pytest_terminal_summary(terminalreporter):
     """List what was not checked, grouped by reason (and in the GitHub job summary when there is one)."""
     skipped = terminalreporter.stats.get("skipped", [])

@@ -367,6 +367,29 @@ def test_promotion_to_staging_or_prod_refuses_a_model_without_a_revision(stacks_
     plan_promotion("h100-disagg-copy", "h100-disagg", stacks_dir)
 
 
+@pytest.mark.parametrize("dst", ["h100-disagg-staging", "h100-disagg-prod"])
+def test_promotion_to_staging_or_prod_refuses_an_open_network(stacks_dir, capsys, dst):
+    """A release stack on the EKS cluster it creates keeps NetworkPolicies on and its API endpoint off the open internet;
+    the committed staging and prod files do (EKS's own default publicAccessCidrs is 0.0.0.0/0)."""
+    dev, path = stacks_dir / "Pulumi.h100-disagg.yaml", stacks_dir / f"Pulumi.{dst}.yaml"
+    _pin_release(dev)
+    committed = path.read_text()
+    assert "  dynamo:networkPolicy:\n    enabled: true\n" in committed and "    publicAccessCidrs: [203.0.113.0/24]\n" in committed
+    plan_promotion("h100-disagg", dst, stacks_dir)  # as committed: promoted
+    path.write_text(committed.replace("  dynamo:networkPolicy:\n    enabled: true\n", "")
+                    .replace("    publicAccessCidrs: [203.0.113.0/24]\n", ""))
+    before = path.read_text()
+    rc = cli(["promote", "--from", "h100-disagg", "--to", dst, "--root", str(stacks_dir), "--yes"])
+    err = capsys.readouterr().err
+    env = dst.rsplit("-", 1)[1]
+    assert rc == 1 and path.read_text() == before
+    assert f"dynamo:networkPolicy.enabled is not true: a {env} stack restricts what each Dynamo pod may reach" in err
+    assert f"dynamo:cluster.publicAccessCidrs is ['0.0.0.0/0']: a {env} stack's Kubernetes API endpoint accepts connections from any address" in err
+    # a private endpoint needs no public ranges
+    path.write_text(committed.replace("    publicAccessCidrs: [203.0.113.0/24]\n", "    endpointAccess: private\n"))
+    plan_promotion("h100-disagg", dst, stacks_dir)
+
+
 def test_environment_is_the_rule_ci_applies():
     import importlib.util
 

@@ -701,6 +701,18 @@ def test_docs_name_the_repository_settings_the_pipeline_relies_on():
     assert set(checks) >= {"test", "manifest-diff", "changed-stacks"} and set(checks) <= pr_jobs, checks
 
 
+def test_codeowners_covers_every_path_the_docs_name():
+    """The committed .github/CODEOWNERS names an owner for each path docs/ci.md says it must (without a file, GitHub's
+    "Require review from Code Owners" requires nobody); each line is ``<pattern> <@owner>...``."""
+    section = _section((ROOT / "docs" / "ci.md").read_text(), "Repository settings")
+    line = next(ln for ln in section.split("\n- ") if "CODEOWNERS" in ln and "naming the owners of" in ln)
+    wanted = re.findall(r"`([^`]+)`", line.split("naming the owners of", 1)[1].split(". ")[0])
+    rules = [ln.split() for ln in (ROOT / ".github" / "CODEOWNERS").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert all(len(r) >= 2 and all(o.startswith("@") for o in r[1:]) for r in rules), rules
+    patterns = {r[0].strip("/") for r in rules}
+    assert wanted and [w for w in wanted if w.strip("/") not in patterns] == [], (wanted, sorted(patterns))
+
+
 def test_docs_list_every_environment_with_what_it_holds():
     """The environment table in docs/ci.md has a row for every environment a job names, and that row lists each
     secret and environment variable the environment's jobs read."""

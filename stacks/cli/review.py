@@ -563,6 +563,26 @@ def _digest_fix(key: str, ref: str) -> str:
             f"`crane digest {ref}` or `docker buildx imagetools inspect {ref}`")
 
 
+def unguarded_release(program, env: str) -> list[str]:
+    """Messages for what a ``staging``/``prod`` stack on the EKS cluster it creates would leave open: an entry without
+    ``networkPolicy.enabled`` (every pod reaches every other and any address), and a public Kubernetes API endpoint
+    open to any address (EKS's default ``publicAccessCidrs``, docs/deploy-aws.md "Cluster access")."""
+    bad: list[str] = []
+    if program.cluster.mode != "eks":
+        return bad
+    for e in program.entries:
+        if not e.cfg.network_policy.enabled:
+            prefix = f"{NS}:" if e.key == NS else f"{NS}:serve[{e.name}]."
+            bad.append(f"{prefix}networkPolicy.enabled is not true: a {env} stack restricts what each Dynamo pod may reach; "
+                       f"set {prefix}networkPolicy: {{enabled: true}}")
+    cluster = program.cluster
+    if cluster.endpoint_access == "public" and "0.0.0.0/0" in cluster.public_access_cidrs:
+        bad.append(f"{NS}:cluster.publicAccessCidrs is {list(cluster.public_access_cidrs)}: a {env} stack's Kubernetes API "
+                   f"endpoint accepts connections from any address; list your networks and the deploy runners' egress "
+                   f"(e.g. [203.0.113.0/24]) or set {NS}:cluster.endpointAccess: private")
+    return bad
+
+
 def unpinned_release(program, env: str, entries: Optional[set] = None) -> list[str]:
     """Messages for what a ``staging``/``prod`` stack would run without a pin: each DGD container image without a
     digest (named by the ``dynamo:images`` key that sets it, or that would), and an entry without ``modelRevision``.
@@ -695,7 +715,7 @@ def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str
         except ConfigError:
             program = None  # cmd_promote refuses a result that would not deploy, with the program's own message
         promoted = {e["name"] for e in src_cfg["serve"]} if serve is not None else None
-        bad = unpinned_release(program, env, promoted) if program is not None else []
+        bad = (unpinned_release(program, env, promoted) + unguarded_release(program, env)) if program is not None else []
         if bad:
             raise PromotionError(f"refusing to promote {src} -> {dst}:\n  " + "\n  ".join(bad))
     return dst_text, new_text
