@@ -100,6 +100,28 @@ def test_render_stack_says_serving_layer_only(capsys):
     assert "serving layer only" not in capsys.readouterr().err
 
 
+def test_render_writes_what_pyyamls_own_emitter_writes():
+    """The libyaml emitter render uses writes, byte for byte, what yaml.SafeDumper's pure Python emitter writes with the
+    same representers, for every catalog target and every committed stack (the goldens and reviews compare this text)."""
+    import yaml
+
+    from stacks import catalog
+    from stacks.program import render
+    from stacks.program.render import render_target
+
+    class Pure(yaml.SafeDumper):
+        pass
+
+    Pure.add_representer(str, render._str)
+    assert render._Dumper.__mro__[1] is yaml.CSafeDumper  # this machine's PyYAML has libyaml: the fast path is the one tested
+    stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in render.REPO_ROOT.glob("Pulumi.*.yaml"))
+    renders = [render_target(t) for t in sorted(catalog.targets())] + [render_stack(s) for s in stacks]
+    assert len(renders) > len(catalog.targets())
+    for objs in renders:
+        pure = yaml.dump_all(list(objs), Dumper=Pure, sort_keys=False, width=4096, default_flow_style=False)
+        assert to_yaml(objs) == pure
+
+
 def test_render_never_prints_the_token_value():
     text = to_yaml(render_stack("dev"))
     assert "secure" not in text and program_for_stack("dev").serving.hf_secret["stringData"]["HF_TOKEN"].startswith("<redacted")

@@ -12,7 +12,10 @@ from stacks.serving import build_plan
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-class _Dumper(yaml.SafeDumper):
+# libyaml's emitter where PyYAML was built with it: the same representers as yaml.SafeDumper (SafeRepresenter) and the
+# same text, byte for byte, for every catalog target and committed stack (tests/test_render.py compares the two);
+# measured here, render --all's YAML takes 0.26 s with it against 1.30 s with the pure Python emitter.
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
     pass
 
 
