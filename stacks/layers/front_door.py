@@ -2,7 +2,11 @@
 authentication, TLS and safe routing, instead of ``kubectl port-forward``. A pure plan (a ``LayerPlan``).
 
 **Managed implementation: Envoy Gateway v1.9.1** (``versions.yaml`` ``charts.envoy-gateway``). Why this one:
-- Gateway API v1 (its v1.9.1 chart bundles Gateway API v1.6.1's CRDs) and the Inference Extension v1 InferencePool as a backend;
+- Gateway API v1 (its v1.9.1 chart bundles Gateway API v1.6.1's CRDs); an Inference Extension InferencePool backend only
+  through an extension server (Envoy AI Gateway registers it: aigateway.envoyproxy.io "HTTPRoute + InferencePool
+  Guide"), as v1.9.1's own translator has no InferencePool code (internal/gatewayapi at v1.9.1). Envoy AI Gateway is
+  not served by the Go module proxy, so the Inference Extension mode (Dynamo's ``epp`` component, the operator's
+  InferencePool, worker frontend sidecars in ``--router-mode direct``) is not built: nothing here could check it;
 - it is the gateway of KServe's LLMInferenceService and of ai-on-eks's Envoy AI Gateway (built on it), two of the
   systems Dynamo users compare with, and Dynamo's "expose the frontend behind a gateway" guidance fits any Gateway;
 - its own translator runs offline here (``egctl x translate``, built from the Go module proxy), so the tests check the
