@@ -413,7 +413,11 @@ def scraped(prometheus_bin, tmp_path_factory) -> Iterator[Scraped]:
                                  prom.query(f'sum(dynamo_frontend_requests_total{{namespace="{s.namespace}"}})')),
                              30, interval=SCRAPE / 2, extra=prom.log_tail)
                 timings[f"wave {wave + 1} scraped"] = time.monotonic() - t0
-            time.sleep(2 * SCRAPE)  # gauges and the workers' metrics of the second wave scraped too
+            for s in served:  # the workers' own counters of the last wave scraped too (the gauges are scraped with them)
+                wait_for(f"{s.namespace}: {sent} requests counted on its workers by Prometheus",
+                         lambda s=s: (lambda r: (bool(r) and float(r[0]["value"][1]) >= sent, r))(
+                             prom.query(f'sum(dynamo_component_requests_total{{namespace="{s.namespace}",dynamo_endpoint="generate"}})')),
+                         30, interval=SCRAPE / 2, extra=prom.log_tail)
             yield Scraped(served, prom, timings)
 
 
