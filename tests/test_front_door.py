@@ -190,7 +190,10 @@ def test_every_dynamo_or_bypass_header_in_the_rig_frontend_is_removed_or_passed_
     from stacks.layers.front_door import DYNAMO_CLIENT_HEADERS
 
     data = sorted(rig_env_dir().glob("lib/python3*/site-packages/dynamo/_core*.so"))[0].read_bytes()
-    occurrences = {m.group(1).decode() for m in re.finditer(rb"(?=(x-(?:dynamo|bypass)-[a-z-]+))", data)}
+    # Each occurrence starts at an "x-dynamo-"/"x-bypass-" (which cannot start inside another one); the name is read on
+    # from there (a search for the literal prefix, then a match at each hit: a scan of the 226 MB binary in 0.1 s)
+    name = re.compile(rb"x-(?:dynamo|bypass)-[a-z-]+")
+    occurrences = {name.match(data, m.start()).group(0).decode() for m in re.finditer(rb"x-(?:dynamo|bypass)-", data)}
     assert len(occurrences) >= 10, sorted(occurrences)
     known = sorted({*DYNAMO_CLIENT_HEADERS, *PASSED_THROUGH}, key=len, reverse=True)
     unknown = [o for o in sorted(occurrences)
