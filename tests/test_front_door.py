@@ -265,9 +265,14 @@ def test_a_serve_stack_routes_each_entry_under_its_name():
                      {"name": "long", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "b"}]}
     program = build_program(raw, "t")
     routes = {r["metadata"]["namespace"]: r for r in _objects(program, "HTTPRoute")}
-    assert routes["a"]["spec"]["rules"][0]["matches"][0]["path"]["value"] == "/chat"
-    assert routes["b"]["spec"]["rules"][0]["matches"][0]["path"]["value"] == "/long"
-    assert set(program.layer_outputs()["frontDoorUrl"]) == {"chat", "long"}
+    # each entry's OpenAI API (/v1 of its frontend) under its name, and nothing else of the frontend
+    assert routes["a"]["spec"]["rules"][0]["matches"][0]["path"] == {"type": "PathPrefix", "value": "/chat/v1"}
+    assert routes["b"]["spec"]["rules"][0]["matches"][0]["path"] == {"type": "PathPrefix", "value": "/long/v1"}
+    for r in routes.values():
+        assert {"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"}}} \
+            in r["spec"]["rules"][0]["filters"]
+    urls = program.layer_outputs()["frontDoorUrl"]
+    assert set(urls) == {"chat", "long"} and urls["chat"].endswith("/chat/v1") and urls["long"].endswith("/long/v1")
     gw = _objects(program, "Gateway")[0]
     assert gw["spec"]["listeners"][0]["allowedRoutes"]["namespaces"]["selector"]["matchExpressions"][0]["values"] == ["a", "b"]
 
@@ -407,8 +412,8 @@ def test_an_nlb_door_on_eks_installs_the_load_balancer_controller_with_its_own_i
 def test_opening_the_door_on_a_running_eks_stack_only_adds_resources():
     """The update a team makes: the same EKS stack, then with the door. Every resource of the first graph is in the second
     with the same inputs (no AWS update or replacement of the cluster, its network or its nodes) except the DGD, whose
-    frontend container gains exactly Dynamo's nvext switch (an in-place update: a frontend restart); the additions are
-    the controller's role, policy, association and chart, and the door's own objects."""
+    frontend container gains exactly Dynamo's admin-API and nvext switches (an in-place update: a frontend restart); the
+    additions are the controller's role, policy, association and chart, and the door's own objects."""
     plain = {k: v for k, v in EKS_DOOR.items() if k != "frontDoor"}
     from harness import SECRETS, run_program
 
@@ -422,9 +427,11 @@ def test_opening_the_door_on_a_running_eks_stack_only_adds_resources():
     dgd_before, dgd_after = first[changed[0]].inputs, second[changed[0]].inputs
     frontend = next(i for i, c in enumerate(dgd_before["spec"]["components"]) if c["type"] == "frontend")
     env_after = dgd_after["spec"]["components"][frontend]["podTemplate"]["spec"]["containers"][0]["env"]
-    # Dynamo's security guide: "set DYN_DISABLE_FRONTEND_NVEXT=1" for untrusted clients
-    assert env_after[-1] == {"name": "DYN_DISABLE_FRONTEND_NVEXT", "value": "1"}
-    dgd_after["spec"]["components"][frontend]["podTemplate"]["spec"]["containers"][0]["env"] = env_after[:-1]
+    # Dynamo's security guide: "set DYN_DISABLE_FRONTEND_NVEXT=1" for untrusted clients; its frontend docs: the admin
+    # API is on by default, DYN_DISABLE_FRONTEND_ADMIN_API turns it off
+    assert env_after[-2:] == [{"name": "DYN_DISABLE_FRONTEND_ADMIN_API", "value": "1"},
+                              {"name": "DYN_DISABLE_FRONTEND_NVEXT", "value": "1"}]
+    dgd_after["spec"]["components"][frontend]["podTemplate"]["spec"]["containers"][0]["env"] = env_after[:-2]
     assert json.dumps(dgd_after, sort_keys=True, default=str) == json.dumps(dgd_before, sort_keys=True, default=str)
     added = {second[u].type for u in set(second) - set(first)}
     assert {"aws:iam/role:Role", "aws:iam/policy:Policy", "aws:eks/podIdentityAssociation:PodIdentityAssociation",

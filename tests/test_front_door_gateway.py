@@ -186,6 +186,8 @@ def test_envoy_gateway_serves_the_door_with_auth_tls_timeouts_and_header_removal
         assert r["route"]["timeout"] == planned[r["name"].split("/")[2]], r["route"]
         assert int(r["route"]["timeout"].rstrip("s")) >= 600
         assert set(ROUTING_HEADERS) <= set(r.get("requestHeadersToRemove", []))
+        # the OpenAI API only (Envoy's path-separated prefix: /v1 and /v1/..., not /metrics or /busy_threshold)
+        assert r["match"].get("pathSeparatedPrefix") == "/v1" or r["match"].get("path") == "/v1", r["match"]
         per = r["typedPerFilterConfig"]
         auth = per["envoy.filters.http.api_key_auth"]
         assert auth["forwarding"] == {"header": TENANT_HEADER, "hideCredentials": True}
@@ -216,9 +218,10 @@ def test_a_serve_stack_gets_one_prefix_per_entry_rewritten_to_the_frontend(egctl
                           "serve": [{"name": "chat", "target": AGG, "namespace": "a"}, {"name": "long", "target": DISAGG, "namespace": "b"}]}, "t")
     xds = translate(egctl, translator_input(prog, certificate), tmp_path, "xds")
     model = {r["match"]["prefix"] if "prefix" in r["match"] else r["match"].get("pathSeparatedPrefix"): r for r in routes(xds) if "route" in r}
-    assert set(model) == {"/chat", "/long"}, sorted(model)
+    # the OpenAI API only: not the frontend's /metrics, /health or admin API
+    assert set(model) == {"/chat/v1", "/long/v1"}, sorted(model)
     for r in model.values():
-        assert r["route"]["regexRewrite"] or r["route"].get("prefixRewrite") == "/"
+        assert r["route"].get("prefixRewrite") == "/v1", r["route"]
         assert set(DYNAMO_CLIENT_HEADERS) <= set(r["requestHeadersToRemove"])  # no identity here: the tenant header goes too
 
 

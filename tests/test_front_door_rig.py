@@ -7,7 +7,9 @@ real Dynamo 1.6.1 frontend and mocker (the serving rig, tests/rig.py), two worke
   routed by the frontend again; but the same choice made in the JSON body (``nvext.backend_instance_id``,
   ``nvext.decode_worker_id``) passes any header filter and pins the worker just as well;
 - with the door's default (``clientNvext`` false: the DGD's frontend carries ``DYN_DISABLE_FRONTEND_NVEXT``), neither
-  the body nor the header pins a worker, and answers carry no ``nvext``.
+  the body nor the header pins a worker, and answers carry no ``nvext``;
+- without the door anyone on the frontend's port may ``POST /busy_threshold`` (the load at which it refuses every
+  request); behind it the frontend runs with ``DYN_DISABLE_FRONTEND_ADMIN_API`` and the route is gone.
 
 With nvext on, the worker that served is read from the answer (``nvext.extra_fields: ["worker_id"]``, as
 frontDoorSmokeTest does); with it off, from the workers' own request counters (``dynamo_component_requests_total`` of
@@ -17,6 +19,7 @@ from __future__ import annotations
 import collections
 import json
 import re
+import urllib.error
 import urllib.request
 
 import pytest
@@ -46,6 +49,39 @@ def door_default(tmp_path_factory):
     program, rig = _rig(tmp_path_factory, "door-rig-default", {"enabled": True})
     with rig as r:
         yield program, r
+
+
+@pytest.fixture(scope="module")
+def no_door(tmp_path_factory):
+    program, rig = _rig(tmp_path_factory, "door-rig-none", {"enabled": False})
+    with rig as r:
+        yield program, r
+
+
+def _busy_threshold(rig, method: str) -> int:
+    body = json.dumps({"model": rig.model, "active_decode_blocks_threshold": 0.01}).encode() if method == "POST" else None
+    req = urllib.request.Request(rig.frontend_url + "/busy_threshold", data=body, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_behind_the_door_no_client_reaches_the_frontend_admin_api(no_door, door_default, nvext_allowed):
+    """Without the door the 1.6.1 frontend lets anyone on its port set the load at which it refuses every request
+    (POST /busy_threshold); behind the door (either nvext setting) that route does not exist, and the door's routes
+    pass only /v1 to it."""
+    _, open_rig = no_door
+    assert _busy_threshold(open_rig, "POST") == 200 and _busy_threshold(open_rig, "GET") == 200
+    for program, rig in (door_default, nvext_allowed):
+        frontend = next(c for c in program.entries[0].plan.dgd["spec"]["components"] if c["type"] == "frontend")
+        env = {e["name"]: e.get("value") for c in frontend["podTemplate"]["spec"]["containers"] for e in c.get("env") or []}
+        assert env.get("DYN_DISABLE_FRONTEND_ADMIN_API") == "1"
+        assert _busy_threshold(rig, "POST") == 404 and _busy_threshold(rig, "GET") == 404
+        route = next(o for layer in program.layers for o in layer.objects if o["kind"] == "HTTPRoute")
+        assert [m["path"] for m in route["spec"]["rules"][0]["matches"]] == [{"type": "PathPrefix", "value": "/v1"}]
 
 
 def _ask(rig, headers: dict, nvext: dict) -> dict:

@@ -25,11 +25,11 @@ class ClusterStackPlan:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
-def plan_on_cluster_stack(cfg, cluster, raw: dict, secret_keys, require_secrets: bool = True, client_nvext: bool = True):
+def plan_on_cluster_stack(cfg, cluster, raw: dict, secret_keys, require_secrets: bool = True, door: Optional[dict] = None):
     """The serving plan of one entry on a cluster stack's EKS cluster: EFA per GPU of the GPU's default instance (checked
     against the pool at ``up``), the download Job on the system node group, GPU workers pinned to their GPU (the cluster
-    may have several GPU node groups), pull secrets the stack creates in its namespaces; ``client_nvext`` as
-    ``stacks.serving.build_plan`` takes it. Returns ``(plan, serving)``."""
+    may have several GPU node groups), pull secrets the stack creates in its namespaces; ``door``: the front door's
+    ``behind_door``/``client_nvext``, as ``stacks.serving.build_plan`` takes them. Returns ``(plan, serving)``."""
     from stacks.registry import GPUS
     from stacks.serving import build_plan, select_target
 
@@ -48,7 +48,7 @@ def plan_on_cluster_stack(cfg, cluster, raw: dict, secret_keys, require_secrets:
         raise ConfigError(f"{NS}:gpu: {target.gpu!r} cannot run on an EKS cluster stack: {e}") from None
     storage_class = cfg.storage.class_name or "efs-model-cache"
     serving = build_plan(cfg, default_storage_class=storage_class, job_node_selector={POOL_LABEL: "system"}, efa_per_gpu=shape.efa_per_gpu,
-                         client_nvext=client_nvext)
+                         **(door or {}))
     pin_gpu_product(serving.dgd, GPUS[target.gpu].label)
     ns = serving.dgd["metadata"]["namespace"]
     plan = ClusterStackPlan(stack=cluster.stack, requirements=[], storage_class=storage_class if serving.cache_pvc else None,

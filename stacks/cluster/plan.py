@@ -204,13 +204,13 @@ def node_pools(plan: ClusterPlan) -> list[dict]:
 # --------------------------------------------------------------------------- the EKS part of the program, as data
 
 def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_region: Optional[str] = None,
-             require_secrets: bool = True, client_nvext: bool = True):
+             require_secrets: bool = True, door: Optional[dict] = None):
     """Everything an EKS stack needs before any resource: region agreement with ``aws:region``, the fabric,
     the Secrets only this stack can create, the serving objects (EFA per GPU of the cluster's instance), the
     cluster plan sized from the final DGD, the GB200 ComputeDomain claims, the FSx claim binding and the
     image pull secrets. Returns ``(cluster, cluster_plan, serving_plan)``; ``cluster`` may carry the region
     from ``aws:region``. ``require_secrets=False`` (render for review) skips only the presence of ``ngcApiKey``;
-    ``client_nvext`` as ``stacks.serving.build_plan`` takes it."""
+    ``door``: the front door's ``behind_door``/``client_nvext``, as ``stacks.serving.build_plan`` takes them."""
     from stacks.serving import build_plan, select_target
     from stacks.serving.network_policy import eks_api_server_cidrs
 
@@ -230,7 +230,7 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
                           f"from {NS}:cluster.cacheStorage: {cluster.cache_storage}) or set it to {own_class!r}")
     serving = build_plan(cfg, default_storage_class=cache_class_name(cluster), job_node_selector={POOL_LABEL: "system"},
                          efa_per_gpu=shape.efa_per_gpu, api_server_cidrs=eks_api_server_cidrs(cluster.vpc_cidr),
-                         client_nvext=client_nvext)
+                         **(door or {}))
     cp = build_cluster_plan(stack, pool_cfg, target, dgd=serving.dgd, protect_cache=cfg.storage.protect, key=pool_key)
     if cp.gpu_pools[0].capacity == "karpenter":  # consolidation never takes a node from under a serving worker
         from stacks.cluster.karpenter import add_do_not_disrupt

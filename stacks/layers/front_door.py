@@ -26,8 +26,13 @@ the tenant header before authentication and sets it from the caller's identity (
 
 **The body's ``nvext``.** The same choices can be made in the JSON body (``nvext.backend_instance_id``,
 ``decode_worker_id``, ``prefill_worker_id``, ``dp_rank``...), which no header filter sees. So with the door on, the
-serving plan runs every frontend with ``DYN_DISABLE_FRONTEND_NVEXT=1`` (``stacks.serving.drop_client_nvext``;
+serving plan runs every frontend with ``DYN_DISABLE_FRONTEND_NVEXT=1`` (``stacks.serving.set_frontend_env``;
 ``frontDoor.clientNvext: true`` opts out), measured on the rig in tests/test_front_door_rig.py.
+
+**Only the OpenAI API.** The frontend's port also serves its admin API (``POST /busy_threshold`` sets the load at which
+it refuses every request with 503), ``/metrics``, ``/health`` (which names the Dynamo endpoints) and ``/openapi.json``.
+The routes match ``/v1`` only (in a ``dynamo:serve`` stack ``/<entry>/v1``, rewritten to ``/v1``), and behind the door
+the frontend's admin API is off (``DYN_DISABLE_FRONTEND_ADMIN_API=1``, ``stacks.serving.NO_ADMIN_API``).
 
 **Timeouts.** Envoy Gateway's route timeout defaults to 15 s and also cuts a streamed response, so every route sets
 ``timeouts.request`` (``REQUEST_TIMEOUT_BY_CONTEXT`` from the target's context, or ``frontDoor.requestTimeout``). On
@@ -133,6 +138,11 @@ def _service_spec(door: FrontDoorConfig, mode: str, idle: int) -> dict:
     return spec
 
 
+# What the routes pass to the frontends: the OpenAI API only (Gateway API PathPrefix matches whole path elements, so
+# "/v1" matches /v1 and /v1/..., not /v1x or /metrics).
+API_PREFIX = "/v1"
+
+
 def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, stack: str) -> Optional[LayerPlan]:
     """The front door's charts and objects for these serving entries, or None when ``frontDoor.enabled`` is false.
     ``mode``: the cluster mode (``eks`` adds the NLB annotations; ``render`` installs no charts)."""
@@ -175,14 +185,14 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, st
         dgd = e.plan.dgd
         ns, dgd_name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
         svc, port = _frontend_service(dgd)
-        prefix = f"/{e.name}" if multi else "/"
+        prefix = f"/{e.name}{API_PREFIX}" if multi else API_PREFIX
         route_name = f"{dgd_name}-front-door"
         parent = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gw_name, "namespace": gw_ns}
         if section:
             parent["sectionName"] = section
         filters: list[dict] = [_header_removal(remove)]
-        if prefix != "/":
-            filters.append({"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}})
+        if prefix != API_PREFIX:
+            filters.append({"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": API_PREFIX}}})
         route = {"apiVersion": GATEWAY_API, "kind": "HTTPRoute", "metadata": _meta(route_name, ns),
                  "spec": {"parentRefs": [parent],
                           **({"hostnames": [door.hostname]} if door.hostname else {}),
@@ -194,7 +204,7 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, st
         if e.cfg.network_policy.enabled:
             # the gateway's namespace (and frontDoor.allowNamespaces) may reach the frontend's HTTP port, nothing more
             plan.objects.append(front_door_ingress(dgd, [*proxy_namespaces(door), *door.allow_namespaces]))
-        urls[e.name] = _url(door, gw_name, gw_ns, prefix)
+        urls[e.name] = _url(door, gw_name, gw_ns, f"/{e.name}" if multi else "")
     plan.outputs = {"frontDoorUrl": urls if multi else next(iter(urls.values())),
                     "frontDoorSmokeTest": smoke_test(door, urls, [e.plan for e in entries], stack)}
     return plan
@@ -305,8 +315,8 @@ def _auth_objects(plan: LayerPlan, door: FrontDoorConfig, route: str, ns: str) -
                                  "limit": {"requests": door.rate_limit.requests_per_minute, "unit": "Minute"}}]}}}})
 
 
-def _url(door: FrontDoorConfig, gw_name: str, gw_ns: str, prefix: str) -> str:
-    path = "" if prefix == "/" else prefix
+def _url(door: FrontDoorConfig, gw_name: str, gw_ns: str, path: str) -> str:
+    """The OpenAI base URL of one entry (``path``: ``/<entry>`` in a ``dynamo:serve`` stack, else empty)."""
     if door.hostname:
         scheme = "https" if door.tls.mode != "none" or door.gateway == "existing" else "http"
         return f"{scheme}://{door.hostname}{path}/v1"

@@ -217,19 +217,20 @@ def _entry_plan(spec: ProgramSpec, per_entry: list, entry: ServeEntry) -> Servin
     EFA per GPU of the instance, node group sized from the final DGD, GB200 ComputeDomain claims, FSx claim
     binding: stacks/cluster/plan.py plan_eks), or any other cluster (the plain serving objects)."""
     cfg, cluster = entry.config, spec.cluster
-    # Behind the front door the clients are other teams': their nvext stays out unless frontDoor.clientNvext lets it in.
-    client_nvext = not spec.front_door.enabled or spec.front_door.client_nvext
+    # Behind the front door the clients are other teams': the frontend's admin API is off, and their nvext stays out
+    # unless frontDoor.clientNvext lets it in (stacks.serving.set_frontend_env).
+    door = {"behind_door": spec.front_door.enabled, "client_nvext": spec.front_door.client_nvext}
     if cluster.mode == "stack":
         ref_plan, serving = plan_on_cluster_stack(cfg, cluster, entry.raw, spec.secret_keys, require_secrets=spec.require_secrets,
-                                                  client_nvext=client_nvext)
+                                                  door=door)
         per_entry.append((cluster, ref_plan))
         return serving
     if cluster.mode == "eks":
         resolved, cluster_plan, serving = plan_eks(spec.stack, cfg, cluster, entry.raw, spec.secret_keys, aws_region=spec.aws_region,
-                                                   require_secrets=spec.require_secrets, client_nvext=client_nvext)
+                                                   require_secrets=spec.require_secrets, door=door)
         per_entry.append((resolved, cluster_plan))
         return serving
-    return build_plan(cfg, client_nvext=client_nvext)
+    return build_plan(cfg, **door)
 
 
 def _eks_layers(plan: Any) -> list[str]:

@@ -94,29 +94,34 @@ def component_names(dgd: dict) -> list[str]:
     return [c["name"] for c in dgd["spec"]["components"]]
 
 
-# Dynamo's switch that makes the frontend drop a request's ``nvext`` and ignore the routing-override headers, so no
-# client picks its worker (docs/guides/security "Frontend extensions and admin API": "In a multi-tenant or
-# untrusted-client setting, set DYN_DISABLE_FRONTEND_NVEXT=1"; lib/runtime config environment_names: truthy values
-# 1/true/yes/on). Measured on the 1.6.1 frontend (tests/test_front_door_rig.py): with it, a body's
-# nvext.backend_instance_id or decode_worker_id no longer pins a worker.
+# Dynamo's switches for a frontend that untrusted clients reach (docs/guides/security, "Frontend extensions and admin
+# API"; lib/runtime config environment_names: truthy values 1/true/yes/on):
+# - DYN_DISABLE_FRONTEND_NVEXT: the frontend drops a request's ``nvext`` and ignores the routing-override headers, so no
+#   client picks its worker ("In a multi-tenant or untrusted-client setting, set DYN_DISABLE_FRONTEND_NVEXT=1");
+# - DYN_DISABLE_FRONTEND_ADMIN_API: no ``GET``/``POST /busy_threshold``, with which any client could set the load at
+#   which the frontend refuses every team's requests with 503.
+# Measured on the 1.6.1 frontend (tests/test_front_door_rig.py): with them a body's nvext.backend_instance_id or
+# decode_worker_id no longer pins a worker, and POST /busy_threshold answers 404 (200 without).
 NO_CLIENT_NVEXT = {"name": "DYN_DISABLE_FRONTEND_NVEXT", "value": "1"}
+NO_ADMIN_API = {"name": "DYN_DISABLE_FRONTEND_ADMIN_API", "value": "1"}
 
 
-def drop_client_nvext(dgd: dict) -> None:
-    """Every frontend component's containers get ``NO_CLIENT_NVEXT`` (replacing a value the recipe may set)."""
+def set_frontend_env(dgd: dict, entries: list[dict]) -> None:
+    """Every frontend component's containers get ``entries`` (replacing values of the same names the recipe may set)."""
+    names = {e["name"] for e in entries}
     for comp in dgd["spec"]["components"]:
         if comp.get("type") == "frontend":
             for c in comp["podTemplate"]["spec"]["containers"]:
-                env = [e for e in c.get("env") or [] if e.get("name") != NO_CLIENT_NVEXT["name"]]
-                c["env"] = env + [dict(NO_CLIENT_NVEXT)]
+                c["env"] = [e for e in c.get("env") or [] if e.get("name") not in names] + [dict(e) for e in entries]
 
 
 def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None, job_node_selector: Optional[dict] = None,
                efa_per_gpu: Optional[int] = None, api_server_cidrs: tuple[str, ...] = (),
-               client_nvext: bool = True) -> ServingPlan:
+               behind_door: bool = False, client_nvext: bool = True) -> ServingPlan:
     """``default_storage_class``: the class the cluster layer created (used when storage.className is unset);
-    ``client_nvext``: false when untrusted clients reach the frontend (the front door without
-    ``frontDoor.clientNvext``): the frontend then drops their ``nvext`` and routing headers (``drop_client_nvext``);
+    ``behind_door``: other teams' clients reach the frontend (``frontDoor.enabled``): its admin API is off
+    (``NO_ADMIN_API``); ``client_nvext``: false when those clients may not send ``nvext`` (``frontDoor.clientNvext``
+    false): the frontend drops it and the routing headers (``NO_CLIENT_NVEXT``);
     ``job_node_selector``: where the download Jobs run (the EKS system node group);
     ``api_server_cidrs``: where the cluster layer knows the Kubernetes API server is (the NetworkPolicies' 443/6443
     rule; ``networkPolicy.apiServerCidrs`` takes precedence, neither: any address);
@@ -180,8 +185,8 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
             apply_profile(dgd, cfg.fabric_profile, t.id, efa_per_gpu if efa_per_gpu is not None else _efa_per_gpu(t.gpu))
         except ValueError as e:  # a FabricError, or a GPU registered without instance data (no EFA figure), named by shape_for
             raise ConfigError(f"{NS}:fabricProfile: {cfg.fabric_profile!r}: {e}") from None
-    if not client_nvext:
-        drop_client_nvext(dgd)
+    if behind_door:
+        set_frontend_env(dgd, [NO_ADMIN_API] + ([] if client_nvext else [NO_CLIENT_NVEXT]))
     wait = cfg.wait
     job_timeout = duration_seconds(wait.job_timeout)
     dgd_timeout = duration_seconds(wait.dgd_timeout)
