@@ -136,19 +136,24 @@ def _skip_reason(rep) -> str:
     return str(lr)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """Strict run: any other skip (a test's own pytest.skip, an empty parameter set, importorskip) is a failure."""
-    outcome = yield
-    rep = outcome.get_result()
+def _fail_strict_skip(rep, what: str) -> None:
+    """Strict run: turn a skipped report into a failure naming ``what`` would have been skipped and why (conditional
+    skips excepted)."""
     if not (STRICT and rep.skipped) or hasattr(rep, "wasxfail"):
         return
     reason = _skip_reason(rep)
     if any(c in reason for c in CONDITIONAL_SKIPS):
         return
     rep.outcome = "failed"
-    rep.longrepr = (f"CI=true: this test would have been skipped ({reason}); under CI a skip is a failure. "
+    rep.longrepr = (f"CI=true: {what} would have been skipped ({reason}); under CI a skip is a failure. "
                     f"Set-up: {TOOLCHAIN_SETUP}, with the reference data in place ({REFERENCE_SETUP}).")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Strict run: any other skip (a test's own pytest.skip, an empty parameter set, importorskip) is a failure."""
+    outcome = yield
+    _fail_strict_skip(outcome.get_result(), "this test")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -156,15 +161,7 @@ def pytest_make_collect_report(collector):
     """Strict run: a module that skips itself at import (``pytest.skip(..., allow_module_level=True)``, a module-level
     ``importorskip``) collects no test at all, so the test hook above never sees it: its collection fails instead."""
     outcome = yield
-    rep = outcome.get_result()
-    if not (STRICT and rep.skipped):
-        return
-    reason = _skip_reason(rep)
-    if any(c in reason for c in CONDITIONAL_SKIPS):
-        return
-    rep.outcome = "failed"
-    rep.longrepr = (f"CI=true: {collector.nodeid} would have been skipped whole ({reason}); under CI a skip is a failure. "
-                    f"Set-up: {TOOLCHAIN_SETUP}, with the reference data in place ({REFERENCE_SETUP}).")
+    _fail_strict_skip(outcome.get_result(), f"{collector.nodeid}, whole,")
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -76,12 +76,16 @@ def test_behind_the_door_no_client_reaches_the_frontend_admin_api(no_door, door_
     _, open_rig = no_door
     assert _busy_threshold(open_rig, "POST") == 200 and _busy_threshold(open_rig, "GET") == 200
     for program, rig in (door_default, nvext_allowed):
-        frontend = next(c for c in program.entries[0].plan.dgd["spec"]["components"] if c["type"] == "frontend")
-        env = {e["name"]: e.get("value") for c in frontend["podTemplate"]["spec"]["containers"] for e in c.get("env") or []}
-        assert env.get("DYN_DISABLE_FRONTEND_ADMIN_API") == "1"
+        assert _frontend_env(program).get("DYN_DISABLE_FRONTEND_ADMIN_API") == "1"
         assert _busy_threshold(rig, "POST") == 404 and _busy_threshold(rig, "GET") == 404
         route = next(o for layer in program.layers for o in layer.objects if o["kind"] == "HTTPRoute")
         assert [m["path"] for m in route["spec"]["rules"][0]["matches"]] == [{"type": "PathPrefix", "value": "/v1"}]
+
+
+def _frontend_env(program) -> dict:
+    """The env the program gives the DGD's frontend containers (name -> value)."""
+    frontend = next(c for c in program.entries[0].plan.dgd["spec"]["components"] if c["type"] == "frontend")
+    return {e["name"]: e.get("value") for c in frontend["podTemplate"]["spec"]["containers"] for e in c.get("env") or []}
 
 
 def _ask(rig, headers: dict, nvext: dict) -> dict:
@@ -140,9 +144,7 @@ def test_a_routing_header_pins_a_worker_and_the_route_filter_takes_that_away(nve
 def test_a_worker_named_in_the_body_passes_every_header_filter(nvext_allowed, field):
     """What the header filter cannot reach: with nvext on, the body's choice pins the worker behind any route."""
     program, rig = nvext_allowed
-    frontend = next(c for c in program.entries[0].plan.dgd["spec"]["components"] if c["type"] == "frontend")
-    assert not any(e["name"] == "DYN_DISABLE_FRONTEND_NVEXT" for c in frontend["podTemplate"]["spec"]["containers"]
-                   for e in c.get("env") or [])
+    assert "DYN_DISABLE_FRONTEND_NVEXT" not in _frontend_env(program)
     free = collections.Counter(_served_by(rig, {}) for _ in range(REQUESTS))
     target = min(free, key=free.get)
     pinned = collections.Counter(_served_by(rig, _through_the_route(program, {}), {field: target}) for _ in range(REQUESTS))
@@ -151,8 +153,7 @@ def test_a_worker_named_in_the_body_passes_every_header_filter(nvext_allowed, fi
 
 def test_behind_the_door_neither_body_nor_header_picks_the_worker(door_default):
     program, rig = door_default
-    frontend = next(c for c in program.entries[0].plan.dgd["spec"]["components"] if c["type"] == "frontend")
-    env = {e["name"]: e.get("value") for c in frontend["podTemplate"]["spec"]["containers"] for e in c.get("env") or []}
+    env = _frontend_env(program)
     # Dynamo's value: "set DYN_DISABLE_FRONTEND_NVEXT=1" (its security guide); the rig passes the DGD's DYN_* env on
     assert env.get("DYN_DISABLE_FRONTEND_NVEXT") == "1"
     assert next(p for p in rig.pods if p.component_type == "frontend").env.get("DYN_DISABLE_FRONTEND_NVEXT") == "1"

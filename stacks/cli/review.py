@@ -563,6 +563,11 @@ def _digest_fix(key: str, ref: str) -> str:
             f"`crane digest {ref}` or `docker buildx imagetools inspect {ref}`")
 
 
+def _entry_key_prefix(e) -> str:
+    """How the stack file names an entry's keys: ``dynamo:`` for a single-target stack, ``dynamo:serve[<name>].``."""
+    return f"{NS}:" if e.key == NS else f"{NS}:serve[{e.name}]."
+
+
 def unguarded_release(program, env: str) -> list[str]:
     """Messages for what a ``staging``/``prod`` stack on the EKS cluster it creates would leave open: an entry without
     ``networkPolicy.enabled`` (every pod reaches every other and any address), and a public Kubernetes API endpoint
@@ -572,7 +577,7 @@ def unguarded_release(program, env: str) -> list[str]:
         return bad
     for e in program.entries:
         if not e.cfg.network_policy.enabled:
-            prefix = f"{NS}:" if e.key == NS else f"{NS}:serve[{e.name}]."
+            prefix = _entry_key_prefix(e)
             bad.append(f"{prefix}networkPolicy.enabled is not true: a {env} stack restricts what each Dynamo pod may reach; "
                        f"set {prefix}networkPolicy: {{enabled: true}}")
     cluster = program.cluster
@@ -591,7 +596,7 @@ def unpinned_release(program, env: str, entries: Optional[set] = None) -> list[s
     for e in program.entries:
         if entries is not None and e.name not in entries:
             continue
-        prefix = f"{NS}:" if e.key == NS else f"{NS}:serve[{e.name}]."
+        prefix = _entry_key_prefix(e)
         images = dict(e.cfg.images or {})
         for comp in e.plan.dgd["spec"]["components"]:
             for c in comp["podTemplate"]["spec"]["containers"]:
