@@ -213,7 +213,10 @@ class EksGpuCluster(pulumi.ComponentResource):
         )
         node_deps = pulumi.ResourceOptions(parent=self, depends_on=[*node_policies, *self.addons])
         self.system_nodes = aws.eks.NodeGroup(
-            f"{name}-system", cluster_name=self.cluster.name, node_role_arn=node_role.arn, subnet_ids=private_ids, **plan.system_nodegroup, tags=tags, opts=node_deps
+            f"{name}-system", cluster_name=self.cluster.name, node_role_arn=node_role.arn, subnet_ids=private_ids, **plan.system_nodegroup, tags=tags,
+            # EKS cannot change a group's disk (the provider replaces the group): a running group keeps its disk unless
+            # dynamo:cluster.systemDiskGib asks for another (stacks.cluster.config.node_group_changes says so at preview).
+            opts=node_deps if plan.system_disk_set else pulumi.ResourceOptions.merge(node_deps, pulumi.ResourceOptions(ignore_changes=["diskSize"]))
         )
         # One GPU node group per pool (cluster.gpuPools): the first keeps the single-target names (cluster-gpu), the others
         # carry their GPU (cluster-gpu-b200).
@@ -310,7 +313,9 @@ class EksGpuCluster(pulumi.ComponentResource):
         import pulumi_kubernetes as k8s
 
         lb = plan.load_balancer_controller
-        role = aws.iam.Role(f"{name}-lb-controller", name=lb.role_name, assume_role_policy=ASSUME_POD_IDENTITY, tags=tags, opts=child)
+        # A running cluster keeps the name its role was created with (stacks.cluster.identity.role_name).
+        keep_name = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(ignore_changes=["name"]))
+        role = aws.iam.Role(f"{name}-lb-controller", name=lb.role_name, assume_role_policy=ASSUME_POD_IDENTITY, tags=tags, opts=keep_name)
         policy = aws.iam.Policy(f"{name}-lb-controller", policy=json.dumps(lb.policy), tags=tags, opts=child)
         attach = aws.iam.RolePolicyAttachment(f"{name}-lb-controller", role=role.name, policy_arn=policy.arn, opts=child)
         assoc = aws.eks.PodIdentityAssociation(f"{name}-lb-controller", cluster_name=self.cluster.name, namespace=lb.helm.namespace,
@@ -353,7 +358,10 @@ class EksGpuCluster(pulumi.ComponentResource):
         import pulumi_kubernetes as k8s
 
         kp = plan.karpenter
-        node_role = aws.iam.Role(f"{name}-karpenter-node", name=kp.node_role_name, assume_role_policy=ASSUME_EC2, tags=tags, opts=child)
+        # A running cluster keeps the names its roles were created with (stacks.cluster.identity.role_name): the
+        # EC2NodeClasses name the node role by its live name.
+        keep_name = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(ignore_changes=["name"]))
+        node_role = aws.iam.Role(f"{name}-karpenter-node", name=kp.node_role_name, assume_role_policy=ASSUME_EC2, tags=tags, opts=keep_name)
         node_policies = [aws.iam.RolePolicyAttachment(f"{name}-karpenter-node-{p}", role=node_role.name,
                                                       policy_arn=f"arn:aws:iam::aws:policy/{p}", opts=child) for p in plan.node_policies]
         access = aws.eks.AccessEntry(f"{name}-karpenter-node", cluster_name=self.cluster.name, principal_arn=node_role.arn, type="EC2_LINUX",
@@ -370,7 +378,7 @@ class EksGpuCluster(pulumi.ComponentResource):
             rule = aws.cloudwatch.EventRule(f"{name}-karpenter-{r['name']}", name=r["rule_name"], event_pattern=r["event_pattern"], tags=tags, opts=child)
             rules.append(aws.cloudwatch.EventTarget(f"{name}-karpenter-{r['name']}", rule=rule.name, target_id="KarpenterInterruptionQueueTarget",
                                                     arn=queue.arn, opts=child))
-        controller = aws.iam.Role(f"{name}-karpenter", name=kp.controller_role_name, assume_role_policy=ASSUME_POD_IDENTITY, tags=tags, opts=child)
+        controller = aws.iam.Role(f"{name}-karpenter", name=kp.controller_role_name, assume_role_policy=ASSUME_POD_IDENTITY, tags=tags, opts=keep_name)
         policy_doc = pulumi.Output.all(queue.arn, node_role.arn, controller.arn).apply(
             lambda a: json.dumps(fill(kp.controller_policy, {"<queue-arn>": str(a[0]), "<node-role-arn>": str(a[1]),
                                                             "<account-id>": str(a[2]).split(":")[4] if str(a[2]).count(":") >= 5 else "*"})))
@@ -397,7 +405,7 @@ class EksGpuCluster(pulumi.ComponentResource):
             nc = pool.ec2nodeclass
             classes[pool.name] = k8s.apiextensions.CustomResource(
                 f"{name}-karpenter-{pool.name}-nodeclass", api_version=nc["apiVersion"], kind=nc["kind"], metadata=nc["metadata"],
-                spec=nc["spec"], opts=after_chart)
+                spec={**nc["spec"], "role": node_role.name}, opts=after_chart)
         for pool in kp.pools:
             np = pool.nodepool
             self.karpenter_node_pools.append(k8s.apiextensions.CustomResource(

@@ -28,8 +28,9 @@ from components.platform import DevicePlugins, DynamoPlatform, helm_release
 from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
 from stacks.spec.config import NS
 from stacks.cluster.access import check_upgrade_policy
-from stacks.cluster.config import (LiveNodeGroup, LiveSubnet, check_cache_zone, check_node_groups_for_step, check_running_version,
-                                   check_subnet_layout)
+from stacks.cluster.config import (LiveNodeGroup, LiveSubnet, check_ami_release, check_cache_zone, check_node_groups_for_step, check_running_version,
+                                   check_subnet_layout, node_group_changes)
+from stacks.cluster.pools import POOL_LABEL
 from stacks.cluster.platform import GPU_PRESENT_LABELS, dynamo_platform
 from stacks.program import ProgramPlan
 
@@ -138,7 +139,13 @@ class EksSource(ClusterSource):
             running = running_cluster_version(plan.name, aws_provider)
             check_running_version(running, plan.kubernetes_version, plan.name)
             if running is not None:
-                check_node_groups_for_step(running, plan.kubernetes_version, live_node_groups(plan.name, aws_provider), plan.name)
+                groups = live_node_groups(plan.name, aws_provider)
+                release = plan.system_nodegroup["release_version"]
+                check_node_groups_for_step(running, plan.kubernetes_version, groups, plan.name, release=release)
+                if running == plan.kubernetes_version:  # after a step the groups move to the new version's releases
+                    check_ami_release(groups, release, plan.name)
+                for warning in node_group_changes(groups, release, plan.system_nodegroup["disk_size"], plan.system_disk_set, plan.name):
+                    pulumi.log.warn(warning)
                 check_subnet_layout(live_subnets(plan.name, aws_provider),
                                     [*plan.public_subnets, *plan.private_subnets, *([plan.gpu_subnet] if plan.gpu_subnet else [])], plan.name)
                 if plan.storage.get("kind") == "fsx-lustre":
@@ -225,7 +232,10 @@ def live_node_groups(cluster: str, provider: pulumi.ProviderResource) -> list[Li
         for ng in sorted(aws.eks.get_node_groups(cluster_name=cluster, opts=opts).names or []):
             found = aws.eks.get_node_group(cluster_name=cluster, node_group_name=ng, opts=opts)
             desired = sum(int(sc.desired_size) for sc in (found.scaling_configs or []))
-            out.append(LiveNodeGroup(ng, str(found.version), str(found.capacity_type), desired))
+            out.append(LiveNodeGroup(ng, str(found.version), str(found.capacity_type), desired,
+                                     release_version=str(found.release_version) if found.release_version else None,
+                                     disk_size=int(found.disk_size) if found.disk_size else None,
+                                     pool=(found.labels or {}).get(POOL_LABEL)))
         return out
     except Exception as e:
         raise pulumi.RunError(f"could not read the node groups of EKS cluster {cluster!r} to check {NS}:cluster.kubernetesVersion "

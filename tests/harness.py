@@ -102,7 +102,8 @@ class Mocks(pmocks.Mocks):
         self.stack_outputs = stack_outputs or {}
         # EKS cluster name -> the Kubernetes version it runs (absent: no such cluster; an Exception: the lookup fails so)
         self.eks_clusters = eks_clusters or {}
-        # cluster -> node group -> (Kubernetes version, capacity type, desired size), as EKS reports them
+        # cluster -> node group -> (Kubernetes version, capacity type, desired size[, AMI release version, disk size,
+        # labels]), as EKS reports them
         self.eks_node_groups = eks_node_groups or {}
 
     def new_resource(self, args):
@@ -151,8 +152,9 @@ class Mocks(pmocks.Mocks):
             return ({"clusterName": cluster, "names": sorted((self.eks_node_groups.get(cluster) or {}).keys()), "id": cluster}, [])
         if args.token == "aws:eks/getNodeGroup:getNodeGroup":  # DescribeNodegroup
             cluster, ng = args.args.get("clusterName"), args.args.get("nodeGroupName")
-            version, capacity, desired = self.eks_node_groups[cluster][ng]
-            return ({"clusterName": cluster, "nodeGroupName": ng, "version": version, "capacityType": capacity,
+            version, capacity, desired, *more = self.eks_node_groups[cluster][ng]
+            extra = dict(zip(("releaseVersion", "diskSize", "labels"), more))  # optional, in this order
+            return ({"clusterName": cluster, "nodeGroupName": ng, "version": version, "capacityType": capacity, **extra,
                      "scalingConfigs": [{"desiredSize": desired, "minSize": 0, "maxSize": max(desired, 1)}], "id": f"{cluster}:{ng}"}, [])
         def tagged(args) -> str:  # the cluster a lookup filters on (tag:dynamo.nvidia.com/cluster)
             return next((f["values"][0] for f in args.args.get("filters") or [] if f.get("name") == "tag:dynamo.nvidia.com/cluster"), "")

@@ -985,6 +985,76 @@ def test_a_node_group_on_eks_default_launch_template_must_be_al2023():
         assert len(v) == 1 and system.name in v[0] and "a pod" in v[0], v
 
 
+@pytest.mark.parametrize("make", [_node_group_graph, _karpenter_graph], ids=["node-group", "karpenter"])
+def test_nodes_without_a_pinned_ami_release_are_refused(make):
+    """What earlier versions registered (no releaseVersion, Karpenter's al2023@latest) fails; the plan passes."""
+    g = make()
+    assert R.nodes_run_a_pinned_ami_release(g) == []
+
+    def unpin(res):
+        for r in res:
+            if r.type == R.NODEGROUP:
+                r.inputs.pop("releaseVersion", None)
+            if r.type == R.EC2NODECLASS:
+                r.inputs["spec"]["amiSelectorTerms"] = [{"alias": "al2023@latest"}]
+    v = R.nodes_run_a_pinned_ami_release(mutate(g, unpin))
+    assert len(v) == len(g.of(R.NODEGROUP)) + len(g.of(R.EC2NODECLASS)) and v
+    # a release of another Kubernetes version
+    other = mutate(g, lambda res: one(res, R.NODEGROUP, "-system").inputs.update(releaseVersion="1.34.9-20260714"))
+    assert any("an AMI release of Kubernetes 1.34, the group runs 1.35" in m for m in R.nodes_run_a_pinned_ami_release(other))
+
+
+def test_role_names_carry_the_region_and_a_running_cluster_keeps_its_own():
+    """Two stacks with one cluster name in two Regions claim one IAM role unless the Region is in its name; a role
+    created under the old name keeps it (a renamed Karpenter node role would strand the nodes on the old one)."""
+    east, west = _karpenter_graph(region="us-east-1"), _karpenter_graph(region="us-west-2")
+    names = lambda g: {r.name: r.inputs["name"] for r in R._named_roles(g)}
+    assert names(east) and set(names(east).values()).isdisjoint(names(west).values())
+    assert R.named_iam_roles_carry_their_region(east) == [] and R.named_iam_roles_carry_their_region(west) == []
+    # the names earlier versions wrote: dynamo-<stack>-karpenter(-node), the same in every Region
+    def unregional(res):
+        for r in res:
+            if r.type == R.IAM_ROLE and r.inputs.get("name"):
+                r.inputs["name"] = r.inputs["name"].replace("-us-east-1", "")
+    old = mutate(east, unregional)
+    v = R.named_iam_roles_carry_their_region(old)
+    assert len(v) == len(names(east)) and all("does not carry the cluster's Region (us-east-1)" in m for m in v), v
+    # a running stack created with those names: the update keeps them (ignoreChanges name), and would replace them without
+    assert R.named_iam_roles_keep_their_names(old, east) == []
+    renamed = mutate(east, lambda res: [setattr(r, "ignore_changes", ()) for r in res if r.type == R.IAM_ROLE])
+    v = R.named_iam_roles_keep_their_names(old, renamed)
+    assert len(v) == len(names(east)) and all("replaces the role" in m for m in v), v
+    # the EC2NodeClass names the node role by the role's own (live) name
+    nc = east.of(R.EC2NODECLASS)[0]
+    node_role = next(r for r in R._named_roles(east) if r.name.endswith("-karpenter-node"))
+    assert nc.inputs["spec"]["role"] == node_role.inputs["name"]
+
+
+def test_a_long_role_name_fits_and_stays_regional():
+    from stacks.cluster.identity import role_name
+
+    a, b = role_name("dynamo-" + "x" * 40, "us-east-1", "karpenter-node"), role_name("dynamo-" + "x" * 40, "us-west-2", "karpenter-node")
+    c = role_name("dynamo-" + "x" * 40, "us-east-1", "karpenter")
+    assert max(len(a), len(b), len(c)) <= 64 and len({a, b, c}) == 3  # IAM CreateRole: RoleName at most 64 characters
+
+
+def test_an_ami_release_only_moves_forward():
+    g = _node_group_graph()
+    older = mutate(g, lambda res: [r.inputs.update(releaseVersion="1.35.5-20260601") for r in res if r.type == R.NODEGROUP])
+    assert R.ami_release_never_moves_back(older, g) == []  # forward: an update EKS makes
+    v = R.ami_release_never_moves_back(g, older)
+    assert len(v) == len(g.of(R.NODEGROUP)) and all("1.35.6-20260714 -> 1.35.5-20260601 rolls the group back" in m for m in v), v
+
+
+def test_a_system_group_on_the_default_disk_is_refused():
+    g = _node_group_graph()
+    assert R.system_nodes_hold_a_runtime_image(g) == []
+    v = R.system_nodes_hold_a_runtime_image(mutate(g, lambda res: one(res, R.NODEGROUP, "-system").inputs.pop("diskSize")))
+    assert len(v) == 1 and "unset (EKS default 20 GiB)" in v[0]
+    v = R.system_nodes_hold_a_runtime_image(mutate(g, lambda res: one(res, R.NODEGROUP, "-system").inputs.update(diskSize=30)))
+    assert len(v) == 1 and "diskSize 30" in v[0]
+
+
 def test_the_cni_policy_on_a_node_role_is_refused_and_its_own_role_is_required():
     g = _node_group_graph()
     assert R.vpc_cni_has_its_own_identity_before_the_nodes(g) == [] and R.pods_cannot_reach_the_node_role(g) == []

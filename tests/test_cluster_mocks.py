@@ -533,11 +533,93 @@ def test_a_failed_lookup_is_not_taken_for_a_new_cluster():
     assert _registered_types() == ["pulumi:providers:aws"]
 
 
-def test_every_node_group_follows_the_control_plane_version():
+# The EKS AL2023 AMI release v20260714 per Kubernetes version, as awslabs/amazon-eks-ami CHANGELOG.md (81fec2e8, the
+# nodeadm source the reference data holds) lists it under "AMI Details": Release version.
+AMI_RELEASE_V20260714 = {"1.34": "1.34.9-20260714", "1.35": "1.35.6-20260714"}
+
+
+def test_every_node_group_follows_the_control_plane_version_on_a_pinned_ami():
     run = _run_against("1.34", "1.35")
     groups = run.by_type("aws:eks/nodeGroup:NodeGroup")
     assert groups and {g.inputs["version"] for g in groups} == {"1.35"}
-    assert "releaseVersion" not in groups[0].inputs  # the AMI release: EKS's latest for the version (not pinned here)
+    assert {g.inputs["releaseVersion"] for g in groups} == {AMI_RELEASE_V20260714["1.35"]}
+    run = _run_against(None, "1.34", upgradePolicy="EXTENDED")
+    assert {g.inputs["releaseVersion"] for g in run.by_type("aws:eks/nodeGroup:NodeGroup")} == {AMI_RELEASE_V20260714["1.34"]}
+
+
+def test_a_stack_pins_its_own_ami_release_of_its_kubernetes_version():
+    run = _run_against(None, "1.35", amiReleaseVersion="1.35.5-20260601")
+    assert {g.inputs["releaseVersion"] for g in run.by_type("aws:eks/nodeGroup:NodeGroup")} == {"1.35.5-20260601"}
+    for bad, needles in (("1.34.9-20260714", ["'1.34.9-20260714' is an AMI release for Kubernetes 1.34",
+                                               "dynamo:cluster.kubernetesVersion is '1.35'", "'1.35.6-20260714'"]),
+                         ("v20260714", ["'v20260714' is not an EKS AMI release version like 1.35.6-20260714"])):
+        with pytest.raises(Exception) as e:
+            _run_against(None, "1.35", amiReleaseVersion=bad)
+        assert "dynamo:cluster.amiReleaseVersion" in str(e.value) and all(n in str(e.value) for n in needles), str(e.value)
+        assert _registered_types() == []
+
+
+def test_an_ami_release_move_on_running_groups_is_said_before_it_replaces_their_nodes(caplog):
+    import logging
+
+    old = "1.35.5-20260601"
+    groups = {"cluster-system-a1b2": ("1.35", "ON_DEMAND", 2, old, 20, {"dynamo.nvidia.com/pool": "system"}),
+              "cluster-gpu-c3d4": ("1.35", "ON_DEMAND", 1, old, None, {"dynamo.nvidia.com/pool": "gpu"})}
+    with caplog.at_level(logging.WARNING):
+        run = _run_against("1.35", "1.35", node_groups=groups)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    new = AMI_RELEASE_V20260714["1.35"]
+    for ng, how in (("cluster-system-a1b2", "new nodes first"), ("cluster-gpu-c3d4", "one node at a time (MINIMAL")):
+        assert any(f"moves node group {ng} from AMI release {old} to {new}" in w and how in w for w in warned), warned
+    system = next(r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-system"))
+    # the running system group keeps its 20 GiB disk (diskSize ignored), and the warning names the key that resizes it
+    assert "diskSize" in system.ignore_changes
+    assert any("system node group cluster-system-a1b2 keeps its 20 GiB root disk" in w
+               and f"dynamo:cluster.systemDiskGib: {int(system.inputs['diskSize'])}" in w for w in warned), warned
+    # groups already on the pin, with the planned disk: nothing to say
+    caplog.clear()
+    same = {n: (*g[:3], new, system.inputs["diskSize"], g[5]) for n, g in groups.items()}
+    with caplog.at_level(logging.WARNING):
+        _run_against("1.35", "1.35", node_groups=same)
+    assert not [r for r in caplog.records if "node group" in r.getMessage()]
+
+
+def test_a_pin_older_than_the_running_nodes_is_refused_before_any_resource():
+    """A group created before the pin runs EKS's newest AMI then; EKS cannot roll it back (UpdateNodegroupVersion)."""
+    with pytest.raises(Exception) as e:
+        _run_against("1.35", "1.35", node_groups={"cluster-system-a1b2": ("1.35", "ON_DEMAND", 2, "1.35.6-20260714"),
+                                                  "cluster-gpu-c3d4": ("1.35", "ON_DEMAND", 1, "1.35.7-20261020")})
+    msg = str(e.value)
+    assert ("dynamo:cluster.amiReleaseVersion: 1.35.6-20260714 is older than the AMI release node group(s) cluster-gpu-c3d4 "
+            "(1.35.7-20261020)") in msg and "Set dynamo:cluster.amiReleaseVersion: 1.35.7-20261020" in msg
+    assert _registered_types() == ["pulumi:providers:aws"]
+    run = _run_against("1.35", "1.35", amiReleaseVersion="1.35.7-20261020",
+                       node_groups={"cluster-gpu-c3d4": ("1.35", "ON_DEMAND", 1, "1.35.7-20261020")})
+    assert {g.inputs["releaseVersion"] for g in run.by_type("aws:eks/nodeGroup:NodeGroup")} == {"1.35.7-20261020"}
+
+
+def test_an_ami_release_move_of_a_running_capacity_block_group_is_refused_before_any_resource():
+    block = {"marketType": "capacity-block", "capacityReservationId": "cr-0123456789abcdef0"}
+    with pytest.raises(Exception) as e:
+        _run_against("1.35", "1.35", node_groups={"cluster-gpu-c3d4": ("1.35", "CAPACITY_BLOCK", 2, "1.35.5-20260601")}, **block)
+    msg = str(e.value)
+    assert "dynamo:cluster.amiReleaseVersion: this `up` moves the Capacity Block group(s) cluster-gpu-c3d4 (1.35, AMI 1.35.5-20260601, 2 nodes)" in msg
+    assert f"to AMI release {AMI_RELEASE_V20260714['1.35']}" in msg and "version only at desired size 0" in msg
+    assert _registered_types() == ["pulumi:providers:aws"]
+    # paused, the move goes ahead
+    _run_against("1.35", "1.35", node_groups={"cluster-gpu-c3d4": ("1.35", "CAPACITY_BLOCK", 0, "1.35.5-20260601")}, **block)
+
+
+def test_the_system_nodes_disk_holds_the_runtime_images_they_pull():
+    """EKS's default root disk for a group without a launch template is 20 GiB (CreateNodegroup diskSize), less than one
+    Dynamo runtime image unpacked; the system group asks for more, and a set systemDiskGib is sent (a change replaces
+    the group, so only then is diskSize not ignored)."""
+    run = _run_against(None, "1.35")
+    system = next(r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-system"))
+    assert system.inputs["diskSize"] > 20 + 2 * 12.2  # ai-dynamo/dynamo#1058: the vLLM runtime image alone was 12.2 GB
+    run = _run_against(None, "1.35", systemDiskGib=300)
+    system = next(r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-system"))
+    assert system.inputs["diskSize"] == 300 and "diskSize" not in system.ignore_changes
 
 
 def test_a_control_plane_step_with_a_node_group_behind_is_refused_before_any_resource():

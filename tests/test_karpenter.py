@@ -100,6 +100,19 @@ def test_nodepool_labels_and_taint_are_the_node_groups():
     assert pool.offerings() == [{"instanceType": "p5.48xlarge", "capacityType": "on-demand", "zone": pool.zone}]
 
 
+def test_karpenter_pools_run_the_ami_release_the_node_groups_pin():
+    """Not al2023@latest (Karpenter drifts every node on each AMI release): the alias of the release the node groups pin,
+    al2023@v20260714 (awslabs/amazon-eks-ami CHANGELOG.md: AMI Release v20260714, AMI names ...-1.35-v20260714), or the
+    pool's own amiAlias."""
+    def alias(**cluster):
+        plan = build_program(stack_config(**cluster), "kt", frozenset(SECRETS)).cluster_plan
+        return plan.karpenter.pools[0].ec2nodeclass["spec"]["amiSelectorTerms"], plan.system_nodegroup["release_version"]
+
+    assert alias() == ([{"alias": "al2023@v20260714"}], "1.35.6-20260714")
+    assert alias(amiReleaseVersion="1.35.5-20260601") == ([{"alias": "al2023@v20260601"}], "1.35.5-20260601")
+    assert alias(amiAlias="al2023@v20260101")[0] == [{"alias": "al2023@v20260101"}]
+
+
 def test_do_not_disrupt_only_on_karpenter_pools():
     raw = stack_config()
     kp = build_program(raw, "kt", frozenset(SECRETS))
@@ -463,9 +476,13 @@ def test_objects_match_the_pinned_crds():
 
 
 def test_aws_name_limits_are_checked_before_any_resource():
-    ok = "s" * (64 - len("-karpenter-node") - len("dynamo-"))
-    assert build_program(stack_config(), ok, frozenset(SECRETS)).cluster_plan.karpenter.node_role_name == f"dynamo-{ok}-karpenter-node"
-    with pytest.raises(ConfigError, match=r"stack name: .* longer than AWS's 64 characters; .* at most 49 characters: use a stack name 1 characters shorter"):
+    # EventBridge rule names (PutRule Name, at most 64) are <cluster>-<rule>, the longest rule "state-change"; IAM role
+    # names fit whatever the cluster name (stacks.cluster.identity.role_name), the Region kept in a hash when long.
+    ok = "s" * (64 - len("-state-change") - len("dynamo-"))
+    kp = build_program(stack_config(), ok, frozenset(SECRETS)).cluster_plan.karpenter
+    assert f"dynamo-{ok}-state-change" in {r["rule_name"] for r in kp.rules}
+    assert len(kp.node_role_name) <= 64 and len(kp.controller_role_name) <= 64 and kp.node_role_name != kp.controller_role_name
+    with pytest.raises(ConfigError, match=r"stack name: .* longer than AWS's 64 characters; .* at most 51 characters: use a stack name 1 characters shorter"):
         build_program(stack_config(), ok + "s", frozenset(SECRETS))
 
 

@@ -390,6 +390,36 @@ def test_promotion_to_staging_or_prod_refuses_an_open_network(stacks_dir, capsys
     plan_promotion("h100-disagg", dst, stacks_dir)
 
 
+def test_promotion_carries_the_ami_release_the_source_runs(stacks_dir):
+    """A staging or prod node moves to a new AMI only by a promotion: promote writes the source's AMI release (its own
+    amiReleaseVersion, or the one this commit pins for its Kubernetes version) into the destination's cluster, every
+    other line of that block as it was; a source on another Kubernetes version is refused."""
+    dev, stg, prod = (stacks_dir / f"Pulumi.{n}.yaml" for n in ("h100-disagg", "h100-disagg-staging", "h100-disagg-prod"))
+    _pin_release(dev)
+    # the committed chain is at release v20260714 (awslabs/amazon-eks-ami CHANGELOG.md: Kubernetes 1.35 -> 1.35.6-20260714)
+    assert _cfg(stg)["cluster"]["amiReleaseVersion"] == _cfg(prod)["cluster"]["amiReleaseVersion"] == "1.35.6-20260714"
+    _, new = plan_promotion("h100-disagg", "h100-disagg-staging", stacks_dir)
+    assert new.count("amiReleaseVersion") == 1 and yaml_text.load(new)["config"]["dynamo:cluster"] == _cfg(stg)["cluster"]
+    # staging (at dev's release keys) on an older AMI: promoting dev (at this commit's pin) moves it, only that line changes
+    stg.write_text(new.replace("amiReleaseVersion: 1.35.6-20260714", "amiReleaseVersion: 1.35.5-20260601"))
+    old, new = plan_promotion("h100-disagg", "h100-disagg-staging", stacks_dir)
+    changed = [(a, b) for a, b in zip(old.splitlines(), new.splitlines()) if a != b]
+    assert len(old.splitlines()) == len(new.splitlines())
+    assert changed == [("    amiReleaseVersion: 1.35.5-20260601", "    amiReleaseVersion: 1.35.6-20260714")], changed
+    # staging's own release goes on to prod, whatever this commit pins
+    stg.write_text(new.replace("1.35.6-20260714", "1.35.5-20260601"))
+    _, new = plan_promotion("h100-disagg-staging", "h100-disagg-prod", stacks_dir)
+    assert yaml_text.load(new)["config"]["dynamo:cluster"]["amiReleaseVersion"] == "1.35.5-20260601"
+    # without the line in the destination, it is added after mode:
+    prod.write_text(prod.read_text().replace("    amiReleaseVersion: 1.35.6-20260714\n", ""))
+    _, new = plan_promotion("h100-disagg-staging", "h100-disagg-prod", stacks_dir)
+    assert "    mode: eks\n    amiReleaseVersion: 1.35.5-20260601\n" in new
+    # a destination on another Kubernetes version cannot take the release
+    prod.write_text(prod.read_text().replace("    mode: eks\n", "    mode: eks\n    kubernetesVersion: \"1.34\"\n    upgradePolicy: EXTENDED\n"))
+    with pytest.raises(PromotionError, match=r"AMI release 1.35.5-20260601 is for Kubernetes 1.35, and h100-disagg-prod runs 1.34"):
+        plan_promotion("h100-disagg-staging", "h100-disagg-prod", stacks_dir)
+
+
 def test_environment_is_the_rule_ci_applies():
     import importlib.util
 

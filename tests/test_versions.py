@@ -86,6 +86,7 @@ def _allow(manifest: dict, version: str, pins: dict) -> dict:
     eks["kubernetesVersions"] = sorted(set(eks["kubernetesVersions"]) | {version}, key=lambda x: int(x.split(".")[1]))
     (eks.get("refusedKubernetesVersions") or {}).pop(version, None)
     eks["addons"][version] = pins
+    eks["amiReleaseVersions"][version] = f"{version}.0-20260714"  # a bump pins the AMI release of the new version too
     return manifest
 
 
@@ -113,8 +114,9 @@ def test_a_version_bump_previews_as_in_place_updates(monkeypatch, tmp_path):
     assert changed == {
         ("aws:eks/cluster:Cluster", "cluster-eks"): {"version"},
         # the node groups follow the control plane in the same `up` (UpdateNodegroupVersion, in place)
-        ("aws:eks/nodeGroup:NodeGroup", "cluster-system"): {"version"},
-        ("aws:eks/nodeGroup:NodeGroup", "cluster-gpu"): {"version"},
+        # (UpdateNodegroupVersion, in place) onto the new version's pinned AMI release
+        ("aws:eks/nodeGroup:NodeGroup", "cluster-system"): {"version", "releaseVersion"},
+        ("aws:eks/nodeGroup:NodeGroup", "cluster-gpu"): {"version", "releaseVersion"},
         ("aws:eks/addon:Addon", "cluster-kube-proxy"): {"addonVersion"},
         ("aws:eks/addon:Addon", "cluster-coredns"): {"addonVersion"},
         ("kubernetes:helm.sh/v3:Release", "dynamo-platform-release"): {"version"},
@@ -214,3 +216,20 @@ def test_a_version_without_confirmed_pins_is_refused_with_the_reason():
         run_program({"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": "1.36"}}, {"hfToken": "hf_x"}, stack="t")
     assert f"dynamo:cluster.kubernetesVersion: '1.36' is refused: {refused['1.36']}; choose one of: 1.34, 1.35" in str(e.value)
     assert harness.LAST_RUN.resources == []
+
+
+def test_every_allowed_kubernetes_version_has_one_ami_release_of_its_own():
+    """versions.yaml eks.amiReleaseVersions names one AMI release per version a stack may pin, each of that version
+    (awslabs/amazon-eks-ami CHANGELOG.md writes <minor>.<patch>-<date>), all of one release date (the node groups and the
+    Karpenter alias al2023@v<date> run one release)."""
+    import re
+
+    eks = versions()["eks"]
+    releases = {str(k): str(v) for k, v in eks["amiReleaseVersions"].items()}
+    assert set(releases) == {str(v) for v in eks["kubernetesVersions"]}
+    dates = set()
+    for k8s, rel in releases.items():
+        m = re.fullmatch(r"(1\.\d+)\.\d+-(\d{8})", rel)
+        assert m and m[1] == k8s, (k8s, rel)
+        dates.add(m[2])
+    assert len(dates) == 1, dates

@@ -158,7 +158,8 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
-def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str, float, str]], warnings: tuple[str, ...] = ()) -> str:
+def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str, float, str]], warnings: tuple[str, ...] = (),
+           system: Optional[dict] = None) -> str:
     rows = [["pool", "gpu", "instance", "capacity", "nodes min/max/paused", "per node", "at min", "at max", "paused"]]
     for c in pools:
         why = "block" if c.capacity.endswith("capacity-block") else "unpriced"
@@ -182,6 +183,9 @@ def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str
             lines.append(f"  pool {c.pool}: a Capacity Block is charged up front for its whole duration (no hourly price)")
     for what, _, src in fixed:
         lines.append(f"  {what}: {src}")
+    if system is not None:
+        lines.append(f"  system nodes: {system['nodes']} x {system['instance_type']}, {system['disk_gib']} GiB root disk each "
+                     f"(sized for the runtime images they pull; {NS}:cluster.systemDiskGib)")
     lines.append("  not priced: system nodes, cache storage (per GB-month), NAT per-GB processing, data transfer")
     # within 100 columns: a long source continues on indented lines
     return "".join(f"{line}\n" for line in table) + "".join(
@@ -216,7 +220,14 @@ def stack_cost(name: str, prices: Optional[dict] = None) -> str:
     prices = prices if prices is not None else load_prices()
     program, paused = _programs(plain, name, secret, stack_aws_region(name))
     warnings = tuple((program.cluster_plan.control_plane or {}).get("support_warnings") or ())
-    return report(name, program.cluster_plan.region, pool_costs(program, paused, prices), fixed_costs(program, prices), warnings)
+    return report(name, program.cluster_plan.region, pool_costs(program, paused, prices), fixed_costs(program, prices), warnings,
+                  system_nodes(program.cluster_plan))
+
+
+def system_nodes(plan) -> dict:
+    """The system node group as the report lists it: node count, instance type and root disk."""
+    ng = plan.system_nodegroup
+    return {"nodes": ng["scaling_config"]["desired_size"], "instance_type": ng["instance_types"][0], "disk_gib": ng["disk_size"]}
 
 
 def cmd_cost(args) -> int:

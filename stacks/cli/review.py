@@ -713,6 +713,13 @@ def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str
     got = _config(new_text)
     if got != want:
         raise PromotionError(f"internal: promoted {dp.name} does not parse to the expected config: {got!r} != {want!r}")
+    ami = promoted_ami_release(src, dst, src_cfg, dst_cfg)
+    if ami is not None:
+        new_text = set_cluster_key(new_text, "amiReleaseVersion", ami)
+        want[f"{NS}:cluster"] = {**dst_cfg["cluster"], "amiReleaseVersion": ami}
+        got = _config(new_text)
+        if got != want:
+            raise PromotionError(f"internal: promoted {dp.name} does not parse to the expected config: {got!r} != {want!r}")
     env = environment(dst)
     if env != "dev":
         try:
@@ -724,6 +731,49 @@ def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str
         if bad:
             raise PromotionError(f"refusing to promote {src} -> {dst}:\n  " + "\n  ".join(bad))
     return dst_text, new_text
+
+
+def promoted_ami_release(src: str, dst: str, src_cfg: dict[str, Any], dst_cfg: dict[str, Any]) -> Optional[str]:
+    """The AMI release an EKS destination takes from the source: the source's ``cluster.amiReleaseVersion``, else the
+    release this commit pins for the source's Kubernetes version (what the source runs). None when the destination
+    builds no EKS cluster. So a staging or prod stack's nodes move to a new AMI only by a promotion, never because the
+    registry's pin moved. Refused when the two stacks run different Kubernetes versions (a release is per version)."""
+    from stacks.cluster.config import ami_release_versions
+    from stacks.registry.versions import versions
+
+    dst_cluster, src_cluster = dst_cfg.get("cluster"), src_cfg.get("cluster") or {}
+    if not isinstance(dst_cluster, dict) or dst_cluster.get("mode") != "eks" or not isinstance(src_cluster, dict):
+        return None
+    default = str(versions()["eks"]["kubernetesVersion"])
+    src_k8s, dst_k8s = str(src_cluster.get("kubernetesVersion", default)), str(dst_cluster.get("kubernetesVersion", default))
+    ami = src_cluster.get("amiReleaseVersion") or ami_release_versions().get(src_k8s)
+    if ami is None:
+        return None  # the source's own config is refused with its reason when it runs
+    if not str(ami).startswith(dst_k8s + "."):
+        raise PromotionError(f"refusing to promote {src} -> {dst}: {src}'s AMI release {ami} is for Kubernetes {src_k8s}, and {dst} "
+                             f"runs {dst_k8s} ({NS}:cluster.kubernetesVersion); bring {dst} to {src_k8s} first (docs/deploy-aws.md, "
+                             f"\"Upgrading Kubernetes\")")
+    return str(ami)
+
+
+def set_cluster_key(text: str, key: str, value: str) -> str:
+    """``text`` with ``dynamo:cluster``'s ``key`` set to ``value`` in place (the line replaced, or added after ``mode:``),
+    every other line and comment of the stack file as it was."""
+    head, entries, tail = _chunks(text)
+    out = []
+    for k, chunk in entries:
+        if k == f"{NS}:cluster":
+            lines = chunk.splitlines(keepends=True)
+            line = f"    {key}: {value}\n"
+            at = next((i for i, ln in enumerate(lines) if re.match(rf"    {key}:", ln)), None)
+            if at is not None:
+                lines[at] = line
+            else:
+                mode = next(i for i, ln in enumerate(lines) if re.match(r"    mode:", ln))
+                lines.insert(mode + 1, line)
+            chunk = "".join(lines)
+        out.append((k, chunk))
+    return "".join(head) + "".join(c for _, c in out) + "".join(tail)
 
 
 # In a dynamo:serve entry, what a release changes (what runs) as opposed to where and how much it runs.

@@ -1957,6 +1957,117 @@ def _addon(g: Graph, name: str) -> Optional[Res]:
 EKS_DEFAULT_IMDS_HOP_1_AMI_PREFIX = "AL2023_"
 
 
+def _named_roles(g: Graph) -> list[Res]:
+    return [r for r in g.of(IAM_ROLE) if r.inputs.get("name")]
+
+
+@rule(AREA_NODE_CREDENTIALS)
+def named_iam_roles_carry_their_region(g: Graph) -> list[str]:
+    """An IAM role the program names itself carries the cluster's Region in its name: IAM names are unique in the
+    account, EKS cluster names only per Region, so ``dynamo-<stack>-karpenter`` of a stack in us-east-1 and one of the
+    same name in us-west-2 would collide (the second CreateRole fails mid-`up` with EntityAlreadyExists). Sources: IAM
+    user guide, "IAM identifiers" (friendly names unique within the account); EKS API CreateCluster (name unique in the
+    Region); IAM API CreateRole (EntityAlreadyExists, RoleName at most 64 characters)."""
+    # The Region the controllers that hold these roles are told (the load balancer controller's ``region``, Karpenter's
+    # ``AWS_REGION``): the cluster's.
+    regions = {str(_get(r.inputs, "values", "region")) for r in g.of(HELM) if _get(r.inputs, "values", "region")}
+    regions |= {str(e.get("value")) for r in g.of(HELM) for e in (_get(r.inputs, "values", "controller", "env") or [])
+                if isinstance(e, dict) and e.get("name") == "AWS_REGION"}
+    out = []
+    for r in _named_roles(g):
+        name = str(r.inputs["name"])
+        if len(name) > 64:
+            out.append(f"{r.name}: role name {name!r} is longer than IAM's 64 characters")
+        elif regions and not any(reg in name for reg in regions) and not re.search(r"-[0-9a-f]{6}$", name):
+            out.append(f"{r.name}: role name {name!r} does not carry the cluster's Region ({', '.join(sorted(regions))}): a stack "
+                       "with the same cluster name in another Region would claim the same role")
+    return out
+
+
+@update_rule(AREA_NODE_CREDENTIALS, AREA_UPDATES)
+def named_iam_roles_keep_their_names(before: Graph, after: Graph) -> list[str]:
+    """A role's name is replace-only (IAM has no rename; the provider's ``name`` is ForceNew), and a replaced Karpenter
+    node role is a new role: nodes launched with the old one's instance profile lose their credentials when it is
+    deleted. So a role whose planned name differs from the one it was created with keeps its name (``ignoreChanges:
+    name``). Sources: IAM API (no UpdateRole field for the name); hashicorp/terraform-provider-aws
+    internal/service/iam/role.go (``name`` ForceNew)."""
+    out = []
+    for old, new in _pairs(before, after, IAM_ROLE):
+        a, b = old.inputs.get("name"), new.inputs.get("name")
+        if a and b and a != b and not _ignored(new, "name"):
+            out.append(f"{new.name}: role name {a} -> {b} replaces the role (IAM cannot rename one); keep the name (ignoreChanges: name)")
+    return out
+
+
+# An EKS AMI release version: <Kubernetes minor>.<patch>-<date> (awslabs/amazon-eks-ami CHANGELOG.md, "Release version").
+_RELEASE_VERSION = re.compile(r"(1\.\d+)\.\d+-\d{8}")
+
+
+@rule(AREA_KUBERNETES_VERSION, AREA_UPDATES)
+def nodes_run_a_pinned_ami_release(g: Graph) -> list[str]:
+    """Every managed node group names its AMI release (``releaseVersion``) of its own Kubernetes version, and every
+    EC2NodeClass a dated AL2023 alias: without them EKS launches "the latest available AMI version for the node
+    group's current Kubernetes version" (EKS API reference, CreateNodegroup releaseVersion), so a launch template change
+    made for another reason also moves every node to a new AMI and NVIDIA driver; Karpenter's ``@latest`` drifts every
+    node at each AMI release ("not recommended for production": karpenter.sh docs, Managing AMIs). Each release version
+    belongs to one Kubernetes version, which it starts with (1.35.6-20260714 for 1.35). Sources: EKS API reference
+    CreateNodegroup and UpdateNodegroupVersion (releaseVersion); awslabs/amazon-eks-ami CHANGELOG.md ("AMI Details":
+    release version per Kubernetes version); karpenter.sh docs "Managing AMIs"."""
+    out = []
+    for ng in g.of(NODEGROUP):
+        rel, version = ng.inputs.get("releaseVersion"), ng.inputs.get("version")
+        m = _RELEASE_VERSION.fullmatch(str(rel or ""))
+        if not m:
+            out.append(f"{ng.name}: releaseVersion {rel!r}: the group takes EKS's newest AMI on every update; pin a release like 1.35.6-20260714")
+        elif version is not None and m[1] != str(version):
+            out.append(f"{ng.name}: releaseVersion {rel} is an AMI release of Kubernetes {m[1]}, the group runs {version}")
+    for nc in g.of(EC2NODECLASS):
+        for term in _get(nc.inputs, "spec", "amiSelectorTerms", default=[]) or []:
+            alias = str(term.get("alias") or "")
+            if alias and not re.fullmatch(r"al2023@v\d{8}", alias):
+                out.append(f"{nc.name}: amiSelectorTerms alias {alias!r}: Karpenter drifts every node on each AMI release; "
+                           "pin al2023@vYYYYMMDD")
+    return out
+
+
+@update_rule(AREA_KUBERNETES_VERSION, AREA_UPDATES)
+def ami_release_never_moves_back(before: Graph, after: Graph) -> list[str]:
+    """A node group's ``releaseVersion`` only moves forward: "You cannot roll back a node group to an earlier Kubernetes
+    version or AMI version" (EKS API reference, UpdateNodegroupVersion); the update would fail mid-`up`. Source: EKS
+    API reference, UpdateNodegroupVersion."""
+    from stacks.cluster.config import _release_order
+
+    out = []
+    for old, new in _pairs(before, after, NODEGROUP):
+        a, b = old.inputs.get("releaseVersion"), new.inputs.get("releaseVersion")
+        if a and b and _release_order(b) < _release_order(a) and not _ignored(new, "releaseVersion"):
+            out.append(f"{new.name}: releaseVersion {a} -> {b} rolls the group back to an earlier AMI, which EKS refuses")
+    return out
+
+
+# A Dynamo runtime image (vllm-runtime 12.2 GB in ai-dynamo/dynamo#1058, 2025), 1.5x on disk (compressed layers and the
+# unpacked snapshot), on top of EKS's 20 GiB default: the least root disk a node that pulls one needs.
+MIN_RUNTIME_NODE_DISK_GIB = 20 + 1.5 * 12.2
+
+
+@rule(AREA_NODE_GROUP_SIZES)
+def system_nodes_hold_a_runtime_image(g: Graph) -> list[str]:
+    """A managed node group without a launch template of ours (the system group: the frontends and download Jobs pull
+    the multi-GB Dynamo runtime image there) sets ``diskSize`` above EKS's default: "The default disk size is 20 GiB
+    for Linux" (EKS API reference, CreateNodegroup diskSize), which one runtime image unpacked already fills (the vLLM
+    runtime image was 12.2 GB in ai-dynamo/dynamo#1058; containerd keeps its layers and its snapshot). Sources: EKS API
+    reference CreateNodegroup (diskSize); ai-dynamo/dynamo#1058 ("The resulting runtime container size is around 12.2 GB")."""
+    out = []
+    for ng in g.of(NODEGROUP):
+        if ng.inputs.get("launchTemplate"):
+            continue  # the launch template's block device mapping sizes the disk (500 GiB on the GPU groups)
+        size = ng.inputs.get("diskSize")
+        if size is None or float(size) < MIN_RUNTIME_NODE_DISK_GIB:
+            out.append(f"{ng.name}: diskSize {size if size is not None else 'unset (EKS default 20 GiB)'}: its pods pull a Dynamo "
+                       f"runtime image, which needs at least {MIN_RUNTIME_NODE_DISK_GIB:.0f} GiB")
+    return out
+
+
 @rule(AREA_NODE_CREDENTIALS)
 def pods_cannot_reach_the_node_role(g: Graph) -> list[str]:
     """Every GPU launch template and EC2NodeClass requires IMDSv2 with a PUT response hop limit of 1, so a token

@@ -53,6 +53,25 @@ def refused_kubernetes_versions() -> dict[str, str]:
     return {str(k): str(v) for k, v in (_eks_pin("refusedKubernetesVersions") or {}).items()}
 
 
+def ami_release_versions() -> dict[str, str]:
+    """The pinned EKS AL2023 AMI release version per Kubernetes version (versions.yaml eks.amiReleaseVersions)."""
+    return {str(k): str(v) for k, v in (_eks_pin("amiReleaseVersions") or {}).items()}
+
+
+# An EKS AMI release version as DescribeNodegroup reports it: <Kubernetes minor>.<patch>-<release date>, e.g.
+# 1.35.6-20260714 (awslabs/amazon-eks-ami CHANGELOG.md, "AMI Details": "Release version").
+_AMI_RELEASE_VERSION = re.compile(r"(1\.\d+)\.\d+-(\d{8})")
+
+
+def karpenter_ami_alias(release_version: str) -> str:
+    """Karpenter's AL2023 alias for the AMI release of ``release_version``: ``al2023@v<date>``, the ``v<date>`` suffix of
+    that release's AMI names (amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714; Karpenter's getting-started reads
+    ALIAS_VERSION off that name: aws/karpenter-provider-aws website getting-started step01-config.sh)."""
+    m = _AMI_RELEASE_VERSION.fullmatch(release_version)
+    assert m, release_version
+    return f"al2023@v{m[2]}"
+
+
 def _minor(version: str, key: str) -> int:
     m = re.fullmatch(r"1\.(\d+)", str(version))
     if not m:
@@ -114,10 +133,52 @@ class LiveNodeGroup:
     version: str
     capacity_type: str
     desired_size: int
+    release_version: Optional[str] = None  # the AMI release its nodes run (DescribeNodegroup releaseVersion)
+    disk_size: Optional[int] = None  # diskSize, when the group has no launch template
+    pool: Optional[str] = None  # its dynamo.nvidia.com/pool label: system, gpu, gpu-<gpu>
+
+
+def _release_order(release: str) -> tuple:
+    m = re.fullmatch(r"1\.(\d+)\.(\d+)-(\d{8})", str(release))
+    return (int(m[1]), m[3], int(m[2])) if m else ()
+
+
+def check_ami_release(groups: Iterable[LiveNodeGroup], release: str, cluster: str, k: str = f"{NS}:cluster") -> None:
+    """Refuse, before any resource, an AMI release older than one a running group is on: "You cannot roll back a node
+    group to an earlier Kubernetes version or AMI version" (EKS API reference, UpdateNodegroupVersion), so the update
+    would fail mid-`up`. A group EKS moved past the pin (a group created before the pin, on EKS's newest AMI) keeps
+    its AMI only if the stack pins at least that release."""
+    newer = [g for g in groups if g.release_version and _release_order(g.release_version) > _release_order(release)]
+    if newer:
+        top = max((g.release_version for g in newer), key=_release_order)
+        raise ValueError(f"{k}.amiReleaseVersion: {release} is older than the AMI release node group(s) "
+                         f"{', '.join(f'{g.name} ({g.release_version})' for g in newer)} of EKS cluster {cluster!r} run, and EKS "
+                         f"cannot roll a node group back to an earlier AMI version (UpdateNodegroupVersion). Set "
+                         f"{k}.amiReleaseVersion: {top} (what they run) or a newer release of Kubernetes {top.split('.')[0]}.{top.split('.')[1]}")
+
+
+def node_group_changes(groups: Iterable[LiveNodeGroup], release: str, system_disk: int, system_disk_set: bool, cluster: str,
+                       k: str = f"{NS}:cluster") -> list[str]:
+    """What this `up` does to the running node groups' nodes that the diff does not say in words, as warnings: an AMI
+    release move replaces every node of the group (GPU groups one at a time, MINIMAL), and a system group whose disk
+    is smaller than the plan's keeps it (EKS cannot resize a group's disk; a new size replaces the group)."""
+    out = []
+    for g in groups:
+        if g.release_version and g.release_version != release:
+            how = "one node at a time (MINIMAL: a node is drained and terminated before its replacement starts)" \
+                if g.pool != "system" else "new nodes first, then the old ones drain"
+            out.append(f"EKS cluster {cluster!r}: this `up` moves node group {g.name} from AMI release {g.release_version} to {release} "
+                       f"({k}.amiReleaseVersion, or the pin in stacks/registry/versions.yaml): every node of the group is replaced, {how}")
+        if g.pool == "system" and not system_disk_set and g.disk_size is not None and g.disk_size < system_disk:
+            out.append(f"EKS cluster {cluster!r}: system node group {g.name} keeps its {g.disk_size} GiB root disk; this plan sizes it "
+                       f"{system_disk} GiB for the runtime images its frontends and download Jobs pull. EKS cannot resize a group's "
+                       f"disk: set {k}.systemDiskGib: {system_disk} to replace the group (a new group comes up first, then the old "
+                       f"one drains; docs/deploy-aws.md, \"Day 2\")")
+    return out
 
 
 def check_node_groups_for_step(running: Optional[str], wanted: str, groups: Iterable[LiveNodeGroup], cluster: str,
-                               k: str = f"{NS}:cluster") -> None:
+                               k: str = f"{NS}:cluster", release: Optional[str] = None) -> None:
     """A control-plane step (``wanted`` one minor above the ``running`` version) is refused before any resource while a
     managed node group of the cluster is not at the running version: EKS refuses UpdateClusterVersion then ("Before
     updating your control plane to a new Kubernetes version, make sure that the Kubernetes minor version of both the
@@ -140,12 +201,21 @@ def check_node_groups_for_step(running: Optional[str], wanted: str, groups: Iter
                          f"{running}`; then step (docs/deploy-aws.md, \"Upgrading Kubernetes\")")
     # The groups carry the control plane's version, so this `up` moves every group not at ``wanted`` (all of them on a
     # step): a Capacity Block group that runs nodes would get a version update EKS refuses.
-    moved = [g for g in groups if g.capacity_type == "CAPACITY_BLOCK" and g.desired_size > 0 and (step or str(g.version) != str(wanted))]
+    # The same for a new AMI release (``release``: the one the plan pins): it is a version update of the group too.
+    def ami_moves(g: LiveNodeGroup) -> bool:
+        return bool(release and g.release_version and g.release_version != release)
+    moved = [g for g in groups if g.capacity_type == "CAPACITY_BLOCK" and g.desired_size > 0
+             and (step or str(g.version) != str(wanted) or ami_moves(g))]
     if moved:
-        names = ", ".join(f"{g.name} ({g.desired_size} nodes)" if step else f"{g.name} ({g.version}, {g.desired_size} nodes)"
-                          for g in moved)
-        raise ValueError(f"{k}.kubernetesVersion: {wanted!r}: this `up` moves the Capacity Block group(s) {names} of EKS cluster "
-                         f"{cluster!r} to {wanted!r} (the node groups follow the control plane), and EKS updates a Capacity Block "
+        def what(g: LiveNodeGroup) -> str:
+            if step:
+                return f"{g.name} ({g.desired_size} nodes)"
+            return f"{g.name} ({g.version}{', AMI ' + str(g.release_version) if ami_moves(g) else ''}, {g.desired_size} nodes)"
+        names = ", ".join(what(g) for g in moved)
+        only_ami = not step and all(str(g.version) == str(wanted) for g in moved)
+        key, to = (f"{k}.amiReleaseVersion", f"AMI release {release}") if only_ami else (f"{k}.kubernetesVersion", repr(wanted))
+        raise ValueError(f"{key}: this `up` moves the Capacity Block group(s) {names} of EKS cluster "
+                         f"{cluster!r} to {to} (the node groups follow the control plane and the AMI pin), and EKS updates a Capacity Block "
                          f"group's version only at desired size 0. Pause them first (dynamo:paused: true, or paused: true on their "
                          f"dynamo:serve entries) and run `pulumi up`, then {'step the version, then ' if step else ''}resume "
                          f"(docs/deploy-aws.md, \"Capacity Block groups: pause, update, resume\")")
@@ -327,6 +397,13 @@ class EksConfig(_Model):
     # STANDARD, EKS upgrades it by itself; EXTENDED, it stays and bills the extended-support price. A cluster created
     # through the API without it gets EXTENDED (EKS user guide, "Enable EKS extended support").
     upgrade_policy: Literal["STANDARD", "EXTENDED"] = "STANDARD"
+    # The AL2023 AMI release every node runs (node groups' releaseVersion, Karpenter's al2023@v<date>); default the pin of
+    # stacks/registry/versions.yaml eks.amiReleaseVersions for kubernetesVersion. Staging and prod stacks set it (promote).
+    ami_release_version: Optional[str] = None
+    # The system node group's root disk (GiB); default sized from the images its pods pull (stacks/cluster/plan.py).
+    # EKS cannot change a group's disk (UpdateNodegroupConfig has no diskSize): setting it on a running cluster
+    # replaces the system node group.
+    system_disk_gib: Optional[int] = Field(default=None, ge=20, le=16384)
     # One GPU node group per pool (cluster.gpuPools); empty: one node group for the GPU of the stack's entries.
     gpu_pools: tuple[GpuPoolConfig, ...] = ()
 
@@ -348,6 +425,22 @@ class EksConfig(_Model):
         if self.kubernetes_version not in kubernetes_versions():
             raise ValueError(f"{k}.kubernetesVersion: {self.kubernetes_version!r} is not an EKS version in standard support; "
                              f"choose one of: {', '.join(kubernetes_versions())} (stacks/registry/versions.yaml eks.kubernetesVersions)")
+        if self.ami_release_version is not None:
+            m = _AMI_RELEASE_VERSION.fullmatch(str(self.ami_release_version))
+            pins = ami_release_versions()
+            if not m:
+                raise ValueError(f"{k}.amiReleaseVersion: {self.ami_release_version!r} is not an EKS AMI release version like "
+                                 f"{pins.get(self.kubernetes_version, '1.35.6-20260714')} (<Kubernetes version>.<patch>-<date>, as "
+                                 f"`aws eks describe-nodegroup` reports releaseVersion)")
+            if m[1] != self.kubernetes_version:
+                fix = f"set it to {pins[self.kubernetes_version]!r} (the pin for {self.kubernetes_version})" \
+                    if self.kubernetes_version in pins else "remove it"
+                raise ValueError(f"{k}.amiReleaseVersion: {self.ami_release_version!r} is an AMI release for Kubernetes {m[1]}, "
+                                 f"and {k}.kubernetesVersion is {self.kubernetes_version!r}: EKS refuses a node group release "
+                                 f"version of another Kubernetes version; {fix}")
+        elif self.kubernetes_version not in ami_release_versions():
+            raise ValueError(f"{k}.kubernetesVersion: {self.kubernetes_version!r} has no pinned AMI release "
+                             f"(stacks/registry/versions.yaml eks.amiReleaseVersions); set {k}.amiReleaseVersion")
         try:
             net = ipaddress.ip_network(self.vpc_cidr)
         except ValueError:
@@ -557,6 +650,10 @@ class EksConfig(_Model):
                     "consolidate_after": p.consolidate_after, "ami_alias": p.ami_alias, "gpu_pools": ()}), f"{k}.gpuPools[{i}]"
         raise ConfigError(f"{gpu_key or k + '.gpuPools'}: {gpu!r} has no pool in {k}.gpuPools "
                           f"(pools: {', '.join(p.gpu for p in self.gpu_pools)}); add {{gpu: {gpu}}} to {k}.gpuPools")
+
+    def ami_release(self) -> str:
+        """The AMI release version the nodes run: amiReleaseVersion, else the registry's pin for kubernetesVersion."""
+        return self.ami_release_version or ami_release_versions()[self.kubernetes_version]
 
     def zones(self) -> tuple[str, ...]:
         return self.availability_zones or tuple(f"{self.region}{s}" for s in "abc")

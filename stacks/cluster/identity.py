@@ -62,3 +62,20 @@ def launch_template_metadata() -> dict:
 def nodeclass_metadata() -> dict:
     """``metadataOptions`` of a Karpenter EC2NodeClass."""
     return {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": IMDS_HOP_LIMIT}
+
+
+def role_name(cluster_name: str, region: str, what: str) -> str:
+    """The name of an IAM role the program names itself (the Karpenter node and controller roles, the load balancer
+    controller's role): ``<cluster>-<region>-<what>``. IAM role names are unique in the whole account and EKS cluster
+    names only per Region (IAM user guide, "IAM identifiers": names unique within the account; EKS CreateCluster: the
+    name is unique in the Region), so two stacks with one cluster name in two Regions would otherwise claim one role.
+    At most 64 characters (IAM CreateRole RoleName); a longer one keeps its start and ends in a hash of cluster,
+    Region and role (so two long names never meet). A running cluster keeps the name its roles were created with (the
+    wiring ignores ``name``: a renamed node role would be a new role, and the nodes on the old one's instance profile
+    would lose their credentials)."""
+    import hashlib
+
+    name = f"{cluster_name}-{region}-{what}"
+    if len(name) <= 64:
+        return name
+    return f"{cluster_name}-{what}"[:57] + "-" + hashlib.sha256(f"{cluster_name}/{region}/{what}".encode()).hexdigest()[:6]

@@ -70,7 +70,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from stacks.cluster.identity import nodeclass_metadata
+from stacks.cluster.identity import nodeclass_metadata, role_name
 from stacks.cluster.pools import node_user_data
 
 CAPACITY_KARPENTER = "karpenter"
@@ -92,10 +92,9 @@ CONSOLIDATION_POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized")
 NODEPOOL_API = "karpenter.sh/v1"
 NODECLASS_API = "karpenter.k8s.aws/v1"
 # AL2023 alias: Karpenter picks the AL2023 variant for the instance (the NVIDIA one for GPU instances, as the node
-# groups' AL2023_x86_64_NVIDIA / AL2023_ARM_64_NVIDIA). "@latest" follows new AMIs (drift replaces idle nodes;
-# serving workers carry do-not-disrupt); karpenter.sh/docs/tasks/managing-amis recommends pinning a version in
-# production: dynamo:cluster.gpuPools[i].amiAlias (al2023@vYYYYMMDD, an AL2023 AMI release).
-DEFAULT_AMI_ALIAS = "al2023@latest"
+# groups' AL2023_x86_64_NVIDIA / AL2023_ARM_64_NVIDIA). "@latest" follows new AMIs (drift replaces nodes);
+# karpenter.sh/docs/tasks/managing-amis recommends pinning a version in production. The pools take the AMI release the
+# node groups pin (stacks/cluster/config.py karpenter_ami_alias: al2023@v<date>), unless gpuPools[i].amiAlias names one.
 DEFAULT_CONSOLIDATE_AFTER = "10m"
 # The EventBridge rules (source, detail-type) -> the interruption queue: one per message the pinned controller parses
 # (github.com/aws/karpenter-provider-aws v1.13.1 pkg/controllers/interruption/messages/*/parser.go, Source and DetailType;
@@ -186,8 +185,8 @@ def karpenter_network_interfaces(efa_cards: Iterable[int]) -> list[dict]:
     return out
 
 
-def ec2nodeclass(name: str, cluster_name: str, role: str, capacity_reservation_id: Optional[str] = None,
-                 ami_alias: str = DEFAULT_AMI_ALIAS, tags: Optional[dict] = None, efa_cards: Iterable[int] = ()) -> dict:
+def ec2nodeclass(name: str, cluster_name: str, role: str, capacity_reservation_id: Optional[str],
+                 ami_alias: str, tags: Optional[dict] = None, efa_cards: Iterable[int] = ()) -> dict:
     """The pool's EC2NodeClass: the AL2023 alias, subnets and security groups by the cluster's discovery tag, the node
     role (Karpenter makes the instance profile from it), the reservation or Capacity Block when there is one, the
     same 500 GiB gp3 root volume, IMDSv2 and instance-store RAID0 as the node groups' launch template."""
@@ -365,8 +364,8 @@ def helm_values(cluster_name: str, queue_name: str, reserved: bool, system_selec
 
 
 def pool_objects(cluster_name: str, pool_name: str, node_role: str, instance_type: str, arch: str, gpus_per_node: int,
-                 zone: str, labels: dict, taint: dict, max_nodes: int, market_type: str = "on-demand",
-                 capacity_reservation_id: Optional[str] = None, ami_alias: str = DEFAULT_AMI_ALIAS,
+                 zone: str, labels: dict, taint: dict, max_nodes: int, *, ami_alias: str, market_type: str = "on-demand",
+                 capacity_reservation_id: Optional[str] = None,
                  consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER, gpu: str = "", nodes_needed: int = 0,
                  efa_cards: Iterable[int] = ()) -> KarpenterPool:
     """One pool's EC2NodeClass and NodePool (both named ``<pool name>``); ``efa_cards``: the instance's EFA network
@@ -390,13 +389,13 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
     pools = list(pools)
     if not pools:
         return None
-    names = [node_role_name(cluster_name), f"{cluster_name}-karpenter"] + [f"{cluster_name}-{n}" for n, _, _ in INTERRUPTION_RULES]
+    names = [f"{cluster_name}-{n}" for n, _, _ in INTERRUPTION_RULES]  # the role names fit by construction (identity.role_name)
     too_long = [n for n in names if len(n) > MAX_AWS_NAME]
     if too_long:
         from stacks.spec.config import ConfigError
 
         room = MAX_AWS_NAME - max(len(n) - len(cluster_name) for n in names)
-        raise ConfigError(f"stack name: the Karpenter IAM role and EventBridge rule names of cluster {cluster_name!r} ({', '.join(too_long)}) "
+        raise ConfigError(f"stack name: the Karpenter EventBridge rule names of cluster {cluster_name!r} ({', '.join(too_long)}) "
                           f"would be longer than AWS's {MAX_AWS_NAME} characters; with Karpenter pools the cluster name may have at most "
                           f"{room} characters: use a stack name {len(cluster_name) - room} characters shorter")
     reserved = any(p.capacity_type == "reserved" for p in pools)
@@ -408,7 +407,7 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
     crd_helm = HelmSpec(name="karpenter-crd", chart="karpenter-crd", version=str(pin["version"]), repo=pin["repo"], namespace=NAMESPACE)
     return KarpenterPlan(
         cluster_name=cluster_name, region=region, queue_name=cluster_name,
-        node_role_name=node_role_name(cluster_name), controller_role_name=f"{cluster_name}-karpenter",
+        node_role_name=node_role_name(cluster_name, region), controller_role_name=role_name(cluster_name, region, "karpenter"),
         helm=helm, crd_helm=crd_helm, controller_policy=controller_policy(cluster_name, region, reserved),
         # The CloudFormation's queue: messages kept 300 s, SSE with SQS-managed keys.
         queue={"name": cluster_name, "message_retention_seconds": 300, "sqs_managed_sse_enabled": True},
@@ -419,9 +418,9 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
         pools=pools, reserved=reserved)
 
 
-def node_role_name(cluster_name: str) -> str:
-    """The Karpenter node role's name (the EC2NodeClass names it; IAM role names are at most 64 characters)."""
-    return f"{cluster_name}-karpenter-node"
+def node_role_name(cluster_name: str, region: str) -> str:
+    """The Karpenter node role's name (the EC2NodeClass names it): stacks.cluster.identity.role_name."""
+    return role_name(cluster_name, region, "karpenter-node")
 
 
 def fill(doc: Any, values: dict[str, str]) -> Any:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stacks.cluster.platform import HelmSpec, _helm, chart_pin
+from stacks.cluster.identity import role_name
 
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
 NAMESPACE = "kube-system"
@@ -47,4 +48,4 @@ def plan_load_balancer_controller(cluster_name: str, region: str) -> LoadBalance
               "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT}}
     return LoadBalancerControllerPlan(helm=_helm("aws-load-balancer-controller", "aws-load-balancer-controller", NAMESPACE, values),
                                       service_account=SERVICE_ACCOUNT, policy=controller_policy(),
-                                      role_name=f"{cluster_name}-lb-controller"[:64])
+                                      role_name=role_name(cluster_name, region, "lb-controller"))

@@ -71,13 +71,50 @@ class ClusterPlan:
     # (``control_plane_plan``).
     access: dict[str, Any] = field(default_factory=dict)
     control_plane: dict[str, Any] = field(default_factory=dict)
+    # The system group's disk was set (dynamo:cluster.systemDiskGib): a change replaces the group. Unset, a running
+    # group keeps the disk it has (the wiring ignores diskSize) and preflight says how to resize it.
+    system_disk_set: bool = False
+
+
+# The system node group's root disk. EKS gives a managed node group without a launch template 20 GiB ("The default
+# disk size is 20 GiB for Linux and Bottlerocket": EKS API reference, CreateNodegroup diskSize), which holds the OS,
+# the kubelet and the platform's small images, but not a Dynamo runtime image: the frontends and some download Jobs
+# pull the same multi-GB vllm-runtime / tensorrtllm-runtime image as the workers (ai-dynamo/dynamo#1058 measured the
+# vLLM runtime image at 12.2 GB in 2025; the images have grown since, so 20 GiB each is an estimate). containerd keeps
+# both an image's compressed layers and its unpacked snapshot (1.5x the image as a rough bound), and the kubelet starts
+# deleting images at 85% disk use (KubeletConfiguration imageGCHighThresholdPercent, default 85), so the disk is sized
+# to stay under it. A cluster stack's system nodes run its serving stacks' images, which it cannot see: it assumes three.
+SYSTEM_BASE_GIB = 20
+RUNTIME_IMAGE_GIB = 20
+IMAGE_DISK_FACTOR = 1.5
+IMAGE_GC_HIGH_THRESHOLD = 0.85
+UNKNOWN_SYSTEM_IMAGES = 3
+
+
+def system_images(dgds: list[dict]) -> set[str]:
+    """The images the system nodes pull for these DGDs: every component that asks for no GPU (frontend, planner, router)
+    runs there, and each entry's download Job (one more image: a small Python image or the runtime image)."""
+    from stacks.cluster.pools import pod_requests
+
+    out = {c["podTemplate"]["spec"]["containers"][0].get("image", "") for d in dgds for c in d["spec"]["components"]
+           if not pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu")}
+    return out | {f"download:{i}" for i in range(len(dgds))}
+
+
+def system_disk_gib(images: Optional[int]) -> int:
+    """The system group's root disk for ``images`` distinct images (None: a cluster stack's unknown serving images),
+    rounded up to 10 GiB."""
+    n = UNKNOWN_SYSTEM_IMAGES if images is None else images
+    need = (SYSTEM_BASE_GIB + n * RUNTIME_IMAGE_GIB * IMAGE_DISK_FACTOR) / IMAGE_GC_HIGH_THRESHOLD
+    return int(-(-need // 10) * 10)
 
 
 def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cache: bool = True,
-                  compute_domain_for: Optional[tuple[Target, dict]] = None) -> ClusterPlan:
+                  compute_domain_for: Optional[tuple[Target, dict]] = None, dgds: Optional[list[dict]] = None) -> ClusterPlan:
     """The cluster around its GPU node groups: VPC, system nodes, add-ons, cache storage. ``pools[0]`` is the
     first GPU group (today's resource names); ``compute_domain_for``: (target, dgd) of a GB200 target whose
-    workers span nodes of one NVLink domain."""
+    workers span nodes of one NVLink domain; ``dgds``: the DGDs the cluster serves (None: a cluster stack's), whose
+    images size the system nodes' disk."""
     zones = cfg.zones()
     # A Local Zone GPU group (GB200 UltraServers) gets its own subnet; with gpuPools, the one Local Zone the pools name.
     local_zone = next((p.nodegroup["availability_zone"] for p in pools if p.nodegroup["availability_zone"] not in zones), None)
@@ -88,6 +125,8 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         "instance_types": [cfg.system_instance_type],
         "ami_type": "AL2023_x86_64_STANDARD",
         "version": cfg.kubernetes_version,  # node groups follow the control plane in the same `up` (see build_gpu_pool)
+        "release_version": cfg.ami_release(),  # the pinned AMI release, as the GPU groups (see build_gpu_pool)
+        "disk_size": cfg.system_disk_gib or system_disk_gib(None if dgds is None else len(system_images(dgds))),
         "capacity_type": "ON_DEMAND",
         "scaling_config": {"desired_size": cfg.system_nodes, "min_size": cfg.system_nodes, "max_size": cfg.system_nodes + 2},
         "labels": {POOL_LABEL: "system"},
@@ -122,7 +161,7 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
     from stacks.cluster.karpenter import build_karpenter_plan, node_role_name, pool_objects
 
     karpenter = build_karpenter_plan(name, cfg.region, [
-        pool_objects(name, p.name, node_role_name(name), p.shape.instance_type, p.shape.kubernetes_arch, p.shape.gpus_per_node,
+        pool_objects(name, p.name, node_role_name(name, cfg.region), p.shape.instance_type, p.shape.kubernetes_arch, p.shape.gpus_per_node,
                      p.karpenter["zone"], p.nodegroup["labels"], p.nodegroup["taints"][0], p.karpenter["max_nodes"],
                      market_type=p.karpenter["market_type"], capacity_reservation_id=p.karpenter["capacity_reservation_id"],
                      ami_alias=p.karpenter["ami_alias"], consolidate_after=p.karpenter["consolidate_after"], gpu=p.gpu,
@@ -144,6 +183,7 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         addon_configuration={a: dict(identity.ADDON_CONFIGURATION[a]) for a in addons if a in identity.ADDON_CONFIGURATION},
         addons_before_nodes=tuple(a for a in addons if a in identity.BEFORE_NODES),
         system_nodegroup=sys_ng,
+        system_disk_set=cfg.system_disk_gib is not None,
         gpu_nodegroup=first.nodegroup,
         launch_template=first.launch_template,
         placement_group=first.placement_group,
@@ -174,7 +214,7 @@ def build_cluster_plan(stack: str, cfg: EksConfig, target: Target, dgd: Optional
     GB200 ComputeDomain follow it. Defaults to the catalog's DGD for the target. One GPU node group."""
     dgd = dgd or _dgd(target)
     pool = build_gpu_pool(cfg, target.gpu, dgd, target.id, gpu_taint_for(target), key)
-    return assemble_plan(stack, cfg, [pool], protect_cache, compute_domain_for=(target, dgd))
+    return assemble_plan(stack, cfg, [pool], protect_cache, compute_domain_for=(target, dgd), dgds=[dgd])
 
 
 def build_cluster_only_plan(stack: str, cfg: EksConfig) -> ClusterPlan:
@@ -303,4 +343,4 @@ def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, lis
 
             for _, _, dgd in by_gpu.get(pool.gpu, ([], None))[0]:
                 add_do_not_disrupt(dgd)
-    return assemble_plan(stack, cluster, pools, protect_cache)
+    return assemble_plan(stack, cluster, pools, protect_cache, dgds=[dgd for _, members, _ in groups for _, _, dgd in members])

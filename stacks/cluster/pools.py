@@ -269,6 +269,9 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
         # managed nodes ... [must be] the same as your control plane's current version": EKS user guide, update-cluster).
         # Valid with a launch template that names no AMI (this one names none): EKS CreateNodegroup ``version``.
         "version": cfg.kubernetes_version,
+        # The pinned AMI release (versions.yaml eks.amiReleaseVersions): the nodes move to a new AMI and NVIDIA driver only
+        # when the pin moves, not with every launch template change. Valid with a launch template that names no AMI.
+        "release_version": cfg.ami_release(),
         "capacity_type": "CAPACITY_BLOCK" if capacity_block else "ON_DEMAND",
         "scaling_config": scaling_config(count, capacity_block),
         "labels": labels,
@@ -291,10 +294,11 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
     )
     kp = None
     if karpenter:
-        from stacks.cluster.karpenter import DEFAULT_AMI_ALIAS, DEFAULT_CONSOLIDATE_AFTER
+        from stacks.cluster.config import karpenter_ami_alias
+        from stacks.cluster.karpenter import DEFAULT_CONSOLIDATE_AFTER
 
         kp = {"max_nodes": count, "consolidate_after": cfg.consolidate_after or DEFAULT_CONSOLIDATE_AFTER,
-              "ami_alias": cfg.ami_alias or DEFAULT_AMI_ALIAS, "market_type": cfg.market_type,
+              "ami_alias": cfg.ami_alias or karpenter_ami_alias(cfg.ami_release()), "market_type": cfg.market_type,
               "capacity_reservation_id": cfg.capacity_reservation_id, "zone": cfg.gpu_zone()}
     return GpuPool(name=name, gpu=gpu, nodegroup=gpu_ng, launch_template=lt, placement_group=placement_group, shape=shape,
                    node_shape=node_shape, efa=efa, nodes_needed=needed, gpus=gpus,
