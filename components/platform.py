@@ -14,9 +14,8 @@ from typing import Optional, Sequence, Union
 import pulumi
 import pulumi_kubernetes as k8s
 
+from stacks.registry.charts import PLATFORM_NAMESPACE, HelmSpec
 from stacks.cluster.platform import (
-    PLATFORM_NAMESPACE,
-    HelmSpec,
     dynamo_platform,
     exposed_resources,
     fabrics_objects,

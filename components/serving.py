@@ -263,7 +263,7 @@ class DynamoGraph(pulumi.ComponentResource):
         ]
         dgd = plan.dgd
         # An autoscaled component's replicas belong to its scaling adapter after creation (stacks/serving/autoscaling.py).
-        scaled = [i for i, c in enumerate(dgd["spec"]["components"]) if c["name"] in (plan.notes.get("autoscaling") or {})]
+        scaled = [i for i, c in enumerate(dgd["spec"]["components"]) if c["name"] in plan.autoscaling]
         self.dgd = k8s.apiextensions.CustomResource(
             f"{name}-{_meta(dgd)['name']}",
             api_version=dgd["apiVersion"],
@@ -278,10 +278,10 @@ class DynamoGraph(pulumi.ComponentResource):
         self.autoscalers = []
         if plan.autoscalers:
             keda = []
-            if plan.notes.get("keda") is not None:  # one KEDA per stack, no parent: it outlives any one entry
+            if plan.keda is not None:  # one KEDA per stack, no parent: it outlives any one entry
                 from components.platform import helm_release
 
-                keda = [helm_release("keda", plan.notes["keda"], pulumi.ResourceOptions(provider=self.get_provider("kubernetes::Release")))]
+                keda = [helm_release("keda", plan.keda, pulumi.ResourceOptions(provider=self.get_provider("kubernetes::Release")))]
             self.autoscalers = [
                 k8s.apiextensions.CustomResource(
                     f"{name}-scaledobject-{_meta(so)['name']}", api_version=so["apiVersion"], kind=so["kind"],

@@ -39,7 +39,7 @@ class ServingLayer:
         cp, multi = program.cluster_plan, program.multi
         hf_token = config.get_secret("hfToken") if any(e.plan.hf_secret for e in program.entries) else None
         creates = program.cluster.mode in ("eks", "stack") and cp is not None
-        pulls = (cp.notes.get("pull_secrets") or []) if creates else []
+        pulls = list(cp.pull_secrets) if creates else []
         pull = pull_secret_value(config) if pulls else None
         cd = getattr(cp, "compute_domain", None) if creates else None
         program_hooks()  # registered on every run, whatever it declares (components/hooks.py)

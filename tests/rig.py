@@ -209,9 +209,9 @@ def _flag(args: list[str], name: str) -> Optional[str]:
 
 
 def served_model(dgd: dict) -> str:
-    from stacks.serving.outputs import _served_model
+    from stacks.serving.benchmark import served_model
 
-    model = _served_model(dgd)
+    model = served_model(dgd)
     if not model:
         raise RigError(f"DGD {dgd['metadata']['name']}: no --served-model-name/--model on any worker")
     return model

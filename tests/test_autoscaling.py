@@ -25,7 +25,7 @@ from stacks.spec.config import ConfigError
 from stacks.observe.observability import DYNAMO_METRICS, prometheus_url
 from stacks.program import build_program
 from stacks.program.render import render_target
-from stacks.cluster.platform import chart_pin
+from stacks.registry.charts import chart_pin
 from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def test_scaled_object_drives_the_components_adapter_from_the_stacks_prometheus(
     # the component opts into its DGDSA; the others do not
     assert [c["name"] for c in dgd["spec"]["components"] if "scalingAdapter" in c] == [comp]
     assert next(c for c in dgd["spec"]["components"] if c["name"] == comp)["scalingAdapter"] == {}
-    assert "KEDA chart (autoscaling)" in p.other_layers and plan.notes["keda"].chart == "keda"
+    assert "KEDA chart (autoscaling)" in p.other_layers and plan.keda.chart == "keda"
 
 
 def test_ttft_and_existing_prometheus(comp):
@@ -100,7 +100,7 @@ def test_replicas_start_inside_the_bounds(comp):
 
 def test_without_autoscaling_nothing_changes():
     p = build_program({"target": AGG, "cluster": {"mode": "eks", "region": "us-east-1"}}, "a")
-    assert p.entries[0].plan.autoscalers == [] and "keda" not in p.entries[0].plan.notes
+    assert p.entries[0].plan.autoscalers == [] and p.entries[0].plan.keda is None
     assert not any("scalingAdapter" in c for c in p.entries[0].plan.dgd["spec"]["components"])
     assert render_target(AGG) == build_program({"target": AGG}, "a").objects()
 
@@ -237,9 +237,9 @@ def test_planner_on_a_kv_routed_agg_target_is_a_load_based_planner_component_and
         "min_endpoint": 2, "max_gpu_budget": 4 * per}
     # the scaled component opts into its adapter as on the KEDA path; no ScaledObject, no KEDA, no Prometheus needed
     assert [c["name"] for c in plan.dgd["spec"]["components"] if "scalingAdapter" in c] == ["agg"]
-    assert plan.autoscalers == [] and "keda" not in plan.notes and p.observability is None
+    assert plan.autoscalers == [] and plan.keda is None and p.observability is None
     assert "KEDA chart (autoscaling)" not in p.other_layers
-    assert plan.notes["autoscaling"]["agg"].via == "planner"  # its replicas are the adapter's after creation
+    assert plan.autoscaling["agg"].via == "planner"  # its replicas are the adapter's after creation
 
 
 def test_planner_on_a_disagg_target_scales_prefill_and_decode_in_one_planner():

@@ -221,7 +221,7 @@ def test_fsx_default_is_not_slower_than_one_efs_client():
 
     p = plan(cache_storage="fsx-lustre")
     assert p.storage["storage_capacity"] == 2400 and p.storage["per_unit_storage_throughput"] == 1000
-    assert p.notes["fsx_mbps"] >= EFS_CLIENT_MBPS
+    assert p.fsx_mbps >= EFS_CLIENT_MBPS
 
 
 @pytest.mark.parametrize("gib", [1200, 2400, 4800, 9600])

@@ -108,7 +108,8 @@ def test_field_paths_name_each_field_once():
 def test_platform_pins_are_the_chart_and_subcharts_of_dynamo_next(next_tree):
     """versions.yaml's dynamo-platform pin, and the Grove and kai-scheduler versions beside it, are what the newest
     platform Chart.yaml names (the subcharts install at those versions with the chart)."""
-    from stacks.cluster.platform import chart_pin, dynamo_platform
+    from stacks.cluster.platform import dynamo_platform
+    from stacks.registry.charts import chart_pin
 
     chart = yaml_text.load((next_tree / "platform" / "dynamo-platform-Chart.yaml").read_text())
     deps = {d.get("alias") or d["name"]: d["version"] for d in chart["dependencies"]}

@@ -103,7 +103,7 @@ def test_plain_text_api_keys_are_refused():
     ({CANARY: "team-x"}, "shorter than"),  # the two swapped: the key is a valid-looking name
 ])
 def test_bad_api_key_secrets_are_named_without_their_value(value, why):
-    from stacks.spec.config import secret_value_problems
+    from stacks.spec.secret_values import secret_value_problems
 
     problems = secret_value_problems({"frontDoorApiKeys": json.dumps(value)})
     assert problems and why in " ".join(problems)
@@ -386,7 +386,7 @@ def test_an_nlb_door_on_eks_installs_the_load_balancer_controller_with_its_own_i
     import hashlib
 
     from stacks.cluster.load_balancer import POLICY_FILE
-    from stacks.cluster.platform import chart_pin
+    from stacks.registry.charts import chart_pin
 
     run = _eks_run(EKS_DOOR)
     (release,) = [r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs.get("chart") == "aws-load-balancer-controller"]

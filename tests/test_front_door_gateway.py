@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from harness import go_module_dir
-from stacks.cluster.platform import chart_pin
+from stacks.registry.charts import chart_pin
 from stacks.layers.front_door import DYNAMO_CLIENT_HEADERS, ROUTING_HEADERS, TENANT_HEADER
 from stacks.program import build_program
 from stacks.registry import yaml_text

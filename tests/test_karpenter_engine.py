@@ -207,7 +207,7 @@ def keda_hpa(so: dict) -> dict:
     KEDA also sets the ScaledObject as the HPA's controller owner; the ScaledObject is not created here (no KEDA CRD on
     this cluster), so this HPA has no owner. Its external metric is served by KEDA's metrics server, which does not run
     here either: the HPA can read no metric, which is the point (see the test)."""
-    from stacks.cluster.platform import chart_pin
+    from stacks.registry.charts import chart_pin
 
     md, spec = so["metadata"], so["spec"]
     assert so["kind"] == "ScaledObject" and not spec.get("advanced"), so
@@ -414,7 +414,7 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
 
     k, sim, program, pool = karpenter["k"], karpenter["sim"], karpenter["program"], karpenter["pool"]
     entry = program.entries[0]
-    ((comp, spec),) = (entry.plan.notes.get("autoscaling") or {}).items()  # the decode workers, 1-8
+    ((comp, spec),) = entry.plan.autoscaling.items()  # the decode workers, 1-8
     (so,) = entry.plan.autoscalers
     dgd_name, ns = entry.plan.dgd["metadata"]["name"], entry.plan.dgd["metadata"]["namespace"]
     assert so["spec"]["scaleTargetRef"]["name"] == adapter_name(dgd_name, comp)

@@ -160,6 +160,80 @@ def test_the_layer_check_catches_a_climb_back(tmp_path):
     assert not any("EksConfig" in f or "review" in f for f in found)
 
 
+# --------------------------------------------------------------------------- no import circles
+# Plans flow one way inside a layer too: a module never imports, even from inside a function, a module that imports it
+# back (directly or through others). ``from pkg import mod`` counts as an import of ``pkg.mod`` alone; a package's
+# ``__init__`` that gathers its modules' names imports each of them.
+
+
+def import_edges(module: str, path: Path, known) -> set[str]:
+    """The project modules ``module`` imports when it runs (function-level imports included, TYPE_CHECKING blocks not)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            node.body = []
+    pkg = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        out |= {t for t in (_resolve(n, known) for n in names) if t and t != module}
+    return out
+
+
+def import_circles(modules: dict[str, Path]) -> list[list[str]]:
+    """Every set of modules that import each other in a circle (strongly connected components of more than one)."""
+    graph = {m: import_edges(m, p, modules) for m, p in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles():
+    assert import_circles(project_modules()) == []
+
+
+def test_the_circle_check_catches_a_function_level_import_back(tmp_path):
+    outputs, bench = tmp_path / "outputs.py", tmp_path / "bench.py"
+    outputs.write_text("from stacks.serving.bench import local_command\n")
+    bench.write_text("def f():\n    from stacks.serving.outputs import served\n")
+    modules = {**project_modules(), "stacks.serving.outputs": outputs, "stacks.serving.bench": bench}
+    assert ["stacks.serving.bench", "stacks.serving.outputs"] in import_circles(modules)
+    bench.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from stacks.serving.outputs import served\n")
+    assert import_circles(modules) == []
+
+
 def test_main_is_a_few_component_calls():
     text = (ROOT / "__main__.py").read_text()
     tree = ast.parse(text)
@@ -230,3 +304,15 @@ def test_no_tracker_numbers_in_tracked_files():
              for n, ref in tracker_references((ROOT / f).read_text(errors="replace"))]
     print("\n".join(found))
     assert found == [], f"{len(found)} tracker references (say what and why instead, or name the upstream repo):\n" + "\n".join(found)
+
+
+def test_plans_carry_typed_fields_not_side_channel_dicts():
+    """A plan's data is a named, typed field: no ``notes: dict`` (or ``dict[str, Any]``) bag that other modules fill
+    and read by string key."""
+    bags = []
+    for path in (ROOT / "stacks").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "notes":
+                if ast.unparse(node.annotation).startswith(("dict", "Dict")):
+                    bags.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert bags == []

@@ -18,7 +18,7 @@ def _dgd(t: Target) -> dict:
 def nodes_on(t: Target, dgd: dict) -> tuple[Optional[str], Optional[int]]:
     """The default instance type of the target's GPU and the GPU nodes the DGD packs onto (None without one)."""
     from stacks.registry import gpus
-    from stacks.cluster import pack
+    from stacks.catalog.fit import pack
 
     instance = registry.gpu(t.gpu).instance
     if not instance:

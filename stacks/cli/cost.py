@@ -98,7 +98,7 @@ def pool_costs(program, paused_program, prices: dict) -> list[PoolCost]:
     replicas with every autoscaled component at minReplicas (min), at maxReplicas (max, at most the NodePool's node
     limit; a pool no entry uses: the limit), and nothing once every entry is paused."""
     from stacks.serving.autoscaling import at_max, at_min_dgd
-    from stacks.cluster import pack
+    from stacks.catalog.fit import pack
 
     cp, pp = program.cluster_plan, paused_program.cluster_plan
     paused_by_name = {p.name: p for p in pp.gpu_pools}
@@ -108,7 +108,7 @@ def pool_costs(program, paused_program, prices: dict) -> list[PoolCost]:
         if getattr(p, "capacity", "node-group") == "karpenter":
             comps = [c for e in program.entries if e.plan.target.gpu == p.gpu for c in at_min_dgd(e.plan)["spec"]["components"]]
             top = [c for e in program.entries if e.plan.target.gpu == p.gpu
-                   for c in at_max(e.plan.dgd, e.plan.notes.get("autoscaling") or {})["spec"]["components"]]
+                   for c in at_max(e.plan.dgd, e.plan.autoscaling)["spec"]["components"]]
             pcomps = [c for e in paused_program.entries if e.plan.target.gpu == p.gpu for c in e.plan.dgd["spec"]["components"]]
             out.append(PoolCost(pool=p.name, gpu=p.gpu, instance_type=p.shape.instance_type, capacity=f"karpenter {_capacity(p)}",
                                 nodes_min=pack({"spec": {"components": comps}}, p.node_shape.capacity)[0],

@@ -750,8 +750,3 @@ def add_subparser(sub) -> None:
                    help="leave the local control plane this run starts running for the next run (default: stopped after the run)")
     p.set_defaults(fn=cmd)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    from stacks.__main__ import main
-
-    sys.exit(main(["simulate", *sys.argv[1:]]))

@@ -207,7 +207,7 @@ def duration_seconds(text: str) -> Optional[float]:
 def gpu_capacity(cluster: Any) -> tuple[str, Optional[float]]:
     """(capacity, consolidateAfter in seconds) of a cluster config's GPU pools: karpenter when any pool is on
     Karpenter (its consolidateAfter: the shortest of those pools; the stacks/cluster/karpenter.py default when unset)."""
-    from stacks.cluster.karpenter import DEFAULT_CONSOLIDATE_AFTER
+    from stacks.cluster.config import DEFAULT_CONSOLIDATE_AFTER
 
     pools = list(getattr(cluster, "gpu_pools", None) or ()) or [cluster]
     on = [p for p in pools if getattr(p, "capacity", "node-group") == "karpenter"]

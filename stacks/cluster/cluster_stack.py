@@ -22,7 +22,8 @@ class ClusterStackPlan:
     stack: str  # org/project/name
     requirements: list[dict]  # per GPU: gpu, product, dgd (the sum of its entries), efa_per_gpu, entries
     storage_class: Optional[str]  # the class the cache claim asks for (None: no claim of the stack's own)
-    notes: dict[str, Any] = field(default_factory=dict)
+    pull_secrets: list[dict] = field(default_factory=list)  # the image pull Secrets it creates in its namespaces
+    efa_per_gpu: int = 0  # one entry's plan: EFA devices per GPU of its GPU's default instance
 
 
 def plan_on_cluster_stack(cfg, cluster, raw: dict, secret_keys, require_secrets: bool = True, door: Optional[dict] = None):
@@ -52,7 +53,7 @@ def plan_on_cluster_stack(cfg, cluster, raw: dict, secret_keys, require_secrets:
     pin_gpu_product(serving.dgd, GPUS[target.gpu].label)
     ns = serving.dgd["metadata"]["namespace"]
     plan = ClusterStackPlan(stack=cluster.stack, requirements=[], storage_class=storage_class if serving.cache_pvc else None,
-                            notes={"pull_secrets": [pull_secret(n, ns) for n in cfg.image_pull_secrets], "efa_per_gpu": shape.efa_per_gpu})
+                            pull_secrets=[pull_secret(n, ns) for n in cfg.image_pull_secrets], efa_per_gpu=shape.efa_per_gpu)
     return plan, serving
 
 
@@ -66,18 +67,18 @@ def combined_stack_plan(cluster, entries: list, plans: list[ClusterStackPlan]) -
         by_gpu.setdefault(e.plan.target.gpu, []).append((e, cp))
     reqs = []
     for gpu, members in by_gpu.items():
-        reqs.append({"gpu": gpu, "product": GPUS[gpu].label, "efa_per_gpu": members[0][1].notes["efa_per_gpu"],
+        reqs.append({"gpu": gpu, "product": GPUS[gpu].label, "efa_per_gpu": members[0][1].efa_per_gpu,
                      "entries": [e.key for e, _ in members], "dgd": combined_dgd([(e.name, e.plan.dgd) for e, _ in members])})
     seen, pulls = set(), []
     for cp in plans:
-        for obj in cp.notes.get("pull_secrets") or []:
+        for obj in cp.pull_secrets:
             k = (obj["metadata"]["namespace"], obj["metadata"]["name"])
             if k not in seen:
                 seen.add(k)
                 pulls.append(obj)
     classes = [cp.storage_class for cp in plans if cp.storage_class]
     return ClusterStackPlan(stack=cluster.stack, requirements=reqs, storage_class=classes[0] if classes else None,
-                            notes={"pull_secrets": pulls})
+                            pull_secrets=pulls)
 
 
 def capacity_shortfall(requirements: list[dict], pools: Any, stack: str) -> Optional[str]:

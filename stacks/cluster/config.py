@@ -281,6 +281,8 @@ POOL_KEYS = ("instance_type", "gpu_nodes", "efa", "placement_group", "market_typ
 # (sigs.k8s.io/karpenter@v1.13.0 karpenter.sh_nodepools.yaml: ^(([0-9]+(s|m|h))+|Never)$); an AL2023 AMI alias
 # (EC2NodeClass amiSelectorTerms alias: family@version, version "latest" or vYYYYMMDD; karpenter.sh docs, NodeClasses).
 KARPENTER_KEYS = ("max_nodes", "consolidate_after", "ami_alias")
+# consolidateAfter when a Karpenter pool sets none: an empty or underused GPU node goes 10 minutes after its last pod.
+DEFAULT_CONSOLIDATE_AFTER = "10m"
 _CONSOLIDATE_AFTER = re.compile(r"(([0-9]+(s|m|h))+|Never)")
 _AMI_ALIAS = re.compile(r"al2023@(latest|v\d{8})")
 MAX_KARPENTER_NODES = 1000

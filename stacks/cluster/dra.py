@@ -24,7 +24,8 @@ def dra_driver_values() -> dict:
     on the system node group, tolerations replaced by CriticalAddonsOnly only (no control-plane toleration).
     ``nameOverride`` keeps the resource names of a release first installed from the pre-0.4 chart
     (kubernetes-sigs/dra-driver-nvidia-gpu site/content/docs/upgrade.md @617fbb49, "Upgrade from v25.12.0 to v0.4.0")."""
-    from stacks.cluster.platform import GPU_TOLERATION, CRITICAL_ADDONS_TOLERATION
+    from stacks.cluster.platform import CRITICAL_ADDONS_TOLERATION
+    from stacks.registry.charts import GPU_TOLERATION
 
     system = {POOL_LABEL: "system"}
     return {
@@ -52,7 +53,7 @@ def dra_driver_spec():
     upgrade``: the Release's diff replaces only on a new ``name`` or ``namespace`` (pulumi-kubernetes
     provider/pkg/provider/helm_release.go, Diff: ``forceNewFields := []string{".name", ".namespace"}``), and a new
     ``chart``, ``repositoryOpts`` or ``version`` is an update."""
-    from stacks.cluster.platform import HelmSpec, chart_pin
+    from stacks.registry.charts import HelmSpec, chart_pin
 
     pin = chart_pin("nvidia-dra-driver-gpu")
     return HelmSpec(name="nvidia-dra-driver-gpu", chart=pin["chart"], version=str(pin["version"]), repo=pin["repo"],

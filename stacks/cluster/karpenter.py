@@ -70,6 +70,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from stacks.cluster.config import DEFAULT_CONSOLIDATE_AFTER
 from stacks.cluster.identity import nodeclass_metadata, role_name
 from stacks.cluster.pools import node_user_data
 
@@ -95,7 +96,6 @@ NODECLASS_API = "karpenter.k8s.aws/v1"
 # groups' AL2023_x86_64_NVIDIA / AL2023_ARM_64_NVIDIA). "@latest" follows new AMIs (drift replaces nodes);
 # karpenter.sh/docs/tasks/managing-amis recommends pinning a version in production. The pools take the AMI release the
 # node groups pin (stacks/cluster/config.py karpenter_ami_alias: al2023@v<date>), unless gpuPools[i].amiAlias names one.
-DEFAULT_CONSOLIDATE_AFTER = "10m"
 # The EventBridge rules (source, detail-type) -> the interruption queue: one per message the pinned controller parses
 # (github.com/aws/karpenter-provider-aws v1.13.1 pkg/controllers/interruption/messages/*/parser.go, Source and DetailType;
 # tests/test_karpenter.py compares the two). The getting-started CloudFormation's ScheduledChangeRule,
@@ -114,7 +114,7 @@ MAX_AWS_NAME = 64
 
 
 def chart_pin() -> dict:
-    from stacks.cluster.platform import chart_pin as pin
+    from stacks.registry.charts import chart_pin as pin
 
     return pin("karpenter")
 
@@ -148,7 +148,7 @@ class KarpenterPlan:
     queue_name: str
     node_role_name: str
     controller_role_name: str
-    helm: Any  # stacks.cluster.platform.HelmSpec
+    helm: Any  # stacks.registry.charts.HelmSpec
     controller_policy: dict  # IAM policy document; "<queue-arn>", "<node-role-arn>", "<account-id>" filled by the wiring
     queue: dict  # aws.sqs.Queue kwargs
     queue_policy: dict  # SQS queue policy document ("<queue-arn>" filled by the wiring)
@@ -384,7 +384,7 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
                          system_selector: Optional[dict] = None) -> Optional[KarpenterPlan]:
     """The Karpenter install for the cluster's Karpenter pools (None when it has none): controller IAM (Pod Identity),
     node role, interruption queue and rules, the pinned chart and the pools' objects."""
-    from stacks.cluster.platform import HelmSpec
+    from stacks.registry.charts import HelmSpec
 
     pools = list(pools)
     if not pools:
@@ -441,7 +441,7 @@ def add_do_not_disrupt(dgd: dict, node_selects: Optional[Any] = None) -> list[st
     serving worker mid-request. ``node_selects(pod_spec) -> bool`` limits it to the components that land on Karpenter
     pools (None: every GPU component). In place; returns the components annotated. Only for Karpenter pools: stacks on
     node groups keep the upstream recipe's objects unchanged."""
-    from stacks.cluster import pod_requests
+    from stacks.catalog.fit import pod_requests
 
     done = []
     for comp in dgd["spec"]["components"]:

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from stacks.cluster.platform import HelmSpec, _helm, chart_pin
+from stacks.registry.charts import HelmSpec, chart_pin, helm_spec as _helm
 from stacks.cluster.identity import role_name
 
 SERVICE_ACCOUNT = "aws-load-balancer-controller"

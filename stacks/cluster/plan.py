@@ -48,7 +48,9 @@ class ClusterPlan:
     dra_driver: bool = False  # NVIDIA DRA driver for ComputeDomains (GB200)
     compute_domain: Optional[dict] = None  # ComputeDomain the workers claim when they span nodes of one NVLink domain
     admin_principal_arns: tuple[str, ...] = ()
-    notes: dict[str, Any] = field(default_factory=dict)
+    fsx_mbps: Optional[float] = None  # FSx for Lustre: the file system's throughput (MB/s), None on EFS
+    # The image pull Secrets this stack creates in its serving namespaces (set by plan_eks / stacks.program).
+    pull_secrets: list[dict] = field(default_factory=list)
     addon_versions: dict[str, str] = field(default_factory=dict)  # add-on -> pinned version (stacks/registry/versions.yaml eks.addons)
     # Who holds which AWS credentials (stacks/cluster/identity.py): the node roles' managed policies; add-on ->
     # (service account, policy) of its own Pod Identity role; add-on -> its configuration values; the add-ons created
@@ -94,7 +96,7 @@ UNKNOWN_SYSTEM_IMAGES = 3
 def system_images(dgds: list[dict]) -> set[str]:
     """The images the system nodes pull for these DGDs: every component that asks for no GPU (frontend, planner, router)
     runs there, and each entry's download Job (one more image: a small Python image or the runtime image)."""
-    from stacks.cluster.pools import pod_requests
+    from stacks.catalog.fit import pod_requests
 
     out = {c["podTemplate"]["spec"]["containers"][0].get("image", "") for d in dgds for c in d["spec"]["components"]
            if not pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu")}
@@ -199,8 +201,7 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         dra_driver=dra,
         compute_domain=cd,
         admin_principal_arns=cfg.admin_principal_arns,
-        notes={"gpus": sum(p.gpus for p in pools), "nodes_needed": first.nodes_needed, "fsx_mbps": fsx_mbps,
-               "efa_per_gpu": first.shape.efa_per_gpu},
+        fsx_mbps=fsx_mbps,
         gpu_pools=list(pools),
         karpenter=karpenter,
         access=access_plan(cfg),
@@ -287,7 +288,7 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
             if _gib(want) > cluster.fsx_storage_capacity_gib:
                 raise ConfigError(f"{NS}:storage.size: {want} is larger than the FSx file system ({NS}:cluster.fsxStorageCapacityGib: "
                                   f"{cluster.fsx_storage_capacity_gib}); raise fsxStorageCapacityGib (1200, 2400 or a multiple of 2400)")
-    cp.notes["pull_secrets"] = [pull_secret(n, ns) for n in cfg.image_pull_secrets]
+    cp.pull_secrets = [pull_secret(n, ns) for n in cfg.image_pull_secrets]
     return cluster, cp, serving
 
 

@@ -12,22 +12,18 @@ Pins come from ``stacks/registry/versions.yaml`` (``charts:`` and ``plugins:``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Mapping, Optional, Sequence
 
-from stacks.registry.versions import MANIFEST, versions
+from stacks.registry.charts import GPU_TOLERATION, PLATFORM_NAMESPACE, HelmSpec, chart_pin, helm_spec as _helm, plugin_image
 
 # --------------------------------------------------------------------------- shared constants
 
 PLUGIN_NAMESPACE = "kube-system"
-PLATFORM_NAMESPACE = "dynamo-system"
 PLATFORM_RELEASE = "dynamo-platform"
 
 # The taint our GPU node groups carry; every plugin that must run on GPU nodes tolerates it.
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
-# Tolerates ``nvidia.com/gpu=<anything>:NoSchedule`` (our ``true`` and the ``present`` some GB200 pools use).
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 CRITICAL_ADDONS_TOLERATION = {"key": "CriticalAddonsOnly", "operator": "Exists"}
 
 # Node label the cluster layer sets on EFA-enabled GPU node groups; the EFA plugin DaemonSet
@@ -56,49 +52,7 @@ NvidiaKind = Literal["device-plugin", "gpu-operator"]
 NVIDIA_KINDS: tuple[str, ...] = ("device-plugin", "gpu-operator")
 
 
-# --------------------------------------------------------------------------- versions manifest
-
-def _pin(section: str, key: str) -> dict:
-    entries = versions().get(section) or {}
-    if key not in entries:
-        raise KeyError(f"{section}.{key} is not in {MANIFEST.name}; known: {sorted(entries)}")
-    return entries[key]
-
-
-def chart_pin(key: str) -> dict:
-    """``{repo, chart, version}`` for a Helm chart in ``versions.yaml`` ``charts:``."""
-    return _pin("charts", key)
-
-
-def plugin_image(key: str) -> str:
-    """The pinned image of a device plugin in ``versions.yaml`` ``plugins:``."""
-    return _pin("plugins", key)["image"]
-
-
-# --------------------------------------------------------------------------- Helm specs
-
-@dataclass(frozen=True)
-class HelmSpec:
-    """One Helm release: what ``helm install <name> <repo>/<chart> --version <version> -n <namespace>`` would do."""
-
-    name: str
-    chart: str
-    version: str
-    repo: str
-    namespace: str
-    values: dict = field(default_factory=dict, hash=False, compare=False)
-
-    @property
-    def archive_url(self) -> str:
-        """The packaged chart's URL (NGC documents installing ``dynamo-platform`` from it)."""
-        return f"{self.repo.rstrip('/')}/charts/{self.chart}-{self.version}.tgz"
-
-
-def _helm(key: str, name: str, namespace: str, values: dict, version: Optional[str] = None) -> HelmSpec:
-    pin = chart_pin(key)
-    return HelmSpec(name=name, chart=pin["chart"], version=str(version or pin["version"]), repo=pin["repo"],
-                    namespace=namespace, values=values)
-
+# --------------------------------------------------------------------------- pins and Helm specs: stacks/registry/charts.py
 
 def nvidia_runtime_class(node_selector: Optional[Mapping[str, str]] = None) -> dict:
     """RuntimeClass ``nvidia`` for clusters whose NVIDIA stack is the device plugin (the GPU Operator creates
@@ -413,8 +367,8 @@ def fabrics_objects(fabrics: Sequence[str], *, node_selector: Optional[Mapping[s
 
 __all__ = [
     "fabrics_objects",
-    "HelmSpec", "EFA_NODE_LABEL", "EFA_NODE_LABEL_VALUE", "EFA_NODE_LABELS", "GPU_PRESENT_LABELS", "GPU_TAINT",
-    "GPU_TOLERATION", "PLATFORM_NAMESPACE", "FABRICS", "NVIDIA_KINDS", "efa_device_plugin", "rdma_shared_device_plugin",
+    "EFA_NODE_LABEL", "EFA_NODE_LABEL_VALUE", "EFA_NODE_LABELS", "GPU_PRESENT_LABELS", "GPU_TAINT",
+    "FABRICS", "NVIDIA_KINDS", "efa_device_plugin", "rdma_shared_device_plugin",
     "rdma_config", "nvidia_gpu_stack", "nvidia_runtime_class", "dynamo_platform", "exposed_resources", "fabric_plugins", "fabric_objects",
-    "gke_rdma_resources", "chart_pin", "plugin_image",
+    "gke_rdma_resources",
 ]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from stacks import catalog
+from stacks.catalog.fit import NODE_RESOURCES, pack, pod_requests  # noqa: F401 (the cluster package's names)
 from stacks.catalog.model import Target
 from stacks.spec.config import NS, ConfigError
 from stacks.registry.gpus import InstanceShape, shape_for
@@ -132,42 +133,6 @@ def network_interfaces(shape: InstanceShape, efa: bool) -> list[dict]:
 
 def _dgd(target: Target) -> dict:
     return next(d for d in catalog.recipe_objects(target) if d["kind"] == "DynamoGraphDeployment")
-
-
-NODE_RESOURCES = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
-
-
-def pod_requests(pod: dict, resources: tuple[str, ...] = NODE_RESOURCES) -> dict[str, int]:
-    """Extended-resource requests of one pod (limits win over requests, as the scheduler counts them)."""
-    out: dict[str, int] = {}
-    for c in pod.get("containers") or []:
-        res = c.get("resources") or {}
-        for k, v in {**(res.get("requests") or {}), **(res.get("limits") or {})}.items():
-            if k in resources:
-                out[k] = out.get(k, 0) + int(v)
-    return out
-
-
-def pack(dgd: dict, capacity: dict[str, int]) -> tuple[int, list[str]]:
-    """GPU nodes the DGD's GPU pods need, first fit in component and replica order (the order
-    ``stacks.cluster.scheduling.check_target`` checks), and the replicas no single node can hold."""
-    nodes: list[dict[str, int]] = []
-    too_big: list[str] = []
-    for comp in dgd["spec"]["components"]:
-        req = pod_requests(comp["podTemplate"]["spec"])
-        if not req.get("nvidia.com/gpu"):
-            continue
-        if any(capacity.get(k, 0) < v for k, v in req.items()):
-            too_big.append(f"{comp['name']} requests {req}, a node has {capacity}")
-            continue
-        for _ in range(int(comp.get("replicas", 1))):
-            node = next((n for n in nodes if all(n.get(k, 0) >= v for k, v in req.items())), None)
-            if node is None:
-                node = dict(capacity)
-                nodes.append(node)
-            for k, v in req.items():
-                node[k] -= v
-    return len(nodes), too_big
 
 
 def _key(prefix: str, name: str) -> str:
@@ -294,8 +259,7 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
     )
     kp = None
     if karpenter:
-        from stacks.cluster.config import karpenter_ami_alias
-        from stacks.cluster.karpenter import DEFAULT_CONSOLIDATE_AFTER
+        from stacks.cluster.config import DEFAULT_CONSOLIDATE_AFTER, karpenter_ami_alias
 
         kp = {"max_nodes": count, "consolidate_after": cfg.consolidate_after or DEFAULT_CONSOLIDATE_AFTER,
               "ami_alias": cfg.ami_alias or karpenter_ami_alias(cfg.ami_release()), "market_type": cfg.market_type,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from stacks.cluster.platform import HelmSpec
+from stacks.registry.charts import HelmSpec
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from stacks.cluster.platform import _helm
+from stacks.registry.charts import helm_spec as _helm
 from stacks.layers import LayerPlan, SecretFill
 from stacks.serving import pod_security_labels
 from stacks.serving.network_policy import NS_NAME_LABEL, front_door_ingress
@@ -333,10 +333,10 @@ def smoke_test(door: FrontDoorConfig, urls: dict[str, str], plans: Sequence[Any]
     timed). With ``frontDoor.clientNvext`` the stream also asks which worker served (``nvext.extra_fields:
     ["worker_id"]``); without it the frontend drops every client's ``nvext`` (worker ids included) and the snippet says
     so. The key is read from the stack's secret config, never printed."""
-    from stacks.serving.outputs import _served_model
+    from stacks.serving.benchmark import served_model
 
     url, plan = next(iter(urls.values())), plans[0]
-    model = _served_model(plan.dgd)
+    model = served_model(plan.dgd)
     nvext = ', "nvext": {"extra_fields": ["worker_id"]}' if door.client_nvext else ""
     # ignore_eos (root level; the frontend refuses it inside nvext) makes the answer exactly max_tokens long, so the
     # stream outlives 60 s at any decode speed below ~270 tokens/s per request.

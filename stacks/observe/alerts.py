@@ -20,7 +20,7 @@ Where they go: Alertmanager (stacks/observe/observability.py ``alertmanager_valu
 - ``GpuXidError``, ``GpuUncorrectableMemoryErrors``: DCGM reports an XID error, or rows remapped for uncorrectable
   errors (or a failed remap), on any GPU (only where the stack scrapes DCGM).
 
-Metric names: the Dynamo ones are stacks/observe/observability.py ``DYNAMO_METRICS`` plus the frontend's
+Metric names: the Dynamo ones are stacks/serving/metrics.py ``DYNAMO_METRICS`` plus the frontend's
 ``model_ready`` and the ``status`` label's ``error`` value (ai-dynamo-runtime 1.6.1 ``dynamo/prometheus_names.py``:
 ``frontend_service.MODEL_READY``, ``frontend_service.status.ERROR``); the DCGM ones are dcgm-exporter's default
 counters (NVIDIA/dcgm-exporter etc/default-counters.csv: ``DCGM_FI_DEV_XID_ERRORS``,
@@ -32,7 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from stacks.observe.observability import DYNAMO_METRICS, MONITORING_API, VLLM_KV_CACHE_USAGE
+from stacks.observe.observability import MONITORING_API, VLLM_KV_CACHE_USAGE
+from stacks.serving.metrics import DYNAMO_METRICS
 
 MODEL_READY = "dynamo_frontend_model_ready"
 STATUS_ERROR = 'status="error"'

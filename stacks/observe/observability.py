@@ -43,7 +43,7 @@ What it builds, and why each choice:
 - **Dashboards** as ConfigMaps labelled ``grafana_dashboard: "1"`` (the Grafana chart sidecar's
   default label and value), in the observability namespace: Dynamo serving (request rate, TTFT,
   inter-token latency, output throughput, KV-cache usage, queue depth) and GPUs (DCGM_FI_DEV_*
-  fields). Dynamo metric names are those of the Dynamo the platform runs (``DYNAMO_METRICS`` below
+  fields). Dynamo metric names are those of the Dynamo the platform runs (``DYNAMO_METRICS``, stacks/serving/metrics.py
   says where each comes from); tests/test_prometheus.py evaluates every query through a real
   Prometheus scraping the real Dynamo frontend and mocker workers, so a rename upstream fails a test.
 """
@@ -54,7 +54,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from stacks.cluster.platform import GPU_TOLERATION, HelmSpec, _helm
+from stacks.registry.charts import GPU_TOLERATION, HelmSpec, helm_spec as _helm
+from stacks.serving.metrics import DYNAMO_METRICS
 from stacks.serving import least_strict, pod_security_labels
 from stacks.serving.operator import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_METRICS_ENABLED
 
@@ -280,25 +281,6 @@ def _q(metric: str, sel: str) -> str:
     return f'histogram_quantile({{q}}, sum by (le) (rate({metric}_bucket{{{{{sel}}}}}[1m])))'
 
 
-# Dynamo metric names the serving dashboard queries. Source: ai-dynamo/dynamo
-# lib/runtime/src/metrics/prometheus_names.rs @ 04070c75b52f33346a2d5723eed93a0093e77bad (prefixes
-# ``name_prefix::FRONTEND = "dynamo_frontend"`` and ``COMPONENT = "dynamo_component"``, the latter prepended by
-# ``build_component_metric_name``), and the same constants as shipped in the ai-dynamo-runtime 1.5.0 and 1.6.1
-# wheels on PyPI (dynamo/prometheus_names.py, generated from that file): ``frontend_service::REQUESTS_TOTAL``,
-# ``TIME_TO_FIRST_TOKEN_SECONDS``, ``INTER_TOKEN_LATENCY_SECONDS``, ``OUTPUT_TOKENS_TOTAL``, ``QUEUED_REQUESTS``,
-# ``INFLIGHT_REQUESTS``; ``kvstats::GPU_CACHE_USAGE_PERCENT = "gpu_cache_usage_percent"`` ("GPU cache usage as a
-# percentage (0.0-1.0)", hence the ``percentunit`` panel unit). The kvstats constants sit in a module named
-# ``kvstats`` but the name has no ``kvstats_`` part: the worker exports ``dynamo_component_gpu_cache_usage_percent``
-# (an earlier dashboard queried ``dynamo_component_kvstats_gpu_cache_usage_percent`` and showed no data).
-DYNAMO_METRICS = {
-    "requests": "dynamo_frontend_requests_total",
-    "ttft": "dynamo_frontend_time_to_first_token_seconds",
-    "itl": "dynamo_frontend_inter_token_latency_seconds",
-    "output_tokens": "dynamo_frontend_output_tokens_total",
-    "queued": "dynamo_frontend_queued_requests",
-    "inflight": "dynamo_frontend_inflight_requests",
-    "kv_cache_usage": "dynamo_component_gpu_cache_usage_percent",
-}
 # Who exports the KV-cache gauge (ai-dynamo 1.5.0 wheel): the vLLM and SGLang workers set
 # ``dynamo_component_gpu_cache_usage_percent`` from their scheduler stats (dynamo/vllm/publisher.py,
 # dynamo/sglang/publisher.py via ``LLMBackendMetrics``), and the vLLM worker also forwards vLLM's own ``vllm:*``

@@ -75,7 +75,7 @@ class ProgramPlan:
         out = []
         if getattr(cp, "static_pv", None):
             out.append(cp.static_pv)
-        for obj in cp.notes.get("pull_secrets") or []:
+        for obj in cp.pull_secrets:
             out.append({**obj, "stringData": {".dockerconfigjson": REDACTED}})
         if getattr(cp, "compute_domain", None):
             out.append(cp.compute_domain)
@@ -265,12 +265,12 @@ def combined_cluster_plan(stack: str, cluster, entries: list[Entry], plans: list
         merged.static_pv["spec"]["claimRef"] = {"namespace": owners[0].plan.dgd["metadata"]["namespace"], "name": owners[0].plan.claim_name}
     seen, pulls = set(), []
     for cp in plans:
-        for obj in cp.notes.get("pull_secrets") or []:
+        for obj in cp.pull_secrets:
             key = (obj["metadata"].get("namespace"), obj["metadata"]["name"])
             if key not in seen:
                 seen.add(key)
                 pulls.append(obj)
-    merged.notes["pull_secrets"] = pulls
+    merged.pull_secrets = pulls
     return merged
 
 
@@ -393,12 +393,12 @@ def demand_layers(program: ProgramPlan) -> ProgramPlan:
     cp = program.cluster_plan
     if program.cluster.mode == "eks" and cp is not None:
         pause_pools(cp, program.entries)
-    scaled = [e for e in program.entries if e.plan.notes.get("autoscaling")]
+    scaled = [e for e in program.entries if e.plan.autoscaling]
     if not scaled:
         return program
     # KEDA's components get a ScaledObject on the stack's Prometheus; the Planner's (via: planner) neither: the Planner
     # is a DGD component, and in its load-based mode it reads no Prometheus (stacks/serving/autoscaling.py).
-    keda = [e for e in scaled if keda_specs(e.plan.notes["autoscaling"])]
+    keda = [e for e in scaled if keda_specs(e.plan.autoscaling)]
     url = None
     if keda and program.observability is not None:
         url = program.observability.prometheus_endpoint
@@ -407,7 +407,7 @@ def demand_layers(program: ProgramPlan) -> ProgramPlan:
         where = f"{NS}:autoscaling" if keda[0].key == NS else f"{keda[0].key}.autoscaling"
         if not obs.enabled:
             raise ConfigError(f"{where}: needs {NS}:observability.enabled: true (the Prometheus its "
-                              f"ScaledObjects query for {', '.join(sorted(keda_specs(keda[0].plan.notes['autoscaling'])))})")
+                              f"ScaledObjects query for {', '.join(sorted(keda_specs(keda[0].plan.autoscaling)))})")
         url = obs.prometheus_endpoint or prometheus_url(obs.namespace)
     if program.cluster.mode == "eks" and cp is not None:
         pools = {}
@@ -423,9 +423,9 @@ def demand_layers(program: ProgramPlan) -> ProgramPlan:
         check_bounds(program.entries, pools)
     for e in keda:
         e.plan.autoscalers = [scaled_object(e.plan.dgd, name, spec, url, paused=bool(e.cfg.paused))
-                              for name, spec in keda_specs(e.plan.notes["autoscaling"]).items()]
+                              for name, spec in keda_specs(e.plan.autoscaling).items()]
     if keda and program.cluster.mode != "render":
-        keda[0].plan.notes["keda"] = keda_chart()
+        keda[0].plan.keda = keda_chart()
         program.other_layers.append("KEDA chart (autoscaling)")
     return program
 

@@ -109,7 +109,7 @@ def efa_per_gpu(gpu: str, instance_type: str | None = None) -> int:
 
 
 def nodes_needed(gpus: int, shape: InstanceShape) -> int:
-    """GPU nodes for a GPU count alone: whole nodes, at least one (see ``stacks.cluster.pack`` for the full fit)."""
+    """GPU nodes for a GPU count alone: whole nodes, at least one (see ``stacks.catalog.fit.pack`` for the full fit)."""
     return max(1, -(-gpus // shape.gpus_per_node))
 
 

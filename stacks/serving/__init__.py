@@ -38,7 +38,12 @@ class ServingPlan:
     dgd: dict
     hf_secret_name: str = k8s.HF_SECRET
     claim_name: str = k8s.CACHE_PVC
-    notes: dict[str, Any] = field(default_factory=dict)
+    # Per autoscaled component its ComponentAutoscaling (stacks/serving/autoscaling.py); per paused component the
+    # replicas it had (dynamo:paused), which a resume restores
+    autoscaling: dict[str, Any] = field(default_factory=dict)
+    paused: dict[str, Any] = field(default_factory=dict)
+    # The KEDA chart, on the one entry of the stack that installs it (set by stacks.program; None elsewhere)
+    keda: Optional[Any] = None
 
     # KEDA ScaledObjects driving the DGD's scaling adapters (stacks/serving/autoscaling.py; filled by stacks.program)
     autoscalers: list[dict] = field(default_factory=list)
@@ -252,7 +257,8 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         dgd=dgd,
         hf_secret_name=hf_name,
         claim_name=claim,
-        notes={k: v for k, v in (("autoscaling", scaling), ("paused", paused)) if v or (k == "paused" and cfg.paused)},
+        autoscaling=dict(scaling or {}),
+        paused=dict(paused or {}),
         network_policies=policies,
         warnings=warnings,
     )

@@ -44,7 +44,7 @@ Autoscaling (``autoscaling: {<component>: {minReplicas, maxReplicas, metric, tar
   and creates the HPA itself), so ScaledObjects are what is rendered.
 - Metrics: the frontend's ``dynamo_frontend_queued_requests``, ``dynamo_frontend_inflight_requests`` (gauges) and
   ``dynamo_frontend_time_to_first_token_seconds`` (histogram), as the observability layer's dashboard names them
-  (stacks.observe.observability.DYNAMO_METRICS) and the guide recommends them for scaling; series carry ``namespace`` and
+  (stacks.serving.metrics.DYNAMO_METRICS) and the guide recommends them for scaling; series carry ``namespace`` and
   ``dynamo_namespace`` (``<namespace>-<dgd>``, the PodMonitor's relabel; stacks.serving.operator.dynamo_namespace).
 - Minimum 1: "when every worker for a model scales to zero ... Requests for the model return HTTP 404 and do not
   provide a model-specific demand signal ... keep at least one replica ... minReplicaCount: 1 for KEDA" (guide,
@@ -472,7 +472,7 @@ def at_max(dgd: dict, specs: dict[str, ComponentAutoscaling]) -> dict:
 
 def metric_query(metric: str, namespace: str, dynamo_ns: str) -> str:
     """The PromQL KEDA evaluates for ``metric`` over one DGD's frontends."""
-    from stacks.observe.observability import DYNAMO_METRICS as M
+    from stacks.serving.metrics import DYNAMO_METRICS as M
 
     sel = f'namespace="{namespace}",dynamo_namespace="{dynamo_ns}"'
     if metric == "queue-depth":
@@ -517,7 +517,7 @@ def scaled_object(dgd: dict, component: str, spec: ComponentAutoscaling, prometh
 
 def keda_chart():
     """KEDA's chart (pinned in stacks/registry/versions.yaml charts.keda), in its own namespace, with its defaults."""
-    from stacks.cluster.platform import _helm
+    from stacks.registry.charts import helm_spec as _helm
 
     return _helm(KEDA_KEY, "keda", KEDA_NAMESPACE, {})
 
@@ -539,7 +539,7 @@ class PoolUse:
 def _resumed(plan) -> dict:
     """An entry's DGD as it runs once resumed (itself when not paused): bounds are checked against it, so a paused
     entry is refused exactly what its resume would be."""
-    return unpaused_dgd(plan.dgd, plan.notes.get("paused") or {})
+    return unpaused_dgd(plan.dgd, plan.paused)
 
 
 def check_bounds(entries: list, pools: dict[str, PoolUse]) -> None:
@@ -554,9 +554,9 @@ def check_bounds(entries: list, pools: dict[str, PoolUse]) -> None:
             continue
         fixed = sum(gpus_per_replica(c) * int(c.get("replicas", 1))
                     for e in members for c in _resumed(e.plan)["spec"]["components"]
-                    if c["name"] not in (e.plan.notes.get("autoscaling") or {}))
+                    if c["name"] not in e.plan.autoscaling)
         scaled = [(e, name, spec, gpus_per_replica(next(c for c in e.plan.dgd["spec"]["components"] if c["name"] == name)))
-                  for e in members for name, spec in (e.plan.notes.get("autoscaling") or {}).items()]
+                  for e in members for name, spec in e.plan.autoscaling.items()]
         total = fixed + sum(per * spec.max_replicas for _, _, spec, per in scaled)
         if not scaled:
             continue
@@ -574,8 +574,8 @@ def check_bounds(entries: list, pools: dict[str, PoolUse]) -> None:
 
 def _check_packing(members: list, pool: PoolUse, e: Any, name: str, spec: ComponentAutoscaling) -> None:
     """Every replica at maxReplicas packed on the pool's nodes (GPUs and EFA devices per node, first fit as the node
-    group is sized: stacks.cluster.pack) must fit its node count."""
-    from stacks.cluster import pack
+    group is sized: stacks.catalog.fit.pack) must fit its node count."""
+    from stacks.catalog.fit import pack
 
     if not pool.nodes or not pool.node_capacity:
         return
@@ -583,7 +583,7 @@ def _check_packing(members: list, pool: PoolUse, e: Any, name: str, spec: Compon
     def nodes_at(top: int) -> int:
         comps = []
         for m in members:
-            specs = dict(m.plan.notes.get("autoscaling") or {})
+            specs = dict(m.plan.autoscaling)
             dgd = at_max(_resumed(m.plan), specs)
             if m is e:
                 for c in dgd["spec"]["components"]:
@@ -626,7 +626,7 @@ def pause_pools(cluster_plan: Any, entries: list) -> list[str]:
     max kept at what the resumed entries need (so pause and resume change only node counts). Returns their names.
     Karpenter pools are left as they are: their NodePool stays, and with no pending GPU pod Karpenter launches nothing
     and consolidates the empty nodes away after the pool's consolidateAfter (stacks/cluster/karpenter.py)."""
-    from stacks.cluster import pack
+    from stacks.catalog.fit import pack
 
     out = []
     by_gpu: dict[str, list] = {}
@@ -640,7 +640,7 @@ def pause_pools(cluster_plan: Any, entries: list) -> list[str]:
         if any(gpus_per_replica(c) * int(c.get("replicas", 1)) for e in members for c in e.plan.dgd["spec"]["components"]):
             continue
         resumed = {"spec": {"components": [c for e in members for c in
-                                           unpaused_dgd(e.plan.dgd, e.plan.notes.get("paused") or {})["spec"]["components"]]}}
+                                           unpaused_dgd(e.plan.dgd, e.plan.paused)["spec"]["components"]]}}
         need, _ = pack(resumed, pool.node_shape.capacity)
         sc.update({"desired_size": 0, "min_size": 0, "max_size": max(int(sc["max_size"]), need, 1)})
         pool.node_shape.count = 0
@@ -650,7 +650,7 @@ def pause_pools(cluster_plan: Any, entries: list) -> list[str]:
 
 def at_min_dgd(plan) -> dict:
     """An entry's DGD with every autoscaled component at its minReplicas (the fewest GPUs it holds while serving)."""
-    specs = plan.notes.get("autoscaling") or {}
+    specs = plan.autoscaling
     out = copy.deepcopy(plan.dgd)
     for comp in out["spec"]["components"]:
         if comp["name"] in specs:

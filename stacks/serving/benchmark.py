@@ -348,7 +348,7 @@ def local_steps(target: Any, dgd: dict, url: str = "http://localhost:8000") -> l
     directory when absent (checking its SHA-256), the warm-up, then the replay with the published request count
     and concurrency. ``stacks/serving/outputs.py`` exports them joined with ``&&`` (``local_command``)."""
     m, tr = method_of(target), workload_of(target)
-    model = _served_model(dgd)
+    model = served_model(dgd)
     name = dgd["metadata"]["name"]
     c = target.perf.concurrency if target.perf else 1
     main = profile_args(m, model=model, tokenizer=model, url=url, trace_file=tr.file, requests=str(published_requests(target)),
@@ -468,7 +468,6 @@ class BenchmarkPlan:
     published_requests: Optional[int] = None  # rows the published run replayed (None: no published row)
     speculative: Optional[str] = None  # how the DGD serves: synthetic / real / mixed / None
     row_speculative: Optional[str] = None  # how the published row was measured
-    notes: dict = field(default_factory=dict)
 
     @property
     def workload(self) -> Trace:
@@ -484,10 +483,23 @@ class BenchmarkPlan:
                 "isl": self.trace.isl, "osl": self.trace.osl, "model": self.model, "url": self.frontend_url}
 
 
-def _served_model(dgd: dict) -> str:
-    from stacks.serving.outputs import _served_model as served
-
-    return served(dgd)
+def served_model(dgd: dict) -> str:
+    """The model name clients ask for: a worker's --served-model-name (else --model), else the DGD's SERVED_MODEL_NAME."""
+    for c in dgd["spec"]["components"]:
+        if c.get("type") == "frontend":
+            continue
+        for ctr in c["podTemplate"]["spec"]["containers"]:
+            for flag in ("--served-model-name", "--model"):
+                args = (ctr.get("command") or []) + (ctr.get("args") or [])
+                for i, a in enumerate(args):
+                    if a == flag and i + 1 < len(args):
+                        return args[i + 1]
+                    if isinstance(a, str) and a.startswith(flag + "="):
+                        return a.split("=", 1)[1]
+    for e in dgd["spec"].get("env") or []:
+        if e.get("name") == "SERVED_MODEL_NAME":
+            return e.get("value", "")
+    return ""
 
 
 def build_benchmark(serving: Any, cfg: Any) -> BenchmarkPlan:
@@ -502,7 +514,7 @@ def build_benchmark(serving: Any, cfg: Any) -> BenchmarkPlan:
     if requests > tr.rows:
         raise ConfigError(f"dynamo:benchmark.requestCount: {requests} is more than the {tr.rows} rows of the {tr.workload} "
                           f"trace {tr.file}; choose 1..{tr.rows} (default {published}, the published run)")
-    model = _served_model(dgd)
+    model = served_model(dgd)
     url = f"http://{dgd_name}-frontend.{ns}.svc.cluster.local:8000"
     job_name = f"aiperf-{dgd_name}"[:63].rstrip("-")
     # Run where the download Jobs run (the system nodes on EKS), with the cache volume they fill.
@@ -572,4 +584,4 @@ def build_benchmark(serving: Any, cfg: Any) -> BenchmarkPlan:
     return BenchmarkPlan(job=job, job_name=job_name, namespace=ns, model=model, frontend_url=url, concurrency=concurrency,
                          request_count=requests, trace=tr, method=method, tolerance=cfg.tolerance, perf=perf,
                          published_requests=published if perf else None, speculative=spec_mode,
-                         row_speculative=row_speculative_mode(t), notes={"method": method.source})
+                         row_speculative=row_speculative_mode(t))

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from stacks.serving.operator import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, container_ports, component_type
-from stacks.cluster.platform import PLATFORM_NAMESPACE
+from stacks.registry.charts import PLATFORM_NAMESPACE
 
 API = "networking.k8s.io/v1"
 NS_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server (Kubernetes >= 1.22)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from stacks import catalog
-from stacks.serving.benchmark import local_command
+from stacks.serving.benchmark import local_command, served_model
 from stacks.serving import ServingPlan
 
 
@@ -10,7 +10,7 @@ def next_steps(plan: ServingPlan) -> dict:
     t, dgd = plan.target, plan.dgd
     ns, name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
     svc = f"{name}-frontend"
-    model = _served_model(dgd)
+    model = served_model(dgd)
     out = {
         "target": t.id,
         "upstreamRecipe": t.upstream or "-",
@@ -37,24 +37,6 @@ def next_steps(plan: ServingPlan) -> dict:
             "source": t.perf.source,
         }
     return out
-
-
-def _served_model(dgd: dict) -> str:
-    for c in dgd["spec"]["components"]:
-        if c.get("type") == "frontend":
-            continue
-        for ctr in c["podTemplate"]["spec"]["containers"]:
-            for flag in ("--served-model-name", "--model"):
-                args = (ctr.get("command") or []) + (ctr.get("args") or [])
-                for i, a in enumerate(args):
-                    if a == flag and i + 1 < len(args):
-                        return args[i + 1]
-                    if isinstance(a, str) and a.startswith(flag + "="):
-                        return a.split("=", 1)[1]
-    for e in dgd["spec"].get("env") or []:
-        if e.get("name") == "SERVED_MODEL_NAME":
-            return e.get("value", "")
-    return ""
 
 
 def follow_commands(plan: ServingPlan, cluster_plan=None, benchmark=None) -> dict:

@@ -30,7 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from stacks.cluster.config import EksConfig, apply_aws_region, resolve_region
 from stacks.spec.front_door import API_KEYS_SECRET, FrontDoorConfig
 from stacks.spec.config import (FRONT_DOOR, NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _camel, _key_error,
-                     check_secret_keys, check_secret_values, parse, quantity_bytes, validation_error)
+                     check_secret_keys, parse, quantity_bytes, validation_error)
+from stacks.spec.secret_values import check_secret_values
 
 # --------------------------------------------------------------------------- the cluster source (dynamo:cluster)
 
