@@ -884,7 +884,7 @@ def test_capacity_block_version_update_fails_with_running_nodes():
     # pausing in the same update does not help: the provider sends UpdateNodegroupVersion before the new scaling
     same_up = CB_RULE(running, _block(paused=True, reservation=NEXT_BLOCK))
     assert len(same_up) == 1 and "this update also pauses it, but the version update goes out first" in same_up[0]
-    # the node group's own Kubernetes or AMI release version (the program sets neither; an import or a later program may)
+    # a move of the node group's own Kubernetes or AMI release version (both of which the program sets)
     for key, value in (("version", "1.35"), ("releaseVersion", "1.35.0-20261201")):
         newer = mutate(running, lambda res: one(res, R.NODEGROUP, "-gpu").inputs.update({key: value}))
         older = mutate(running, lambda res: one(res, R.NODEGROUP, "-gpu").inputs.update({key: "old"}))
@@ -1323,3 +1323,84 @@ def test_a_region_of_another_partition_is_refused_before_any_resource(region, pa
     g = graph({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks"}})
     arns = [v for r in g.resources for v in (r.inputs.get("policyArn"), r.inputs.get("roleArn")) if isinstance(v, str)]
     assert arns and all(a.startswith("arn:aws:") for a in arns)  # what the refusal protects
+
+
+# ---------------------------------------------------------------------------- node group versions, subnets, the FSx subnet
+def test_every_node_group_names_the_control_plane_version(on_demand_efs):
+    assert R.node_groups_follow_the_control_plane_version(on_demand_efs) == []
+    # a group registered without version (as the program registered them before): it stays behind the control plane
+    none = mutate(on_demand_efs, lambda res: [r.inputs.pop("version", None) for r in res if r.type == R.NODEGROUP])
+    v = R.node_groups_follow_the_control_plane_version(none)
+    assert len(v) == len(on_demand_efs.of(R.NODEGROUP)) and all("no version" in x for x in v)
+    behind = mutate(on_demand_efs, lambda res: [r.inputs.update(version="1.20") for r in res if r.type == R.NODEGROUP][:1])
+    assert any("version 1.20 is not the cluster's" in x for x in R.node_groups_follow_the_control_plane_version(behind))
+
+
+def _zones(n: int) -> list[str]:
+    return [f"us-east-1{c}" for c in "abcdef"[:n]]
+
+
+def _count_layout(g: Graph, zones: list[str], local_zone: bool) -> Graph:
+    """``g`` with its subnets cut as the program cut them before each zone had a fixed slot: private sizes follow the
+    zone count (a quarter of the VPC's first half for up to 4 private subnets, an eighth for 5 to 8)."""
+    import ipaddress
+    n = len(zones) + (1 if local_zone else 0)
+    first = next(next(ipaddress.ip_network(v.inputs["cidrBlock"]).subnets(prefixlen_diff=1)) for v in g.of(R.VPC))
+    private = list(first.subnets(prefixlen_diff=2 if n <= 4 else 3))
+
+    def old(res):
+        for r in res:
+            if r.type == R.SUBNET and "-private-" in r.name:
+                r.inputs["cidrBlock"] = str(private[int(r.name.rsplit("-", 1)[1])])
+            elif r.type == R.SUBNET and r.name.endswith("-gpu-local-zone"):
+                r.inputs["cidrBlock"] = str(private[len(zones)])
+    return mutate(g, old)
+
+
+@pytest.mark.parametrize("before, after", [(3, 4), (4, 5), (5, 6), (2, 6)])
+def test_adding_zones_moves_no_subnet(before, after):
+    g0, g1 = graph(h100_eks(availabilityZones=_zones(before))), graph(h100_eks(availabilityZones=_zones(after)))
+    assert len(g1.of(R.SUBNET)) == len(g0.of(R.SUBNET)) + 2 * (after - before)
+    assert R.subnets_are_never_re_cut(g0, g1) == []
+    old0, old1 = _count_layout(g0, _zones(before), False), _count_layout(g1, _zones(after), False)
+    v = R.subnets_are_never_re_cut(old0, old1)
+    # the count-sized layout re-cuts every private subnet once the private count passes a power of two
+    assert bool(v) == (before <= 4 < after), v
+
+
+def test_adding_a_local_zone_to_four_zones_moves_no_subnet():
+    zones = _zones(4)
+    g0 = graph(matrix_config("gb200", "capacity-block", "fsx-lustre") | {"cluster": {
+        **matrix_config("gb200", "capacity-block", "fsx-lustre")["cluster"], "availabilityZones": zones}})
+    plain = graph(h100_eks(availabilityZones=zones))
+    lz = one(g0.resources, R.SUBNET, "-gpu-local-zone")
+    assert R.subnets_are_never_re_cut(plain, g0) == []
+    # the layout by zone count put the Local Zone after the zones, and 5 private subnets re-cut all 4 zones' subnets
+    v = R.subnets_are_never_re_cut(_count_layout(plain, zones, False), _count_layout(g0, zones, True))
+    assert len([x for x in v if "-private-" in x.split(":")[0]]) == 4, v
+    assert lz.inputs["cidrBlock"] not in {r.inputs["cidrBlock"] for r in plain.of(R.SUBNET)}
+
+
+def test_the_fixed_slots_keep_the_three_zone_layout_and_the_old_layout_stays_available():
+    # every committed EKS stack has three zones (and the GB200 ones a Local Zone): their blocks are those the layout
+    # by zone count gave them, so their next `up` moves no subnet
+    for path in EKS_STACKS:
+        cfg = _stack_config(path)
+        g = graph(cfg, path.stem.split(".", 1)[1])
+        zones = cfg["cluster"].get("availabilityZones") or _zones(3)
+        lz = any(r.name.endswith("-gpu-local-zone") for r in g.of(R.SUBNET))
+        assert R.subnets_are_never_re_cut(_count_layout(g, zones, lz), g) == [], path.name
+    # a cluster with four zones built before the slots keeps its subnets with subnetLayout: by-zone-count
+    four = _count_layout(graph(h100_eks(availabilityZones=_zones(4))), _zones(4), False)
+    assert R.subnets_are_never_re_cut(four, graph(h100_eks(availabilityZones=_zones(4)))) != []
+    assert R.subnets_are_never_re_cut(four, graph(h100_eks(availabilityZones=_zones(4), subnetLayout="by-zone-count"))) == []
+
+
+def test_moving_the_gpu_zone_keeps_the_fsx_subnet_only_when_the_cache_zone_is_kept():
+    a = graph(h100_eks(cacheStorage="fsx-lustre", gpuAvailabilityZone="us-east-1a"))
+    moved = graph(h100_eks(cacheStorage="fsx-lustre", gpuAvailabilityZone="us-east-1b"))
+    kept = graph(h100_eks(cacheStorage="fsx-lustre", gpuAvailabilityZone="us-east-1b", cacheAvailabilityZone="us-east-1a"))
+    v = R.fsx_cache_stays_in_its_subnet(a, moved)
+    assert len(v) == 1 and "new, empty cache" in v[0]
+    assert R.fsx_cache_stays_in_its_subnet(a, kept) == []
+    assert R.subnets_are_never_re_cut(a, kept) == []

@@ -439,21 +439,40 @@ def _subnets_of(run) -> list:
     return sorted((r.inputs["availabilityZone"], r.inputs["cidrBlock"]) for r in run.by_type("aws:ec2/subnet:Subnet"))
 
 
-def test_a_zone_in_a_free_slot_is_added_and_a_re_cut_is_refused_before_any_resource():
+def test_zones_are_added_in_fixed_slots_and_a_re_cut_is_refused_before_any_resource():
     three = ["us-east-1a", "us-east-1b", "us-east-1c"]
     live = _subnets_of(_existing({"availabilityZones": three}, []))
     assert len(live) == 6
-    # the same zones: unchanged; a fourth zone takes a free slot of the same size: the live subnets are kept as they are
+    # the same zones: unchanged; a fourth, fifth and sixth zone each take their own slot: the live subnets are kept
     assert _subnets_of(_existing({"availabilityZones": three}, live)) == live
-    four = _subnets_of(_existing({"availabilityZones": three + ["us-east-1d"]}, live))
-    assert set(live) <= set(four) and len(four) == 8
-    # a fifth zone halves every private subnet: refused, naming the zones and the blocks, before any AWS resource
+    six = _subnets_of(_existing({"availabilityZones": three + ["us-east-1d", "us-east-1e", "us-east-1f"]}, live))
+    assert set(live) <= set(six) and len(six) == 12
+    # a zone removed from the middle moves the next zone into its slot: refused, naming the zones and the blocks,
+    # before any AWS resource
     with pytest.raises(Exception) as e:
-        _existing({"availabilityZones": three + ["us-east-1d", "us-east-1f"]}, live)
+        _existing({"availabilityZones": ["us-east-1a", "us-east-1c"]}, live)
     msg = str(e.value)
-    assert "re-cuts the subnets of EKS cluster 'dynamo-zones'" in msg and "us-east-1a: 10.0.0.0/20 (it has 10.0.0.0/19)" in msg and "us-east-1f: 10.0.64.0/20 overlaps us-east-1c's 10.0.64.0/19" in msg
+    assert "re-cuts the subnets of EKS cluster 'dynamo-zones'" in msg and "us-east-1c: 10.0.32.0/19 (it has 10.0.144.0/21, 10.0.64.0/19)" in msg
     assert "Keep the zones the cluster has" in msg
     assert _registered_types() == ["pulumi:providers:aws"]
+
+
+def test_a_cluster_cut_by_zone_count_keeps_its_subnets_with_the_old_layout():
+    four = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
+    old = {"availabilityZones": four, "subnetLayout": "by-zone-count"}
+    live = _subnets_of(_existing(old, []))
+    # planned with the fixed slots, its fourth zone would move: refused, naming the key that keeps the layout
+    with pytest.raises(Exception) as e:
+        _existing({"availabilityZones": four}, live)
+    msg = str(e.value)
+    assert "us-east-1d: 10.0.192.0/20 (it has 10.0.152.0/21, 10.0.96.0/19)" in msg and "subnetLayout: by-zone-count" in msg
+    assert _registered_types() == ["pulumi:providers:aws"]
+    assert _subnets_of(_existing(old, live)) == live
+    # with that layout a fifth zone still halves every private subnet: refused
+    with pytest.raises(Exception) as e:
+        _existing({**old, "availabilityZones": four + ["us-east-1f"]}, live)
+    msg = str(e.value)
+    assert "us-east-1a: 10.0.0.0/20 (it has 10.0.0.0/19)" in msg and "us-east-1f: 10.0.64.0/20 overlaps us-east-1c's 10.0.64.0/19" in msg
 
 
 def test_moving_the_gpu_zone_keeps_the_fsx_cache_or_says_so():

@@ -9,6 +9,7 @@ rules are what AWS would refuse or misbuild. Each docstring names the AWS page t
 from __future__ import annotations
 
 import inspect
+import ipaddress
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -2030,6 +2031,27 @@ def nodes_run_a_pinned_ami_release(g: Graph) -> list[str]:
     return out
 
 
+@rule(AREA_KUBERNETES_VERSION)
+def node_groups_follow_the_control_plane_version(g: Graph) -> list[str]:
+    """Every managed node group names its Kubernetes ``version``, the cluster's: a group without one stays on the
+    version it was created with when the control plane moves (the provider sends no UpdateNodegroupVersion), and EKS
+    then refuses the next control-plane step ("If your cluster has managed node groups attached to it, all of your node
+    groups' Kubernetes versions must match the cluster's Kubernetes version in order to update the cluster to a new
+    Kubernetes version"). ``version`` is valid with a launch template that names no AMI. Sources: EKS API reference,
+    UpdateClusterVersion; CreateNodegroup ``version`` ("If you specify launchTemplate, and your launch template uses a
+    custom AMI, then don't specify version")."""
+    versions = {str(c.inputs.get("version")) for c in g.of(EKS) if c.inputs.get("version")}
+    out = []
+    for ng in g.of(NODEGROUP):
+        v = ng.inputs.get("version")
+        if not v:
+            out.append(f"{ng.name}: no version: the group stays behind when the control plane moves, and EKS refuses the "
+                       f"next control-plane step while it is behind; set version to the cluster's ({', '.join(sorted(versions)) or '?'})")
+        elif versions and str(v) not in versions:
+            out.append(f"{ng.name}: version {v} is not the cluster's ({', '.join(sorted(versions))})")
+    return out
+
+
 @update_rule(AREA_KUBERNETES_VERSION, AREA_UPDATES)
 def ami_release_never_moves_back(before: Graph, after: Graph) -> list[str]:
     """A node group's ``releaseVersion`` only moves forward: "You cannot roll back a node group to an earlier Kubernetes
@@ -2264,6 +2286,46 @@ def immutable_specs_never_change_in_place(before: Graph, after: Graph) -> list[s
             if old.inputs.get("spec") != new.inputs.get("spec") and not _ignored(new, "spec"):
                 out.append(f"{new.name}: spec {old.inputs.get('spec')} -> {new.inputs.get('spec')}: the API server refuses it "
                            f"({typ.rsplit(':', 1)[-1]}.spec is immutable)")
+    return out
+
+
+@update_rule(AREA_UPDATES, AREA_ULTRASERVERS_AND_ZONES)
+def subnets_are_never_re_cut(before: Graph, after: Graph) -> list[str]:
+    """A subnet keeps its CIDR block across every update, and a new subnet takes a block no existing one holds: EC2 has no
+    call that changes a subnet's block (ModifySubnetAttribute changes attributes only), so the provider replaces the
+    subnet, create-first, and CreateSubnet refuses a block that overlaps an existing subnet's (InvalidSubnet.Conflict);
+    the old subnet cannot be deleted first while nodes' and the cache's interfaces sit in it. So adding a zone or a
+    Local Zone must leave every other subnet where it is. Sources: EC2 API reference, CreateSubnet ("The CIDR block of a
+    subnet can't overlap ... other subnets in the VPC") and ModifySubnetAttribute; hashicorp/terraform-provider-aws
+    internal/service/ec2/vpc_subnet.go (cidr_block ForceNew)."""
+    out = []
+    old = {r.name: str(r.inputs.get("cidrBlock")) for r in before.of(SUBNET)}
+    for o, n in _pairs(before, after, SUBNET):
+        if str(o.inputs.get("cidrBlock")) != str(n.inputs.get("cidrBlock")) and not _ignored(n, "cidrBlock"):
+            out.append(f"{n.name}: cidrBlock {o.inputs.get('cidrBlock')} -> {n.inputs.get('cidrBlock')} replaces the subnet, with "
+                       "its nodes' and the cache's network interfaces")
+    for n in after.of(SUBNET):
+        if n.name in old:
+            continue
+        block = ipaddress.ip_network(str(n.inputs.get("cidrBlock")))
+        clash = sorted(name for name, c in old.items() if ipaddress.ip_network(c).overlaps(block))
+        if clash:
+            out.append(f"{n.name}: new subnet {block} overlaps {', '.join(f'{c} ({old[c]})' for c in clash)}: CreateSubnet refuses it")
+    return out
+
+
+@update_rule(AREA_FSX_LUSTRE, AREA_RETENTION)
+def fsx_cache_stays_in_its_subnet(before: Graph, after: Graph) -> list[str]:
+    """The FSx for Lustre cache keeps its subnet across every update: ``subnetIds`` is replace-only, so a move (the GPU
+    zone moved, and the cache follows it unless cacheAvailabilityZone is set) creates a new, empty file system and
+    deletes the old one, or with storage.protect leaves it outside the stack, still billed. Sources: FSx API reference,
+    CreateFileSystem SubnetIds (no UpdateFileSystem field changes it); hashicorp/terraform-provider-aws
+    internal/service/fsx/lustre_file_system.go (subnet_ids ForceNew)."""
+    out = []
+    for o, n in _pairs(before, after, FSX):
+        if o.inputs.get("subnetIds") != n.inputs.get("subnetIds") and not _ignored(n, "subnetIds"):
+            out.append(f"{n.name}: subnetIds {o.inputs.get('subnetIds')} -> {n.inputs.get('subnetIds')} replaces the file system: a "
+                       "new, empty cache; keep its zone with cacheAvailabilityZone")
     return out
 
 

@@ -233,9 +233,10 @@ class LiveSubnet:
 def check_subnet_layout(live: Iterable[LiveSubnet], planned: Iterable[dict], cluster: str, k: str = f"{NS}:cluster") -> None:
     """Refuse, before any resource, a plan that re-cuts the subnets of an existing cluster: a subnet's CIDR block cannot
     change (EC2 has no ModifySubnet for it; the provider replaces the subnet), and the replacement's CIDR collides with
-    the old one while the old still holds the nodes' and the cache's interfaces. The subnet sizes follow the zone count
-    (stacks.cluster.network._subnets), so adding zones, or a Local Zone, can re-cut every private subnet. Zones added
-    in free slots, and zones removed, pass."""
+    the old one while the old still holds the nodes' and the cache's interfaces. Each zone has a fixed slot
+    (stacks.cluster.network._subnets), so adding a zone or a Local Zone passes; what is refused is a zone list that
+    moves a zone to another position (a zone removed from the middle), or a cluster built with the layout by zone count
+    planned with the fixed slots."""
     by_zone: dict[str, set[str]] = {}
     for sn in live:
         by_zone.setdefault(sn.zone, set()).add(sn.cidr)
@@ -257,8 +258,9 @@ def check_subnet_layout(live: Iterable[LiveSubnet], planned: Iterable[dict], clu
         raise ValueError(f"{k}.availabilityZones / {k}.gpuAvailabilityZone: this plan re-cuts the subnets of EKS cluster {cluster!r} "
                          f"({what}): a subnet's CIDR block cannot change, so every re-cut subnet would be replaced, with its "
                          f"nodes and the cache's network interfaces, and the new blocks collide with the old. Keep the zones the "
-                         f"cluster has (and the GPU zone), or build the new layout as a new stack (docs/deploy-aws.md, \"Zones and "
-                         f"subnets\")")
+                         f"cluster has (and the GPU zone); a cluster whose subnets were cut by zone count (four or more zones, "
+                         f"built before each zone had a fixed slot) keeps them with {k}.subnetLayout: by-zone-count; or build "
+                         f"the new layout as a new stack (docs/deploy-aws.md, \"Zones and subnets\")")
 
 
 def check_cache_zone(live_zone: Optional[str], planned_zone: str, explicit: bool, cluster: str, k: str = f"{NS}:cluster") -> None:
@@ -340,6 +342,10 @@ class EksConfig(_Model):
     # version from it, never more and never back (EKS UpdateClusterVersion); unset on a new cluster.
     current_kubernetes_version: Optional[str] = None
     vpc_cidr: str = "10.0.0.0/16"
+    # Where the subnets sit in the VPC (stacks/cluster/network.py): ``fixed-slots``, each zone's block fixed by its
+    # position, so zones and a Local Zone can be added later; ``by-zone-count``, sizes follow the zone count, the layout
+    # of clusters with four or more zones built before the slots (their next `up` keeps their subnets with it).
+    subnet_layout: Literal["fixed-slots", "by-zone-count"] = "fixed-slots"
     availability_zones: tuple[str, ...] = ()  # default: <region>a, <region>b, <region>c
     # default: the first zone. May be a Local Zone of the region (e.g. GB200 UltraServers in us-east-1-dfw-2a):
     # then it gets its own subnet, used by the GPU node group only.

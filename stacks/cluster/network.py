@@ -11,18 +11,52 @@ from stacks.spec.config import NS, ConfigError
 from stacks.cluster.config import EksConfig
 
 
-def _subnets(cidr: str, zones: tuple[str, ...], local_zone: Optional[str] = None) -> tuple[list[dict], list[dict], Optional[dict]]:
+# Where each subnet sits in the VPC. A subnet's CIDR block never changes (EC2 has no call that changes it; the provider
+# replaces the subnet, and the new block collides with the old while the old still holds the nodes' and the cache's
+# interfaces), so a zone's block must not depend on how many zones there are: each private subnet has a fixed slot.
+#   slots 0-2: the first three zones, a quarter of the VPC's first half each;
+#   slot 3:    the GPU Local Zone (GB200 UltraServers), the first half's last quarter;
+#   slots 4-6: the fourth to sixth zones, an eighth of the second half's second half each (the public subnets use
+#              only the second half's first half: 6 zones at most, a 16th of that half each);
+# so adding a zone, or a Local Zone, adds a subnet and moves none. ``by-zone-count`` is the layout clusters built
+# before the slots had (subnet sizes follow the zone count): kept for them, where growth is refused instead
+# (stacks.cluster.config.check_subnet_layout).
+SUBNET_LAYOUTS = ("fixed-slots", "by-zone-count")
+LOCAL_ZONE_SLOT = 3
+
+
+def _private_slots(cidr: str) -> list[ipaddress.IPv4Network]:
+    """The fixed private slots 0-6 of a VPC (see above)."""
+    first, second = ipaddress.ip_network(cidr).subnets(prefixlen_diff=1)
+    overflow = list(list(second.subnets(prefixlen_diff=1))[1].subnets(prefixlen_diff=2))
+    return list(first.subnets(prefixlen_diff=2)) + overflow[:3]
+
+
+def _zone_slot(i: int) -> int:
+    """The private slot of the zone at position ``i`` of availabilityZones."""
+    return i if i < LOCAL_ZONE_SLOT else i + 1
+
+
+def _subnets(cidr: str, zones: tuple[str, ...], local_zone: Optional[str] = None,
+             layout: str = "fixed-slots") -> tuple[list[dict], list[dict], Optional[dict]]:
     """Split the VPC in two: private subnets (big, for pods: one per zone, plus one for a GPU Local Zone) in the
-    first half, small public ones in the second. Sizes follow the zone count (2 to 6 zones, and the Local Zone)."""
+    first half (and, past the third zone, in the second), small public ones in the second half. ``fixed-slots``: each
+    subnet's block depends only on its zone's position (2 to 6 zones, and the Local Zone); ``by-zone-count``: sizes
+    follow the zone count, as clusters built before the slots have them."""
     net = ipaddress.ip_network(cidr)
     halves = list(net.subnets(prefixlen_diff=1))
-    n_private = len(zones) + (1 if local_zone else 0)
-    private = list(halves[0].subnets(prefixlen_diff=max(2, math.ceil(math.log2(n_private)))))
     public = list(halves[1].subnets(prefixlen_diff=max(4, math.ceil(math.log2(len(zones))))))
-    lz = {"availability_zone": local_zone, "cidr_block": str(private[len(zones)])} if local_zone else None
+    if layout == "by-zone-count":
+        n_private = len(zones) + (1 if local_zone else 0)
+        private = list(halves[0].subnets(prefixlen_diff=max(2, math.ceil(math.log2(n_private)))))
+        zone_blocks, lz_block = private[:len(zones)], private[len(zones)] if local_zone else None
+    else:
+        slots = _private_slots(cidr)
+        zone_blocks, lz_block = [slots[_zone_slot(i)] for i in range(len(zones))], slots[LOCAL_ZONE_SLOT]
+    lz = {"availability_zone": local_zone, "cidr_block": str(lz_block)} if local_zone else None
     return (
         [{"availability_zone": z, "cidr_block": str(public[i])} for i, z in enumerate(zones)],
-        [{"availability_zone": z, "cidr_block": str(private[i])} for i, z in enumerate(zones)],
+        [{"availability_zone": z, "cidr_block": str(zone_blocks[i])} for i, z in enumerate(zones)],
         lz,
     )
 

@@ -121,7 +121,7 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
     # A Local Zone GPU group (GB200 UltraServers) gets its own subnet; with gpuPools, the one Local Zone the pools name.
     local_zone = next((p.nodegroup["availability_zone"] for p in pools if p.nodegroup["availability_zone"] not in zones), None)
     gpu_zone = pools[0].nodegroup["availability_zone"]
-    public, private, gpu_subnet = _subnets(cfg.vpc_cidr, zones, local_zone)
+    public, private, gpu_subnet = _subnets(cfg.vpc_cidr, zones, local_zone, cfg.subnet_layout)
     name = f"dynamo-{stack}"
     sys_ng = {
         "instance_types": [cfg.system_instance_type],
