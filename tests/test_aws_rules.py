@@ -1404,3 +1404,15 @@ def test_moving_the_gpu_zone_keeps_the_fsx_subnet_only_when_the_cache_zone_is_ke
     assert len(v) == 1 and "new, empty cache" in v[0]
     assert R.fsx_cache_stays_in_its_subnet(a, kept) == []
     assert R.subnets_are_never_re_cut(a, kept) == []
+
+
+def test_every_arn_is_in_the_partition_of_the_providers_region(on_demand_efs):
+    assert R.arns_are_in_the_regions_partition(on_demand_efs) == []
+    # the same graph deployed to GovCloud (a Region the config refuses, since the program writes arn:aws:): every
+    # resource that carries an ARN is named
+    gov = mutate(on_demand_efs, lambda res: [r.inputs.update(region="us-gov-west-1") for r in res if r.type == "pulumi:providers:aws"])
+    v = R.arns_are_in_the_regions_partition(gov)
+    assert v and all("partition aws, but the provider deploys to us-gov-west-1 (partition aws-us-gov)" in x for x in v)
+    attachments = {r.name for r in gov.of("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+                   if str(r.inputs.get("policyArn", "")).startswith("arn:aws:")}
+    assert attachments and attachments <= {x.split(":", 1)[0] for x in v}

@@ -2031,6 +2031,43 @@ def nodes_run_a_pinned_ami_release(g: Graph) -> list[str]:
     return out
 
 
+_ARN = re.compile(r"\barn:(aws[a-z-]*):")
+
+
+def _partition(region: str) -> str:
+    """The AWS partition of a Region: aws-us-gov for GovCloud, aws-cn for China, aws for the others (AWS General
+    Reference, "Amazon Resource Names (ARNs)": partition)."""
+    return "aws-us-gov" if region.startswith("us-gov-") else "aws-cn" if region.startswith("cn-") else "aws"
+
+
+def _strings(x: Any):
+    if isinstance(x, str):
+        yield x
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _strings(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _strings(v)
+
+
+@rule(AREA_CLUSTER_ACCESS, AREA_NODE_CREDENTIALS)
+def arns_are_in_the_regions_partition(g: Graph) -> list[str]:
+    """Every ARN the program writes (IAM policies, trust policies, access entries, KMS and queue policies) is in the
+    partition of the Region the AWS provider deploys to: IAM refuses a policy or principal of another partition, so a
+    GovCloud or China stack written in ``arn:aws:`` fails on its first IAM resource. Source: AWS General Reference,
+    "Amazon Resource Names (ARNs)" (``partition``: aws, aws-cn, aws-us-gov)."""
+    regions = {str(p.inputs.get("region")) for p in g.of("pulumi:providers:aws") if p.inputs.get("region")}
+    out = []
+    for region in sorted(regions):
+        want = _partition(region)
+        for r in g.resources:
+            bad = sorted({m for text in _strings(r.inputs) for m in _ARN.findall(text) if m != want})
+            if bad:
+                out.append(f"{r.name}: ARNs in partition {', '.join(bad)}, but the provider deploys to {region} (partition {want})")
+    return out
+
+
 @rule(AREA_KUBERNETES_VERSION)
 def node_groups_follow_the_control_plane_version(g: Graph) -> list[str]:
     """Every managed node group names its Kubernetes ``version``, the cluster's: a group without one stays on the
