@@ -36,14 +36,21 @@ def main() -> None:
     print(f"targets: {n}  objects per render --all: {runs[0][1]}  catalog load: {load * 1000:.1f} ms")
     print(f"render --all: median {statistics.median(times):.3f} s  min {min(times):.3f} s  max {max(times):.3f} s  (5 runs)")
     root = Path(__file__).resolve().parent.parent
-    whole = []
-    with tempfile.TemporaryDirectory() as d:
-        for _ in range(5):
-            start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "stacks", "render", "--all", "--out", d], cwd=root, check=True,
-                           capture_output=True)
-            whole.append(time.perf_counter() - start)
-    print(f"python -m stacks render --all (whole process): median {statistics.median(whole):.3f} s  min {min(whole):.3f} s  (5 runs)")
+    # Into the same --out each run (the files of the run before are truncated and rewritten: on ext4 closing such a
+    # file starts its writeback, which waits while the disk is busy), and into a new --out each run (files created).
+    for label, fresh in (("same --out each run", False), ("new --out each run", True)):
+        whole = []
+        with tempfile.TemporaryDirectory() as d:
+            for i in range(5):
+                out = Path(d) / (f"run{i}" if fresh else "out")
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "stacks", "render", "--all", "--out", str(out)], cwd=root,
+                               check=True, capture_output=True)
+                whole.append(time.perf_counter() - start)
+        print(f"python -m stacks render --all (whole process, {label}): median {statistics.median(whole):.3f} s  "
+              f"min {min(whole):.3f} s  (5 runs)")
+    if sys.dont_write_bytecode:  # inherited by the runs above: they compile the project's modules each time
+        print("note: PYTHONDONTWRITEBYTECODE is set, so every run compiles the project's modules (no __pycache__)")
 
 
 if __name__ == "__main__":

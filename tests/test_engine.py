@@ -230,6 +230,7 @@ def upstream_problems(kube, target: str, ns: str) -> list[str]:
         # The program's listed additions, nothing else: the Jobs' hardening and revision pin, and the vLLM workers'
         # compile-cache env and mount (keyed from the ConfigMaps the server holds, not from the render).
         server, _ = fidelity.without_compile_cache(got, want, configmaps)
+        server, _ = fidelity.without_fast_startup_probe(server, want)  # the GPU workers' 5 s startup probe
         server = fidelity.without_revision_pin(without_hardening(server, want), want)
         problems += [f"{kind}/{doc['metadata']['name']}{d}" for d in subset_diff(want, server)]
     return problems

@@ -44,6 +44,22 @@ def test_cli_modules_live_under_stacks_cli():
     assert not any((ROOT / "stacks" / f"{n}.py").exists() for n in ("review", "preflight", "simulate", "bench_report", "timeline"))
 
 
+def test_the_command_line_knows_which_module_adds_each_command():
+    """``stacks.__main__.COMMANDS`` names the module that adds each command, so a run of one command imports that
+    module alone: every command is there, in the order `dynamo-stacks --help` lists them, and a run of one has every
+    command's name but only its own module's parsers."""
+    from stacks.__main__ import COMMANDS, build_parser
+    from stacks.cli import shell
+
+    listed = [name for _, _, names in COMMANDS for name in names]
+    assert listed == list(shell.subcommands(build_parser()))
+    for _, _, names in COMMANDS:
+        for name in names:
+            parsers = shell.subcommands(build_parser(name))
+            assert list(parsers) == listed  # the others by name
+            assert [n for n, p in parsers.items() if p.get_default("fn")] == list(names)  # its module's, with arguments
+
+
 # --------------------------------------------------------------------------- the layer order
 # Each module sits in one layer, and no module imports from a later one (a call back up the stack would make the
 # config flow climb back and forth). The order is registry -> catalog -> spec -> plans -> program -> shells
@@ -70,9 +86,10 @@ PACKAGES = {
 # plans, and nothing in the catalog imports it.
 PLACED = {"stacks": "registry", "stacks.__main__": "shells", "stacks.catalog.view": "plans"}
 # Names a module may take from a later layer, and why. stacks.cluster.config.EksConfig (the EKS keys) and its region
-# helpers are the spec's, but live with the EKS plan that extends them.
-ALLOWED_UP = {"stacks.spec": {"stacks.cluster.config", "stacks.cluster.config.EksConfig", "stacks.cluster.config.apply_aws_region",
-                              "stacks.cluster.config.resolve_region"}}
+# helpers are the spec's, but live with the EKS plan that extends them; the spec module that takes them is
+# stacks.spec.stack (the package re-exports its names).
+ALLOWED_UP = {"stacks.spec.stack": {"stacks.cluster.config", "stacks.cluster.config.EksConfig", "stacks.cluster.config.apply_aws_region",
+                                    "stacks.cluster.config.resolve_region"}}
 
 
 def module_name(path: Path) -> str:
@@ -150,12 +167,12 @@ def test_no_module_imports_from_a_later_layer():
 def test_the_layer_check_catches_a_climb_back(tmp_path):
     """A spec module that imports a plan builder, or a plan builder that imports the program, is reported."""
     spec, plans = tmp_path / "spec.py", tmp_path / "serve.py"
-    spec.write_text("from .serving import build_plan\nfrom .cluster.config import EksConfig\n")
+    spec.write_text("from ..serving import build_plan\nfrom ..cluster.config import EksConfig\n")
     plans.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cli import review\n"
                      "def f():\n    from stacks.program import build_program\n")
-    modules = {**project_modules(), "stacks.spec": spec, "stacks.serving.serve": plans}
+    modules = {**project_modules(), "stacks.spec.stack": spec, "stacks.serving.serve": plans}
     found = layer_violations(modules)
-    assert "stacks.spec (spec) imports stacks.serving.build_plan (plans)" in found
+    assert "stacks.spec.stack (spec) imports stacks.serving.build_plan (plans)" in found
     assert "stacks.serving.serve (plans) imports stacks.program.build_program (program)" in found
     assert not any("EksConfig" in f or "review" in f for f in found)
 

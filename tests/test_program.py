@@ -108,16 +108,22 @@ def test_render_writes_what_pyyamls_own_emitter_writes():
     from stacks import catalog
     from stacks.program import render
     from stacks.program.render import render_target
+    from stacks.registry import yaml_text
 
     class Pure(yaml.SafeDumper):
         pass
 
-    Pure.add_representer(str, render._str)
-    assert render._Dumper.__mro__[1] is yaml.CSafeDumper  # this machine's PyYAML has libyaml: the fast path is the one tested
+    Pure.add_representer(str, yaml_text._str)
+    assert yaml_text._Dumper.__mro__[1] is yaml.CSafeDumper  # this machine's PyYAML has libyaml: the fast path is the one tested
     stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in render.REPO_ROOT.glob("Pulumi.*.yaml"))
     renders = [render_target(t) for t in sorted(catalog.targets())] + [render_stack(s) for s in stacks]
     assert len(renders) > len(catalog.targets())
-    for objs in renders:
+    # and the shapes no target has today: a dict and a list appearing twice (anchors), floats, empty containers,
+    # strings YAML would read as another type, a non-str key, a tuple
+    shared, items = {"a": 1}, [1, "2"]
+    odd = [{"x": shared, "y": shared, "l": items, "m": items, "f": 0.5, "g": 1e20, "n": float("nan"), "e": {}, "s": [],
+            "t": "true", "z": "", "i": "123", "nl": "a\nb\n", 5: None, "tu": (1, 2), "b": False}]
+    for objs in renders + [odd]:
         pure = yaml.dump_all(list(objs), Dumper=Pure, sort_keys=False, width=4096, default_flow_style=False)
         assert to_yaml(objs) == pure
 

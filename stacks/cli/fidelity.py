@@ -11,10 +11,13 @@ the old id resolves to its successor) are not claimed by any target, so they are
 with the placeholders ``your-storage-class-name`` and ``your-image-pull-secret``
 standing for the configured storage class and pull secret.
 
-The DGD's vLLM worker containers depart in one recorded way, taken back out the same way: their compile caches on the
-model-cache volume (``stacks.serving.compile_cache``: ``VLLM_CACHE_ROOT`` and ``TRITON_CACHE_DIR`` with the paths and key
-the step computes for the target, and the writable ``compile-cache`` mount where the cache is read-only); the report
-counts the containers (``Report.compile_cache``).
+The DGD's GPU worker containers depart in two recorded ways, each taken back out before comparing and anything else a
+difference: the vLLM workers' compile caches on the model-cache volume (``stacks.serving.compile_cache``:
+``VLLM_CACHE_ROOT`` and ``TRITON_CACHE_DIR`` with the paths and key the step computes for the target, and the writable
+``compile-cache`` mount where the cache is read-only), and every GPU worker's fast startup probe
+(``stacks.serving.startup_probe``: ``periodSeconds`` 5, ``timeoutSeconds`` at most 5 and the ``failureThreshold`` that
+keeps upstream's period x threshold, exactly ``fast_probe`` of upstream's probe); the report counts the containers of
+each (``Report.compile_cache``, ``Report.startup_probe``).
 
 The model-cache Jobs may depart from upstream in exactly two recorded ways, each taken back out before comparing and
 anything else a difference: the hardening (``stacks.serving.hardening``) and, when ``dynamo:modelRevision`` is set, the
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from stacks.catalog import k8s
-from stacks.serving import compile_cache
+from stacks.serving import compile_cache, startup_probe
 from stacks.serving.hardening import without_hardening
 from stacks.registry import yaml_text
 
@@ -237,10 +240,17 @@ def without_compile_cache(rendered: dict, upstream: dict, objects: list[dict]) -
     return compile_cache.without_compile_cache(rendered, upstream, candidates, configmaps)
 
 
+def without_fast_startup_probe(rendered: dict, upstream: dict) -> tuple[dict, int]:
+    """A rendered DGD with upstream's startupProbe back where a GPU worker's is exactly the fast probe of
+    ``stacks.serving.startup_probe`` made from it, and the number of those containers; anything else stays."""
+    return startup_probe.without_fast_startup_probe(rendered, upstream)
+
+
 def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: str | None, pull_secrets: Iterable[str],
-                 compiled: Optional[dict[str, int]] = None) -> list[str]:
+                 compiled: Optional[dict[str, int]] = None, probed: Optional[dict[str, int]] = None) -> list[str]:
     """Differences between the upstream objects of one file and the rendered objects (extra rendered objects are fine).
-    ``compiled``: filled with ``Kind/name`` -> the containers the compile-cache additions were taken out of."""
+    ``compiled``: filled with ``Kind/name`` -> the containers the compile-cache additions were taken out of; ``probed``:
+    likewise for the fast startup probes."""
     got = {obj_key(d): normalize(d) for d in rendered}
     diffs: list[str] = []
     for d in upstream:
@@ -255,6 +265,10 @@ def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: s
         obj, n = without_compile_cache(got[k], want, rendered)
         if n and compiled is not None:
             compiled[f"{k[0]}/{k[1]}"] = n
+        # The DGD's GPU workers: exactly the fast startup probe of stacks/serving/startup_probe.py, upstream's budget.
+        obj, n = without_fast_startup_probe(obj, want)
+        if n and probed is not None:
+            probed[f"{k[0]}/{k[1]}"] = n
         diffs += differences(want, without_revision_pin(without_hardening(obj, want), want), f"{k[0]}/{k[1]}")
     return diffs
 
@@ -305,6 +319,8 @@ class Report:
     pinned_different: dict[str, list[str]] = field(default_factory=dict)
     # Upstream deploy file -> the vLLM worker containers exact but for the compile-cache additions.
     compile_cache: dict[str, int] = field(default_factory=dict)
+    # Upstream deploy file -> the GPU worker containers exact but for the fast startup probe.
+    startup_probe: dict[str, int] = field(default_factory=dict)
 
     @property
     def files(self) -> int:
@@ -315,14 +331,19 @@ class Report:
         return self.files > 0 and self.files == len(self.exact) and not self.cache_different and not self.pinned_different
 
     def departures(self) -> Optional[str]:
-        """The recorded departures, one line each: the compile caches with the count of containers that carry them, the
-        revision pin with the Jobs that carry it (None when none was found)."""
+        """The recorded departures, one line each: the compile caches and the fast startup probes with the count of
+        containers that carry them, the revision pin with the Jobs that carry it (None when none was found)."""
         lines = []
         if self.compile_cache:
             lines.append(f"compile caches on the model-cache volume: {sum(self.compile_cache.values())} vLLM worker container(s) "
                          f"in {len(self.compile_cache)} upstream file(s) exact but for {compile_cache.VLLM_VAR} and "
                          f"{compile_cache.TRITON_VAR} (and, where the cache is mounted read-only, its {compile_cache.SUBDIR} "
                          f"mount) of stacks.serving.compile_cache")
+        if self.startup_probe:
+            lines.append(f"fast startup probes: {sum(self.startup_probe.values())} GPU worker container(s) in "
+                         f"{len(self.startup_probe)} upstream file(s) exact but for startupProbe periodSeconds "
+                         f"{startup_probe.FAST_PERIOD_SECONDS}, timeoutSeconds at most {startup_probe.FAST_PERIOD_SECONDS} and "
+                         f"upstream's periodSeconds x failureThreshold (stacks.serving.startup_probe)")
         if self.pinned_exact:
             lines.append(f"with dynamo:modelRevision: {len(self.pinned_exact)} download Job(s) exact but for the recorded revision pin "
                          f"(MODEL_REVISION and the script edits of engine.RevisionPin): {', '.join(self.pinned_exact)}")
@@ -374,14 +395,17 @@ def check(render_target, ref: Path | None = None, only: Optional[str] = None, *,
             report.no_target.append(path)
             continue
         compiled: dict[str, int] = {}
+        probed: dict[str, int] = {}
         diffs = compare_file(load_docs(ref / path), render(t.id), storage_class=storage_class, pull_secrets=pull_secrets,
-                             compiled=compiled)
+                             compiled=compiled, probed=probed)
         if diffs:
             report.different[path] = (t.id, diffs)
         else:
             report.exact.append(path)
             if compiled:
                 report.compile_cache[path] = sum(compiled.values())
+            if probed:
+                report.startup_probe[path] = sum(probed.values())
 
     models = sorted({t.upstream.split("/")[0] for t in picked if t.upstream})
     for model in models:

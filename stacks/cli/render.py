@@ -10,7 +10,8 @@ from stacks.cli.shell import CliError, output_path
 
 
 def cmd_render(args) -> int:
-    from stacks.program.render import render_target, to_yaml
+    from stacks.serving import render_target
+    from stacks.registry.yaml_text import to_yaml
 
     if args.all:
         if not args.out:

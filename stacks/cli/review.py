@@ -38,7 +38,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
@@ -313,6 +312,8 @@ def render_tree(src: Path, out: Path) -> tuple[dict[str, list[dict]], dict[str, 
     def one(name: str):
         return name, _run_render(src, ["--stack", name, "--out", str(sdir / f"{name}.yaml")])
 
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:
         for name, r in pool.map(one, stack_names(src)):
             if r.returncode == 0:
@@ -357,6 +358,8 @@ def catalog_moves(src: Path) -> Moves:
 def render_ref(repo: Path, ref: Optional[str], work: Path) -> tuple[dict[str, list[dict]], dict[str, str], Moves]:
     """Render at ``ref`` (``None``: the working tree of ``repo``); also the moves its catalog records."""
     src = repo if ref is None else export_ref(repo, ref, work / "src")
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=1) as pool:
         moves = pool.submit(catalog_moves, src)
         objs, errors = render_tree(src, work / "out")
@@ -365,6 +368,8 @@ def render_ref(repo: Path, ref: Optional[str], work: Path) -> tuple[dict[str, li
 
 def diff_refs(repo: Path, base: str, head: Optional[str] = None) -> list[str]:
     tmp = Path(tempfile.mkdtemp(prefix="stacks-diff-"))
+    from concurrent.futures import ThreadPoolExecutor
+
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
             fb = pool.submit(render_ref, repo, base, tmp / "base")
@@ -431,7 +436,8 @@ ENV_KEYS = frozenset({"namespace", "createNamespace", "cluster", "replicas", "st
 # not know would make the destination fail.
 SELECTION_KEYS = ("target", "model", "runtime", "gpu", "topology", "shape", "spec", "routing", "precision",
                   "context", "workload", "fabric", "profile")
-RELEASE_KEYS = frozenset(SELECTION_KEYS + ("fabricProfile", "images", "modelRevision"))
+# fastStartupProbe shapes the DGD's workers as the recipe keys do: staging and prod run the probes they were promoted with.
+RELEASE_KEYS = frozenset(SELECTION_KEYS + ("fabricProfile", "images", "modelRevision", "fastStartupProbe"))
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 # A version tag (v1.2, 1.2.0-rc1, refs/tags/v1.2) or a number (20250101): a name a release does not move.

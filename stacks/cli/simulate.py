@@ -32,11 +32,9 @@ from __future__ import annotations
 
 import base64
 import copy
-import http.client
 import json
 import os
 import re
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -340,6 +338,10 @@ class Simulator:
         self.namespace = namespace
         self._tmp = tempfile.TemporaryDirectory(prefix="simulate-")
         tmp = Path(self._tmp.name)
+        import http.client  # here, not at import: every other command of the CLI loads this module without a connection
+        import ssl
+
+        self._http = http.client
         ctx_ssl = ssl.create_default_context()
         ca = tmp / "ca.crt"
         ca.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
@@ -350,19 +352,19 @@ class Simulator:
         key.write_bytes(base64.b64decode(user["client-key-data"]))
         ctx_ssl.load_cert_chain(str(crt), str(key))
         self.ssl = ctx_ssl
-        self.conn: Optional[http.client.HTTPSConnection] = None
+        self.conn: Optional["http.client.HTTPSConnection"] = None
 
     def request(self, method: str, path: str, body: Any = None, ok_missing: bool = False) -> dict:
         data = json.dumps(body).encode() if body is not None else None
         for attempt in range(2):
             if self.conn is None:
-                self.conn = http.client.HTTPSConnection(self.host, self.port, context=self.ssl, timeout=30)
+                self.conn = self._http.HTTPSConnection(self.host, self.port, context=self.ssl, timeout=30)
             try:
                 self.conn.request(method, path, body=data, headers={"Content-Type": "application/json", "Accept": "application/json"})
                 resp = self.conn.getresponse()
                 raw = resp.read()
                 break
-            except (http.client.HTTPException, OSError):
+            except (self._http.HTTPException, OSError):
                 self.conn.close()
                 self.conn = None
                 if attempt:
@@ -408,7 +410,7 @@ class Simulator:
     def _patch(self, path: str, body: dict) -> dict:
         data = json.dumps(body).encode()
         if self.conn is None:
-            self.conn = http.client.HTTPSConnection(self.host, self.port, context=self.ssl, timeout=30)
+            self.conn = self._http.HTTPSConnection(self.host, self.port, context=self.ssl, timeout=30)
         self.conn.request("PATCH", path, body=data, headers={"Content-Type": "application/merge-patch+json", "Accept": "application/json"})
         resp = self.conn.getresponse()
         raw = resp.read()

@@ -1,35 +1,20 @@
-"""Multi-document YAML for people: key order kept, multi-line strings as block literals."""
+"""What ``render`` prints: a committed stack's objects (``render --stack``: ``Pulumi.<stack>.yaml`` read as the Pulumi
+CLI reads it, through the same ``build_program`` as ``up``), a target's (``render_target``), as multi-document YAML
+for people (``to_yaml``: key order kept, multi-line strings as block literals)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
-from stacks.spec.config import NS, ConfigError, parse
-from stacks.serving import build_plan
+from stacks.spec.config import NS, ConfigError
+# Re-exported (their callers read them here): the YAML writer is the registry's, the target renders the serving layer's,
+# so `render --target` and `render --all` load neither this module nor the program package around it.
+from stacks.registry.yaml_text import to_yaml  # noqa: F401
+from stacks.serving import render_config, render_target  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-# libyaml's emitter where PyYAML was built with it: the same representers as yaml.SafeDumper (SafeRepresenter) and the
-# same text, byte for byte, for every catalog target and committed stack (tests/test_render.py compares the two);
-# measured here, render --all's YAML takes 0.26 s with it against 1.30 s with the pure Python emitter.
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
-    pass
-
-
-def _str(dumper: yaml.SafeDumper, s: str):
-    if "\n" in s:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", s, style="|")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", s)
-
-
-_Dumper.add_representer(str, _str)
-
-
-def to_yaml(objs: Iterable[dict]) -> str:
-    return yaml.dump_all(list(objs), Dumper=_Dumper, sort_keys=False, width=4096, default_flow_style=False)
 
 
 class StackFileLoader(yaml.SafeLoader):
@@ -105,14 +90,6 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
             # Pulumi hands a top-level number to the program as text ("3"); objects keep their JSON types.
             out[k[len(NS) + 1:]] = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
     return out
-
-
-def render_config(raw: dict[str, Any]) -> list[dict]:
-    return build_plan(parse(raw)).objects()
-
-
-def render_target(target_id: str) -> list[dict]:
-    return render_config({"target": target_id})
 
 
 def split_secrets(raw: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:

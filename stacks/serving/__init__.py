@@ -8,15 +8,14 @@ both call ``build_plan``, so what the command shows is what ``pulumi up`` create
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from stacks import catalog
 from stacks.serving import waits
 from stacks.catalog import k8s
 from stacks.catalog.model import Target
-from stacks.spec.config import NS, ConfigError, StackConfig, duration_seconds, select_target
+from stacks.spec.config import NS, ConfigError, StackConfig, duration_seconds, parse, select_target
 from stacks.serving.hardening import harden_job
 
 REDACTED = "<redacted: Pulumi secret>"
@@ -57,20 +56,34 @@ class ServingPlan:
         return out + self.network_policies + self.jobs + self.configmaps + [self.dgd] + self.autoscalers
 
 
-def _walk(x: Any) -> Iterator[dict]:
+def _dicts(x: Any) -> list[dict]:
+    """Every mapping in ``x`` (a tree of dicts and lists, as YAML gives), outermost first."""
+    out: list[dict] = []
+    todo = [x]
+    while todo:
+        y = todo.pop()
+        if isinstance(y, dict):
+            out.append(y)
+            todo.extend(v for v in y.values() if isinstance(v, (dict, list)))
+        elif isinstance(y, list):
+            todo.extend(v for v in y if isinstance(v, (dict, list)))
+    return out
+
+
+def _tree_copy(x: Any) -> Any:
+    """A copy of a tree of dicts and lists (the recipe's objects, as YAML gives them) whose scalars are immutable:
+    what ``copy.deepcopy`` makes of it, without the memo, which such a tree does not need."""
     if isinstance(x, dict):
-        yield x
-        for v in x.values():
-            yield from _walk(v)
-    elif isinstance(x, list):
-        for v in x:
-            yield from _walk(v)
+        return {k: _tree_copy(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_tree_copy(v) for v in x]
+    return x
 
 
-def _set_pull_secrets(obj: dict, names: tuple[str, ...]) -> None:
+def _set_pull_secrets(dicts: list[dict], names: tuple[str, ...]) -> None:
     """``dynamo:imagePullSecrets`` replace the recipe's placeholder; pod specs of recipes that name none
-    (Ultra, Motif-3) get them too, so the key is never ignored."""
-    for d in _walk(obj):
+    (Ultra, Motif-3) get them too, so the key is never ignored. ``dicts``: an object's mappings (``_dicts``)."""
+    for d in dicts:
         if d.get("imagePullSecrets") == [{"name": k8s.PLACEHOLDER_PULL_SECRET}]:
             if names:
                 d["imagePullSecrets"] = [{"name": n} for n in names]
@@ -80,10 +93,10 @@ def _set_pull_secrets(obj: dict, names: tuple[str, ...]) -> None:
             d["imagePullSecrets"] = [{"name": n} for n in names]
 
 
-def _rename_refs(obj: dict, *, own_claim: str, claim: str, hf_secret: str) -> None:
+def _rename_refs(dicts: list[dict], *, own_claim: str, claim: str, hf_secret: str) -> None:
     """Point every reference to the model's own cache claim (``own_claim``, whatever the model calls it) at ``claim``,
-    and every reference to the HF token Secret at ``hf_secret``."""
-    for d in _walk(obj):
+    and every reference to the HF token Secret at ``hf_secret``. ``dicts``: an object's mappings (``_dicts``)."""
+    for d in dicts:
         pvc = d.get("persistentVolumeClaim")
         if isinstance(pvc, dict) and pvc.get("claimName") == own_claim:
             pvc["claimName"] = claim
@@ -133,8 +146,8 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
     ``efa_per_gpu``: EFA devices per GPU of the cluster's instance type (default: the GPU's default instance, stacks/registry/gpus.py)."""
     t = select_target(cfg)
     ns = cfg.namespace
-    recipe = copy.deepcopy(catalog.recipe_objects(t))
-    cache = copy.deepcopy(catalog.cache_objects(t, cfg.storage.size))
+    recipe = _tree_copy(catalog.recipe_objects(t))
+    cache = _tree_copy(catalog.cache_objects(t, cfg.storage.size))
     pvc, jobs = cache[0], cache[1:]
     configmaps = [d for d in recipe if d["kind"] == "ConfigMap"]
     dgd = next(d for d in recipe if d["kind"] == "DynamoGraphDeployment")
@@ -215,8 +228,9 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
     namespaced = jobs + configmaps + [dgd] + ([] if cfg.storage.existing_claim else [pvc])
     for obj in namespaced:
         obj["metadata"]["namespace"] = ns
-        _set_pull_secrets(obj, cfg.image_pull_secrets)
-        _rename_refs(obj, own_claim=own_claim, claim=claim, hf_secret=hf_name)
+        dicts = _dicts(obj)  # before the pull secrets are set: their new mappings hold no reference to rename
+        _set_pull_secrets(dicts, cfg.image_pull_secrets)
+        _rename_refs(dicts, own_claim=own_claim, claim=claim, hf_secret=hf_name)
     if cfg.compile_cache.enabled:
         # After the DGD's other edits (images, fabric, references): the cache key is taken from the containers as they
         # run. vLLM's and Triton's caches on the model-cache volume, keyed (stacks/serving/compile_cache.py).
@@ -224,6 +238,11 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
 
         apply_compile_cache(dgd, t.id, t.runtime, t.gpu, catalog.family_of(t).cache.mount,
                             {cm["metadata"]["name"]: cm.get("data") for cm in configmaps})
+    if cfg.fast_startup_probe.enabled:
+        # GPU workers' startupProbe every 5 s, the recipe's period x failureThreshold kept (stacks/serving/startup_probe.py).
+        from stacks.serving.startup_probe import apply_fast_startup_probe
+
+        apply_fast_startup_probe(dgd)
 
     secret = None
     if not cfg.hf_token_secret_name:
@@ -265,6 +284,19 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
     if namespace is not None:  # this plan's own pods; stacks.program.pod_security unions a namespace's entries and the benchmark
         namespace["metadata"]["labels"] = pod_security_labels(least_strict(pod_security_level(s, a) for _, s, a in plan_pods(plan)))
     return plan
+
+
+def render_config(raw: dict[str, Any]) -> list[dict]:
+    """The serving objects of a raw ``dynamo:`` mapping of serving keys (no cluster, no stack around it), in the order
+    they are applied: what ``render --target`` prints. Here, beside ``build_plan``, and not in the program layer, so
+    ``render --target`` and ``render --all`` load only the spec's serving keys and this layer
+    (``stacks.program.render`` re-exports both names)."""
+    return build_plan(parse(raw)).objects()
+
+
+def render_target(target_id: str) -> list[dict]:
+    """A catalog target's serving objects, with every other key at its default."""
+    return render_config({"target": target_id})
 
 
 # --------------------------------------------------------------------------- Pod Security Standards

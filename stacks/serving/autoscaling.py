@@ -205,7 +205,7 @@ class ComponentAutoscaling(BaseModel):
     the value per replica KEDA aims for (its ``threshold``). Planner: ``optimizationTarget`` ``throughput`` (default)
     or ``latency``; the Planner picks its own signals, so the KEDA keys are refused there."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
     min_replicas: int = Field(alias="minReplicas", default=1)
     max_replicas: int = Field(alias="maxReplicas")
     metric: Optional[Literal["queue-depth", "inflight", "ttft"]] = None

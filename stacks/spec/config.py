@@ -77,7 +77,7 @@ class _Model(BaseModel):
     # value Pulumi passes as the string "123": accept both alike. Stack files spell keys in camelCase only
     # (``parse`` validates with ``by_name=False``, so ``job_timeout`` is an unknown key there); Python code may
     # still build a model by field name.
-    model_config = ConfigDict(extra="forbid", alias_generator=_camel, populate_by_name=True, frozen=True,
+    model_config = ConfigDict(extra="forbid", alias_generator=_camel, populate_by_name=True, frozen=True, defer_build=True,
                               coerce_numbers_to_str=True)
 
     @model_validator(mode="before")
@@ -484,6 +484,14 @@ class CompileCacheConfig(_Model):
     enabled: bool = True
 
 
+class FastStartupProbeConfig(_Model):
+    """GPU workers' startupProbe polled every 5 s within the recipe's own budget (stacks/serving/startup_probe.py), when
+    ``enabled: true``. Off by default: the recipes' probes are upstream's, and the rendered DGD stays exactly upstream's
+    apart from the listed compile-cache additions unless the stack asks for this one."""
+
+    enabled: bool = False
+
+
 class StackConfig(_Model):
     target: Optional[str] = None
     # The choices of every axis come from stacks/registry/__init__.py (the one registry of choices).
@@ -521,6 +529,7 @@ class StackConfig(_Model):
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)  # optional, off by default
     network_policy: NetworkPolicyConfig = Field(default_factory=NetworkPolicyConfig)  # optional, off by default
     compile_cache: CompileCacheConfig = Field(default_factory=CompileCacheConfig)  # on by default; enabled: false opts out
+    fast_startup_probe: FastStartupProbeConfig = Field(default_factory=FastStartupProbeConfig)  # off by default; enabled: true opts in
     # Pause: every GPU worker component at 0 replicas (frontend and cache kept); stacks/serving/autoscaling.py.
     paused: bool = False
     # Per component: minReplicas, maxReplicas, metric, target (a KEDA ScaledObject on the component's DGDSA);
