@@ -194,9 +194,48 @@ def _container(comp: dict) -> dict:
     return comp["podTemplate"]["spec"]["containers"][0]
 
 
+def expand(text: str, env: dict[str, str]) -> str:
+    """``text`` as the kubelet runs it: every ``$(NAME)`` replaced by the container's env value of NAME, a reference to
+    no such variable left as written, ``$$`` reduced to ``$`` (so ``$$(NAME)`` is the literal ``$(NAME)``), any other
+    ``$`` kept. Kubernetes API reference, Container ``command``/``args`` ("Variable references $(VAR_NAME) are expanded
+    using the container's environment. If a variable cannot be resolved, the reference in the input string will be
+    unchanged. Double $$ are reduced to a single $ ..."); the kubelet's third_party/forked/golang/expansion Expand."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] != "$" or i + 1 == len(text):
+            out.append(text[i])
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif nxt == "(" and ")" in text[i + 2:]:
+            end = text.index(")", i + 2)
+            name = text[i + 2:end]
+            out.append(env.get(name, f"$({name})"))
+            i = end + 1
+        else:  # an incomplete reference or a lone $: kept as written
+            out.append("$" + nxt)
+            i += 2
+    return "".join(out)
+
+
+def container_env(c: dict) -> dict[str, str]:
+    """The literal ``env`` values of a container, each expanded with the ones before it (as the kubelet does); values
+    from Secrets or fields (``valueFrom``) are not known here and stay unresolved references."""
+    env: dict[str, str] = {}
+    for e in c.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = expand(str(e["value"]), env)
+    return env
+
+
 def _argv(comp: dict) -> list[str]:
+    """The container's command and args as the kubelet starts them (``$(VAR)`` references expanded: ``expand``)."""
     c = _container(comp)
-    return [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+    env = container_env(c)
+    return [expand(str(a), env) for a in (c.get("command") or []) + (c.get("args") or [])]
 
 
 def _flag(args: list[str], name: str) -> Optional[str]:

@@ -226,14 +226,24 @@ def test_exported_smoke_test_gets_a_completion(rigs, target, tmp_path):
 
 
 def _bounded(command: str, n: int) -> str:
-    """Every ``--request-count N`` of the command lowered to at most ``n``."""
+    """Every ``--request-count N`` of the command lowered to at most ``n``, and its ``--concurrency`` and
+    ``--workers-max`` with it: a run of ``n`` requests has at most ``n`` in flight, and AIPerf starts one worker
+    process per concurrent request when ``--workers-max`` names the concurrency (its help: "Any value provided will
+    still be capped by the concurrency value ... but not by the max cap"), so a published row's 128 would start 128
+    processes on this 2-core machine."""
     def lower(m: re.Match) -> str:
-        value = m.group(2).strip("'\"")
-        return f"--request-count{m.group(1)}{min(int(value), n) if value.isdigit() else n}"
+        value = m.group(3).strip("'\"")
+        return f"{m.group(1)}{m.group(2)}{min(int(value), n) if value.isdigit() else n}"
 
-    out, k = re.subn(r"--request-count(\s+|=)(\S+)", lower, command)
+    out, k = re.subn(r"(--request-count)(\s+|=)(\S+)", lower, command)
     assert k >= 1, f"the exported aiperf command sets no --request-count: {command}"
-    return out
+    return re.sub(r"(--concurrency|--workers-max|--max-workers)(\s+|=)(\S+)", lower, out)
+
+
+def _bounded_env(job_env: dict[str, str], n: int) -> dict[str, str]:
+    """The benchmark Job's env with its CONCURRENCY lowered to at most ``n`` requests (see ``_bounded``)."""
+    c = job_env.get("CONCURRENCY")
+    return {**job_env, "CONCURRENCY": str(min(int(c), n))} if c and c.isdigit() else job_env
 
 
 def _exported_aiperf(plan, rig, workdir: Path) -> dict:
@@ -294,7 +304,7 @@ def _benchmark_job(target: str, rig, tmp_path: Path) -> dict:
         return value.replace(bench.frontend_url, rig.frontend_url).replace(mount, str(volume))
 
     assert all("value" in e for e in ctr["env"]), f"env from references the rig cannot resolve: {ctr['env']}"
-    job_env = {e["name"]: remap(e["value"]) for e in ctr["env"]}
+    job_env = _bounded_env({e["name"]: remap(e["value"]) for e in ctr["env"]}, JOB_REQUESTS)
     assert rig.frontend_url in job_env.values(), f"the Job's env names no frontend URL {bench.frontend_url}"
     argv = [remap(a) for a in ctr["command"] + (ctr.get("args") or [])]
     # What the cache volume holds in a cluster: the served model's tokenizer (HF cache under HF_HOME, as the download
@@ -350,3 +360,13 @@ def test_start_rig_reports_what_it_saw_when_a_worker_cannot_start(tmp_path):
         with start_rig(dgd, tmp_path, timeout=60):
             pass
     assert time.monotonic() - t0 < 60
+
+
+def test_a_high_concurrency_row_runs_on_the_rig_with_as_many_workers_as_requests():
+    """A published row of concurrency 128 with ``--workers-max`` (as Ultra's perf commands carry) becomes a run of
+    CLI_REQUESTS requests with that many in flight and that many AIPerf workers at most."""
+    cmd = "aiperf profile --concurrency 128 --workers-max 128 --request-count 1280 --url x"
+    out = _bounded(cmd, CLI_REQUESTS)
+    assert out == f"aiperf profile --concurrency {CLI_REQUESTS} --workers-max {CLI_REQUESTS} --request-count {CLI_REQUESTS} --url x"
+    assert _bounded("aiperf profile --concurrency=2 --request-count=3", 4) == "aiperf profile --concurrency=2 --request-count=3"
+    assert _bounded_env({"CONCURRENCY": "128", "MODEL": "m"}, JOB_REQUESTS) == {"CONCURRENCY": str(JOB_REQUESTS), "MODEL": "m"}
