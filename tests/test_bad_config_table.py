@@ -341,6 +341,16 @@ CASES = [
     C("revision-main-lightning", {"modelRevision": "main"}, "modelRevision", "'main'", "branch"),
     C("revision-main-motif", {"modelRevision": "main"}, "modelRevision", "'main'", "branch", base={"model": "motif-3"}),
     C("revision-refs-heads", {"modelRevision": "refs/heads/release"}, "modelRevision", "'refs/heads/release'", "branch", base=ULTRA),
+    # ---- a top-level key with no value (YAML null or ''; `up` gets both as "" from the Pulumi CLI): refused, not the
+    # default taken silently
+    C("empty-model", {"model": ""}, "model", "empty", "silently take the default"),
+    C("empty-target", {"target": "", "gpu": "h100", "topology": "agg"}, "target", "empty", "pulumi config rm dynamo:target", base={}),
+    C("empty-namespace", {"namespace": ""}, "namespace", "empty", "remove the key"),
+    C("empty-secret-name", {"hfTokenSecretName": ""}, "hfTokenSecretName", "empty"),
+    C("empty-revision", {"modelRevision": ""}, "modelRevision", "empty", base=ULTRA),
+    C("empty-gpu", {"gpu": ""}, "gpu", "empty"),
+    C("empty-replicas", {"replicas": ""}, "replicas", "empty"),
+    C("empty-paused", {"paused": ""}, "paused", "empty"),
 ]
 assert len(CASES) >= 120, len(CASES)
 assert len({c.id for c in CASES}) == len(CASES)
@@ -349,8 +359,8 @@ assert len({c.id for c in CASES}) == len(CASES)
 def as_pulumi(raw: dict) -> dict:
     """The mapping as the Pulumi runtime hands it over (stacks.spec.pulumi_config.raw_config): a top-level number
     arrives as text, objects keep their JSON types."""
-    return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else copy.deepcopy(v) for k, v in raw.items()
-            if v is not None and v != ""}  # a top-level empty value arrives as "" and means unset
+    return {k: "" if v is None else str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else copy.deepcopy(v)
+            for k, v in raw.items()}  # a top-level empty value (YAML null or '') arrives as ""
 
 
 def _program_error(case: Case, monkeypatch) -> ConfigError:
@@ -431,12 +441,6 @@ VALID = [
     ("pull-secrets", {**AGG, "imagePullSecrets": ["ngc-secret", "team.registry"]}, {}),
     ("eks-six-zones", {**EKS, **eks(availabilityZones=[f"us-east-1{c}" for c in "abcdef"])}, {}),
     ("render-dir-set", {**AGG, "cluster": {"mode": "render", "renderDir": "out/x"}}, {}),
-    # A top-level empty value is unset (the default): `up` gets YAML null and '' as "" from the Pulumi CLI.
-    ("empty-model-is-default", {**AGG, "model": ""}, {}),
-    ("empty-target-is-default", {"target": "", "gpu": "h100", "topology": "agg"}, {}),
-    ("empty-namespace-is-default", {**AGG, "namespace": ""}, {}),
-    ("empty-secret-name-is-default", {**AGG, "hfTokenSecretName": ""}, {}),
-    ("empty-revision-is-default", {**ULTRA, "modelRevision": ""}, {}),
     # Values that look like the bad ones but are fine.
     ("revision-version-tag", {**ULTRA, "modelRevision": "v1.0"}, {}),
     # every model's download Job takes a revision (tests/test_model_revision.py)

@@ -166,13 +166,16 @@ def test_yaml_1_1_booleans_are_strings_on_both_paths(word, tmp_path):
 
 
 @pytest.mark.parametrize("empty", ["", "''", "null", "~"])
-def test_an_empty_top_level_value_means_unset_on_both_paths(empty, tmp_path):
-    """`gpu:` (null) and `gpu: ''` arrive at `up` as "" from the CLI: both paths read them as unset (the default)."""
+def test_an_empty_top_level_value_is_refused_on_both_paths(empty, tmp_path):
+    """`gpu:` (null) and `gpu: ''` arrive at `up` as "" from the CLI: both paths refuse them, naming every such key,
+    rather than silently taking the default."""
     root = _write(tmp_path, f"config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dynamo:gpu: {empty}\n  dynamo:namespace: {empty}\n")
-    rendered = program_for_stack("t", root).objects()
-    assert rendered == build_program({"target": "lightning-vllm-agg-h100-dspark"}, "t").objects()
-    up = run_program({"target": "lightning-vllm-agg-h100-dspark", "gpu": "", "namespace": ""}, TOKEN, stack="t")
-    assert up.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"] == "dynamo"
+    want = (r"dynamo:gpu: the value is empty, which would silently take the default; dynamo:namespace: the value is empty.*"
+            r"pulumi config rm dynamo:gpu")
+    with pytest.raises(ConfigError, match=want):
+        program_for_stack("t", root)
+    with pytest.raises(Exception, match=want):
+        run_program({"target": "lightning-vllm-agg-h100-dspark", "gpu": "", "namespace": ""}, TOKEN, stack="t")
 
 
 def test_misspelt_project_prefix_is_refused_on_both_paths(tmp_path):

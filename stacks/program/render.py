@@ -84,8 +84,8 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
     check_config_namespaces(cfg)  # a misspelt project prefix (dyanmo:gpu) would be ignored silently
     out = {}
     for k, v in cfg.items():
-        if v is None or v == "":
-            continue  # an empty value is unset, as under `up` (the Pulumi CLI hands YAML null and "" over as "")
+        if v is None:
+            v = ""  # the Pulumi CLI hands YAML null over as "", which parse_spec refuses (check_no_empty_values)
         if isinstance(k, str) and k.startswith(NS + ":"):
             # Pulumi hands a top-level number to the program as text ("3"); objects keep their JSON types.
             out[k[len(NS) + 1:]] = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v

@@ -860,6 +860,17 @@ def cache_migration_error(changes: list[tuple[str, Any, Any]], claim: str, names
 KNOWN_NAMESPACES = ("dynamo", "aws", "kubernetes", "pulumi", "eks")
 
 
+def check_no_empty_values(raw: dict) -> None:
+    """A top-level key written with no value (YAML ``gpu:``, ``gpu: ""`` or ``gpu: null``, which the Pulumi CLI hands to
+    the program as "") is refused, naming every such key: read as unset, it would silently take the default (a GPU, a
+    namespace, a model the reviewer did not see chosen). Removing the key is how a stack asks for the default. ``raw``:
+    the plain keys without the namespace, as ``parse_spec`` takes them."""
+    empty = sorted(k for k, v in raw.items() if isinstance(k, str) and (v is None or v == ""))
+    if empty:
+        raise ConfigError("; ".join(f"{NS}:{k}: the value is empty, which would silently take the default" for k in empty)
+                          + f"; remove the key to take the default (`pulumi config rm {NS}:{empty[0]}`) or give it a value")
+
+
 def check_config_namespaces(keys) -> None:
     """A key whose namespace is a misspelling of ``dynamo`` (``dyanmo:gpu``) would be ignored silently (the program
     reads ``dynamo:`` keys only): refuse it, naming the key. Other namespaces (aws:, kubernetes:) are other programs'."""

@@ -23,14 +23,13 @@ def _all_config() -> dict[str, Any]:
 
 def raw_config() -> dict[str, Any]:
     """The plain ``dynamo:`` keys, namespace stripped, as ``stacks.program.render.stack_raw_config`` reads them from the file:
-    a top-level empty value (YAML ``gpu:`` or ``gpu: ""``, which the Pulumi CLI hands over as "") is unset."""
+    a top-level empty value (YAML ``gpu:`` or ``gpu: ""``, which the Pulumi CLI hands over as "") is handed on as
+    it arrives, and ``parse_spec`` refuses it (``check_no_empty_values``)."""
     merged = _all_config()
     check_config_namespaces(merged)  # a misspelt project prefix (dyanmo:gpu) would be ignored silently
     out: dict[str, Any] = {}
     for key, value in merged.items():
         if not key.startswith(NS + ":") or rc.is_config_secret(key) or key in rc.get_config_secret_keys_env():
-            continue
-        if value == "":
             continue
         # Objects, lists and booleans arrive JSON-encoded. Digit strings stay strings: `namespace: "123"` and a
         # numeric modelRevision are names, and the schema turns a string into a number where it wants one.

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from stacks.cluster.config import EksConfig, apply_aws_region, resolve_region
 from stacks.spec.front_door import API_KEYS_SECRET, FrontDoorConfig
 from stacks.spec.config import (FRONT_DOOR, NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _camel, _key_error,
+                                check_no_empty_values,
                      check_secret_keys, parse, quantity_bytes, validation_error)
 from stacks.spec.secret_values import check_secret_values
 
@@ -408,6 +409,7 @@ def parse_spec(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = fr
         check_secret_values(secret_values)
     if not isinstance(raw, dict):
         parse(raw)  # the ConfigError for a config that is not a mapping
+    check_no_empty_values(raw)  # an empty value would silently take the default
     if aws_region:
         raw = apply_aws_region(raw, aws_region)
     check_plain_secrets(raw)
