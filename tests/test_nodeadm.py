@@ -1,7 +1,7 @@
 """Every user data the program renders for GPU nodes goes through nodeadm, EKS's AL2023 node bootstrap, built from its
 own source (tools/nodeadm.sh, from the reference data's awslabs/amazon-eks-ami nodeadm/): `nodeadm config check`
 accepts it, and nodeadm's containerd package (tools/nodeadm-check) turns on the SOCI parallel-pull snapshotter for it
-on a GPU node. The node groups' launch templates and the Karpenter EC2NodeClasses both carry it.
+on a GPU node and writes it into the containerd config it generates (containerd 1.x's and 2.x's templates). The node groups' launch templates and the Karpenter EC2NodeClasses both carry it.
 
 What stands in for EKS and Karpenter: a second NodeConfig part with the cluster's name, endpoint, CA and service CIDR,
 the part EKS (managed node groups) and Karpenter append to the user data they launch a node with; nodeadm merges the
@@ -113,6 +113,8 @@ def test_nodeadm_accepts_the_user_data_and_pulls_in_parallel(nodeadm, tmp_path, 
     got = _boot(nodeadm, user_data, tmp_path)
     assert got["featureGates"] == {"FastImagePull": True}
     assert got["soci"] is True  # containerd's snapshotter: soci, the parallel pull
+    # and the containerd config nodeadm writes for the node names it, with containerd 1.x's and 2.x's templates
+    assert got["snapshotters"] == {"containerd1": ["soci"], "containerd2": ["soci"]}
     # node groups ask nodeadm for the RAID0 array; an EC2NodeClass asks Karpenter (instanceStorePolicy: RAID0)
     assert got["localStorage"] == ("RAID0" if kind == "launch template" else "")
 
@@ -121,5 +123,6 @@ def test_a_misspelled_gate_or_a_small_node_gets_no_parallel_pull(nodeadm, tmp_pa
     """The two ways the snapshotter stays off without an error, both seen through nodeadm's own code."""
     _, user_data = next(iter(USER_DATA))
     typo = user_data.replace("FastImagePull", "FastImagepull")
-    assert _boot(nodeadm, typo, tmp_path)["soci"] is False
-    assert _boot(nodeadm, user_data, tmp_path, cpus_mem=("2", "4"))["soci"] is False  # below 4 CPUs / 7 GiB
+    for got in (_boot(nodeadm, typo, tmp_path), _boot(nodeadm, user_data, tmp_path, cpus_mem=("2", "4"))):  # below 4 CPUs / 7 GiB
+        assert got["soci"] is False
+        assert got["snapshotters"] == {"containerd1": None, "containerd2": None}  # no snapshotter line: containerd's default

@@ -4,7 +4,8 @@
 #
 # Used by tests/test_nodeadm.py: every user data the program renders (the GPU node groups' launch templates, the
 # Karpenter EC2NodeClasses) goes through `nodeadm config check` and through nodeadm-check (tools/nodeadm-check/main.go:
-# nodeadm's config provider chain, validation and containerd snapshotter decision), as a node does at boot.
+# nodeadm's config provider chain, validation, containerd snapshotter decision and containerd config generation), as a
+# node does at boot.
 #
 # Source: the reference data's copy of awslabs/amazon-eks-ami nodeadm/ at commit 81fec2e8
 # (${DYNAMO_REFERENCE:-<repo>/../shared/reference}/tools/nodeadm; the Go module proxy serves only a 2024
@@ -21,6 +22,7 @@ CACHE="${DYNAMO_TOOLCHAIN_CACHE:-$HOME/.cache/dynamo-pulumi-toolchain}"
 BIN_DIR="$REPO/.tools/bin"
 SRC="${DYNAMO_REFERENCE:-$REPO/../shared/reference}/tools/nodeadm"
 CHECK="$REPO/tools/nodeadm-check/main.go"
+EXPORT="$REPO/tools/nodeadm-check/export.go.txt"  # copied into the build copy's internal/containerd
 
 log() { echo "nodeadm: $*" >&2; }
 die() {
@@ -32,7 +34,7 @@ if [[ ! -f "$SRC/go.mod" ]]; then
 	log "no nodeadm source at $SRC (the reference data's tools/nodeadm; set DYNAMO_REFERENCE): not built"
 	exit 0
 fi
-KEY="$(cat "$SRC/go.sum" "$CHECK" | sha256sum | cut -c1-12)"
+KEY="$(cat "$SRC/go.sum" "$CHECK" "$EXPORT" | sha256sum | cut -c1-12)"
 OUT_DIR="$CACHE/nodeadm-$KEY"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 export GOFLAGS="-mod=mod -buildvcs=false"
@@ -48,6 +50,7 @@ build() {
 	chmod -R u+w "$tmp"
 	mkdir -p "$tmp/cmd/nodeadm-check"
 	cp "$CHECK" "$tmp/cmd/nodeadm-check/main.go"
+	cp "$EXPORT" "$tmp/internal/containerd/zz_nodeadm_check_export.go"
 	if ! (cd "$tmp" && go build -trimpath -ldflags "-s -w" -o "$OUT_DIR/bin/nodeadm" ./cmd/nodeadm \
 		&& go build -trimpath -ldflags "-s -w" -o "$OUT_DIR/bin/nodeadm-check" ./cmd/nodeadm-check) >>"$logf" 2>&1; then
 		rm -rf "$tmp"

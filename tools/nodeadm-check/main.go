@@ -6,8 +6,10 @@
 // NodeConfig validation, and the containerd package's snapshotter decision.
 //
 // Usage: nodeadm-check -c file:///path/to/user-data -cpus 192 -memory-gib 2048
-// Prints one JSON object: the merged feature gates, the instance local-storage strategy, and whether containerd would
-// use the SOCI (parallel pull) snapshotter on a node with that many CPUs and that much memory.
+// Prints one JSON object: the merged feature gates, the instance local-storage strategy, whether containerd would
+// use the SOCI (parallel pull) snapshotter on a node with that many CPUs and that much memory, and the snapshotter the
+// containerd config nodeadm generates for that node names (its containerd 1.x and 2.x templates; export.go.txt makes
+// the package's generation callable from here).
 package main
 
 import (
@@ -21,7 +23,30 @@ import (
 	"github.com/awslabs/amazon-eks-ami/nodeadm/internal/configprovider"
 	"github.com/awslabs/amazon-eks-ami/nodeadm/internal/containerd"
 	"github.com/awslabs/amazon-eks-ami/nodeadm/internal/system"
+	"github.com/pelletier/go-toml/v2"
 )
+
+// snapshotters: every `snapshotter` value in a containerd config (TOML), wherever its schema puts the CRI plugin.
+func snapshotters(config []byte) ([]string, error) {
+	var doc map[string]any
+	if err := toml.Unmarshal(config, &doc); err != nil {
+		return nil, err
+	}
+	var out []string
+	var walk func(any)
+	walk = func(v any) {
+		if m, ok := v.(map[string]any); ok {
+			for k, x := range m {
+				if s, ok := x.(string); ok && k == "snapshotter" {
+					out = append(out, s)
+				}
+				walk(x)
+			}
+		}
+	}
+	walk(doc)
+	return out, nil
+}
 
 const blockSize int64 = 0x8000000 // 128 MiB memory blocks, as the kernel reports them under /sys/devices/system/memory
 
@@ -48,13 +73,27 @@ func main() {
 		var cfg *api.NodeConfig
 		if cfg, err = chain.Provide(); err == nil {
 			if err = api.ValidateNodeConfig(cfg); err == nil {
-				out := map[string]any{
-					"featureGates": cfg.Spec.FeatureGates,
-					"localStorage": cfg.Spec.Instance.LocalStorage.Strategy,
-					"soci":         containerd.UseSOCISnapshotter(cfg, resources(*cpus, *mem)),
+				res := resources(*cpus, *mem)
+				generated := map[string][]string{}
+				for name, v2 := range map[string]bool{"containerd1": false, "containerd2": true} {
+					var config []byte
+					if config, err = containerd.GenerateConfig(cfg, res, v2); err == nil {
+						generated[name], err = snapshotters(config)
+					}
+					if err != nil {
+						break
+					}
 				}
-				_ = json.NewEncoder(os.Stdout).Encode(out)
-				return
+				if err == nil {
+					out := map[string]any{
+						"featureGates": cfg.Spec.FeatureGates,
+						"localStorage": cfg.Spec.Instance.LocalStorage.Strategy,
+						"soci":         containerd.UseSOCISnapshotter(cfg, res),
+						"snapshotters": generated,
+					}
+					_ = json.NewEncoder(os.Stdout).Encode(out)
+					return
+				}
 			}
 		}
 	}
