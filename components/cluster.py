@@ -176,7 +176,7 @@ class EksGpuCluster(pulumi.ComponentResource):
             self.access_policies.append(aws.eks.AccessPolicyAssociation(f"{name}-{e['name']}", cluster_name=self.cluster.name, principal_arn=e["principal_arn"],
                                             policy_arn=e["policy_arn"], access_scope=e["access_scope"],
                                             # EKS keys an association by (principal, policy): a create-first replacement
-                                            # would be undone by the old one's delete (stacks/cluster/aws_rules.py
+                                            # would be undone by the old one's delete (tests/aws_rules/updates.py
                                             # access_policy_association_is_replaced_delete_first)
                                             opts=pulumi.ResourceOptions(parent=self, depends_on=[entry], delete_before_replace=True)))
 

@@ -1,4 +1,4 @@
-"""AWS rules suite (stacks/cluster/aws_rules.py) on the resource graphs the real program registers under mocks:
+"""AWS rules suite (tests/aws_rules/) on the resource graphs the real program registers under mocks:
 every committed EKS stack and a GPU x capacity x cache-storage matrix pass every rule, and each rule fails
 on a graph carrying the mistake it guards against (the shapes earlier versions of the cluster layer produced)."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from harness import CAPACITY, CR, SECRETS, run_program
-from stacks.cluster import aws_rules as R
-from stacks.cluster.aws_rules import Graph, check
+import aws_rules as R
+from aws_rules import Graph, check
 from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent

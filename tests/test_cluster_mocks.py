@@ -203,7 +203,7 @@ TWO_GPUS = {"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu
 
 def test_two_gpu_types_get_two_gpu_node_groups_sized_from_the_sum():
     from stacks import catalog
-    from stacks.cluster.aws_rules import Graph, check
+    from aws_rules import Graph, check
 
     run = run_program(TWO_GPUS, TOKEN, stack="two-gpus")
     groups = {r.name: r.inputs for r in run.by_type(NODEGROUP) if r.name != "cluster-system"}

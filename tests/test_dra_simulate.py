@@ -6,7 +6,7 @@ group with its ``nvidia.com/gpu`` taint and ``nvidia.com/gpu.present`` label) in
 as the chart's templates render them (kubernetes-sigs/dra-driver-nvidia-gpu deployments/helm/dra-driver-nvidia-gpu
 templates/controller.yaml @c1b1452 and templates/kubeletplugin.yaml @6fade97: names ``<name>-controller`` and
 ``<name>-kubelet-plugin``, ``priorityClassName``, ``serviceAccountName``, ``nodeSelector``/``affinity``/``tolerations``
-from the values) with the chart's defaults merged with the release's values (``stacks.cluster.aws_rules.dra_pod_specs``).
+from the values) with the chart's defaults merged with the release's values (``dra_pod_specs`` in tests/aws_rules/dra.py).
 The real DaemonSet and Deployment controllers create the pods, and the real scheduler binds them or says why not.
 
 With the values the program installs (``stacks.cluster.dra_driver_values``, from the EKS UltraServer guide), the
@@ -65,7 +65,7 @@ def gb200_nodes(run: str) -> tuple[list[dict], dict[str, str]]:
 def workloads(values: dict, chart: str, namespace: str, run: str) -> list[dict]:
     """ServiceAccounts, the controller Deployment and the kubelet-plugin DaemonSet as the chart renders them (the
     scheduling-relevant fields; containers without their env and mounts, which the scheduler does not read)."""
-    from stacks.cluster.aws_rules import dra_pod_specs
+    from aws_rules import dra_pod_specs
     from stacks.cli.simulate import RUN_LABEL
 
     eff, controller, plugin = dra_pod_specs(values, chart)

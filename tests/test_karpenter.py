@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from harness import CAPACITY, CR, SECRETS, go_module_dir, run_program
-from stacks.cluster import aws_rules as R
+import aws_rules as R
+from aws_rules import Graph, check
 from stacks.cluster import karpenter as K
-from stacks.cluster.aws_rules import Graph, check
 from stacks.spec.config import ConfigError
 from stacks.program import build_program
 from stacks.registry.versions import versions

@@ -38,6 +38,18 @@ def test_core_and_components_never_import_the_cli():
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
+def test_the_program_never_imports_the_aws_rules():
+    """The AWS rules are test code (tests/aws_rules/, run on the graphs the program registers under mocks): nothing the
+    program or the policy pack runs imports them, and no copy lives among the plans."""
+    shipped = list((ROOT / "stacks").rglob("*.py")) + list((ROOT / "components").glob("*.py")) + [ROOT / "__main__.py"]
+    shipped += list((ROOT / "policy").rglob("*.py"))
+    offenders = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p) if "aws_rules" in m.split("."))
+                 for p in shipped if "__pycache__" not in p.parts}
+    assert {k: v for k, v in offenders.items() if v} == {}
+    assert (ROOT / "tests" / "aws_rules" / "__init__.py").is_file()
+    assert not list((ROOT / "stacks").rglob("aws_rules*.py"))
+
+
 def test_cli_modules_live_under_stacks_cli():
     names = {p.stem for p in (ROOT / "stacks" / "cli").glob("*.py")}
     assert {"review", "preflight", "simulate", "bench_report", "timeline"} <= names

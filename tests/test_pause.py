@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from harness import run_program
-from stacks.cluster import aws_rules as R
-from stacks.cluster.aws_rules import Graph, check
+import aws_rules as R
+from aws_rules import Graph, check
 from stacks.spec.config import ConfigError
 from stacks.program import build_program
 from stacks.registry import yaml_text

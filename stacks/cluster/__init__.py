@@ -1,4 +1,4 @@
-"""Cluster plans: EKS, node pools, Karpenter, the platform and device-plugin charts, scheduling checks, AWS rules. May
+"""Cluster plans: EKS, node pools, Karpenter, the platform and device-plugin charts, scheduling checks. May
 import the registry, the catalog and the spec.
 
 Pure plan of the cluster layer: EKS with a system and a GPU node group, EFA, storage.
