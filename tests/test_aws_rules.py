@@ -1416,3 +1416,36 @@ def test_every_arn_is_in_the_partition_of_the_providers_region(on_demand_efs):
     attachments = {r.name for r in gov.of("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
                    if str(r.inputs.get("policyArn", "")).startswith("arn:aws:")}
     assert attachments and attachments <= {x.split(":", 1)[0] for x in v}
+
+
+def test_a_zone_removed_from_the_middle_moves_a_subnet_to_another_zone():
+    g0, g1 = graph(h100_eks(availabilityZones=_zones(3))), graph(h100_eks(availabilityZones=["us-east-1a", "us-east-1c"]))
+    v = R.subnets_are_never_re_cut(g0, g1)
+    assert any("availabilityZone us-east-1b -> us-east-1c" in x for x in v), v
+    # removed from the end: nothing moves (the removed zone's subnets are deleted)
+    assert R.subnets_are_never_re_cut(g0, graph(h100_eks(availabilityZones=_zones(2)))) == []
+
+
+def test_moving_the_gpu_zone_replaces_the_gpu_node_group_and_adding_a_zone_does_not():
+    a = graph(h100_eks(gpuAvailabilityZone="us-east-1a"))
+    v = R.gpu_node_groups_keep_their_subnets(a, graph(h100_eks(gpuAvailabilityZone="us-east-1b")))
+    assert v and all("replaces the GPU node group, create-first" in x for x in v)
+    assert R.gpu_node_groups_keep_their_subnets(a, graph(h100_eks(availabilityZones=_zones(4)))) == []
+
+
+def _gb200(zones: list[str], **cluster) -> dict:
+    cfg = matrix_config("gb200", "capacity-block", "fsx-lustre")
+    return {**cfg, "cluster": {**cfg["cluster"], "availabilityZones": zones, **cluster}}
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_clusters_cut_by_zone_count_keep_their_blocks_or_name_the_layout(n):
+    """Two or three zones without a Local Zone, and three with one, keep the blocks the layout by zone count gave them;
+    two zones with a Local Zone had it in the third quarter, which the fixed slots give the third zone: such a cluster
+    keeps its blocks only with subnetLayout: by-zone-count."""
+    plain = graph(h100_eks(availabilityZones=_zones(n)))
+    assert R.subnets_are_never_re_cut(_count_layout(plain, _zones(n), False), plain) == []
+    lz = graph(_gb200(_zones(n)))
+    old = _count_layout(lz, _zones(n), True)
+    assert (R.subnets_are_never_re_cut(old, lz) == []) == (n == 3)
+    assert R.subnets_are_never_re_cut(old, graph(_gb200(_zones(n), subnetLayout="by-zone-count"))) == []

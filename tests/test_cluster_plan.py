@@ -540,6 +540,9 @@ ACCESS_BAD = [
     ({"accessEntries": [{"principalArn": "alice", "policy": "view"}]}, "accessEntries[0].principalArn", "'alice'"),
     ({"accessEntries": [{"principalArn": "arn:aws:sts::123456789012:assumed-role/deploy/ci", "policy": "cluster-admin"}]},
      "accessEntries[0].principalArn", "assumed-role session"),
+    # a principal of another partition: IAM refuses it in the aws partition, the only one whose Regions are accepted
+    ({"accessEntries": [{"principalArn": "arn:aws-us-gov:iam::123456789012:role/deploy", "policy": "cluster-admin"}]},
+     "accessEntries[0].principalArn", "'arn:aws-us-gov:iam::123456789012:role/deploy'"),
     ({"accessEntries": [{"principalArn": DEPLOY, "policy": "root"}]}, "accessEntries.0.policy", "'cluster-admin', 'admin', 'edit' or 'view'"),
     ({"accessEntries": [{"principalArn": DEPLOY}]}, "accessEntries.0.policy", "required"),
     ({"accessEntries": [{"principalArn": DEPLOY, "policy": "view"}]}, "accessEntries", "no entry has policy cluster-admin"),

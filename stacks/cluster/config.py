@@ -258,7 +258,7 @@ def check_subnet_layout(live: Iterable[LiveSubnet], planned: Iterable[dict], clu
         raise ValueError(f"{k}.availabilityZones / {k}.gpuAvailabilityZone: this plan re-cuts the subnets of EKS cluster {cluster!r} "
                          f"({what}): a subnet's CIDR block cannot change, so every re-cut subnet would be replaced, with its "
                          f"nodes and the cache's network interfaces, and the new blocks collide with the old. Keep the zones the "
-                         f"cluster has (and the GPU zone); a cluster whose subnets were cut by zone count (four or more zones, "
+                         f"cluster has (and the GPU zone); a cluster whose subnets were cut by zone count (two zones with a GPU Local Zone, or four or more zones, "
                          f"built before each zone had a fixed slot) keeps them with {k}.subnetLayout: by-zone-count; or build "
                          f"the new layout as a new stack (docs/deploy-aws.md, \"Zones and subnets\")")
 
@@ -312,8 +312,10 @@ class GpuPoolConfig(_Model):
 
 PRIVATE_VPC_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
 # ARN format arn:partition:service:region:account-id:resource (IAM user guide, reference-arns); IAM has no region and
-# a 12-digit account; an EKS access entry's principal is an IAM user or role (EKS access entries, principalArn).
-_PRINCIPAL_ARN = re.compile(r"arn:aws(?:-cn|-us-gov)?:iam::[0-9]{12}:(?:role|user)/[\w+=,.@/-]{1,512}", re.ASCII)
+# a 12-digit account; an EKS access entry's principal is an IAM user or role (EKS access entries, principalArn). The
+# partition is aws: the Regions this program accepts are all in it (OTHER_PARTITION_REGIONS are refused), and IAM refuses
+# a principal of another partition.
+_PRINCIPAL_ARN = re.compile(r"arn:aws:iam::[0-9]{12}:(?:role|user)/[\w+=,.@/-]{1,512}", re.ASCII)
 # EKS control-plane log types (EKS API LogSetup types; EKS user guide "Send control plane logs to CloudWatch Logs").
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 DEFAULT_CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
@@ -344,7 +346,8 @@ class EksConfig(_Model):
     vpc_cidr: str = "10.0.0.0/16"
     # Where the subnets sit in the VPC (stacks/cluster/network.py): ``fixed-slots``, each zone's block fixed by its
     # position, so zones and a Local Zone can be added later; ``by-zone-count``, sizes follow the zone count, the layout
-    # of clusters with four or more zones built before the slots (their next `up` keeps their subnets with it).
+    # of clusters built before the slots with two zones and a GPU Local Zone, or four or more zones (their next `up`
+    # keeps their subnets with it).
     subnet_layout: Literal["fixed-slots", "by-zone-count"] = "fixed-slots"
     availability_zones: tuple[str, ...] = ()  # default: <region>a, <region>b, <region>c
     # default: the first zone. May be a Local Zone of the region (e.g. GB200 UltraServers in us-east-1-dfw-2a):

@@ -16,7 +16,7 @@ from stacks.cluster.config import EksConfig
 # interfaces), so a zone's block must not depend on how many zones there are: each private subnet has a fixed slot.
 #   slots 0-2: the first three zones, a quarter of the VPC's first half each;
 #   slot 3:    the GPU Local Zone (GB200 UltraServers), the first half's last quarter;
-#   slots 4-6: the fourth to sixth zones, an eighth of the second half's second half each (the public subnets use
+#   slots 4-6: the fourth to sixth zones, a quarter of the second half's second half each (the public subnets use
 #              only the second half's first half: 6 zones at most, a 16th of that half each);
 # so adding a zone, or a Local Zone, adds a subnet and moves none. ``by-zone-count`` is the layout clusters built
 # before the slots had (subnet sizes follow the zone count): kept for them, where growth is refused instead

@@ -381,13 +381,15 @@ def subnets_are_never_re_cut(before: Graph, after: Graph) -> list[str]:
     the old subnet cannot be deleted first while nodes' and the cache's interfaces sit in it. So adding a zone or a
     Local Zone must leave every other subnet where it is. Sources: EC2 API reference, CreateSubnet ("The CIDR block of a
     subnet can't overlap ... other subnets in the VPC") and ModifySubnetAttribute; hashicorp/terraform-provider-aws
-    internal/service/ec2/vpc_subnet.go (cidr_block ForceNew)."""
+    internal/service/ec2/vpc_subnet.go (cidr_block and availability_zone ForceNew: a subnet that keeps its block but
+    moves to another zone, as when a zone is removed from the middle of the list, is replaced the same way)."""
     out = []
     old = {r.name: str(r.inputs.get("cidrBlock")) for r in before.of(SUBNET)}
     for o, n in _pairs(before, after, SUBNET):
-        if str(o.inputs.get("cidrBlock")) != str(n.inputs.get("cidrBlock")) and not _ignored(n, "cidrBlock"):
-            out.append(f"{n.name}: cidrBlock {o.inputs.get('cidrBlock')} -> {n.inputs.get('cidrBlock')} replaces the subnet, with "
-                       "its nodes' and the cache's network interfaces")
+        for key in ("cidrBlock", "availabilityZone"):
+            if str(o.inputs.get(key)) != str(n.inputs.get(key)) and not _ignored(n, key):
+                out.append(f"{n.name}: {key} {o.inputs.get(key)} -> {n.inputs.get(key)} replaces the subnet, with its nodes' and "
+                           "the cache's network interfaces")
     for n in after.of(SUBNET):
         if n.name in old:
             continue
@@ -395,6 +397,23 @@ def subnets_are_never_re_cut(before: Graph, after: Graph) -> list[str]:
         clash = sorted(name for name, c in old.items() if ipaddress.ip_network(c).overlaps(block))
         if clash:
             out.append(f"{n.name}: new subnet {block} overlaps {', '.join(f'{c} ({old[c]})' for c in clash)}: CreateSubnet refuses it")
+    return out
+
+
+@update_rule(AREA_UPDATES, AREA_ULTRASERVERS_AND_ZONES)
+def gpu_node_groups_keep_their_subnets(before: Graph, after: Graph) -> list[str]:
+    """A GPU node group keeps its subnets across every update: ``subnetIds`` is replace-only (CreateNodegroup takes them,
+    UpdateNodegroupConfig has no field for them), and the program's groups are auto-named, so the replacement is created
+    first: a second group of the same size launches beside the first (twice the GPU bill while both run, and on a
+    reservation or Capacity Block in the old zone, no capacity for the new group). Moving ``gpuAvailabilityZone`` does
+    it; adding or removing other zones does not (the GPU groups use the GPU zone's subnet only). Sources: EKS API
+    reference, CreateNodegroup ``subnets`` and UpdateNodegroupConfig (no subnets); hashicorp/terraform-provider-aws
+    internal/service/eks/node_group.go (subnet_ids ForceNew)."""
+    out = []
+    for o, n in _pairs(before, after, NODEGROUP):
+        if _gpu_group(n) and o.inputs.get("subnetIds") != n.inputs.get("subnetIds") and not _ignored(n, "subnetIds"):
+            out.append(f"{n.name}: subnetIds {o.inputs.get('subnetIds')} -> {n.inputs.get('subnetIds')} replaces the GPU node group, "
+                       "create-first: a second group of the same size runs beside it until the first is deleted")
     return out
 
 
