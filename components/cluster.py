@@ -11,7 +11,7 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks.cluster import SECRETS_KEY_ACTIONS, ClusterPlan
-from stacks.cluster.pools import update_timeout_minutes
+from stacks.cluster.pools import LAUNCH_TEMPLATE_DIGEST_TAG, launch_template_digest, update_timeout_minutes
 from stacks.cluster.storage import efs_file_system_policy
 from stacks.cluster.karpenter import DISCOVERY_TAG, SERVICE_ACCOUNT as KARPENTER_SERVICE_ACCOUNT, fill
 
@@ -250,7 +250,8 @@ class EksGpuCluster(pulumi.ComponentResource):
                 subnet_ids=[gpu_subnet.id],
                 launch_template={"id": lt.id, "version": lt.latest_version.apply(str)},
                 **gpu,
-                tags=tags,
+                # what its launch template is made of, which `up` reads back from a running Capacity Block group
+                tags={**tags, LAUNCH_TEMPLATE_DIGEST_TAG: launch_template_digest(pool)},
                 opts=pulumi.ResourceOptions.merge(node_deps, pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(
                     update=f"{update_timeout_minutes(gpu['scaling_config']['max_size'])}m"))),
             ))

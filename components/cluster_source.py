@@ -28,9 +28,9 @@ from components.platform import DevicePlugins, DynamoPlatform, helm_release
 from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
 from stacks.spec.config import NS
 from stacks.cluster.access import check_upgrade_policy
-from stacks.cluster.config import (LiveNodeGroup, LiveSubnet, check_ami_release, check_cache_zone, check_node_groups_for_step, check_running_version,
+from stacks.cluster.config import (LiveNodeGroup, LiveSubnet, check_ami_release, check_capacity_block_launch_templates, check_cache_zone, check_node_groups_for_step, check_running_version,
                                    check_subnet_layout, node_group_changes)
-from stacks.cluster.pools import POOL_LABEL
+from stacks.cluster.pools import LAUNCH_TEMPLATE_DIGEST_TAG, POOL_LABEL, launch_template_digest
 from stacks.cluster.platform import GPU_PRESENT_LABELS, dynamo_platform
 from stacks.program import ProgramPlan
 
@@ -146,6 +146,9 @@ class EksSource(ClusterSource):
                     check_ami_release(groups, release, plan.name)
                 for warning in node_group_changes(groups, release, plan.system_nodegroup["disk_size"], plan.system_disk_set, plan.name):
                     pulumi.log.warn(warning)
+                digests = {p.name: launch_template_digest(p) for p in plan.gpu_pools if p.capacity != "karpenter"}
+                for warning in check_capacity_block_launch_templates(groups, digests, plan.name):
+                    pulumi.log.warn(warning)
                 check_subnet_layout(live_subnets(plan.name, aws_provider),
                                     [*plan.public_subnets, *plan.private_subnets, *([plan.gpu_subnet] if plan.gpu_subnet else [])], plan.name)
                 if plan.storage.get("kind") == "fsx-lustre":
@@ -235,7 +238,8 @@ def live_node_groups(cluster: str, provider: pulumi.ProviderResource) -> list[Li
             out.append(LiveNodeGroup(ng, str(found.version), str(found.capacity_type), desired,
                                      release_version=str(found.release_version) if found.release_version else None,
                                      disk_size=int(found.disk_size) if found.disk_size else None,
-                                     pool=(found.labels or {}).get(POOL_LABEL)))
+                                     pool=(found.labels or {}).get(POOL_LABEL),
+                                     launch_template_digest=(found.tags or {}).get(LAUNCH_TEMPLATE_DIGEST_TAG)))
         return out
     except Exception as e:
         raise pulumi.RunError(f"could not read the node groups of EKS cluster {cluster!r} to check {NS}:cluster.kubernetesVersion "

@@ -103,7 +103,7 @@ class Mocks(pmocks.Mocks):
         # EKS cluster name -> the Kubernetes version it runs (absent: no such cluster; an Exception: the lookup fails so)
         self.eks_clusters = eks_clusters or {}
         # cluster -> node group -> (Kubernetes version, capacity type, desired size[, AMI release version, disk size,
-        # labels]), as EKS reports them
+        # labels, tags]), as EKS reports them
         self.eks_node_groups = eks_node_groups or {}
 
     def new_resource(self, args):
@@ -153,7 +153,7 @@ class Mocks(pmocks.Mocks):
         if args.token == "aws:eks/getNodeGroup:getNodeGroup":  # DescribeNodegroup
             cluster, ng = args.args.get("clusterName"), args.args.get("nodeGroupName")
             version, capacity, desired, *more = self.eks_node_groups[cluster][ng]
-            extra = dict(zip(("releaseVersion", "diskSize", "labels"), more))  # optional, in this order
+            extra = dict(zip(("releaseVersion", "diskSize", "labels", "tags"), more))  # optional, in this order
             return ({"clusterName": cluster, "nodeGroupName": ng, "version": version, "capacityType": capacity, **extra,
                      "scalingConfigs": [{"desiredSize": desired, "minSize": 0, "maxSize": max(desired, 1)}], "id": f"{cluster}:{ng}"}, [])
         def tagged(args) -> str:  # the cluster a lookup filters on (tag:dynamo.nvidia.com/cluster)

@@ -1433,7 +1433,7 @@ def test_moving_the_gpu_zone_replaces_the_gpu_node_group_and_adding_a_zone_does_
     assert R.gpu_node_groups_keep_their_subnets(a, graph(h100_eks(availabilityZones=_zones(4)))) == []
 
 
-def _gb200(zones: list[str], **cluster) -> dict:
+def _gb200_in(zones: list[str], **cluster) -> dict:
     cfg = matrix_config("gb200", "capacity-block", "fsx-lustre")
     return {**cfg, "cluster": {**cfg["cluster"], "availabilityZones": zones, **cluster}}
 
@@ -1445,7 +1445,7 @@ def test_clusters_cut_by_zone_count_keep_their_blocks_or_name_the_layout(n):
     keeps its blocks only with subnetLayout: by-zone-count."""
     plain = graph(h100_eks(availabilityZones=_zones(n)))
     assert R.subnets_are_never_re_cut(_count_layout(plain, _zones(n), False), plain) == []
-    lz = graph(_gb200(_zones(n)))
+    lz = graph(_gb200_in(_zones(n)))
     old = _count_layout(lz, _zones(n), True)
     assert (R.subnets_are_never_re_cut(old, lz) == []) == (n == 3)
-    assert R.subnets_are_never_re_cut(old, graph(_gb200(_zones(n), subnetLayout="by-zone-count"))) == []
+    assert R.subnets_are_never_re_cut(old, graph(_gb200_in(_zones(n), subnetLayout="by-zone-count"))) == []

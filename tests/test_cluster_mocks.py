@@ -718,3 +718,37 @@ def test_kubernetes_providers_wait_for_the_access_entries_by_order_not_by_data()
     assoc = [r.urn for r in run.by_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")]
     provider = next(r for r in run.resources if r.type == "pulumi:providers:kubernetes" and r.name == "eks")
     assert assoc and set(assoc) <= set(provider.dependencies)
+
+
+def test_a_launch_template_change_of_a_running_capacity_block_group_is_refused_before_any_resource(caplog):
+    """The next block's reservation id is a new launch template version: EKS applies it as a version update, only at
+    desired size 0. The live group's digest tag (what `up` last gave it) is compared with the plan's."""
+    import logging
+
+    from stacks.cluster.pools import LAUNCH_TEMPLATE_DIGEST_TAG
+
+    block = {"marketType": "capacity-block", "capacityReservationId": "cr-0123456789abcdef0"}
+    release = AMI_RELEASE_V20260714["1.35"]
+    run = _run_against("1.35", "1.35", node_groups={}, **block)
+    gpu = next(r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if "-gpu" in r.name)
+    tag = gpu.inputs["tags"][LAUNCH_TEMPLATE_DIGEST_TAG]
+
+    def live(desired: int, digest=tag) -> dict:
+        tags = {LAUNCH_TEMPLATE_DIGEST_TAG: digest} if digest else {}
+        return {"cluster-gpu-c3d4": ("1.35", "CAPACITY_BLOCK", desired, release, None, {"dynamo.nvidia.com/pool": "gpu"}, tags)}
+
+    # the same plan: nothing to refuse, and the tag is stable from one run to the next
+    assert next(r for r in _run_against("1.35", "1.35", node_groups=live(2), **block).by_type("aws:eks/nodeGroup:NodeGroup")
+                if "-gpu" in r.name).inputs["tags"][LAUNCH_TEMPLATE_DIGEST_TAG] == tag
+    # the next block, while the group runs nodes: refused, naming the group and the pause
+    nxt = {**block, "capacityReservationId": "cr-0fedcba9876543210"}
+    with pytest.raises(Exception) as e:
+        _run_against("1.35", "1.35", node_groups=live(2), **nxt)
+    msg = str(e.value)
+    assert "gives the running Capacity Block group(s) cluster-gpu-c3d4 (2 nodes)" in msg and "Pause them first" in msg
+    assert _registered_types() == ["pulumi:providers:aws"]
+    # paused (desired 0), the change goes ahead; a group without the tag yet gets a warning, not a refusal
+    _run_against("1.35", "1.35", node_groups=live(0), **nxt)
+    with caplog.at_level(logging.WARNING):
+        _run_against("1.35", "1.35", node_groups=live(2, digest=None), **nxt)
+    assert any("carries no launch template digest yet" in r.getMessage() for r in caplog.records)

@@ -136,6 +136,8 @@ class LiveNodeGroup:
     release_version: Optional[str] = None  # the AMI release its nodes run (DescribeNodegroup releaseVersion)
     disk_size: Optional[int] = None  # diskSize, when the group has no launch template
     pool: Optional[str] = None  # its dynamo.nvidia.com/pool label: system, gpu, gpu-<gpu>
+    # its launch template digest tag (stacks.cluster.pools.LAUNCH_TEMPLATE_DIGEST_TAG), where the program set one
+    launch_template_digest: Optional[str] = None
 
 
 def _release_order(release: str) -> tuple:
@@ -219,6 +221,34 @@ def check_node_groups_for_step(running: Optional[str], wanted: str, groups: Iter
                          f"group's version only at desired size 0. Pause them first (dynamo:paused: true, or paused: true on their "
                          f"dynamo:serve entries) and run `pulumi up`, then {'step the version, then ' if step else ''}resume "
                          f"(docs/deploy-aws.md, \"Capacity Block groups: pause, update, resume\")")
+
+
+def check_capacity_block_launch_templates(groups: Iterable[LiveNodeGroup], planned: dict[str, str], cluster: str,
+                                          k: str = f"{NS}:cluster") -> list[str]:
+    """Refuse, before any resource, an `up` that gives a running Capacity Block group a new launch template version (the
+    next block's capacityReservationId, EFA, user data, disks): the provider sends it as UpdateNodegroupVersion, which EKS
+    applies to a Capacity Block group only at desired size 0 (EKS user guide, "Create a managed node group with Capacity
+    Blocks for ML", Considerations). ``planned``: pool label -> the plan's launch template digest
+    (stacks.cluster.pools.launch_template_digest), compared with the digest tag the live group carries. A running block
+    group without the tag (created before the program set it) cannot be compared: returned as warnings."""
+    changed, unknown = [], []
+    for g in groups:
+        if g.capacity_type != "CAPACITY_BLOCK" or g.desired_size <= 0 or g.pool not in planned:
+            continue
+        if g.launch_template_digest is None:
+            unknown.append(g)
+        elif g.launch_template_digest != planned[g.pool]:
+            changed.append(g)
+    if changed:
+        names = ", ".join(f"{g.name} ({g.desired_size} nodes)" for g in changed)
+        raise ValueError(f"{k}: this `up` gives the running Capacity Block group(s) {names} of EKS cluster {cluster!r} a new launch "
+                         f"template version (a change of capacityReservationId, EFA, user data or disks), which EKS applies as a "
+                         f"version update, only at desired size 0. Pause them first (dynamo:paused: true, or paused: true on their "
+                         f"dynamo:serve entries) and run `pulumi up`, then make the change, then resume (docs/deploy-aws.md, "
+                         f"\"Capacity Block groups: pause, update, resume\")")
+    return [f"{k}: the running Capacity Block group {g.name} of EKS cluster {cluster!r} carries no launch template digest yet, so "
+            f"this `up` cannot tell whether its launch template changes; if it does, pause the group first (docs/deploy-aws.md, "
+            f"\"Capacity Block groups: pause, update, resume\")" for g in unknown]
 
 
 @dataclass(frozen=True)

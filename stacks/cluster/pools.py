@@ -77,6 +77,22 @@ class GpuPool:
     karpenter: Optional[dict] = None
 
 
+# A GPU node group's tag holding a digest of what its launch template is made of (the plan's launch template and
+# placement group): a change of it is a new launch template version, which EKS applies as a version update of the group.
+# `up` compares the live group's tag with the plan's before any resource (stacks.cluster.config.check_capacity_block_launch_templates).
+LAUNCH_TEMPLATE_DIGEST_TAG = "dynamo.nvidia.com/launch-template-digest"
+
+
+def launch_template_digest(pool: "GpuPool") -> str:
+    """A digest of the plan's launch template of ``pool`` and its placement group: equal digests, the same launch
+    template version content; different, a new version (a version update of the node group)."""
+    import hashlib
+    import json
+
+    text = json.dumps({"launch_template": pool.launch_template, "placement_group": pool.placement_group}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def gpu_taint_for(t: Target) -> dict:
     """The GPU taint the target's workers tolerate (Equal value wins, else ``true``)."""
     dgd = next(d for d in catalog.recipe_objects(t) if d["kind"] == "DynamoGraphDeployment")
