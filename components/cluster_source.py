@@ -297,7 +297,7 @@ def platform_layer(program: ProgramPlan, source: ClusterSource) -> list:
     """Device plugins (EKS always; an existing cluster with ``installDevicePlugins``) and the Dynamo platform (EKS by
     default, ``installPlatform``); what the DGDs wait for. Helm releases need a real cluster, so render mode shows the
     serving layer only."""
-    cluster, plan = program.cluster, program.cluster_plan
+    cluster = program.cluster
     eks = cluster.mode == "eks"
     if cluster.mode == "render" or not (eks or cluster.install_device_plugins or cluster.platform_wanted()):
         return []

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
 
 import pulumi
 import pytest

@@ -562,7 +562,6 @@ def test_render_stack_with_empty_render_dir_never_touches_the_cluster(kube, work
     """A render stack must never talk to a cluster: with the current kubeconfig pointing at a live API server,
     a render stack whose renderDir is empty fails before any resource and creates nothing there (an empty
     renderDir used to fall back to the default provider and deploy to whatever cluster the kubeconfig named)."""
-    from pulumi import automation as auto
     from pulumi.automation import errors
 
     ns = "e-render-leak"
@@ -921,7 +920,6 @@ def test_simulated_cluster_reports_the_schedulers_reason(simulator, case):
     """One pinned example of each shape that cannot fit: Pending, with the scheduler's own reason, and
     stacks/cluster/scheduling.py flags the same target."""
     from stacks import catalog
-    from stacks.cluster import NodeShape
     from stacks.cluster.scheduling import check_target, default_shapes
 
     def few(g):  # three workers of 8 GPUs each (1 prefill, 2 decode), two nodes

@@ -297,7 +297,7 @@ def test_the_revision_departure_is_exactly_the_env_var_and_the_listed_script_edi
     with monkeypatch.context() as m:
         m.setattr(fidelity, "without_revision_pin", lambda rendered, upstream: rendered)
         diffs = fidelity.compare_file(up, pinned, storage_class=STORAGE_CLASS, pull_secrets=PULL)
-    assert sorted(d.split(":")[0] for d in diffs) == sorted([f"Job/model-download.spec.template.spec.containers[0].args[0]",
+    assert sorted(d.split(":")[0] for d in diffs) == sorted(["Job/model-download.spec.template.spec.containers[0].args[0]",
                                                              "Job/model-download.spec.template.spec.containers[0].env"])
     # anything else beside the pin stays a difference
     job = next(o for o in pinned if o["kind"] == "Job")

@@ -311,7 +311,6 @@ def test_request_from_stack_resolves_the_unpinned_zone_and_final_node_count(tmp_
 
 @pytest.mark.parametrize("mode", ["render", "kubeconfig"])
 def test_non_eks_stacks_skip_the_aws_checks(tmp_path, mode, capsys):
-    from stacks.__main__ import main
 
     name = _stack(tmp_path, "t", f"config:\n  dynamo:gpu: h100\n  dynamo:cluster:\n    mode: {mode}\n")
     assert preflight.request_from_stack(name, tmp_path) is None

@@ -10,7 +10,6 @@ import subprocess
 import urllib.error
 import urllib.request
 
-import pytest
 
 import transit_keeper
 

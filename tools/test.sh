@@ -43,6 +43,12 @@ engine_other() {
 }
 
 t0=$SECONDS
+# The linter first (pyproject.toml [tool.ruff]: pyflakes and pycodestyle's checks; under a second): a failure stops the
+# run before the minutes of tests.
+if ! "$PY" -m ruff check --quiet .; then
+  echo "test: ruff check failed (fix the lines above; \`.venv/bin/ruff check --fix .\` fixes the safe ones)"
+  exit 1
+fi
 # Bytecode, written once before the groups start: the project's modules (imported by every test process and every
 # Pulumi program run the engine tests start) and pytest's assertion-rewritten test modules (a collection of tests/
 # writes them). PYTHONDONTWRITEBYTECODE, where the caller's environment sets it, would make each of those processes

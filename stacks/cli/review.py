@@ -712,7 +712,7 @@ def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str
     if serve is not None:
         new_text = replace_entry(new_text, f"{NS}:serve", serve)
     # The text edit must mean exactly: destination's non-release keys + source's release keys (+ merged entries).
-    want = {k: v for k, v in _config(dst_text).items() if not (_key_of(k) in RELEASE_KEYS)}
+    want = {k: v for k, v in _config(dst_text).items() if _key_of(k) not in RELEASE_KEYS}
     want.update({f"{NS}:{k}": v for k, v in release.items()})
     if serve is not None:
         want[f"{NS}:serve"] = serve

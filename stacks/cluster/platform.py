@@ -15,7 +15,7 @@ import json
 from types import MappingProxyType
 from typing import Any, Literal, Mapping, Optional, Sequence
 
-from stacks.registry.charts import GPU_TOLERATION, PLATFORM_NAMESPACE, HelmSpec, chart_pin, helm_spec as _helm, plugin_image
+from stacks.registry.charts import GPU_TOLERATION, PLATFORM_NAMESPACE, HelmSpec, helm_spec as _helm, plugin_image
 
 # --------------------------------------------------------------------------- shared constants
 

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import copy
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from stacks.spec.config import ConfigError

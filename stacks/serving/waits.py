@@ -102,7 +102,7 @@ class Wait:
         else:
             head = f"waiting for {what} failed"
         lines = [f"{head}.", f"  provider: {last}"]
-        lines.append(f"  last seen: {seen}" if seen else f"  last seen: not available here; the command below shows it")
+        lines.append(f"  last seen: {seen}" if seen else "  last seen: not available here; the command below shows it")
         lines.append(f"  look: {self.describe}")
         if self.kind == "Job":
             lines.append(f"        kubectl logs job/{self.name} -n {self.namespace}")

@@ -69,7 +69,7 @@ def front_door_nlb_is_built_by_a_controller_that_can(g: Graph) -> list[str]:
                     any(arn == f"arn:aws:iam::123456789012:policy/{pol.inputs.get('name') or pol.name}" for arn in _attached(g, role))]
         if not any("elasticloadbalancing:CreateLoadBalancer" in str(pol.inputs.get("policy")) for pol in policies):
             out.append(f"{a.name}: the controller's role {a.inputs.get('roleArn')} holds no policy allowing elasticloadbalancing:CreateLoadBalancer")
-        if not (a.urn in rel.dependencies):
+        if a.urn not in rel.dependencies:
             out.append(f"{rel.name}: installed without waiting for its Pod Identity association {a.name}")
     routes = [t for r in g.of(HTTP_ROUTE) for rule_ in (_get(r.inputs, "spec", "rules", default=[]) or [])
               if (t := _seconds(_get(rule_, "timeouts", "request"))) is not None]
