@@ -582,7 +582,7 @@ def test_default_network_keeps_one_nat():
 ])
 def test_bad_network_keys_name_the_key(cluster, must):
     from stacks.spec.config import ConfigError
-    from stacks.spec.providers import cluster_config
+    from stacks.spec import cluster_config
 
     with pytest.raises(ConfigError, match=must):
         cluster_config({"cluster": {"mode": "eks", **cluster}})

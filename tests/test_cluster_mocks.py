@@ -505,7 +505,7 @@ def test_moving_the_gpu_zone_keeps_the_fsx_cache_or_says_so():
 ])
 def test_bad_cache_zone_names_the_key(cluster, must):
     from stacks.spec.config import ConfigError
-    from stacks.spec.providers import cluster_config
+    from stacks.spec import cluster_config
 
     with pytest.raises(ConfigError, match=must):
         cluster_config({"cluster": {"mode": "eks", **cluster}})

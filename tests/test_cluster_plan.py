@@ -8,7 +8,7 @@ import pytest
 from stacks import catalog
 from stacks.cluster import EksConfig, build_cluster_plan, check_secrets_on_new_cluster, resolve_region
 from stacks.spec.config import ConfigError, parse
-from stacks.spec.providers import cluster_config
+from stacks.spec import cluster_config
 from stacks.serving import build_plan
 
 T = catalog.targets()
@@ -348,7 +348,7 @@ def test_a_storage_class_the_new_cluster_does_not_have_is_refused():
 ])
 def test_bad_gpu_pools_name_the_key(cluster, must):
     from stacks.spec.config import ConfigError
-    from stacks.spec.providers import cluster_config
+    from stacks.spec import cluster_config
 
     with pytest.raises(ConfigError, match=must):
         cluster_config({"cluster": {"mode": "eks", **cluster}})

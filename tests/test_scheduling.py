@@ -165,7 +165,7 @@ def test_too_few_nodes_is_reported():
 def _eks_fit(stack_cfg):
     from stacks.cluster import build_cluster_plan
     from stacks.spec.config import parse
-    from stacks.spec.providers import cluster_config
+    from stacks.spec import cluster_config
     from stacks.cluster.scheduling import SYSTEM
     from stacks.serving import build_plan
 

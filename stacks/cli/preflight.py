@@ -131,7 +131,7 @@ def requests_from_stack(name: str, root: Optional[Path] = None) -> list[Prefligh
         return []
 
     from stacks.cluster import GPU_TAINT_KEY, apply_aws_region, build_gpu_pool, plan_eks, pool_name
-    from stacks.spec.providers import cluster_config
+    from stacks.spec import cluster_config
 
     raw = apply_aws_region(raw, top.get("aws:region"))
     if "serve" in raw:  # a dynamo:serve or cluster-only stack: every GPU node group of its plan

@@ -614,7 +614,7 @@ class StackConfig(_Model):
 
 
 # Keys the serving layer does not own here: secrets (read only through pulumi.Config.get_secret, checked by
-# stacks.program) and the cluster (stacks.spec.providers). Other namespaces' keys (aws:, kubernetes:) are not ours.
+# stacks.program) and the cluster (stacks.spec.stack). Other namespaces' keys (aws:, kubernetes:) are not ours.
 SECRET_KEYS = {"hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret", "frontDoorApiKeys"}
 CLUSTER_KEYS = {"cluster", "kubeconfig"}
 # Stack-wide sections parsed beside the serving keys (stacks.spec.parse_spec), never per entry: the front door.
