@@ -10,7 +10,7 @@ and the serving layer's autoscaling queries read them (one list: a renamed metri
 # ``INFLIGHT_REQUESTS``; ``kvstats::GPU_CACHE_USAGE_PERCENT = "gpu_cache_usage_percent"`` ("GPU cache usage as a
 # percentage (0.0-1.0)", hence the ``percentunit`` panel unit). The kvstats constants sit in a module named
 # ``kvstats`` but the name has no ``kvstats_`` part: the worker exports ``dynamo_component_gpu_cache_usage_percent``
-# (an earlier dashboard queried ``dynamo_component_kvstats_gpu_cache_usage_percent`` and showed no data).
+# (a query for ``dynamo_component_kvstats_gpu_cache_usage_percent`` finds no series).
 DYNAMO_METRICS = {
     "requests": "dynamo_frontend_requests_total",
     "ttft": "dynamo_frontend_time_to_first_token_seconds",
