@@ -14,7 +14,7 @@ import pytest
 from stacks import catalog, registry
 from stacks.registry import versions
 from stacks.catalog import k8s
-from stacks.catalog.engine import Cache, Component, DownloadJob, Recipe, shm
+from stacks.catalog.builders import Cache, Component, DownloadJob, Recipe, shm
 from stacks.catalog.model import ModelFamily, Target
 from stacks.spec.config import ConfigError
 from stacks.program.render import render_config

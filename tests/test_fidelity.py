@@ -209,7 +209,7 @@ def test_missing_upstream_file_of_a_target_fails_and_target_reports_only_that_ta
                                 "but for VLLM_CACHE_ROOT and TRITON_CACHE_DIR (and, where the cache is mounted read-only, its "
                                 "compile-cache mount) of stacks.serving.compile_cache",
                                 "with dynamo:modelRevision: 1 download Job(s) exact but for the recorded revision pin "
-                                "(MODEL_REVISION and the script edits of engine.RevisionPin): "
+                                "(MODEL_REVISION and the script edits of builders.RevisionPin): "
                                 "nemotron-3.5-lightning/model-cache/model-download.yaml#Job/model-download",
                                 "fidelity (lightning-vllm-agg-h100-dspark): 1/1 upstream deploy files exact, "
                                 "2/2 model-cache objects exact; skipped: none"]

@@ -1,6 +1,6 @@
 """``dynamo:modelRevision`` pins what every model family downloads.
 
-Each download Job records how it takes a revision (``engine.RevisionPin`` on its ``DownloadJob``); the families and
+Each download Job records how it takes a revision (``builders.RevisionPin`` on its ``DownloadJob``); the families and
 targets below come from the catalog, not from a list written here. Without a revision the Jobs are upstream's (the
 fidelity check, tests/test_fidelity.py, compares them). The pinned scripts are run here against stand-ins of
 huggingface_hub's ``snapshot_download`` and of the ``hf download`` CLI that write the cache the way huggingface_hub does
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from stacks import catalog
-from stacks.catalog.engine import REVISION_ENV
+from stacks.catalog.builders import REVISION_ENV
 from stacks.program.render import render_config
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"

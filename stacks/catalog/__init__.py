@@ -3,7 +3,7 @@
 The serving catalog: every upstream recipe target as data (see ``model.Target``).
 
 The model families are the data modules named in ``stacks.registry.MODELS``; their pods,
-recipes and cache Jobs are built by the generic builders of ``engine.py``.
+recipes and cache Jobs are built by the generic builders of ``builders.py``.
 ``recipe_objects(target)`` builds the target's ConfigMap and DynamoGraphDeployment
 from its family base plus its deltas; ``cache_objects`` builds the model-cache
 PVC (named per model: ``cache_claim``) and the download/validate Jobs the target needs. Both are pure.
@@ -141,7 +141,7 @@ def cache_objects(t: Target, size: str | None = None) -> list[dict]:
 
 
 def revision_pins(t: Target) -> dict:
-    """Job name -> ``engine.RevisionPin`` for each of the target's cache Jobs that takes ``dynamo:modelRevision``."""
+    """Job name -> ``builders.RevisionPin`` for each of the target's cache Jobs that takes ``dynamo:modelRevision``."""
     fam = family_of(t)
     return {name: pin for name in t.cache_jobs if (pin := getattr(fam.cache_job_builders[name], "revision", None)) is not None}
 

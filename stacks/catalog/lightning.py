@@ -11,7 +11,7 @@ import json
 from stacks import registry
 from stacks.registry import versions
 from stacks.catalog import k8s
-from stacks.catalog.engine import DownloadJob, RevisionPin
+from stacks.catalog.builders import DownloadJob, RevisionPin
 from stacks.catalog.lightning_base import CACHE, DRAFT_SUFFIX, LEGACY_FIRST_LAYOUT, MODEL, PERF_FIRST, PERF_MAIN, REPO, frontend, gpu_worker
 from stacks.catalog.lightning_trtllm import AGG as TRTLLM_AGG, TRTLLM_TARGETS
 from stacks.catalog.model import ModelFamily, Perf, Target

@@ -1,5 +1,5 @@
 """What every Nemotron-3.5-Lightning recipe shares (vLLM and TensorRT-LLM): the checkpoints, the
-model cache, and the frontend and one-GPU worker pod shapes as ``engine.Component`` data.
+model cache, and the frontend and one-GPU worker pod shapes as ``builders.Component`` data.
 
 Both ``lightning.py`` (vLLM, and the family) and ``lightning_trtllm.py`` import this module;
 neither imports the other's builders back (no import cycle).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from stacks import registry
 from stacks.catalog import k8s
-from stacks.catalog.engine import Cache, Component, shm
+from stacks.catalog.builders import Cache, Component, shm
 
 MODEL = "nemotron-3.5-lightning"
 REPO = {"nvfp4": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", "bf16": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16"}

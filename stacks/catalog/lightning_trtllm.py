@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from stacks.registry import versions
 from stacks.catalog import k8s
-from stacks.catalog.engine import Component, Recipe, shm
+from stacks.catalog.builders import Component, Recipe, shm
 from stacks.catalog.lightning_base import FRONTEND, LEGACY_FIRST_LAYOUT, MODEL, PERF_FIRST, PERF_MAIN, REPO, SHM, WORKER
 from stacks.catalog.model import Perf, Target
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from stacks import registry
-from stacks.catalog.engine import Cache
+from stacks.catalog.builders import Cache
 from stacks.catalog.ops import Op
 
 # The axes a stack selects on, with the values the catalog may use (defined once, in stacks/registry/__init__.py).
@@ -71,8 +71,8 @@ class ModelFamily:
     short: str
     served_model: str
     cache: Cache  # the model-cache PVC: its name, size, mount path, labels, storage-class placeholder
-    builders: dict[str, Callable[[Target], list[dict]]]  # Target.family -> recipe builder (a function or an engine.Recipe)
-    cache_job_builders: dict[str, Callable[[], dict]]  # Job name -> builder (an engine.DownloadJob is one)
+    builders: dict[str, Callable[[Target], list[dict]]]  # Target.family -> recipe builder (a function or an builders.Recipe)
+    cache_job_builders: dict[str, Callable[[], dict]]  # Job name -> builder (an builders.DownloadJob is one)
     defaults: dict[str, Any]  # per-axis default: a value, preferred values, or a per-GPU mapping
     targets: tuple[Target, ...] = ()
     # Ids upstream renamed: old id -> successor id (the old id resolves to the successor, with a warning),

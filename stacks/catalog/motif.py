@@ -2,7 +2,7 @@
 
 Upstream keeps a kustomize base per deployment shape and renders the
 disaggregated variants from a matrix (topology x target cluster). Here the two
-bases are data (``engine.Recipe``) sharing the engine flags, the per-target
+bases are data (``builders.Recipe``) sharing the engine flags, the per-target
 replicas come from the ``shape`` axis, and the Nscale cluster component is an op layer.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from stacks import registry
 from stacks.registry import versions
 from stacks.catalog import k8s
-from stacks.catalog.engine import Cache, Component, DownloadJob, Recipe, RevisionPin
+from stacks.catalog.builders import Cache, Component, DownloadJob, Recipe, RevisionPin
 from stacks.catalog.model import ModelFamily, Target
 from stacks.catalog.ops import FRONTEND, WORKERS, Op, Set, env_insert
 

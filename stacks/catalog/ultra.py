@@ -22,7 +22,7 @@ from dataclasses import replace
 from stacks import registry
 from stacks.registry import versions
 from stacks.catalog import k8s
-from stacks.catalog.engine import Cache, Component, DownloadJob, RevisionPin, empty_dir, shm
+from stacks.catalog.builders import Cache, Component, DownloadJob, RevisionPin, empty_dir, shm
 from stacks.catalog.model import ModelFamily, Perf, Target
 from stacks.catalog.ops import FRONTEND, WORKERS, Delete, EnvRemove, Op, Set
 

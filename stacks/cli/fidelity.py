@@ -21,7 +21,7 @@ each (``Report.compile_cache``, ``Report.startup_probe``).
 
 The model-cache Jobs may depart from upstream in exactly two recorded ways, each taken back out before comparing and
 anything else a difference: the hardening (``stacks.serving.hardening``) and, when ``dynamo:modelRevision`` is set, the
-revision pin of each download Job that takes one (``engine.RevisionPin`` on its ``DownloadJob``: the ``MODEL_REVISION``
+revision pin of each download Job that takes one (``builders.RevisionPin`` on its ``DownloadJob``: the ``MODEL_REVISION``
 env var and the listed script edits). Without a revision the Jobs are upstream's; ``check`` with ``render_pinned``
 also compares each pinned download Job and names the ones that carry the pin (``Report.pinned_exact``).
 """
@@ -201,7 +201,7 @@ def differences(expected: Any, got: Any, where: str = "") -> list[str]:
 
 
 def revision_pins() -> list:
-    """Every distinct ``engine.RevisionPin`` the catalog's download Jobs carry (the recorded revision departures)."""
+    """Every distinct ``builders.RevisionPin`` the catalog's download Jobs carry (the recorded revision departures)."""
     from stacks.catalog import families
 
     pins: list = []
@@ -260,7 +260,7 @@ def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: s
             continue
         want = normalize(substitute_placeholders(d, storage_class, pull_secrets))
         # The Jobs this program hardens and pins: exactly the recorded additions are allowed (stacks/serving/hardening.py,
-        # engine.RevisionPin), nothing else.
+        # builders.RevisionPin), nothing else.
         # The DGD's vLLM workers: exactly the compile-cache env (and mount) of stacks/serving/compile_cache.py.
         obj, n = without_compile_cache(got[k], want, rendered)
         if n and compiled is not None:
@@ -274,7 +274,7 @@ def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: s
 
 
 def storage_class_placeholders() -> set[str]:
-    """Every model's storage-class placeholder (per model, as data: ``engine.Cache.storage_class``)."""
+    """Every model's storage-class placeholder (per model, as data: ``builders.Cache.storage_class``)."""
     from stacks.catalog import families
 
     return {k8s.PLACEHOLDER_STORAGE_CLASS} | {f.cache.storage_class for f in families().values() if f.cache.storage_class}
@@ -346,7 +346,7 @@ class Report:
                          f"upstream's periodSeconds x failureThreshold (stacks.serving.startup_probe)")
         if self.pinned_exact:
             lines.append(f"with dynamo:modelRevision: {len(self.pinned_exact)} download Job(s) exact but for the recorded revision pin "
-                         f"(MODEL_REVISION and the script edits of engine.RevisionPin): {', '.join(self.pinned_exact)}")
+                         f"(MODEL_REVISION and the script edits of builders.RevisionPin): {', '.join(self.pinned_exact)}")
         return "\n".join(lines) or None
 
     def summary(self) -> str:

@@ -186,7 +186,7 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         paused = apply_to_dgd(dgd, cfg.paused, scaling)
 
     if cfg.model_revision:
-        # Each download Job that takes a revision says how (catalog data: engine.RevisionPin, the departure from upstream
+        # Each download Job that takes a revision says how (catalog data: builders.RevisionPin, the departure from upstream
         # the fidelity check allows); without dynamo:modelRevision the Jobs stay upstream's and fetch the default branch.
         pins = catalog.revision_pins(t)
         for job in jobs:

@@ -18,7 +18,7 @@ What the images need (so that hardening does not break them):
 
 The DGD's workers keep exactly what upstream sets (fidelity), but for their compile caches (stacks/serving/compile_cache.py). The model-cache Jobs are compared with upstream too:
 ``stacks.cli.fidelity`` allows exactly the additions listed here and, with ``dynamo:modelRevision``, the revision pin
-each download Job records (``stacks.catalog.engine.RevisionPin``), nothing else.
+each download Job records (``stacks.catalog.builders.RevisionPin``), nothing else.
 """
 from __future__ import annotations
 

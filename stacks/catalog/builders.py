@@ -1,4 +1,4 @@
-"""Generic engine builders: DGD components, recipes and model-cache Jobs built from data.
+"""Recipe builders: DGD components, recipes and model-cache Jobs built from data.
 
 Every model family describes its frontend and workers as ``Component`` values (image,
 command, args, env, GPUs per worker, extended resources such as EFA or RDMA devices, memory,
