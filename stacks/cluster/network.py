@@ -21,7 +21,6 @@ from stacks.cluster.config import EksConfig
 # so adding a zone, or a Local Zone, adds a subnet and moves none. ``by-zone-count`` is the layout clusters built
 # before the slots had (subnet sizes follow the zone count): kept for them, where growth is refused instead
 # (stacks.cluster.config.check_subnet_layout).
-SUBNET_LAYOUTS = ("fixed-slots", "by-zone-count")
 LOCAL_ZONE_SLOT = 3
 
 

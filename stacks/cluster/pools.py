@@ -5,6 +5,8 @@ pinning a worker to its GPU product, combined DGDs)."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -86,9 +88,6 @@ LAUNCH_TEMPLATE_DIGEST_TAG = "dynamo.nvidia.com/launch-template-digest"
 def launch_template_digest(pool: "GpuPool") -> str:
     """A digest of the plan's launch template of ``pool`` and its placement group: equal digests, the same launch
     template version content; different, a new version (a version update of the node group)."""
-    import hashlib
-    import json
-
     text = json.dumps({"launch_template": pool.launch_template, "placement_group": pool.placement_group}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
