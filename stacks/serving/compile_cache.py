@@ -77,7 +77,8 @@ KEY_LENGTH = 12
 RUNTIMES = ("vllm",)  # the runtimes whose workers read VLLM_CACHE_ROOT (TensorRT-LLM: see the module docstring)
 
 
-def _gpus(container: dict) -> int:
+def container_gpus(container: dict) -> int:
+    """The GPUs a container asks for (its nvidia.com/gpu limit, else request; 0 for none)."""
     res = container.get("resources") or {}
     for part in ("limits", "requests"):
         n = (res.get(part) or {}).get("nvidia.com/gpu")
@@ -104,7 +105,7 @@ def cache_key(container: dict, pod: dict, spec_env: Iterable[dict], gpu: str, co
         "image": container.get("image"), "command": container.get("command"), "args": container.get("args"),
         "env": env(container.get("env")), "envFrom": container.get("envFrom"), "specEnv": env(spec_env),
         "configMaps": {n: configmaps.get(n) for n in _configmap_names(container, pod)},
-        "gpu": gpu, "gpus": _gpus(container),
+        "gpu": gpu, "gpus": container_gpus(container),
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:KEY_LENGTH]
 
@@ -129,7 +130,7 @@ def worker_containers(dgd: dict, runtime: str, mount: str) -> Iterable[tuple[dic
     for comp in dgd["spec"]["components"]:
         pod = (comp.get("podTemplate") or {}).get("spec") or {}
         for c in pod.get("containers") or []:
-            if _gpus(c) and _cache_volume(c, mount) is not None:
+            if container_gpus(c) and _cache_volume(c, mount) is not None:
                 yield comp, pod, c
 
 

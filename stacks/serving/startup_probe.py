@@ -46,17 +46,13 @@ import copy
 import math
 from typing import Iterable, Optional
 
+from stacks.serving.compile_cache import container_gpus
+
 FAST_PERIOD_SECONDS = 5
 # The Probe API's defaults for absent fields (Kubernetes docs, "Configure Probes").
 DEFAULT_PERIOD_SECONDS = 10
 DEFAULT_TIMEOUT_SECONDS = 1
 DEFAULT_FAILURE_THRESHOLD = 3
-GPU = "nvidia.com/gpu"
-
-
-def _gpus(container: dict) -> bool:
-    res = container.get("resources") or {}
-    return any((res.get(part) or {}).get(GPU) for part in ("limits", "requests"))
 
 
 def budget_seconds(probe: dict) -> int:
@@ -82,7 +78,7 @@ def worker_containers(dgd: dict) -> Iterable[tuple[dict, dict]]:
     """``(component, container)`` of every GPU container of the DGD that has a startupProbe."""
     for comp in (dgd.get("spec") or {}).get("components") or []:
         for c in ((comp.get("podTemplate") or {}).get("spec") or {}).get("containers") or []:
-            if _gpus(c) and isinstance(c.get("startupProbe"), dict):
+            if container_gpus(c) and isinstance(c.get("startupProbe"), dict):
                 yield comp, c
 
 
