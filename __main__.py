@@ -15,9 +15,9 @@ from components.cluster_source import cluster_source
 from components.layer import Layer
 from components.observability import Observability
 from components.serving_layer import ServingLayer
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.program import build_program
-from stacks.spec.pulumi_config import raw_config, secret_config_keys
+from stacks.config.pulumi_config import raw_config, secret_config_keys
 
 try:
     program = build_program(raw_config(), pulumi.get_stack(), secret_config_keys(), env=dict(os.environ),

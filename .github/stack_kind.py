@@ -4,7 +4,7 @@
   python .github/stack_kind.py pr-previews     # stack names on stdin -> the JSON list a pull request may preview
 
 - Environment: a stack named *-prod is prod's, *-staging is staging's, every other one is dev-level.
-- cluster.mode (stacks/spec, default render): only a render stack creates nothing outside the runner, so only it is
+- cluster.mode (stacks/config, default render): only a render stack creates nothing outside the runner, so only it is
   applied on a push to main (main.yml). eks, stack and kubeconfig stacks reach a real cluster: a push previews them.
 - A pull request's code runs in the `preview` environment, which holds the dev-level passphrase and nothing else
   (docs/ci.md). It previews a dev-level stack whose cluster the stack creates (eks), reads from another dev-level

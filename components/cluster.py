@@ -215,7 +215,7 @@ class EksGpuCluster(pulumi.ComponentResource):
         self.system_nodes = aws.eks.NodeGroup(
             f"{name}-system", cluster_name=self.cluster.name, node_role_arn=node_role.arn, subnet_ids=private_ids, **plan.system_nodegroup, tags=tags,
             # EKS cannot change a group's disk (the provider replaces the group): a running group keeps its disk unless
-            # dynamo:cluster.systemDiskGib asks for another (stacks.cluster.config.node_group_changes says so at preview).
+            # dynamo:cluster.systemDiskGib asks for another (stacks.config.eks.node_group_changes says so at preview).
             opts=node_deps if plan.system_disk_set else pulumi.ResourceOptions.merge(node_deps, pulumi.ResourceOptions(ignore_changes=["diskSize"]))
         )
         # One GPU node group per pool (cluster.gpuPools): the first keeps the single-target names (cluster-gpu), the others

@@ -7,7 +7,7 @@
 - ``kubeconfig_file``/``context``: a kubeconfig file a failed wait can read with kubectl (else None);
 - ``exports()``: the stack outputs of the cluster layer.
 
-One strategy per ``dynamo:cluster.mode`` (``stacks.spec.ClusterSource``): ``RenderSource``, ``KubeconfigSource``,
+One strategy per ``dynamo:cluster.mode`` (``stacks.config.ClusterSource``): ``RenderSource``, ``KubeconfigSource``,
 ``StackSource`` (the cluster of a cluster-only stack, through a StackReference) and ``EksSource`` (the EKS cluster this
 stack creates). They are plain classes, not components: the resources keep the names and parents (the stack) they
 always had, so no URN moves. ``cluster_source(program)`` picks one and adds the platform layer (device plugins and
@@ -26,9 +26,9 @@ from pulumi.runtime import config as rc
 from components.credentials import cluster_storage_classes, credentials_problem, mocked, storage_class_warnings
 from components.platform import DevicePlugins, DynamoPlatform, helm_release
 from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
-from stacks.spec.config import NS
+from stacks.config.keys import NS
 from stacks.cluster.access import check_upgrade_policy
-from stacks.cluster.config import (LiveNodeGroup, LiveSubnet, check_ami_release, check_capacity_block_launch_templates, check_cache_zone, check_node_groups_for_step, check_running_version,
+from stacks.config.eks import (LiveNodeGroup, LiveSubnet, check_ami_release, check_capacity_block_launch_templates, check_cache_zone, check_node_groups_for_step, check_running_version,
                                    check_subnet_layout, node_group_changes)
 from stacks.cluster.pools import LAUNCH_TEMPLATE_DIGEST_TAG, POOL_LABEL, launch_template_digest
 from stacks.cluster.platform import GPU_PRESENT_LABELS, dynamo_platform
@@ -65,7 +65,7 @@ class RenderSource(ClusterSource):
 
 class KubeconfigSource(ClusterSource):
     """``mode: kubeconfig``: an existing cluster, from the secret ``dynamo:kubeconfig`` or the kubeconfig file
-    (``cluster.kubeconfigPath`` or KUBECONFIG, found by ``stacks.spec.kubeconfig_path``), read as a Pulumi secret."""
+    (``cluster.kubeconfigPath`` or KUBECONFIG, found by ``stacks.config.kubeconfig_path``), read as a Pulumi secret."""
 
     def __init__(self, program: ProgramPlan):
         super().__init__(program)

@@ -17,7 +17,7 @@ import tempfile
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from stacks.spec.config import NS
+from stacks.config.keys import NS
 
 TIMEOUT_S = 15
 

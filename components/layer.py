@@ -15,7 +15,7 @@ import pulumi_kubernetes as k8s
 
 from components.platform import helm_release
 from stacks.layers import LayerPlan
-from stacks.spec.config import NS
+from stacks.config.keys import NS
 
 PKG = "dynamo"
 

@@ -157,9 +157,9 @@ class HfTokenSecret(pulumi.ComponentResource):
 
 def claim_spec_guard(obj: dict) -> Callable[..., None]:
     """The ``before_update`` check of a protected cache claim: raises ConfigError with the migration
-    message when the previous inputs' immutable spec differs from ``obj``'s (stacks.spec.config: the provider would
+    message when the previous inputs' immutable spec differs from ``obj``'s (stacks.config.keys: the provider would
     replace the claim, and on a protected claim that replacement fails on this and every later ``up``)."""
-    from stacks.spec.config import ConfigError, cache_claim_changes, cache_migration_error
+    from stacks.config.keys import ConfigError, cache_claim_changes, cache_migration_error
 
     spec, md = obj["spec"], _meta(obj)
 
@@ -175,7 +175,7 @@ def protected_claim(name: str, obj: dict) -> tuple[dict, list[str], pulumi.Resou
     """A protected (retained) cache claim: (metadata with the requested immutable spec recorded, so that a
     change is an update, the ``ignore_changes`` that keep the provider from planning a replacement, which
     would fail on the retained claim, and the ``claim_spec_guard`` hook, which also runs on preview)."""
-    from stacks.spec.config import CACHE_SPEC_ANNOTATION, IMMUTABLE_CLAIM_FIELDS, claim_spec_summary
+    from stacks.config.keys import CACHE_SPEC_ANNOTATION, IMMUTABLE_CLAIM_FIELDS, claim_spec_summary
 
     md = _meta(obj)
     meta = {**md, "annotations": {**(md.get("annotations") or {}), CACHE_SPEC_ANNOTATION: claim_spec_summary(obj["spec"])}}

@@ -17,7 +17,7 @@ import pulumi
 from components.cluster_source import ClusterSource
 from components.serving import Serving, kubectl_probe
 from stacks.cluster import dockerconfigjson
-from stacks.spec.config import NS, deprecation_warnings
+from stacks.config.keys import NS, deprecation_warnings
 from stacks.serving.outputs import follow_commands, next_steps
 from stacks.program import ProgramPlan
 from stacks.program.names import pull_secret_name, serving_names
@@ -26,7 +26,7 @@ from components.hooks import program_hooks
 
 def pull_secret_value(config: pulumi.Config) -> pulumi.Output:
     """The .dockerconfigjson of the image pull Secrets: ``dynamo:imagePullSecret`` as is, or nvcr.io's from
-    ``dynamo:ngcApiKey`` (both Pulumi secrets; ``stacks.spec`` refuses both set at once)."""
+    ``dynamo:ngcApiKey`` (both Pulumi secrets; ``stacks.config`` refuses both set at once)."""
     return config.get_secret("imagePullSecret") or config.get_secret("ngcApiKey").apply(dockerconfigjson)
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stacks.spec.config import parse, select_target  # noqa: E402
-from stacks.spec import cluster_config  # noqa: E402
+from stacks.config.keys import parse, select_target  # noqa: E402
+from stacks.config import cluster_config  # noqa: E402
 from stacks.program.render import stack_raw_config  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 from stacks.cli import shell  # noqa: E402
-from stacks.spec.config import ConfigError  # noqa: E402
+from stacks.config.keys import ConfigError  # noqa: E402
 
 PROG = "dynamo-stacks"
 # Each module of stacks/cli that adds commands, the function that adds them, and the commands it adds, in the order

@@ -21,7 +21,7 @@ from harness import run_program
 from local_cluster import control_plane
 from stacks.cli import fidelity
 from stacks.serving.autoscaling import DGDSA_API, DGDSA_KIND, PAUSED_REPLICAS, adapter_name, gpus_per_replica
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.observe.observability import DYNAMO_METRICS, prometheus_url
 from stacks.program import build_program
 from stacks.program.render import render_target

@@ -581,8 +581,8 @@ def test_default_network_keeps_one_nat():
     ({"endpointAccess": "private", "privateAccessCidrs": ["10.0.0.1/16"]}, r"privateAccessCidrs: '10\.0\.0\.1/16' is not an IPv4 network"),
 ])
 def test_bad_network_keys_name_the_key(cluster, must):
-    from stacks.spec.config import ConfigError
-    from stacks.spec import cluster_config
+    from stacks.config.keys import ConfigError
+    from stacks.config import cluster_config
 
     with pytest.raises(ConfigError, match=must):
         cluster_config({"cluster": {"mode": "eks", **cluster}})

@@ -22,7 +22,7 @@ import yaml
 import harness
 from harness import run_program
 from stacks import registry
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.program import build_program
 from stacks.program.render import program_for_stack
 
@@ -225,7 +225,7 @@ CASES = [
     C("kubeconfig-nothing-set", {"cluster": {"mode": "kubeconfig"}}, "cluster.kubeconfigPath", "KUBECONFIG", machine=True),
     C("eks-with-kubeconfigPath", {**eks(kubeconfigPath="/tmp/kc")}, "cluster.kubeconfigPath", "'/tmp/kc'", "'kubeconfig'", base=EKS),
     C("eks-with-plugins", {**eks(installDevicePlugins=True)}, "cluster.installDevicePlugins", "True", base=EKS),
-    # ---- cluster: EKS keys (stacks/cluster/config.py EksConfig)
+    # ---- cluster: EKS keys (stacks/config/eks.py EksConfig)
     C("region-mars", eks(region="mars-1"), "cluster.region", "'mars-1'", "us-west-2", base=EKS),
     C("region-empty", eks(region=""), "cluster.region", "''", "us-east-1", base=EKS),
     # Neither dynamo:cluster.region nor aws:region: no region is assumed (the table's stacks set no aws:region).
@@ -356,7 +356,7 @@ assert len({c.id for c in CASES}) == len(CASES)
 
 
 def as_pulumi(raw: dict) -> dict:
-    """The mapping as the Pulumi runtime hands it over (stacks.spec.pulumi_config.raw_config): a top-level number
+    """The mapping as the Pulumi runtime hands it over (stacks.config.pulumi_config.raw_config): a top-level number
     arrives as text, objects keep their JSON types."""
     return {k: "" if v is None else str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else copy.deepcopy(v)
             for k, v in raw.items()}  # a top-level empty value (YAML null or '') arrives as ""

@@ -19,7 +19,7 @@ from stacks.cli.bench_report import (ReportError, compare, expected_lengths, ext
                                      parse_export, verdict, workload_problems)
 from stacks.program import build_program
 from stacks.registry.versions import versions
-from stacks.spec.config import BenchmarkConfig, parse
+from stacks.config.keys import BenchmarkConfig, parse
 from stacks.serving import build_plan
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -15,7 +15,7 @@ from stacks import catalog
 from stacks.serving.benchmark import (MANIFEST_BEGIN, METHODS, RESULT_BEGIN, SKIP_AWAIT, SPEC_KEY_SYNTHETIC, TRACE_STEP,
                                       TRTLLM_SYNTHETIC_ENV, build_benchmark, local_steps, published_requests, speculative_mode,
                                       synthetic_speculative_dgd, trace)
-from stacks.spec.config import BenchmarkConfig, ConfigError, parse
+from stacks.config.keys import BenchmarkConfig, ConfigError, parse
 from stacks.serving.outputs import next_steps
 from stacks.serving import build_plan
 from stacks.registry.versions import versions

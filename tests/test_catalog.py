@@ -140,7 +140,7 @@ def test_no_import_cycle_between_lightning_modules():
 
 # --------------------------------------------------------------------------- ids upstream renamed or dropped
 
-from stacks.spec.config import ConfigError, deprecation_warnings, parse  # noqa: E402
+from stacks.config.keys import ConfigError, deprecation_warnings, parse  # noqa: E402
 from stacks.serving.serve import RENAMED_COMPONENTS, build_entries  # noqa: E402
 
 

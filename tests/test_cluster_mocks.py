@@ -272,7 +272,7 @@ def test_cluster_stack_exports_what_serving_stacks_read():
     ({"serve": [], "cluster": {"mode": "render"}}, r"dynamo:serve: \[\] is not a non-empty list .*cluster-only stack, which needs dynamo:cluster\.mode: eks"),
 ])
 def test_bad_cluster_only_stacks_are_refused_naming_the_key(cfg, must):
-    from stacks.spec.config import ConfigError
+    from stacks.config.keys import ConfigError
     from stacks.program import build_program
 
     with pytest.raises(ConfigError, match=must):
@@ -504,8 +504,8 @@ def test_moving_the_gpu_zone_keeps_the_fsx_cache_or_says_so():
     ({"cacheStorage": "fsx-lustre", "cacheAvailabilityZone": "us-east-1-dfw-2a"}, r"cacheAvailabilityZone: 'us-east-1-dfw-2a' is not one of"),
 ])
 def test_bad_cache_zone_names_the_key(cluster, must):
-    from stacks.spec.config import ConfigError
-    from stacks.spec import cluster_config
+    from stacks.config.keys import ConfigError
+    from stacks.config import cluster_config
 
     with pytest.raises(ConfigError, match=must):
         cluster_config({"cluster": {"mode": "eks", **cluster}})

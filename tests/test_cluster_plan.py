@@ -7,8 +7,8 @@ import pytest
 
 from stacks import catalog
 from stacks.cluster import EksConfig, build_cluster_plan, check_secrets_on_new_cluster, resolve_region
-from stacks.spec.config import ConfigError, parse
-from stacks.spec import cluster_config
+from stacks.config.keys import ConfigError, parse
+from stacks.config import cluster_config
 from stacks.serving import build_plan
 
 T = catalog.targets()
@@ -26,7 +26,7 @@ def final(stack_cfg: dict):
     """Serving plan and cluster plan as the program builds them (final DGD after replicas and the fabric profile)."""
     cfg = parse(stack_cfg)
     cc = cluster_config(stack_cfg)
-    from stacks.spec.config import select_target
+    from stacks.config.keys import select_target
     from stacks.registry.gpus import shape_for
 
     sp = build_plan(cfg, efa_per_gpu=shape_for(select_target(cfg).gpu, cc.instance_type).efa_per_gpu)
@@ -347,8 +347,8 @@ def test_a_storage_class_the_new_cluster_does_not_have_is_refused():
     ({"gpuPools": [{"gpu": "h100", "instanceType": "p5en.48xlarge"}]}, r"gpuPools\[0\]\.instanceType: instance type 'p5en\.48xlarge' carries h200"),
 ])
 def test_bad_gpu_pools_name_the_key(cluster, must):
-    from stacks.spec.config import ConfigError
-    from stacks.spec import cluster_config
+    from stacks.config.keys import ConfigError
+    from stacks.config import cluster_config
 
     with pytest.raises(ConfigError, match=must):
         cluster_config({"cluster": {"mode": "eks", **cluster}})
@@ -369,7 +369,7 @@ def test_pool_settings_apply_to_their_gpu_only():
     assert b200.launch_template["instance_type"] == "p6-b200.48xlarge" and b200.nodegroup["availability_zone"] == "us-east-1b"
     assert b200.nodegroup["labels"]["dynamo.nvidia.com/pool"] == "gpu-b200"
     # an entry whose GPU has no pool is refused naming the entry
-    from stacks.spec.config import ConfigError
+    from stacks.config.keys import ConfigError
 
     with pytest.raises(ConfigError, match=r"dynamo:serve\[1\]\.gpu: 'b200' has no pool in dynamo:cluster\.gpuPools"):
         build_program({**raw, "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}]}}, "t", frozenset({"hfToken"}))
@@ -400,7 +400,7 @@ def test_capacity_shortfall_names_efa_and_taint_mismatches():
 
 
 def test_one_group_settings_are_refused_with_several_gpus():
-    from stacks.spec.config import ConfigError
+    from stacks.config.keys import ConfigError
     from stacks.program import build_program
 
     raw = {"cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 3},

@@ -14,7 +14,7 @@ import pytest
 from stacks import catalog
 from stacks.program.render import render_config, render_target
 from stacks.serving import compile_cache as cc
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 
 
 def _dgd(objs):

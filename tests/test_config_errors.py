@@ -2,7 +2,7 @@
 import pytest
 
 from harness import run_program
-from stacks.spec.config import ConfigError, StackConfig, parse, select_target
+from stacks.config.keys import ConfigError, StackConfig, parse, select_target
 from stacks.program.render import render_config
 
 
@@ -114,7 +114,7 @@ def test_model_revision_only_where_the_download_supports_it(monkeypatch):
 
 # --------------------------------------------------------------------------- the protected cache's immutable spec: refused with a migration message
 
-from stacks.spec.config import CACHE_SPEC_ANNOTATION, cache_claim_changes, cache_migration_error  # noqa: E402
+from stacks.config.keys import CACHE_SPEC_ANNOTATION, cache_claim_changes, cache_migration_error  # noqa: E402
 
 OLD_SPEC = {"accessModes": ["ReadWriteMany"], "storageClassName": "efs-sc", "resources": {"requests": {"storage": "400Gi"}}}
 
@@ -197,7 +197,7 @@ def test_claim_guard_refuses_a_changed_class_with_the_migration_message():
 
 
 def test_unknown_or_misplaced_secret_keys_are_refused_without_their_value():
-    from stacks.spec.config import check_secret_keys
+    from stacks.config.keys import check_secret_keys
 
     check_secret_keys({"hfToken", "kubeconfig"})
     with pytest.raises(ConfigError, match=r"dynamo:hfTokn: set as a Pulumi secret, but is not a setting; did you mean 'hfToken'"):

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from stacks import catalog
-from stacks.spec.config import ConfigError, StackConfig
+from stacks.config.keys import ConfigError, StackConfig
 from stacks.program import build_program
-from stacks.spec import ClusterConfig
+from stacks.config import ClusterConfig
 from stacks.program.render import program_for_stack
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])

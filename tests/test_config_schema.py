@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from stacks.spec.config import NS, SECRET_KEYS, StackConfig
+from stacks.config.keys import NS, SECRET_KEYS, StackConfig
 from stacks.serving.serve import SERVE
-from stacks.spec import STACK_KEYS
+from stacks.config import STACK_KEYS
 from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from stacks.cli.cost import PRICES, config_cost, ec2_price, load_prices, stack_cost
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 PRICES_DATA = load_prices()

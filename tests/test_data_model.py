@@ -200,7 +200,7 @@ import json
 from stacks.registry import gpus
 from stacks import registry
 from stacks.catalog.model import AXES
-from stacks.spec.config import ConfigError, parse
+from stacks.config.keys import ConfigError, parse
 from stacks.program.render import render_config
 try:
     parse({{"model": {MODEL!r}, "gpu": "example-rtx-pro-600"}})

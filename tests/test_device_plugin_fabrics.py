@@ -12,7 +12,7 @@ from stacks import catalog
 from stacks.cluster.platform import fabrics_objects
 from conftest import reference_file
 from stacks.program import build_program
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 
 PLUGINS = "device-plugins"  # in the reference data (tests/conftest.py reference_file)
 

@@ -201,7 +201,7 @@ def upstream_problems(kube, target: str, ns: str) -> list[str]:
     no pull secret here), is on the API server's object with the same value (the server may add defaults, and the
     program's documented additions: Pulumi annotations, the hardened Jobs' securityContext)."""
     from stacks.cli import fidelity
-    from stacks.spec.config import parse, select_target
+    from stacks.config.keys import parse, select_target
     from stacks.serving.hardening import without_hardening
 
     t = select_target(parse({"target": target}))

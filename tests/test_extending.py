@@ -16,7 +16,7 @@ from stacks.registry import versions
 from stacks.catalog import k8s
 from stacks.catalog.builders import Cache, Component, DownloadJob, Recipe, shm
 from stacks.catalog.model import ModelFamily, Target
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.program.render import render_config
 
 # ---- the throwaway model and GPU, as data (what docs/adding-a-model-or-gpu.md asks a contributor to write)

@@ -5,7 +5,7 @@ import pytest
 
 import aws_reference
 from stacks.registry import GPUS
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.program.render import render_config
 
 
@@ -70,7 +70,7 @@ def test_profile_on_an_aggregated_target_is_a_config_error():
 
 def test_eks_refuses_an_infiniband_recipe_without_the_profile():
     from stacks.cluster import check_fabric_on_eks
-    from stacks.spec.config import parse, select_target
+    from stacks.config.keys import parse, select_target
 
     t = select_target(parse({"gpu": "b200", "topology": "disagg"}))
     with pytest.raises(ConfigError, match="set dynamo:fabricProfile: aws-efa"):

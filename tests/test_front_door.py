@@ -14,7 +14,7 @@ import pytest
 
 from stacks.catalog import targets
 from stacks.program import build_program
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from conftest import reference_file  # the reference data: $DYNAMO_REFERENCE, else ../shared/reference
 from stacks.registry import yaml_text
 
@@ -103,7 +103,7 @@ def test_plain_text_api_keys_are_refused():
     ({CANARY: "team-x"}, "shorter than"),  # the two swapped: the key is a valid-looking name
 ])
 def test_bad_api_key_secrets_are_named_without_their_value(value, why):
-    from stacks.spec.secret_values import secret_value_problems
+    from stacks.config.secret_values import secret_value_problems
 
     problems = secret_value_problems({"frontDoorApiKeys": json.dumps(value)})
     assert problems and why in " ".join(problems)

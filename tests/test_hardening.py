@@ -9,7 +9,7 @@ from conftest import REFERENCE_SETUP, missing
 from stacks import catalog
 from stacks.cli import fidelity
 from stacks.serving.benchmark import METHODS, build_benchmark
-from stacks.spec.config import BenchmarkConfig, parse
+from stacks.config.keys import BenchmarkConfig, parse
 from stacks.serving.hardening import without_hardening
 from stacks.serving import build_plan
 

@@ -19,7 +19,7 @@ from harness import CAPACITY, CR, SECRETS, go_module_dir, run_program
 import aws_rules as R
 from aws_rules import Graph, check
 from stacks.cluster import karpenter as K
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.program import build_program
 from stacks.registry.versions import versions
 from stacks.registry import yaml_text

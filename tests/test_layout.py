@@ -74,18 +74,18 @@ def test_the_command_line_knows_which_module_adds_each_command():
 
 # --------------------------------------------------------------------------- the layer order
 # Each module sits in one layer, and no module imports from a later one (a call back up the stack would make the
-# config flow climb back and forth). The order is registry -> catalog -> spec -> plans -> program -> shells
-# (components/ and the command line) -> __main__.py. The spec sits after the catalog because parsing a stack checks
-# its target against the catalog (stacks.spec.config.select_target: an unknown id or an unqualified combination is
-# refused while parsing, naming the valid choices), and the catalog needs nothing of the spec (its modules read the
+# config flow climb back and forth). The order is registry -> catalog -> config -> plans -> program -> shells
+# (components/ and the command line) -> __main__.py. The config sits after the catalog because parsing a stack checks
+# its target against the catalog (stacks.config.keys.select_target: an unknown id or an unqualified combination is
+# refused while parsing, naming the valid choices), and the catalog needs nothing of the config (its modules read the
 # registry only). A module's layer is its package's: a new module is checked by where it is put, without touching this
 # test, and no module lives loose in stacks/.
 
-LAYERS = ("registry", "catalog", "spec", "plans", "program", "shells", "main")
+LAYERS = ("registry", "catalog", "config", "plans", "program", "shells", "main")
 PACKAGES = {
     "stacks.registry": "registry",  # the data everything reads: models, GPUs, instances, pins, prices
     "stacks.catalog": "catalog",  # every upstream recipe target, as data
-    "stacks.spec": "spec",  # the config, parsed once
+    "stacks.config": "config",  # the config, parsed once
     "stacks.serving": "plans",  # plans: Kubernetes and AWS objects as data
     "stacks.cluster": "plans",
     "stacks.observe": "plans",
@@ -97,11 +97,9 @@ PACKAGES = {
 # The catalog's table for `targets` packs a target onto its instance (stacks.cluster.pack): it is a view built from the
 # plans, and nothing in the catalog imports it.
 PLACED = {"stacks": "registry", "stacks.__main__": "shells", "stacks.catalog.view": "plans"}
-# Names a module may take from a later layer, and why. stacks.cluster.config.EksConfig (the EKS keys) and its region
-# helpers are the spec's, but live with the EKS plan that extends them; the spec module that takes them is
-# stacks.spec.stack (the package re-exports its names).
-ALLOWED_UP = {"stacks.spec.stack": {"stacks.cluster.config", "stacks.cluster.config.EksConfig", "stacks.cluster.config.apply_aws_region",
-                                    "stacks.cluster.config.resolve_region"}}
+# Names a module may take from a later layer, and why: none. (The EKS keys, EksConfig, are the config layer's own
+# stacks/config/eks.py; the EKS plan reads them from there.)
+ALLOWED_UP: dict[str, set[str]] = {}
 
 
 def module_name(path: Path) -> str:
@@ -135,7 +133,7 @@ def project_modules() -> dict[str, Path]:
 
 
 def _resolve(name: str, known) -> str | None:
-    """The project module an imported name belongs to (``stacks.spec.config.NS`` -> ``stacks.spec.config``), or None."""
+    """The project module an imported name belongs to (``stacks.config.keys.NS`` -> ``stacks.config.keys``), or None."""
     parts = name.split(".")
     for n in range(len(parts), 0, -1):
         if ".".join(parts[:n]) in known:
@@ -165,7 +163,8 @@ def layer_violations(modules: dict[str, Path]) -> list[str]:
 def test_every_layer_has_its_modules():
     layers = {layer_of(m) for m in project_modules()}
     assert layers == set(LAYERS)
-    assert {"stacks.spec", "stacks.spec.config"} <= {m for m in project_modules() if layer_of(m) == "spec"}
+    assert {"stacks.config", "stacks.config.keys"} <= {m for m in project_modules() if layer_of(m) == "config"}
+    assert layer_of("stacks.config.eks") == "config"
     assert layer_of("stacks.cluster") == layer_of("stacks.serving.serve") == layer_of("stacks.serving.a_new_module") == "plans"
     with pytest.raises(AssertionError, match="no layer package"):
         layer_of("stacks.a_loose_module")
@@ -179,12 +178,12 @@ def test_no_module_imports_from_a_later_layer():
 def test_the_layer_check_catches_a_climb_back(tmp_path):
     """A spec module that imports a plan builder, or a plan builder that imports the program, is reported."""
     spec, plans = tmp_path / "spec.py", tmp_path / "serve.py"
-    spec.write_text("from ..serving import build_plan\nfrom ..cluster.config import EksConfig\n")
+    spec.write_text("from ..serving import build_plan\nfrom .eks import EksConfig\n")
     plans.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cli import review\n"
                      "def f():\n    from stacks.program import build_program\n")
-    modules = {**project_modules(), "stacks.spec.stack": spec, "stacks.serving.serve": plans}
+    modules = {**project_modules(), "stacks.config.stack": spec, "stacks.serving.serve": plans}
     found = layer_violations(modules)
-    assert "stacks.spec.stack (spec) imports stacks.serving.build_plan (plans)" in found
+    assert "stacks.config.stack (config) imports stacks.serving.build_plan (plans)" in found
     assert "stacks.serving.serve (plans) imports stacks.program.build_program (program)" in found
     assert not any("EksConfig" in f or "review" in f for f in found)
 

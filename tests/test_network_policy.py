@@ -12,7 +12,7 @@ import pytest
 from local_cluster import control_plane
 from stacks import catalog
 from stacks.serving.benchmark import build_benchmark
-from stacks.spec.config import BenchmarkConfig, ConfigError, parse
+from stacks.config.keys import BenchmarkConfig, ConfigError, parse
 from stacks.serving.network_policy import benchmark_job_name, front_door_ingress
 from stacks.serving.operator import label_selector_string, operator_pods
 from stacks.serving import build_plan
@@ -248,7 +248,7 @@ def _api_server_rule(plan) -> dict:
 
 def _eks_plan(tid: str, vpc_cidr: str, **np_extra):
     from stacks.cluster.plan import plan_eks
-    from stacks.spec import cluster_config
+    from stacks.config import cluster_config
 
     raw = {"target": tid, "namespace": "dynamo", "networkPolicy": {**NP, **np_extra},
            "cluster": {"mode": "eks", "region": "us-east-1", "vpcCidr": vpc_cidr}}

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from harness import run_program
-from stacks.spec.config import ConfigError, ObservabilityConfig, parse
+from stacks.config.keys import ConfigError, ObservabilityConfig, parse
 from stacks.observe.observability import (
     COMPONENT_TYPE_LABEL, DASHBOARD_LABEL, DGD_NAME_LABEL, METRICS_ENABLED_LABEL, build_observability, dashboard_queries,
     dcgm_for, grafana_interpolate, pod_monitor_scrape_configs, selector_matches,

@@ -6,7 +6,7 @@ import copy
 import pytest
 
 from stacks import catalog
-from stacks.spec.config import parse
+from stacks.config.keys import parse
 from stacks.observe.observability import dynamo_pod_monitors
 from stacks.serving.operator import label_selector_string, operator_pods, operator_services, selector_matches
 from stacks.serving import build_plan

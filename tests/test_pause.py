@@ -17,7 +17,7 @@ import yaml
 from harness import run_program
 import aws_rules as R
 from aws_rules import Graph, check
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.program import build_program
 from stacks.registry import yaml_text
 

@@ -295,7 +295,7 @@ def test_request_from_stack_cluster_keys(tmp_path):
 
 
 def test_request_from_stack_refuses_contradicting_aws_region(tmp_path):
-    from stacks.spec.config import ConfigError
+    from stacks.config.keys import ConfigError
 
     name = _stack(tmp_path, "t", "config:\n  aws:region: us-west-2\n  dynamo:gpu: h200\n  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n")
     with pytest.raises(ConfigError, match="contradicts aws:region 'us-west-2'"):
@@ -317,7 +317,7 @@ def test_non_eks_stacks_skip_the_aws_checks(tmp_path, mode, capsys):
 
 
 def test_request_from_stack_rejects_instance_of_other_gpu(tmp_path):
-    from stacks.spec.config import ConfigError
+    from stacks.config.keys import ConfigError
 
     name = _stack(tmp_path, "t", "config:\n  aws:region: us-east-1\n  dynamo:gpu: h100\n  dynamo:cluster:\n    mode: eks\n    instanceType: p6-b200.48xlarge\n")
     with pytest.raises(ConfigError, match="dynamo:cluster.instanceType"):

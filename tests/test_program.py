@@ -2,7 +2,7 @@
 import pytest
 
 from harness import run_program
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.program import build_program
 from stacks.program.render import program_for_stack, render_stack, split_secrets, stack_raw_config, to_yaml
 
@@ -181,7 +181,7 @@ def test_an_empty_top_level_value_is_refused_on_both_paths(empty, tmp_path):
 def test_misspelt_project_prefix_is_refused_on_both_paths(tmp_path):
     from pulumi.runtime import config as rc
 
-    from stacks.spec.pulumi_config import raw_config
+    from stacks.config.pulumi_config import raw_config
 
     root = _write(tmp_path, "config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dyanmo:gpu: h100\n  aws:region: us-east-1\n")
     with pytest.raises(ConfigError, match=r"dyanmo:gpu: 'dyanmo' is not this project's config namespace.*'dynamo:gpu'"):
@@ -250,7 +250,7 @@ def test_render_says_what_it_did_not_check(capsys):
 ])
 def test_the_cluster_source_is_its_modes_variant(cluster, kind):
     """The spec's cluster source is the variant of the configured mode, and the plan keeps the spec it was built from."""
-    from stacks.spec import parse_spec
+    from stacks.config import parse_spec
 
     raw = {"target": "lightning-vllm-agg-h100-dspark", "cluster": cluster}
     spec = parse_spec(raw, "t", frozenset({"hfToken"}))
@@ -261,7 +261,7 @@ def test_the_cluster_source_is_its_modes_variant(cluster, kind):
 
 
 def test_serve_entries_are_typed_with_the_stack_defaults_and_stack_sections():
-    from stacks.spec import parse_spec
+    from stacks.config import parse_spec
 
     raw = {"namespace": "shared", "serve": [{"target": "lightning-vllm-agg-h100-dspark", "name": "a"},
                                             {"target": "lightning-vllm-agg-h100-dspark", "namespace": "b"}],
@@ -273,7 +273,7 @@ def test_serve_entries_are_typed_with_the_stack_defaults_and_stack_sections():
 
 
 def test_up_and_render_stack_go_through_the_same_parse(monkeypatch, tmp_path):
-    """`pulumi up` (__main__.py) and `render --stack` both call stacks.spec.parse_spec once, and build from what it
+    """`pulumi up` (__main__.py) and `render --stack` both call stacks.config.parse_spec once, and build from what it
     returns: a parse that refuses everything stops both before any resource."""
     import stacks.program
 

@@ -47,7 +47,7 @@ import yaml
 
 import conftest
 from stacks import catalog
-from stacks.spec.config import ObservabilityConfig, parse
+from stacks.config.keys import ObservabilityConfig, parse
 from stacks.observe.observability import (
     COMPONENT_TYPE_LABEL, DGD_NAME_LABEL, DYNAMO_METRICS, METRICS_ENABLED_LABEL, build_observability, dashboard_queries,
     pod_monitor_scrape_configs, selector_matches,

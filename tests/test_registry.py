@@ -8,7 +8,7 @@ import aws_reference
 from stacks import catalog, registry
 from stacks.registry import gpus
 from stacks.catalog.model import AXES
-from stacks.spec.config import ConfigError, StackConfig, parse
+from stacks.config.keys import ConfigError, StackConfig, parse
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

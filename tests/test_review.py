@@ -478,7 +478,7 @@ CANARY = "hf_CANARY_promote_4b1e"
 
 
 def test_every_config_key_is_release_or_environment():
-    from stacks.spec.config import StackConfig
+    from stacks.config.keys import StackConfig
 
     keys = {f.alias or n for n, f in StackConfig.model_fields.items()}
     assert keys <= review.RELEASE_KEYS | review.ENV_KEYS, keys - (review.RELEASE_KEYS | review.ENV_KEYS)
@@ -566,7 +566,7 @@ def test_multi_target_stacks_are_not_promoted_silently(stacks_dir, capsys):
 
 def test_unknown_stack_or_target_gets_did_you_mean(capsys):
     from stacks.program.render import stack_raw_config
-    from stacks.spec.config import ConfigError
+    from stacks.config.keys import ConfigError
 
     with pytest.raises(ConfigError, match=r"has no Pulumi\.h100-disag\.yaml; did you mean 'h100-disagg'\?"):
         stack_raw_config("h100-disag")

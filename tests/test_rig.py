@@ -27,7 +27,7 @@ import pytest
 
 from rig import RigError, layout_hf_cache, rig_env_dir, start_rig, tokenizer_file
 from stacks import catalog
-from stacks.spec.config import parse
+from stacks.config.keys import parse
 from stacks.serving.outputs import next_steps
 from stacks.serving import build_plan
 from stacks.registry.versions import versions

@@ -164,8 +164,8 @@ def test_too_few_nodes_is_reported():
 
 def _eks_fit(stack_cfg):
     from stacks.cluster import build_cluster_plan
-    from stacks.spec.config import parse
-    from stacks.spec import cluster_config
+    from stacks.config.keys import parse
+    from stacks.config import cluster_config
     from stacks.cluster.scheduling import SYSTEM
     from stacks.serving import build_plan
 

@@ -19,7 +19,7 @@ import pytest
 
 from local_cluster import control_plane
 from stacks import catalog
-from stacks.spec.config import parse
+from stacks.config.keys import parse
 from stacks.observe.observability import dynamo_pod_monitors
 from stacks.serving.operator import label_selector_string, operator_pods, operator_services
 from stacks.serving import build_plan

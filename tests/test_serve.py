@@ -2,7 +2,7 @@
 import pytest
 
 from harness import run_program
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.program import build_program
 from stacks.program.render import render_config
 from stacks.cli.review import diff_objects

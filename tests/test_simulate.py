@@ -5,7 +5,7 @@ import yaml
 
 from stacks import catalog
 from stacks.cluster import EFA_LABEL, POOL_LABEL
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.registry.gpus import HOSTS
 from stacks.cli.simulate import (KWOK_ANNOTATION, RUN_LABEL, Simulator, default_groups, eks_allocatable, inventory_nodes,
                              inventory_objects, job_pods, node_objects, operator_pod_intents, stack_scenario,
@@ -113,7 +113,7 @@ def test_multinode_components_become_leader_and_worker_pods():
 
 
 def test_job_pods_keep_the_jobs_node_selector():
-    from stacks.spec.config import parse
+    from stacks.config.keys import parse
     from stacks.serving import build_plan
 
     plan = build_plan(parse({"target": "lightning-vllm-agg-h100-dspark"}), job_node_selector={POOL_LABEL: "system"})

@@ -15,7 +15,7 @@ from stacks import catalog
 from stacks.cli import fidelity
 from stacks.program.render import render_config, render_target
 from stacks.serving import startup_probe as sp
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 
 TARGETS = sorted(catalog.targets().values(), key=lambda t: t.id)
 STORAGE_CLASS = "fsx-lustre"

@@ -41,7 +41,7 @@ def test_dgd_waits_for_ready_with_its_timeout():
     ({"dgd": False}, True, False, True),
 ])
 def test_switches_choose_which_waits_exist(wait, job_waits, dgd_waits, pvc_waits):
-    from stacks.spec.config import parse
+    from stacks.config.keys import parse
     from stacks.serving import build_plan
 
     plan = build_plan(parse({"target": TARGET, "wait": wait}))
@@ -53,7 +53,7 @@ def test_switches_choose_which_waits_exist(wait, job_waits, dgd_waits, pvc_waits
 
 
 def test_waits_of_names_the_timeout_and_its_config_key():
-    from stacks.spec.config import parse
+    from stacks.config.keys import parse
     from stacks.serving import build_plan
 
     plan = build_plan(parse({"target": TARGET, "namespace": "team-a", "wait": {"jobTimeout": "3m", "dgdTimeout": "2h"}}))

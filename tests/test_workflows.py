@@ -496,7 +496,7 @@ def _stack(path: Path) -> str:
 def _cluster_mode(path: Path) -> str:
     cluster = ((yaml_text.load(path.read_text()) or {}).get("config") or {}).get("dynamo:cluster")
     if cluster is None:
-        return "render"  # stacks/spec: cluster.mode defaults to render
+        return "render"  # stacks/config: cluster.mode defaults to render
     return str(cluster.get("mode", "render")) if isinstance(cluster, dict) else "<not a mapping>"
 
 
@@ -965,7 +965,7 @@ def test_the_stack_kind_step_reads_the_cluster_mode(path, tmp_path):
 
 
 def test_the_stack_kind_step_knows_every_cluster_mode():
-    from stacks.spec import MODES
+    from stacks.config import MODES
 
     assert {_cluster_mode(p) for p in _stack_files()} <= set(MODES)
     script = (ROOT / ".github" / "stack_kind.py").read_text()

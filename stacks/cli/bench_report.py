@@ -47,7 +47,7 @@ from typing import Any, Optional
 
 from stacks.serving.benchmark import (LENGTH_TOLERANCE, MANIFEST_BEGIN, MANIFEST_END, PER_GPU_FROM_USER, RESULT_BEGIN,
                                       RESULT_END)
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 
 _TIME_TO_MS = {"ms": 1.0, "s": 1000.0, "sec": 1000.0, "us": 0.001, "ns": 1e-6}
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from stacks.spec.config import NS, ConfigError
+from stacks.config.keys import NS, ConfigError
 from stacks.registry import yaml_text
 
 PRICES = Path(__file__).resolve().parents[1] / "registry" / "prices.yaml"

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from stacks.spec.config import NS
+from stacks.config.keys import NS
 from stacks.registry.gpus import INSTANCES
 
 CLUSTER = f"{NS}:cluster"
@@ -101,7 +101,7 @@ class CheckResult:
 
 
 def _config_error(msg: str):
-    from stacks.spec.config import ConfigError
+    from stacks.config.keys import ConfigError
 
     return ConfigError(msg)
 
@@ -119,7 +119,7 @@ def requests_from_stack(name: str, root: Optional[Path] = None) -> list[Prefligh
     final DGD (replicas included), zone, region with ``aws:region``; every ``gpuPools`` entry, not only the first."""
     from stacks.program import render
     from stacks.registry import yaml_text
-    from stacks.spec.config import parse
+    from stacks.config.keys import parse
 
     root = root or render.REPO_ROOT
     raw = render.stack_raw_config(name, root)
@@ -131,7 +131,7 @@ def requests_from_stack(name: str, root: Optional[Path] = None) -> list[Prefligh
         return []
 
     from stacks.cluster import GPU_TAINT_KEY, apply_aws_region, build_gpu_pool, plan_eks, pool_name
-    from stacks.spec import cluster_config
+    from stacks.config import cluster_config
 
     raw = apply_aws_region(raw, top.get("aws:region"))
     if "serve" in raw:  # a dynamo:serve or cluster-only stack: every GPU node group of its plan

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from stacks import catalog
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.cli.shell import CliError, output_path
 
 
@@ -22,7 +22,7 @@ def cmd_render(args) -> int:
         print(f"wrote {len(catalog.targets())} targets to {args.out}", file=sys.stderr)
         return 0
     if args.stack:
-        from stacks.spec.config import deprecation_warnings
+        from stacks.config.keys import deprecation_warnings
         from stacks.program.render import program_for_stack, skipped_checks
 
         program = program_for_stack(args.stack)

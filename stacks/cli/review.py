@@ -11,7 +11,7 @@ DGDs, not a removal and an addition.
 ``promote`` copies the release-pinned keys (target selection, ``fabricProfile``, images, model
 revision) from one stack file to another, keeping the destination's environment keys (namespace,
 cluster, replicas, storage, secrets...) and its comments. It refuses floating or invalid values
-(an image that ``stacks.spec.config.image_problem`` rejects: no tag, a moving tag such as ``latest``,
+(an image that ``stacks.config.keys.image_problem`` rejects: no tag, a moving tag such as ``latest``,
 ``nightly`` or ``main``, whitespace; a model revision that is not a valid git name or is a branch)
 and a result the program would reject (``stacks.program.build_program``), before printing anything.
 Into a staging or production stack (``environment``: a name ending ``-staging`` or ``-prod``, the rule CI applies in
@@ -43,7 +43,7 @@ from typing import Any, Optional
 
 import yaml
 
-from stacks.spec.config import NS, SECRET_KEYS, ConfigError, image_problem, revision_problem
+from stacks.config.keys import NS, SECRET_KEYS, ConfigError, image_problem, revision_problem
 from stacks.registry import yaml_text
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -459,7 +459,7 @@ class PromotionError(ValueError):
 
 def image_floating(ref: Any) -> Optional[str]:
     """Why an image reference floats or is invalid (no tag, a moving tag, whitespace), or None when it
-    is pinned: the same rule the program applies (``stacks.spec.config.image_problem``)."""
+    is pinned: the same rule the program applies (``stacks.config.keys.image_problem``)."""
     return image_problem(ref)
 
 
@@ -744,7 +744,7 @@ def promoted_ami_release(src: str, dst: str, src_cfg: dict[str, Any], dst_cfg: d
     release this commit pins for the source's Kubernetes version (what the source runs). None when the destination
     builds no EKS cluster. So a staging or prod stack's nodes move to a new AMI only by a promotion, never because the
     registry's pin moved. Refused when the two stacks run different Kubernetes versions (a release is per version)."""
-    from stacks.cluster.config import ami_release_versions
+    from stacks.config.eks import ami_release_versions
     from stacks.registry.versions import versions
 
     dst_cluster, src_cluster = dst_cfg.get("cluster"), src_cfg.get("cluster") or {}

@@ -49,7 +49,7 @@ import yaml
 from stacks import catalog, registry
 from stacks.catalog.model import Target
 from stacks.cluster import POOL_LABEL, EksConfig, build_cluster_plan, gpu_taint_for
-from stacks.spec.config import NS, ConfigError
+from stacks.config.keys import NS, ConfigError
 from stacks.registry.gpus import HOSTS, HostResources, default_shape, host_type_for
 from stacks.serving.operator import WORKER_TYPES, operator_pods
 from stacks.registry import yaml_text

@@ -101,7 +101,7 @@ def schedule(steps: dict[str, Step]) -> tuple[dict[str, float], list[str]]:
 
 
 def _bytes(quantity: str) -> float:
-    from stacks.spec.config import quantity_bytes
+    from stacks.config.keys import quantity_bytes
 
     return float(quantity_bytes(quantity))
 
@@ -207,7 +207,7 @@ def duration_seconds(text: str) -> Optional[float]:
 def gpu_capacity(cluster: Any) -> tuple[str, Optional[float]]:
     """(capacity, consolidateAfter in seconds) of a cluster config's GPU pools: karpenter when any pool is on
     Karpenter (its consolidateAfter: the shortest of those pools; the stacks/cluster/karpenter.py default when unset)."""
-    from stacks.cluster.config import DEFAULT_CONSOLIDATE_AFTER
+    from stacks.config.eks import DEFAULT_CONSOLIDATE_AFTER
 
     pools = list(getattr(cluster, "gpu_pools", None) or ()) or [cluster]
     on = [p for p in pools if getattr(p, "capacity", "node-group") == "karpenter"]
@@ -382,7 +382,7 @@ def paths_report(paths: list[ServingPath]) -> list[str]:
 
 
 def cmd(args) -> int:
-    from stacks.spec.config import ConfigError
+    from stacks.config.keys import ConfigError
     from stacks.program.render import program_for_stack
 
     program = program_for_stack(args.stack)

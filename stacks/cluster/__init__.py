@@ -1,5 +1,6 @@
 """Cluster plans: EKS, node pools, Karpenter, the platform and device-plugin charts, scheduling checks. May
-import the registry, the catalog and the spec.
+import the registry, the catalog and the config (stacks/config; ``EksConfig``, the EKS keys, is
+stacks/config/eks.py and re-exported here).
 
 Pure plan of the cluster layer: EKS with a system and a GPU node group, EFA, storage.
 
@@ -11,7 +12,6 @@ target's workers fit the group they will land on.
 
 The EKS plan, by concern (each module imports only the ones above it):
 
-- ``config``: ``EksConfig`` and its nested models, their checks, the EKS version pins, the AWS Region helpers;
 - ``addons``: the pinned EKS add-on versions;
 - ``storage``: EFS / FSx for Lustre, the cache StorageClass and the FSx static PersistentVolume;
 - ``pools``: GPU node groups (launch templates, EFA, capacity types, scaling), ``NodeShape`` and ``pack``;
@@ -26,11 +26,7 @@ This package re-exports their public names, so ``from stacks.cluster import X`` 
 """
 from __future__ import annotations
 
-# The spec first: it takes EksConfig from stacks.cluster.config, which in turn reads stacks.spec.config, so
-# `import stacks.cluster` on its own (a test file, components/cluster.py) must let the spec finish loading before
-# this package's modules need it (else: "cannot import name 'EksConfig' from partially initialized module").
-import stacks.spec  # noqa: F401
-from stacks.cluster.config import (AWS_REGIONS, CONTROL_PLANE_LOG_TYPES, DEFAULT_CONTROL_PLANE_LOGS, EFS_PROVISIONED_MIBPS,
+from stacks.config.eks import (AWS_REGIONS, CONTROL_PLANE_LOG_TYPES, DEFAULT_CONTROL_PLANE_LOGS, EFS_PROVISIONED_MIBPS,
                                    KARPENTER_KEYS, LOG_RETENTION_DAYS, MAX_KARPENTER_NODES, MAX_NODES_PER_NODEGROUP, POOL_KEYS,
                                    PRIVATE_VPC_RANGES, AccessEntryConfig, EksConfig, GpuPoolConfig, apply_aws_region,
                                    check_cache_in_local_zone, check_karpenter_keys, check_kubernetes_step, kubernetes_versions,

@@ -8,8 +8,8 @@ import datetime
 import re
 from typing import Any
 
-from stacks.spec.config import NS
-from stacks.cluster.config import EksConfig, _eks_pin
+from stacks.config.keys import NS
+from stacks.config.eks import EksConfig, _eks_pin
 
 
 # EKS access policies a stack may associate (EKS user guide "Review access policy permissions", access-policy-permissions:

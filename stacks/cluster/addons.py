@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from stacks.spec.config import NS, ConfigError
-from stacks.cluster.config import _eks_pin
+from stacks.config.keys import NS, ConfigError
+from stacks.config.eks import _eks_pin
 
 MANIFEST = "stacks/registry/versions.yaml"
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from stacks import catalog
-from stacks.spec.config import NS, ConfigError
+from stacks.config.keys import NS, ConfigError
 from stacks.registry.gpus import shape_for
 from stacks.cluster.network import check_fabric_on_eks
 from stacks.cluster.pools import POOL_LABEL, _untolerated, combined_dgd, pack, pin_gpu_product, pod_requests

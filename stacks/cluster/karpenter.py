@@ -70,7 +70,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from stacks.cluster.config import DEFAULT_CONSOLIDATE_AFTER
+from stacks.config.eks import DEFAULT_CONSOLIDATE_AFTER
 from stacks.cluster.identity import nodeclass_metadata, role_name
 from stacks.cluster.pools import node_user_data
 
@@ -95,7 +95,7 @@ NODECLASS_API = "karpenter.k8s.aws/v1"
 # AL2023 alias: Karpenter picks the AL2023 variant for the instance (the NVIDIA one for GPU instances, as the node
 # groups' AL2023_x86_64_NVIDIA / AL2023_ARM_64_NVIDIA). "@latest" follows new AMIs (drift replaces nodes);
 # karpenter.sh/docs/tasks/managing-amis recommends pinning a version in production. The pools take the AMI release the
-# node groups pin (stacks/cluster/config.py karpenter_ami_alias: al2023@v<date>), unless gpuPools[i].amiAlias names one.
+# node groups pin (stacks/config/eks.py karpenter_ami_alias: al2023@v<date>), unless gpuPools[i].amiAlias names one.
 # The EventBridge rules (source, detail-type) -> the interruption queue: one per message the pinned controller parses
 # (github.com/aws/karpenter-provider-aws v1.13.1 pkg/controllers/interruption/messages/*/parser.go, Source and DetailType;
 # tests/test_karpenter.py compares the two). The getting-started CloudFormation's ScheduledChangeRule,
@@ -392,7 +392,7 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
     names = [f"{cluster_name}-{n}" for n, _, _ in INTERRUPTION_RULES]  # the role names fit by construction (identity.role_name)
     too_long = [n for n in names if len(n) > MAX_AWS_NAME]
     if too_long:
-        from stacks.spec.config import ConfigError
+        from stacks.config.keys import ConfigError
 
         room = MAX_AWS_NAME - max(len(n) - len(cluster_name) for n in names)
         raise ConfigError(f"stack name: the Karpenter EventBridge rule names of cluster {cluster_name!r} ({', '.join(too_long)}) "

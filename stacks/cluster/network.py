@@ -7,8 +7,8 @@ import math
 from typing import Any, Optional
 
 from stacks.catalog.model import Target
-from stacks.spec.config import NS, ConfigError
-from stacks.cluster.config import EksConfig
+from stacks.config.keys import NS, ConfigError
+from stacks.config.eks import EksConfig
 
 
 # Where each subnet sits in the VPC. A subnet's CIDR block never changes (EC2 has no call that changes it; the provider
@@ -20,7 +20,7 @@ from stacks.cluster.config import EksConfig
 #              only the second half's first half: 6 zones at most, a 16th of that half each);
 # so adding a zone, or a Local Zone, adds a subnet and moves none. ``by-zone-count`` is the layout clusters built
 # before the slots had (subnet sizes follow the zone count): kept for them, where growth is refused instead
-# (stacks.cluster.config.check_subnet_layout).
+# (stacks.config.eks.check_subnet_layout).
 LOCAL_ZONE_SLOT = 3
 
 

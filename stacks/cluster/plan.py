@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from stacks.catalog.model import Target
-from stacks.spec.config import NS, ConfigError
+from stacks.config.keys import NS, ConfigError
 from stacks.registry.gpus import InstanceShape, shape_for
-from stacks.cluster.config import POOL_KEYS, EksConfig, resolve_region
+from stacks.config.eks import POOL_KEYS, EksConfig, resolve_region
 from stacks.cluster.access import access_plan, control_plane_plan
 from stacks.cluster.addons import addon_versions
 from stacks.cluster import identity
@@ -300,7 +300,7 @@ def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, lis
     and overrides), plus the ``gpuPools`` no entry uses. ``groups``: ``(gpu, [(entry key, entry name, dgd)], taint)``
     in the order of the entries."""
     if len(groups) > 1 and not cluster.gpu_pools:
-        from stacks.spec.config import _camel
+        from stacks.config.keys import _camel
 
         set_keys = [k for k in POOL_KEYS if k in cluster.model_fields_set]
         if not set_keys:

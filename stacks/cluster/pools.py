@@ -13,10 +13,10 @@ from typing import Any, Optional
 from stacks import catalog
 from stacks.catalog.fit import NODE_RESOURCES, pack, pod_requests  # noqa: F401 (the cluster package's names)
 from stacks.catalog.model import Target
-from stacks.spec.config import NS, ConfigError
+from stacks.config.keys import NS, ConfigError
 from stacks.registry.gpus import InstanceShape, shape_for
 from stacks.cluster.identity import launch_template_metadata
-from stacks.cluster.config import MAX_KARPENTER_NODES, MAX_NODES_PER_NODEGROUP, EksConfig
+from stacks.config.eks import MAX_KARPENTER_NODES, MAX_NODES_PER_NODEGROUP, EksConfig
 
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -81,7 +81,7 @@ class GpuPool:
 
 # A GPU node group's tag holding a digest of what its launch template is made of (the plan's launch template and
 # placement group): a change of it is a new launch template version, which EKS applies as a version update of the group.
-# `up` compares the live group's tag with the plan's before any resource (stacks.cluster.config.check_capacity_block_launch_templates).
+# `up` compares the live group's tag with the plan's before any resource (stacks.config.eks.check_capacity_block_launch_templates).
 LAUNCH_TEMPLATE_DIGEST_TAG = "dynamo.nvidia.com/launch-template-digest"
 
 
@@ -274,7 +274,7 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
     )
     kp = None
     if karpenter:
-        from stacks.cluster.config import DEFAULT_CONSOLIDATE_AFTER, karpenter_ami_alias
+        from stacks.config.eks import DEFAULT_CONSOLIDATE_AFTER, karpenter_ami_alias
 
         kp = {"max_nodes": count, "consolidate_after": cfg.consolidate_after or DEFAULT_CONSOLIDATE_AFTER,
               "ami_alias": cfg.ami_alias or karpenter_ami_alias(cfg.ami_release()), "market_type": cfg.market_type,

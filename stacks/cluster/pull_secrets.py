@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Optional
 
-from stacks.spec.config import NS, ConfigError
+from stacks.config.keys import NS, ConfigError
 
 
 NGC_KEY = "ngcApiKey"  # NGC API key: the stack writes the nvcr.io .dockerconfigjson from it

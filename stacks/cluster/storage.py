@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from stacks.cluster.config import EksConfig
+from stacks.config.eks import EksConfig
 
 
 

@@ -5,7 +5,7 @@ A layer is data: the Helm charts it installs (in order, first), the Kubernetes o
 order; a Secret's values are never in the plan, only which Pulumi secret fills which key), and its outputs. ``render
 --stack`` lists every layer's objects because they are plain dicts, and ``up`` creates exactly those objects.
 
-Adding a layer (docs/architecture.md "Adding an optional layer" has the steps): a config section in ``stacks/spec``,
+Adding a layer (docs/architecture.md "Adding an optional layer" has the steps): a config section in ``stacks/config``,
 a ``plan_<layer>(spec, entries, cluster)`` function here returning a ``LayerPlan`` (or None when off), one line in
 ``stacks.program.LAYER_PLANNERS``. The shell needs no new code. ``dynamo:frontDoor`` (stacks/layers/front_door.py) is
 the first layer in this shape.

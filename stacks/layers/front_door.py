@@ -49,8 +49,8 @@ from stacks.layers import LayerPlan, SecretFill
 from stacks.serving import pod_security_labels
 from stacks.serving.network_policy import NS_NAME_LABEL, front_door_ingress
 from stacks.serving.operator import FRONTEND, component_type, operator_services
-from stacks.spec.config import NS, ConfigError
-from stacks.spec.front_door import API_KEYS_SECRET, FrontDoorConfig
+from stacks.config.keys import NS, ConfigError
+from stacks.config.front_door import API_KEYS_SECRET, FrontDoorConfig
 
 # Request headers of the Dynamo 1.6.1 frontend that choose where or how a request runs (see the module docstring).
 ROUTING_HEADERS = (

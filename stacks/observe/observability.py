@@ -510,7 +510,7 @@ def observability_pod_security(charts: list[HelmSpec]) -> str:
 
 
 def build_observability(obs: Any, *, serving_namespace: str, dgd_name: str, nvidia_stack: Optional[str]) -> ObservabilityPlan:
-    """Everything ``dynamo:observability`` asks for. ``obs``: ``stacks.spec.config.ObservabilityConfig``;
+    """Everything ``dynamo:observability`` asks for. ``obs``: ``stacks.config.keys.ObservabilityConfig``;
     ``nvidia_stack``: the NVIDIA stack the program installs (None when it installs none)."""
     ns = obs.namespace
     install = obs.prometheus == "install"

@@ -4,7 +4,7 @@ nothing below imports it.
 The whole program as data: the parsed spec in, every plan out (Kubernetes and AWS objects as dicts).
 
 ``build_program`` is the one function ``__main__.py`` (``pulumi up``) and ``python -m stacks render --stack`` call:
-``stacks.spec.parse_spec`` checks the whole config once, then ``plan_program`` builds the plans from that spec
+``stacks.config.parse_spec`` checks the whole config once, then ``plan_program`` builds the plans from that spec
 only, so both paths refuse the same configurations with the same message and show the same objects: what
 ``render`` shows is what ``up`` creates. Nothing here talks to a cluster or a cloud; the Pulumi components only
 wire the result.
@@ -21,14 +21,14 @@ from stacks.serving.benchmark import build_benchmark, synthetic_speculative_dgd
 from stacks.cluster.load_balancer import plan_load_balancer_controller
 from stacks.cluster.platform import fabrics_objects
 from stacks.cluster import build_cluster_only_plan, build_pools_plan, combined_stack_plan, plan_eks, plan_on_cluster_stack
-from stacks.spec.config import NS, ConfigError, StackConfig
+from stacks.config.keys import NS, ConfigError, StackConfig
 from stacks.observe.observability import build_observability, dynamo_pod_monitors, prometheus_url
 from stacks.layers import LayerPlan
 from stacks.layers.front_door import needs_load_balancer, plan_front_door
 from stacks.serving.serve import Entry, build_entries
 from stacks.serving import (PSS_PREFIX, REDACTED, ServingPlan, build_plan, least_strict, plan_pods, pod_security_labels,
                             pod_security_level)
-from stacks.spec import ClusterConfig, ProgramSpec, ServeEntry, kubeconfig_path, parse_spec  # noqa: F401  (kubeconfig_path: re-export)
+from stacks.config import ClusterConfig, ProgramSpec, ServeEntry, kubeconfig_path, parse_spec  # noqa: F401  (kubeconfig_path: re-export)
 
 
 @dataclass
@@ -109,7 +109,7 @@ class ProgramPlan:
 def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = frozenset(),
                   env: Optional[dict[str, str]] = None, aws_region: Optional[str] = None,
                   secret_values: Optional[dict[str, Any]] = None) -> ProgramPlan:
-    """Parse the stack config once (``stacks.spec.parse_spec``: every key, the secrets' names and, where known,
+    """Parse the stack config once (``stacks.config.parse_spec``: every key, the secrets' names and, where known,
     their values' shape) and plan from the result. Arguments as ``parse_spec`` takes them."""
     return plan_program(parse_spec(raw, stack, secret_keys, env=env, aws_region=aws_region, secret_values=secret_values))
 

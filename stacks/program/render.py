@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from stacks.spec.config import NS, ConfigError
+from stacks.config.keys import NS, ConfigError
 # Re-exported (their callers read them here): the YAML writer is the registry's, the target renders the serving layer's,
 # so `render --target` and `render --all` load neither this module nor the program package around it.
 from stacks.registry.yaml_text import to_yaml  # noqa: F401
@@ -79,7 +79,7 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path.name}: {'config' if isinstance(data, dict) else 'the file'} is a {type(cfg).__name__}, not a mapping; "
                           f"write `config:` followed by `  {NS}:<key>: <value>` lines")
-    from stacks.spec.config import check_config_namespaces
+    from stacks.config.keys import check_config_namespaces
 
     check_config_namespaces(cfg)  # a misspelt project prefix (dyanmo:gpu) would be ignored silently
     out = {}

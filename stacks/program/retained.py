@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from stacks.spec.config import NS
+from stacks.config.keys import NS
 
 if TYPE_CHECKING:  # stacks.program imports this module (and re-exports its functions)
     from stacks.program import ProgramPlan

@@ -5,7 +5,7 @@ The one registry of choices: every value a stack may select on, defined once.
 Models, GPUs (with their node label and a reference to the instance data in
 ``stacks/registry/gpus.py``), runtimes, speculative-decoding methods, topologies and
 shapes, routing, precision, context, workload, fabrics and profiles. Everything
-else derives from here: the pydantic ``Literal`` types of ``stacks/spec/config.py``
+else derives from here: the pydantic ``Literal`` types of ``stacks/config/keys.py``
 (so error messages list these choices), the catalog's ``AXES``, the default
 instance of each GPU in ``stacks/registry/gpus.py``, the family builders' node labels,
 and the README's "Choosing what to serve" table (``readme_rows``; a test keeps
@@ -108,7 +108,7 @@ def axes() -> dict[str, tuple[str, ...]]:
     }
 
 
-# pydantic Literal types for stacks/spec/config.py, built from the entries above when the module is imported.
+# pydantic Literal types for stacks/config/keys.py, built from the entries above when the module is imported.
 ModelId = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 RuntimeId = Literal[tuple(RUNTIMES)]  # type: ignore[valid-type]
 GpuId = Literal[tuple(GPUS)]  # type: ignore[valid-type]

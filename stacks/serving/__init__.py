@@ -15,7 +15,7 @@ from stacks import catalog
 from stacks.serving import waits
 from stacks.catalog import k8s
 from stacks.catalog.model import Target
-from stacks.spec.config import NS, ConfigError, StackConfig, duration_seconds, parse, select_target
+from stacks.config.keys import NS, ConfigError, StackConfig, duration_seconds, parse, select_target
 from stacks.serving.hardening import harden_job
 
 REDACTED = "<redacted: Pulumi secret>"

@@ -148,7 +148,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from stacks.spec.config import NS, ConfigError
+from stacks.config.keys import NS, ConfigError
 from stacks.serving.operator import LABEL_DGD_NAME
 
 DGDSA_API = "nvidia.com/v1beta1"
@@ -156,7 +156,7 @@ DGDSA_KIND = "DynamoGraphDeploymentScalingAdapter"
 SCALED_OBJECT_API = "keda.sh/v1alpha1"
 KEDA_KEY = "keda"  # stacks/registry/versions.yaml charts.keda
 KEDA_NAMESPACE = "keda"
-MAX_REPLICAS = 100  # as dynamo:replicas (stacks.spec.config.MAX_REPLICAS)
+MAX_REPLICAS = 100  # as dynamo:replicas (stacks.config.keys.MAX_REPLICAS)
 # KEDA's pause with a replica count (apis/keda/v1alpha1/scaledobject_types.go PausedReplicasAnnotation, v2.21.0): the
 # target is scaled to the count and autoscaling stops until the annotation is removed (module docstring).
 PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"

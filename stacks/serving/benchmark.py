@@ -65,7 +65,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from stacks.spec.config import ConfigError
+from stacks.config.keys import ConfigError
 from stacks.registry.versions import image, versions
 from stacks.serving.operator import LABEL_DGD_NAME
 
@@ -503,7 +503,7 @@ def served_model(dgd: dict) -> str:
 
 
 def build_benchmark(serving: Any, cfg: Any) -> BenchmarkPlan:
-    """The AIPerf Job for a ``stacks.serving.ServingPlan``; ``cfg``: ``stacks.spec.config.BenchmarkConfig``."""
+    """The AIPerf Job for a ``stacks.serving.ServingPlan``; ``cfg``: ``stacks.config.keys.BenchmarkConfig``."""
     t, dgd = serving.target, serving.dgd
     ns, dgd_name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
     method, tr = method_of(t), workload_of(t)

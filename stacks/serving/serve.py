@@ -28,9 +28,9 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from stacks.spec.config import NS, ConfigError
+from stacks.config.keys import NS, ConfigError
 from stacks.serving import ServingPlan, build_plan
-from stacks.spec import (ENTRY_ONLY, SERVE, STACK_KEYS, ArgsOverride, ComponentOverride, ResourcesOverride, ServeEntry,  # noqa: F401
+from stacks.config import (ENTRY_ONLY, SERVE, STACK_KEYS, ArgsOverride, ComponentOverride, ResourcesOverride, ServeEntry,  # noqa: F401
                    entry_configs, entry_prefix, serve_entries)
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
@@ -165,8 +165,8 @@ def cache_identity(plan: ServingPlan) -> str:
 
 def build_entries(source, build=None) -> list[Entry]:
     """Build every entry's serving plan, apply its overrides, name it; mark which entries share a cache, namespace
-    and HF Secret. ``source``: the parsed entries (``stacks.spec.ServeEntry``), or a raw ``dynamo:`` mapping (parsed
-    here by ``stacks.spec.serve_entries``); ``build(entry) -> ServingPlan`` defaults to the plain serving builder."""
+    and HF Secret. ``source``: the parsed entries (``stacks.config.ServeEntry``), or a raw ``dynamo:`` mapping (parsed
+    here by ``stacks.config.serve_entries``); ``build(entry) -> ServingPlan`` defaults to the plain serving builder."""
     specs = serve_entries(source) if isinstance(source, dict) else list(source)
     build = build or (lambda e: build_plan(e.config))
     entries: list[Entry] = []

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
-from stacks.spec.config import NS
+from stacks.config.keys import NS
 
 WAIT_FOR = "pulumi.com/waitFor"
 TIMEOUT = "pulumi.com/timeoutSeconds"

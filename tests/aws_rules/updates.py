@@ -213,7 +213,7 @@ def ami_release_never_moves_back(before: Graph, after: Graph) -> list[str]:
     """A node group's ``releaseVersion`` only moves forward: "You cannot roll back a node group to an earlier Kubernetes
     version or AMI version" (EKS API reference, UpdateNodegroupVersion); the update would fail mid-`up`. Source: EKS
     API reference, UpdateNodegroupVersion."""
-    from stacks.cluster.config import _release_order
+    from stacks.config.eks import _release_order
 
     out = []
     for old, new in _pairs(before, after, NODEGROUP):

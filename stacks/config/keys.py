@@ -614,10 +614,10 @@ class StackConfig(_Model):
 
 
 # Keys the serving layer does not own here: secrets (read only through pulumi.Config.get_secret, checked by
-# stacks.program) and the cluster (stacks.spec.stack). Other namespaces' keys (aws:, kubernetes:) are not ours.
+# stacks.program) and the cluster (stacks.config.stack). Other namespaces' keys (aws:, kubernetes:) are not ours.
 SECRET_KEYS = {"hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret", "frontDoorApiKeys"}
 CLUSTER_KEYS = {"cluster", "kubeconfig"}
-# Stack-wide sections parsed beside the serving keys (stacks.spec.parse_spec), never per entry: the front door.
+# Stack-wide sections parsed beside the serving keys (stacks.config.parse_spec), never per entry: the front door.
 FRONT_DOOR = "frontDoor"
 STACK_SECTIONS = {FRONT_DOOR}
 
@@ -852,7 +852,7 @@ def cache_migration_error(changes: list[tuple[str, Any, Any]], claim: str, names
 
 # --------------------------------------------------------------------------- secret values and config namespaces
 #
-# Secret values are checked for shape where the program can read them (``pulumi up``: stacks.spec.pulumi_config reads
+# Secret values are checked for shape where the program can read them (``pulumi up``: stacks.config.pulumi_config reads
 # them from the Pulumi runtime), and never printed: a message names the key and what is wrong, not the value.
 # ``render --stack`` sees only ciphertext (``secure: v1:...``) and says so.
 

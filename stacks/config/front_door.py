@@ -14,7 +14,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from stacks.spec.config import NS, _key_error, _Model, _short, dns_subdomain_problem, namespace_name, url_problem
+from stacks.config.keys import NS, _key_error, _Model, _short, dns_subdomain_problem, namespace_name, url_problem
 
 API_KEYS_SECRET = "frontDoorApiKeys"  # the Pulumi secret config key holding {client id: API key}
 # A client id becomes the tenant header's value and a Secret data key (Kubernetes: [-._a-zA-Z0-9]+, at most 253).

@@ -6,8 +6,8 @@ import json
 import re
 from typing import Any, Optional
 
-from stacks.spec.config import NS, ConfigError
-from stacks.spec.front_door import api_key_problems
+from stacks.config.keys import NS, ConfigError
+from stacks.config.front_door import api_key_problems
 
 
 # Hugging Face user access tokens start with ``hf_`` (https://huggingface.co/docs/hub/security-tokens shows

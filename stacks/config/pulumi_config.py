@@ -10,8 +10,8 @@ from typing import Any
 
 from pulumi.runtime import config as rc
 
-from stacks.spec.config import NS, check_config_namespaces
-from stacks.spec.secret_values import check_secret_values
+from stacks.config.keys import NS, check_config_namespaces
+from stacks.config.secret_values import check_secret_values
 
 
 def _all_config() -> dict[str, Any]:
@@ -44,7 +44,7 @@ def raw_config() -> dict[str, Any]:
 
 def secret_config_keys() -> frozenset[str]:
     """The ``dynamo:`` keys set as Pulumi secrets (names only; values stay with ``get_secret``). Their values are
-    checked for shape here (``stacks.spec.secret_values.check_secret_values``: an empty secret, an HF token that is not one, a
+    checked for shape here (``stacks.config.secret_values.check_secret_values``: an empty secret, an HF token that is not one, a
     ``.dockerconfigjson`` without ``auths``), with messages that name the key and never the value."""
     merged = _all_config()
     secret = set(rc.get_config_secret_keys_env())

@@ -1,6 +1,7 @@
 """The ``dynamo:cluster`` settings of ``mode: eks``: ``EksConfig`` and its nested models (``GpuPoolConfig``,
 ``AccessEntryConfig``), the checks they run before any resource, the EKS version pins and the AWS Region helpers
-(``apply_aws_region``, ``resolve_region``) the spec uses. Imports nothing else of this package."""
+(``apply_aws_region``, ``resolve_region``) the stack's parse uses. Part of the config layer: it reads the registry
+and ``stacks.config.keys`` only, and the EKS plan (stacks/cluster) reads it."""
 from __future__ import annotations
 
 import ipaddress
@@ -10,7 +11,7 @@ from typing import Any, Iterable, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from stacks.spec.config import NS, ConfigError, _Model
+from stacks.config.keys import NS, ConfigError, _Model
 from stacks.registry.gpus import InstanceShape, shape_for
 
 
@@ -622,7 +623,7 @@ class EksConfig(_Model):
                              "platform; add {principalArn: <the role that runs pulumi up>, policy: cluster-admin}")
 
     def _check_pools(self, k: str) -> None:
-        from stacks.spec.config import _camel
+        from stacks.config.keys import _camel
         from stacks.registry.gpus import INSTANCES
         from stacks.registry import GPUS
 
@@ -711,7 +712,7 @@ def check_karpenter_keys(c: Any, key: str, shape: Optional[InstanceShape] = None
     with ``capacity: karpenter``; a Karpenter pool sizes itself (no ``nodes``/``gpuNodes``), launches no placement group
     and no UltraServer (GB200 pools stay managed node groups: their Capacity Block, DRA driver and ComputeDomain
     are built for them)."""
-    from stacks.spec.config import _camel
+    from stacks.config.keys import _camel
 
     nodes_key = "nodes" if key.endswith("]") else "gpuNodes"
     nodes = c.nodes if hasattr(c, "nodes") else c.gpu_nodes

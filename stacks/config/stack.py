@@ -1,8 +1,8 @@
-"""The whole stack's spec, re-exported by ``stacks.spec`` (whose docstring says what it is): the cluster source
+"""The whole stack's spec, re-exported by ``stacks.config`` (whose docstring says what it is): the cluster source
 (``dynamo:cluster``), the serving entries (``dynamo:serve``), what is known of the secrets (names only), the
 stack-wide sections, and ``parse_spec``, which reads them all in one pass. It is a module of its own, loaded on first
-use, because it takes ``EksConfig`` from the EKS plan package: ``stacks.spec.config`` (all that ``render --target``
-and ``render --all`` parse) is then imported without that package.
+use, because it reads the EKS keys (``stacks.config.eks``): ``stacks.config.keys`` (all that ``render --target``
+and ``render --all`` parse) is then imported without them.
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from stacks.cluster.config import EksConfig, apply_aws_region, resolve_region
-from stacks.spec.front_door import API_KEYS_SECRET, FrontDoorConfig
-from stacks.spec.config import (FRONT_DOOR, NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _camel, _key_error,
+from stacks.config.eks import EksConfig, apply_aws_region, resolve_region
+from stacks.config.front_door import API_KEYS_SECRET, FrontDoorConfig
+from stacks.config.keys import (FRONT_DOOR, NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _camel, _key_error,
                                 check_no_empty_values,
                      check_secret_keys, parse, quantity_bytes, validation_error)
-from stacks.spec.secret_values import check_secret_values
+from stacks.config.secret_values import check_secret_values
 
 # --------------------------------------------------------------------------- the cluster source (dynamo:cluster)
 
@@ -108,7 +108,7 @@ class StackCluster(ClusterConfig):
 
 
 class EksCluster(ClusterConfig):
-    """``mode: eks``: the EKS cluster this stack creates (the EKS keys: ``stacks.cluster.config.EksConfig``)."""
+    """``mode: eks``: the EKS cluster this stack creates (the EKS keys: ``stacks.config.eks.EksConfig``)."""
 
     mode: Literal["eks"]
 
@@ -261,7 +261,7 @@ def entry_configs(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def serve_entries(raw: dict[str, Any], check=None) -> list[ServeEntry]:
-    """Every entry's serving keys validated (``stacks.spec.config.parse``, errors pointed at the entry); ``check(entry)``
+    """Every entry's serving keys validated (``stacks.config.keys.parse``, errors pointed at the entry); ``check(entry)``
     runs the stack's own checks on each (the HF token's presence) in the same pass."""
     out = []
     for key, cfg_raw in entry_configs(raw):
@@ -403,7 +403,7 @@ def parse_spec(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = fr
 
     ``raw``: the plain ``dynamo:`` keys without the namespace; ``secret_keys``: the ``dynamo:`` keys that are set
     as Pulumi secrets; ``env``: the environment of the ``up`` (None when rendering for review); ``aws_region``: the
-    stack's ``aws:region``; ``secret_values``: the secrets' values where known (``up``: stacks.spec.pulumi_config)."""
+    stack's ``aws:region``; ``secret_values``: the secrets' values where known (``up``: stacks.config.pulumi_config)."""
     secret_keys = frozenset(secret_keys)
     if secret_values:
         check_secret_values(secret_values)
