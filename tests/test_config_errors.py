@@ -219,3 +219,32 @@ def test_image_pull_secrets_reach_every_pod_of_every_target():
                 text = json.dumps(o)
                 assert text.count('"zz-pull"') == text.count('"containers"'), (tid, o["metadata"]["name"])
         assert "zz-pull" not in json.dumps(render_config({"target": tid}))
+
+
+def test_one_parse_names_every_independent_problem():
+    """The cluster's sections and every serving entry are checked independently, so one `up` names all of their
+    problems (a line each) instead of the first: a public VPC range, zones of another Region and an FSx size FSx
+    does not make, with two entries that each name a bad value."""
+    from stacks.config import parse_spec
+
+    raw = {"cluster": {"mode": "eks", "region": "us-east-1", "vpcCidr": "8.8.0.0/16", "fsxStorageCapacityGib": 1000,
+                       "availabilityZones": ["us-west-2a", "us-east-1b"]},
+           "serve": [{"target": "no-such-target"}, {"model": "motif-3", "gpu": "no-such-gpu"}]}
+    with pytest.raises(ConfigError) as err:
+        parse_spec(raw, "dev")
+    lines = str(err.value).splitlines()
+    keys = [line.strip().split(":", 2)[1] for line in lines[1:]]
+    assert lines[0] == "invalid stack config:"
+    assert keys == ["cluster.vpcCidr", "cluster.availabilityZones", "cluster.fsxStorageCapacityGib", "serve[0].target",
+                    "serve[1].gpu"], lines
+
+
+def test_a_section_that_reads_an_earlier_one_waits_for_it():
+    """A bad Region is reported once, where it is set: the zone checks that read the Region do not run on it."""
+    from stacks.config import parse_spec
+
+    raw = {"cluster": {"mode": "eks", "region": "mars-east-1", "availabilityZones": ["us-west-2a", "us-west-2b"]},
+           "target": "lightning-vllm-agg-h100-dspark"}
+    with pytest.raises(ConfigError) as err:
+        parse_spec(raw, "dev")
+    assert "cluster.region: 'mars-east-1'" in str(err.value) and "availabilityZones" not in str(err.value)

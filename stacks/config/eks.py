@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Optional
+from typing import Any, Callable, Iterable, Literal, Optional
 
 from pydantic import Field, model_validator
 
@@ -451,13 +451,47 @@ class EksConfig(_Model):
 
     @model_validator(mode="after")
     def _check(self):
+        """Every section's checks, each section's first problem reported, all at once (one ValueError, a line per
+        problem). A section whose checks read what an earlier one checked (the zones read the Region; the pools read
+        the zones) runs only when that one passed, so one bad value is reported once, where it is set."""
         k = f"{NS}:cluster"
+        problems: list[str] = []
+
+        def passed(*checks: Callable[[str], None]) -> bool:
+            for check in checks:
+                try:
+                    check(k)
+                except ValueError as e:
+                    problems.append(str(e))
+                    return False
+            return True
+
+        region_ok = passed(self._check_region)
+        passed(self._check_versions)
+        passed(self._check_vpc)
+        passed(self._check_principals)
+        passed(self._check_logs)
+        zones_ok = region_ok and passed(self._check_zones)
+        passed(self._check_capacity)
+        passed(self._check_storage)
+        passed(self._check_endpoint)
+        if zones_ok:
+            passed(self._check_gpu_capacity)
+        if problems:
+            raise ValueError("\n  ".join(problems))
+        return self
+
+    def _check_region(self, k: str) -> None:
+        """The Region is one this program can write ARNs for."""
         if self.region in OTHER_PARTITION_REGIONS:
             raise ValueError(f"{k}.region: {self.region!r} is in the {OTHER_PARTITION_REGIONS[self.region]} partition, and this program "
                              f"writes its IAM and policy ARNs in the aws partition (arn:aws:...), which that partition refuses; "
                              f"choose one of: {', '.join(AWS_REGIONS)}")
         if self.region not in AWS_REGIONS:
             raise ValueError(f"{k}.region: {self.region!r} is not an AWS Region; choose one of: {', '.join(AWS_REGIONS)}")
+
+    def _check_versions(self, k: str) -> None:
+        """The Kubernetes version step, its support and the AMI release pinned for it."""
         # The step from the running version first: its message names every step to take.
         check_kubernetes_step(self.current_kubernetes_version, self.kubernetes_version, k)
         if self.kubernetes_version in refused_kubernetes_versions():
@@ -483,6 +517,9 @@ class EksConfig(_Model):
         elif self.kubernetes_version not in ami_release_versions():
             raise ValueError(f"{k}.kubernetesVersion: {self.kubernetes_version!r} has no pinned AMI release "
                              f"(stacks/registry/versions.yaml eks.amiReleaseVersions); set {k}.amiReleaseVersion")
+
+    def _check_vpc(self, k: str) -> None:
+        """The VPC range: an IPv4 network AWS allows, in a private range."""
         try:
             net = ipaddress.ip_network(self.vpc_cidr)
         except ValueError:
@@ -495,11 +532,17 @@ class EksConfig(_Model):
         if not any(net.subnet_of(ipaddress.ip_network(r)) for r in PRIVATE_VPC_RANGES):
             raise ValueError(f"{k}.vpcCidr: {self.vpc_cidr!r} is a public address range; use a private one inside "
                              f"{', '.join(PRIVATE_VPC_RANGES)} (RFC 1918, RFC 6598), e.g. 10.0.0.0/16")
+
+    def _check_principals(self, k: str) -> None:
+        """The cluster admins' IAM principal ARNs and the access entries."""
         for arn in self.admin_principal_arns:
             if not isinstance(arn, str) or not _PRINCIPAL_ARN.fullmatch(arn):
                 raise ValueError(f"{k}.adminPrincipalArns: {str(arn)[:120]!r} is not an IAM principal ARN like "
                                  "arn:aws:iam::123456789012:role/admin or arn:aws:iam::123456789012:user/alice")
         self._check_access(k)
+
+    def _check_logs(self, k: str) -> None:
+        """The control-plane log types and their retention."""
         if len(set(self.control_plane_logs)) != len(self.control_plane_logs):
             dup = sorted({t for t in self.control_plane_logs if self.control_plane_logs.count(t) > 1})
             raise ValueError(f"{k}.controlPlaneLogs: {dup} listed more than once; list each of {', '.join(CONTROL_PLANE_LOG_TYPES)} once")
@@ -509,6 +552,9 @@ class EksConfig(_Model):
         if not self.control_plane_logs and "control_plane_log_retention_days" in self.model_fields_set:
             raise ValueError(f"{k}.controlPlaneLogRetentionDays: only applies with {k}.controlPlaneLogs (set to [], no log group "
                              "is created); remove it or list the log types")
+
+    def _check_zones(self, k: str) -> None:
+        """The Availability Zones and the GPU zone, in the Region."""
         zones = self.availability_zones
         if zones:
             bad = [z for z in zones if not (m := _ZONE.fullmatch(z)) or m["region"] != self.region]
@@ -529,6 +575,9 @@ class EksConfig(_Model):
             if not lz or lz["region"] != self.region:
                 raise ValueError(f"{k}.gpuAvailabilityZone: {gz!r} is not one of availabilityZones {list(self.zones())} "
                                  f"nor a Local Zone of {self.region} (like {self.region}-dfw-2a)")
+
+    def _check_capacity(self, k: str) -> None:
+        """The GPU capacity: reservation id, market type, placement group."""
         if self.capacity_reservation_id is not None and not re.fullmatch(r"cr-[0-9a-f]{8}(?:[0-9a-f]{9})?", self.capacity_reservation_id):
             raise ValueError(f"{k}.capacityReservationId: {self.capacity_reservation_id!r} is not a reservation id like cr-0123456789abcdef0")
         if self.market_type == "capacity-block" and not self.capacity_reservation_id:
@@ -537,6 +586,9 @@ class EksConfig(_Model):
             raise ValueError(f"{k}.placementGroup: true conflicts with {k}.capacityReservationId {self.capacity_reservation_id}: "
                              "a Capacity Block is already placed together and a targeted reservation launches where it was made; "
                              "remove placementGroup")
+
+    def _check_storage(self, k: str) -> None:
+        """The model cache's file system: EFS throughput, FSx size."""
         lo, hi = EFS_PROVISIONED_MIBPS
         if self.efs_throughput_mode == "provisioned" and self.efs_provisioned_throughput_mibps is None:
             raise ValueError(f"{k}.efsThroughputMode: provisioned needs {k}.efsProvisionedThroughputMibps ({lo}-{hi}), "
@@ -553,6 +605,9 @@ class EksConfig(_Model):
         if cap not in (1200, 2400) and (cap <= 0 or cap % 2400):
             raise ValueError(f"{k}.fsxStorageCapacityGib: {cap} is not a PERSISTENT_2 SSD size; choose 1200, 2400 or a multiple of 2400 "
                              "(FSx CreateFileSystem StorageCapacity)")
+
+    def _check_endpoint(self, k: str) -> None:
+        """Who reaches the Kubernetes API endpoint."""
         if not self.public_access_cidrs:
             raise ValueError(f"{k}.publicAccessCidrs: empty; list the IPv4 networks that may reach the public Kubernetes API "
                              "endpoint, e.g. [203.0.113.0/24] (default [0.0.0.0/0], EKS's own default)")
@@ -578,6 +633,9 @@ class EksConfig(_Model):
         elif self.private_access_cidrs:
             raise ValueError(f"{k}.privateAccessCidrs: only applies with endpointAccess: private (got endpointAccess: public, "
                              "where the VPC reaches the private endpoint already); remove it, or set endpointAccess: private")
+
+    def _check_gpu_capacity(self, k: str) -> None:
+        """The GPU pools (or the one GPU group's Karpenter keys) and the cache zone they need."""
         if self.gpu_pools:
             self._check_pools(k)
         else:
@@ -591,7 +649,6 @@ class EksConfig(_Model):
             if self.cache_availability_zone not in self.zones():
                 raise ValueError(f"{k}.cacheAvailabilityZone: {self.cache_availability_zone!r} is not one of the cluster's "
                                  f"Availability Zones; choose one of: {', '.join(self.zones())}")
-        return self
 
     def _check_access(self, k: str) -> None:
         """``accessEntries``: IAM role/user ARNs, one entry per principal (EKS CreateAccessEntry: a principal has one

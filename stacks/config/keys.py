@@ -687,9 +687,21 @@ def _error_text(err: dict, root: Optional[type[BaseModel]] = None, skip: int = 0
     return f"{key}: {msg} (got {_short(value)})"
 
 
+INVALID = "invalid stack config:\n  "  # the first line of a ConfigError that lists problems, a line each
+
+
 def validation_error(e: ValidationError, prefix: tuple = (), root: type[BaseModel] = None) -> ConfigError:
     errs = [dict(x, loc=prefix + tuple(x["loc"])) for x in e.errors()]
-    return ConfigError("invalid stack config:\n  " + "\n  ".join(_error_text(x, root, len(prefix)) for x in errs))
+    return ConfigError(INVALID + "\n  ".join(_error_text(x, root, len(prefix)) for x in errs))
+
+
+def combined_error(errors: list[ConfigError]) -> ConfigError:
+    """One ConfigError for the problems of several independent parts of a stack (the cluster, each serving entry, the
+    stack-wide sections), a line each, so one ``up`` or ``render`` names them all."""
+    if len(errors) == 1:
+        return errors[0]
+    lines = [line for e in errors for line in (str(e)[len(INVALID):].split("\n  ") if str(e).startswith(INVALID) else [str(e)])]
+    return ConfigError(INVALID + "\n  ".join(lines))
 
 
 def parse(raw: dict[str, Any]) -> StackConfig:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from stacks.config.eks import EksConfig, apply_aws_region, resolve_region
 from stacks.config.front_door import API_KEYS_SECRET, FrontDoorConfig
 from stacks.config.keys import (FRONT_DOOR, NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _camel, _key_error,
-                                check_no_empty_values,
+                                check_no_empty_values, combined_error,
                      check_secret_keys, parse, quantity_bytes, validation_error)
 from stacks.config.secret_values import check_secret_values
 
@@ -263,7 +263,7 @@ def entry_configs(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def serve_entries(raw: dict[str, Any], check=None) -> list[ServeEntry]:
     """Every entry's serving keys validated (``stacks.config.keys.parse``, errors pointed at the entry); ``check(entry)``
     runs the stack's own checks on each (the HF token's presence) in the same pass."""
-    out = []
+    out, errors = [], []
     for key, cfg_raw in entry_configs(raw):
         body = {k: v for k, v in cfg_raw.items() if k not in ENTRY_ONLY}
         try:
@@ -271,8 +271,11 @@ def serve_entries(raw: dict[str, Any], check=None) -> list[ServeEntry]:
             if check is not None:
                 check(entry)
         except ConfigError as e:
-            raise ConfigError(entry_prefix(str(e), key) if key != NS else str(e)) from None
+            errors.append(ConfigError(entry_prefix(str(e), key) if key != NS else str(e)))
+            continue
         out.append(entry)
+    if errors:  # every entry's problems at once
+        raise combined_error(errors) from None
     return out
 
 
@@ -414,7 +417,16 @@ def parse_spec(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = fr
         raw = apply_aws_region(raw, aws_region)
     check_plain_secrets(raw)
     check_secret_keys(secret_keys)  # a secret the program never reads (a typo) would be ignored silently
-    cluster = cluster_config(raw)
+    try:
+        cluster = cluster_config(raw)
+    except ConfigError as cluster_error:  # report the entries' problems with the cluster's, when they have any
+        errors = [cluster_error]
+        if raw.get(SERVE) != []:
+            try:
+                serve_entries(raw)
+            except ConfigError as e:
+                errors.append(e)
+        raise combined_error(errors) from None
     if cluster.mode == "render" and not (cluster.render_dir or "").strip():
         raise ConfigError(
             f"{NS}:cluster.renderDir: {cluster.render_dir!r} is empty; a render stack writes manifests to a directory "
