@@ -4,7 +4,7 @@ controller, writing the DGD scaling adapter's scale subresource, is what adds an
 Karpenter v1.13.0 (sigs.k8s.io/karpenter, its KWOK cloud provider: ``tools/karpenter.sh``) runs against this module's
 own local control plane (``tools/kube-local.sh``: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok,
 the Dynamo CRDs of the pinned platform), with the instance types of stacks/registry/gpus.py priced from
-stacks/registry/prices.yaml (``stacks.cluster.karpenter_sim.kwok_instance_types``) and the GPU pool's NodePool pointed at
+stacks/registry/prices.yaml (``stacks.cli.kwok_instances.kwok_instance_types``) and the GPU pool's NodePool pointed at
 a KWOKNodeClass (``stacks.cli.karpenter_sim``).
 
 The stack is the committed example ``h100-karpenter`` (Lightning H100 disaggregated, its GPU pool on Karpenter, decode
@@ -410,7 +410,7 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
     from stacks.cli.cost import load_prices, pool_costs
     from stacks.cli.timeline import duration_seconds, pause_seconds
     from stacks.registry.gpus import INSTANCES
-    from stacks.cluster.karpenter_sim import kwok_node_pool
+    from stacks.cli.kwok_instances import kwok_node_pool
 
     k, sim, program, pool = karpenter["k"], karpenter["sim"], karpenter["program"], karpenter["pool"]
     entry = program.entries[0]
@@ -603,7 +603,7 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
 # ---------------------------------------------------------------------------------------------- without a cluster
 def test_instance_types_file_carries_the_gpu_catalog_in_the_kwok_provider_format():
     from stacks.registry.gpus import HOSTS, INSTANCES
-    from stacks.cluster.karpenter_sim import kwok_instance_types
+    from stacks.cli.kwok_instances import kwok_instance_types
 
     types = {t["name"]: t for t in kwok_instance_types(["us-east-1a", "us-east-1b"], prices={"p5.48xlarge": 55.04})}
     assert set(types) == set(INSTANCES)
@@ -628,14 +628,14 @@ def test_instance_types_file_carries_the_gpu_catalog_in_the_kwok_provider_format
     ({"zones": ["us-east-1a"], "instance_types": ["m7i.2xlarge"]}, "not in the GPU catalog"),
 ])
 def test_instance_types_file_refuses_bad_input(kwargs, message):
-    from stacks.cluster.karpenter_sim import kwok_instance_types
+    from stacks.cli.kwok_instances import kwok_instance_types
 
     with pytest.raises(ValueError, match=message):
         kwok_instance_types(**kwargs)
 
 
 def test_kwok_node_pool_swaps_only_the_node_class():
-    from stacks.cluster.karpenter_sim import kwok_node_pool
+    from stacks.cli.kwok_instances import kwok_node_pool
 
     planned = karpenter_plan()[1].nodepool
     pool = kwok_node_pool(planned, "gpu", consolidate_after="2s")

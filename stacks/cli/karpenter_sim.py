@@ -5,7 +5,7 @@
 - the CRDs of the pinned module (NodePool, NodeClaim, NodeOverlay, KWOKNodeClass: ``tools/karpenter.sh build`` copies
   them next to the binary);
 - the instance-types file the KWOK provider reads (``INSTANCE_TYPES_FILE_PATH``), generated from stacks/registry/gpus.py by
-  ``stacks.cluster.karpenter_sim.kwok_instance_types``, priced from stacks/registry/prices.yaml for the plan's region (``region_prices``);
+  ``stacks.cli.kwok_instances.kwok_instance_types``, priced from stacks/registry/prices.yaml for the plan's region (``region_prices``);
 - the node lifecycle controller of kube-controller-manager (the real one, same binary as kube-local's, run with only
   ``--controllers=nodelifecycle``): kube-local's controller manager runs without it, and without it the
   ``node.kubernetes.io/not-ready:NoSchedule`` taint that the API server's TaintNodesByCondition admission puts on every
@@ -35,7 +35,7 @@ from typing import Callable, Optional
 from urllib.parse import quote
 from urllib.request import urlopen
 
-from stacks.cluster.karpenter_sim import kwok_instance_types, kwok_node_class
+from stacks.cli.kwok_instances import kwok_instance_types, kwok_node_class
 from stacks.cli.simulate import REPO_ROOT, KubeError, Simulator
 from stacks.registry import yaml_text
 
