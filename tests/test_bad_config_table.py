@@ -394,8 +394,16 @@ def test_program_under_mocks_registers_nothing(case, monkeypatch):
 def _stack_file(tmp_path: Path, raw: dict, secrets: dict) -> Path:
     cfg = {f"dynamo:{k}": v for k, v in raw.items()}
     cfg.update({f"dynamo:{k}": {"secure": "v1:AAAAAAAAAAAAAAAA:table"} for k in secrets})
-    (tmp_path / "Pulumi.table.yaml").write_text(yaml.safe_dump({"config": cfg}, sort_keys=False))
+    (tmp_path / "Pulumi.table.yaml").write_text(yaml.dump({"config": cfg}, Dumper=_QuotedStrings, sort_keys=False))
     return tmp_path
+
+
+class _QuotedStrings(yaml.SafeDumper):
+    """Every string quoted, so the Pulumi CLI (YAML 1.2) reads the case's text as text: PyYAML leaves a YAML 1.1
+    string such as ``2e11`` unquoted, which the CLI reads as a number."""
+
+
+_QuotedStrings.add_representer(str, lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"'))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

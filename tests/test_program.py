@@ -135,7 +135,8 @@ def test_render_never_prints_the_token_value():
 
 # --------------------------------------------------------------------------- `up` and `render` read the stack file alike
 # `up` gets its config from the Pulumi CLI (Go, YAML 1.2 scalars, duplicate keys refused; a top-level YAML null or ''
-# arrives as ""); `render --stack` reads the file with stacks.program.render.StackFileLoader to the same effect.
+# arrives as ""); `render --stack` reads the file with stacks/program/stack_yaml.py to the same effect (tests/test_stack_yaml.py
+# holds the comparison with the real CLI).
 
 def _write(tmp_path, text: str):
     (tmp_path / "Pulumi.t.yaml").write_text(text)

@@ -5,13 +5,13 @@ so they stay Pulumi secrets.
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pulumi.runtime import config as rc
 
 from stacks.config.keys import NS, check_config_namespaces
 from stacks.config.secret_values import check_secret_values
+from stacks.config.values import program_value
 
 
 def _all_config() -> dict[str, Any]:
@@ -31,14 +31,8 @@ def raw_config() -> dict[str, Any]:
     for key, value in merged.items():
         if not key.startswith(NS + ":") or rc.is_config_secret(key) or key in rc.get_config_secret_keys_env():
             continue
-        # Objects, lists and booleans arrive JSON-encoded. Digit strings stay strings: `namespace: "123"` and a
-        # numeric modelRevision are names, and the schema turns a string into a number where it wants one.
-        if isinstance(value, str):
-            try:
-                value = json.loads(value) if value[:1] in "[{" or value in ("true", "false") else value
-            except json.JSONDecodeError:
-                pass
-        out[key[len(NS) + 1:]] = value
+        # Objects, lists and booleans arrive JSON-encoded; the rest stays text (stacks.config.values.program_value).
+        out[key[len(NS) + 1:]] = program_value(value) if isinstance(value, str) else value
     return out
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from stacks.config.keys import NS, ConfigError
+from stacks.program import stack_yaml
 # Re-exported (their callers read them here): the YAML writer is the registry's, the target renders the serving layer's,
 # so `render --target` and `render --all` load neither this module nor the program package around it.
 from stacks.registry.yaml_text import to_yaml  # noqa: F401
@@ -17,44 +18,10 @@ from stacks.serving import render_config, render_target  # noqa: F401
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-class StackFileLoader(yaml.SafeLoader):
-    """Reads ``Pulumi.<stack>.yaml`` as the Pulumi CLI does (Go, gopkg.in/yaml.v3: YAML 1.2 scalars, duplicate
-    keys an error), so ``render --stack`` and ``up`` see the same values:
-
-    - booleans are ``true``/``false`` only (YAML 1.2 core schema, https://yaml.org/spec/1.2.2/#1032-tag-resolution);
-      PyYAML's YAML 1.1 also reads ``yes``, ``no``, ``on``, ``off`` as booleans, which ``up`` gets as strings;
-    - a key given twice in one mapping is refused (yaml.v3: "mapping key ... already defined"), where PyYAML
-      would keep the last value.
-    """
-
-
-StackFileLoader.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
-                                           for k, v in yaml.SafeLoader.yaml_implicit_resolvers.copy().items()}
-StackFileLoader.add_implicit_resolver("tag:yaml.org,2002:bool", __import__("re").compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                      list("tTfF"))
-
-
-def _mapping_without_duplicates(loader: StackFileLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            hash(key)
-        except TypeError:
-            continue  # PyYAML reports an unhashable key itself
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"mapping key {key!r} is given twice (line {seen[key] + 1} and line {key_node.start_mark.line + 1}); "
-                            "the Pulumi CLI refuses such a file: keep one", key_node.start_mark)
-        seen[key] = key_node.start_mark.line
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-StackFileLoader.add_constructor("tag:yaml.org,2002:map", lambda loader, node: _mapping_without_duplicates(loader, node, deep=True))
-
-
 def load_stack_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=StackFileLoader)
+    """``Pulumi.<stack>.yaml`` as the Pulumi CLI decodes it (stacks/program/stack_yaml.py: yaml.v3's scalars, duplicate
+    keys refused)."""
+    return stack_yaml.load(text)
 
 
 def stack_file(name: str, root: Path = REPO_ROOT) -> Path:
@@ -84,11 +51,8 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
     check_config_namespaces(cfg)  # a misspelt project prefix (dyanmo:gpu) would be ignored silently
     out = {}
     for k, v in cfg.items():
-        if v is None:
-            v = ""  # the Pulumi CLI hands YAML null over as "", which parse_spec refuses (check_no_empty_values)
         if isinstance(k, str) and k.startswith(NS + ":"):
-            # Pulumi hands a top-level number to the program as text ("3"); objects keep their JSON types.
-            out[k[len(NS) + 1:]] = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+            out[k[len(NS) + 1:]] = stack_yaml.config_value(v)  # the value up's program reads (text, or decoded JSON)
     return out
 
 
