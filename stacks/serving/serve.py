@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from stacks.config.keys import NS, ConfigError
 from stacks.serving import ServingPlan, build_plan
+from stacks.serving.engine_args import SHELL_FLAGS, append_engine_args
 from stacks.config import (ENTRY_ONLY, SERVE, STACK_KEYS, ArgsOverride, ComponentOverride, ResourcesOverride, ServeEntry,  # noqa: F401
                    entry_configs, entry_prefix, serve_entries)
 
@@ -115,7 +116,7 @@ def apply_overrides(dgd: dict, overrides: dict[str, ComponentOverride], key: str
         containers = comp["podTemplate"]["spec"]["containers"]
         c = next((x for x in containers if x.get("name") == "main"), containers[0])
         args = list(c.get("args") or [])
-        if (ov.args.set or ov.args.remove) and any(a in ("-c", "-lc") for a in (c.get("command") or []) + args[:1]):
+        if (ov.args.set or ov.args.remove) and any(a in SHELL_FLAGS for a in (c.get("command") or []) + args[:1]):
             raise ConfigError(f"{where}.args: the component runs a shell script, so flags cannot be set or removed; use args.append")
         for flag, value in ov.args.set.items():
             i = _flag_index(args, flag)
@@ -132,9 +133,12 @@ def apply_overrides(dgd: dict, overrides: dict[str, ComponentOverride], key: str
             if i is None:
                 raise ConfigError(f"{where}.args.remove: {flag!r} is not among the component's arguments")
             del args[i:i + (2 if _takes_value(args, i) else 1)]
-        args += list(ov.args.append)
-        if ov.args.set or ov.args.remove or ov.args.append:
+        if ov.args.set or ov.args.remove:
             c["args"] = args
+        try:  # at the end of the engine's command line, also where it is the last command of a script
+            append_engine_args(c, list(ov.args.append))
+        except ValueError as e:
+            raise ConfigError(f"{where}.args.append: {e}") from None
         if ov.env:
             env = c.setdefault("env", [])
             for name, value in ov.env.items():
@@ -231,6 +235,7 @@ def _share(entries: list[Entry]) -> None:
             p.jobs = []
             continue
         if not e.owns_namespace:
+            assert first is not None, "an entry owns its namespace unless an earlier entry has it"
             raise ConfigError(
                 f"{e.key}.namespace: {ns!r}: this entry needs its own model cache (a different checkpoint or storage from "
                 f"{first.key}'s), and the recipes name their cache claim and download Jobs alike; give it its own namespace"
