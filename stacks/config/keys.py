@@ -5,7 +5,7 @@ Everything a stack may set lives under the ``dynamo:`` namespace of its
 values and unqualified combinations all raise ``ConfigError`` naming the key,
 the value and the valid choices) before the program registers any resource.
 
-Value rules (each a pure function here, shared with ``stacks.cli.review`` promotion):
+Value rules (each a pure function here, shared with ``stacks.cli.promote``):
 
 - Kubernetes names: ``namespace`` is a DNS-1123 label (63 chars); Secret, claim and
   StorageClass names are DNS-1123 subdomains (253 chars)
@@ -341,7 +341,7 @@ class WaitConfig(_Model):
 
 
 # --- observability and the benchmark helper: both optional, off by default; see stacks/observe/observability.py, stacks/serving/benchmark.py
-def _off_keys_unused(model: BaseModel, section: str) -> None:
+def _off_keys_unused(model: ObservabilityConfig | BenchmarkConfig, section: str) -> None:
     """A key under a switched-off section would be ignored silently: refuse it."""
     if not model.enabled:
         extra = sorted(_camel(f) for f in model.model_fields_set - {"enabled"})
@@ -492,6 +492,27 @@ class FastStartupProbeConfig(_Model):
     enabled: bool = False
 
 
+class ModelLoaderConfig(_Model):
+    """How the vLLM workers read the checkpoint from the model cache (stacks/serving/model_loader.py). ``format:
+    runai-streamer`` starts them with vLLM's Run:ai Model Streamer (``--load-format runai_streamer``), which reads
+    tensors from the cache volume on ``concurrency`` threads while it copies earlier ones to the GPUs; ``distributed:
+    true`` lets each GPU of a tensor-parallel worker read its own part. Off by default (``format: default``, vLLM's
+    own loader, as upstream's recipes run); vLLM targets only."""
+
+    format: Literal["default", "runai-streamer"] = "default"
+    concurrency: Optional[int] = Field(default=None, ge=1, le=256)
+    distributed: Optional[bool] = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.format == "default":
+            extra = sorted(_camel(f) for f in self.model_fields_set - {"format"})
+            if extra:
+                raise _key_error(extra[0], "has no effect with format: default (vLLM's own loader); set format: runai-streamer "
+                                           "or remove it")
+        return self
+
+
 class StackConfig(_Model):
     target: Optional[str] = None
     # The choices of every axis come from stacks/registry/__init__.py (the one registry of choices).
@@ -530,6 +551,7 @@ class StackConfig(_Model):
     network_policy: NetworkPolicyConfig = Field(default_factory=NetworkPolicyConfig)  # optional, off by default
     compile_cache: CompileCacheConfig = Field(default_factory=CompileCacheConfig)  # on by default; enabled: false opts out
     fast_startup_probe: FastStartupProbeConfig = Field(default_factory=FastStartupProbeConfig)  # off by default; enabled: true opts in
+    model_loader: ModelLoaderConfig = Field(default_factory=ModelLoaderConfig)  # vLLM's own loader by default
     # Pause: every GPU worker component at 0 replicas (frontend and cache kept); stacks/serving/autoscaling.py.
     paused: bool = False
     # Per component: minReplicas, maxReplicas, metric, target (a KEDA ScaledObject on the component's DGDSA);
@@ -647,7 +669,7 @@ def _model_at(model: type[BaseModel], loc: tuple) -> Optional[type[BaseModel]]:
     return model
 
 
-def _did_you_mean(word: str, choices) -> str:
+def _did_you_mean(word: object, choices) -> str:
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -690,7 +712,7 @@ def _error_text(err: dict, root: Optional[type[BaseModel]] = None, skip: int = 0
 INVALID = "invalid stack config:\n  "  # the first line of a ConfigError that lists problems, a line each
 
 
-def validation_error(e: ValidationError, prefix: tuple = (), root: type[BaseModel] = None) -> ConfigError:
+def validation_error(e: ValidationError, prefix: tuple = (), root: Optional[type[BaseModel]] = None) -> ConfigError:
     errs = [dict(x, loc=prefix + tuple(x["loc"])) for x in e.errors()]
     return ConfigError(INVALID + "\n  ".join(_error_text(x, root, len(prefix)) for x in errs))
 
@@ -747,7 +769,7 @@ def select_target(cfg: StackConfig) -> Target:
     pool = list(fam.targets)
     chosen: dict[str, str] = {"model": cfg.model}
     for axis in SELECT_ORDER[1:]:
-        values = sorted({t.axis(axis) for t in pool if t.axis(axis) is not None})
+        values = sorted({val for t in pool if (val := t.axis(axis)) is not None})
         want = explicit.get(axis)
         if want is not None:
             narrowed = [t for t in pool if t.axis(axis) == want]
@@ -761,7 +783,7 @@ def select_target(cfg: StackConfig) -> Target:
             continue
         # Defaults only choose among targets that still honour every key the user did set.
         compatible = [t for t in pool if all(t.axis(a) == v for a, v in explicit.items())]
-        options = sorted({t.axis(axis) for t in (compatible or pool) if t.axis(axis) is not None})
+        options = sorted({val for t in (compatible or pool) if (val := t.axis(axis)) is not None})
         for d in _defaults(fam.defaults, axis, chosen):
             if d in options:
                 pool = [t for t in pool if t.axis(axis) == d]

@@ -238,6 +238,11 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
 
         apply_compile_cache(dgd, t.id, t.runtime, t.gpu, catalog.family_of(t).cache.mount,
                             {cm["metadata"]["name"]: cm.get("data") for cm in configmaps})
+    if cfg.model_loader.format != "default":
+        # The vLLM workers read the checkpoint with the Run:ai Model Streamer (stacks/serving/model_loader.py).
+        from stacks.serving.model_loader import apply_model_loader
+
+        apply_model_loader(dgd, cfg.model_loader, t.id, t.runtime)
     if cfg.fast_startup_probe.enabled:
         # GPU workers' startupProbe every 5 s, the recipe's period x failureThreshold kept (stacks/serving/startup_probe.py).
         from stacks.serving.startup_probe import apply_fast_startup_probe
@@ -253,7 +258,7 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
             "type": "Opaque",
             "stringData": {HF_TOKEN_KEY: REDACTED},
         }
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} if cfg.create_namespace else None
+    namespace: Optional[dict[str, Any]] = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} if cfg.create_namespace else None
     policies, warnings = [], []
     if cfg.network_policy.enabled:
         from stacks.serving.network_policy import benchmark_job_name, network_policies
