@@ -3,15 +3,16 @@
 - ``provider``: the Kubernetes provider every serving, observability and benchmark object uses;
 - ``storage_ready``: what the model cache and its download wait for (a storage class, the system nodes);
 - ``gpu_ready``: what GPU workloads (the DGDs) wait for (GPU node groups or NodePools, the pools' capacity
-  check, device plugins, the Dynamo platform);
+  check; the shell adds the layers the graphs wait for: device plugins, the Dynamo platform);
 - ``kubeconfig_file``/``context``: a kubeconfig file a failed wait can read with kubectl (else None);
 - ``exports()``: the stack outputs of the cluster layer.
 
 One strategy per ``dynamo:cluster.mode`` (``stacks.config.ClusterSource``): ``RenderSource``, ``KubeconfigSource``,
 ``StackSource`` (the cluster of a cluster-only stack, through a StackReference) and ``EksSource`` (the EKS cluster this
 stack creates). They are plain classes, not components: the resources keep the names and parents (the stack) they
-always had, so no URN moves. ``cluster_source(program)`` picks one and adds the platform layer (device plugins and
-the Dynamo operator) where the stack installs it.
+always had, so no URN moves. ``cluster_source(program)`` picks one (``SOURCES``, the shell's one choice by mode name); the
+platform layer (device plugins and the Dynamo operator) is one of the program's layers (stacks/layers/platform.py); what
+a mode means to the plans is its ``stacks.modes.ClusterMode`` (``program.mode``).
 """
 from __future__ import annotations
 
@@ -24,15 +25,30 @@ import pulumi_kubernetes as k8s
 from pulumi.runtime import config as rc
 
 from components.credentials import cluster_storage_classes, credentials_problem, mocked, storage_class_warnings
-from components.platform import DevicePlugins, DynamoPlatform, helm_release
-from stacks.cluster import capacity_shortfall, dra_driver_spec, node_pools
+from components.platform import helm_release
+from stacks.cluster import ClusterPlan, ClusterStackPlan, capacity_shortfall, dra_driver_spec, node_pools
 from stacks.config.keys import NS
+from stacks.config.stack import EksCluster, KubeconfigCluster, RenderCluster, StackCluster
+from stacks.modes import cluster_as
 from stacks.cluster.access import check_upgrade_policy
 from stacks.config.eks import (LiveNodeGroup, LiveSubnet, check_ami_release, check_capacity_block_launch_templates, check_cache_zone, check_node_groups_for_step, check_running_version,
                                    check_subnet_layout, node_group_changes)
 from stacks.cluster.pools import LAUNCH_TEMPLATE_DIGEST_TAG, POOL_LABEL, launch_template_digest
-from stacks.cluster.platform import GPU_PRESENT_LABELS, dynamo_platform
 from stacks.program import ProgramPlan
+
+
+def _eks_plan(program: ProgramPlan) -> ClusterPlan:
+    """The cluster plan of ``mode: eks`` (stacks/modes/eks.py plans the cluster this stack creates)."""
+    plan = program.cluster_plan
+    assert isinstance(plan, ClusterPlan), "mode eks plans its cluster"
+    return plan
+
+
+def _stack_plan(program: ProgramPlan) -> ClusterStackPlan:
+    """The cluster plan of ``mode: stack`` (stacks/modes/stack.py: what the referenced cluster is checked against)."""
+    plan = program.cluster_plan
+    assert isinstance(plan, ClusterStackPlan), "mode stack plans against the referenced cluster"
+    return plan
 
 
 class ClusterSource:
@@ -60,7 +76,7 @@ class RenderSource(ClusterSource):
 
     def __init__(self, program: ProgramPlan):
         super().__init__(program)
-        self.provider = k8s.Provider("render", render_yaml_to_directory=program.cluster.render_dir)
+        self.provider = k8s.Provider("render", render_yaml_to_directory=cluster_as(program.cluster, RenderCluster).render_dir)
 
 
 class KubeconfigSource(ClusterSource):
@@ -72,10 +88,12 @@ class KubeconfigSource(ClusterSource):
         # The secret's value in this process only, for the check below (never logged; the provider gets it as a secret).
         text, source = rc.get_config(f"{NS}:kubeconfig"), f"{NS}:kubeconfig"
         if text is None:
-            self.kubeconfig_file = source = program.spec.kubeconfig_file
-            with open(self.kubeconfig_file) as f:
+            path = program.spec.kubeconfig_file
+            assert path is not None, "without dynamo:kubeconfig, stacks.config finds the kubeconfig file"
+            self.kubeconfig_file = source = path
+            with open(path) as f:
                 text = f.read()
-        self.context = program.cluster.context
+        self.context = cluster_as(program.cluster, KubeconfigCluster).context
         # A cache claim that can never bind is said now, not when its wait times out minutes later.
         claims = [(e.key, f"{e.plan.dgd['metadata']['namespace']}/{e.plan.claim_name}", e.plan.cache_pvc["spec"].get("storageClassName"))
                   for e in program.entries if e.plan.cache_pvc is not None]
@@ -99,14 +117,16 @@ class StackSource(ClusterSource):
 
     def __init__(self, program: ProgramPlan):
         super().__init__(program)
-        self.ref = pulumi.StackReference(program.cluster.stack)
+        stack = cluster_as(program.cluster, StackCluster).stack
+        assert stack is not None, "StackCluster requires cluster.stack"
+        self.ref = pulumi.StackReference(stack)
         self.provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.secret(self.ref.require_output("kubeconfig")),
                                      enable_secret_mutable=True)
         self.storage_ready = [self.ref.require_output("storageClassName").apply(self.check_storage_class)]
         self.gpu_ready = [self.ref.require_output("nodePools").apply(self.check_capacity)]
 
     def check_storage_class(self, name: str) -> None:
-        refs = self.program.cluster_plan
+        refs = _stack_plan(self.program)
         if refs.storage_class and name != refs.storage_class:
             raise pulumi.RunError(f"{NS}:storage.className: the cache claim asks for {refs.storage_class!r}, but the cluster of "
                                   f"{refs.stack} has storage class {name!r} (its storageClassName output); set {NS}:storage.className: {name}")
@@ -114,7 +134,7 @@ class StackSource(ClusterSource):
     def check_capacity(self, pools: Any) -> None:
         """The entries as configured, then the autoscaled ones at their maxReplicas (ProgramPlan.autoscaling_shortfall),
         against the referenced pools: both before any DGD."""
-        refs = self.program.cluster_plan
+        refs = _stack_plan(self.program)
         msg = capacity_shortfall(refs.requirements, pools, refs.stack) or self.program.autoscaling_shortfall(pools)
         if msg:
             raise pulumi.RunError(msg)
@@ -131,8 +151,8 @@ class EksSource(ClusterSource):
         from components.cluster import EksGpuCluster
 
         super().__init__(program)
-        plan = program.cluster_plan
-        aws_provider = aws.Provider("aws", region=program.cluster.region)
+        plan, cluster = _eks_plan(program), cluster_as(program.cluster, EksCluster)
+        aws_provider = aws.Provider("aws", region=cluster.region)
         # Before any AWS resource: the version the cluster runs, so that a skip or a downgrade is refused now and not by
         # UpdateClusterVersion halfway through the `up`.
         try:
@@ -153,7 +173,7 @@ class EksSource(ClusterSource):
                                     [*plan.public_subnets, *plan.private_subnets, *([plan.gpu_subnet] if plan.gpu_subnet else [])], plan.name)
                 if plan.storage.get("kind") == "fsx-lustre":
                     check_cache_zone(live_cache_zone(plan.name, aws_provider), plan.storage["availability_zone"],
-                                     program.cluster.cache_availability_zone is not None, plan.name)
+                                     cluster.cache_availability_zone is not None, plan.name)
                 check_upgrade_policy(running, (plan.control_plane or {}).get("upgrade_policy", "STANDARD"), datetime.date.today(), plan.name)
         except ValueError as e:
             raise pulumi.RunError(str(e)) from None
@@ -161,14 +181,17 @@ class EksSource(ClusterSource):
         self.provider = k8s.Provider("eks", kubeconfig=eks.kubeconfig, enable_secret_mutable=True,
                                      opts=pulumi.ResourceOptions(depends_on=list(eks.access_policies)))
         sc = plan.storage_class
+        storage: pulumi.CustomResource
         if sc:  # EFS: access points provisioned per claim
             storage = k8s.storage.v1.StorageClass(
                 "model-cache", metadata=sc["metadata"], provisioner=sc["provisioner"], parameters=eks.storage_parameters,
                 reclaim_policy=sc["reclaimPolicy"], volume_binding_mode=sc["volumeBindingMode"],
-                opts=pulumi.ResourceOptions(provider=self.provider, depends_on=eks.addons + eks.mount_targets))
+                opts=pulumi.ResourceOptions(provider=self.provider, depends_on=[*eks.addons, *eks.mount_targets]))
         else:  # FSx for Lustre: the stack's file system, bound statically to the cache claim
+            static_pv, pv_source = plan.static_pv, eks.static_pv_source
+            assert static_pv is not None and pv_source is not None, "an FSx cache has its static PersistentVolume"
             storage = k8s.core.v1.PersistentVolume(
-                "model-cache", metadata=plan.static_pv["metadata"], spec=eks.static_pv_source.apply(self._pv_spec),
+                "model-cache", metadata=static_pv["metadata"], spec=pv_source.apply(self._pv_spec),
                 opts=pulumi.ResourceOptions(provider=self.provider, depends_on=eks.addons, retain_on_delete=plan.protect_cache))
         # The download starts as soon as storage and the system nodes exist, in parallel with the GPU node group.
         self.storage_ready = [storage, eks.system_nodes]
@@ -177,14 +200,17 @@ class EksSource(ClusterSource):
         # the front door's Service becomes an NLB only once the controller (and its webhook) runs
         self.layers_ready = [eks.load_balancer_controller] if eks.load_balancer_controller else []
         if plan.dra_driver:  # GB200: ComputeDomains (IMEX) through the NVIDIA DRA driver
+            assert eks.gpu_nodes is not None, "GB200 pools are node groups (UltraServers: Capacity Blocks, not Karpenter)"
             self.gpu_ready.append(helm_release("nvidia-dra-driver-gpu", dra_driver_spec(),
                                                pulumi.ResourceOptions(provider=self.provider, depends_on=[eks.gpu_nodes])))
 
     def _pv_spec(self, csi: dict) -> dict:
-        return {**self.program.cluster_plan.static_pv["spec"], "csi": csi}
+        static_pv = _eks_plan(self.program).static_pv
+        assert static_pv is not None, "an FSx cache has its static PersistentVolume"
+        return {**static_pv["spec"], "csi": csi}
 
     def exports(self) -> dict[str, Any]:
-        plan = self.program.cluster_plan
+        plan = _eks_plan(self.program)
         out = {
             "clusterName": self.eks.cluster_name,
             "kubeconfig": self.eks.kubeconfig,
@@ -287,32 +313,6 @@ SOURCES = {"render": RenderSource, "kubeconfig": KubeconfigSource, "stack": Stac
 
 
 def cluster_source(program: ProgramPlan) -> ClusterSource:
-    """The mode's cluster source, with the platform layer where the stack installs it."""
-    source = SOURCES[program.cluster.mode](program)
-    source.gpu_ready = source.gpu_ready + platform_layer(program, source)  # a new list: DevicePlugins holds the old one
-    return source
-
-
-def platform_layer(program: ProgramPlan, source: ClusterSource) -> list:
-    """Device plugins (EKS always; an existing cluster with ``installDevicePlugins``) and the Dynamo platform (EKS by
-    default, ``installPlatform``); what the DGDs wait for. Helm releases need a real cluster, so render mode shows the
-    serving layer only."""
-    cluster = program.cluster
-    eks = cluster.mode == "eks"
-    if cluster.mode == "render" or not (eks or cluster.install_device_plugins or cluster.platform_wanted()):
-        return []
-    ready: list = []
-    if eks or cluster.install_device_plugins:
-        # Installed beside the GPU nodes, not after them: a DaemonSet with no node yet is rolled out, and its pods start
-        # on each GPU node as it joins (the DGDs still wait for the GPU nodes and the plugins).
-        plugins = DevicePlugins(
-            "device-plugins", fabric=program.device_plugin_fabrics(), nvidia=cluster.nvidia_stack,
-            opts=pulumi.ResourceOptions(provider=source.provider, depends_on=list(source.nodes_ready)),
-            # EKS: our GPU node groups carry nvidia.com/gpu.present=true; pods naming RuntimeClass nvidia land only there.
-            runtime_class_node_selector=dict(GPU_PRESENT_LABELS) if eks else None)
-        ready += plugins.ready
-    # The operator learns the Prometheus URL (Planner, autoscaling).
-    spec = dynamo_platform(prometheus_endpoint=program.observability.prometheus_endpoint) if program.observability else None
-    platform = DynamoPlatform("dynamo-platform", skip=not cluster.platform_wanted(), spec=spec,
-                              opts=pulumi.ResourceOptions(provider=source.provider, depends_on=list(source.storage_ready)))
-    return ready + platform.ready
+    """The mode's cluster source. The platform layer (device plugins, the Dynamo operator) is a layer of the program
+    (stacks/layers/platform.py), created before the serving objects (components/layer.py ``create_layers``)."""
+    return SOURCES[program.cluster.mode](program)

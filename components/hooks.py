@@ -58,7 +58,9 @@ class ProgramHooks:
             return
         obj = self._last_state(args)
         identity = object_identity(obj.get("apiVersion"), obj.get("kind"), obj.get("metadata") or {})
-        declared = self.declared.get(identity) if identity else None
+        if not identity:
+            return
+        declared = self.declared.get(identity)
         if declared is not None and declared != (args.type, args.name):
             raise Exception(delete_refusal(args.urn, identity, declared[1]))
 

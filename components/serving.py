@@ -7,6 +7,7 @@ download Job -> validate Job -> ConfigMap -> DGD), and ``register_outputs``.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import pulumi
@@ -26,11 +27,21 @@ def _meta(obj: dict) -> dict:
     return obj["metadata"]
 
 
-def _opts(parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = (), **kw) -> pulumi.ResourceOptions:
+# What a resource waits for: resources, or Outputs that fail when a wait did (``_fail_if_job_failed``).
+DependsOn = Sequence[pulumi.Input[pulumi.Resource]]
+
+
+def _opts(parent: pulumi.Resource, depends_on: DependsOn = (), **kw) -> pulumi.ResourceOptions:
     return pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on), **kw)
 
 
 Probe = Callable[[_waits.Wait], Optional[str]]
+
+
+def _pull_secret_data(value: Optional[pulumi.Input[str]]) -> dict[str, pulumi.Output[str]]:
+    """An image pull Secret's stringData: ``ServingArgs.pull_secret``, which is set wherever there are pull Secrets."""
+    assert value is not None, "image pull Secrets to create without their .dockerconfigjson"
+    return {".dockerconfigjson": pulumi.Output.secret(value)}
 
 
 def kubectl_probe(kubeconfig_path: Optional[str], context: Optional[str] = None) -> Optional[Probe]:
@@ -77,7 +88,7 @@ def _wait_opts(wait: Optional[_waits.Wait], annotations: dict, probe: Optional[P
     return kw
 
 
-def _fail_if_job_failed(wait: Optional[_waits.Wait], job: dict, resource: pulumi.Resource) -> Optional[pulumi.Output]:
+def _fail_if_job_failed(wait: Optional[_waits.Wait], job: dict, resource: k8s.batch.v1.Job) -> Optional[pulumi.Output]:
     """An Output that raises once the Job's wait ended on ``Failed=True`` (the waitFor condition
     accepts Complete or Failed), so what depends on it (the next Job, the DGD) is never created."""
     if wait is None:
@@ -253,8 +264,9 @@ class DynamoGraph(pulumi.ComponentResource):
     gpus: pulumi.Output[int]
 
     def __init__(self, name: str, plan: ServingPlan, opts: Optional[pulumi.ResourceOptions] = None,
-                 depends_on: Sequence[pulumi.Resource] = (), wait: Optional[_waits.Wait] = None,
-                 probe: Optional[Probe] = None, announce: bool = True):
+                 depends_on: DependsOn = (), wait: Optional[_waits.Wait] = None,
+                 probe: Optional[Probe] = None, announce: bool = True, autoscaler_depends_on: DependsOn = ()):
+        """``autoscaler_depends_on``: what the ScaledObjects wait for besides the DGD (the KEDA layer's chart)."""
         super().__init__(f"{PKG}:serving:DynamoGraph", name, None, opts)
         self.configmaps = [
             k8s.core.v1.ConfigMap(f"{name}-{_meta(cm)['name']}", metadata=_meta(cm), data=cm.get("data"),
@@ -270,23 +282,18 @@ class DynamoGraph(pulumi.ComponentResource):
             kind=dgd["kind"],
             metadata=_meta(dgd),
             spec=dgd["spec"],
-            opts=_opts(self, list(depends_on) + self.configmaps,
+            opts=_opts(self, [*depends_on, *self.configmaps],
                        **_guarded(_wait_opts(wait, _meta(dgd).get("annotations") or {}, probe, announce),
                                   f"{name}-{_meta(dgd)['name']}", dgd["apiVersion"], dgd["kind"], _meta(dgd)),
                        **({"ignore_changes": [f"spec.components[{i}].replicas" for i in scaled]} if scaled else {})),
         )
         self.autoscalers = []
         if plan.autoscalers:
-            keda = []
-            if plan.keda is not None:  # one KEDA per stack, no parent: it outlives any one entry
-                from components.platform import helm_release
-
-                keda = [helm_release("keda", plan.keda, pulumi.ResourceOptions(provider=self.get_provider("kubernetes::Release")))]
             self.autoscalers = [
                 k8s.apiextensions.CustomResource(
                     f"{name}-scaledobject-{_meta(so)['name']}", api_version=so["apiVersion"], kind=so["kind"],
                     metadata=_meta(so), spec=so["spec"],
-                    opts=_opts(self, [self.dgd] + keda, **_guarded({}, f"{name}-scaledobject-{_meta(so)['name']}", so["apiVersion"], so["kind"], _meta(so))))
+                    opts=_opts(self, [self.dgd, *autoscaler_depends_on], **_guarded({}, f"{name}-scaledobject-{_meta(so)['name']}", so["apiVersion"], so["kind"], _meta(so))))
                 for so in plan.autoscalers
             ]
         ns = _meta(dgd)["namespace"]
@@ -296,54 +303,80 @@ class DynamoGraph(pulumi.ComponentResource):
         self.register_outputs({"dgdName": self.dgd_name, "frontendService": self.frontend_service, "gpus": self.gpus})
 
 
+@dataclass(frozen=True)
+class ServingArgs:
+    """What one ``Serving`` (one namespace) is built from.
+
+    ``plan``: the namespace's first entry's serving plan (its namespace, Secret, cache, Jobs and DGD);
+    ``hf_token``: the Hugging Face token (a Pulumi secret) when the plan creates the token Secret;
+    ``protect_cache``: dynamo:storage.protect, which keeps the cache claim (and its namespace) on delete;
+    ``depends_on``: what the cache and download need (storage, system nodes);
+    ``graph_depends_on``: what only the DGD needs (GPU nodes, device plugins, the Dynamo platform);
+    ``autoscaler_depends_on``: what the KEDA ScaledObjects wait for besides their DGD (the KEDA layer's chart);
+    ``redact_secrets``: render mode writes manifests in plain text, so the Secrets are rendered without data; it waits
+    for nothing, so it announces no waits;
+    ``probe``: how a failed wait reads what it saw last (``kubectl_probe``; None: the message gives the command);
+    ``graphs``: ``(suffix, plan, aliases)`` per DGD in this namespace, ``aliases`` the graph's names in the stack's
+    other form (stacks/program/names.py); None: ``plan``'s own, as ``graph``, without aliases;
+    ``pull_secrets``: ``(resource name, Secret, aliases)`` per image pull Secret this stack creates in the namespace (a
+    cluster it creates or a cluster stack's: nothing else can have made them), filled from ``pull_secret`` (a
+    .dockerconfigjson, a Pulumi secret);
+    ``compute_domain``: the GB200 ComputeDomain the DGD's workers claim.
+    The pull Secrets and the ComputeDomain are top-level resources (no parent): a parent is part of a resource's URN,
+    and these keep the URNs live stacks hold for them."""
+
+    plan: ServingPlan
+    hf_token: Optional[pulumi.Input[str]]
+    protect_cache: bool
+    depends_on: Sequence[pulumi.Resource] = ()
+    graph_depends_on: Sequence[pulumi.Resource] = ()
+    autoscaler_depends_on: Sequence[pulumi.Resource] = ()
+    redact_secrets: bool = False
+    probe: Optional[Probe] = None
+    graphs: Optional[Sequence[tuple[str, ServingPlan, Sequence[str]]]] = None
+    pull_secrets: Sequence[tuple[str, dict, Sequence[str]]] = ()
+    pull_secret: Optional[pulumi.Input[str]] = None
+    compute_domain: Optional[dict] = None
+
+    def graph_plans(self) -> list[tuple[str, ServingPlan, Sequence[str]]]:
+        """``graphs``, or the plan's own graph named ``graph`` without aliases."""
+        return list(self.graphs) if self.graphs is not None else [("graph", self.plan, ())]
+
+
 class Serving(pulumi.ComponentResource):
-    """Everything one recipe target needs in a cluster, in dependency order."""
+    """Everything one recipe target needs in a cluster, in dependency order (``ServingArgs`` says what from)."""
 
     dgd_name: pulumi.Output[str]
     namespace: pulumi.Output[str]
 
-    def __init__(self, name: str, plan: ServingPlan, hf_token: Optional[pulumi.Input[str]], protect_cache: bool,
-                 opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
-                 graph_depends_on: Sequence[pulumi.Resource] = (), redact_secrets: bool = False,
-                 probe: Optional[Probe] = None, graphs: Optional[Sequence[tuple[str, ServingPlan, Sequence[str]]]] = None,
-                 pull_secrets: Sequence[tuple[str, dict, Sequence[str]]] = (),
-                 pull_secret: Optional[pulumi.Input[str]] = None, compute_domain: Optional[dict] = None):
-        """``depends_on``: what the cache and download need (storage, system nodes);
-        ``graph_depends_on``: what only the DGD needs (GPU nodes, device plugins, the Dynamo platform);
-        ``graphs``: ``(suffix, plan, aliases)`` per DGD in this namespace, ``aliases`` the graph's names in the stack's
-        other form (stacks/program/names.py); default: ``plan``'s own, as ``graph``, without aliases;
-        ``probe``: how a failed wait reads what it saw last (``kubectl_probe``; None: the message gives the command);
-        ``pull_secrets``: ``(resource name, Secret, aliases)`` per image pull Secret this stack creates in the namespace (a cluster
-        it creates or a cluster stack's: nothing else can have made them), filled from ``pull_secret`` (a
-        .dockerconfigjson, a Pulumi secret); ``compute_domain``: the GB200 ComputeDomain the DGD's workers claim.
-        Both stay top-level resources (no parent), as they were registered before the component made them.
-        Render mode (``redact_secrets``) waits for nothing, so it announces no waits."""
+    def __init__(self, name: str, args: ServingArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(f"{PKG}:serving:Serving", name, None, opts)
+        plan, probe = args.plan, args.probe
         child = pulumi.ResourceOptions(parent=self)
         ns_name = _meta(plan.dgd)["namespace"]
         self.ns = Namespace(f"{name}-namespace", plan.namespace, ns_name, opts=child,
-                            retain_on_delete=protect_cache and plan.cache_pvc is not None)
-        base = list(depends_on) + ([self.ns.resource] if self.ns.resource else [])
+                            retain_on_delete=args.protect_cache and plan.cache_pvc is not None)
+        base = list(args.depends_on) + ([self.ns.resource] if self.ns.resource else [])
         top = pulumi.ResourceOptions(provider=opts.provider if opts else None)  # no parent: the URNs they always had
         # The DGD waits for the image pull Secrets: its pods would otherwise fail ErrImagePull before they exist.
         self.pull_secrets = [
             k8s.core.v1.Secret(rname, metadata=obj["metadata"], type=obj["type"],
-                               string_data={".dockerconfigjson": pulumi.Output.secret(pull_secret)},
+                               string_data=_pull_secret_data(args.pull_secret),
                                opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(
                                    depends_on=[self.ns.resource] if self.ns.resource else [], additional_secret_outputs=["stringData", "data"],
                                    aliases=[pulumi.Alias(name=a) for a in aliases] or None,
                                    **_guarded({}, rname, "v1", "Secret", obj["metadata"]))))
-            for rname, obj, aliases in pull_secrets
+            for rname, obj, aliases in args.pull_secrets
         ]
-        graph_depends_on = list(graph_depends_on) + self.pull_secrets
-        self.secret = HfTokenSecret(f"{name}-hf-token", plan.hf_secret, plan.hf_secret_name, hf_token, opts=child, depends_on=base,
-                                    redact=redact_secrets)
+        graph_depends_on = list(args.graph_depends_on) + self.pull_secrets
+        self.secret = HfTokenSecret(f"{name}-hf-token", plan.hf_secret, plan.hf_secret_name, args.hf_token, opts=child, depends_on=base,
+                                    redact=args.redact_secrets)
         waits = _waits.waits_of(plan)
-        announce = not redact_secrets
-        self.cache = ModelCache(f"{name}-model-cache", plan.cache_pvc, plan.claim_name, protect_cache, opts=child, depends_on=base,
+        announce = not args.redact_secrets
+        self.cache = ModelCache(f"{name}-model-cache", plan.cache_pvc, plan.claim_name, args.protect_cache, opts=child, depends_on=base,
                                 wait=waits.get(("PersistentVolumeClaim", plan.claim_name)), probe=probe, announce=announce)
         # Optional NetworkPolicies (dynamo:networkPolicy, stacks/serving/network_policy.py): in place before the Jobs and the DGD start.
-        graphs = list(graphs) if graphs is not None else [("graph", plan, ())]
+        graphs = args.graph_plans()
         for w in dict.fromkeys(w for _, p, _ in graphs for w in p.warnings):
             pulumi.log.warn(w, resource=self)
         policies = {_meta(np_)["name"]: np_ for _, p, _ in graphs for np_ in p.network_policies}
@@ -360,12 +393,13 @@ class Serving(pulumi.ComponentResource):
         for suffix, p, aliases in graphs:
             self.graphs.append(DynamoGraph(
                 f"{name}-{suffix}", p, opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(name=a) for a in aliases] or None),
-                depends_on=base + list(graph_depends_on) + self.download.jobs + self.download.checks + self.network_policies,
-                wait=_waits.waits_of(p).get(("DynamoGraphDeployment", _meta(p.dgd)["name"])), probe=probe, announce=announce))
+                depends_on=[*base, *graph_depends_on, *self.download.jobs, *self.download.checks, *self.network_policies],
+                wait=_waits.waits_of(p).get(("DynamoGraphDeployment", _meta(p.dgd)["name"])), probe=probe, announce=announce,
+                autoscaler_depends_on=args.autoscaler_depends_on))
         self.graph = self.graphs[0]
         self.compute_domain = None
-        if compute_domain:
-            cd = compute_domain
+        if args.compute_domain:
+            cd = args.compute_domain
             self.compute_domain = k8s.apiextensions.CustomResource(
                 "compute-domain", api_version=cd["apiVersion"], kind=cd["kind"], metadata=cd["metadata"], spec=cd["spec"],
                 opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(

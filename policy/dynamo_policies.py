@@ -24,7 +24,7 @@ EFA = "vpc.amazonaws.com/efa"
 Report = Callable[[str], None]
 
 
-def pod_specs(props: Any, path: str = "") -> Iterator[tuple[str, dict]]:
+def pod_specs(props: Any, path: str = "") -> Iterator[tuple[str, Mapping]]:
     """Every pod spec (a mapping with ``containers``) anywhere in a resource's inputs."""
     if isinstance(props, Mapping):
         if isinstance(props.get("containers"), list):
@@ -37,7 +37,7 @@ def pod_specs(props: Any, path: str = "") -> Iterator[tuple[str, dict]]:
             yield from pod_specs(v, f"{path}[{name if isinstance(name, str) else i}]")
 
 
-def containers(spec: Mapping) -> Iterator[dict]:
+def containers(spec: Mapping) -> Iterator[Mapping]:
     for key in ("initContainers", "containers"):
         for c in spec.get(key) or []:
             if isinstance(c, Mapping):
@@ -79,7 +79,7 @@ def check_hf_token_from_secret(props: Mapping, report: Report) -> None:
                 report(f"{path}: {e['name']} is set as a literal value; take it from a Secret (envFrom.secretRef or valueFrom.secretKeyRef)")
 
 
-def _components(props: Mapping) -> list[dict]:
+def _components(props: Mapping) -> list[Mapping]:
     return [c for c in ((props.get("spec") or {}).get("components") or []) if isinstance(c, Mapping)]
 
 

@@ -18,8 +18,8 @@ def policy_config(stack: str) -> dict:
         return _serve_policy_config(stack)
     cfg = parse(raw)
     t = select_target(cfg)
-    cluster = cluster_config(raw)
-    node = {"gpu": t.gpu, "instanceType": cluster.instance_type} if cluster.instance_type else {"gpu": t.gpu}
+    instance_type = getattr(cluster_config(raw), "instance_type", None)  # a key of the EKS cluster's config only
+    node = {"gpu": t.gpu, "instanceType": instance_type} if instance_type else {"gpu": t.gpu}
     return {
         "efa-disagg-workers": {"fabric": cfg.fabric_profile or t.fabric},
         "gpu-fits-node": {k: v for k, v in node.items() if v},
@@ -39,9 +39,10 @@ def _serve_policy_config(stack: str) -> dict:
         return {}
     fabrics = {e.cfg.fabric_profile or e.plan.target.fabric for e in entries if e.plan.target.topology == "disagg"}
     cluster = program.cluster
+    # The instance type is a key of the EKS cluster's config (one pool's; with gpuPools each pool names its own).
+    instance_type = None if getattr(cluster, "gpu_pools", None) else getattr(cluster, "instance_type", None)
     try:
-        per_node = {"gpusPerNode": min(shape_for(e.plan.target.gpu, cluster.instance_type if cluster.mode == "eks" and not cluster.gpu_pools
-                                                 else None).gpus_per_node for e in entries)}
+        per_node = {"gpusPerNode": min(shape_for(e.plan.target.gpu, instance_type).gpus_per_node for e in entries)}
     except ValueError:  # a GPU served only on existing clusters (no instance data)
         per_node = {}
     return {

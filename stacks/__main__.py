@@ -24,7 +24,8 @@ PROG = "dynamo-stacks"
 COMMANDS = (("targets", "add_subparser", ("targets",)), ("render", "add_subparsers", ("render", "fidelity")),
             ("timeline", "add_subparser", ("timeline",)), ("cost", "add_subparser", ("cost",)),
             ("preflight", "add_subparser", ("preflight",)), ("simulate", "add_subparser", ("simulate",)),
-            ("review", "add_subparsers", ("diff", "promote")), ("retained", "add_subparser", ("destroy-report",)),
+            ("review", "add_subparser", ("diff",)), ("promote", "add_subparser", ("promote",)),
+            ("retained", "add_subparser", ("destroy-report",)),
             ("bench_report", "add_subparser", ("bench-report",)), ("drift", "add_subparser", ("drift",)))
 
 

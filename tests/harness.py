@@ -34,6 +34,7 @@ class Registration:
     ignore_changes: list[str] = field(default_factory=list)
     delete_before_replace: bool = False
     custom_timeouts: dict = field(default_factory=dict)
+    aliases: list = field(default_factory=list)  # the alias specs (e.g. {"parentUrn": ...}) as the engine receives them
 
 
 @dataclass
@@ -202,6 +203,7 @@ class RecordingMonitor(pmocks.MockMonitor):
                     ignore_changes=list(request.ignoreChanges),
                     delete_before_replace=bool(request.deleteBeforeReplace),
                     custom_timeouts=json_format.MessageToDict(request.customTimeouts),
+                    aliases=[json_format.MessageToDict(a).get("spec", {}) for a in request.aliases],
                 )
             )
         return resp

@@ -80,7 +80,9 @@ def test_scaled_object_drives_the_components_adapter_from_the_stacks_prometheus(
     # the component opts into its DGDSA; the others do not
     assert [c["name"] for c in dgd["spec"]["components"] if "scalingAdapter" in c] == [comp]
     assert next(c for c in dgd["spec"]["components"] if c["name"] == comp)["scalingAdapter"] == {}
-    assert "KEDA chart (autoscaling)" in p.other_layers and plan.keda.chart == "keda"
+    (keda,) = [layer for layer in p.layers if layer.key == "keda"]  # one KEDA layer, its chart only
+    assert [c.chart for c in keda.charts] == ["keda"] and keda.objects == [] and keda.gates == "autoscalers"
+    assert keda.describe() in p.other_layers
 
 
 def test_ttft_and_existing_prometheus(comp):
@@ -100,7 +102,7 @@ def test_replicas_start_inside_the_bounds(comp):
 
 def test_without_autoscaling_nothing_changes():
     p = build_program({"target": AGG, "cluster": {"mode": "eks", "region": "us-east-1"}}, "a")
-    assert p.entries[0].plan.autoscalers == [] and p.entries[0].plan.keda is None
+    assert p.entries[0].plan.autoscalers == [] and not [layer for layer in p.layers if layer.key == "keda"]
     assert not any("scalingAdapter" in c for c in p.entries[0].plan.dgd["spec"]["components"])
     assert render_target(AGG) == build_program({"target": AGG}, "a").objects()
 
@@ -237,8 +239,8 @@ def test_planner_on_a_kv_routed_agg_target_is_a_load_based_planner_component_and
         "min_endpoint": 2, "max_gpu_budget": 4 * per}
     # the scaled component opts into its adapter as on the KEDA path; no ScaledObject, no KEDA, no Prometheus needed
     assert [c["name"] for c in plan.dgd["spec"]["components"] if "scalingAdapter" in c] == ["agg"]
-    assert plan.autoscalers == [] and plan.keda is None and p.observability is None
-    assert "KEDA chart (autoscaling)" not in p.other_layers
+    assert plan.autoscalers == [] and p.observability is None
+    assert not [layer for layer in p.layers if layer.key == "keda"]
     assert plan.autoscaling["agg"].via == "planner"  # its replicas are the adapter's after creation
 
 

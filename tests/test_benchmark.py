@@ -1,6 +1,7 @@
-"""The optional in-cluster AIPerf benchmark (stacks/serving/benchmark.py, components/benchmark.py): the Job runs the published
-method of the target's family (trace replay, warm-up, block size, server token counts, ignore_eos, request count and
-concurrency of the row), fetches the trace into the cache volume, and the exported ``aiperf`` command is its command."""
+"""The optional in-cluster AIPerf benchmark (stacks/serving/benchmark.py; its layer: stacks/layers/benchmark.py,
+components/layer.py): the Job runs the published method of the target's family (trace replay, warm-up, block size,
+server token counts, ignore_eos, request count and concurrency of the row), fetches the trace into the cache volume,
+and the exported ``aiperf`` command is its command."""
 import hashlib
 import json
 import os

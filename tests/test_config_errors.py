@@ -248,3 +248,23 @@ def test_a_section_that_reads_an_earlier_one_waits_for_it():
     with pytest.raises(ConfigError) as err:
         parse_spec(raw, "dev")
     assert "cluster.region: 'mars-east-1'" in str(err.value) and "availabilityZones" not in str(err.value)
+
+
+def test_each_cluster_mode_reads_only_its_own_keys():
+    """One pydantic variant per cluster mode holding its keys only: a render cluster has no region, and a key of
+    another mode is refused naming the modes that read it, with every other problem of the section."""
+    from stacks.config import parse_spec
+    from stacks.config.stack import CLUSTER_VARIANTS, EksCluster, KubeconfigCluster, RenderCluster, StackCluster
+
+    assert set(CLUSTER_VARIANTS) == {"render", "kubeconfig", "stack", "eks"}
+    assert RenderCluster.keys() == {"renderDir"} and StackCluster.keys() == {"stack"}
+    assert "region" in EksCluster.keys() and not {"region", "gpuPools"} & KubeconfigCluster.keys()
+    cluster = parse_spec({"target": "lightning-vllm-agg-h100-dspark"}, "dev").cluster
+    assert isinstance(cluster, RenderCluster) and not hasattr(cluster, "region")
+    with pytest.raises(ConfigError) as err:
+        parse_spec({"cluster": {"mode": "kubeconfig", "region": "us-east-1", "renderDir": "out", "contxt": "a"},
+                    "target": "lightning-vllm-agg-h100-dspark"}, "dev")
+    text = str(err.value)
+    assert "cluster.region: 'us-east-1' has no effect with cluster.mode 'kubeconfig'; it applies to mode 'eks'" in text
+    assert "cluster.renderDir: 'out' has no effect with cluster.mode 'kubeconfig'; it applies to mode 'render'" in text
+    assert "cluster.contxt: unknown key" in text and "did you mean 'context'" in text

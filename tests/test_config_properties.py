@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from stacks import catalog
 from stacks.config.keys import ConfigError, StackConfig
 from stacks.program import build_program
-from stacks.config import ClusterConfig
+from stacks.config.stack import CLUSTER_VARIANTS
 from stacks.program.render import program_for_stack
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -55,7 +55,10 @@ def _choices(model: type[BaseModel]) -> list:
     return vals
 
 
-INTERESTING = sorted({str(v) for v in _choices(StackConfig) + _choices(ClusterConfig)}) + [
+# The cluster's keys are its mode's: one pydantic variant per mode (stacks/config/stack.py).
+CLUSTER_MODELS = list(CLUSTER_VARIANTS.values())
+
+INTERESTING = sorted({str(v) for v in _choices(StackConfig) + [c for m in CLUSTER_MODELS for c in _choices(m)]}) + [
     "", " ", "-", "0", "-1", "1e400", "nan", "true", "null", "latest", "main", "refs/tags/../x", "a" * 300,
     "140Gi", "1.5Ti", "10G", "0Gi", "-5Gi", "2e11", "60m", "0s", "99999h", "dynamo", "Bad_NS", "123",
     "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0", "nvcr.io/x/y", "nvcr.io/x/y:latest ", "x@sha256:" + "a" * 64,
@@ -89,8 +92,8 @@ def _mapping(model: type[BaseModel], depth: int = 0) -> st.SearchStrategy:
 
 
 clusters = st.one_of(
-    _mapping(ClusterConfig),
-    st.builds(lambda m, c: {**c, "mode": m}, st.sampled_from(["render", "kubeconfig", "eks"]), _mapping(ClusterConfig)),
+    *[_mapping(m) for m in CLUSTER_MODELS],
+    st.builds(lambda m, c: {**c, "mode": m}, st.sampled_from(["render", "kubeconfig", "eks"]), st.one_of(*[_mapping(m) for m in CLUSTER_MODELS])),
     values,
 )
 configs = st.builds(lambda c, cl: {**c, **({"cluster": cl} if cl is not None else {})}, _mapping(StackConfig), st.none() | clusters)
@@ -124,7 +127,7 @@ def _path_values(model: type[BaseModel], prefix: str = "") -> dict[str, st.Searc
     return out
 
 
-PATHS = {**_path_values(StackConfig), **_path_values(ClusterConfig, "cluster.")}
+PATHS = {**_path_values(StackConfig), **{k: v for m in CLUSTER_MODELS for k, v in _path_values(m, "cluster.").items()}}
 for comp in ("*", "Frontend", "agg", "VllmDecodeWorker", "VllmPrefillWorker", "Nope"):
     PATHS[f"images.{comp}"] = st.one_of(st.sampled_from(INTERESTING), values)
     PATHS[f"replicas.{comp}"] = st.one_of(st.integers(-5, 200), values)
@@ -422,7 +425,8 @@ def _snake(name: str) -> str:
 
 
 @settings(max_examples=30, **SETTINGS)
-@given(section=st.sampled_from([("", StackConfig), ("cluster", ClusterConfig)]), data=st.data())
+@given(section=st.sampled_from([("", StackConfig)] + [("cluster", m) for m in CLUSTER_MODELS if any(_snake(k) != k for k in _aliases(m))]),
+       data=st.data())
 def test_snake_case_spellings_are_unknown_keys(section, data):
     """Every camelCase key has one spelling: its snake_case form is an unknown key (no undeclared alias)."""
     where, model = section

@@ -752,7 +752,7 @@ def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
         up = stack.up(on_output=None)
         assert up.summary.result == "succeeded"
         program = build_program(config, ns, frozenset({"hfToken"}))
-        extra = program.observability.objects() + [program.benchmark.job]
+        extra = [o for layer in program.layers for o in layer.objects]  # observability's and the benchmark's LayerPlans
         assert {o["kind"] for o in extra} == {"Namespace", "ConfigMap", "PodMonitor", "ServiceMonitor", "PrometheusRule", "Job"}
         problems = []
         for obj in extra:

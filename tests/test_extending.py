@@ -274,3 +274,130 @@ def test_a_throwaway_layer_follows_the_documented_steps(monkeypatch):
     assert [(r.type, r.inputs["metadata"]["name"], r.inputs["data"]) for r in made] == [
         ("kubernetes:core/v1:ConfigMap", "notes", {"hello": "world"})]
     assert run.outputs.get("notesName") == "notes"
+
+
+# ---- a throwaway cluster mode, by docs/architecture.md "Adding a cluster mode"
+
+THROWAWAY_SERVE = {"serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+                             {"target": "lightning-vllm-disagg-h100-dspark", "namespace": "b"}]}
+
+
+def _throwaway_mode():
+    """Steps 1 and 2 of the documented ones: the mode's config variant and its ClusterMode (in a test, both here)."""
+    from dataclasses import dataclass, field
+    from typing import Literal
+
+    from typing import Optional
+
+    from stacks.config.keys import _Model
+    from stacks.config.stack import ClusterVariant
+    from stacks.modes import ClusterMode, ClusterPart, EntryPlan
+    from stacks.serving import build_plan
+
+    class ThrowawayCluster(ClusterVariant, _Model):  # step 1: its config variant, its own keys only (stacks/config/stack.py)
+        mode: Literal["throwaway"]
+        context: Optional[str] = None
+        nvidia_stack: Optional[str] = None  # the device plugins' NVIDIA stack (None: the cluster has its own)
+
+    @dataclass
+    class ThrowawayPlan:  # a cluster plan: the pull Secrets this stack creates, and what the mode keeps track of
+        entries: list[str]
+        pull_secrets: list[dict] = field(default_factory=list)
+
+    class ThrowawayMode(ClusterMode):  # step 2: what it means to the plans and the tools (stacks/modes/throwaway.py)
+        name = "throwaway"
+        installs_charts = True
+        redacts_secrets = False
+        creates_cluster = False
+        labels_gpu_nodes = False
+        installs_load_balancer_controller = False
+        lacks_load_balancer_controller = True
+        internal_load_balancer = False
+        kubeconfig_for_tools = None
+        unchecked_by_render = ("the throwaway cluster's nodes",)
+
+        def plan_entry(self, spec, entry, door):
+            return EntryPlan(spec.cluster, entry.key, build_plan(entry.config, **door))
+
+        def plan_cluster(self, spec, entries, planned):
+            return ClusterPart(spec.cluster, ThrowawayPlan([p.cluster_plan for p in planned]), ["throwaway cluster"])
+
+        def plan_cluster_only(self, spec):
+            return ClusterPart(spec.cluster, ThrowawayPlan([]), ["throwaway cluster"])
+
+        def installs_device_plugins(self, cluster):
+            return True
+
+        def installs_platform(self, cluster):
+            return True
+
+        def device_plugin_fabrics(self, cluster_plan, entries):
+            return ["infiniband"]
+
+        def pod_security_version(self, cluster):
+            return "v1.99"
+
+        def plan_load_balancer(self, cluster_plan):
+            return None
+
+        def pause_pools(self, cluster_plan, entries):
+            return None
+
+        def autoscaling_pools(self, cluster, cluster_plan):
+            return None
+
+        def autoscaling_shortfall(self, cluster, entries, node_pools):
+            return "the throwaway pools are full"
+
+        def retained_after_destroy(self, cluster_plan):
+            return [{"kind": "throwaway disk", "name": "disk", "why": "kept", "delete": "by hand", "adopt": "no"}]
+
+    return ThrowawayCluster, ThrowawayMode
+
+
+def test_a_throwaway_cluster_mode_follows_the_documented_steps(monkeypatch):
+    """A config variant, a ClusterMode and one registry entry are all a mode needs: the program plans every entry on
+    it, keeps its cluster plan and layers, and asks it for the Pod Security version, the device plugins, the platform,
+    what destroy keeps and what render cannot check. (A call site that compared mode names would plan it as none of
+    the four modes it knows, and these asserts would fail.)"""
+    from stacks.config import parse_spec
+    from stacks.modes import registry
+    from stacks.program import plan_program, retained_after_destroy
+
+    cluster_cls, mode_cls = _throwaway_mode()
+    monkeypatch.setitem(registry.CLUSTER_MODES, "throwaway", mode_cls())  # step 3: one entry in the registry
+    # The variant joins the ClusterSource union in stacks/config/stack.py; here it replaces a parsed spec's cluster.
+    parsed = parse_spec(THROWAWAY_SERVE, "t", frozenset({"hfToken"}))
+    spec = parsed.model_copy(update={"cluster": cluster_cls.model_construct(mode="throwaway")})
+    program = plan_program(spec)
+
+    assert program.mode is registry.CLUSTER_MODES["throwaway"]
+    assert program.cluster_plan.entries == [e.key for e in program.entries] == ["dynamo:serve[0]", "dynamo:serve[1]"]
+    assert program.other_layers[0] == "throwaway cluster"
+    assert [x.split(":")[0] for x in program.other_layers[1:3]] == ["device plugins", "Dynamo platform (charts"]
+    assert program.device_plugin_fabrics() == ["infiniband"]
+    assert [layer.kind for layer in program.layers[:2]] == ["DevicePlugins", "DynamoPlatform"]
+    assert program.autoscaling_shortfall([]) == "the throwaway pools are full"
+    versions = {v for o in program.objects() if o["kind"] == "Namespace"
+                for k, v in o["metadata"]["labels"].items() if k.endswith("-version")}
+    assert versions == {"v1.99"}
+    assert retained_after_destroy(program)[-1]["kind"] == "throwaway disk"
+    assert program.mode.unchecked_by_render == ("the throwaway cluster's nodes",)
+    # The same spec on the render mode it was parsed with: none of the throwaway's answers.
+    plain = plan_program(parsed)
+    assert plain.cluster_plan is None and "throwaway cluster" not in plain.other_layers
+    assert {v for o in plain.objects() if o["kind"] == "Namespace"
+            for k, v in o["metadata"]["labels"].items() if k.endswith("-version")} == {"latest"}
+
+
+def test_every_registered_mode_implements_the_whole_interface():
+    """Each mode sets every attribute ``ClusterMode`` documents and implements every method (the base class raises)."""
+    from stacks.modes import ClusterMode
+    from stacks.modes.registry import CLUSTER_MODES
+
+    methods = [n for n, v in vars(ClusterMode).items() if callable(v) and not n.startswith("_")]
+    assert len(methods) >= 10
+    for name, mode in [*CLUSTER_MODES.items(), ("throwaway", _throwaway_mode()[1]())]:
+        assert mode.name == name
+        assert [a for a in ClusterMode.__annotations__ if not hasattr(mode, a)] == [], name
+        assert [m for m in methods if getattr(type(mode), m) is getattr(ClusterMode, m)] == [], name

@@ -28,6 +28,11 @@ INTERNET = {"enabled": True, "exposure": "internet", "sourceRanges": ["203.0.113
 KEYS = frozenset({"frontDoorApiKeys"})
 
 
+def _door(program):
+    """The front door's LayerPlan among the program's layers (the platform layer and KEDA come first)."""
+    return next(layer for layer in program.layers if layer.key == "frontDoor")
+
+
 def _program(door: dict, secret_keys=KEYS, cluster=None, env=None, **raw):
     base = {"gpu": "h100", "topology": "disagg", "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": door, **raw}
     if cluster:
@@ -233,12 +238,12 @@ def test_on_eks_the_gateway_is_an_nlb_in_tcp_mode_idle_as_long_as_a_request():
     # AWS ListenerAttribute tcp.idle_timeout.seconds: 60-6000 s on TCP listeners (TLS listeners are fixed at 350 s).
     idle = int(ann["service.beta.kubernetes.io/aws-load-balancer-listener-attributes.TCP-443"].split("=")[1])
     assert 60 <= idle <= 6000 and idle >= min(timeout, 6000)
-    assert [c.chart for c in program.layers[0].charts] == ["gateway-helm", "cert-manager"]
+    assert [c.chart for c in _door(program).charts] == ["gateway-helm", "cert-manager"]
 
 
 def test_the_api_key_secret_is_redacted_in_the_plan_and_filled_from_the_stack_secret():
     program = _program(INTERNET)
-    layer = program.layers[0]
+    layer = _door(program)
     secrets = [(i, o) for i, o in enumerate(layer.objects) if o["kind"] == "Secret"]
     assert len(secrets) == 1 and layer.secrets[secrets[0][0]].config_key == "frontDoorApiKeys"
     assert not {"data", "stringData"} & set(secrets[0][1])  # values only at up, from the secret
@@ -301,7 +306,7 @@ def test_the_layer_component_creates_the_plan_and_keeps_the_keys_secret():
            "cluster": {"mode": "eks", "region": "us-east-1"}}
     run = run_program(cfg, {**SECRETS, "frontDoorApiKeys": json.dumps({"team-a": CANARY})}, stack="door")
     (component,) = run.by_type("dynamo:frontDoor:FrontDoor")
-    planned = build_program(cfg, "door", frozenset({"hfToken", "ngcApiKey", "frontDoorApiKeys"})).layers[0]
+    planned = _door(build_program(cfg, "door", frozenset({"hfToken", "ngcApiKey", "frontDoorApiKeys"})))
     made = [r for r in run.resources if r.parent == component.urn]
     charts = [r for r in made if r.type == "kubernetes:helm.sh/v3:Release"]
     assert [r.inputs["chart"] for r in charts] == [c.chart for c in planned.charts]
@@ -340,16 +345,17 @@ def test_the_managed_chart_runs_the_proxies_where_the_network_policy_admits_them
     """Envoy Gateway deploys its proxies in the controller's namespace unless told GatewayNamespace
     (envoyproxy/gateway api/v1alpha1/envoygateway_types.go KubernetesDeployMode: default ControllerNamespace)."""
     from stacks.layers.front_door import plan_front_door
+    from stacks.modes.registry import CLUSTER_MODES
 
     program = _program({"enabled": True}, frozenset(), networkPolicy={"enabled": True})
-    door = program.spec.front_door
-    layer = plan_front_door(door, program.entries, "kubeconfig", "t")  # render mode installs no chart
+    door, kubeconfig = program.spec.front_door, CLUSTER_MODES["kubeconfig"]
+    layer = plan_front_door(door, program.entries, kubeconfig, "t")  # render mode installs no chart
     (chart,) = layer.charts
     assert chart.values["config"]["envoyGateway"]["provider"]["kubernetes"]["deploy"]["type"] == "GatewayNamespace"
     (policy,) = [o for o in layer.objects if o["kind"] == "NetworkPolicy"]
     gw = next(o for o in layer.objects if o["kind"] == "Gateway")
     assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == [gw["metadata"]["namespace"]]
-    own = plan_front_door(door.model_copy(update={"install_controllers": False}), program.entries, "kubeconfig", "t")
+    own = plan_front_door(door.model_copy(update={"install_controllers": False}), program.entries, kubeconfig, "t")
     (policy,) = [o for o in own.objects if o["kind"] == "NetworkPolicy"]  # the user's controller: either namespace
     assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["dynamo-gateway", "envoy-gateway-system"]
 

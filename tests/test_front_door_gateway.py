@@ -178,7 +178,7 @@ def test_envoy_gateway_serves_the_door_with_auth_tls_timeouts_and_header_removal
     # authentication, then the rate limit, then the router: the tenant header the rate limit keys on is the one auth set
     assert filters.index("envoy.filters.http.api_key_auth") < filters.index("envoy.filters.http.local_ratelimit") < filters.index("envoy.filters.http.router")
     planned = {o["metadata"]["name"]: o["spec"]["rules"][0]["timeouts"]["request"]
-               for o in prog.layers[0].objects if o["kind"] == "HTTPRoute" and "backendRefs" in o["spec"]["rules"][0]}
+               for o in next(x for x in prog.layers if x.key == "frontDoor").objects if o["kind"] == "HTTPRoute" and "backendRefs" in o["spec"]["rules"][0]}
     model_routes = [r for r in routes(xds) if "route" in r]
     assert model_routes and {r["name"].split("/")[2] for r in model_routes} == set(planned)
     for r in model_routes:

@@ -154,6 +154,105 @@ def test_cluster_only_karpenter_pool():
     assert one(g, R.NODEPOOL).inputs["spec"]["limits"]["nodes"] == "3"
 
 
+# --------------------------------------------------------------------------- capacity placeholders
+
+def _placeholder_pod(job: dict) -> dict:
+    return job["spec"]["template"]["spec"]
+
+
+def test_placeholder_job_per_pool_asks_for_the_nodes_its_entries_fill():
+    """Per Karpenter pool with unpaused entries one Job: as many pods as nodes the pool's DGDs fill (parallelism =
+    completions), each selecting the pool's NodePool, tolerating its GPU taint, apart from the others by hostname,
+    requesting a sliver (no GPU: the workers fit beside it), at the negative priority, never retried, ended after
+    45 min, not awaited by `up`; one PriorityClass for the stack."""
+    from stacks.catalog.fit import pack
+
+    def pools(**scale):
+        raw = {"imagePullSecrets": ["ngc-secret"],
+               "cluster": {"mode": "eks", "region": "us-east-1",
+                           "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 4},
+                                        {"gpu": "b200", "capacity": "karpenter", "maxNodes": 3}]},
+               "serve": [{"name": "a", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "a", **scale},
+                         {"name": "b", "target": "lightning-vllm-agg-b200-mtp", "namespace": "b"}]}
+        program = build_program(raw, "kp", frozenset(SECRETS))
+        return program, {p.name: p for p in program.cluster_plan.karpenter.pools}
+
+    program, by_name = pools()
+    kp = program.cluster_plan.karpenter
+    assert set(by_name) == {"gpu", "gpu-b200"} and len(kp.placeholders()) == 2
+    for e in program.entries:
+        pool = next(p for p in kp.pools if p.gpu == e.plan.target.gpu)
+        job = pool.placeholder
+        spec, pod = job["spec"], _placeholder_pod(job)
+        nodes = pack(e.plan.dgd, program.cluster_plan.gpu_pools[kp.pools.index(pool)].node_shape.capacity)[0]
+        assert spec["parallelism"] == spec["completions"] == nodes == pool.nodes_needed >= 1, (pool.name, spec)
+        assert (spec["backoffLimit"], spec["activeDeadlineSeconds"], pod["restartPolicy"]) == (0, 45 * 60, "Never")
+        assert job["metadata"]["namespace"] == K.NAMESPACE and job["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+        assert pod["nodeSelector"] == {K.NODEPOOL_LABEL: pool.name}
+        taint = pool.nodepool["spec"]["template"]["spec"]["taints"][0]
+        assert pod["tolerations"] == [{"operator": "Equal", **taint}]
+        (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term == {"labelSelector": {"matchLabels": {K.PLACEHOLDER_LABEL: pool.name}}, "topologyKey": "kubernetes.io/hostname"}
+        assert spec["template"]["metadata"]["labels"][K.PLACEHOLDER_LABEL] == pool.name
+        assert pod["priorityClassName"] == kp.priority_class["metadata"]["name"] == K.PLACEHOLDER_PRIORITY_CLASS
+        (ctr,) = pod["containers"]
+        assert ctr["image"] == versions()["images"]["capacity-placeholder"] == "registry.k8s.io/pause:3.10"
+        assert ctr["resources"]["requests"] == {"cpu": "10m", "memory": "16Mi"}  # no GPU, no EFA
+        assert "nvidia.com/gpu" not in json.dumps(ctr["resources"])
+    assert kp.priority_class["value"] < 0 and kp.priority_class["preemptionPolicy"] == "Never"
+    assert kp.priority_class["globalDefault"] is False
+    assert [o["kind"] for o in kp.objects()] == ["EC2NodeClass"] * 2 + ["NodePool"] * 2 + ["PriorityClass", "Job", "Job"]
+    # More replicas, more nodes, more placeholders (never above the pool's node limit).
+    _, more = pools(replicas={"VllmDecodeWorker": 12})
+    assert more["gpu"].placeholder["spec"]["parallelism"] > by_name["gpu"].placeholder["spec"]["parallelism"]
+
+
+def test_no_placeholder_for_paused_entries_or_node_group_pools():
+    from stacks.cli.cost import paused_raw
+
+    raw = {"imagePullSecrets": ["ngc-secret"],
+           "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "capacity": "karpenter", "maxNodes": 2}]},
+           "serve": [{"name": "a", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+                     {"name": "b", "target": "lightning-vllm-agg-b200-mtp", "namespace": "b"}]}
+    kp = build_program(raw, "mixed", frozenset(SECRETS)).cluster_plan.karpenter
+    assert [p.name for p in kp.pools] == ["gpu-b200"] and [j["metadata"]["name"] for j in kp.placeholders()] == ["capacity-placeholder-gpu-b200"]
+    # The Karpenter pool's entry paused: no Job, no PriorityClass; the NodePool stays.
+    raw["serve"][1]["paused"] = True
+    kp = build_program(raw, "mixed", frozenset(SECRETS)).cluster_plan.karpenter
+    assert kp.pools[0].placeholder is None and kp.priority_class is None and kp.placeholders() == []
+    assert [o["kind"] for o in kp.objects()] == ["EC2NodeClass", "NodePool"]
+    # The whole stack paused (as `stacks cost` pauses it), a single-target stack, and a cluster-only pool: none.
+    paused = build_program(paused_raw(stack_config()), "kt", frozenset(SECRETS)).cluster_plan.karpenter
+    assert paused.placeholders() == [] and paused.priority_class is None
+    assert build_program(stack_config(), "kt", frozenset(SECRETS)).cluster_plan.karpenter.placeholders()
+    only = {"serve": [], "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 3}]}}
+    assert build_program(only, "konly", frozenset()).cluster_plan.karpenter.placeholders() == []
+    # Node-group stacks plan nothing Karpenter at all.
+    raw["cluster"]["gpuPools"][1].pop("capacity")
+    raw["cluster"]["gpuPools"][1].pop("maxNodes")
+    assert build_program(raw, "mixed", frozenset(SECRETS)).cluster_plan.karpenter is None
+
+
+def test_placeholder_is_wired_after_its_nodepool_created_once_and_not_awaited():
+    """components/cluster.py: the PriorityClass and each pool's Job, the Job after its NodePool and the PriorityClass,
+    its spec never updated (a changed count would start a second round of placeholders), the skipAwait annotation on
+    the object `up` applies; nothing of it on a node-group stack."""
+    run = run_program(stack_config(), SECRETS, stack="kt")
+    pool = run.one("kubernetes:karpenter.sh/v1:NodePool")
+    (pc,) = run.by_type("kubernetes:scheduling.k8s.io/v1:PriorityClass")
+    (job,) = [r for r in run.by_type("kubernetes:batch/v1:Job") if r.name.endswith("-placeholder")]
+    assert job.name == "cluster-karpenter-gpu-placeholder" and pc.name == "cluster-karpenter-placeholder-priority"
+    assert {pool.urn, pc.urn} <= set(job.dependencies)
+    assert job.ignore_changes == ["spec"]
+    assert job.inputs["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert pc.inputs["value"] == K.PLACEHOLDER_PRIORITY and pc.inputs["preemptionPolicy"] == "Never"
+    ng = stack_config()
+    ng["cluster"].pop("capacity")
+    plain = run_program(ng, SECRETS, stack="kt")
+    assert not plain.by_type("kubernetes:scheduling.k8s.io/v1:PriorityClass")
+    assert not [r for r in plain.by_type("kubernetes:batch/v1:Job") if r.name.endswith("-placeholder")]
+
+
 # --------------------------------------------------------------------------- pure builders
 
 

@@ -37,6 +37,10 @@ pause and resume) and ``OperatorStandIn`` (the Dynamo operator does not run here
 propagates the adapter's replicas to the DGD as the operator's DGDSA controller does, and makes the DGD's pods).
 Everything that scales (the HPA controller, the scale subresource, the scheduler, Karpenter) is the real one.
 
+The pool's capacity placeholder (stacks/cluster/karpenter.py ``capacity_placeholder``) runs here as planned too: its Job
+alone has Karpenter launch the nodes the workers fill, the workers (Pending while those nodes boot) bind to them and no
+further NodeClaim appears, where the textbook GPU-holding placeholder beside it costs extra nodes.
+
 Node counts and timings are printed (``-s``).
 """
 from __future__ import annotations
@@ -698,3 +702,142 @@ def test_the_efa_pools_ec2nodeclass_is_admitted_by_the_pinned_crd_and_its_mistak
     two_on_one_card["spec"]["networkInterfaces"].append({"networkCardIndex": 0, "deviceIndex": 2, "interfaceType": "efa-only"})
     r = create(two_on_one_card)
     assert r.returncode != 0 and "at most one efa device per network card" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------------------------------------- capacity placeholders
+PLACEHOLDER_RUN = "placeholder"
+# The KWOK node class's registration delay: the in-flight window in which the DGD's workers turn Pending while the
+# placeholders' nodes still boot (on EKS minutes: stacks/registry/durations.yaml gpu-node-launch).
+PLACEHOLDER_BOOT = "15s"
+PLACEHOLDER_DEADLINE_S = 30  # the Job's activeDeadlineSeconds for the test (the plan's is 45 min)
+
+
+@pytest.mark.engine
+def test_the_capacity_placeholder_has_karpenter_launch_the_nodes_the_workers_then_use_and_no_more(karpenter):
+    """The pool's placeholder Job, as planned, alone makes Karpenter launch the nodes the stack's workers fill (two, the
+    decode workers at their maximum); the workers, created while those nodes are still in flight (the usual order on
+    EKS), bind to the same nodes beside the placeholders, and no further NodeClaim appears; at its deadline the Job
+    ends (DeadlineExceeded) without a new pod, and the nodes stay for the workers.
+
+    Beside it, in its own NodePool, the textbook overprovisioning placeholder (one node's GPUs per pod, no
+    anti-affinity) in the same order: Karpenter's simulation packs the Pending workers onto the in-flight NodeClaims
+    and launches new ones for the placeholders - the extra GPU nodes stacks/cluster/karpenter.py avoids."""
+    from stacks.cli.kwok_instances import kwok_node_pool
+    from stacks.cli.simulate import PodIntent, operator_pod_intents
+    from stacks.cluster.karpenter import NODEPOOL_LABEL, PLACEHOLDER_LABEL
+
+    k, sim = karpenter["k"], karpenter["sim"]
+    entry = karpenter["program"].entries[0]
+    ((comp, spec),) = entry.plan.autoscaling.items()
+    program = stack_programs(autoscaling={comp: {"minReplicas": spec.max_replicas}})[0]
+    cplan = program.cluster_plan
+    pool = cplan.karpenter.pools[0]
+    planned = pool.placeholder
+    nodes = planned["spec"]["parallelism"]
+    assert nodes == planned["spec"]["completions"] == pool.nodes_needed == 2, planned["spec"]
+    workers = [i for i in operator_pod_intents(program.entries[0].plan.dgd) if _gpu_pods([i.pod])]
+    k.apply(f"/apis/{'karpenter.kwok.sh'}/v1alpha1/kwoknodeclasses", {
+        "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "metadata": {"name": "booting"},
+        "spec": {"nodeRegistrationDelay": PLACEHOLDER_BOOT}})
+    sim.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", cplan.karpenter.priority_class)
+    jobs_path = f"/apis/batch/v1/namespaces/{planned['metadata']['namespace']}/jobs"
+
+    def variant(name: str, textbook: bool) -> dict:
+        """A NodePool ``name`` as planned (on the booting node class) and its placeholder Job: the plan's, or the
+        textbook one."""
+        np = kwok_node_pool(pool.nodepool, "booting")
+        np["metadata"]["name"] = name
+        k.apply_node_pool(np)
+        job = copy.deepcopy(planned)
+        job["metadata"]["name"] = f"capacity-placeholder-{name}"
+        job["spec"]["activeDeadlineSeconds"] = PLACEHOLDER_DEADLINE_S
+        tmpl = job["spec"]["template"]
+        for labels in (job["metadata"]["labels"], tmpl["metadata"]["labels"]):
+            labels[PLACEHOLDER_LABEL] = name
+        pod = tmpl["spec"]
+        pod["nodeSelector"] = {NODEPOOL_LABEL: name}
+        pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"] = {
+            "matchLabels": {PLACEHOLDER_LABEL: name}}
+        if textbook:
+            del pod["affinity"]
+            gpus = {"nvidia.com/gpu": str(pool.gpus_per_node)}
+            pod["containers"][0]["resources"] = {"requests": gpus, "limits": gpus}
+        return sim.request("POST", jobs_path, job)
+
+    def placeholder_pods(name: str) -> list[dict]:
+        sel = quote(f"{PLACEHOLDER_LABEL}={name}")
+        return sim.request("GET", f"/api/v1/namespaces/{planned['metadata']['namespace']}/pods?labelSelector={sel}")["items"]
+
+    ours, textbook = "placeholder-planned", "placeholder-textbook"
+    t0 = time.monotonic()
+    for name in (ours, textbook):
+        variant(name, textbook=name == textbook)
+    claims = {n: wait_seen(f"{nodes} NodeClaims of {n} from its placeholders alone", LAUNCH_BOUND_S,
+                           lambda n=n: (lambda c: (len(c) == nodes, [x["metadata"]["name"] for x in c]))(k.node_claims(n)))
+              for n in (ours, textbook)}
+    t_claims = time.monotonic() - t0
+    assert all(not (x.get("status") or {}).get("nodeName") for n in (ours, textbook) for x in k.node_claims(n)), "registered before the workers came"
+    assert not any(p["spec"].get("nodeName") for n in (ours, textbook) for p in placeholder_pods(n))
+    # The DGD's GPU workers, Pending while the nodes boot: each set selects its NodePool.
+    submitted: dict[str, list[str]] = {}
+    for name in (ours, textbook):
+        intents = []
+        for j, i in enumerate(workers):
+            pod = copy.deepcopy(i.pod)
+            pod["metadata"]["name"] = f"{name}-{i.component.lower()}-{j}"
+            pod["spec"].setdefault("nodeSelector", {})[NODEPOOL_LABEL] = name
+            intents.append(PodIntent(i.component, i.replica, pod))
+        assert not sim.submit(intents, PLACEHOLDER_RUN)
+        submitted[name] = [i.pod["metadata"]["name"] for i in intents]
+    most = {ours: 0, textbook: 0}
+    seen_pods: dict[str, set[str]] = {ours: set(), textbook: set()}
+
+    def settled():
+        for n in (ours, textbook):
+            most[n] = max(most[n], len(k.node_claims(n)))
+            seen_pods[n] |= {p["metadata"]["uid"] for p in placeholder_pods(n)}
+        pods = {p["metadata"]["name"]: p for p in sim.pods(PLACEHOLDER_RUN)}
+        ours_bound = [pods[w]["spec"].get("nodeName") for w in submitted[ours] if w in pods]
+        tb_bound = [pods[w]["spec"].get("nodeName") for w in submitted[textbook] if w in pods]
+        done = all(ours_bound) and all(tb_bound) and len(ours_bound) == len(tb_bound) == len(workers)
+        return done, {"most": dict(most), "ours_bound": len([b for b in ours_bound if b]),
+                      "textbook_bound": len([b for b in tb_bound if b])}
+
+    wait_seen("every worker bound", LAUNCH_BOUND_S + SLACK_S, settled)
+    t_bound = time.monotonic() - t0
+    pods = {p["metadata"]["name"]: p for p in sim.pods(PLACEHOLDER_RUN)}
+    claim_nodes = {(x.get("status") or {}).get("nodeName") for x in k.node_claims(ours) if x["metadata"]["name"] in claims[ours]}
+    assert {pods[w]["spec"]["nodeName"] for w in submitted[ours]} == claim_nodes, (claim_nodes, claims)
+    assert {p["spec"].get("nodeName") for p in placeholder_pods(ours)} == claim_nodes  # one placeholder per node, beside the workers
+    assert [x["metadata"]["name"] for x in k.node_claims(ours)] == claims[ours]  # no NodeClaim but the placeholders'
+    print(f"\n[placeholder] {nodes} NodeClaims {t_claims:.1f}s after the Job; every worker bound at {t_bound:.1f}s; "
+          f"NodeClaims at most: planned {most[ours]}, textbook {most[textbook]}")
+
+    # The Job ends and no pod replaces its pods. On EKS the pause containers run until the deadline (the Job fails with
+    # DeadlineExceeded and its pods are terminated); kwok's default stages complete every running pod a Job owns at
+    # once (sigs.k8s.io/kwok@v0.8.0 kustomize/stage/pod/fast/pod-complete.yaml), so here it ends Complete, after each
+    # placeholder ran on its node. Either way the workers keep the nodes.
+    def job_ended(name: str):
+        job = sim.request("GET", f"{jobs_path}/capacity-placeholder-{name}")
+        conds = {c["type"]: c.get("reason") for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
+        live = [p for p in placeholder_pods(name) if p["status"].get("phase") in ("Pending", "Running")]
+        seen_pods[name] |= {p["metadata"]["uid"] for p in placeholder_pods(name)}
+        most[name] = max(most[name], len(k.node_claims(name)))
+        return bool({"Complete", "Failed"} & set(conds)) and not live, {"conditions": conds, "live": len(live)}
+
+    wait_seen("the planned placeholder Job ends", PLACEHOLDER_DEADLINE_S + SLACK_S, lambda: job_ended(ours))
+    t_end = time.monotonic() - t0
+    assert len(seen_pods[ours]) == nodes  # never a replacement pod (backoffLimit 0, restartPolicy Never)
+    assert all(p["spec"].get("nodeName") in claim_nodes for p in placeholder_pods(ours))
+    assert [x["metadata"]["name"] for x in k.node_claims(ours)] == claims[ours] and most[ours] == nodes
+    pods = {p["metadata"]["name"]: p for p in sim.pods(PLACEHOLDER_RUN)}
+    assert {pods[w]["spec"]["nodeName"] for w in submitted[ours]} == claim_nodes
+    print(f"[placeholder] Job ended at {t_end:.1f}s; its pods: {len(seen_pods[ours])}; "
+          f"NodeClaims at most: planned {most[ours]}, textbook {most[textbook]}")
+    # The textbook placeholder, in the same order, cost extra GPU nodes.
+    assert most[textbook] > nodes, most
+    for name in (ours, textbook):  # leave the cluster as found: pods, Jobs and NodePools (Karpenter removes the nodes)
+        for w in submitted[name]:
+            sim.request("DELETE", f"/api/v1/namespaces/{sim.namespace}/pods/{w}?gracePeriodSeconds=0", ok_missing=True)
+        sim.request("DELETE", f"{jobs_path}/capacity-placeholder-{name}?propagationPolicy=Background", ok_missing=True)
+        sim.request("DELETE", f"/apis/karpenter.sh/v1/nodepools/{name}", ok_missing=True)

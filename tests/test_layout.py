@@ -90,6 +90,7 @@ PACKAGES = {
     "stacks.cluster": "plans",
     "stacks.observe": "plans",
     "stacks.layers": "plans",  # the optional layers in the one layer shape (LayerPlan)
+    "stacks.modes": "plans",  # the cluster modes (ClusterMode), one module per dynamo:cluster.mode
     "stacks.program": "program",  # spec -> plans, for `up` and `render --stack`
     "stacks.cli": "shells",
     "components": "shells",
@@ -344,3 +345,53 @@ def test_plans_carry_typed_fields_not_side_channel_dicts():
                 if ast.unparse(node.annotation).startswith(("dict", "Dict")):
                     bags.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert bags == []
+
+
+# --------------------------------------------------------------------------- one module per cluster mode
+# What a cluster mode means lives in its module (stacks/modes/<mode>.py, one ClusterMode each); everything else asks
+# the stack's mode (``program.mode.installs_charts``) instead of comparing ``cluster.mode`` with a mode name. The one
+# choice by name is the registry (stacks.modes.registry.CLUSTER_MODES, a lookup) and the Pulumi shell's one component
+# class per mode (components/cluster_source.py SOURCES, a lookup too); pydantic's discriminator Literals are
+# annotations, not comparisons.
+
+MODE_NAMES = {"render", "kubeconfig", "stack", "eks"}
+
+
+def _names_a_mode(node: ast.expr) -> bool:
+    """An expression ending in ``mode`` (``cluster.mode``, ``program.cluster.mode``, a variable ``mode``)."""
+    return (isinstance(node, ast.Attribute) and node.attr == "mode") or (isinstance(node, ast.Name) and node.id == "mode")
+
+
+def _mode_literals(node: ast.expr) -> set[str]:
+    """The mode names a comparison's other side holds: a string constant, or a tuple, list or set of them."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)} & MODE_NAMES
+
+
+def mode_comparisons(text: str) -> list[int]:
+    """Line numbers of comparisons of a mode with a mode name (``==``, ``!=``, ``in``, ``not in``, either side)."""
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_names_a_mode(s) for s in sides) and any(_mode_literals(s) for s in sides):
+                out.append(node.lineno)
+    return out
+
+
+def test_the_mode_comparison_check_catches_a_planted_one():
+    planted = ('if program.cluster.mode == "eks":\n    pass\n'
+               'x = cluster.mode in ("eks", "stack")\n'
+               'y = "render" != mode\n'
+               'z = mode not in {"kubeconfig"}\n'
+               'ok = door.tls.mode == "none" or spec.mode == "prefill" or mode == other\n'
+               'also_ok = CLUSTER_MODES[cluster.mode]\n')
+    assert mode_comparisons(planted) == [1, 3, 4, 5]
+
+
+def test_no_cluster_mode_is_compared_with_a_mode_name_outside_stacks_modes():
+    files = [p for p in (ROOT / "stacks").rglob("*.py") if "modes" not in p.relative_to(ROOT / "stacks").parts[:1]]
+    files += list((ROOT / "components").glob("*.py")) + [ROOT / "__main__.py"]
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in files if "__pycache__" not in p.parts for n in mode_comparisons(p.read_text())]
+    assert found == [], "ask the stack's ClusterMode (stacks/modes) instead of comparing mode names: " + ", ".join(found)
+    assert {p.stem for p in (ROOT / "stacks" / "modes").glob("*.py")} >= MODE_NAMES

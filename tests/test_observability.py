@@ -1,4 +1,4 @@
-"""The optional observability layer (stacks/observe/observability.py, components/observability.py)."""
+"""The optional observability layer (stacks/observe/observability.py; its layer: stacks/layers/observability.py, components/layer.py)."""
 import json
 import re
 

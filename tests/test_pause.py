@@ -292,9 +292,12 @@ KARPENTER = {**DISAGG, "cluster": {"mode": "eks", "region": "us-east-1", "gpuPoo
 
 def test_karpenter_pool_keeps_its_nodepool_and_only_the_dgd_changes():
     """A Karpenter pool registers no node group: the paused DGD has no GPU pod pending, so Karpenter launches nothing and
-    consolidates the emptied nodes; the NodePool and EC2NodeClass stay as they are (stacks/cluster/karpenter.py)."""
+    consolidates the emptied nodes; the NodePool and EC2NodeClass stay as they are, and the pool's capacity
+    placeholder (its Job and the PriorityClass) goes, so no placeholder holds a node (stacks/cluster/karpenter.py)."""
     on, off = run(KARPENTER), run(paused(KARPENTER))
-    assert sorted(r.urn for r in on.resources) == sorted(r.urn for r in off.resources)
+    gone = sorted(r.urn for r in on.resources if r.name in ("cluster-karpenter-gpu-placeholder", "cluster-karpenter-placeholder-priority"))
+    assert len(gone) == 2
+    assert sorted(r.urn for r in on.resources if r.urn not in gone) == sorted(r.urn for r in off.resources)
     before = {r.urn: r for r in on.resources}
     changed = sorted(r.type for r in off.resources if r.inputs != before[r.urn].inputs)
     assert changed == ["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"]

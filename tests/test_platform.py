@@ -183,15 +183,23 @@ def _assert_parented(run: Run, component_type: str):
         assert r.parent == comp.urn, f"{r.type} {r.name} parent {r.parent}"
 
 
+def _layer(plan, holder: dict) -> None:
+    from components.layer import Layer
+
+    holder["c"] = Layer(plan)
+
+
 @pytest.mark.parametrize("fabric,kind", [("aws-efa", "device-plugin"), ("infiniband", "gpu-operator"), ("nscale", "device-plugin")])
 def test_device_plugins_parents_every_child(fabric, kind):
-    from components.platform import DevicePlugins
+    from stacks.layers.platform import plan_device_plugins
 
-    holder = {}
-    run = _run(lambda: holder.setdefault("c", DevicePlugins("plugins", fabric, kind)))
+    holder: dict = {}
+    run = _run(lambda: _layer(plan_device_plugins([fabric], kind), holder))
     _assert_parented(run, "dynamo:platform:DevicePlugins")
+    assert run.one("dynamo:platform:DevicePlugins").name == "device-plugins"
     (release,) = run.by_type("kubernetes:helm.sh/v3:Release")
     assert release.inputs["chart"] == P.nvidia_gpu_stack(kind).chart
+    assert release.name == f"device-plugins-{P.nvidia_gpu_stack(kind).name}"
     assert len(run.by_type("kubernetes:apps/v1:DaemonSet")) == 1
     # The NVIDIA release, the fabric DaemonSet and (device plugin only; the GPU Operator has its own) RuntimeClass nvidia.
     assert len(holder["c"].ready) == (3 if kind == "device-plugin" else 2)
@@ -201,36 +209,39 @@ def test_device_plugins_parents_every_child(fabric, kind):
 
 
 def test_device_plugins_without_fabric_installs_only_nvidia():
-    from components.platform import DevicePlugins
+    from stacks.layers.platform import plan_device_plugins
 
-    run = _run(lambda: DevicePlugins("plugins", "none", "device-plugin"))
+    run = _run(lambda: _layer(plan_device_plugins(["none"], "device-plugin"), {}))
     assert sorted(r.type for r in run.resources if r.type != "dynamo:platform:DevicePlugins") == \
         ["kubernetes:helm.sh/v3:Release", "kubernetes:node.k8s.io/v1:RuntimeClass"]
-    rc = run.one("kubernetes:node.k8s.io/v1:RuntimeClass").inputs
-    assert rc["metadata"]["name"] == "nvidia" and rc["handler"] == "nvidia"  # what the Ultra recipes' pods name
+    rc = run.one("kubernetes:node.k8s.io/v1:RuntimeClass")
+    assert rc.name == "device-plugins-nvidia-runtimeclass"
+    assert rc.inputs["metadata"]["name"] == "nvidia" and rc.inputs["handler"] == "nvidia"  # what the Ultra recipes' pods name
     # The GPU Operator creates its own RuntimeClass nvidia: none of ours next to it.
-    run = _run(lambda: DevicePlugins("plugins", "none", "gpu-operator"))
+    run = _run(lambda: _layer(plan_device_plugins(["none"], "gpu-operator"), {}))
     assert not run.by_type("kubernetes:node.k8s.io/v1:RuntimeClass")
 
 
 def test_dynamo_platform_parents_namespace_and_release():
-    from components.platform import DynamoPlatform
+    from stacks.layers.platform import plan_dynamo_platform
 
-    holder = {}
-    run = _run(lambda: holder.setdefault("c", DynamoPlatform("platform")))
+    holder: dict = {}
+    run = _run(lambda: _layer(plan_dynamo_platform(), holder))
     _assert_parented(run, "dynamo:platform:DynamoPlatform")
     ns, rel = run.one("kubernetes:core/v1:Namespace"), run.one("kubernetes:helm.sh/v3:Release")
+    assert (ns.name, rel.name) == ("dynamo-platform-namespace", "dynamo-platform-release")
     assert ns.inputs["metadata"]["name"] == "dynamo-system"
     assert rel.inputs["namespace"] == "dynamo-system" and rel.inputs["version"] == versions()["charts"]["dynamo-platform"]["version"]
+    assert rel.inputs["createNamespace"] is False  # the layer's Namespace is the one
     assert ns.urn in rel.dependencies
-    assert holder["c"].ready == [holder["c"].release]
+    assert holder["c"].ready == holder["c"].charts
 
 
-def test_dynamo_platform_skip_registers_no_release_but_keeps_outputs():
-    from components.platform import DynamoPlatform
+def test_dynamo_platform_not_installed_registers_no_release_but_keeps_outputs():
+    from stacks.layers.platform import plan_dynamo_platform
 
-    holder = {}
-    run = _run(lambda: holder.setdefault("c", DynamoPlatform("platform", skip=True)))
+    holder: dict = {}
+    run = _run(lambda: _layer(plan_dynamo_platform(install=False), holder))
     assert run.by_type("kubernetes:helm.sh/v3:Release") == []
     assert [r.type for r in run.resources] == ["dynamo:platform:DynamoPlatform"]
     assert holder["c"].ready == []

@@ -57,8 +57,8 @@ def test_split_secrets_reads_secure_values_as_secret_keys():
 
 @pytest.mark.parametrize("stack", ["h100-disagg", "b200-disagg", "dev", "ultra-b200-agg"])
 def test_render_stack_is_what_up_registers(stack, tmp_path, monkeypatch):
-    """The objects `render --stack` prints are the serving objects the program registers, field for field
-    (EKS stacks included: storage class and the download Job's nodeSelector)."""
+    """The objects `render --stack` prints are objects the program registers, field for field (EKS stacks included:
+    storage class and the download Job's nodeSelector; the layers' objects, such as the device plugins, too)."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
@@ -69,12 +69,13 @@ def test_render_stack_is_what_up_registers(stack, tmp_path, monkeypatch):
     if (plain.get("cluster") or {}).get("mode") == "eks" and plain.get("imagePullSecrets"):
         secrets.setdefault("ngcApiKey", "nvapi-s3cret")  # an EKS stack creates its pull secret from this secret
     run = run_program(plain, secrets, stack=stack)
-    rendered = {(o["kind"], o["metadata"]["name"]): o for o in render_stack(stack)}
+    rendered = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in render_stack(stack)}
     registered = {}
     for r in run.resources:
-        if r.type.startswith("kubernetes:") and r.inputs.get("metadata", {}).get("namespace") == plain.get("namespace", "dynamo"):
-            registered[(r.inputs["kind"], r.inputs["metadata"]["name"])] = r.inputs
-    assert set(rendered) - {("Namespace", plain.get("namespace", "dynamo"))} <= set(registered)
+        if r.type.startswith("kubernetes:") and "kind" in r.inputs:
+            md = r.inputs.get("metadata", {})
+            registered[(r.inputs["kind"], md.get("namespace"), md.get("name"))] = r.inputs
+    assert set(rendered) <= set(registered)
     for key, obj in rendered.items():
         if key not in registered or key[0] == "Secret":
             continue
@@ -95,7 +96,9 @@ def test_render_stack_says_serving_layer_only(capsys):
 
     assert main(["render", "--stack", "h100-disagg"]) == 0
     err = capsys.readouterr().err
-    assert "serving layer only" in err and "EKS cluster" in err
+    # the device plugins and the Dynamo platform are layers: their objects are printed, their charts named
+    assert "serving layer and device plugins and Dynamo platform objects" in err and "EKS cluster" in err
+    assert "nvidia-device-plugin" in err and "dynamo-platform" in err
     assert main(["render", "--stack", "dev"]) == 0
     assert "serving layer only" not in capsys.readouterr().err
 

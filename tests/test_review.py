@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks.cli import review
+from stacks.cli import promote, review
 from stacks.__main__ import main as cli
-from stacks.cli.review import diff_objects, floating_values, plan_promotion, PromotionError
+from stacks.cli.promote import floating_values, plan_promotion, PromotionError
+from stacks.cli.review import diff_objects
 from stacks.registry import yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -283,7 +284,7 @@ def test_clean_promotion_copies_release_keys_and_keeps_environment(stacks_dir, c
     assert old == before_text
     got = {k.split(":", 1)[1]: v for k, v in yaml_text.load(new)["config"].items()}
     src = _cfg(dev)
-    for k in review.RELEASE_KEYS:
+    for k in promote.RELEASE_KEYS:
         assert got.get(k) == src.get(k), k
     for k in ENV:
         assert got.get(k) == before.get(k), k
@@ -427,8 +428,8 @@ def test_environment_is_the_rule_ci_applies():
     stack_kind = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(stack_kind)
     names = [p.name[len("Pulumi."):-len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml")] + ["a-prod", "a-staging", "prod", "a-production"]
-    assert {n: review.environment(n) for n in names} == {n: stack_kind.environment(n) for n in names}
-    assert {review.environment(n) for n in names} == {"dev", "staging", "prod"}
+    assert {n: promote.environment(n) for n in names} == {n: stack_kind.environment(n) for n in names}
+    assert {promote.environment(n) for n in names} == {"dev", "staging", "prod"}
 
 
 def test_pinned_values_are_not_floating():
@@ -449,7 +450,7 @@ def test_environment_keys_never_copied(stacks_dir):
     before = _cfg(prod)
     _, new = plan_promotion("h100-disagg", "h100-disagg-prod", stacks_dir)
     got = {k.split(":", 1)[1]: v for k, v in yaml_text.load(new)["config"].items()}
-    assert {k: got.get(k) for k in review.ENV_KEYS} == {k: before.get(k) for k in review.ENV_KEYS}
+    assert {k: got.get(k) for k in promote.ENV_KEYS} == {k: before.get(k) for k in promote.ENV_KEYS}
     assert got["cluster"]["capacityReservationId"] == before["cluster"]["capacityReservationId"]
 
 
@@ -464,7 +465,7 @@ def test_committed_promotion_examples_are_at_the_dev_release():
     dev = _cfg(ROOT / "Pulumi.h100-disagg.yaml")
     for env in ("staging", "prod"):
         got = _cfg(ROOT / f"Pulumi.h100-disagg-{env}.yaml")
-        assert {k: got.get(k) for k in review.RELEASE_KEYS} == {k: dev.get(k) for k in review.RELEASE_KEYS}
+        assert {k: got.get(k) for k in promote.RELEASE_KEYS} == {k: dev.get(k) for k in promote.RELEASE_KEYS}
         with pytest.raises(PromotionError) as e:
             plan_promotion("h100-disagg", f"h100-disagg-{env}", ROOT)
         for comp in ("Frontend", "VllmPrefillWorker", "VllmDecodeWorker"):
@@ -481,8 +482,8 @@ def test_every_config_key_is_release_or_environment():
     from stacks.config.keys import StackConfig
 
     keys = {f.alias or n for n, f in StackConfig.model_fields.items()}
-    assert keys <= review.RELEASE_KEYS | review.ENV_KEYS, keys - (review.RELEASE_KEYS | review.ENV_KEYS)
-    assert review.RELEASE_KEYS <= keys  # nothing the program would reject as an unknown key is copied
+    assert keys <= promote.RELEASE_KEYS | promote.ENV_KEYS, keys - (promote.RELEASE_KEYS | promote.ENV_KEYS)
+    assert promote.RELEASE_KEYS <= keys  # nothing the program would reject as an unknown key is copied
 
 
 def test_chart_versions_are_not_copied_and_fabric_profile_is(stacks_dir, capsys):
@@ -538,11 +539,11 @@ def test_redact_text_hides_plain_secret_values_and_keeps_secure_ones():
         "  aws:secretKey:\n"
         f"    nested: {CANARY}\n"
     )
-    shown = review.redact_text(text)
+    shown = promote.redact_text(text)
     assert CANARY not in shown
     assert "secure: v1:abc" in shown and "dynamo:hfTokenSecretName: hf-token-secret" in shown and "mode: eks" in shown
-    assert shown.count(review.REDACTED_PLAIN) == 4
-    assert review.redact_text("config:\n  dynamo:gpu: h100\n") == "config:\n  dynamo:gpu: h100\n"
+    assert shown.count(promote.REDACTED_PLAIN) == 4
+    assert promote.redact_text("config:\n  dynamo:gpu: h100\n") == "config:\n  dynamo:gpu: h100\n"
 
 
 @pytest.mark.parametrize("text", ["- a\n- b\n", "config:\n  - dynamo:gpu: h100\n", "config: [\n"])

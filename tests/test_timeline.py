@@ -113,31 +113,36 @@ def test_timeline_edges_are_the_programs_dependencies():
 
 
 # ---------------------------------------------------------------------------------------------- GPU capacity paths
-def test_karpenter_path_launches_gpu_nodes_after_the_dgd():
+def test_karpenter_path_launches_gpu_nodes_when_the_nodepool_exists():
     """On Karpenter there is no GPU node group: the controller comes after the system nodes, and the GPU nodes launch
-    once the DGD's pods are Pending, so they start (and bill) later than a node group's."""
+    once the NodePool exists (for the pool's capacity placeholder Job, created with it), while the platform, the serving
+    objects and the DGD are created; the workers' image pull waits for both the DGD and the nodes."""
     from stacks.cli.timeline import gpu_launch
 
     kw = dict(mode="eks", platform=True, **LIGHTNING)
     ng, kp = build_steps(**kw), build_steps(capacity="karpenter", **kw)
     assert "gpu-node-group" not in kp and "karpenter" in kp and "gpu-node-launch" not in ng
     assert kp["karpenter"].after == ("system-node-group",)
-    assert kp["gpu-node-launch"].after == ("dgd",) and kp["device-plugin-pods"].after == ("gpu-node-launch",)
-    assert kp["image-pull"].after == ("device-plugin-pods",)
-    assert "karpenter" in kp["dgd"].after
+    assert kp["gpu-node-launch"].after == ("karpenter",)
+    assert kp["device-plugin-pods"].after == ("gpu-node-launch", "device-plugins")
+    assert kp["image-pull"].after == ("dgd", "device-plugin-pods")
+    assert "karpenter" in kp["dgd"].after and "gpu-node-launch" not in kp["dgd"].after
     fn, cn = schedule(ng)
     fk, ck = schedule(kp)
-    assert "gpu-node-launch" in ck and ck.index("dgd") < ck.index("gpu-node-launch")  # after the DGD, on the path
-    assert "gpu-node-group" in cn
+    assert "gpu-node-launch" in ck and "gpu-node-group" in cn
     start = lambda steps, fin, n: fin[n] - steps[n].minutes  # noqa: E731
-    assert start(kp, fk, "gpu-node-launch") == pytest.approx(fk["dgd"])
-    assert start(kp, fk, "gpu-node-launch") > start(ng, fn, "gpu-node-group")
+    assert start(kp, fk, "gpu-node-launch") == pytest.approx(fk["karpenter"]) and fk["karpenter"] < fk["dgd"]  # before the DGD
+    assert start(kp, fk, "gpu-node-launch") > start(ng, fn, "gpu-node-group")  # the controller comes first
+    # Launching with the NodePool instead of with the DGD's Pending pods saves what lies between them.
+    after_dgd = build_steps(capacity="karpenter", overrides=None, **kw)
+    after_dgd["gpu-node-launch"].after = ("dgd",)
+    assert schedule(after_dgd)[0]["worker-startup"] - fk["worker-startup"] == pytest.approx(fk["dgd"] - fk["karpenter"])
     with pytest.raises(ValueError, match="capacity 'spot'"):
         build_steps(capacity="spot", **kw)
     # Outside EKS the capacity changes nothing (no node groups of ours).
     assert build_steps(mode="kubeconfig", capacity="karpenter", **LIGHTNING).keys() == build_steps(mode="kubeconfig", **LIGHTNING).keys()
     assert gpu_launch(type("T", (), {"capacity": "karpenter", "start": lambda self, n: start(kp, fk, n)})()) == (
-        "gpu-node-launch", pytest.approx(fk["dgd"]))
+        "gpu-node-launch", pytest.approx(fk["karpenter"]))
 
 
 def test_pause_time_is_consolidate_after_plus_karpenters_polling_and_validation():
@@ -181,18 +186,25 @@ def test_karpenter_timeline_of_a_stack_with_its_pool_on_karpenter():
 
 def test_karpenter_timeline_edges_are_the_programs_dependencies():
     """With the GPU pool on Karpenter the program has no GPU node group; the DGD waits for the download and the
-    NodePool, and the download does not wait for the NodePool (the timeline's karpenter edges)."""
+    NodePool, the download does not wait for the NodePool, and the pool's capacity placeholder Job waits for the
+    NodePool only, not for the platform, the download or the DGD (the timeline's karpenter edges)."""
     run = run_program({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "capacity": "karpenter", "maxNodes": 2}},
                       {"hfToken": "hf_x"})
     groups = [r.name for r in run.by_type("aws:eks/nodeGroup:NodeGroup")]
     assert groups and all("system" in g for g in groups), groups  # the system group only: no GPU node group
     pool = run.one("kubernetes:karpenter.sh/v1:NodePool")
-    job = run.one("kubernetes:batch/v1:Job")
+    jobs = {r.name.rsplit("-", 1)[-1]: r for r in run.by_type("kubernetes:batch/v1:Job")}
+    placeholder = jobs.pop("placeholder")
+    (job,) = jobs.values()  # the model download
     dgd = run.one("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
     assert pool.urn in _closure(run, dgd.urn) and job.urn in _closure(run, dgd.urn)
     assert pool.urn not in _closure(run, job.urn)
+    waits = _closure(run, placeholder.urn)
+    assert pool.urn in waits and not {job.urn, dgd.urn} & waits and placeholder.urn not in _closure(run, dgd.urn)
+    assert not any("platform" in u for u in waits), sorted(waits)
     steps = build_steps(mode="eks", platform=True, capacity="karpenter", **LIGHTNING)
     assert "karpenter" not in steps["serving-objects"].after and {"model-download", "karpenter"} <= set(steps["dgd"].after)
+    assert steps["gpu-node-launch"].after == ("karpenter",)
 
 
 def test_cli_refuses_a_cluster_only_stack_in_one_line(capsys):

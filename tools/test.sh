@@ -49,6 +49,12 @@ if ! "$PY" -m ruff check --quiet .; then
   echo "test: ruff check failed (fix the lines above; \`.venv/bin/ruff check --fix .\` fixes the safe ones)"
   exit 1
 fi
+# Then the type checker (pyproject.toml [tool.mypy]: the program's code, not the tests), incremental through its cache
+# in .mypy_cache: measured here, about 13 s on a fresh clone and under 3 s once the cache is warm.
+if ! "$PY" -m mypy; then
+  echo "test: mypy failed (fix the types above; \`.venv/bin/mypy\` runs the same check)"
+  exit 1
+fi
 # Bytecode, written once before the groups start: the project's modules (imported by every test process and every
 # Pulumi program run the engine tests start) and pytest's assertion-rewritten test modules (a collection of tests/
 # writes them). PYTHONDONTWRITEBYTECODE, where the caller's environment sets it, would make each of those processes

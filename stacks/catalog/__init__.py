@@ -37,7 +37,7 @@ def reload() -> None:
     targets.cache_clear()
 
 
-class Catalog(dict):
+class Catalog(dict[str, Target]):
     """Target id -> Target. Iteration, ``len`` and ``items`` cover the catalog's own targets; a lookup by an id
     upstream renamed (``ModelFamily.renamed``) finds its successor, so today's ids keep working (``resolve`` gives
     the warning ``up`` prints for them)."""
@@ -62,7 +62,7 @@ class Catalog(dict):
 
 
 @lru_cache(maxsize=1)
-def targets() -> dict[str, Target]:
+def targets() -> Catalog:
     out: dict[str, Target] = {}
     aliases: dict[str, str] = {}
     respelled: dict[str, str] = {}
@@ -98,6 +98,7 @@ def resolve(tid: str) -> tuple[Optional[Target], Optional[str]]:
     cat = targets()
     if tid in cat.respelled:
         t, deprecated = resolve(cat.respelled[tid])
+        assert t is not None, f"respelled id {tid!r} names a catalog target (checked by targets())"
         said = (f"target {tid!r} is now {t.id!r} (the same recipe, DynamoGraphDeployment {t.dgd_name!r} and objects: the old id "
                 f"differed from another target's only by case); set dynamo:target: {t.id}")
         return t, said + (f". {deprecated[0].upper()}{deprecated[1:]}" if deprecated else "")

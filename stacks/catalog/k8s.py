@@ -47,7 +47,7 @@ def mount(name: str, path: str, read_only: bool | None = None) -> dict:
     return m
 
 
-def http_probe(path: str, port: int, period: int, timeout: int, failures: int) -> dict:
+def http_probe(path: str, port: int | str, period: int, timeout: int, failures: int) -> dict:
     return {
         "httpGet": {"path": path, "port": port},
         "periodSeconds": period,

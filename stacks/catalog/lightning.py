@@ -7,6 +7,7 @@ where upstream files differ in flag order or carry one-off settings.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from stacks import registry
 from stacks.registry import versions
@@ -14,7 +15,7 @@ from stacks.catalog import k8s
 from stacks.catalog.builders import DownloadJob, RevisionPin
 from stacks.catalog.lightning_base import CACHE, DRAFT_SUFFIX, LEGACY_FIRST_LAYOUT, MODEL, PERF_FIRST, PERF_MAIN, REPO, frontend, gpu_worker
 from stacks.catalog.lightning_trtllm import AGG as TRTLLM_AGG, TRTLLM_TARGETS
-from stacks.catalog.model import ModelFamily, Perf, Target
+from stacks.catalog.model import ModelFamily, Perf, PerfRow, Target
 from stacks.catalog.ops import FRONTEND, WORKERS, Append, Op, Set
 
 
@@ -146,6 +147,7 @@ def _worker_env(cm_name: str, *, before_spec: dict | None = None, after_spec: di
 
 def vllm_agg(t: Target) -> list[dict]:
     gpu, p = GPU_PROFILE[t.gpu]["agg"], t.params
+    assert t.image is not None, f"{t.id}: every Lightning target has a runtime image"
     image, repo, cm = t.image, REPO[t.precision], f"{t.dgd_name}-config"
     kv = t.routing == "kv"
     mamba = MAMBA + (["--mamba-cache-mode", "align"] if t.spec == "dspark" else []) + _rounding(5)
@@ -187,7 +189,7 @@ EFA_ENV = {
 }
 UCX_ENV = {"UCX_TLS": "^cuda_ipc", "UCX_RNDV_SCHEME": "get_zcopy", "UCX_MAX_RNDV_RAILS": "4"}
 # Fabric profiles for the KV transfer between prefill and decode workers.
-FABRIC = {
+FABRIC: dict[str, dict[str, Any]] = {
     "aws-efa": {"backends": ["LIBFABRIC"], "env": EFA_ENV, "nccl_ib_disable": "1", "resources": {"vpc.amazonaws.com/efa": "4"}},
     "infiniband": {"backends": None, "env": UCX_ENV, "nccl_ib_disable": "0", "resources": {"rdma/ib": "1"}},
     "none": {"backends": None, "env": UCX_ENV, "nccl_ib_disable": "0", "resources": {}},
@@ -197,6 +199,7 @@ FABRIC = {
 def vllm_disagg(t: Target) -> list[dict]:
     """1P1D: prefill and decode workers joined by NIXL over the target's fabric."""
     gpu, p, fabric = GPU_PROFILE[t.gpu]["disagg"], t.params, FABRIC[t.fabric]
+    assert t.image is not None, f"{t.id}: every Lightning target has a runtime image"
     image, repo, cm = t.image, REPO[t.precision], f"{t.dgd_name}-config"
     mamba = MAMBA + _rounding(p.get("philox_rounds", 5))
     spec = ["--speculative-config", "$(SPECULATIVE_CONFIG)"] if p.get("spec_flag_split") else ["--speculative-config=$(SPECULATIVE_CONFIG)"]
@@ -234,7 +237,7 @@ def vllm_disagg(t: Target) -> list[dict]:
 # --------------------------------------------------------------------------- catalog entries
 
 def _vllm(dirname: str, gpu: str, topology: str, spec: str, precision: str, tokens: int, al: float, *, routing: str = "single",
-          dgd: str | None = None, perf: tuple | None = None, perf_source: str = PERF_MAIN, fabric: str | None = None, **params) -> Target:
+          dgd: str | None = None, perf: PerfRow | None = None, perf_source: str = PERF_MAIN, fabric: str | None = None, **params) -> Target:
     """One Lightning vLLM target; ``params`` are the few upstream quirks of that file."""
     profile = GPU_PROFILE[gpu][topology]
     fabric = fabric or profile.get("fabric", "none")

@@ -6,6 +6,8 @@ neither imports the other's builders back (no import cycle).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from stacks import registry
 from stacks.catalog import k8s
 from stacks.catalog.builders import Cache, Component, shm
@@ -31,10 +33,10 @@ FRONTEND_ENV = {
 }
 WORKER_SECURITY = {"runAsUser": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}}
 # The frontend: model cache mounted, HF offline, /health startup probe.
-FRONTEND = {"env": FRONTEND_ENV, "resources": {}, "startup_probe": k8s.http_probe("/health", 8000, 10, 60, 60), "cache": CACHE}
+FRONTEND: dict[str, Any] = {"env": FRONTEND_ENV, "resources": {}, "startup_probe": k8s.http_probe("/health", 8000, 10, 60, 60), "cache": CACHE}
 # A one-GPU worker: GPU affinity (``affinity``: the GPU) and taint toleration, model cache, /dev/shm, 128Gi memory.
 SHM = "40Gi"
-WORKER = {"gpus": 1, "requests": {"memory": "128Gi"}, "shm": SHM, "cache": CACHE, "working_dir": "/workspace/", "security": WORKER_SECURITY,
+WORKER: dict[str, Any] = {"gpus": 1, "requests": {"memory": "128Gi"}, "shm": SHM, "cache": CACHE, "working_dir": "/workspace/", "security": WORKER_SECURITY,
           "startup_probe": k8s.http_probe("/live", 9090, 30, 20, 120), "tolerations": (k8s.GPU_TOLERATION,)}
 
 

@@ -12,7 +12,7 @@ from stacks.registry import versions
 from stacks.catalog import k8s
 from stacks.catalog.builders import Component, Recipe, shm
 from stacks.catalog.lightning_base import FRONTEND, LEGACY_FIRST_LAYOUT, MODEL, PERF_FIRST, PERF_MAIN, REPO, SHM, WORKER
-from stacks.catalog.model import Perf, Target
+from stacks.catalog.model import Perf, PerfRow, Target
 
 ENGINE_CONFIG_HEAD = """backend: pytorch
 tensor_parallel_size: 1
@@ -87,7 +87,7 @@ AGG = Recipe("trtllm", (
 ), configmap={"agg.yaml": "{engine_config}"})
 
 
-def _trtllm(dirname: str, gpu: str, spec: str, precision: str, perf: tuple | None, perf_source: str, *, dgd: str | None = None) -> Target:
+def _trtllm(dirname: str, gpu: str, spec: str, precision: str, perf: PerfRow | None, perf_source: str, *, dgd: str | None = None) -> Target:
     """One TRT-LLM target; ``perf_source`` PERF_FIRST marks the PR #13021 copies (legacy layout)."""
     return Target(
         id=f"lightning-trtllm-{dirname}",

@@ -26,6 +26,10 @@ class Perf:
     recipe: Optional[str] = None  # the table's recipe path, where upstream renamed the file since
 
 
+# A perf table row as the catalog entries write it: Perf's fields up to ``source``, in order.
+PerfRow = tuple[int, Optional[float], float, float]
+
+
 @dataclass(frozen=True)
 class Target:
     id: str

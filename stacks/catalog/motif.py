@@ -8,6 +8,7 @@ replicas come from the ``shape`` axis, and the Nscale cluster component is an op
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from stacks import registry
 from stacks.registry import versions
@@ -58,7 +59,7 @@ KV_EVENTS = {"enable_kv_cache_events": True, "publisher": "zmq", "topic": "kv-ev
 NIXL_ENV = {"UCX_RCACHE_MAX_UNRELEASED": "1024", "NCCL_NET_PLUGIN": "none"}
 SPEC = {"method": "mtp", "num_speculative_tokens": MTP_TOKENS}
 SPEC_SYNTHETIC = {**SPEC, "rejection_sample_method": "synthetic", "synthetic_acceptance_length": SYNTHETIC_AL}
-COMPACT = {"separators": (",", ":")}
+COMPACT: dict[str, Any] = {"separators": (",", ":")}
 CONFIG = "{dgd}-{workload}-config"  # ConfigMap named after the app: the DGD name plus the workload (motif3-agg-b200-chat)
 
 
@@ -76,10 +77,10 @@ WORKER_ENV = {"HF_HOME": CACHE_MOUNT, "DYN_SELF_HOST_METADATA": "1", **OFFLINE_E
 KV_WORKER_ENV = {**KV_EVENTS_ENV, **WORKER_ENV, "KV_EVENTS_CONFIG": _ref("kv-events-config"), **NIXL_ENV}
 # Every component: runtimeVersionOverride, the model cache, no pull secrets; workers are TP2 with the GPU taint toleration
 # (no probes or affinity upstream).
-COMMON = {"cache": CACHE, "pull_secrets": False, "runtime_version": RUNTIME_VERSION}
-WORKER = {**COMMON, "gpus": TP, "shm": SHM, "security": {"runAsUser": 0, "runAsGroup": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"]}},
+COMMON: dict[str, Any] = {"cache": CACHE, "pull_secrets": False, "runtime_version": RUNTIME_VERSION}
+WORKER: dict[str, Any] = {**COMMON, "gpus": TP, "shm": SHM, "security": {"runAsUser": 0, "runAsGroup": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"]}},
           "tolerations": (k8s.GPU_TOLERATION,)}
-LABELS = {"dgd_labels": {"app.kubernetes.io/name": "{dgd}"}, "configmap_name": CONFIG,
+LABELS: dict[str, Any] = {"dgd_labels": {"app.kubernetes.io/name": "{dgd}"}, "configmap_name": CONFIG,
           "configmap_labels": {"app.kubernetes.io/name": "{dgd}-{workload}", "app.kubernetes.io/part-of": "dynamo"}}
 
 # The kustomize base ``agg-b200-chat/base``: one TP2 worker behind a round-robin frontend (MTP config written indented).
@@ -125,7 +126,10 @@ def nscale_layer() -> tuple[Op, ...]:
 
 def _motif(topology: str, *, shape: str | None = None, profile: str = "generic", upstream: str) -> Target:
     disagg = topology == "disagg"
-    suffix = f"-{profile}-{shape.lower()}-kv" if disagg else ""
+    suffix = ""
+    if disagg:
+        assert shape is not None, "a disaggregated target names its shape"
+        suffix = f"-{profile}-{shape.lower()}-kv"
     return Target(
         id=f"motif3-vllm-{topology}-b200-chat{suffix}",
         upstream=f"motif-3/vllm/{upstream}",

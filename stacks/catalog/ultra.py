@@ -17,7 +17,9 @@ were derived from each other). Embedded scripts are module constants with
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from stacks import registry
 from stacks.registry import versions
@@ -42,7 +44,7 @@ CUBINS = "/usr/local/lib/python3.12/dist-packages/flashinfer_cubin/cubins/flashi
 ARTIFACTS_PVC = "nemotron-ultra-aiperf-artifacts"  # Day-0 disagg writes NIXL transfer traces here
 
 # Per-GPU engine settings of the Refresh profiles.
-REFRESH_GPU = {
+REFRESH_GPU: dict[str, dict[str, Any]] = {
     "b200": {"batched": {"256k": 32768, "1m": 49152}, "util": "0.9"},
     "gb200": {"batched": {"256k": 32768, "1m": 49152}, "util": "0.9"},
     "h200": {"batched": {"256k": 24576, "1m": 24576}, "util": "0.95"},
@@ -223,6 +225,7 @@ def _head(t: Target) -> list[str]:
 
 def _sizes(t: Target) -> list[str]:
     p = t.params
+    assert t.context is not None, f"{t.id}: every Ultra target names its context"
     return [f"--max-model-len {MAX_LEN[t.context]}", f"--max-num-seqs {p['max_num_seqs']}",
             f"--max-num-batched-tokens {p['batched']}", f"--gpu-memory-utilization {p['util']}"]
 
@@ -302,7 +305,7 @@ def _dgd_env(t: Target) -> list[dict]:
     append = {"DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS": "0"} if t.params.get("append_prefill_env", True) else {}
     if layout == "agg-blackwell":  # the short list of the first Refresh files
         env = {**HF_ENV, "HOME": "/tmp", **MODEL_ENV, "VLLM_CACHE_ROOT": "/tmp/vllm-cache", **long_ctx, **vllm, **chunked, **append}
-        tail = [n for n in ENV_TAIL[layout] if not (n == "NCCL_IB_DISABLE" and t.gpu == "gb200")]
+        tail: Sequence[str] = [n for n in ENV_TAIL[layout] if not (n == "NCCL_IB_DISABLE" and t.gpu == "gb200")]
     else:
         log_dir = {"LOG_DIR": "/artifacts/logs"} if layout in ("day0", "disagg-gke") else {}
         env = {**HF_ENV, **MODEL_ENV, **log_dir, **SCRATCH_ENV, **vllm, **chunked, **long_ctx, **append}
@@ -314,6 +317,7 @@ def _dgd_env(t: Target) -> list[dict]:
 def _labels(t: Target) -> dict:
     """DGD labels (Refresh and Day-0 use different label domains and keys)."""
     layout, name = _layout(t), {"app.kubernetes.io/name": t.dgd_name}
+    assert t.profile is not None, f"{t.id}: every Ultra target names its profile"
     part = {"app.kubernetes.io/part-of": PART_OF[t.profile]}
     r = LABEL
     if layout == "agg-blackwell":
@@ -331,6 +335,7 @@ def _topology_label(t: Target) -> str:
     tp = GPUS[t.gpu]
     if t.topology == "agg":  # Day-0 only
         return f"agg1-tp{tp}-" + ("mtp1" if t.spec == "mtp" else "nomtp")
+    assert t.shape is not None, f"{t.id}: a disaggregated target names its shape"
     shape = t.shape.lower()
     return f"{shape}-tp{tp}" if _layout(t) == "disagg-ib" else f"{shape}-tp{tp}-tp{tp}"
 
@@ -345,6 +350,7 @@ def _pod_labels(t: Target, role: str) -> dict:
             out[f"{prefix}/recipe"] = t.dgd_name
         return out
     if layout != "agg-blackwell" or role != "frontend":
+        assert t.workload is not None, f"{t.id}: every Ultra target names its workload"
         out[f"{prefix}/workload"] = t.workload
     if layout != "day0":
         out[f"{prefix}/routing"] = "kv-aware"
@@ -363,6 +369,7 @@ def _volumes(t: Target, *extra: str, shm_size: str | None = None) -> tuple[tuple
     out = []
     for n in names:
         if n == "dshm":
+            assert shm_size is not None, "dshm needs shm_size"
             out.append(shm(shm_size))
         elif n == "flashinfer-cubins":
             out.append(empty_dir(n, CUBINS, "Memory"))
@@ -375,6 +382,7 @@ def _volumes(t: Target, *extra: str, shm_size: str | None = None) -> tuple[tuple
 
 def _frontend(t: Target) -> dict:
     layout = _layout(t)
+    assert t.image is not None, f"{t.id}: every Ultra target has a runtime image"
     if layout == "day0":
         script = _fill(DAY0_FRONTEND, block=t.params.get("block", 64))
     else:
@@ -454,6 +462,7 @@ def _worker_script(t: Target, role: str | None) -> str:
 def _worker(t: Target, name: str, kind: str, role: str | None, replicas: int) -> dict:
     """One GPU worker; ``role`` is prefill/decode for disagg, None for aggregated."""
     layout, gpus = _layout(t), GPUS[t.gpu]
+    assert t.image is not None, f"{t.id}: every Ultra target has a runtime image"
     shm_size = t.params.get("shm", "128Gi" if layout == "disagg-gke" else "64Gi")
     extra = {"agg-blackwell": ("dshm",), "disagg-ib": ("dshm", "flashinfer-cubins")}.get(layout, ("flashinfer-cubins",))
     fabric = {"infiniband": {"rdma/ib": str(gpus)}, "gke-rdma": GKE_RDMA}.get(t.fabric, {})
@@ -502,6 +511,7 @@ def vllm_agg(t: Target) -> list[dict]:
 
 def vllm_disagg(t: Target) -> list[dict]:
     """1PnD: one prefill worker (publishes KV events for the router) and n decode workers."""
+    assert t.shape is not None, f"{t.id}: a disaggregated target names its shape"
     decode, names = int(t.shape[2]), _names(t)
     return [_dgd(t, [_worker(t, names["prefill"], "prefill", "prefill", 1), _worker(t, names["decode"], "decode", "decode", decode)])]
 
@@ -587,7 +597,7 @@ H200_AGG_1M = (
 NO_SOCKET_IFNAME = (EnvRemove(("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")),)  # the H200 disagg files leave NCCL/Gloo on defaults
 DAY0_H200_MTP_TOPOLOGY = (Set(f"metadata/labels/{LABEL}~1topology", "agg1-tp8", scope="dgd"),)  # upstream label omits "-mtp1"
 
-KV_PRODUCER_CONSUMER = {"kv_roles": ("kv_producer", "kv_consumer")}
+KV_PRODUCER_CONSUMER: dict[str, Any] = {"kv_roles": ("kv_producer", "kv_consumer")}
 
 DAY0_B200_1P1D = "disagg-b200-agentic-256k-1p1d"
 TARGETS = (

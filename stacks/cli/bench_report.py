@@ -224,11 +224,11 @@ def expected_lengths(bench: Any, manifest: Optional[dict] = None) -> dict[str, t
     published statistics (``TRACE_LENGTHS``), which cover the whole trace."""
     out: dict[str, tuple[str, float, str]] = {}
     tr = bench.trace
-    from_manifest = manifest is not None and manifest.get("trace_sha256") == tr.sha256
+    replayed = manifest if manifest is not None and manifest.get("trace_sha256") == tr.sha256 else None
     for side in ("input", "output"):
-        value = manifest.get(f"replayed_{side}_mean") if from_manifest else None
-        if value is not None:
-            out[side] = ("mean", float(value), f"mean {side}_length of the {manifest.get('request_count')} rows the Job "
+        value = replayed.get(f"replayed_{side}_mean") if replayed is not None else None
+        if replayed is not None and value is not None:
+            out[side] = ("mean", float(value), f"mean {side}_length of the {replayed.get('request_count')} rows the Job "
                                                f"replayed from {tr.file}, from its run manifest")
         elif side in bench.lengths:
             st = bench.lengths[side]
@@ -357,16 +357,16 @@ def extract_manifest(text: str) -> Optional[dict]:
 
 def _kubeconfig(program: Any, stack: str) -> tuple[list[str], Optional[str]]:
     """kubectl arguments for the stack's cluster (and a temp file to delete)."""
-    cluster = program.cluster
+    cluster, where = program.cluster, program.mode.kubeconfig_for_tools
     args: list[str] = []
     tmp = None
-    if cluster.mode == "kubeconfig":
+    if where == "file":
         path = cluster.kubeconfig_path or os.environ.get("KUBECONFIG")
         if path:
             args += ["--kubeconfig", os.path.expanduser(path)]
         if cluster.context:
             args += ["--context", cluster.context]
-    elif cluster.mode == "eks":
+    elif where == "stack output":
         r = subprocess.run(["pulumi", "stack", "output", "kubeconfig", "--show-secrets", "--stack", stack],
                            capture_output=True, text=True)
         if r.returncode != 0:

@@ -198,7 +198,7 @@ def _programs(plain: dict[str, Any], name: str, secret: frozenset, region: Optio
     from stacks.program import build_program
 
     program = build_program(plain, name, secret, aws_region=region)
-    if program.cluster.mode != "eks":
+    if not program.mode.creates_cluster:
         raise ConfigError(f"{NS}:cluster.mode: {program.cluster.mode!r}: stack {name!r} creates no AWS capacity of its own; "
                           f"cost applies to cluster.mode eks stacks (for cluster.mode stack, run it on the cluster stack)")
     return program, build_program(paused_raw(plain), name, secret, aws_region=region)

@@ -180,36 +180,40 @@ def compare(upstream: Path, render_target: Callable[[str], list[dict]]) -> Drift
     added = [p for p in files if p not in followed]
     missing = []
     for t in sorted(mine, key=lambda t: t.id):
-        present = (upstream / t.upstream).is_file()
+        up = t.upstream
+        assert up is not None  # mine: the targets that follow an upstream file
+        present = (upstream / up).is_file()
         if t.successor:
             report.deprecated.append((t.id, t.successor, present))
         elif t.legacy and not present:
-            report.legacy.append((t.id, t.upstream, t.legacy))
+            report.legacy.append((t.id, up, t.legacy))
         elif not present:
             missing.append(t)
         else:
-            fields = diffs(t, t.upstream)
+            fields = diffs(t, up)
             if fields:
-                report.changed[t.id] = (t.upstream, fields)
+                report.changed[t.id] = (up, fields)
             else:
                 report.exact.append(t.id)
     for t in missing:
+        up = t.upstream
+        assert up is not None
         mine_sig = signature(rendered.setdefault(t.id, render_target(t.id)))
-        folder = [p for p in added if p.split("/")[:2] == t.upstream.split("/")[:2]]
+        folder = [p for p in added if p.split("/")[:2] == up.split("/")[:2]]
         same = [p for p in folder if signature(fidelity.load_docs(upstream / p)) == mine_sig]
         scored = sorted(((len(diffs(t, p)), p) for p in same))
         if scored and scored[0][0] <= RENAME_MAX_FIELDS:
             path = scored[0][1]
-            report.renamed.append((t.id, t.upstream, path, diffs(t, path)))
+            report.renamed.append((t.id, up, path, diffs(t, path)))
             added.remove(path)
         elif folder and not same:
             near = [p for p in folder if signature(fidelity.load_docs(upstream / p))[1] == mine_sig[1]]
             if near:
-                report.unsure.append((t.id, t.upstream, near))
+                report.unsure.append((t.id, up, near))
             else:
-                report.removed.append((t.id, t.upstream))
+                report.removed.append((t.id, up))
         else:
-            report.removed.append((t.id, t.upstream))
+            report.removed.append((t.id, up))
     report.added = added
     return report
 

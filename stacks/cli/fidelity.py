@@ -143,7 +143,7 @@ def substitute_placeholders(doc: Any, storage_class: str | None, pull_secrets: I
 
     def walk(x):
         if isinstance(x, dict):
-            out = {}
+            out: dict[str, Any] = {}
             for k, v in x.items():
                 if k == "storageClassName" and v in placeholders:
                     if storage_class is not None:
@@ -236,7 +236,8 @@ def without_compile_cache(rendered: dict, upstream: dict, objects: list[dict]) -
     named = set(re.findall(rf"/{compile_cache.SUBDIR}/([^/\"']+)/", repr(rendered)))
     cat = targets()
     candidates = [(t.id, t.runtime, t.gpu, family_of(t).cache.mount) for t in cat.values() if t.dgd_name == name or t.id in named]
-    configmaps = {(d.get("metadata") or {}).get("name"): d.get("data") for d in objects if d.get("kind") == "ConfigMap"}
+    configmaps = {cm_name: d.get("data") for d in objects
+                  if d.get("kind") == "ConfigMap" and (cm_name := (d.get("metadata") or {}).get("name")) is not None}
     return compile_cache.without_compile_cache(rendered, upstream, candidates, configmaps)
 
 
@@ -390,16 +391,16 @@ def check(render_target, ref: Path | None = None, only: Optional[str] = None, *,
         elif not (ref / t.upstream).is_file():
             report.no_upstream.append((t.id, t.upstream))
     for path in sorted(set(scope) | {p for p in by_upstream if (ref / p).is_file()}):
-        t = by_upstream.get(path)
-        if t is None:
+        target = by_upstream.get(path)
+        if target is None:
             report.no_target.append(path)
             continue
         compiled: dict[str, int] = {}
         probed: dict[str, int] = {}
-        diffs = compare_file(load_docs(ref / path), render(t.id), storage_class=storage_class, pull_secrets=pull_secrets,
+        diffs = compare_file(load_docs(ref / path), render(target.id), storage_class=storage_class, pull_secrets=pull_secrets,
                              compiled=compiled, probed=probed)
         if diffs:
-            report.different[path] = (t.id, diffs)
+            report.different[path] = (target.id, diffs)
         else:
             report.exact.append(path)
             if compiled:
@@ -425,11 +426,11 @@ def check(render_target, ref: Path | None = None, only: Optional[str] = None, *,
                     report.cache_exact.append(name)
                 if render_pinned is None or k[0] != "Job":
                     continue
-                t = next((t for t in mine if any(obj_key(o) == k for o in render(t.id))), None)
-                if t is None:
+                owner = next((t for t in mine if any(obj_key(o) == k for o in render(t.id))), None)
+                if owner is None:
                     continue
-                plain = next(o for o in render(t.id) if obj_key(o) == k)
-                pinned = [o for o in render_pinned(t.id) if obj_key(o) == k]
+                plain = next(o for o in render(owner.id) if obj_key(o) == k)
+                pinned = [o for o in render_pinned(owner.id) if obj_key(o) == k]
                 if pinned and pinned[0] != plain:  # the Job takes the revision
                     diffs = compare_file([d], pinned, storage_class=storage_class, pull_secrets=pull_secrets)
                     if diffs:

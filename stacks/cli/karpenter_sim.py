@@ -227,7 +227,7 @@ class KarpenterSim:
         """Until the pool has exactly ``count`` live nodes (none being deleted) and ``count`` NodeClaims, and, when
         ``pods`` is given, every one of those pods is bound. Karpenter removes a node before the NodeClaim's
         termination finalizer lets the claim go, so counting nodes alone ends a scale-in wait early."""
-        last = {}
+        last: dict[str, int] = {}
 
         def seen():
             live = [n for n in self.nodes(node_pool) if not n["metadata"].get("deletionTimestamp")]

@@ -132,6 +132,8 @@ def requests_from_stack(name: str, root: Optional[Path] = None) -> list[Prefligh
 
     from stacks.cluster import GPU_TAINT_KEY, apply_aws_region, build_gpu_pool, plan_eks, pool_name
     from stacks.config import cluster_config
+    from stacks.config.stack import EksCluster
+    from stacks.modes import cluster_as
 
     raw = apply_aws_region(raw, top.get("aws:region"))
     if "serve" in raw:  # a dynamo:serve or cluster-only stack: every GPU node group of its plan
@@ -141,7 +143,7 @@ def requests_from_stack(name: str, root: Optional[Path] = None) -> list[Prefligh
             cc, key = program.cluster.pool_for(pool.gpu)
             out.append(_pool_request(cc, key, pool))
         return out
-    cc, plan, _ = plan_eks(name, parse(raw), cluster_config(raw), raw, frozenset(), aws_region=top.get("aws:region"), require_secrets=False)
+    cc, plan, _ = plan_eks(name, parse(raw), cluster_as(cluster_config(raw), EksCluster), raw, frozenset(), aws_region=top.get("aws:region"), require_secrets=False)
     first = plan.gpu_pools[0]
     pcc, key = cc.pool_for(first.gpu)
     out = [_pool_request(pcc, key, first)]
@@ -445,9 +447,10 @@ def run_checks(req: PreflightRequest, ec2_client, quotas_client, others: int = 0
             raise CredentialsError(line) from None
     results = [check_offering(req, ec2_client)]
     info, info_error = None, None
+    describe_errors: tuple[type[Exception], ...] = (*_api_errors(), IndexError)
     try:
         info = _describe_type(ec2_client, req.instance_type)
-    except (*_api_errors(), IndexError) as e:
+    except describe_errors as e:
         info_error = _err(e)
     results.append(check_efa(req, info, info_error))
     res_result, reservation = check_reservation(req, ec2_client)

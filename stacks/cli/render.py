@@ -27,8 +27,9 @@ def cmd_render(args) -> int:
 
         program = program_for_stack(args.stack)
         objs = program.objects()
-        shown = [layer.title for layer in program.layers]  # the layers in the one layer shape: their objects are below
-        others = [x for x in program.other_layers if not any(x.startswith(t) for t in shown)]
+        # the layers in the one layer shape: their objects are below, their charts in the note
+        shown = [layer.title for layer in program.layers if layer.objects]
+        others = [x for x in program.other_layers if not any(x.startswith(layer.title) for layer in program.layers)]
         charts = [f"{c.chart} {c.version}" for layer in program.layers for c in layer.charts]
         if others or charts:
             what = "serving layer" + "".join(f" and {t}" for t in shown) + (" objects" if shown else " only")

@@ -561,7 +561,7 @@ def run(sim: Simulator, nodes: list[dict], intents: list[PodIntent], runtime_cla
                 if pl.node:
                     pl.pool = pools.get(pl.node)
                 else:
-                    cond = next((c for c in (p.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+                    cond: dict = next((c for c in (p.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"), {})
                     pl.reason = cond.get("message") or f"not scheduled within {timeout:.0f}s"
             out.placements.append(pl)
         return out
@@ -606,7 +606,7 @@ def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "s
     plans = [e.plan for e in program.entries]
     cluster, notes = program.cluster, []
     rcs: set[str] = set()
-    if cluster.mode == "eks":
+    if program.mode.creates_cluster:  # the cluster plan has the node groups
         plan = program.cluster_plan
         groups = eks_groups(plan)
         rcs = {"nvidia"} if plan.nvidia_stack == "gpu-operator" else set()

@@ -16,9 +16,10 @@ what running the download in parallel saves. All pure: no cloud, no cluster.
 
 GPU capacity: a pool on a managed node group (the default) launches its nodes beside the download; a pool on
 Karpenter (``capacity: karpenter``, stacks/cluster/karpenter.py) has no node group: the Karpenter controller is installed
-after the system nodes, and GPU nodes launch on demand once the DGD's pods are Pending, so they are billed only from
-then, and a paused entry's nodes go ``consolidateAfter`` plus Karpenter's disruption polling and emptiness
-validation after its last GPU pod (measured with the real Karpenter by tests/test_karpenter_engine.py, figures in
+after the system nodes, and the GPU nodes launch as soon as the pool's NodePool exists, for the pool's capacity
+placeholder Job created with it (``capacity_placeholder``: pods that Karpenter launches the nodes the DGD's workers
+fill for, minutes before the DGD exists; the workers bind beside them), and a paused entry (no placeholder) has its
+nodes go ``consolidateAfter`` plus Karpenter's disruption polling and emptiness validation after its last GPU pod (measured with the real Karpenter by tests/test_karpenter_engine.py, figures in
 stacks/registry/durations.yaml ``karpenter``). The report shows both paths side by side.
 """
 from __future__ import annotations
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from stacks.cli.shell import wrap
+from stacks.cluster.karpenter import PLACEHOLDER_DEADLINE_S
+from stacks.modes.registry import CLUSTER_MODES
 from stacks.registry import yaml_text
 
 DURATIONS = Path(__file__).resolve().parents[1] / "registry" / "durations.yaml"
@@ -65,6 +68,12 @@ class Timeline:
     @property
     def total(self) -> float:
         return max(self.finish.values()) if self.finish else 0.0
+
+    @property
+    def creates_cluster(self) -> bool:
+        """The stack creates its cluster (its mode's ``creates_cluster``): ``up`` starts from an empty account, and the
+        GPU capacity path (node groups or Karpenter) is its own."""
+        return CLUSTER_MODES[self.mode].creates_cluster
 
     def start(self, name: str) -> float:
         return self.finish[name] - self.steps[name].minutes
@@ -141,18 +150,22 @@ def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: 
                 capacity: str = "node-group") -> dict[str, Step]:
     """The step graph of one ``up`` (see the module docstring). ``sequential``: the recipe runbook's
     order instead (download after the GPU nodes, plugins and platform). ``overrides``: minutes by step.
-    ``capacity``: the GPU pools on managed node groups, or on Karpenter (GPU nodes launched once the DGD exists)."""
+    ``capacity``: the GPU pools on managed node groups, or on Karpenter (GPU nodes launched once the NodePool exists,
+    for its capacity placeholder).
+    ``mode``: the cluster mode's name; where the mode creates its cluster (``ClusterMode.creates_cluster``) the graph
+    starts with the EKS steps (VPC, control plane, node groups, add-ons, cache file system)."""
     if capacity not in CAPACITIES:
         raise ValueError(f"capacity {capacity!r}: choose one of {', '.join(CAPACITIES)}")
     table = durations()["steps"]
-    karpenter = mode == "eks" and capacity == "karpenter"
+    creates = CLUSTER_MODES[mode].creates_cluster
+    karpenter = creates and capacity == "karpenter"
 
     def step(name: str, after: tuple[str, ...], key: Optional[str] = None) -> Step:
         row = table[key or name]
         return Step(name, float(row["minutes"]), row["source"], after, row.get("basis", ""))
 
     steps: list[Step] = []
-    if mode == "eks":
+    if creates:
         fs = "fsx-lustre" if cache_storage == "fsx-lustre" else "efs"
         gpu = step("karpenter", ("system-node-group",)) if karpenter else step("gpu-node-group", ("eks-control-plane",))
         steps += [step("vpc", ()), step("eks-control-plane", ("vpc",)), step("system-node-group", ("eks-control-plane",)),
@@ -166,7 +179,7 @@ def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: 
     if device_plugins:
         # The charts install beside the GPU nodes (from the system nodes on EKS); their pods start on each GPU node as it
         # joins, which the workers wait for (the pods step; on Karpenter after the node launch, below).
-        steps.append(step("device-plugins", ("system-node-group",) if mode == "eks" else ()))
+        steps.append(step("device-plugins", ("system-node-group",) if creates else ()))
         if karpenter:
             graph_deps = graph_deps + ("device-plugins",)
         else:
@@ -180,10 +193,13 @@ def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: 
     steps.append(download_step(model, precision, cache_size, ("serving-objects",), storage_gb_s))
     steps.append(Step("dgd", 0.0, "the DynamoGraphDeployment object; its pods start once it exists", ("model-download",) + graph_deps, "documented"))
     pull_after: tuple[str, ...] = ("dgd",)
-    if karpenter:  # the DGD's pods are Pending until Karpenter's nodes join and the plugins' pods start on them
-        steps.append(step("gpu-node-launch", ("dgd",), "karpenter-node-launch"))
-        steps.append(step("device-plugin-pods", ("gpu-node-launch",)))
-        pull_after = ("device-plugin-pods",)
+    if karpenter:
+        # The pool's capacity placeholder Job comes with its NodePool (components/cluster.py): Karpenter launches the
+        # nodes from there, while the platform and the serving objects are created; the DGD's pods bind once the nodes
+        # joined and the plugins' pods started on them.
+        steps.append(step("gpu-node-launch", ("karpenter",), "karpenter-node-launch"))
+        steps.append(step("device-plugin-pods", ("gpu-node-launch", "device-plugins")))
+        pull_after = ("dgd", "device-plugin-pods")
     steps.append(step("image-pull", pull_after))
     steps.append(step("worker-startup", ("image-pull",)))
     out = {s.name: s for s in steps}
@@ -222,21 +238,21 @@ def gpu_capacity(cluster: Any) -> tuple[str, Optional[float]]:
 def timeline_for_program(program: Any, *, sequential: bool = False, overrides: Optional[dict[str, float]] = None,
                          capacity: Optional[str] = None) -> Timeline:
     """The timeline of a ``stacks.program.ProgramPlan`` (``capacity``: the stack's own unless named)."""
-    cluster, plan = program.cluster, program.serving
+    cluster, plan, mode = program.cluster, program.serving, program.mode
     t = plan.target
     size = (plan.cache_pvc or {}).get("spec", {}).get("resources", {}).get("requests", {}).get("storage")
     storage = None
-    if cluster.mode == "eks" and getattr(cluster, "cache_storage", "efs") == "fsx-lustre":
+    if mode.creates_cluster and getattr(cluster, "cache_storage", "efs") == "fsx-lustre":
         # PERSISTENT_2 throughput is per TiB of storage (FSx for Lustre user guide; FACTS.md)
         tib = cluster.fsx_storage_capacity_gib / 1024
         storage = (tib * cluster.fsx_throughput_per_tib / 1000, f"FSx {cluster.fsx_storage_capacity_gib} GiB x "
                                                                 f"{cluster.fsx_throughput_per_tib} MB/s/TiB")
-    own, after_s = gpu_capacity(cluster) if cluster.mode == "eks" else ("node-group", None)
+    own, after_s = gpu_capacity(cluster) if mode.creates_cluster else ("node-group", None)
     cap = capacity or own
     steps = build_steps(
         storage_gb_s=storage, mode=cluster.mode, model=t.model, precision=t.precision, cache_size=size,
         cache_storage=getattr(cluster, "cache_storage", "efs"),
-        device_plugins=bool(getattr(cluster, "install_device_plugins", False)), platform=cluster.platform_wanted(),
+        device_plugins=mode.installs_device_plugins(cluster), platform=mode.installs_platform(cluster),
         sequential=sequential, overrides=overrides, capacity=cap,
     )
     finish, critical = schedule(steps)
@@ -249,10 +265,10 @@ def _oneline(text: str) -> str:
 
 def report(tl: Timeline, seq: Timeline, other: Optional[Timeline] = None) -> str:
     """``other``: the same stack on the other GPU capacity path (EKS), shown side by side."""
-    cap = f", GPU capacity {tl.capacity}" if tl.mode == "eks" else ""
+    cap = f", GPU capacity {tl.capacity}" if tl.creates_cluster else ""
     lines = [f"timeline: stack {tl.stack} (cluster.mode {tl.mode}{cap})",
              f"target {tl.target}; minutes, from an empty "
-             f"{'account' if tl.mode == 'eks' else 'namespace on the existing cluster'} to a Ready DGD",
+             f"{'account' if tl.creates_cluster else 'namespace on the existing cluster'} to a Ready DGD",
              "", "critical path:", f"  {'start':>6} {'end':>6} {'min':>6}  {'step':<20} basis/source"]
     for n in tl.critical:
         s = tl.steps[n]
@@ -304,7 +320,12 @@ def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
     out = ["GPU capacity, managed node group vs Karpenter (minutes from the start of `up`):",
            f"  {'path':<24} {'Ready':>6} {'GPU nodes from':>15}  GPU nodes billed before Ready",
            f"  {'node group' + mine(ng):<24} {ng.total:6.1f} {ng_from:15.1f}  {ng.total - ng_from:5.1f} min ({ng_step} runs beside the download)",
-           f"  {'karpenter' + mine(kp):<24} {kp.total:6.1f} {kp_from:15.1f}  {kp.total - kp_from:5.1f} min ({kp_step}: nodes launch when the DGD's pods are Pending)",
+           f"  {'karpenter' + mine(kp):<24} {kp.total:6.1f} {kp_from:15.1f}  {kp.total - kp_from:5.1f} min ({kp_step}: nodes launch when the "
+           f"NodePool exists, for its capacity placeholder)",
+           f"  capacity placeholder: Karpenter's GPU nodes launch {kp.finish['dgd'] - kp_from:.1f} min before the DGD exists; "
+           f"if no worker comes (the DGD fails or is never applied), they are held until the placeholder Job's "
+           f"activeDeadlineSeconds ({PLACEHOLDER_DEADLINE_S / 60:.0f} min) and go consolidateAfter"
+           + (f" ({after:.0f} s)" if after is not None else " (Never: not at all)") + " later",
            # The node group's half is stacks/serving/autoscaling.py pause_pools (what `stacks cost` prices as paused).
            "  pause (every entry on the pool paused, or at replicas: 0): the node group goes to 0 nodes at the `up` "
            "that pauses it (desired and min size 0, max kept for the resume; a capacity reservation stays billed); "
@@ -391,7 +412,7 @@ def cmd(args) -> int:
                           "run it on a serving stack that uses this cluster (cluster.mode: stack)")
     tl = timeline_for_program(program)
     other = None
-    if tl.mode == "eks":
+    if tl.creates_cluster:
         other = timeline_for_program(program, capacity="node-group" if tl.capacity == "karpenter" else "karpenter")
     text = report(tl, timeline_for_program(program, sequential=True), other)
     if other is not None:

@@ -22,7 +22,7 @@ The EKS plan, by concern (each module imports only the ones above it):
 - ``plan``: ``ClusterPlan``, ``assemble_plan``, ``build_cluster_plan`` and the other plan builders, ``plan_eks``;
 - ``cluster_stack``: serving on a cluster-only stack's cluster (``cluster.mode: stack``).
 
-This package re-exports their public names, so ``from stacks.cluster import X`` reads as before.
+This package re-exports their public names: callers import them from ``stacks.cluster``.
 """
 from __future__ import annotations
 

@@ -23,6 +23,13 @@ ACCESS_POLICIES = {
 # What the cluster role may do with the Secrets key (terraform-aws-modules/terraform-aws-eks main.tf @0005984c,
 # aws_iam_policy.cluster_encryption).
 SECRETS_KEY_ACTIONS = ("kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey")
+# What the Secrets key encrypts (EKS EncryptionConfig resources: "secrets" is the only value EKS accepts).
+ENCRYPTED_RESOURCES = ("secrets",)
+
+
+def secrets_key_policy(key_arn: str) -> dict[str, Any]:
+    """The cluster role's inline policy on the Secrets key: ``SECRETS_KEY_ACTIONS`` on that key only."""
+    return {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": list(SECRETS_KEY_ACTIONS), "Resource": key_arn}]}
 
 
 def _principal_slug(arn: str) -> str:
@@ -39,7 +46,7 @@ def access_plan(cfg: EksConfig) -> dict[str, Any]:
     ``bootstrap_creator_admin``: EKS CreateCluster ``accessConfig.bootstrapClusterCreatorAdminPermissions`` ("whether or
     not the cluster creator IAM principal was set as a cluster admin access entry during cluster creation time", default
     true; EKS API reference CreateAccessConfigRequest). False as soon as ``accessEntries`` names the principals; true
-    without them, as before (the creator's implicit admin, warned about). It only acts on CreateCluster: terraform-provider-
+    without them (the creator's implicit admin, warned about). It only acts on CreateCluster: terraform-provider-
     aws marks it ForceNew (internal/service/eks/cluster.go), so the wiring keeps an existing cluster's value
     (``ignoreChanges``) and never replaces a cluster for it.
 

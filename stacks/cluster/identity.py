@@ -34,6 +34,7 @@ service (IMDS) options of every GPU launch template and EC2NodeClass, and the ad
 """
 from __future__ import annotations
 
+CLUSTER_POLICY = "AmazonEKSClusterPolicy"  # the EKS cluster role's one managed policy (EKS user guide, "Amazon EKS cluster IAM role")
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")
 SSM_POLICY = "AmazonSSMManagedInstanceCore"
 CNI_POLICY = "AmazonEKS_CNI_Policy"
@@ -52,6 +53,11 @@ ADDON_CONFIGURATION = {"vpc-cni": {"enableNetworkPolicy": "true"}}
 def node_policies(ssm_access: bool) -> tuple[str, ...]:
     """The AWS managed policies of the node roles (the managed node groups' and Karpenter's)."""
     return NODE_POLICIES + ((SSM_POLICY,) if ssm_access else ())
+
+
+def managed_policy_arn(policy: str) -> str:
+    """The ARN of an AWS managed policy named ``policy`` (its path included, e.g. ``service-role/...``)."""
+    return f"arn:aws:iam::aws:policy/{policy}"
 
 
 def launch_template_metadata() -> dict:

@@ -53,6 +53,42 @@ Facts, with their sources:
   designs/placement-groups-support.md @v1.13.1). Its controller permissions (``ec2:DescribePlacementGroups``, the
   ``placement-group/*`` resource on RunInstances/CreateFleet: upgrade guide "Upgrading to 1.11.0+") are not granted,
   and Karpenter pools get none (``placementGroup: true`` is refused for them).
+* Capacity placeholder (``capacity_placeholder``): a pool's GPU nodes are launched when its NodePool exists, not when
+  the DGD's workers turn Pending minutes later. Karpenter launches nodes for pods the scheduler marked unschedulable
+  (sigs.k8s.io/karpenter@v1.13.0 pkg/utils/pod/scheduling.go ``IsProvisionable``: ``FailedToSchedule`` and not
+  scheduled), so a Job of ``pause`` pods that select the NodePool (``karpenter.sh/nodepool``) and tolerate its GPU
+  taint makes it launch the pool's instance type (the NodePool allows one). Why the placeholders request no GPU:
+  Karpenter's scheduling simulation takes every provisionable pod in CPU-and-memory order (pkg/controllers/
+  provisioning/scheduling/queue.go ``byCPUAndMemoryDescending``), with no notion of priority or preemption, and counts
+  an in-flight NodeClaim as empty until pods bind to it (provisioner.go ``Schedule``: the nodes' used capacity, then
+  the pending pods). Were the placeholders to hold the node's GPUs (the textbook overprovisioning pod,
+  kubernetes.io/docs/tasks/administer-cluster/node-overprovisioning), the DGD's workers turning Pending while the
+  nodes still boot (the usual case: the platform and the DGD take minutes, a P5 boots for longer) would be simulated
+  onto those same NodeClaims and the placeholders would get new ones: one extra GPU node per placeholder, held until
+  the deadline (tests/test_karpenter_engine.py shows it with the real Karpenter). So each placeholder requests a
+  sliver of CPU and memory and keeps off the other placeholders' nodes (required pod anti-affinity on
+  ``kubernetes.io/hostname``, which Karpenter honours when it packs: one NodeClaim per placeholder), and the workers,
+  simulated or real, fit beside it: ``parallelism = completions`` = the nodes the pool's unpaused entries fill as
+  planned, so no node more than the workers need is launched. The placeholders still carry a negative-value
+  PriorityClass (value -1000 and ``preemptionPolicy: Never``, as the kubernetes.io overprovisioning example): a
+  higher-priority pod that does not fit preempts them ("If a Pod cannot be scheduled, the scheduler tries to preempt
+  (evict) lower priority Pods": kubernetes.io/docs/concepts/configuration/pod-priority-preemption), and Karpenter
+  launches nothing for a pod the scheduler nominated for preemption (``IsPreempting``: ``nominatedNodeName`` set;
+  aws/karpenter-provider-aws#1051 "Don't provision for pods with nominated node"). The Job never replaces a pod:
+  ``restartPolicy: Never`` and ``backoffLimit: 0``: a pod that fails or is deleted (preempted, evicted) counts as failed
+  (k8s.io/kubernetes@v1.33.13 pkg/controller/job/job_controller.go ``isPodFailed``: "Count deleted Pods as failures"),
+  and one failure fails the Job, whose running pods are then terminated; and it ends:
+  "Once a Job reaches activeDeadlineSeconds, all of its running Pods are terminated and the Job status will become
+  type: Failed with reason: DeadlineExceeded", which "takes precedence over its .spec.backoffLimit"
+  (kubernetes.io/docs/concepts/workloads/controllers/job, "Job termination and cleanup"). After the deadline
+  (``PLACEHOLDER_DEADLINE_S``) a node whose workers never came is empty and goes after the NodePool's
+  ``consolidateAfter``; that is the placeholder's cost when the DGD never comes (or an entry scales in before the
+  deadline: its node stays until then). ``pulumi.com/skipAwait: "true"`` keeps ``up`` from waiting for a Job that is
+  not meant to complete (pulumi-kubernetes pkg/metadata/overrides.go ``SkipAwaitLogic``); deleting it (its entries
+  paused, the pool gone) deletes its pods (foreground cascading delete: pkg/await/await.go). The image is the
+  ``pause`` of the Kubernetes release the simulated cluster runs (kubeadm ``PauseVersion`` 3.10, k8s.io/kubernetes
+  @v1.33.13 cmd/kubeadm/app/constants/constants.go), pinned in stacks/registry/versions.yaml by tag as the manifest
+  pins its other utility images.
 * Interruption queue and rules: the getting-started CloudFormation (aws/karpenter-provider-aws
   website/content/en/preview/getting-started/getting-started-with-karpenter/cloudformation.yaml @0110690d).
 * Controller IAM policy (``controller_policy``): the statements of the v1.13 getting-started CloudFormation, as
@@ -111,6 +147,13 @@ INTERRUPTION_RULES = (
 )
 # IAM role names (CreateRole RoleName) and EventBridge rule names (PutRule Name) are at most 64 characters.
 MAX_AWS_NAME = 64
+# Capacity placeholders (module docstring): one PriorityClass for the stack, one Job per Karpenter pool with entries.
+PLACEHOLDER_PRIORITY_CLASS = "dynamo-capacity-placeholder"
+PLACEHOLDER_PRIORITY = -1000  # below every workload's default 0 (the kubernetes.io overprovisioning example's value)
+PLACEHOLDER_LABEL = "dynamo.nvidia.com/capacity-placeholder"  # pod label: the pool's name (the anti-affinity selects it)
+PLACEHOLDER_DEADLINE_S = 45 * 60  # how long the placeholders may hold nodes that no worker comes to
+PLACEHOLDER_REQUESTS = {"cpu": "10m", "memory": "16Mi"}  # a sliver: a worker always fits beside it
+SKIP_AWAIT = "pulumi.com/skipAwait"
 
 
 def chart_pin() -> dict:
@@ -134,6 +177,9 @@ class KarpenterPool:
     nodes_needed: int  # what the stack's DGDs need now (0: a cluster-only pool)
     ec2nodeclass: dict
     nodepool: dict
+    # The Job whose pods have Karpenter launch the nodes the pool's unpaused entries fill, as soon as the NodePool
+    # exists (``capacity_placeholder``); None when no unpaused entry uses the pool.
+    placeholder: Optional[dict] = None
 
     def offerings(self) -> list[dict]:
         """The instance type offerings this NodePool can launch (for a KWOK instance-types file): type, capacity
@@ -158,10 +204,20 @@ class KarpenterPlan:
     crd_helm: Any = None
     pools: list[KarpenterPool] = field(default_factory=list)
     reserved: bool = False
+    # The placeholders' PriorityClass (cluster-scoped), when a pool has a placeholder Job.
+    priority_class: Optional[dict] = None
+
+    def placeholders(self) -> list[dict]:
+        """The pools' capacity placeholder Jobs (pools without one have none)."""
+        return [p.placeholder for p in self.pools if p.placeholder is not None]
 
     def objects(self) -> list[dict]:
-        """The Kubernetes objects, in apply order (every EC2NodeClass before the NodePools that name them)."""
-        return [p.ec2nodeclass for p in self.pools] + [p.nodepool for p in self.pools]
+        """The Kubernetes objects, in apply order (every EC2NodeClass before the NodePools that name them, then the
+        placeholders' PriorityClass and Jobs)."""
+        out = [p.ec2nodeclass for p in self.pools] + [p.nodepool for p in self.pools]
+        if self.priority_class is not None:
+            out.append(self.priority_class)
+        return out + self.placeholders()
 
 
 def capacity_type_for(market_type: str, capacity_reservation_id: Optional[str]) -> tuple[str, Optional[str]]:
@@ -225,7 +281,8 @@ def nodepool(name: str, nodeclass: str, instance_type: str, capacity_type: str, 
     ]
     if reservation_type:
         reqs.append({"key": RESERVATION_TYPE_LABEL, "operator": "In", "values": [reservation_type]})
-    effect = {"NO_SCHEDULE": "NoSchedule"}.get(taint.get("effect"), taint.get("effect") or "NoSchedule")
+    given = taint.get("effect")  # EKS spells NoSchedule NO_SCHEDULE
+    effect = "NoSchedule" if given == "NO_SCHEDULE" else given or "NoSchedule"
     return {
         "apiVersion": NODEPOOL_API,
         "kind": "NodePool",
@@ -363,13 +420,61 @@ def helm_values(cluster_name: str, queue_name: str, reserved: bool, system_selec
     }
 
 
+def placeholder_priority_class() -> dict:
+    """The placeholders' PriorityClass: below every workload, never preempting anything itself."""
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": PLACEHOLDER_PRIORITY_CLASS},
+            "value": PLACEHOLDER_PRIORITY, "globalDefault": False, "preemptionPolicy": "Never",
+            "description": "Dynamo capacity placeholders: have Karpenter launch a GPU pool's nodes when its NodePool exists; "
+                           "every workload outranks them"}
+
+
+def capacity_placeholder(pool_name: str, taint: dict, nodes: int, image: Optional[str] = None,
+                         deadline_s: int = PLACEHOLDER_DEADLINE_S) -> Optional[dict]:
+    """The pool's capacity placeholder Job (module docstring): ``nodes`` pause pods, one per node of the pool's
+    NodePool (its ``karpenter.sh/nodepool`` label, its GPU taint tolerated, apart by hostname anti-affinity), each
+    requesting a sliver of CPU and memory so the workers fit beside it, at the placeholders' negative priority; never
+    replaced, ended after ``deadline_s``; ``up`` does not wait for it. None when no node is needed."""
+    if nodes <= 0:
+        return None
+    if image is None:
+        from stacks.registry.versions import image as pinned
+
+        image = pinned("capacity-placeholder")
+    given = taint.get("effect")  # EKS spells NoSchedule NO_SCHEDULE
+    effect = "NoSchedule" if given == "NO_SCHEDULE" else given or "NoSchedule"
+    labels = {"app.kubernetes.io/name": "capacity-placeholder", "app.kubernetes.io/part-of": "dynamo", PLACEHOLDER_LABEL: pool_name}
+    pod = {
+        "priorityClassName": PLACEHOLDER_PRIORITY_CLASS,
+        "restartPolicy": "Never",
+        "nodeSelector": {NODEPOOL_LABEL: pool_name},
+        "tolerations": [{"key": taint["key"], "operator": "Equal", "value": str(taint["value"]), "effect": effect}],
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {PLACEHOLDER_LABEL: pool_name}}, "topologyKey": "kubernetes.io/hostname"}]}},
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "runAsGroup": 65535,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "pause", "image": image, "imagePullPolicy": "IfNotPresent",
+                        "resources": {"requests": dict(PLACEHOLDER_REQUESTS), "limits": dict(PLACEHOLDER_REQUESTS)},
+                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}}],
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": f"capacity-placeholder-{pool_name}", "namespace": NAMESPACE, "labels": dict(labels),
+                     "annotations": {SKIP_AWAIT: "true"}},
+        "spec": {"parallelism": nodes, "completions": nodes, "backoffLimit": 0, "activeDeadlineSeconds": deadline_s,
+                 "template": {"metadata": {"labels": labels}, "spec": pod}},
+    }
+
+
 def pool_objects(cluster_name: str, pool_name: str, node_role: str, instance_type: str, arch: str, gpus_per_node: int,
                  zone: str, labels: dict, taint: dict, max_nodes: int, *, ami_alias: str, market_type: str = "on-demand",
                  capacity_reservation_id: Optional[str] = None,
                  consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER, gpu: str = "", nodes_needed: int = 0,
-                 efa_cards: Iterable[int] = ()) -> KarpenterPool:
+                 efa_cards: Iterable[int] = (), placeholder_nodes: int = 0) -> KarpenterPool:
     """One pool's EC2NodeClass and NodePool (both named ``<pool name>``); ``efa_cards``: the instance's EFA network
-    cards when the pool's workers use EFA (empty: no interfaces named)."""
+    cards when the pool's workers use EFA (empty: no interfaces named); ``placeholder_nodes``: the nodes its unpaused
+    entries fill as planned, launched as soon as the NodePool exists (``capacity_placeholder``; 0: none)."""
     ctype, rtype = capacity_type_for(market_type, capacity_reservation_id)
     nc = ec2nodeclass(pool_name, cluster_name, node_role, capacity_reservation_id, ami_alias,
                       tags={"dynamo.nvidia.com/cluster": cluster_name}, efa_cards=efa_cards)
@@ -377,7 +482,7 @@ def pool_objects(cluster_name: str, pool_name: str, node_role: str, instance_typ
                   arch=arch, consolidate_after=consolidate_after)
     return KarpenterPool(name=pool_name, gpu=gpu, instance_type=instance_type, capacity_type=ctype, reservation_type=rtype,
                          zone=zone, max_nodes=max_nodes, gpus_per_node=gpus_per_node, nodes_needed=nodes_needed,
-                         ec2nodeclass=nc, nodepool=np)
+                         ec2nodeclass=nc, nodepool=np, placeholder=capacity_placeholder(pool_name, taint, min(placeholder_nodes, max_nodes)))
 
 
 def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[KarpenterPool], system_nodes: int = 2,
@@ -415,12 +520,21 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
         # EventBridge rule names: up to 64 characters (EventBridge PutRule Name).
         rules=[{"name": n, "rule_name": f"{cluster_name}-{n}", "event_pattern": json.dumps({"source": [src], "detail-type": [dt]})}
                for n, src, dt in INTERRUPTION_RULES],
-        pools=pools, reserved=reserved)
+        pools=pools, reserved=reserved,
+        priority_class=placeholder_priority_class() if any(p.placeholder for p in pools) else None)
 
 
 def node_role_name(cluster_name: str, region: str) -> str:
     """The Karpenter node role's name (the EC2NodeClass names it): stacks.cluster.identity.role_name."""
     return role_name(cluster_name, region, "karpenter-node")
+
+
+def controller_policy_values(queue_arn: str, node_role_arn: str, controller_role_arn: str) -> dict[str, str]:
+    """The placeholders of ``KarpenterPlan.controller_policy`` from the resolved ARNs; the account id is the controller
+    role ARN's fifth field (``arn:aws:iam::<account>:role/...``), ``*`` while that ARN is not one (a preview's
+    placeholder)."""
+    account = controller_role_arn.split(":")[4] if controller_role_arn.count(":") >= 5 else "*"
+    return {"<queue-arn>": queue_arn, "<node-role-arn>": node_role_arn, "<account-id>": account}
 
 
 def fill(doc: Any, values: dict[str, str]) -> Any:

@@ -26,7 +26,7 @@ LOCAL_ZONE_SLOT = 3
 
 def _private_slots(cidr: str) -> list[ipaddress.IPv4Network]:
     """The fixed private slots 0-6 of a VPC (see above)."""
-    first, second = ipaddress.ip_network(cidr).subnets(prefixlen_diff=1)
+    first, second = ipaddress.IPv4Network(cidr).subnets(prefixlen_diff=1)
     overflow = list(list(second.subnets(prefixlen_diff=1))[1].subnets(prefixlen_diff=2))
     return list(first.subnets(prefixlen_diff=2)) + overflow[:3]
 
@@ -42,7 +42,7 @@ def _subnets(cidr: str, zones: tuple[str, ...], local_zone: Optional[str] = None
     first half (and, past the third zone, in the second), small public ones in the second half. ``fixed-slots``: each
     subnet's block depends only on its zone's position (2 to 6 zones, and the Local Zone); ``by-zone-count``: sizes
     follow the zone count, as clusters built before the slots have them."""
-    net = ipaddress.ip_network(cidr)
+    net = ipaddress.IPv4Network(cidr)  # an IPv4 range (EksConfig checks vpcCidr)
     halves = list(net.subnets(prefixlen_diff=1))
     public = list(halves[1].subnets(prefixlen_diff=max(4, math.ceil(math.log2(len(zones))))))
     if layout == "by-zone-count":
@@ -111,12 +111,48 @@ def efa_security_group(cfg: EksConfig) -> dict[str, list[dict]]:
     return {"ingress": ingress, "egress": [{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}]}
 
 
+# The model cache's file-system ports its clients reach: FSx for Lustre servers listen on TCP 988 and 1018-1023 (the
+# range 988-1023 covers both; FSx for Lustre user guide, "File system access control with Amazon VPC"), EFS on NFS 2049.
+LUSTRE_SERVER_PORTS = (988, 1023)
+NFS_PORT = 2049
+ALL_EGRESS = {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}
+
+
+def cache_security_group(cfg: EksConfig) -> dict[str, list[dict]]:
+    """The rules of the model cache's security group (its mount targets or its FSx interfaces): the file system's ports
+    from the VPC, all egress."""
+    lo, hi = LUSTRE_SERVER_PORTS if cfg.cache_storage == "fsx-lustre" else (NFS_PORT, NFS_PORT)
+    return {"ingress": [{"protocol": "tcp", "from_port": lo, "to_port": hi, "cidr_blocks": [cfg.vpc_cidr]}], "egress": [dict(ALL_EGRESS)]}
+
+
+def endpoint_security_group(cfg: EksConfig) -> dict[str, list[dict]]:
+    """The rules of the interface endpoints' security group: HTTPS from the VPC, all egress."""
+    return {"ingress": [{"protocol": "tcp", "from_port": 443, "to_port": 443, "cidr_blocks": [cfg.vpc_cidr]}], "egress": [dict(ALL_EGRESS)]}
+
+
+def api_endpoint(public: bool, public_access_cidrs: list[str]) -> dict[str, Any]:
+    """The EKS cluster's ``vpc_config`` besides its subnets: a private endpoint always, a public one when asked. A
+    private-only endpoint sends no ``public_access_cidrs`` (the provider keeps the computed value; sending [] would
+    diff forever)."""
+    return {"endpoint_public_access": public, "endpoint_private_access": True,
+            **({"public_access_cidrs": public_access_cidrs} if public else {})}
+
+
+def api_ingress(private_access_cidrs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The cluster security group's rules that admit the networks reaching a private endpoint on 443, each with the
+    resource-name part its CIDR gives it (``api-from-10-1-0-0-16``)."""
+    return [{"name": f"api-from-{cidr.replace('.', '-').replace('/', '-')}", "cidr_ipv4": cidr, "ip_protocol": "tcp",
+             "from_port": 443, "to_port": 443, "description": "Kubernetes API (private endpoint) from a connected network"}
+            for cidr in private_access_cidrs]
+
+
 def network_plan(cfg: EksConfig) -> dict[str, Any]:
     """Egress of the cluster's private subnets and the endpoints that keep AWS traffic off the NAT gateway's per-GB
     charge: ``nat_zones`` (the zones with a NAT gateway: the first, or every zone), ``s3_gateway_endpoint``,
     ``interface_endpoints`` (service suffixes), the API endpoint (``endpoint_public_access``, ``public_access_cidrs``,
-    ``private_access_cidrs``: the networks the cluster security group admits on 443), ``efa_security_group`` and
-    ``warnings``."""
+    ``private_access_cidrs``: the networks the cluster security group admits on 443), the rules the shell creates from
+    it (``api_endpoint``, ``api_ingress``), the security groups' rules (``efa_security_group``,
+    ``cache_security_group``, ``endpoint_security_group``) and ``warnings``."""
     zones = cfg.zones()
     warnings = []
     public = cfg.endpoint_access == "public"
@@ -137,6 +173,10 @@ def network_plan(cfg: EksConfig) -> dict[str, Any]:
         "endpoint_public_access": public,
         "public_access_cidrs": list(cfg.public_access_cidrs) if public else [],
         "private_access_cidrs": list(cfg.private_access_cidrs),
+        "api_endpoint": api_endpoint(public, list(cfg.public_access_cidrs) if public else []),
+        "api_ingress": api_ingress(tuple(cfg.private_access_cidrs)),
         "efa_security_group": efa_security_group(cfg),
+        "cache_security_group": cache_security_group(cfg),
+        "endpoint_security_group": endpoint_security_group(cfg),
         "warnings": warnings,
     }

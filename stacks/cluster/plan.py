@@ -19,7 +19,7 @@ from stacks.cluster.network import _subnets, check_fabric_on_eks, network_plan
 from stacks.cluster.pools import (GPU_TAINT_KEY, POOL_LABEL, GpuPool, NodeShape, _dgd, _key, _untolerated, build_gpu_pool,
                                   combined_dgd, gpu_taint_for, pin_gpu_product, pool_name)
 from stacks.cluster.pull_secrets import check_secrets_on_new_cluster, pull_secret
-from stacks.cluster.storage import _fsx_static_pv, _gib, _storage_class, cache_class_name
+from stacks.cluster.storage import _fsx_static_pv, _gib, _storage_class, cache_class_name, efs_class_parameters
 
 
 @dataclass
@@ -62,8 +62,8 @@ class ClusterPlan:
     # Every GPU node group (one per gpuPools entry), the first one also as gpu_nodegroup, launch_template, placement_group,
     # shape and gpu_shape above (its resources keep the single-target names).
     gpu_pools: list["GpuPool"] = field(default_factory=list)
-    # Egress and endpoints (``network_plan``): NAT gateways, the S3 gateway endpoint, ECR interface endpoints, the
-    # public API endpoint's CIDRs and the warnings the wiring logs.
+    # Egress and endpoints (``network_plan``): NAT gateways, the S3 gateway endpoint, ECR interface endpoints, the API
+    # endpoint and the networks it admits, the security groups' rules and the warnings the wiring logs.
     network: dict[str, Any] = field(default_factory=dict)
     # stacks.cluster.karpenter.KarpenterPlan when a GPU pool has capacity: karpenter (its pools get no managed node group).
     karpenter: Optional[Any] = None
@@ -76,6 +76,57 @@ class ClusterPlan:
     # The system group's disk was set (dynamo:cluster.systemDiskGib): a change replaces the group. Unset, a running
     # group keeps the disk it has (the wiring ignores diskSize) and preflight says how to resize it.
     system_disk_set: bool = False
+
+    # What the shell reads besides the fields above, derived from them here so components/cluster.py decides nothing.
+    @property
+    def tags(self) -> dict[str, str]:
+        """The tag every AWS resource of the cluster carries (the preflight lookups filter on it)."""
+        return {CLUSTER_TAG: self.name}
+
+    @property
+    def discovery_tags(self) -> dict[str, str]:
+        """The tag Karpenter pools find their subnets and security groups by (EC2NodeClass selector terms), on the
+        private subnets, the GPU Local Zone subnet and the EFA group; none without Karpenter, so those stacks keep
+        their tags unchanged."""
+        from stacks.cluster.karpenter import DISCOVERY_TAG
+
+        return {DISCOVERY_TAG: self.name} if self.karpenter else {}
+
+    @property
+    def keep_network(self) -> bool:
+        """A protected FSx cache keeps the network it sits in (its ENIs hold the subnet, the security group and the
+        VPC): retaining those lets ``pulumi destroy`` finish. EFS mount targets are deleted, so EFS keeps none."""
+        return self.protect_cache and self.storage["kind"] == "fsx-lustre"
+
+    @property
+    def cluster_policy_arn(self) -> str:
+        """The EKS cluster role's managed policy."""
+        return identity.managed_policy_arn(identity.CLUSTER_POLICY)
+
+    @property
+    def node_policy_arns(self) -> dict[str, str]:
+        """The node roles' managed policies (``node_policies``), name -> ARN; the name is part of the resource name."""
+        return {p: identity.managed_policy_arn(p) for p in self.node_policies}
+
+    @property
+    def addon_roles(self) -> dict[str, tuple[str, str]]:
+        """Add-on -> (service account, managed policy ARN) of the add-ons with their own Pod Identity role."""
+        return {a: (sa, identity.managed_policy_arn(policy)) for a, (sa, policy) in self.addon_identities.items()}
+
+    @property
+    def addons_after_nodes(self) -> list[str]:
+        """The add-ons created once the system nodes run their pods: every add-on not in ``addons_before_nodes``."""
+        return [a for a in self.addons if a not in self.addons_before_nodes]
+
+    @property
+    def file_system_args(self) -> dict[str, Any]:
+        """The cache file system's constructor arguments from ``storage`` (without its kind, and without the FSx zone,
+        which picks the subnet)."""
+        return {k: v for k, v in self.storage.items() if k not in ("kind", "availability_zone")}
+
+
+# Every AWS resource of the cluster carries it, with the cluster's name.
+CLUSTER_TAG = "dynamo.nvidia.com/cluster"
 
 
 # The system node group's root disk. EKS gives a managed node group without a launch template 20 GiB ("The default
@@ -136,11 +187,11 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
     static_pv = None
     sc = None
     if cfg.cache_storage == "efs":
-        storage = {"kind": "efs", "throughput_mode": cfg.efs_throughput_mode, "performance_mode": "generalPurpose", "encrypted": True}
+        storage: dict[str, Any] = {"kind": "efs", "throughput_mode": cfg.efs_throughput_mode, "performance_mode": "generalPurpose", "encrypted": True}
         if cfg.efs_provisioned_throughput_mibps is not None:
             storage["provisioned_throughput_in_mibps"] = cfg.efs_provisioned_throughput_mibps
         class_name = "efs-model-cache"
-        sc = _storage_class(class_name, "efs.csi.aws.com", {"provisioningMode": "efs-ap", "directoryPerms": "700", "fileSystemId": "<efs-id>"})
+        sc = _storage_class(class_name, "efs.csi.aws.com", efs_class_parameters("<efs-id>"))
         csi = "aws-efs-csi-driver"
     else:
         # FSx for Lustre is an Availability Zone service: in the GPU zone, or the first zone when the GPUs are in a Local Zone.
@@ -162,13 +213,14 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
     addons = ["vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", csi]
     from stacks.cluster.karpenter import build_karpenter_plan, node_role_name, pool_objects
 
+    # One NodePool per Karpenter pool (capacity "karpenter": the pools with karpenter settings).
     karpenter = build_karpenter_plan(name, cfg.region, [
         pool_objects(name, p.name, node_role_name(name, cfg.region), p.shape.instance_type, p.shape.kubernetes_arch, p.shape.gpus_per_node,
                      p.karpenter["zone"], p.nodegroup["labels"], p.nodegroup["taints"][0], p.karpenter["max_nodes"],
                      market_type=p.karpenter["market_type"], capacity_reservation_id=p.karpenter["capacity_reservation_id"],
                      ami_alias=p.karpenter["ami_alias"], consolidate_after=p.karpenter["consolidate_after"], gpu=p.gpu,
-                     nodes_needed=p.nodes_needed, efa_cards=p.shape.efa_cards if p.efa else ())
-        for p in pools if p.capacity == "karpenter"], system_nodes=cfg.system_nodes, system_selector={POOL_LABEL: "system"})
+                     nodes_needed=p.nodes_needed, efa_cards=p.shape.efa_cards if p.efa else (), placeholder_nodes=p.nodes_running)
+        for p in pools if p.karpenter is not None], system_nodes=cfg.system_nodes, system_selector={POOL_LABEL: "system"})
     return ClusterPlan(
         name=name,
         region=cfg.region,

@@ -72,6 +72,9 @@ class GpuPool:
     efa: bool
     nodes_needed: int
     gpus: int = 0
+    # The nodes the entries' GPU pods fill as planned (paused components at 0 replicas count none): a Karpenter pool's
+    # capacity placeholders (stacks/cluster/karpenter.py). ``nodes_needed`` is at least 1 for a pool entries size.
+    nodes_running: int = 0
     # "node-group" (the managed node group above) or "karpenter" (a NodePool; nodegroup and launch_template then only
     # describe the nodes, nothing registers them). ``karpenter``: max_nodes, consolidate_after, ami_alias, market_type,
     # capacity_reservation_id, zone.
@@ -131,7 +134,7 @@ def network_interfaces(shape: InstanceShape, efa: bool) -> list[dict]:
     (EC2 user guide, efa-acc-inst-types: an EFA-only interface cannot be the primary one)."""
     if not efa:
         return [{"device_index": 0, "network_card_index": 0, "delete_on_termination": True}]
-    out = []
+    out: list[dict[str, Any]] = []
     if 0 not in shape.efa_cards:
         out.append({"device_index": 0, "network_card_index": 0, "delete_on_termination": True})
     for card in shape.efa_cards:
@@ -189,7 +192,7 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
         raise ConfigError(f"{_key(key, 'capacity')}: karpenter: {shape.instance_type} is sold only in UltraServer Capacity Blocks, "
                           "which this project builds as managed node groups (with the DRA driver and ComputeDomain); use capacity: node-group")
     if dgd is None:
-        needed, gpus = 0, 0
+        needed, gpus, running = 0, 0, 0
         if karpenter:
             if cfg.max_nodes is None:
                 raise ConfigError(f"{_key(key, 'maxNodes')}: not set; a Karpenter pool that no serving entry of this stack sizes needs "
@@ -202,7 +205,7 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
         if too_big:
             raise ConfigError(f"{_key(key, 'instanceType')}: {shape.instance_type}: no single node holds " + "; ".join(too_big)
                               + f" ({what}); choose a larger instance type of {gpu} or fewer GPUs per worker")
-        needed = max(needed, 1)
+        running, needed = needed, max(needed, 1)
         gpus = catalog.gpus_needed(dgd)
     count = cfg.gpu_nodes or needed
     if karpenter:
@@ -241,7 +244,7 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
         # the capacity-block market and the reservation; the node group sets no instanceTypes.
         lt["instance_market_options"] = {"market_type": "capacity-block"}
         lt["instance_type"] = shape.instance_type
-    gpu_ng = {
+    gpu_ng: dict[str, Any] = {
         "ami_type": AMI_TYPE[shape.arch],
         # The group's Kubernetes version is the control plane's: after a control-plane step the same `up` moves the groups
         # (UpdateNodegroupVersion, after UpdateClusterVersion: the group depends on the cluster), so the next step is not
@@ -280,7 +283,7 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
               "ami_alias": cfg.ami_alias or karpenter_ami_alias(cfg.ami_release()), "market_type": cfg.market_type,
               "capacity_reservation_id": cfg.capacity_reservation_id, "zone": cfg.gpu_zone()}
     return GpuPool(name=name, gpu=gpu, nodegroup=gpu_ng, launch_template=lt, placement_group=placement_group, shape=shape,
-                   node_shape=node_shape, efa=efa, nodes_needed=needed, gpus=gpus,
+                   node_shape=node_shape, efa=efa, nodes_needed=needed, gpus=gpus, nodes_running=running,
                    capacity="karpenter" if karpenter else "node-group", karpenter=kp)
 
 
@@ -310,7 +313,8 @@ def pin_gpu_product(dgd: dict, product: str) -> list[str]:
 
 def tolerates(pod: dict, taint: dict) -> bool:
     """Kubernetes "Taints and Tolerations": Exists matches any value; Equal (the default) needs the same value."""
-    effect = {"NO_SCHEDULE": "NoSchedule"}.get(taint.get("effect"), taint.get("effect"))
+    given = taint.get("effect")  # EKS spells NoSchedule NO_SCHEDULE
+    effect = "NoSchedule" if given == "NO_SCHEDULE" else given
     for t in pod.get("tolerations") or []:
         if t.get("effect") not in (None, "", effect):
             continue

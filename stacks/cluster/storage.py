@@ -3,6 +3,7 @@ PersistentVolume, the cache class name of a cluster and storage quantities in Gi
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from stacks.config.eks import EksConfig
 
@@ -28,6 +29,18 @@ def _storage_class(name: str, provisioner: str, parameters: dict) -> dict:
     }
 
 
+def efs_class_parameters(file_system_id: str) -> dict[str, str]:
+    """The EFS cache StorageClass's parameters: an access point per claim (``efs-ap``), its root directory private
+    to the pod's user (700), on the stack's file system."""
+    return {"provisioningMode": "efs-ap", "directoryPerms": "700", "fileSystemId": file_system_id}
+
+
+def fsx_volume_source(file_system_id: str, dns_name: str, mount_name: str) -> dict[str, Any]:
+    """The ``csi`` source of the FSx static PersistentVolume (kubernetes-sigs/aws-fsx-csi-driver static provisioning):
+    the file system's id, DNS name and mount name."""
+    return {"driver": "fsx.csi.aws.com", "volumeHandle": file_system_id, "volumeAttributes": {"dnsname": dns_name, "mountname": mount_name}}
+
+
 def _fsx_static_pv(name: str, class_name: str, capacity_gib: int) -> dict:
     """The stack's FSx for Lustre file system as a PersistentVolume: the CSI driver has no StorageClass parameter
     naming an existing file system, so the cache binds statically (kubernetes-sigs/aws-fsx-csi-driver,
@@ -44,7 +57,7 @@ def _fsx_static_pv(name: str, class_name: str, capacity_gib: int) -> dict:
             "mountOptions": ["flock"],
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": class_name,
-            "csi": {"driver": "fsx.csi.aws.com", "volumeHandle": "<fsx-id>", "volumeAttributes": {"dnsname": "<fsx-dns>", "mountname": "<fsx-mount>"}},
+            "csi": fsx_volume_source("<fsx-id>", "<fsx-dns>", "<fsx-mount>"),
         },
     }
 

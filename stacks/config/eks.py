@@ -7,13 +7,17 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal, Optional
+from typing import Any, Callable, Iterable, Literal, Optional, TypeVar
 
 from pydantic import Field, model_validator
 
 from stacks.config.keys import NS, ConfigError, _Model
 from stacks.registry.gpus import InstanceShape, shape_for
 
+
+# The NVIDIA stack the program installs on GPU nodes: NVIDIA's device plugin alone, or the GPU Operator (driver off: EKS
+# GPU AMIs ship one).
+NvidiaStack = Literal["device-plugin", "gpu-operator"]
 
 # AWS Regions (commercial and GovCloud) a stack may name; EC2 "Regions and Zones" (docs.aws.amazon.com/global-infrastructure/latest/regions).
 AWS_REGIONS = (
@@ -153,7 +157,7 @@ def check_ami_release(groups: Iterable[LiveNodeGroup], release: str, cluster: st
     its AMI only if the stack pins at least that release."""
     newer = [g for g in groups if g.release_version and _release_order(g.release_version) > _release_order(release)]
     if newer:
-        top = max((g.release_version for g in newer), key=_release_order)
+        top = max((v for g in newer if (v := g.release_version)), key=_release_order)
         raise ValueError(f"{k}.amiReleaseVersion: {release} is older than the AMI release node group(s) "
                          f"{', '.join(f'{g.name} ({g.release_version})' for g in newer)} of EKS cluster {cluster!r} run, and EKS "
                          f"cannot roll a node group back to an earlier AMI version (UpdateNodegroupVersion). Set "
@@ -348,8 +352,9 @@ PRIVATE_VPC_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0
 # a principal of another partition.
 _PRINCIPAL_ARN = re.compile(r"arn:aws:iam::[0-9]{12}:(?:role|user)/[\w+=,.@/-]{1,512}", re.ASCII)
 # EKS control-plane log types (EKS API LogSetup types; EKS user guide "Send control plane logs to CloudWatch Logs").
-CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
-DEFAULT_CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
+ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+CONTROL_PLANE_LOG_TYPES: tuple[ControlPlaneLog, ...] = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+DEFAULT_CONTROL_PLANE_LOGS: tuple[ControlPlaneLog, ...] = ("api", "audit", "authenticator")
 # CloudWatch Logs PutRetentionPolicy retentionInDays: "Possible values are: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365,
 # 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, and 3653" (CloudWatch Logs API reference, PutRetentionPolicy).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
@@ -405,7 +410,7 @@ class EksConfig(_Model):
     efs_provisioned_throughput_mibps: Optional[int] = None  # EFS_PROVISIONED_MIBPS, checked in _check
     fsx_storage_capacity_gib: int = 2400
     fsx_throughput_per_tib: Literal[125, 250, 500, 1000] = 1000
-    nvidia_stack: Literal["device-plugin", "gpu-operator"] = "device-plugin"
+    nvidia_stack: NvidiaStack = "device-plugin"
     admin_principal_arns: tuple[str, ...] = ()
     # Who may use the Kubernetes API, as EKS access entries (access_plan). Set: a new cluster grants nobody implicit admin
     # (bootstrapClusterCreatorAdminPermissions false); unset: EKS makes the identity that creates the cluster its admin.
@@ -413,7 +418,7 @@ class EksConfig(_Model):
     # Envelope encryption of Kubernetes Secrets with a customer-managed KMS key the stack creates (rotation on), and
     # control-plane logs to CloudWatch Logs (/aws/eks/<cluster>/cluster, created before the cluster with this retention).
     secrets_encryption: bool = True
-    control_plane_logs: tuple[Literal["api", "audit", "authenticator", "controllerManager", "scheduler"], ...] = DEFAULT_CONTROL_PLANE_LOGS
+    control_plane_logs: tuple[ControlPlaneLog, ...] = DEFAULT_CONTROL_PLANE_LOGS
     control_plane_log_retention_days: int = 90
     # Who may reach the public Kubernetes API endpoint. EKS's own default is 0.0.0.0/0 (EKS API reference,
     # VpcConfigRequest.publicAccessCidrs); kept as the default here, and the plan warns about it.
@@ -524,12 +529,12 @@ class EksConfig(_Model):
             net = ipaddress.ip_network(self.vpc_cidr)
         except ValueError:
             raise ValueError(f"{k}.vpcCidr: {self.vpc_cidr!r} is not a CIDR like 10.0.0.0/16") from None
-        if net.version != 4 or net.prefixlen > 20 or net.prefixlen < 16:
+        if not isinstance(net, ipaddress.IPv4Network) or net.prefixlen > 20 or net.prefixlen < 16:
             raise ValueError(f"{k}.vpcCidr: {self.vpc_cidr!r} must be an IPv4 network from /16 to /20 (VPC sizes AWS allows, room for 2 subnets per zone)")
         # A VPC range should be private: RFC 1918 (10/8, 172.16/12, 192.168/16) or RFC 6598 shared space (100.64/10), as the
         # Amazon VPC user guide recommends for a VPC's IPv4 block (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-cidr-blocks.html,
         # private ranges of RFC 1918). A public range would shadow the real hosts of that range for every pod and node.
-        if not any(net.subnet_of(ipaddress.ip_network(r)) for r in PRIVATE_VPC_RANGES):
+        if not any(net.subnet_of(ipaddress.IPv4Network(r)) for r in PRIVATE_VPC_RANGES):
             raise ValueError(f"{k}.vpcCidr: {self.vpc_cidr!r} is a public address range; use a private one inside "
                              f"{', '.join(PRIVATE_VPC_RANGES)} (RFC 1918, RFC 6598), e.g. 10.0.0.0/16")
 
@@ -693,7 +698,8 @@ class EksConfig(_Model):
         seen: dict[str, int] = {}
         for i, p in enumerate(self.gpu_pools):
             pk = f"{k}.gpuPools[{i}]"
-            if p.gpu not in GPUS or not GPUS[p.gpu].instance:
+            instance = GPUS[p.gpu].instance if p.gpu in GPUS else None
+            if not instance:
                 from stacks.registry.gpus import MISSING_INSTANCE_DATA
 
                 raise ValueError(f"{pk}.gpu: {p.gpu!r} is not a GPU with an EC2 instance type; choose one of: {', '.join(eks_gpus)}"
@@ -706,7 +712,7 @@ class EksConfig(_Model):
                     shape_for(p.gpu, p.instance_type)
                 except ValueError as e:
                     raise ValueError(f"{pk}.instanceType: {e}") from None
-            shape = INSTANCES[p.instance_type or GPUS[p.gpu].instance]
+            shape = INSTANCES[p.instance_type or instance]
             if p.capacity_reservation_id is not None and not re.fullmatch(r"cr-[0-9a-f]{8}(?:[0-9a-f]{9})?", p.capacity_reservation_id):
                 raise ValueError(f"{pk}.capacityReservationId: {p.capacity_reservation_id!r} is not a reservation id like cr-0123456789abcdef0")
             if p.market_type == "capacity-block" and not p.capacity_reservation_id:
@@ -834,7 +840,10 @@ def missing_region_message() -> str:
             f"dynamo:cluster.region: us-east-1 in the stack file; choose one of: {', '.join(AWS_REGIONS)}")
 
 
-def resolve_region(cfg: EksConfig, cluster_raw: dict, aws_region: Optional[str]) -> EksConfig:
+_Eks = TypeVar("_Eks", bound=EksConfig)  # EksConfig or ClusterConfig: resolve_region returns the class it was given
+
+
+def resolve_region(cfg: _Eks, cluster_raw: dict, aws_region: Optional[str]) -> _Eks:
     """``aws:region`` and ``dynamo:cluster.region`` must agree; the program's AWS provider uses the result.
     Without ``dynamo:cluster.region``, ``aws:region`` sets it; with neither the stack is refused (no silent
     default region: an EKS cluster, its VPC and its prices are all per Region)."""

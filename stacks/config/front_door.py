@@ -195,7 +195,8 @@ class FrontDoorConfig(_Model):
                                                     "{namespace: <its namespace>, name: <its name>}")
             managed_only = {"exposure", "source_ranges", "tls", "namespace", "install_controllers"} & self.model_fields_set
             if managed_only:
-                key = type(self).model_fields[sorted(managed_only)[0]].alias
+                first = sorted(managed_only)[0]
+                key = type(self).model_fields[first].alias or first
                 raise _key_error(key, "has no effect with gateway: existing (that Gateway's listeners, certificates and load "
                                       "balancer are its own); set it on the existing Gateway, or use gateway: managed")
             if self.existing_gateway.implementation != "envoy-gateway" and (self.auth.mode != "none" or self.rate_limit):

@@ -6,16 +6,16 @@ and ``render --all`` parse) is then imported without them.
 """
 from __future__ import annotations
 
-import functools
 import os
 import re
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from stacks.config.eks import EksConfig, apply_aws_region, resolve_region
+from stacks.config.eks import EksConfig, NvidiaStack, apply_aws_region, resolve_region
 from stacks.config.front_door import API_KEYS_SECRET, FrontDoorConfig
-from stacks.config.keys import (FRONT_DOOR, NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _camel, _key_error,
+from stacks.config.keys import (FRONT_DOOR, NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _key_error,
+                                INVALID, _Model, _short,
                                 check_no_empty_values, combined_error,
                      check_secret_keys, parse, quantity_bytes, validation_error)
 from stacks.config.secret_values import check_secret_values
@@ -29,102 +29,128 @@ MODES = ("render", "kubeconfig", "eks", "stack")
 _STACK_REF = re.compile(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*/)?[A-Za-z0-9][-A-Za-z0-9_.]*")
 
 
-class ClusterConfig(EksConfig):
-    """Every ``dynamo:cluster`` key of every mode, with the checks that name the key, the value and the mode it belongs to;
-    ``cluster_config`` validates with it first (for those messages), then narrows to the mode's ``ClusterSource`` variant."""
+class ClusterVariant:
+    """What one cluster mode's config means, as class attributes of its variant (one pydantic model per mode, below,
+    holding that mode's keys and nothing else): ``READS_KUBECONFIG``, it reads the secret ``dynamo:kubeconfig`` (else
+    ``kubeconfigPath`` or KUBECONFIG); ``CREATES_PULL_SECRETS``, the stack creates the image pull Secrets from
+    ``dynamo:ngcApiKey``/``imagePullSecret``; ``CLUSTER_ONLY``, a stack may serve nothing (``dynamo:serve: []``) and
+    build the cluster alone. What the mode means to the plans is its ``stacks.modes.ClusterMode`` (stacks/modes/)."""
 
-    # render: write manifests to render_dir (no cluster, no credentials); kubeconfig: an existing cluster
-    # (secret dynamo:kubeconfig, or kubeconfigPath/KUBECONFIG, and context); eks: create the cluster (EKS keys).
-    # stack: the cluster of a cluster-only stack (``stack``: org/project/name), through a Pulumi StackReference.
-    mode: Literal["render", "kubeconfig", "eks", "stack"] = "render"
-    stack: Optional[str] = None
-    render_dir: str = "rendered"
-    kubeconfig_path: Optional[str] = None
-    context: Optional[str] = None
-    # Device plugins for the target's fabric and the NVIDIA stack on an existing cluster (EKS always installs them).
-    install_device_plugins: bool = False
-    # Dynamo platform: default on for eks, off for existing clusters (they usually have it).
-    install_platform: Optional[bool] = None  # type: ignore[assignment]
+    READS_KUBECONFIG: ClassVar[bool] = False
+    CREATES_PULL_SECRETS: ClassVar[bool] = False
+    CLUSTER_ONLY: ClassVar[bool] = False
 
-    @field_validator("render_dir", "kubeconfig_path", "context")
     @classmethod
-    def _not_blank(cls, v, info):
-        if v is not None and (not v.strip() or v != v.strip() or "\x00" in v):
-            extra = ("; a render stack writes its manifests to this directory and never talks to a cluster"
-                     if info.field_name == "render_dir" else "")
-            raise ValueError(f"{v!r} is empty or has surrounding whitespace{extra}")
-        return v
-
-    @model_validator(mode="after")
-    def _keys_for_mode(self):
-        """A key of another mode would be ignored silently (e.g. ``region`` on a render stack): refuse it."""
-        own = {
-            "render": {"render_dir"},
-            "kubeconfig": {"kubeconfig_path", "context", "install_device_plugins", "install_platform"},
-            "eks": set(EksConfig.model_fields) | {"install_platform"},
-            "stack": {"stack"},
-        }
-        for key in sorted(self.model_fields_set - {"mode"}):
-            if key not in own[self.mode]:
-                modes = [m for m in MODES if key in own[m]]
-                raise _key_error(_camel(key), f"{getattr(self, key)!r} has no effect with cluster.mode {self.mode!r}; "
-                                              f"it applies to mode {' or '.join(repr(m) for m in modes)}")
-        if self.mode == "stack":
-            if not self.stack:
-                raise _key_error("stack", "not set; cluster.mode stack serves on the cluster of a cluster-only stack: "
-                                          "set cluster.stack to its name, e.g. org/dynamo/h100-cluster")
-            if not _STACK_REF.fullmatch(self.stack):
-                raise _key_error("stack", f"{self.stack!r} is not a stack name org/project/stack (e.g. org/dynamo/h100-cluster; "
-                                          "a DIY backend's org is 'organization') or a bare stack name (legacy DIY backends)")
-            # Pulumi limits stack (and project) names to 100 characters (pulumi/pulumi pkg/backend/diy store.go:
-            # "stack names are limited to 100 characters and may only contain alphanumeric, hyphens, underscores, or periods").
-            long = [p for p in self.stack.split("/") if len(p) > 100]
-            if long:
-                raise _key_error("stack", f"{self.stack[:40]!r}... has a name part of {len(long[0])} characters; Pulumi stack and "
-                                          "project names are at most 100 characters (org/project/stack)")
-        return self
-
-    def platform_wanted(self) -> bool:
-        # mode stack: the cluster stack installs the platform
-        return self.mode == "eks" if self.install_platform is None else bool(self.install_platform)
+    def keys(cls) -> frozenset[str]:
+        """The ``dynamo:cluster`` keys this mode reads, as written in the stack file (camelCase)."""
+        fields = cls.model_fields  # type: ignore[attr-defined]  # every variant is also a pydantic model
+        return frozenset(f.alias or name for name, f in fields.items()) - {"mode"}
 
 
-class RenderCluster(ClusterConfig):
+def _not_blank(v: Optional[str], what: str = "") -> Optional[str]:
+    if v is not None and (not v.strip() or v != v.strip() or "\x00" in v):
+        raise ValueError(f"{v!r} is empty or has surrounding whitespace{what}")
+    return v
+
+
+class RenderCluster(ClusterVariant, _Model):
     """``mode: render``: manifests written to ``renderDir``; no cluster, no credentials, no Helm charts."""
 
     mode: Literal["render"] = "render"
+    render_dir: str = "rendered"
+
+    @field_validator("render_dir")
+    @classmethod
+    def _dir(cls, v: str) -> str:
+        return _not_blank(v, "; a render stack writes its manifests to this directory and never talks to a cluster") or v
 
 
-class KubeconfigCluster(ClusterConfig):
-    """``mode: kubeconfig``: an existing cluster (secret ``dynamo:kubeconfig``, else ``kubeconfigPath``/KUBECONFIG)."""
+class KubeconfigCluster(ClusterVariant, _Model):
+    """``mode: kubeconfig``: an existing cluster (secret ``dynamo:kubeconfig``, else ``kubeconfigPath``/KUBECONFIG, and
+    ``context``). ``installDevicePlugins``: the device plugins of the entries' fabrics and the NVIDIA stack
+    (``nvidiaStack``) too; ``installPlatform``: the Dynamo platform (such clusters usually have it)."""
+
+    READS_KUBECONFIG: ClassVar[bool] = True
 
     mode: Literal["kubeconfig"]
+    kubeconfig_path: Optional[str] = None
+    context: Optional[str] = None
+    install_device_plugins: bool = False
+    nvidia_stack: NvidiaStack = "device-plugin"
+    install_platform: Optional[bool] = None
+
+    @field_validator("kubeconfig_path", "context")
+    @classmethod
+    def _names(cls, v: Optional[str]) -> Optional[str]:
+        return _not_blank(v)
+
+    @model_validator(mode="after")
+    def _plugins(self):
+        if "nvidia_stack" in self.model_fields_set and not self.install_device_plugins:
+            raise _key_error("nvidiaStack", f"{self.nvidia_stack!r} has no effect without installDevicePlugins: true (the "
+                                            "cluster's own NVIDIA stack is used); set installDevicePlugins: true or remove it")
+        return self
 
 
-class StackCluster(ClusterConfig):
+class StackCluster(ClusterVariant, _Model):
     """``mode: stack``: the cluster of a cluster-only stack, read through a StackReference at ``up``."""
 
+    CREATES_PULL_SECRETS: ClassVar[bool] = True
+
     mode: Literal["stack"]
+    stack: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _stack_name(self):
+        """``stack``: set, and a stack name as StackReference takes it."""
+        stack = self.stack
+        if not stack:
+            raise _key_error("stack", "not set; cluster.mode stack serves on the cluster of a cluster-only stack: "
+                                      "set cluster.stack to its name, e.g. org/dynamo/h100-cluster")
+        if not _STACK_REF.fullmatch(stack):
+            raise _key_error("stack", f"{stack!r} is not a stack name org/project/stack (e.g. org/dynamo/h100-cluster; "
+                                      "a DIY backend's org is 'organization') or a bare stack name (legacy DIY backends)")
+        # Pulumi limits stack (and project) names to 100 characters (pulumi/pulumi pkg/backend/diy store.go:
+        # "stack names are limited to 100 characters and may only contain alphanumeric, hyphens, underscores, or periods").
+        long = [p for p in stack.split("/") if len(p) > 100]
+        if long:
+            raise _key_error("stack", f"{stack[:40]!r}... has a name part of {len(long[0])} characters; Pulumi stack and "
+                                      "project names are at most 100 characters (org/project/stack)")
+        return self
 
 
-class EksCluster(ClusterConfig):
-    """``mode: eks``: the EKS cluster this stack creates (the EKS keys: ``stacks.config.eks.EksConfig``)."""
+class EksCluster(ClusterVariant, EksConfig):
+    """``mode: eks``: the EKS cluster this stack creates (the EKS keys: ``stacks.config.eks.EksConfig``), with the
+    Dynamo platform unless ``installPlatform: false``."""
+
+    CREATES_PULL_SECRETS: ClassVar[bool] = True
+    CLUSTER_ONLY: ClassVar[bool] = True
 
     mode: Literal["eks"]
+    install_platform: Optional[bool] = None
 
 
-ClusterSource = Annotated[Union[RenderCluster, KubeconfigCluster, StackCluster, EksCluster], Field(discriminator="mode")]
+# A stack's cluster config: its mode's variant.
+ClusterConfig = Union[RenderCluster, KubeconfigCluster, StackCluster, EksCluster]
+ClusterSource = Annotated[ClusterConfig, Field(discriminator="mode")]
+CLUSTER_VARIANTS: dict[str, type] = {get_args(c.model_fields["mode"].annotation)[0]: c for c in get_args(ClusterConfig)}
 
 
-@functools.cache
-def _cluster_source() -> TypeAdapter:
-    """Built on first use: the union's schema is the costliest part of importing the config layer, and the catalog
-    commands never parse a cluster."""
-    return TypeAdapter(ClusterSource)
+class _Mode(_Model):
+    """``cluster.mode`` alone, read first: it decides which variant reads the other keys."""
+
+    model_config = ConfigDict(extra="ignore")
+    mode: Literal["render", "kubeconfig", "eks", "stack"] = "render"
+
+
+def cluster_variant(mode: str) -> Any:
+    """The variant (a ``ClusterVariant`` pydantic model) of a mode name."""
+    return CLUSTER_VARIANTS[mode]
 
 
 def cluster_config(raw: dict[str, Any]) -> ClusterConfig:
-    """``dynamo:cluster`` as its mode's ``ClusterSource`` variant (a ``ClusterConfig``)."""
+    """``dynamo:cluster`` as its mode's variant. A key of another mode would be ignored silently (``region`` on a render
+    stack): it is refused, naming the modes that read it; every problem of the section is reported at once."""
     value = raw.get("cluster")
     if value is None:
         value = {}
@@ -132,10 +158,25 @@ def cluster_config(raw: dict[str, Any]) -> ClusterConfig:
         raise ConfigError(f"{NS}:cluster: {value!r} is not a mapping; set cluster.mode to one of {', '.join(repr(m) for m in MODES)} "
                           "with its keys, e.g. {mode: render, renderDir: rendered}")
     try:
-        checked = ClusterConfig.model_validate(value, by_name=False)  # camelCase keys only, as in the stack file
+        mode = _Mode.model_validate(value, by_name=False).mode
     except ValidationError as e:
-        raise validation_error(e, ("cluster",), ClusterConfig) from None
-    return _cluster_source().validate_python({**value, "mode": checked.mode}, by_name=False)
+        raise validation_error(e, ("cluster",), _Mode) from None
+    variant = cluster_variant(mode)
+    errors, own = [], {}
+    for key, v in value.items():
+        readers = [m for m in MODES if key in cluster_variant(m).keys()]
+        if key == "mode" or key in variant.keys() or not readers:
+            own[key] = v  # its own keys, and unknown ones (refused below, with the mode's valid keys)
+        else:
+            errors.append(ConfigError(f"{INVALID}{NS}:cluster.{key}: {_short(v)} has no effect with cluster.mode {mode!r}; it applies to "
+                                      f"mode {' or '.join(repr(m) for m in readers)}"))
+    try:
+        checked = variant.model_validate(own, by_name=False)  # camelCase keys only, as in the stack file
+    except ValidationError as e:
+        errors.append(validation_error(e, ("cluster",), variant))
+    if errors:
+        raise combined_error(errors)
+    return checked
 
 
 # --------------------------------------------------------------------------- serving entries (dynamo:serve)
@@ -238,7 +279,8 @@ def entry_configs(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     defaults = {k: v for k, v in raw.items() if k not in STACK_KEYS}
     if entries is None:
         return [(NS, dict(raw))]
-    if entries == [] and isinstance(raw.get("cluster"), dict) and raw["cluster"].get("mode") == "eks":
+    mode = raw["cluster"].get("mode") if isinstance(raw.get("cluster"), dict) else None
+    if entries == [] and mode in MODES and cluster_variant(mode).CLUSTER_ONLY:
         return []  # a cluster-only stack (parse_spec checks it sets nothing to serve)
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{NS}:{SERVE}: {entries!r} is not a non-empty list of serving entries (each a mapping with target or axes); "
@@ -318,10 +360,10 @@ def check_unused_secrets(secret_keys: frozenset[str], mode: str) -> None:
         raise ConfigError(f"{NS}:ngcApiKey and {NS}:imagePullSecret: both are set, and both fill the same image pull "
                           f"Secret (one would be ignored); keep one: {NS}:ngcApiKey (nvcr.io) or {NS}:imagePullSecret "
                           f"(a whole .dockerconfigjson, any registry)")
-    if "kubeconfig" in secret_keys and mode != "kubeconfig":
+    if "kubeconfig" in secret_keys and not cluster_variant(mode).READS_KUBECONFIG:
         raise ConfigError(f"{NS}:kubeconfig: set as a secret, but cluster.mode is {mode!r}, which never reads it "
                           f"(only cluster.mode 'kubeconfig' does); remove it: `pulumi config rm {NS}:kubeconfig`")
-    if pull and mode not in ("eks", "stack"):
+    if pull and not cluster_variant(mode).CREATES_PULL_SECRETS:
         key = sorted(pull)[0]
         raise ConfigError(f"{NS}:{key}: set as a secret, but this stack never creates an image pull Secret (cluster.mode is "
                           f"{mode!r}: the cluster's own Secrets are named by {NS}:imagePullSecrets); remove it "
@@ -347,7 +389,8 @@ def kubeconfig_path(cluster: ClusterConfig, secret_keys: frozenset[str], env: Op
     that runs ``up`` (the local stack's kubeconfig exists only while the local control plane runs)."""
     if "kubeconfig" in secret_keys or env is None:
         return None
-    path = cluster.kubeconfig_path or (env or {}).get("KUBECONFIG")
+    own = cluster.kubeconfig_path if isinstance(cluster, KubeconfigCluster) else None  # the variant with the key
+    path = own or (env or {}).get("KUBECONFIG")
     if not path:
         raise ConfigError(
             f"{NS}:cluster.kubeconfigPath: cluster.mode is kubeconfig but none of {NS}:kubeconfig (secret), "
@@ -355,7 +398,7 @@ def kubeconfig_path(cluster: ClusterConfig, secret_keys: frozenset[str], env: Op
         )
     first = os.path.expanduser(path.split(os.pathsep)[0])
     if not os.path.isfile(first):
-        key = f"{NS}:cluster.kubeconfigPath" if cluster.kubeconfig_path else "KUBECONFIG"
+        key = f"{NS}:cluster.kubeconfigPath" if own else "KUBECONFIG"
         raise ConfigError(f"{key}: {path!r} is not a readable file; point it at a kubeconfig or set the secret {NS}:kubeconfig")
     return first
 
@@ -427,20 +470,21 @@ def parse_spec(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = fr
             except ConfigError as e:
                 errors.append(e)
         raise combined_error(errors) from None
-    if cluster.mode == "render" and not (cluster.render_dir or "").strip():
+    if isinstance(cluster, RenderCluster) and not (cluster.render_dir or "").strip():
         raise ConfigError(
             f"{NS}:cluster.renderDir: {cluster.render_dir!r} is empty; a render stack writes manifests to a directory "
             f"and never talks to a cluster: set it (default 'rendered') or choose cluster.mode kubeconfig or eks"
         )
-    kubeconfig_file = kubeconfig_path(cluster, secret_keys, env) if cluster.mode == "kubeconfig" else None
+    kubeconfig_file = kubeconfig_path(cluster, secret_keys, env) if cluster.READS_KUBECONFIG else None
     single = SERVE not in raw
     common = dict(stack=stack, single=single, secret_keys=secret_keys, require_secrets=env is not None,
                   kubeconfig_file=kubeconfig_file, aws_region=aws_region)
-    if raw.get(SERVE) == [] and cluster.mode == "eks":  # a cluster-only stack
+    if raw.get(SERVE) == [] and cluster.CLUSTER_ONLY:  # a cluster-only stack
         for key in sorted(raw):
             if key not in STACK_KEYS or key in ("observability", "benchmark", FRONT_DOOR):
                 raise ConfigError(f"{NS}:{key}: has no effect in a cluster-only stack ({NS}:serve: []), which serves nothing; "
                                   f"set it on a serving stack (cluster.mode: stack) or add entries to {NS}:serve")
+        assert isinstance(cluster, EksCluster), "only the eks variant builds a cluster alone (CLUSTER_ONLY)"
         cluster = resolve_region(cluster, raw.get("cluster") or {}, aws_region)
         check_front_door_secrets(FrontDoorConfig(), secret_keys)  # a cluster-only stack has no door: its keys are unused
         check_unused_secrets(secret_keys, cluster.mode)

@@ -42,7 +42,7 @@ set by the AWS Load Balancer Controller's ``aws-load-balancer-listener-attribute
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from stacks.registry.charts import helm_spec as _helm
 from stacks.layers import LayerPlan, SecretFill
@@ -51,6 +51,9 @@ from stacks.serving.network_policy import NS_NAME_LABEL, front_door_ingress
 from stacks.serving.operator import FRONTEND, component_type, operator_services
 from stacks.config.keys import NS, ConfigError
 from stacks.config.front_door import API_KEYS_SECRET, FrontDoorConfig
+
+if TYPE_CHECKING:
+    from stacks.modes import ClusterMode
 
 # Request headers of the Dynamo 1.6.1 frontend that choose where or how a request runs (see the module docstring).
 ROUTING_HEADERS = (
@@ -118,7 +121,7 @@ def _frontend_service(dgd: dict) -> tuple[str, int]:
     raise ConfigError(f"{NS}:frontDoor: DGD {dgd['metadata']['name']} has no frontend component to route to")
 
 
-def _service_spec(door: FrontDoorConfig, mode: str, idle: int) -> dict:
+def _service_spec(door: FrontDoorConfig, mode: "ClusterMode", idle: int) -> dict:
     """The gateway's Service: ClusterIP for ``cluster``; a LoadBalancer otherwise (on EKS an NLB, IP targets, in TCP
     mode, through the AWS Load Balancer Controller: its docs' ``aws-load-balancer-type: external`` and
     ``nlb-target-type: ip``; ``scheme`` internal for ``vpc``)."""
@@ -127,7 +130,7 @@ def _service_spec(door: FrontDoorConfig, mode: str, idle: int) -> dict:
     spec: dict[str, Any] = {"type": "LoadBalancer", "externalTrafficPolicy": "Cluster"}
     if door.source_ranges:
         spec["loadBalancerSourceRanges"] = list(door.source_ranges)
-    if mode == "eks":
+    if mode.installs_load_balancer_controller:
         ports = [HTTPS_PORT, HTTP_PORT] if door.tls.mode != "none" else [HTTP_PORT]
         spec["annotations"] = {
             f"{LB}type": "external",
@@ -143,23 +146,25 @@ def _service_spec(door: FrontDoorConfig, mode: str, idle: int) -> dict:
 API_PREFIX = "/v1"
 
 
-def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, stack: str) -> Optional[LayerPlan]:
+def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: "ClusterMode", stack: str) -> Optional[LayerPlan]:
     """The front door's charts and objects for these serving entries, or None when ``frontDoor.enabled`` is false.
-    ``mode``: the cluster mode (``eks`` adds the NLB annotations; ``render`` installs no charts)."""
+    ``mode``: the stack's cluster mode (where it installs the AWS Load Balancer Controller, the NLB annotations and idle
+    timeout; where it installs no charts, no controllers; where the cluster has no load balancer controller, no
+    LoadBalancer Service)."""
     if not door.enabled:
         return None
-    if needs_load_balancer(door) and mode == "stack":
+    if needs_load_balancer(door) and mode.lacks_load_balancer_controller:
         raise ConfigError(f"{NS}:frontDoor.exposure: {door.exposure!r} needs a load balancer controller, and this stack serves on a "
                           f"cluster stack's cluster (cluster.mode stack), which installs none; use exposure: cluster, or "
                           f"gateway: existing with a Gateway the cluster already exposes")
-    if door.exposure == "vpc" and mode not in ("eks", "render"):
+    if door.exposure == "vpc" and not mode.internal_load_balancer:
         raise ConfigError(f"{NS}:frontDoor.exposure: 'vpc' makes an internal AWS NLB, which needs cluster.mode eks (this stack's "
-                          f"is {mode!r}); use exposure: internet with sourceRanges, or cluster, or gateway: existing")
+                          f"is {mode.name!r}); use exposure: internet with sourceRanges, or cluster, or gateway: existing")
     timeout = request_timeout(door, [e.plan.target for e in entries])
     idle = min(max(timeout, NLB_IDLE_TIMEOUT_RANGE[0]), NLB_IDLE_TIMEOUT_RANGE[1])
     plan = LayerPlan(key="frontDoor", kind="FrontDoor", title=f"front door ({door.gateway} gateway, {door.exposure})",
                      after_charts=CHART_KINDS)
-    if door.exposure != "cluster" and timeout > NLB_IDLE_TIMEOUT_RANGE[1] and mode == "eks":
+    if door.exposure != "cluster" and timeout > NLB_IDLE_TIMEOUT_RANGE[1] and mode.installs_load_balancer_controller:
         plan.warnings.append(f"{NS}:frontDoor.requestTimeout: {timeout}s is longer than an NLB TCP listener may stay idle "
                              f"({NLB_IDLE_TIMEOUT_RANGE[1]}s); a request silent for longer is cut by the load balancer")
     namespaces = list(dict.fromkeys(e.plan.dgd["metadata"]["namespace"] for e in entries))
@@ -172,9 +177,10 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: str, st
             raise ConfigError(f"{NS}:frontDoor.namespace: {door.namespace!r} is a serving namespace; the gateway gets a namespace "
                               f"of its own (default dynamo-gateway), so only it is admitted to the frontends")
         _managed_gateway(plan, door, mode, namespaces, idle, timeout, remove)
-        section = "https" if tls else "http"
+        section: Optional[str] = "https" if tls else "http"
     else:
         eg = door.existing_gateway
+        assert eg is not None, "gateway: existing requires existingGateway (FrontDoorConfig checks it)"
         gw_ns, gw_name, section = eg.namespace, eg.name, eg.section_name
     if door.allow_namespaces and not any(e.cfg.network_policy.enabled for e in entries):
         raise ConfigError(f"{NS}:frontDoor.allowNamespaces: {list(door.allow_namespaces)} has no effect without NetworkPolicies "
@@ -215,15 +221,17 @@ def proxy_namespaces(door: FrontDoorConfig) -> list[str]:
     installs deploys proxies there); with the user's own controller (installControllers: false) also Envoy Gateway's
     default, the controller's namespace; for an existing Gateway ``existingGateway.proxyNamespace``."""
     if door.gateway == "existing":
-        return [door.existing_gateway.proxy_namespace or door.existing_gateway.namespace]
+        eg = door.existing_gateway
+        assert eg is not None, "gateway: existing requires existingGateway (FrontDoorConfig checks it)"
+        return [eg.proxy_namespace or eg.namespace]
     return [door.namespace] if door.install_controllers else [door.namespace, EG_NAMESPACE]
 
 
-def _managed_gateway(plan: LayerPlan, door: FrontDoorConfig, mode: str, serving_namespaces: list[str], idle: int,
+def _managed_gateway(plan: LayerPlan, door: FrontDoorConfig, mode: "ClusterMode", serving_namespaces: list[str], idle: int,
                      timeout: int, remove: list[str]) -> None:
     """The pinned Envoy Gateway (and cert-manager), its GatewayClass, EnvoyProxy, Gateway, TLS and header policy."""
     ns = door.namespace
-    if door.install_controllers and mode != "render":
+    if door.install_controllers and mode.installs_charts:
         # The proxies run in the Gateway's own namespace (not the controller's, Envoy Gateway's default): the
         # NetworkPolicy admits exactly that namespace (EnvoyGatewayKubernetesProvider.deploy.type GatewayNamespace).
         plan.charts.append(_helm("envoy-gateway", "eg", EG_NAMESPACE, {"config": {"envoyGateway": {
@@ -260,6 +268,7 @@ def _managed_gateway(plan: LayerPlan, door: FrontDoorConfig, mode: str, serving_
                          "spec": {"gatewayClassName": GATEWAY_NAME, "listeners": listeners}})
     if door.tls.mode == "certManager":
         issuer = door.tls.issuer
+        assert issuer is not None, "tls.mode certManager requires tls.issuer (the config checks it)"
         plan.objects.append({"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": _meta(f"{GATEWAY_NAME}-tls", ns),
                              "spec": {"secretName": f"{GATEWAY_NAME}-tls", "dnsNames": [door.hostname],
                                       "issuerRef": {"group": "cert-manager.io", "kind": issuer.kind, "name": issuer.name}}})
@@ -301,7 +310,8 @@ def _auth_objects(plan: LayerPlan, door: FrontDoorConfig, route: str, ns: str) -
                                "sanitize": True}}
     else:
         jwt = door.auth.jwt
-        provider = {"name": "issuer", "issuer": jwt.issuer, "remoteJWKS": {"uri": jwt.jwks_uri}}
+        assert jwt is not None, "auth.mode jwt requires auth.jwt (the config checks it)"
+        provider: dict[str, Any] = {"name": "issuer", "issuer": jwt.issuer, "remoteJWKS": {"uri": jwt.jwks_uri}}
         if jwt.audiences:
             provider["audiences"] = list(jwt.audiences)
         provider["claimToHeaders"] = [{"header": TENANT_HEADER, "claim": jwt.tenant_claim}]

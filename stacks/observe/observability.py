@@ -1,6 +1,7 @@
 """Pure builder for the optional observability layer (``dynamo:observability``).
 
-No Pulumi here: ``components/observability.py`` registers what ``build_observability`` returns.
+No Pulumi here: ``stacks/layers/observability.py`` makes what ``build_observability`` returns a layer in the one
+layer shape (``stacks.layers.LayerPlan``), which components/layer.py registers.
 
 What it builds, and why each choice:
 

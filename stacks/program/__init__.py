@@ -8,6 +8,11 @@ The whole program as data: the parsed spec in, every plan out (Kubernetes and AW
 only, so both paths refuse the same configurations with the same message and show the same objects: what
 ``render`` shows is what ``up`` creates. Nothing here talks to a cluster or a cloud; the Pulumi components only
 wire the result.
+
+Where the objects go is the stack's cluster mode (``dynamo:cluster.mode``: render, kubeconfig, stack, eks), one module
+each in stacks/modes/: ``plan_program`` looks the mode up in the one registry (``stacks.modes.registry.cluster_mode``;
+afterwards ``ProgramPlan.mode``) and asks it how each entry is planned, how the entries' cluster plans combine, which layers,
+device plugins and charts it installs, the Pod Security version, pause and the pools autoscaling must fit.
 """
 from __future__ import annotations
 
@@ -16,17 +21,22 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Optional
 
-from stacks.serving.autoscaling import PoolUse, check_bounds, cluster_stack_pools, keda_chart, keda_specs, pause_pools, scaled_object
-from stacks.serving.benchmark import build_benchmark, synthetic_speculative_dgd
-from stacks.cluster.load_balancer import plan_load_balancer_controller
-from stacks.cluster.platform import fabrics_objects
-from stacks.cluster import build_cluster_only_plan, build_pools_plan, combined_stack_plan, plan_eks, plan_on_cluster_stack
+from stacks.serving.autoscaling import check_bounds, keda_specs, scaled_object
+from stacks.serving.benchmark import BenchmarkPlan, build_benchmark, synthetic_speculative_dgd
 from stacks.config.keys import NS, ConfigError, StackConfig
-from stacks.observe.observability import build_observability, dynamo_pod_monitors, prometheus_url
+from stacks.config.stack import EksCluster, KubeconfigCluster
+from stacks.observe.observability import ObservabilityPlan, build_observability, dynamo_pod_monitors, prometheus_url
 from stacks.layers import LayerPlan
+from stacks.modes import ClusterMode, EntryPlan
+from stacks.modes.registry import cluster_mode
+from stacks.layers.benchmark import benchmark_layer
 from stacks.layers.front_door import needs_load_balancer, plan_front_door
+from stacks.layers.keda import plan_keda
+from stacks.layers.platform import plan_device_plugins, plan_dynamo_platform
+from stacks.cluster.platform import GPU_PRESENT_LABELS
+from stacks.layers.observability import observability_layer
 from stacks.serving.serve import Entry, build_entries
-from stacks.serving import (PSS_PREFIX, REDACTED, ServingPlan, build_plan, least_strict, plan_pods, pod_security_labels,
+from stacks.serving import (PSS_PREFIX, REDACTED, ServingPlan, least_strict, plan_pods, pod_security_labels,
                             pod_security_level)
 from stacks.config import ClusterConfig, ProgramSpec, ServeEntry, kubeconfig_path, parse_spec  # noqa: F401  (kubeconfig_path: re-export)
 
@@ -39,17 +49,23 @@ class ProgramPlan:
     cfg: Optional[StackConfig]  # None: a cluster-only stack (``dynamo:serve: []``)
     cluster: ClusterConfig
     serving: Optional[ServingPlan]
-    # stacks.cluster.ClusterPlan for mode: eks; stacks.cluster.ClusterStackPlan for mode: stack
+    # The mode's plan of the cluster (ClusterMode.plan_cluster): stacks.cluster.ClusterPlan for mode eks,
+    # stacks.cluster.ClusterStackPlan for mode stack, None where the mode plans no cluster
     cluster_plan: Optional[Any] = None
-    # Layers ``up`` creates besides the serving objects (render --stack shows the serving layer only).
+    # Layers ``up`` creates besides the serving objects, one line each (the cluster's, then each of ``layers``).
     other_layers: list[str] = field(default_factory=list)
-    # Optional layers (None when off): stacks.observe.observability.ObservabilityPlan, stacks.serving.benchmark.BenchmarkPlan
-    observability: Optional[Any] = None
-    benchmark: Optional[Any] = None
+    # The typed plans of two optional layers (None when off), which other plans read (KEDA the Prometheus URL, Pod
+    # Security the Job's pod): stacks.observe.observability.ObservabilityPlan, stacks.serving.benchmark.BenchmarkPlan.
+    # Their objects are those of their LayerPlans in ``layers`` (stacks/layers/observability.py, benchmark.py).
+    observability: Optional[ObservabilityPlan] = None
+    benchmark: Optional[BenchmarkPlan] = None
     # One per serving entry (``dynamo:serve``); a single-target stack has one, keyed ``dynamo``.
     entries: list[Entry] = field(default_factory=list)
-    spec: Optional[ProgramSpec] = None  # what the plans were built from
-    # The optional layers in the one layer shape (stacks/layers): each a LayerPlan, wired by components/layer.py.
+    spec: ProgramSpec = field(kw_only=True)  # what the plans were built from
+    # The optional layers in the one layer shape (stacks/layers), in order: the platform layer (``platform_layers``:
+    # device plugins, the Dynamo platform) and KEDA (``demand_layers``), which serving objects wait for (``gates``: up
+    # creates them first); observability and the benchmark (``optional_layers``); those of LAYER_PLANNERS. Each a
+    # LayerPlan, wired by components/layer.py.
     layers: list[LayerPlan] = field(default_factory=list)
 
     @property
@@ -57,13 +73,15 @@ class ProgramPlan:
         """A ``dynamo:serve`` stack (resources named by namespace and entry) rather than a single target."""
         return bool(self.entries) and self.entries[0].key != NS
 
+    @property
+    def mode(self) -> ClusterMode:
+        """The stack's cluster mode (stacks/modes): what the cluster source means to the plans and the shells."""
+        return cluster_mode(self.cluster)
+
     def device_plugin_fabrics(self) -> list[str]:
-        """The fabrics whose device plugins the platform layer installs: on EKS the cluster's (EFA or none); on an
-        existing cluster with ``installDevicePlugins`` every entry's (its ``fabricProfile``, else its target's), each
-        once, so a stack serving an InfiniBand and an EFA target installs both plugins."""
-        if self.cluster.mode == "eks":
-            return ["aws-efa" if self.cluster_plan.efa else "none"]
-        return list(dict.fromkeys(e.cfg.fabric_profile or e.plan.target.fabric for e in self.entries))
+        """The fabrics whose device plugins the platform layer installs (the mode's ``device_plugin_fabrics``: on EKS
+        the cluster's, EFA or none; on an existing cluster with ``installDevicePlugins`` every entry's)."""
+        return self.mode.device_plugin_fabrics(self.cluster_plan, self.entries)
 
     def cluster_objects(self) -> list[dict]:
         """Kubernetes objects of the cluster layer that ``up`` creates for the serving namespaces: image pull
@@ -82,24 +100,17 @@ class ProgramPlan:
         return out
 
     def autoscaling_shortfall(self, node_pools: Any) -> Optional[str]:
-        """``cluster.mode: stack``: the autoscaling bounds against the cluster stack's pools, which the program knows only
-        as its StackReference's ``nodePools`` Output (components/cluster_source.py checks it in the Output's apply,
-        before any DGD). The message ``check_bounds`` gives on EKS (key, value, valid range), or None when they fit
-        (or nothing is autoscaled, or the pools are not a list: ``capacity_shortfall`` reports that)."""
-        if self.cluster.mode != "stack" or not isinstance(node_pools, list) or not all(isinstance(p, dict) for p in node_pools):
-            return None
-        try:
-            check_bounds(self.entries, cluster_stack_pools(node_pools, self.cluster.stack))
-        except ConfigError as e:
-            return str(e)
-        return None
+        """The autoscaling bounds against pools the program knows only at ``up`` (on a cluster stack its
+        StackReference's ``nodePools`` Output; components/cluster_source.py checks it in the Output's apply, before any
+        DGD): the message ``check_bounds`` gives on EKS (key, value, valid range), or None (the mode's
+        ``autoscaling_shortfall``)."""
+        return self.mode.autoscaling_shortfall(self.cluster, self.entries, node_pools)
 
     def objects(self) -> list[dict]:
         """The Kubernetes objects ``up`` registers (secrets redacted): the cluster layer's objects in the
-        serving namespaces, every entry's serving objects (those entries share appear once), the optional layers."""
-        extra = (self.observability.objects() if self.observability else []) + ([self.benchmark.job] if self.benchmark else [])
+        serving namespaces, every entry's serving objects (those entries share appear once), every optional layer's (``layers``)."""
         serving = [o for e in self.entries for o in e.plan.objects()] if self.entries or self.serving is None else self.serving.objects()
-        return self.cluster_objects() + serving + extra + [o for layer in self.layers for o in layer.objects]
+        return self.cluster_objects() + serving + [o for layer in self.layers for o in layer.objects]
 
     def layer_outputs(self) -> dict[str, Any]:
         """Every layer's stack outputs (e.g. frontDoorUrl, frontDoorSmokeTest)."""
@@ -115,53 +126,41 @@ def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] =
 
 
 def plan_program(spec: ProgramSpec) -> ProgramPlan:
-    """Every plan of one stack, from its spec: the serving objects of each entry (on EKS sized and placed for the
-    cluster's instances), the cluster's plan, the optional layers, pause and autoscaling."""
+    """Every plan of one stack, from its spec: the serving objects of each entry where the stack's cluster mode
+    places them (``ClusterMode.plan_entry``: on EKS sized and placed for the cluster's instances), the cluster's plan
+    (``ClusterMode.plan_cluster``: the entries' cluster plans combined), the optional layers, pause and autoscaling.
+    The mode comes from the one registry (``stacks.modes.registry.cluster_mode``, ``ProgramPlan.mode``); everything
+    below asks it instead of comparing mode names."""
     if spec.cluster_only:
         return cluster_only_program(spec)
-    cluster, mode = spec.cluster, spec.cluster.mode
-    per_entry: list[tuple] = []  # (cluster, its plan for the entry): eks ClusterPlan, stack ClusterStackPlan
-    entries = build_entries(spec.entries, partial(_entry_plan, spec, per_entry))
-    cfg, serving, layers, cluster_plan = entries[0].cfg, entries[0].plan, [], None
-    if mode == "eks":
-        cluster = per_entry[0][0]  # may carry the region from aws:region
-        one_group = spec.single and len(cluster.gpu_pools) <= 1  # more pools than the entry uses: build them all
-        cluster_plan = per_entry[0][1] if one_group else combined_cluster_plan(spec.stack, cluster, entries, [cp for _, cp in per_entry])
-        layers = _eks_layers(cluster_plan)
-    elif mode == "stack":
-        cluster_plan = combined_stack_plan(cluster, entries, [cp for _, cp in per_entry])
-    elif mode == "kubeconfig" and cluster.install_device_plugins:
-        layers.append("device plugins")
-        fabrics = list(dict.fromkeys(e.cfg.fabric_profile or e.plan.target.fabric for e in entries))
-        try:
-            fabrics_objects(fabrics)
-        except ValueError as err:
-            raise ConfigError(f"{NS}:cluster.installDevicePlugins: {err} (entries: "
-                              f"{', '.join(f'{e.key} on {e.cfg.fabric_profile or e.plan.target.fabric}' for e in entries)}); "
-                              f"serve them from separate clusters, or install the plugins yourself (installDevicePlugins: false)") from None
-    if mode != "render" and cluster.platform_wanted():
-        layers.append("Dynamo platform")
-    program = ProgramPlan(spec.stack, cfg, cluster, serving, cluster_plan, [x for x in layers if x], entries=entries, spec=spec)
-    return pod_security(planned_layers(demand_layers(optional_layers(program))))
+    mode = cluster_mode(spec.cluster)
+    planned: list[EntryPlan] = []  # each entry's plan on the mode, in the entries' order
+    entries = build_entries(spec.entries, partial(_entry_plan, spec, mode, planned))
+    part = mode.plan_cluster(spec, entries, planned)
+    program = ProgramPlan(spec.stack, entries[0].cfg, part.cluster, entries[0].plan, part.cluster_plan, [x for x in part.layers if x],
+                          entries=entries, spec=spec)
+    cluster_layers = len(program.other_layers)
+    program = optional_layers(program)  # the platform reads observability's Prometheus URL
+    return pod_security(planned_layers(demand_layers(platform_layers(program, cluster_layers))))
 
 
 # The optional layers in the one layer shape, in the order up creates them: (config section, planner). A planner takes
-# the spec, the serving entries and the cluster mode, and returns a LayerPlan or None (off). Adding a layer is one line
-# here (docs/architecture.md "Adding an optional layer").
-LAYER_PLANNERS: list[tuple[str, Callable[[ProgramSpec, list[Entry], str], Optional[LayerPlan]]]] = [
+# the spec, the serving entries and the cluster mode (a stacks.modes.ClusterMode), and returns a LayerPlan or None
+# (off). Adding a layer is one line here (docs/architecture.md "Adding an optional layer").
+LAYER_PLANNERS: list[tuple[str, Callable[[ProgramSpec, list[Entry], ClusterMode], Optional[LayerPlan]]]] = [
     ("frontDoor", lambda spec, entries, mode: plan_front_door(spec.front_door, entries, mode, spec.stack)),
 ]
 
 
 def planned_layers(program: ProgramPlan) -> ProgramPlan:
-    """Every layer of ``LAYER_PLANNERS`` that the spec turns on, after the serving plans are final; on EKS, the AWS Load
-    Balancer Controller with the cluster when the front door has a load balancer (stacks/cluster/load_balancer.py)."""
-    if needs_load_balancer(program.spec.front_door) and program.cluster.mode == "eks":
-        cp = program.cluster_plan
-        cp.load_balancer_controller = plan_load_balancer_controller(cp.name, cp.region)
-        program.other_layers.append(f"AWS Load Balancer Controller {cp.load_balancer_controller.helm.version} (front door NLB)")
+    """Every layer of ``LAYER_PLANNERS`` that the spec turns on, after the serving plans are final; the load balancer
+    controller the mode installs with the cluster when the front door has a load balancer (``ClusterMode.plan_load_balancer``:
+    on EKS the AWS Load Balancer Controller, stacks/cluster/load_balancer.py)."""
+    controller = program.mode.plan_load_balancer(program.cluster_plan) if needs_load_balancer(program.spec.front_door) else None
+    if controller:
+        program.other_layers.append(controller)
     for _key, planner in LAYER_PLANNERS:
-        layer = planner(program.spec, program.entries, program.cluster.mode)
+        layer = planner(program.spec, program.entries, program.mode)
         if layer is not None:
             program.layers.append(layer)
             program.other_layers.append(layer.describe())
@@ -169,17 +168,13 @@ def planned_layers(program: ProgramPlan) -> ProgramPlan:
 
 
 def pod_security_version(cluster: ClusterConfig) -> str:
-    """The ``-version`` of the Pod Security labels. On the EKS cluster this stack creates, the plan knows the control
-    plane's minor (``cluster.kubernetesVersion``), and the labels pin it (``v1.35``): the checks are those of the
-    Kubernetes release the stack was planned for, so a control plane upgraded out of band (whose admission may check
-    more at ``latest``) cannot start refusing the workers before the plan moves the pin with ``kubernetesVersion`` in
-    the same ``up``. Elsewhere (``kubeconfig``, a cluster stack read only at ``up``, ``render``) the plan does not
-    know the cluster's version, and ``latest`` (the checks of the API server's own release) is the only value valid on
-    every cluster (https://kubernetes.io/docs/concepts/security/pod-security-admission: ``<version>`` is a Kubernetes
-    minor such as ``v1.35``, or ``latest``)."""
-    if cluster.mode == "eks" and getattr(cluster, "kubernetes_version", None):
-        return f"v{cluster.kubernetes_version}"
-    return "latest"
+    """The ``-version`` of the Pod Security labels, the mode's ``pod_security_version``. On the EKS cluster this stack
+    creates, the plan knows the control plane's minor (``cluster.kubernetesVersion``), and the labels pin it
+    (``v1.35``). Elsewhere (``kubeconfig``, a cluster stack read only at ``up``, ``render``) the plan does not know the
+    cluster's version, and ``latest`` (the checks of the API server's own release) is the only value valid on every
+    cluster (https://kubernetes.io/docs/concepts/security/pod-security-admission: ``<version>`` is a Kubernetes minor
+    such as ``v1.35``, or ``latest``)."""
+    return cluster_mode(cluster).pod_security_version(cluster)
 
 
 def pod_security(program: ProgramPlan) -> ProgramPlan:
@@ -211,84 +206,64 @@ def pod_security(program: ProgramPlan) -> ProgramPlan:
     return program
 
 
-def _entry_plan(spec: ProgramSpec, per_entry: list, entry: ServeEntry) -> ServingPlan:
-    """One entry's serving plan where the stack's cluster is: a cluster stack's cluster (its pools are checked at
-    `up`, StackReference), the EKS cluster this stack creates (region, fabric, Secrets only this stack can create,
-    EFA per GPU of the instance, node group sized from the final DGD, GB200 ComputeDomain claims, FSx claim
-    binding: stacks/cluster/plan.py plan_eks), or any other cluster (the plain serving objects)."""
-    cfg, cluster = entry.config, spec.cluster
+def _entry_plan(spec: ProgramSpec, mode: ClusterMode, planned: list[EntryPlan], entry: ServeEntry) -> ServingPlan:
+    """One entry's serving plan where the stack's cluster is (``ClusterMode.plan_entry``: a cluster stack's cluster,
+    whose pools are checked at `up`; the EKS cluster this stack creates; or the plain serving objects), its plan on
+    the mode kept in ``planned`` for ``ClusterMode.plan_cluster``."""
     # Behind the front door the clients are other teams': the frontend's admin API is off, and their nvext stays out
     # unless frontDoor.clientNvext lets it in (stacks.serving.set_frontend_env).
     door = {"behind_door": spec.front_door.enabled, "client_nvext": spec.front_door.client_nvext}
-    if cluster.mode == "stack":
-        ref_plan, serving = plan_on_cluster_stack(cfg, cluster, entry.raw, spec.secret_keys, require_secrets=spec.require_secrets,
-                                                  door=door)
-        per_entry.append((cluster, ref_plan))
-        return serving
-    if cluster.mode == "eks":
-        resolved, cluster_plan, serving = plan_eks(spec.stack, cfg, cluster, entry.raw, spec.secret_keys, aws_region=spec.aws_region,
-                                                   require_secrets=spec.require_secrets, door=door)
-        per_entry.append((resolved, cluster_plan))
-        return serving
-    return build_plan(cfg, **door)
-
-
-def _eks_layers(plan: Any) -> list[str]:
-    storage = "StorageClass" if plan.storage_class else "PersistentVolume"
-    return ["EKS cluster and node groups", f"model-cache file system and {storage}", "device plugins",
-            "NVIDIA DRA driver" if plan.dra_driver else "", _karpenter_layer(plan)]
-
-
-def _karpenter_layer(cluster_plan: Any) -> str:
-    """The Karpenter install and its NodePools, when a GPU pool has capacity: karpenter (stacks/cluster/karpenter.py)."""
-    kp = getattr(cluster_plan, "karpenter", None)
-    return f"Karpenter {kp.helm.version} and NodePools {', '.join(p.name for p in kp.pools)}" if kp else ""
-
-
-def combined_cluster_plan(stack: str, cluster, entries: list[Entry], plans: list) -> Any:
-    """One EKS cluster for every entry: one GPU node group per GPU, each holding the sum of its entries' GPU and EFA
-    requests (after replicas and overrides; stacks.cluster.build_pools_plan); pull secrets in every serving namespace."""
-    for e, cp in zip(entries, plans):
-        if cp.compute_domain:
-            raise ConfigError(f"{e.key}: {e.plan.target.id} spans GPU nodes of one NVLink domain (a ComputeDomain); "
-                              f"serve it from a stack of its own")
-    owners = [e for e in entries if e.plan.cache_pvc is not None]
-    if plans[0].static_pv and len(owners) > 1:
-        raise ConfigError(f"{owners[1].key}: FSx for Lustre binds the stack's file system to one cache claim; entries with "
-                          f"different checkpoints need {NS}:cluster.cacheStorage: efs")
-    groups: dict[str, tuple] = {}
-    for e, cp in zip(entries, plans):
-        groups.setdefault(e.plan.target.gpu, (e.plan.target.gpu, [], cp.gpu_nodegroup["taints"][0]))[1].append((e.key, e.name, e.plan.dgd))
-    merged = build_pools_plan(stack, cluster, list(groups.values()), protect_cache=all(e.cfg.storage.protect for e in entries))
-    # no entry's workers span nodes (checked above); the sum spanning nodes needs no ComputeDomain
-    if merged.static_pv and owners:
-        merged.static_pv["spec"]["claimRef"] = {"namespace": owners[0].plan.dgd["metadata"]["namespace"], "name": owners[0].plan.claim_name}
-    seen, pulls = set(), []
-    for cp in plans:
-        for obj in cp.pull_secrets:
-            key = (obj["metadata"].get("namespace"), obj["metadata"]["name"])
-            if key not in seen:
-                seen.add(key)
-                pulls.append(obj)
-    merged.pull_secrets = pulls
-    return merged
+    planned.append(mode.plan_entry(spec, entry, door))
+    return planned[-1].serving
 
 
 def cluster_only_program(spec: ProgramSpec) -> ProgramPlan:
-    """A cluster-only stack (``dynamo:serve: []`` with ``cluster.mode: eks``): EKS with the ``gpuPools`` node groups,
-    storage, device plugins and the platform; serving stacks reference it (``cluster.mode: stack``)."""
-    plan = build_cluster_only_plan(spec.stack, spec.cluster)
-    layers = _eks_layers(plan) + ["Dynamo platform" if spec.cluster.platform_wanted() else ""]
-    return ProgramPlan(spec.stack, None, spec.cluster, None, plan, [x for x in layers if x], entries=[], spec=spec)
+    """A cluster-only stack (``dynamo:serve: []``, a mode whose config allows it: ``cluster.mode: eks``): EKS with the
+    ``gpuPools`` node groups, storage, device plugins and the platform (``ClusterMode.plan_cluster_only``); serving
+    stacks reference it (``cluster.mode: stack``)."""
+    mode = cluster_mode(spec.cluster)
+    part = mode.plan_cluster_only(spec)
+    program = ProgramPlan(spec.stack, None, part.cluster, None, part.cluster_plan, [x for x in part.layers if x], entries=[], spec=spec)
+    return platform_layers(program, len(program.other_layers))
+
+
+def platform_layers(program: ProgramPlan, at: int) -> ProgramPlan:
+    """The platform layer where the stack's mode installs it (stacks/layers/platform.py), first in ``layers`` and in
+    ``other_layers`` after the cluster's ``at`` lines: the device plugins (EKS always; an existing cluster with
+    ``installDevicePlugins``: ``ClusterMode.installs_device_plugins``) and the Dynamo platform (EKS by default,
+    ``installPlatform``: ``ClusterMode.installs_platform``; an empty component beside the device plugins when the
+    cluster runs its own operator). The operator learns observability's Prometheus URL (Planner, autoscaling). On EKS
+    the RuntimeClass ``nvidia`` selects the GPU node groups' ``nvidia.com/gpu.present=true`` (``labels_gpu_nodes``)."""
+    cluster, mode = program.cluster, program.mode
+    plugins, platform = mode.installs_device_plugins(cluster), mode.installs_platform(cluster)
+    if not (plugins or platform):
+        return program
+    layers: list[LayerPlan] = []
+    if plugins:
+        # the config's nvidiaStack (kubeconfig, eks); a mode whose config has none installs no NVIDIA stack
+        nvidia: Optional[str] = getattr(cluster, "nvidia_stack", None)
+        layers.append(plan_device_plugins(program.device_plugin_fabrics(), nvidia,
+                                          runtime_class_node_selector=GPU_PRESENT_LABELS if mode.labels_gpu_nodes else None))
+    endpoint = program.observability.prometheus_endpoint if program.observability else None
+    layers.append(plan_dynamo_platform(install=platform, prometheus_endpoint=endpoint))
+    program.layers[:0] = layers
+    program.other_layers[at:at] = [p.describe() for p in layers if p.charts or p.objects]
+    return program
 
 
 def optional_layers(program: ProgramPlan) -> ProgramPlan:
-    """``dynamo:observability`` and ``dynamo:benchmark`` plans, both off by default. Render mode
-    cannot install Helm charts, so there only the dashboards and monitors are registered (rendered).
-    A ``dynamo:serve`` stack reads both from its top level (entries cannot set them): see ``serve_optional_layers``."""
+    """The ``dynamo:observability`` and ``dynamo:benchmark`` layers, both off by default: each a typed plan
+    (``ProgramPlan.observability``, ``ProgramPlan.benchmark``, which KEDA, the Pod Security levels and the follow
+    commands read) and its LayerPlan in ``ProgramPlan.layers`` (stacks/layers/observability.py, benchmark.py), ahead of
+    the ``LAYER_PLANNERS`` layers. They are planned here, with the serving plans, rather than in ``LAYER_PLANNERS``:
+    ``benchmark.syntheticAcceptance`` changes the DGD, and autoscaling (``demand_layers``) queries observability's
+    Prometheus. Render mode cannot install Helm charts, so there only the dashboards and monitors are registered
+    (rendered). A ``dynamo:serve`` stack reads both from its top level (entries cannot set them): see
+    ``serve_optional_layers``."""
     if program.multi:
         return serve_optional_layers(program)
     spec, cluster, serving = program.spec, program.cluster, program.serving
+    assert serving is not None, "a single-target stack serves its target's plan"
     if spec.observability.enabled:
         obs = build_observability(spec.observability, serving_namespace=serving.dgd["metadata"]["namespace"],
                                   dgd_name=serving.dgd["metadata"]["name"], nvidia_stack=_our_nvidia_stack(cluster))
@@ -297,16 +272,19 @@ def optional_layers(program: ProgramPlan) -> ProgramPlan:
         if spec.benchmark.synthetic_acceptance:  # the DGD that up creates serves what the published rows measured
             serving.dgd = synthetic_speculative_dgd(serving.dgd, serving.target)
         program.benchmark = build_benchmark(serving, spec.benchmark)
+        program.layers.append(benchmark_layer(program.benchmark))
     return program
 
 
 def _our_nvidia_stack(cluster: ClusterConfig) -> Optional[str]:
     """The NVIDIA stack this program installs (its DCGM exporter is scraped), or None."""
-    ours = cluster.mode == "eks" or (cluster.mode == "kubeconfig" and cluster.install_device_plugins)
-    return cluster.nvidia_stack if ours else None
+    if not cluster_mode(cluster).installs_device_plugins(cluster):  # installed with the device plugins
+        return None
+    assert isinstance(cluster, (KubeconfigCluster, EksCluster)), "only modes with nvidiaStack install device plugins"
+    return cluster.nvidia_stack
 
 
-def _alert_rules(program: ProgramPlan, obs: Any) -> None:
+def _alert_rules(program: ProgramPlan, obs: ObservabilityPlan) -> None:
     """The stack's PrometheusRule (stacks/observe/alerts.py): a group per DGD its PodMonitors scrape, each with the TTFT
     bound of the target it serves, and the GPU group where DCGM is scraped."""
     from stacks.observe.alerts import ServedGraph, prometheus_rule, ttft_bound
@@ -317,8 +295,10 @@ def _alert_rules(program: ProgramPlan, obs: Any) -> None:
     if program.multi:
         served = {(e.plan.dgd["metadata"]["namespace"], e.name): e.plan.target for e in program.entries}
     else:
-        md = program.serving.dgd["metadata"]
-        served = {(md["namespace"], md["name"]): program.serving.target}
+        serving = program.serving
+        assert serving is not None, "a single-target stack serves its target's plan"
+        md = serving.dgd["metadata"]
+        served = {(md["namespace"], md["name"]): serving.target}
     graphs = []
     for m in obs.monitors:
         md = m["metadata"]
@@ -331,14 +311,17 @@ def _alert_rules(program: ProgramPlan, obs: Any) -> None:
                                         error_ratio=cfg.error_ratio, queued=cfg.queued_requests))
 
 
-def _place_observability(program: ProgramPlan, obs: Any) -> None:
+def _place_observability(program: ProgramPlan, obs: ObservabilityPlan) -> None:
+    """The final observability plan (its alert rules; no charts nor Alertmanager warnings in render mode) as the
+    program's typed plan and its LayerPlan."""
     _alert_rules(program, obs)
-    if program.cluster.mode == "render":
+    if not program.mode.installs_charts:
         obs.charts = []  # a render provider cannot install Helm charts
         obs.warnings = []  # nor Alertmanager, which the warnings are about
     elif obs.charts:
         program.other_layers.append("observability charts (" + ", ".join(c.chart for c in obs.charts) + ")")
     program.observability = obs
+    program.layers.append(observability_layer(obs))
 
 
 def serve_optional_layers(program: ProgramPlan) -> ProgramPlan:
@@ -385,14 +368,15 @@ def serve_optional_layers(program: ProgramPlan) -> ProgramPlan:
 
 def demand_layers(program: ProgramPlan) -> ProgramPlan:
     """Pause and autoscaling (stacks/serving/autoscaling.py): managed GPU node groups whose entries are all paused go to 0
-    nodes; autoscaled components get a KEDA ScaledObject on their DGDSA, querying the observability layer's
-    Prometheus (paused at 0 replicas while their entry is paused), after their maxReplicas are checked against the pool:
-    before any resource on EKS (the pools this stack creates); on a cluster stack (``mode: stack``) its pools are an
-    Output, checked at ``up`` before any DGD (``ProgramPlan.autoscaling_shortfall``); on any other cluster no pool is
-    known and only the DGD's own bounds apply (1 <= minReplicas <= maxReplicas <= 100)."""
-    cp = program.cluster_plan
-    if program.cluster.mode == "eks" and cp is not None:
-        pause_pools(cp, program.entries)
+    nodes (``ClusterMode.pause_pools``); autoscaled components get a KEDA ScaledObject on their DGDSA, querying the
+    observability layer's Prometheus (paused at 0 replicas while their entry is paused), after their maxReplicas are
+    checked against the pool: before any resource where the mode knows the pools (``ClusterMode.autoscaling_pools``: on
+    EKS the pools this stack creates); on a cluster stack (``mode: stack``) its pools are an Output, checked at ``up``
+    before any DGD (``ProgramPlan.autoscaling_shortfall``); on any other cluster no pool is known and only the DGD's own
+    bounds apply (1 <= minReplicas <= maxReplicas <= 100). Where the mode installs charts, the stack gets one KEDA layer
+    (stacks/layers/keda.py), which every ScaledObject waits for."""
+    mode, cp = program.mode, program.cluster_plan
+    mode.pause_pools(cp, program.entries)
     scaled = [e for e in program.entries if e.plan.autoscaling]
     if not scaled:
         return program
@@ -409,32 +393,18 @@ def demand_layers(program: ProgramPlan) -> ProgramPlan:
             raise ConfigError(f"{where}: needs {NS}:observability.enabled: true (the Prometheus its "
                               f"ScaledObjects query for {', '.join(sorted(keda_specs(keda[0].plan.autoscaling)))})")
         url = obs.prometheus_endpoint or prometheus_url(obs.namespace)
-    if program.cluster.mode == "eks" and cp is not None:
-        pools = {}
-        for i, p in enumerate(cp.gpu_pools):
-            if getattr(p, "capacity", "node-group") == "karpenter":  # the NodePool's node (and GPU) limit
-                n = int(p.karpenter["max_nodes"])
-                pools[p.gpu] = PoolUse(p.gpu, _pool_key(program, i, "maxNodes"), n * p.shape.gpus_per_node,
-                                       f"NodePool limit {n} x {p.shape.instance_type}", n, p.node_shape.capacity)
-            elif (p.nodegroup or {}).get("scaling_config"):
-                n = int(p.nodegroup["scaling_config"]["max_size"])
-                pools[p.gpu] = PoolUse(p.gpu, _pool_key(program, i), n * p.shape.gpus_per_node, f"{n} x {p.shape.instance_type}",
-                                       n, p.node_shape.capacity)
+    pools = mode.autoscaling_pools(program.cluster, cp)
+    if pools is not None:
         check_bounds(program.entries, pools)
     for e in keda:
+        assert url is not None  # set above whenever an entry scales with KEDA
         e.plan.autoscalers = [scaled_object(e.plan.dgd, name, spec, url, paused=bool(e.cfg.paused))
                               for name, spec in keda_specs(e.plan.autoscaling).items()]
-    if keda and program.cluster.mode != "render":
-        keda[0].plan.keda = keda_chart()
-        program.other_layers.append("KEDA chart (autoscaling)")
+    if keda and mode.installs_charts:  # one KEDA per stack, after the layers the graphs wait for
+        layer = plan_keda()
+        program.layers.insert(sum(1 for x in program.layers if x.gates == "graphs"), layer)
+        program.other_layers.append(layer.describe())
     return program
-
-
-def _pool_key(program: ProgramPlan, index: int, key: str = "nodes") -> str:
-    """Where pool ``index``'s node count (``nodes``) or node limit (``maxNodes``) is configured."""
-    if program.cluster.gpu_pools:
-        return f"{NS}:cluster.gpuPools[{index}].{key}"
-    return f"{NS}:cluster.{'gpuNodes' if key == 'nodes' else key}"
 
 
 # --------------------------------------------------------------------------- what `pulumi destroy` keeps

@@ -28,7 +28,7 @@ Pure: the program plan in, names out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:  # stacks.program imports this module
     from stacks.program import ProgramPlan
@@ -77,7 +77,7 @@ def serving_names(program: "ProgramPlan") -> list[ServingName]:
     return out
 
 
-def pull_secret_name(md: dict, first_ns: str) -> tuple[str, tuple[str, ...]]:
+def pull_secret_name(md: dict, first_ns: Optional[str]) -> tuple[str, tuple[str, ...]]:
     """An image pull Secret's resource name, and the name earlier versions gave the first namespace's Secrets."""
     name = f"pull-secret-{md['namespace']}-{md['name']}"
     return name, (f"pull-secret-{md['name']}",) if md["namespace"] == first_ns else ()

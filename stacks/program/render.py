@@ -90,10 +90,5 @@ def skipped_checks(name: str, program: Any, root: Path = REPO_ROOT) -> list[str]
     notes = []
     if secret:
         notes.append(f"the values of the secrets {', '.join(sorted(secret))} (ciphertext here; `up` checks their shape)")
-    mode = program.cluster.mode
-    if mode == "kubeconfig":
-        notes.append("the kubeconfig file (cluster.kubeconfigPath or KUBECONFIG belongs to the machine that runs `up`)")
-    if mode in ("kubeconfig", "stack"):
-        notes.append("the live cluster: that the cache claim's storage class exists (or that a default class does), "
-                     "and that the GPU nodes exist")
+    notes += program.mode.unchecked_by_render
     return notes

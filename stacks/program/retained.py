@@ -90,31 +90,7 @@ def retained_after_destroy(program: "ProgramPlan") -> list[dict[str, str]]:
         if e.owns_namespace and plan.namespace is not None:
             out.append(namespace_item(ns))
         out.append(claim_item(ns, claim))
-    cp = program.cluster_plan
-    if program.cluster.mode == "eks" and cp is not None and getattr(cp, "protect_cache", False):
-        kind = (cp.storage or {}).get("kind", "efs")
-        tag = f"tag Name={cp.name}-model-cache"  # components/cluster.py tags the file system so
-        if kind == "fsx-lustre":
-            out.append({"kind": "FSx for Lustre file system", "name": f"{cp.name}-model-cache",
-                        "why": "it holds the model cache the claim binds to (storage.protect: true)",
-                        "delete": f"aws fsx describe-file-systems --region {cp.region} (the one with {tag}), then "
-                                  f"aws fsx delete-file-system --file-system-id <id> --region {cp.region}",
-                        "adopt": "not re-adopted by a new cluster of this stack (it creates its own); copy the model out first"})
-            out.append({"kind": "VPC, subnet and security group of the file system", "name": cp.name,
-                        "why": "the file system's network interfaces hold them, so destroy could not delete them",
-                        "delete": f"after the file system: aws ec2 describe-vpcs --filters Name=tag:Name,Values={cp.name} "
-                                  f"--region {cp.region}, then delete its security groups, subnets and the VPC",
-                        "adopt": "not re-adopted"})
-            if cp.static_pv:
-                pv = cp.static_pv["metadata"]["name"]
-                out.append({"kind": "PersistentVolume", "name": pv, "why": "it points at the kept file system",
-                            "delete": f"deleted with the cluster (kubectl delete pv {pv} if the cluster stays)", "adopt": "not re-adopted"})
-        else:
-            out.append({"kind": "EFS file system", "name": f"{cp.name}-model-cache",
-                        "why": "it holds the model cache (storage.protect: true)",
-                        "delete": f"aws efs describe-file-systems --region {cp.region} (the one with {tag}), delete its "
-                                  f"access points, then aws efs delete-file-system --file-system-id <id> --region {cp.region}",
-                        "adopt": "not re-adopted by a new cluster of this stack (it creates its own)"})
+    out += program.mode.retained_after_destroy(program.cluster_plan)
     return out
 
 

@@ -48,7 +48,7 @@ MERGE = "<<"
 class _Composer(yaml.SafeLoader):
     """PyYAML's parser and composer; every plain scalar is left unresolved (tag ``PLAIN``)."""
 
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:  # type: ignore[override]
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
         if kind is yaml.ScalarNode and implicit[0]:
             return PLAIN
         return super().resolve(kind, value, implicit)

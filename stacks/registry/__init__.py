@@ -26,7 +26,7 @@ This module imports nothing from the project, so every other module may import i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 
 @dataclass(frozen=True)
@@ -108,19 +108,34 @@ def axes() -> dict[str, tuple[str, ...]]:
     }
 
 
-# pydantic Literal types for stacks/config/keys.py, built from the entries above when the module is imported.
-ModelId = Literal[tuple(MODELS)]  # type: ignore[valid-type]
-RuntimeId = Literal[tuple(RUNTIMES)]  # type: ignore[valid-type]
-GpuId = Literal[tuple(GPUS)]  # type: ignore[valid-type]
-TopologyId = Literal[tuple(TOPOLOGIES)]  # type: ignore[valid-type]
-ShapeId = Literal[tuple(SHAPES)]  # type: ignore[valid-type]
-SpecId = Literal[tuple(SPEC_METHODS)]  # type: ignore[valid-type]
-RoutingId = Literal[tuple(ROUTING)]  # type: ignore[valid-type]
-PrecisionId = Literal[tuple(PRECISIONS)]  # type: ignore[valid-type]
-ContextId = Literal[tuple(CONTEXTS)]  # type: ignore[valid-type]
-WorkloadId = Literal[tuple(WORKLOADS)]  # type: ignore[valid-type]
-FabricId = Literal[tuple(FABRICS)]  # type: ignore[valid-type]
-ProfileId = Literal[tuple(PROFILES)]  # type: ignore[valid-type]
+# pydantic Literal types for stacks/config/keys.py, built from the entries above when the module is imported. Their
+# values are only known at run time, so a type checker sees each as the str it holds.
+if TYPE_CHECKING:
+    ModelId = str
+    RuntimeId = str
+    GpuId = str
+    TopologyId = str
+    ShapeId = str
+    SpecId = str
+    RoutingId = str
+    PrecisionId = str
+    ContextId = str
+    WorkloadId = str
+    FabricId = str
+    ProfileId = str
+else:
+    ModelId = Literal[tuple(MODELS)]
+    RuntimeId = Literal[tuple(RUNTIMES)]
+    GpuId = Literal[tuple(GPUS)]
+    TopologyId = Literal[tuple(TOPOLOGIES)]
+    ShapeId = Literal[tuple(SHAPES)]
+    SpecId = Literal[tuple(SPEC_METHODS)]
+    RoutingId = Literal[tuple(ROUTING)]
+    PrecisionId = Literal[tuple(PRECISIONS)]
+    ContextId = Literal[tuple(CONTEXTS)]
+    WorkloadId = Literal[tuple(WORKLOADS)]
+    FabricId = Literal[tuple(FABRICS)]
+    ProfileId = Literal[tuple(PROFILES)]
 
 
 def gpu(gpu_id: str) -> Gpu:

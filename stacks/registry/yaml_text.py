@@ -37,7 +37,11 @@ _MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 _Scalar, _Mapping, _Sequence = yaml.ScalarNode, yaml.MappingNode, yaml.SequenceNode
 
 
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+# libyaml's dumper or the pure Python one, whichever this PyYAML has (chosen at run time).
+_DumperBase: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_DumperBase):
     _resolved: dict = {}
 
     def represent(self, data):
@@ -68,8 +72,8 @@ class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
         if data is None:
             return _Scalar(_NULL, "null")
         # floats, subclasses and the rest: PyYAML's own representers (which track their own aliases)
-        self.represented_objects = {}
-        self.object_keeper = []
+        self.represented_objects: dict[int, Any] = {}
+        self.object_keeper: list[Any] = []
         return super().represent_data(data)
 
     def resolve(self, kind, value, implicit):

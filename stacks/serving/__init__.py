@@ -41,9 +41,6 @@ class ServingPlan:
     # replicas it had (dynamo:paused), which a resume restores
     autoscaling: dict[str, Any] = field(default_factory=dict)
     paused: dict[str, Any] = field(default_factory=dict)
-    # The KEDA chart, on the one entry of the stack that installs it (set by stacks.program; None elsewhere)
-    keda: Optional[Any] = None
-
     # KEDA ScaledObjects driving the DGD's scaling adapters (stacks/serving/autoscaling.py; filled by stacks.program)
     autoscalers: list[dict] = field(default_factory=list)
     # Optional NetworkPolicies of the namespace (dynamo:networkPolicy, stacks/serving/network_policy.py)
@@ -119,7 +116,7 @@ def component_names(dgd: dict) -> list[str]:
 # - DYN_DISABLE_FRONTEND_ADMIN_API: no ``GET``/``POST /busy_threshold``, with which any client could set the load at
 #   which the frontend refuses every team's requests with 503.
 # Measured on the 1.6.1 frontend (tests/test_front_door_rig.py): with them a body's nvext.backend_instance_id or
-# decode_worker_id no longer pins a worker, and POST /busy_threshold answers 404 (200 without).
+# decode_worker_id does not pin a worker, and POST /busy_threshold answers 404 (200 without).
 NO_CLIENT_NVEXT = {"name": "DYN_DISABLE_FRONTEND_NVEXT", "value": "1"}
 NO_ADMIN_API = {"name": "DYN_DISABLE_FRONTEND_ADMIN_API", "value": "1"}
 

@@ -487,6 +487,7 @@ def scaled_object(dgd: dict, component: str, spec: ComponentAutoscaling, prometh
     held at 0 replicas by KEDA (``PAUSED_REPLICAS: "0"``, see the module docstring) until a later ``up`` removes it."""
     from stacks.serving.operator import dynamo_namespace
 
+    assert spec.metric is not None, "via: keda requires metric (ComponentAutoscaling checks it)"
     md = dgd["metadata"]
     target = adapter_name(md["name"], component)
     meta = {"name": target, "namespace": md["namespace"],
@@ -577,7 +578,8 @@ def _check_packing(members: list, pool: PoolUse, e: Any, name: str, spec: Compon
     group is sized: stacks.catalog.fit.pack) must fit its node count."""
     from stacks.catalog.fit import pack
 
-    if not pool.nodes or not pool.node_capacity:
+    capacity = pool.node_capacity
+    if not pool.nodes or not capacity:
         return
 
     def nodes_at(top: int) -> int:
@@ -590,7 +592,7 @@ def _check_packing(members: list, pool: PoolUse, e: Any, name: str, spec: Compon
                     if c["name"] == name:
                         c["replicas"] = top
             comps += dgd["spec"]["components"]
-        return pack({"spec": {"components": comps}}, pool.node_capacity)[0]
+        return pack({"spec": {"components": comps}}, capacity)[0]
 
     need = nodes_at(spec.max_replicas)
     if need <= pool.nodes:
@@ -609,7 +611,7 @@ def cluster_stack_pools(node_pools: list[dict], stack: str) -> dict[str, PoolUse
     ``stacks.cluster.capacity_shortfall`` takes it; the list is in the cluster stack's ``gpuPools`` order."""
     out: dict[str, PoolUse] = {}
     for i, p in enumerate(node_pools):
-        gpu = p.get("gpu")
+        gpu = p["gpu"]  # every exported pool names its GPU (stacks.cluster.node_pools)
         if gpu in out:
             continue
         alloc = {k: int(v) for k, v in (p.get("allocatable") or {}).items()}

@@ -56,13 +56,15 @@ upstream's Motif-3 Job does), and the Job prints the run manifest and ``profile_
 between markers, so ``python -m stacks bench-report --stack NAME`` reads them with ``kubectl logs
 job/<name>`` (no RBAC, no extra pod). It first waits for the frontend to list the served model
 (``/v1/models``, as upstream's perf Jobs do), so it is correct with the DGD wait off too; Pulumi creates
-it after the DGD (``components/benchmark.py``) and does not wait for it to finish (``skipAwait``).
+it after the DGD (its layer in the one layer shape, stacks/layers/benchmark.py) and does not wait for it to finish
+(``skipAwait``).
 """
 from __future__ import annotations
 
 import copy
 import shlex
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from stacks.config.keys import ConfigError
@@ -256,7 +258,7 @@ def _worker_containers(dgd: dict):
             yield c, ctr
 
 
-def speculative_mode(dgd: dict, configmaps: list[dict] = ()) -> Optional[str]:
+def speculative_mode(dgd: dict, configmaps: Sequence[dict] = ()) -> Optional[str]:
     """``synthetic`` / ``real`` (``mixed`` if workers differ) for a DGD with speculative decoding, None without.
     vLLM selects the ConfigMap key in env SPECULATIVE_CONFIG; TRT-LLM MTP has ``speculative_config:`` in the engine
     config (a ConfigMap of the serving plan) and is synthetic only with env TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS."""

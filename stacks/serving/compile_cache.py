@@ -64,7 +64,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 OFFLINE_VAR = "HF_HUB_OFFLINE"  # huggingface_hub: "1" = no HTTP call, files from the local cache only
 MODULES_VAR = "HF_MODULES_CACHE"  # transformers: where trust_remote_code writes the model's Python modules
@@ -96,7 +96,7 @@ def _configmap_names(container: dict, pod: dict) -> list[str]:
     return sorted(names)
 
 
-def cache_key(container: dict, pod: dict, spec_env: Iterable[dict], gpu: str, configmaps: dict[str, dict]) -> str:
+def cache_key(container: dict, pod: dict, spec_env: Iterable[dict], gpu: str, configmaps: Mapping[str, Optional[dict]]) -> str:
     """The short hash of what decides a container's compiled artifacts (the two cache variables left out)."""
     def env(entries):
         return [e for e in entries or [] if e.get("name") not in VARS]
@@ -116,6 +116,13 @@ def cache_dir(mount: str, target_id: str, component: str, key: str) -> str:
 
 def _cache_volume(container: dict, mount: str) -> Optional[dict]:
     return next((m for m in container.get("volumeMounts") or [] if m.get("mountPath", "").rstrip("/") == mount.rstrip("/")), None)
+
+
+def _mounted_cache(container: dict, mount: str) -> dict:
+    """The model-cache mount of a container ``worker_containers`` gave (every one of them has it)."""
+    vol = _cache_volume(container, mount)
+    assert vol is not None, f"container {container.get('name')!r} does not mount {mount}"
+    return vol
 
 
 def writable_mount(volume: str, mount: str) -> dict:
@@ -166,7 +173,7 @@ def model_read_only(container: dict, spec_env: Iterable[dict], mount: str) -> bo
     return not _under(modules, mount)
 
 
-def expected(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, configmaps: dict[str, dict]) -> dict[tuple[str, str], dict]:
+def expected(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, configmaps: Mapping[str, Optional[dict]]) -> dict[tuple[str, str], dict]:
     """(component, container) -> the env values, the mount (or None) and whether the model-cache mount is made read-only,
     as the step sets them, computed from the DGD as it is (the key leaves the two variables out, so the DGD before or
     after the step gives the same)."""
@@ -174,7 +181,7 @@ def expected(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, conf
     spec_env = dgd["spec"].get("env") or []
     for comp, pod, c in worker_containers(dgd, runtime, mount):
         base = cache_dir(mount, target_id, comp["name"], cache_key(c, pod, spec_env, gpu, configmaps))
-        vol = _cache_volume(c, mount)
+        vol = _mounted_cache(c, mount)
         read_only = model_read_only(c, spec_env, mount)
         out[(comp["name"], c["name"])] = {
             "env": {VLLM_VAR: f"{base}/vllm", TRITON_VAR: f"{base}/triton"},
@@ -185,7 +192,7 @@ def expected(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, conf
 
 
 def apply_compile_cache(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str,
-                        configmaps: dict[str, dict]) -> list[str]:
+                        configmaps: Mapping[str, Optional[dict]]) -> list[str]:
     """Point every vLLM worker container's compile caches at the model-cache volume (in place); the
     ``component/container`` names changed, in order."""
     plan = expected(dgd, target_id, runtime, gpu, mount, configmaps)
@@ -201,7 +208,7 @@ def apply_compile_cache(dgd: dict, target_id: str, runtime: str, gpu: str, mount
                 entry.clear()
                 entry.update({"name": name, "value": value})
         if want["read_only"]:
-            _cache_volume(c, mount)["readOnly"] = True
+            _mounted_cache(c, mount)["readOnly"] = True
         if want["mount"] and want["mount"] not in c["volumeMounts"]:
             c["volumeMounts"].append(copy.deepcopy(want["mount"]))
         changed.append(f"{comp['name']}/{c['name']}")
@@ -209,7 +216,7 @@ def apply_compile_cache(dgd: dict, target_id: str, runtime: str, gpu: str, mount
 
 
 def without_compile_cache(rendered: dict, upstream: dict, candidates: Iterable[tuple[str, str, str, str]],
-                          configmaps: dict[str, dict]) -> tuple[dict, int]:
+                          configmaps: Mapping[str, Optional[dict]]) -> tuple[dict, int]:
     """A rendered DGD with exactly the step's additions taken back out where upstream lacks them, and the number of
     containers they were taken from. ``candidates``: ``(target id, runtime, gpu, mount)`` of the catalog targets that
     render this DGD; the additions must be those of one of them (the same paths, the same key), or nothing is taken
@@ -229,7 +236,7 @@ def without_compile_cache(rendered: dict, upstream: dict, candidates: Iterable[t
                 continue
             if w["mount"] and w["mount"] not in (c.get("volumeMounts") or []):
                 continue
-            vol = _cache_volume(c, mount)
+            vol = _mounted_cache(c, mount)
             if w["read_only"] and vol.get("readOnly") is not True:
                 continue
             uc = up_containers.get((comp["name"], c["name"]), {})
