@@ -7,6 +7,7 @@ The whole config is parsed and planned before any resource (``stacks.program.bui
 ``python -m stacks render --stack`` runs). A cluster-only stack (``dynamo:serve: []``) stops after the platform and
 exports what serving stacks on it read (``cluster.mode: stack``): kubeconfig (secret), nodePools, storageClassName,
 clusterName, region."""
+
 import os
 
 import pulumi
@@ -19,8 +20,13 @@ from stacks.program import build_program
 from stacks.config.pulumi_config import raw_config, secret_config_keys
 
 try:
-    program = build_program(raw_config(), pulumi.get_stack(), secret_config_keys(), env=dict(os.environ),
-                            aws_region=pulumi.Config("aws").get("region"))
+    program = build_program(
+        raw_config(),
+        pulumi.get_stack(),
+        secret_config_keys(),
+        env=dict(os.environ),
+        aws_region=pulumi.Config("aws").get("region"),
+    )
 except ConfigError as err:
     raise pulumi.RunError(str(err)) from None
 

@@ -12,6 +12,7 @@
   their own environments), nor kubeconfig stacks, whose config holds an existing cluster's credentials
   (dynamo:kubeconfig): the manifest diff covers them.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-MODES = ('render', 'kubeconfig', 'eks', 'stack')
+MODES = ("render", "kubeconfig", "eks", "stack")
 PR_PREVIEW_MODES = {"render", "eks", "stack"}
 ROOT = Path.cwd()
 

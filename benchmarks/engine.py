@@ -4,6 +4,7 @@ target applied to the local kube-apiserver, and the same objects with `kubectl a
 Prints figures; asserts nothing. Needs the toolchain and control plane (`make setup`):
     PATH=.tools/bin:$PATH .venv/bin/python benchmarks/engine.py
 """
+
 from __future__ import annotations
 
 import json
@@ -47,15 +48,29 @@ def main() -> None:
     try:
         penv = scratch_project(work)
         raw = stack_raw_config("dev")
-        raw.update({"namespace": "bench-pulumi", "wait": {"enabled": False}, "hfTokenSecretName": "hf-token-secret",
-                    "cluster": {"mode": "kubeconfig", "kubeconfigPath": str(kubeconfig)}})
+        raw.update(
+            {
+                "namespace": "bench-pulumi",
+                "wait": {"enabled": False},
+                "hfTokenSecretName": "hf-token-secret",
+                "cluster": {"mode": "kubeconfig", "kubeconfigPath": str(kubeconfig)},
+            }
+        )
         raw.pop("hfToken", None)
 
         def pulumi(*args):
-            subprocess.run(["pulumi", *args, "--stack", "bench", "--non-interactive"], cwd=work, env=penv, check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                ["pulumi", *args, "--stack", "bench", "--non-interactive"],
+                cwd=work,
+                env=penv,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
 
-        subprocess.run(["pulumi", "stack", "init", "bench", "--non-interactive"], cwd=work, env=penv, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["pulumi", "stack", "init", "bench", "--non-interactive"], cwd=work, env=penv, check=True, stdout=subprocess.DEVNULL
+        )
         for k, v in raw.items():
             pulumi("config", "set", f"dynamo:{k}", v if isinstance(v, str) else json.dumps(v))
         preview_s = timed(lambda: pulumi("preview"))

@@ -19,6 +19,7 @@ The engine's CPU profile is a variant flag: ``--variant 'cpu::--profiling DIR/up
 Prints figures; asserts nothing. Needs the toolchain and control plane (`make setup`):
     PATH=.tools/bin:$PATH .venv/bin/python benchmarks/engine_scale.py [--sizes 1,8,68] [--repeat 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,20 +50,24 @@ DEFAULT_VARIANTS = ("default", "skip-checkpoints:PULUMI_SKIP_CHECKPOINTS=true")
 
 # A stand-in __main__.py for --profile: cProfile of the whole program process (its module body and the asyncio loop
 # that sends the registrations), written when the process exits.
-PROFILE_MAIN = '''\
+PROFILE_MAIN = """\
 import atexit, cProfile, os, runpy
 _prof = cProfile.Profile()
 atexit.register(lambda: _prof.dump_stats(os.environ["BENCH_PROFILE_OUT"]))
 _prof.enable()
 runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "program_main.py"), run_name="__main__")
-'''
+"""
 
 
 def serve_config(n: int, prefix: str, kubeconfig: Path, render_dir: Path | None = None) -> dict:
     """The first ``n`` catalog targets, each in a namespace of its own (different models cannot share one);
     ``render_dir``: the provider writes YAML there instead of calling a cluster (no API server in the loop)."""
     ids = sorted(catalog.targets())[:n]
-    cluster = {"mode": "render", "renderDir": str(render_dir)} if render_dir else {"mode": "kubeconfig", "kubeconfigPath": str(kubeconfig)}
+    cluster = (
+        {"mode": "render", "renderDir": str(render_dir)}
+        if render_dir
+        else {"mode": "kubeconfig", "kubeconfigPath": str(kubeconfig)}
+    )
     return {
         "serve": [{"target": t, "namespace": f"{prefix}-{i}"} for i, t in enumerate(ids)],
         "wait": {"enabled": False},
@@ -81,8 +86,10 @@ def parse_variant(spec: str) -> tuple[str, dict[str, str], list[str]]:
 
 
 def marginal(pts: list[tuple[int, float]]) -> list[str]:
-    return [f"{pts[i][0]}->{pts[i + 1][0]}: {(pts[i + 1][1] - pts[i][1]) / (pts[i + 1][0] - pts[i][0]) * 1000:.0f} ms/object"
-            for i in range(len(pts) - 1)]
+    return [
+        f"{pts[i][0]}->{pts[i + 1][0]}: {(pts[i + 1][1] - pts[i][1]) / (pts[i + 1][0] - pts[i][0]) * 1000:.0f} ms/object"
+        for i in range(len(pts) - 1)
+    ]
 
 
 def main() -> None:
@@ -93,8 +100,11 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, help="directory for the engine's OpenTracing traces")
     ap.add_argument("--profile", type=Path, help="directory for cProfile dumps of the Python program")
     ap.add_argument("--no-kubectl", action="store_true", help="time pulumi only")
-    ap.add_argument("--render", action="store_true",
-                    help="no cluster: the provider renders YAML to a directory (program, language host, engine and state only; implies --no-kubectl)")
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="no cluster: the provider renders YAML to a directory (program, language host, engine and state only; implies --no-kubectl)",
+    )
     args = ap.parse_args()
     args.no_kubectl = args.no_kubectl or args.render
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -133,8 +143,14 @@ def main() -> None:
                         sub["BENCH_PROFILE_OUT"] = str(args.profile.resolve() / f"{vname}-{n}-{r}.prof")
 
                     def pulumi(*a, stack=stack, sub=sub):
-                        res = subprocess.run(["pulumi", *a, "--stack", stack, "--non-interactive"], cwd=work, env=sub,
-                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                        res = subprocess.run(
+                            ["pulumi", *a, "--stack", stack, "--non-interactive"],
+                            cwd=work,
+                            env=sub,
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT,
+                            text=True,
+                        )
                         if res.returncode:
                             sys.exit(f"pulumi {' '.join(a[:2])} failed ({res.returncode}):\n{res.stdout[-3000:]}")
 
@@ -147,17 +163,26 @@ def main() -> None:
                     times.setdefault((vname, n), []).append(time.perf_counter() - t)
                     state = work / "state" / ".pulumi" / "stacks"
                     size = sum(f.stat().st_size for f in state.rglob(f"{stack}.json*") if f.suffix != ".bak")
-                    print(f"  run {run}: {n} targets, {objects[n]} objects, pulumi up [{vname}] {times[(vname, n)][-1]:.2f} s"
-                          f" (state {size / 1e6:.2f} MB)", file=sys.stderr, flush=True)
+                    print(
+                        f"  run {run}: {n} targets, {objects[n]} objects, pulumi up [{vname}] {times[(vname, n)][-1]:.2f} s"
+                        f" (state {size / 1e6:.2f} MB)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 if not args.no_kubectl:
                     kcfg = serve_config(n, f"k{run}", kubeconfig)
                     manifest = work / f"objects-{run}.yaml"
                     manifest.write_text(to_yaml(build_program(kcfg, f"k{run}", frozenset(), env=None).objects()))
                     t = time.perf_counter()
-                    subprocess.run(kubectl + ["apply", "--server-side", "-f", str(manifest)], check=True, stdout=subprocess.DEVNULL)
+                    subprocess.run(
+                        kubectl + ["apply", "--server-side", "-f", str(manifest)], check=True, stdout=subprocess.DEVNULL
+                    )
                     times.setdefault(("kubectl", n), []).append(time.perf_counter() - t)
-                    print(f"  run {run}: {n} targets, kubectl apply --server-side {times[('kubectl', n)][-1]:.2f} s",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"  run {run}: {n} targets, kubectl apply --server-side {times[('kubectl', n)][-1]:.2f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         tools = [v[0] for v in variants] + ([] if args.no_kubectl else ["kubectl"])
         med = {k: statistics.median(v) for k, v in times.items()}
         label = {"kubectl": "kubectl apply --server-side"}
@@ -174,7 +199,9 @@ def main() -> None:
             big = sizes[-1]
             kub = med[("kubectl", big)] / objects[big]
             for t in tools[:-1]:
-                print(f"  at {objects[big]} objects, pulumi up [{t}] / kubectl per object: {med[(t, big)] / objects[big] / kub:.1f}x")
+                print(
+                    f"  at {objects[big]} objects, pulumi up [{t}] / kubectl per object: {med[(t, big)] / objects[big] / kub:.1f}x"
+                )
     finally:
         if not args.render:
             subprocess.run([str(ROOT / "tools" / "kube-local.sh"), "stop"], env=env, stdout=subprocess.DEVNULL)

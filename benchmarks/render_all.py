@@ -3,6 +3,7 @@ user runs (`python -m stacks render --all`: interpreter start, imports, plans, Y
 
 Prints figures; it asserts nothing (speed targets are measured, not tested).
 """
+
 import statistics
 import subprocess
 import sys
@@ -44,11 +45,17 @@ def main() -> None:
             for i in range(5):
                 out = Path(d) / (f"run{i}" if fresh else "out")
                 start = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "stacks", "render", "--all", "--out", str(out)], cwd=root,
-                               check=True, capture_output=True)
+                subprocess.run(
+                    [sys.executable, "-m", "stacks", "render", "--all", "--out", str(out)],
+                    cwd=root,
+                    check=True,
+                    capture_output=True,
+                )
                 whole.append(time.perf_counter() - start)
-        print(f"python -m stacks render --all (whole process, {label}): median {statistics.median(whole):.3f} s  "
-              f"min {min(whole):.3f} s  (5 runs)")
+        print(
+            f"python -m stacks render --all (whole process, {label}): median {statistics.median(whole):.3f} s  "
+            f"min {min(whole):.3f} s  (5 runs)"
+        )
     if sys.dont_write_bytecode:  # inherited by the runs above: they compile the project's modules each time
         print("note: PYTHONDONTWRITEBYTECODE is set, so every run compiles the project's modules (no __pycache__)")
 

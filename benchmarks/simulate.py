@@ -8,6 +8,7 @@ Prints, asserts nothing:
 
 Needs the toolchain (`make setup`):  PATH=.tools/bin:$PATH .venv/bin/python benchmarks/simulate.py [--no-engine]
 """
+
 from __future__ import annotations
 
 import os
@@ -46,16 +47,34 @@ def main() -> None:
             nodes += res.nodes
             pending += len(res.pending())
         total = time.perf_counter() - t_all
-        print(f"simulate all {len(per)} targets: {total:.1f} s ({nodes} nodes, {pods} pods, {pending} pending); "
-              f"per target median {statistics.median(per) * 1000:.0f} ms, max {max(per) * 1000:.0f} ms")
+        print(
+            f"simulate all {len(per)} targets: {total:.1f} s ({nodes} nodes, {pods} pods, {pending} pending); "
+            f"per target median {statistics.median(per) * 1000:.0f} ms, max {max(per) * 1000:.0f} ms"
+        )
     finally:
         sim.close()
         subprocess.run([script, "stop"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if "--no-engine" in sys.argv:
         return
     t2 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "pytest", "tests/test_engine.py", "-m", "engine", "-k", "simulated",
-                        "-q", "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/test_engine.py",
+            "-m",
+            "engine",
+            "-k",
+            "simulated",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     last = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
     print(f"simulated-cluster engine tests, whole process: {time.perf_counter() - t2:.1f} s ({last})")
     if r.returncode:

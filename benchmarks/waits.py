@@ -11,6 +11,7 @@ asserts the bound with a 3-minute Job and a 75-second DGD wait in `make test`).
 
     PATH=.tools/bin:$PATH .venv/bin/python benchmarks/waits.py [--timeout 5m]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,13 +55,25 @@ def main() -> None:
 
 def bench(timeout: str, kubeconfig: str, work: Path) -> None:
     def kubectl(*a, input=None, check=True):
-        return subprocess.run(["kubectl", "--kubeconfig", kubeconfig, *a], capture_output=True, text=True, input=input, check=check)
+        return subprocess.run(
+            ["kubectl", "--kubeconfig", kubeconfig, *a], capture_output=True, text=True, input=input, check=check
+        )
 
     classes = [
-        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "bench-wffc"},
-         "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"},
-        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "bench-immediate"},
-         "provisioner": "example.com/nothing-provisions-this", "volumeBindingMode": "Immediate"},
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": "bench-wffc"},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        },
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": "bench-immediate"},
+            "provisioner": "example.com/nothing-provisions-this",
+            "volumeBindingMode": "Immediate",
+        },
     ]
     for sc in classes:
         kubectl("apply", "-f", "-", input=json.dumps(sc))
@@ -73,7 +86,9 @@ def bench(timeout: str, kubeconfig: str, work: Path) -> None:
     results: dict[str, dict] = {}
 
     def pulumi(stack: str, *a, check=True):
-        r = subprocess.run(["pulumi", *a, "--stack", stack, "--non-interactive"], cwd=work, env=penv, capture_output=True, text=True)
+        r = subprocess.run(
+            ["pulumi", *a, "--stack", stack, "--non-interactive"], cwd=work, env=penv, capture_output=True, text=True
+        )
         if check and r.returncode:
             sys.exit(f"pulumi {' '.join(a)} --stack {stack}: {r.stderr.strip()}")
         return r
@@ -81,12 +96,25 @@ def bench(timeout: str, kubeconfig: str, work: Path) -> None:
     for case, (wait, sc, _) in cases.items():  # stack files are written one at a time; only the `up`s overlap
         ns = f"bench-wait-{case}"
         kubectl("create", "namespace", ns, check=False)
-        quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods", "namespace": ns}, "spec": {"hard": {"pods": "0"}}}
+        quota = {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "no-pods", "namespace": ns},
+            "spec": {"hard": {"pods": "0"}},
+        }
         kubectl("apply", "-f", "-", input=json.dumps(quota))
         stack = f"bench-{case}"
-        subprocess.run(["pulumi", "stack", "init", stack, "--non-interactive"], cwd=work, env=penv, check=True, capture_output=True)
-        cfg = {"target": TARGET, "namespace": ns, "createNamespace": "false", "wait": wait, "storage": {"className": sc},
-               "cluster": {"mode": "kubeconfig", "kubeconfigPath": kubeconfig}}
+        subprocess.run(
+            ["pulumi", "stack", "init", stack, "--non-interactive"], cwd=work, env=penv, check=True, capture_output=True
+        )
+        cfg = {
+            "target": TARGET,
+            "namespace": ns,
+            "createNamespace": "false",
+            "wait": wait,
+            "storage": {"className": sc},
+            "cluster": {"mode": "kubeconfig", "kubeconfigPath": kubeconfig},
+        }
         for k, v in cfg.items():
             pulumi(stack, "config", "set", f"dynamo:{k}", v if isinstance(v, str) else json.dumps(v))
         pulumi(stack, "config", "set", "--secret", "dynamo:hfToken", "hf_BENCH_not_a_token")

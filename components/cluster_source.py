@@ -14,6 +14,7 @@ always had, so no URN moves. ``cluster_source(program)`` picks one (``SOURCES``,
 platform layer (device plugins and the Dynamo operator) is one of the program's layers (stacks/layers/platform.py); what
 a mode means to the plans is its ``stacks.modes.ClusterMode`` (``program.mode``).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -31,8 +32,17 @@ from stacks.config.keys import NS
 from stacks.config.stack import EksCluster, KubeconfigCluster, RenderCluster, StackCluster
 from stacks.modes import cluster_as
 from stacks.cluster.access import check_upgrade_policy
-from stacks.config.eks import (LiveNodeGroup, LiveSubnet, check_ami_release, check_capacity_block_launch_templates, check_cache_zone, check_node_groups_for_step, check_running_version,
-                                   check_subnet_layout, node_group_changes)
+from stacks.config.eks import (
+    LiveNodeGroup,
+    LiveSubnet,
+    check_ami_release,
+    check_capacity_block_launch_templates,
+    check_cache_zone,
+    check_node_groups_for_step,
+    check_running_version,
+    check_subnet_layout,
+    node_group_changes,
+)
 from stacks.cluster.pools import LAUNCH_TEMPLATE_DIGEST_TAG, POOL_LABEL, launch_template_digest
 from stacks.program import ProgramPlan
 
@@ -95,19 +105,31 @@ class KubeconfigSource(ClusterSource):
                 text = f.read()
         self.context = cluster_as(program.cluster, KubeconfigCluster).context
         # A cache claim that can never bind is said now, not when its wait times out minutes later.
-        claims = [(e.key, f"{e.plan.dgd['metadata']['namespace']}/{e.plan.claim_name}", e.plan.cache_pvc["spec"].get("storageClassName"))
-                  for e in program.entries if e.plan.cache_pvc is not None]
+        claims = [
+            (
+                e.key,
+                f"{e.plan.dgd['metadata']['namespace']}/{e.plan.claim_name}",
+                e.plan.cache_pvc["spec"].get("storageClassName"),
+            )
+            for e in program.entries
+            if e.plan.cache_pvc is not None
+        ]
         classes = None if mocked() or not claims else cluster_storage_classes(self.kubeconfig_file, text, self.context)
         # Before any resource, also when nothing would change. A StorageClass list that answered was itself an
         # authenticated read, so the discovery read runs only when there was none or it failed (one kubectl run per
         # program run instead of two; a list refused by RBAC is not a credentials problem, the discovery read decides).
-        problem = None if mocked() or classes is not None else credentials_problem(text, self.context, source, path=self.kubeconfig_file)
+        problem = (
+            None
+            if mocked() or classes is not None
+            else credentials_problem(text, self.context, source, path=self.kubeconfig_file)
+        )
         if problem:
             raise pulumi.RunError(problem)
         for warning in storage_class_warnings(claims, classes) if classes is not None else []:
             pulumi.log.warn(warning)
-        self.provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.secret(text), context=self.context,
-                                     enable_secret_mutable=True)
+        self.provider = k8s.Provider(
+            "cluster", kubeconfig=pulumi.Output.secret(text), context=self.context, enable_secret_mutable=True
+        )
 
 
 class StackSource(ClusterSource):
@@ -120,16 +142,19 @@ class StackSource(ClusterSource):
         stack = cluster_as(program.cluster, StackCluster).stack
         assert stack is not None, "StackCluster requires cluster.stack"
         self.ref = pulumi.StackReference(stack)
-        self.provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.secret(self.ref.require_output("kubeconfig")),
-                                     enable_secret_mutable=True)
+        self.provider = k8s.Provider(
+            "cluster", kubeconfig=pulumi.Output.secret(self.ref.require_output("kubeconfig")), enable_secret_mutable=True
+        )
         self.storage_ready = [self.ref.require_output("storageClassName").apply(self.check_storage_class)]
         self.gpu_ready = [self.ref.require_output("nodePools").apply(self.check_capacity)]
 
     def check_storage_class(self, name: str) -> None:
         refs = _stack_plan(self.program)
         if refs.storage_class and name != refs.storage_class:
-            raise pulumi.RunError(f"{NS}:storage.className: the cache claim asks for {refs.storage_class!r}, but the cluster of "
-                                  f"{refs.stack} has storage class {name!r} (its storageClassName output); set {NS}:storage.className: {name}")
+            raise pulumi.RunError(
+                f"{NS}:storage.className: the cache claim asks for {refs.storage_class!r}, but the cluster of "
+                f"{refs.stack} has storage class {name!r} (its storageClassName output); set {NS}:storage.className: {name}"
+            )
 
     def check_capacity(self, pools: Any) -> None:
         """The entries as configured, then the autoscaled ones at their maxReplicas (ProgramPlan.autoscaling_shortfall),
@@ -164,45 +189,75 @@ class EksSource(ClusterSource):
                 check_node_groups_for_step(running, plan.kubernetes_version, groups, plan.name, release=release)
                 if running == plan.kubernetes_version:  # after a step the groups move to the new version's releases
                     check_ami_release(groups, release, plan.name)
-                for warning in node_group_changes(groups, release, plan.system_nodegroup["disk_size"], plan.system_disk_set, plan.name):
+                for warning in node_group_changes(
+                    groups, release, plan.system_nodegroup["disk_size"], plan.system_disk_set, plan.name
+                ):
                     pulumi.log.warn(warning)
                 digests = {p.name: launch_template_digest(p) for p in plan.gpu_pools if p.capacity != "karpenter"}
                 for warning in check_capacity_block_launch_templates(groups, digests, plan.name):
                     pulumi.log.warn(warning)
-                check_subnet_layout(live_subnets(plan.name, aws_provider),
-                                    [*plan.public_subnets, *plan.private_subnets, *([plan.gpu_subnet] if plan.gpu_subnet else [])], plan.name)
+                check_subnet_layout(
+                    live_subnets(plan.name, aws_provider),
+                    [*plan.public_subnets, *plan.private_subnets, *([plan.gpu_subnet] if plan.gpu_subnet else [])],
+                    plan.name,
+                )
                 if plan.storage.get("kind") == "fsx-lustre":
-                    check_cache_zone(live_cache_zone(plan.name, aws_provider), plan.storage["availability_zone"],
-                                     cluster.cache_availability_zone is not None, plan.name)
-                check_upgrade_policy(running, (plan.control_plane or {}).get("upgrade_policy", "STANDARD"), datetime.date.today(), plan.name)
+                    check_cache_zone(
+                        live_cache_zone(plan.name, aws_provider),
+                        plan.storage["availability_zone"],
+                        cluster.cache_availability_zone is not None,
+                        plan.name,
+                    )
+                check_upgrade_policy(
+                    running, (plan.control_plane or {}).get("upgrade_policy", "STANDARD"), datetime.date.today(), plan.name
+                )
         except ValueError as e:
             raise pulumi.RunError(str(e)) from None
         self.eks = eks = EksGpuCluster("cluster", plan, opts=pulumi.ResourceOptions(provider=aws_provider))
-        self.provider = k8s.Provider("eks", kubeconfig=eks.kubeconfig, enable_secret_mutable=True,
-                                     opts=pulumi.ResourceOptions(depends_on=list(eks.access_policies)))
+        self.provider = k8s.Provider(
+            "eks",
+            kubeconfig=eks.kubeconfig,
+            enable_secret_mutable=True,
+            opts=pulumi.ResourceOptions(depends_on=list(eks.access_policies)),
+        )
         sc = plan.storage_class
         storage: pulumi.CustomResource
         if sc:  # EFS: access points provisioned per claim
             storage = k8s.storage.v1.StorageClass(
-                "model-cache", metadata=sc["metadata"], provisioner=sc["provisioner"], parameters=eks.storage_parameters,
-                reclaim_policy=sc["reclaimPolicy"], volume_binding_mode=sc["volumeBindingMode"],
-                opts=pulumi.ResourceOptions(provider=self.provider, depends_on=[*eks.addons, *eks.mount_targets]))
+                "model-cache",
+                metadata=sc["metadata"],
+                provisioner=sc["provisioner"],
+                parameters=eks.storage_parameters,
+                reclaim_policy=sc["reclaimPolicy"],
+                volume_binding_mode=sc["volumeBindingMode"],
+                opts=pulumi.ResourceOptions(provider=self.provider, depends_on=[*eks.addons, *eks.mount_targets]),
+            )
         else:  # FSx for Lustre: the stack's file system, bound statically to the cache claim
             static_pv, pv_source = plan.static_pv, eks.static_pv_source
             assert static_pv is not None and pv_source is not None, "an FSx cache has its static PersistentVolume"
             storage = k8s.core.v1.PersistentVolume(
-                "model-cache", metadata=static_pv["metadata"], spec=pv_source.apply(self._pv_spec),
-                opts=pulumi.ResourceOptions(provider=self.provider, depends_on=eks.addons, retain_on_delete=plan.protect_cache))
+                "model-cache",
+                metadata=static_pv["metadata"],
+                spec=pv_source.apply(self._pv_spec),
+                opts=pulumi.ResourceOptions(provider=self.provider, depends_on=eks.addons, retain_on_delete=plan.protect_cache),
+            )
         # The download starts as soon as storage and the system nodes exist, in parallel with the GPU node group.
         self.storage_ready = [storage, eks.system_nodes]
         self.nodes_ready = [eks.system_nodes]
-        self.gpu_ready = list(eks.gpu_node_groups) + eks.karpenter_node_pools  # Karpenter pools: their NodePools exist before the DGDs
+        self.gpu_ready = (
+            list(eks.gpu_node_groups) + eks.karpenter_node_pools
+        )  # Karpenter pools: their NodePools exist before the DGDs
         # the front door's Service becomes an NLB only once the controller (and its webhook) runs
         self.layers_ready = [eks.load_balancer_controller] if eks.load_balancer_controller else []
         if plan.dra_driver:  # GB200: ComputeDomains (IMEX) through the NVIDIA DRA driver
             assert eks.gpu_nodes is not None, "GB200 pools are node groups (UltraServers: Capacity Blocks, not Karpenter)"
-            self.gpu_ready.append(helm_release("nvidia-dra-driver-gpu", dra_driver_spec(),
-                                               pulumi.ResourceOptions(provider=self.provider, depends_on=[eks.gpu_nodes])))
+            self.gpu_ready.append(
+                helm_release(
+                    "nvidia-dra-driver-gpu",
+                    dra_driver_spec(),
+                    pulumi.ResourceOptions(provider=self.provider, depends_on=[eks.gpu_nodes]),
+                )
+            )
 
     def _pv_spec(self, csi: dict) -> dict:
         static_pv = _eks_plan(self.program).static_pv
@@ -244,8 +299,9 @@ def running_cluster_version(name: str, provider: pulumi.ProviderResource) -> Opt
     except Exception as e:  # the SDK raises a plain Exception carrying the provider's message
         if CLUSTER_NOT_FOUND in str(e):
             return None
-        raise pulumi.RunError(f"could not read EKS cluster {name!r} to check {NS}:cluster.kubernetesVersion against the "
-                              f"version it runs: {e}") from None
+        raise pulumi.RunError(
+            f"could not read EKS cluster {name!r} to check {NS}:cluster.kubernetesVersion against the version it runs: {e}"
+        ) from None
     return str(found.version)
 
 
@@ -261,15 +317,23 @@ def live_node_groups(cluster: str, provider: pulumi.ProviderResource) -> list[Li
         for ng in sorted(aws.eks.get_node_groups(cluster_name=cluster, opts=opts).names or []):
             found = aws.eks.get_node_group(cluster_name=cluster, node_group_name=ng, opts=opts)
             desired = sum(int(sc.desired_size) for sc in (found.scaling_configs or []))
-            out.append(LiveNodeGroup(ng, str(found.version), str(found.capacity_type), desired,
-                                     release_version=str(found.release_version) if found.release_version else None,
-                                     disk_size=int(found.disk_size) if found.disk_size else None,
-                                     pool=(found.labels or {}).get(POOL_LABEL),
-                                     launch_template_digest=(found.tags or {}).get(LAUNCH_TEMPLATE_DIGEST_TAG)))
+            out.append(
+                LiveNodeGroup(
+                    ng,
+                    str(found.version),
+                    str(found.capacity_type),
+                    desired,
+                    release_version=str(found.release_version) if found.release_version else None,
+                    disk_size=int(found.disk_size) if found.disk_size else None,
+                    pool=(found.labels or {}).get(POOL_LABEL),
+                    launch_template_digest=(found.tags or {}).get(LAUNCH_TEMPLATE_DIGEST_TAG),
+                )
+            )
         return out
     except Exception as e:
-        raise pulumi.RunError(f"could not read the node groups of EKS cluster {cluster!r} to check {NS}:cluster.kubernetesVersion "
-                              f"against them: {e}") from None
+        raise pulumi.RunError(
+            f"could not read the node groups of EKS cluster {cluster!r} to check {NS}:cluster.kubernetesVersion against them: {e}"
+        ) from None
 
 
 CLUSTER_TAG = "dynamo.nvidia.com/cluster"  # every AWS resource of the cluster carries it (components.cluster)
@@ -284,10 +348,15 @@ def live_subnets(cluster: str, provider: pulumi.ProviderResource) -> list[LiveSu
     opts = pulumi.InvokeOptions(provider=provider)
     try:
         ids = aws.ec2.get_subnets(filters=[{"name": f"tag:{CLUSTER_TAG}", "values": [cluster]}], opts=opts).ids or []
-        return [LiveSubnet(i, str(sn.availability_zone), str(sn.cidr_block))
-                for i in sorted(ids) for sn in [aws.ec2.get_subnet(id=i, opts=opts)]]
+        return [
+            LiveSubnet(i, str(sn.availability_zone), str(sn.cidr_block))
+            for i in sorted(ids)
+            for sn in [aws.ec2.get_subnet(id=i, opts=opts)]
+        ]
     except Exception as e:
-        raise pulumi.RunError(f"could not read the subnets of EKS cluster {cluster!r} to check the zones against them: {e}") from None
+        raise pulumi.RunError(
+            f"could not read the subnets of EKS cluster {cluster!r} to check the zones against them: {e}"
+        ) from None
 
 
 def live_cache_zone(cluster: str, provider: pulumi.ProviderResource) -> Optional[str]:
@@ -298,15 +367,25 @@ def live_cache_zone(cluster: str, provider: pulumi.ProviderResource) -> Optional
 
     opts = pulumi.InvokeOptions(provider=provider)
     try:
-        sgs = aws.ec2.get_security_groups(filters=[{"name": f"tag:{CLUSTER_TAG}", "values": [cluster]},
-                                                   {"name": "description", "values": [CACHE_SG_DESCRIPTION]}], opts=opts).ids or []
+        sgs = (
+            aws.ec2.get_security_groups(
+                filters=[
+                    {"name": f"tag:{CLUSTER_TAG}", "values": [cluster]},
+                    {"name": "description", "values": [CACHE_SG_DESCRIPTION]},
+                ],
+                opts=opts,
+            ).ids
+            or []
+        )
         if not sgs:
             return None
         enis = aws.ec2.get_network_interfaces(filters=[{"name": "group-id", "values": sorted(sgs)}], opts=opts).ids or []
         return str(aws.ec2.get_network_interface(id=sorted(enis)[0], opts=opts).availability_zone) if enis else None
     except Exception as e:
-        raise pulumi.RunError(f"could not read where the model cache of EKS cluster {cluster!r} is, to check "
-                              f"{NS}:cluster.cacheAvailabilityZone against it: {e}") from None
+        raise pulumi.RunError(
+            f"could not read where the model cache of EKS cluster {cluster!r} is, to check "
+            f"{NS}:cluster.cacheAvailabilityZone against it: {e}"
+        ) from None
 
 
 SOURCES = {"render": RenderSource, "kubeconfig": KubeconfigSource, "stack": StackSource, "eks": EksSource}

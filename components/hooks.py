@@ -19,6 +19,7 @@ exactly that: "the engine needs to be able to identify a hook when a resource is
 Delete hooks make the engine refuse a ``pulumi destroy`` without ``--run-program`` (it could not call them), so every
 stack is destroyed with ``pulumi destroy --run-program`` (``make local-down`` does).
 """
+
 from __future__ import annotations
 
 import os
@@ -70,9 +71,17 @@ class ProgramHooks:
             say(list(args.errors or []))
         return False  # never retry: the message is the point
 
-    def bind(self, resource_name: str, api_version: str, kind: str, metadata: dict, *,
-             kept: bool = False, on_error: Optional[Callable[[list[str]], None]] = None,
-             hooks: Optional[ResourceHookBinding] = None) -> ResourceHookBinding:
+    def bind(
+        self,
+        resource_name: str,
+        api_version: str,
+        kind: str,
+        metadata: dict,
+        *,
+        kept: bool = False,
+        on_error: Optional[Callable[[list[str]], None]] = None,
+        hooks: Optional[ResourceHookBinding] = None,
+    ) -> ResourceHookBinding:
         """The hooks of one Kubernetes object (added to ``hooks`` when given): the guard; the kept message when the
         object is retained on delete; ``on_error(errors)`` when its create, update or delete fails. Records the object as
         declared by this run as the resource ``resource_name`` of the provider's type for ``api_version`` and ``kind``."""

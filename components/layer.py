@@ -16,6 +16,7 @@ readiness point the plan names (``ready_points``). A layer that serving objects 
 (``plan.gates``) is created before them (``create_layers`` with no serving layer yet), and its ``ready`` joins what
 those objects wait for (``gate``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
@@ -36,13 +37,15 @@ TYPED: dict[str, Callable[[str, dict, pulumi.ResourceOptions], pulumi.CustomReso
     "Namespace": lambda name, o, opts: k8s.core.v1.Namespace(name, metadata=o["metadata"], opts=opts),
     "ConfigMap": lambda name, o, opts: k8s.core.v1.ConfigMap(name, metadata=o["metadata"], data=o.get("data"), opts=opts),
     "Role": lambda name, o, opts: k8s.rbac.v1.Role(name, metadata=o["metadata"], rules=o.get("rules"), opts=opts),
-    "RoleBinding": lambda name, o, opts: k8s.rbac.v1.RoleBinding(name, metadata=o["metadata"], role_ref=o["roleRef"],
-                                                                  subjects=o.get("subjects"), opts=opts),
+    "RoleBinding": lambda name, o, opts: k8s.rbac.v1.RoleBinding(
+        name, metadata=o["metadata"], role_ref=o["roleRef"], subjects=o.get("subjects"), opts=opts
+    ),
     "Job": lambda name, o, opts: k8s.batch.v1.Job(name, metadata=o["metadata"], spec=o["spec"], opts=opts),
     "DaemonSet": lambda name, o, opts: k8s.apps.v1.DaemonSet(name, metadata=o["metadata"], spec=o["spec"], opts=opts),
     "ServiceAccount": lambda name, o, opts: k8s.core.v1.ServiceAccount(name, metadata=o["metadata"], opts=opts),
-    "RuntimeClass": lambda name, o, opts: k8s.node.v1.RuntimeClass(name, metadata=o["metadata"], handler=o["handler"],
-                                                                   scheduling=o.get("scheduling"), opts=opts),
+    "RuntimeClass": lambda name, o, opts: k8s.node.v1.RuntimeClass(
+        name, metadata=o["metadata"], handler=o["handler"], scheduling=o.get("scheduling"), opts=opts
+    ),
 }
 
 
@@ -51,24 +54,28 @@ def ready_points(source: Any, serving: Any = None) -> dict[str, list[pulumi.Reso
     components.cluster_source.ClusterSource, ``serving`` a components.serving_layer.ServingLayer (None: before the
     serving objects exist, only the cluster's points)."""
     points: dict[str, list[pulumi.Resource]] = {
-        "nothing": [], "nodes": list(source.nodes_ready), "storage": list(source.storage_ready),
-        "cluster": [*source.storage_ready, *source.gpu_ready]}
+        "nothing": [],
+        "nodes": list(source.nodes_ready),
+        "storage": list(source.storage_ready),
+        "cluster": [*source.storage_ready, *source.gpu_ready],
+    }
     if serving is not None:
         points["serving"] = [*serving.servings.values(), *source.layers_ready]
         points["graphs"] = [g.dgd for s in serving.servings.values() for g in s.graphs]
     return points
 
 
-def create_layers(plans: Sequence[LayerPlan], source: Any, serving: Any = None,
-                  redact_secrets: bool = False) -> list["Layer"]:
+def create_layers(plans: Sequence[LayerPlan], source: Any, serving: Any = None, redact_secrets: bool = False) -> list["Layer"]:
     """The layers of ``plans`` due now, in order: with no ``serving`` (before the serving objects) those that serving
     objects wait for (``plan.gates``), else every other. Each waits for the readiness point its plan names."""
     ready = ready_points(source, serving)
     due = [p for p in plans if (p.gates is not None) == (serving is None)]
     for p in due:
         assert p.after in ready, f"layer {p.key}: serving objects wait for it ({p.gates}), so it cannot wait for {p.after}"
-    return [Layer(p, opts=pulumi.ResourceOptions(provider=source.provider), depends_on=ready[p.after],
-                  redact_secrets=redact_secrets) for p in due]
+    return [
+        Layer(p, opts=pulumi.ResourceOptions(provider=source.provider), depends_on=ready[p.after], redact_secrets=redact_secrets)
+        for p in due
+    ]
 
 
 def gate(layers: Sequence["Layer"], gates: str) -> list[pulumi.Resource]:
@@ -81,8 +88,13 @@ class Layer(pulumi.ComponentResource):
 
     outputs: pulumi.Output[dict]
 
-    def __init__(self, plan: LayerPlan, opts: Optional[pulumi.ResourceOptions] = None,
-                 depends_on: Sequence[pulumi.Resource] = (), redact_secrets: bool = False):
+    def __init__(
+        self,
+        plan: LayerPlan,
+        opts: Optional[pulumi.ResourceOptions] = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        redact_secrets: bool = False,
+    ):
         """``depends_on``: what the layer waits for (``ready_points()[plan.after]``); ``redact_secrets``: render mode."""
         if plan.wait_on_component:
             opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=list(depends_on)))
@@ -102,8 +114,9 @@ class Layer(pulumi.ComponentResource):
         self.charts: list[pulumi.Resource] = []  # the Helm Releases, in order
 
         def create(index: int, obj: dict, after: list[pulumi.Resource]) -> pulumi.CustomResource:
-            opts_ = pulumi.ResourceOptions(parent=self, depends_on=after + [created[i] for i in plan.waits.get(index, ())],
-                                           aliases=moved)
+            opts_ = pulumi.ResourceOptions(
+                parent=self, depends_on=after + [created[i] for i in plan.waits.get(index, ())], aliases=moved
+            )
             name = plan.resource_name(index)
             fill = plan.secrets.get(index)
             if obj["kind"] == "Secret":
@@ -111,19 +124,27 @@ class Layer(pulumi.ComponentResource):
                 if fill is not None and not redact_secrets:
                     data = pulumi.Output.secret(config.require_secret_object(fill.config_key))
                 created[index] = k8s.core.v1.Secret(
-                    name, metadata=obj["metadata"], type=obj.get("type"), string_data=data,
-                    opts=pulumi.ResourceOptions.merge(opts_, pulumi.ResourceOptions(
-                        additional_secret_outputs=["stringData", "data"])))
+                    name,
+                    metadata=obj["metadata"],
+                    type=obj.get("type"),
+                    string_data=data,
+                    opts=pulumi.ResourceOptions.merge(
+                        opts_, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"])
+                    ),
+                )
                 return created[index]
             if obj["kind"] in TYPED:
                 created[index] = TYPED[obj["kind"]](name, obj, opts_)
                 return created[index]
             extra = sorted(set(obj) - {"apiVersion", "kind", "metadata", "spec"})
             if extra:  # a generic resource carries spec only: a field beside it would be dropped silently
-                raise ValueError(f"layer {plan.key}: {obj['kind']} {obj['metadata']['name']} has {extra} beside spec; "
-                                 f"give its kind a typed resource in components/layer.py TYPED")
+                raise ValueError(
+                    f"layer {plan.key}: {obj['kind']} {obj['metadata']['name']} has {extra} beside spec; "
+                    f"give its kind a typed resource in components/layer.py TYPED"
+                )
             created[index] = k8s.apiextensions.CustomResource(
-                name, api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"], spec=obj.get("spec"), opts=opts_)
+                name, api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"], spec=obj.get("spec"), opts=opts_
+            )
             return created[index]
 
         indexed = list(enumerate(plan.objects))
@@ -132,12 +153,17 @@ class Layer(pulumi.ComponentResource):
         self.objects = [create(i, o, base + self.namespaces) for i, o in first]
         chart_base: list[pulumi.Resource] = base + (self.namespaces if "Namespace" in plan.before_charts else []) + self.objects
         for i, spec in enumerate(plan.charts):
-            self.charts.append(helm_release(plan.chart_resource_name(i), spec,
-                                            pulumi.ResourceOptions(parent=self, depends_on=chart_base + self.charts[-1:],
-                                                                   aliases=moved),
-                                            create_namespace=plan.chart_namespaces))
-        crds: list[pulumi.Resource] = [c for c, spec in zip(self.charts, plan.charts)
-                                       if not plan.crds_from or spec.name in plan.crds_from]
+            self.charts.append(
+                helm_release(
+                    plan.chart_resource_name(i),
+                    spec,
+                    pulumi.ResourceOptions(parent=self, depends_on=chart_base + self.charts[-1:], aliases=moved),
+                    create_namespace=plan.chart_namespaces,
+                )
+            )
+        crds: list[pulumi.Resource] = [
+            c for c, spec in zip(self.charts, plan.charts) if not plan.crds_from or spec.name in plan.crds_from
+        ]
         for index, obj in indexed:
             if obj["kind"] == "Namespace" or obj["kind"] in plan.before_charts:
                 continue

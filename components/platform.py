@@ -5,6 +5,7 @@ stacks/layers/platform.py, created by components/layer.py.
 Note: ``helm.v3.Release`` needs a reachable cluster; it cannot be rendered by a provider in
 ``render_yaml_to_directory`` mode.
 """
+
 from __future__ import annotations
 
 import pulumi

@@ -4,6 +4,7 @@ Each component registers the objects the pure builder produced, with
 ``parent=self``, the dependencies that order them (namespace -> secret/PVC ->
 download Job -> validate Job -> ConfigMap -> DGD), and ``register_outputs``.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,8 +56,18 @@ def kubectl_probe(kubeconfig_path: Optional[str], context: Optional[str] = None)
         import json
         import subprocess
 
-        cmd = ["kubectl", "--kubeconfig", kubeconfig_path, *(["--context", context] if context else []),
-               "get", f"{wait.resource}/{wait.name}", "-n", wait.namespace, "-o", "json"]
+        cmd = [
+            "kubectl",
+            "--kubeconfig",
+            kubeconfig_path,
+            *(["--context", context] if context else []),
+            "get",
+            f"{wait.resource}/{wait.name}",
+            "-n",
+            wait.namespace,
+            "-o",
+            "json",
+        ]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
             if r.returncode != 0:
@@ -120,15 +131,23 @@ class Namespace(pulumi.ComponentResource):
 
     name: pulumi.Output[str]
 
-    def __init__(self, name: str, obj: Optional[dict], namespace: str, opts: Optional[pulumi.ResourceOptions] = None,
-                 retain_on_delete: bool = False):
+    def __init__(
+        self,
+        name: str,
+        obj: Optional[dict],
+        namespace: str,
+        opts: Optional[pulumi.ResourceOptions] = None,
+        retain_on_delete: bool = False,
+    ):
         """``retain_on_delete``: deleting a namespace deletes the PVCs in it, so a protected model
         cache keeps its namespace too."""
         super().__init__(f"{PKG}:serving:Namespace", name, None, opts)
         self.resource = None
         if obj:
             kw = _guarded({}, name, "v1", "Namespace", _meta(obj), kept=retain_on_delete)
-            self.resource = k8s.core.v1.Namespace(name, metadata=_meta(obj), opts=_opts(self, retain_on_delete=retain_on_delete, **kw))
+            self.resource = k8s.core.v1.Namespace(
+                name, metadata=_meta(obj), opts=_opts(self, retain_on_delete=retain_on_delete, **kw)
+            )
             self.name = self.resource.metadata.apply(lambda m: m["name"] if isinstance(m, dict) else m.name)
         else:
             self.name = pulumi.Output.from_input(namespace)
@@ -140,17 +159,26 @@ class HfTokenSecret(pulumi.ComponentResource):
 
     secret_name: pulumi.Output[str]
 
-    def __init__(self, name: str, obj: Optional[dict], existing_name: str, token: Optional[pulumi.Input[str]],
-                 opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
-                 redact: bool = False):
+    def __init__(
+        self,
+        name: str,
+        obj: Optional[dict],
+        existing_name: str,
+        token: Optional[pulumi.Input[str]],
+        opts: Optional[pulumi.ResourceOptions] = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        redact: bool = False,
+    ):
         """``redact``: render mode writes manifests to disk in plain text, so the Secret is rendered without its data
         there (create the real Secret in the cluster yourself)."""
         super().__init__(f"{PKG}:serving:HfTokenSecret", name, None, opts)
         self.resource = None
         if obj is not None:
             if token is None:
-                raise ValueError("dynamo:hfToken is not set: run `pulumi config set --secret dynamo:hfToken <token>` "
-                                 "or set dynamo:hfTokenSecretName to an existing Secret")
+                raise ValueError(
+                    "dynamo:hfToken is not set: run `pulumi config set --secret dynamo:hfToken <token>` "
+                    "or set dynamo:hfTokenSecretName to an existing Secret"
+                )
             # Render mode writes the Secret without its data (create it in the cluster yourself): the Kubernetes provider
             # treats any Secret data as secret and would warn that the rendered file "contains a secret value in
             # plaintext" even for a placeholder (pulumi-kubernetes provider.go Check, yamlRenderMode).
@@ -159,8 +187,12 @@ class HfTokenSecret(pulumi.ComponentResource):
                 metadata=_meta(obj),
                 type=obj["type"],
                 string_data=None if redact else {HF_TOKEN_KEY: pulumi.Output.secret(token)},
-                opts=_opts(self, depends_on, additional_secret_outputs=["stringData", "data"],
-                           **_guarded({}, name, "v1", "Secret", _meta(obj))),
+                opts=_opts(
+                    self,
+                    depends_on,
+                    additional_secret_outputs=["stringData", "data"],
+                    **_guarded({}, name, "v1", "Secret", _meta(obj)),
+                ),
             )
         self.secret_name = pulumi.Output.from_input(existing_name)
         self.register_outputs({"secretName": self.secret_name})
@@ -200,9 +232,18 @@ class ModelCache(pulumi.ComponentResource):
 
     claim_name: pulumi.Output[str]
 
-    def __init__(self, name: str, obj: Optional[dict], claim_name: str, protect: bool,
-                 opts: Optional[pulumi.ResourceOptions] = None, depends_on: Sequence[pulumi.Resource] = (),
-                 wait: Optional[_waits.Wait] = None, probe: Optional[Probe] = None, announce: bool = True):
+    def __init__(
+        self,
+        name: str,
+        obj: Optional[dict],
+        claim_name: str,
+        protect: bool,
+        opts: Optional[pulumi.ResourceOptions] = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        wait: Optional[_waits.Wait] = None,
+        probe: Optional[Probe] = None,
+        announce: bool = True,
+    ):
         super().__init__(f"{PKG}:serving:ModelCache", name, None, opts)
         self.resource = None
         if obj is not None:
@@ -216,7 +257,12 @@ class ModelCache(pulumi.ComponentResource):
                 name,
                 metadata=meta,
                 spec=obj["spec"],
-                opts=_opts(self, depends_on, retain_on_delete=protect, **_guarded(kw, name, "v1", "PersistentVolumeClaim", meta, kept=protect)),
+                opts=_opts(
+                    self,
+                    depends_on,
+                    retain_on_delete=protect,
+                    **_guarded(kw, name, "v1", "PersistentVolumeClaim", meta, kept=protect),
+                ),
             )
         self.claim_name = pulumi.Output.from_input(claim_name)
         self.register_outputs({"claimName": self.claim_name})
@@ -228,9 +274,16 @@ class ModelDownload(pulumi.ComponentResource):
 
     job_names: pulumi.Output[list]
 
-    def __init__(self, name: str, jobs: list[dict], opts: Optional[pulumi.ResourceOptions] = None,
-                 depends_on: Sequence[pulumi.Resource] = (), waits: Optional[dict] = None,
-                 probe: Optional[Probe] = None, announce: bool = True):
+    def __init__(
+        self,
+        name: str,
+        jobs: list[dict],
+        opts: Optional[pulumi.ResourceOptions] = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        waits: Optional[dict] = None,
+        probe: Optional[Probe] = None,
+        announce: bool = True,
+    ):
         """``waits``: ``stacks.serving.waits.waits_of`` for the plan; a Job with a wait fails `up` when it
         ends Failed (``checks``: depend on them, not only on ``jobs``)."""
         super().__init__(f"{PKG}:serving:ModelDownload", name, None, opts)
@@ -244,8 +297,17 @@ class ModelDownload(pulumi.ComponentResource):
                 rname,
                 metadata=_meta(job),
                 spec=job["spec"],
-                opts=_opts(self, previous, **_guarded(_wait_opts(wait, _meta(job).get("annotations") or {}, probe, announce),
-                                                      rname, "batch/v1", "Job", _meta(job))),
+                opts=_opts(
+                    self,
+                    previous,
+                    **_guarded(
+                        _wait_opts(wait, _meta(job).get("annotations") or {}, probe, announce),
+                        rname,
+                        "batch/v1",
+                        "Job",
+                        _meta(job),
+                    ),
+                ),
             )
             self.jobs.append(r)
             check = _fail_if_job_failed(wait, job, r)
@@ -263,14 +325,26 @@ class DynamoGraph(pulumi.ComponentResource):
     frontend_service: pulumi.Output[str]
     gpus: pulumi.Output[int]
 
-    def __init__(self, name: str, plan: ServingPlan, opts: Optional[pulumi.ResourceOptions] = None,
-                 depends_on: DependsOn = (), wait: Optional[_waits.Wait] = None,
-                 probe: Optional[Probe] = None, announce: bool = True, autoscaler_depends_on: DependsOn = ()):
+    def __init__(
+        self,
+        name: str,
+        plan: ServingPlan,
+        opts: Optional[pulumi.ResourceOptions] = None,
+        depends_on: DependsOn = (),
+        wait: Optional[_waits.Wait] = None,
+        probe: Optional[Probe] = None,
+        announce: bool = True,
+        autoscaler_depends_on: DependsOn = (),
+    ):
         """``autoscaler_depends_on``: what the ScaledObjects wait for besides the DGD (the KEDA layer's chart)."""
         super().__init__(f"{PKG}:serving:DynamoGraph", name, None, opts)
         self.configmaps = [
-            k8s.core.v1.ConfigMap(f"{name}-{_meta(cm)['name']}", metadata=_meta(cm), data=cm.get("data"),
-                                  opts=_opts(self, depends_on, **_guarded({}, f"{name}-{_meta(cm)['name']}", "v1", "ConfigMap", _meta(cm))))
+            k8s.core.v1.ConfigMap(
+                f"{name}-{_meta(cm)['name']}",
+                metadata=_meta(cm),
+                data=cm.get("data"),
+                opts=_opts(self, depends_on, **_guarded({}, f"{name}-{_meta(cm)['name']}", "v1", "ConfigMap", _meta(cm))),
+            )
             for cm in plan.configmaps
         ]
         dgd = plan.dgd
@@ -282,18 +356,34 @@ class DynamoGraph(pulumi.ComponentResource):
             kind=dgd["kind"],
             metadata=_meta(dgd),
             spec=dgd["spec"],
-            opts=_opts(self, [*depends_on, *self.configmaps],
-                       **_guarded(_wait_opts(wait, _meta(dgd).get("annotations") or {}, probe, announce),
-                                  f"{name}-{_meta(dgd)['name']}", dgd["apiVersion"], dgd["kind"], _meta(dgd)),
-                       **({"ignore_changes": [f"spec.components[{i}].replicas" for i in scaled]} if scaled else {})),
+            opts=_opts(
+                self,
+                [*depends_on, *self.configmaps],
+                **_guarded(
+                    _wait_opts(wait, _meta(dgd).get("annotations") or {}, probe, announce),
+                    f"{name}-{_meta(dgd)['name']}",
+                    dgd["apiVersion"],
+                    dgd["kind"],
+                    _meta(dgd),
+                ),
+                **({"ignore_changes": [f"spec.components[{i}].replicas" for i in scaled]} if scaled else {}),
+            ),
         )
         self.autoscalers = []
         if plan.autoscalers:
             self.autoscalers = [
                 k8s.apiextensions.CustomResource(
-                    f"{name}-scaledobject-{_meta(so)['name']}", api_version=so["apiVersion"], kind=so["kind"],
-                    metadata=_meta(so), spec=so["spec"],
-                    opts=_opts(self, [self.dgd, *autoscaler_depends_on], **_guarded({}, f"{name}-scaledobject-{_meta(so)['name']}", so["apiVersion"], so["kind"], _meta(so))))
+                    f"{name}-scaledobject-{_meta(so)['name']}",
+                    api_version=so["apiVersion"],
+                    kind=so["kind"],
+                    metadata=_meta(so),
+                    spec=so["spec"],
+                    opts=_opts(
+                        self,
+                        [self.dgd, *autoscaler_depends_on],
+                        **_guarded({}, f"{name}-scaledobject-{_meta(so)['name']}", so["apiVersion"], so["kind"], _meta(so)),
+                    ),
+                )
                 for so in plan.autoscalers
             ]
         ns = _meta(dgd)["namespace"]
@@ -354,61 +444,113 @@ class Serving(pulumi.ComponentResource):
         plan, probe = args.plan, args.probe
         child = pulumi.ResourceOptions(parent=self)
         ns_name = _meta(plan.dgd)["namespace"]
-        self.ns = Namespace(f"{name}-namespace", plan.namespace, ns_name, opts=child,
-                            retain_on_delete=args.protect_cache and plan.cache_pvc is not None)
+        self.ns = Namespace(
+            f"{name}-namespace",
+            plan.namespace,
+            ns_name,
+            opts=child,
+            retain_on_delete=args.protect_cache and plan.cache_pvc is not None,
+        )
         base = list(args.depends_on) + ([self.ns.resource] if self.ns.resource else [])
         top = pulumi.ResourceOptions(provider=opts.provider if opts else None)  # no parent: the URNs they always had
         # The DGD waits for the image pull Secrets: its pods would otherwise fail ErrImagePull before they exist.
         self.pull_secrets = [
-            k8s.core.v1.Secret(rname, metadata=obj["metadata"], type=obj["type"],
-                               string_data=_pull_secret_data(args.pull_secret),
-                               opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(
-                                   depends_on=[self.ns.resource] if self.ns.resource else [], additional_secret_outputs=["stringData", "data"],
-                                   aliases=[pulumi.Alias(name=a) for a in aliases] or None,
-                                   **_guarded({}, rname, "v1", "Secret", obj["metadata"]))))
+            k8s.core.v1.Secret(
+                rname,
+                metadata=obj["metadata"],
+                type=obj["type"],
+                string_data=_pull_secret_data(args.pull_secret),
+                opts=pulumi.ResourceOptions.merge(
+                    top,
+                    pulumi.ResourceOptions(
+                        depends_on=[self.ns.resource] if self.ns.resource else [],
+                        additional_secret_outputs=["stringData", "data"],
+                        aliases=[pulumi.Alias(name=a) for a in aliases] or None,
+                        **_guarded({}, rname, "v1", "Secret", obj["metadata"]),
+                    ),
+                ),
+            )
             for rname, obj, aliases in args.pull_secrets
         ]
         graph_depends_on = list(args.graph_depends_on) + self.pull_secrets
-        self.secret = HfTokenSecret(f"{name}-hf-token", plan.hf_secret, plan.hf_secret_name, args.hf_token, opts=child, depends_on=base,
-                                    redact=args.redact_secrets)
+        self.secret = HfTokenSecret(
+            f"{name}-hf-token",
+            plan.hf_secret,
+            plan.hf_secret_name,
+            args.hf_token,
+            opts=child,
+            depends_on=base,
+            redact=args.redact_secrets,
+        )
         waits = _waits.waits_of(plan)
         announce = not args.redact_secrets
-        self.cache = ModelCache(f"{name}-model-cache", plan.cache_pvc, plan.claim_name, args.protect_cache, opts=child, depends_on=base,
-                                wait=waits.get(("PersistentVolumeClaim", plan.claim_name)), probe=probe, announce=announce)
+        self.cache = ModelCache(
+            f"{name}-model-cache",
+            plan.cache_pvc,
+            plan.claim_name,
+            args.protect_cache,
+            opts=child,
+            depends_on=base,
+            wait=waits.get(("PersistentVolumeClaim", plan.claim_name)),
+            probe=probe,
+            announce=announce,
+        )
         # Optional NetworkPolicies (dynamo:networkPolicy, stacks/serving/network_policy.py): in place before the Jobs and the DGD start.
         graphs = args.graph_plans()
         for w in dict.fromkeys(w for _, p, _ in graphs for w in p.warnings):
             pulumi.log.warn(w, resource=self)
         policies = {_meta(np_)["name"]: np_ for _, p, _ in graphs for np_ in p.network_policies}
         self.network_policies = [
-            k8s.networking.v1.NetworkPolicy(f"{name}-netpol-{pname}", metadata=_meta(np_), spec=np_["spec"],
-                                            opts=_opts(self, base, **_guarded({}, f"{name}-netpol-{pname}", "networking.k8s.io/v1",
-                                                                              "NetworkPolicy", _meta(np_))))
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-netpol-{pname}",
+                metadata=_meta(np_),
+                spec=np_["spec"],
+                opts=_opts(
+                    self, base, **_guarded({}, f"{name}-netpol-{pname}", "networking.k8s.io/v1", "NetworkPolicy", _meta(np_))
+                ),
+            )
             for pname, np_ in policies.items()
         ]
         ready = base + [r for r in (self.secret.resource, self.cache.resource) if r] + self.network_policies
-        self.download = ModelDownload(f"{name}-model-download", plan.jobs, opts=child, depends_on=ready, waits=waits,
-                                      probe=probe, announce=announce)
+        self.download = ModelDownload(
+            f"{name}-model-download", plan.jobs, opts=child, depends_on=ready, waits=waits, probe=probe, announce=announce
+        )
         self.graphs = []
         for suffix, p, aliases in graphs:
-            self.graphs.append(DynamoGraph(
-                f"{name}-{suffix}", p, opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(name=a) for a in aliases] or None),
-                depends_on=[*base, *graph_depends_on, *self.download.jobs, *self.download.checks, *self.network_policies],
-                wait=_waits.waits_of(p).get(("DynamoGraphDeployment", _meta(p.dgd)["name"])), probe=probe, announce=announce,
-                autoscaler_depends_on=args.autoscaler_depends_on))
+            self.graphs.append(
+                DynamoGraph(
+                    f"{name}-{suffix}",
+                    p,
+                    opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(name=a) for a in aliases] or None),
+                    depends_on=[*base, *graph_depends_on, *self.download.jobs, *self.download.checks, *self.network_policies],
+                    wait=_waits.waits_of(p).get(("DynamoGraphDeployment", _meta(p.dgd)["name"])),
+                    probe=probe,
+                    announce=announce,
+                    autoscaler_depends_on=args.autoscaler_depends_on,
+                )
+            )
         self.graph = self.graphs[0]
         self.compute_domain = None
         if args.compute_domain:
             cd = args.compute_domain
             self.compute_domain = k8s.apiextensions.CustomResource(
-                "compute-domain", api_version=cd["apiVersion"], kind=cd["kind"], metadata=cd["metadata"], spec=cd["spec"],
-                opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(
-                    depends_on=([self.ns.resource] if self.ns.resource else []) + list(graph_depends_on),
-                    # Its CRD makes the spec immutable (self == oldSelf): a live ComputeDomain keeps the spec it was
-                    # created with (one written before numNodes became 0 keeps its count, which the driver then only
-                    # reports against); the API server would refuse any change of it mid-`up`.
-                    ignore_changes=["spec"],
-                    **_guarded({}, "compute-domain", cd["apiVersion"], cd["kind"], cd["metadata"]))))
+                "compute-domain",
+                api_version=cd["apiVersion"],
+                kind=cd["kind"],
+                metadata=cd["metadata"],
+                spec=cd["spec"],
+                opts=pulumi.ResourceOptions.merge(
+                    top,
+                    pulumi.ResourceOptions(
+                        depends_on=([self.ns.resource] if self.ns.resource else []) + list(graph_depends_on),
+                        # Its CRD makes the spec immutable (self == oldSelf): a live ComputeDomain keeps the spec it was
+                        # created with (one written before numNodes became 0 keeps its count, which the driver then only
+                        # reports against); the API server would refuse any change of it mid-`up`.
+                        ignore_changes=["spec"],
+                        **_guarded({}, "compute-domain", cd["apiVersion"], cd["kind"], cd["metadata"]),
+                    ),
+                ),
+            )
         self.dgd_name = self.graph.dgd_name
         self.namespace = self.ns.name
         self.register_outputs({"dgdName": self.dgd_name, "namespace": self.namespace})

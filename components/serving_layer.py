@@ -8,6 +8,7 @@ Secret, and on a cluster this stack creates (or a cluster stack's) the image pul
 GB200 ComputeDomain. Also logged here, before any resource is created: renamed or deprecated targets (the warning
 names the successor) and the commands to follow a long ``up``, which ``exports()`` returns with the next steps.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -51,21 +52,29 @@ class ServingLayer:
         self.servings: dict[str, Serving] = {}
         for sn in names:
             ns, first = sn.namespace, sn.entries[0]
-            self.servings[ns] = Serving(sn.name, ServingArgs(
-                first.plan,
-                hf_token=hf_token,
-                protect_cache=first.cfg.storage.protect,
-                depends_on=source.storage_ready,
-                graph_depends_on=source.gpu_ready,
-                autoscaler_depends_on=autoscalers_after,
-                redact_secrets=program.mode.redacts_secrets,
-                probe=kubectl_probe(source.kubeconfig_file, source.context) if source.kubeconfig_file else None,
-                graphs=[(g.suffix, g.entry.plan, g.aliases) for g in sn.graphs],
-                pull_secrets=[(n, o, a) for o in pulls if o["metadata"]["namespace"] == ns
-                              for n, a in [pull_secret_name(o["metadata"], first_ns)]],
-                pull_secret=pull,
-                compute_domain=cd if cd and cd["metadata"]["namespace"] == ns else None,
-            ), opts=pulumi.ResourceOptions(provider=source.provider, aliases=[pulumi.Alias(name=a) for a in sn.aliases] or None))
+            self.servings[ns] = Serving(
+                sn.name,
+                ServingArgs(
+                    first.plan,
+                    hf_token=hf_token,
+                    protect_cache=first.cfg.storage.protect,
+                    depends_on=source.storage_ready,
+                    graph_depends_on=source.gpu_ready,
+                    autoscaler_depends_on=autoscalers_after,
+                    redact_secrets=program.mode.redacts_secrets,
+                    probe=kubectl_probe(source.kubeconfig_file, source.context) if source.kubeconfig_file else None,
+                    graphs=[(g.suffix, g.entry.plan, g.aliases) for g in sn.graphs],
+                    pull_secrets=[
+                        (n, o, a)
+                        for o in pulls
+                        if o["metadata"]["namespace"] == ns
+                        for n, a in [pull_secret_name(o["metadata"], first_ns)]
+                    ],
+                    pull_secret=pull,
+                    compute_domain=cd if cd and cd["metadata"]["namespace"] == ns else None,
+                ),
+                opts=pulumi.ResourceOptions(provider=source.provider, aliases=[pulumi.Alias(name=a) for a in sn.aliases] or None),
+            )
         self.serving: Optional[Serving] = next(iter(self.servings.values()), None)  # None: a cluster-only stack
         for entry in program.entries:
             for warning in deprecation_warnings(entry.cfg):
@@ -84,4 +93,3 @@ class ServingLayer:
         else:
             out = next_steps(program.serving) if program.serving is not None else {}
         return {**out, **self.follow}
-

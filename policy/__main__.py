@@ -1,8 +1,9 @@
 """Dynamo policy pack.
 
-    python policy/stack_config.py h100-disagg > /tmp/policy-config.json
-    pulumi preview --stack h100-disagg --policy-pack policy --policy-pack-config /tmp/policy-config.json
+python policy/stack_config.py h100-disagg > /tmp/policy-config.json
+pulumi preview --stack h100-disagg --policy-pack policy --policy-pack-config /tmp/policy-config.json
 """
+
 import os
 import sys
 

@@ -4,6 +4,7 @@
 resources do not carry (the node's GPU count, the fabric, whether the cache is retained) come from
 the policy config, generated per stack by ``python policy/stack_config.py <stack>``.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,7 +57,9 @@ def check_images_pinned(props: Mapping, report: Report) -> None:
         for c in containers(spec):
             img = c.get("image")
             if not isinstance(img, str) or not image_pinned(img):
-                report(f"{path} container {c.get('name')!r}: image {img!r} is not pinned (use a fixed tag other than latest, or a digest)")
+                report(
+                    f"{path} container {c.get('name')!r}: image {img!r} is not pinned (use a fixed tag other than latest, or a digest)"
+                )
 
 
 def _env_lists(x: Any, path: str = "") -> Iterator[tuple[str, list]]:
@@ -76,7 +79,9 @@ def check_hf_token_from_secret(props: Mapping, report: Report) -> None:
     for path, env in _env_lists(props):
         for e in env:
             if isinstance(e, Mapping) and e.get("name") in HF_TOKEN_VARS and "value" in e:
-                report(f"{path}: {e['name']} is set as a literal value; take it from a Secret (envFrom.secretRef or valueFrom.secretKeyRef)")
+                report(
+                    f"{path}: {e['name']} is set as a literal value; take it from a Secret (envFrom.secretRef or valueFrom.secretKeyRef)"
+                )
 
 
 def _components(props: Mapping) -> list[Mapping]:
@@ -92,7 +97,9 @@ def check_efa_disagg(resource_type: str, props: Mapping, config: Mapping, report
         for c in containers((comp.get("podTemplate") or {}).get("spec") or {}):
             res = c.get("resources") or {}
             if not any(EFA in (res.get(k) or {}) for k in ("requests", "limits")):
-                report(f"component {comp.get('name')} container {c.get('name')}: a disaggregated worker on an EFA stack must request {EFA}")
+                report(
+                    f"component {comp.get('name')} container {c.get('name')}: a disaggregated worker on an EFA stack must request {EFA}"
+                )
             args = [str(a) for a in (c.get("args") or [])] + [str(a) for a in (c.get("command") or [])]
             kv = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--kv-transfer-config"), None)
             kv = kv or next((a.split("=", 1)[1] for a in args if a.startswith("--kv-transfer-config=")), None)
@@ -101,7 +108,9 @@ def check_efa_disagg(resource_type: str, props: Mapping, config: Mapping, report
             except (ValueError, AttributeError):
                 backends = []
             if "LIBFABRIC" not in backends:
-                report(f"component {comp.get('name')} container {c.get('name')}: --kv-transfer-config must use the LIBFABRIC backend on EFA (got {kv!r})")
+                report(
+                    f"component {comp.get('name')} container {c.get('name')}: --kv-transfer-config must use the LIBFABRIC backend on EFA (got {kv!r})"
+                )
 
 
 def gpus_per_node(config: Mapping) -> int | None:
@@ -131,12 +140,16 @@ def check_gpu_fits_node(props: Mapping, config: Mapping, report: Report) -> None
             res = c.get("resources") or {}
             want += max(_qty((res.get("limits") or {}).get(GPU, 0)), _qty((res.get("requests") or {}).get(GPU, 0)))
         if want > limit:
-            report(f"{path}: the pod requests {want} {GPU} but a {config.get('instanceType') or config.get('gpu') or 'stack'} node has {limit}")
+            report(
+                f"{path}: the pod requests {want} {GPU} but a {config.get('instanceType') or config.get('gpu') or 'stack'} node has {limit}"
+            )
     for comp in _components(props):  # DGD component-level resources: {limits: {gpu: "N"}}
         res = comp.get("resources") or {}
         want = max(_qty((res.get("limits") or {}).get("gpu", 0)), _qty((res.get("requests") or {}).get("gpu", 0)))
         if want > limit:
-            report(f"component {comp.get('name')}: resources ask for {want} GPUs but a {config.get('instanceType') or config.get('gpu') or 'stack'} node has {limit}")
+            report(
+                f"component {comp.get('name')}: resources ask for {want} GPUs but a {config.get('instanceType') or config.get('gpu') or 'stack'} node has {limit}"
+            )
 
 
 def check_model_cache_retained(resource_type: str, name: str, protect: bool, config: Mapping, report: Report) -> None:
@@ -146,8 +159,10 @@ def check_model_cache_retained(resource_type: str, name: str, protect: bool, con
         return
     if protect or config.get("storageProtect", True):
         return
-    report(f"PVC {name}: the model cache is not retained (dynamo:storage.protect is false); "
-           "set it to true, or set allowUnretainedCache in the policy config to destroy the cache on purpose")
+    report(
+        f"PVC {name}: the model cache is not retained (dynamo:storage.protect is false); "
+        "set it to true, or set allowUnretainedCache in the policy config to destroy the cache on purpose"
+    )
 
 
 def check_model_cache_retained_cfg(resource_type: str, name: str, protect: bool, config: Mapping, report: Report) -> None:

@@ -1,4 +1,5 @@
 """Policy config for a stack, from its Pulumi.<stack>.yaml: `python policy/stack_config.py h100-disagg > policy-config.json`."""
+
 from __future__ import annotations
 
 import json

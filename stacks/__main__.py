@@ -1,6 +1,7 @@
 """``dynamo-stacks`` (the console script ``uv sync`` installs in .venv/bin; also ``python -m stacks``): the catalog,
 renders, reviews and checks around the Pulumi program, for people and CI. Each subcommand lives in ``stacks/cli``;
 this module builds the parser from them and turns every error into one ``error: ...`` line on stderr with exit 2."""
+
 from __future__ import annotations
 
 import importlib
@@ -21,12 +22,19 @@ PROG = "dynamo-stacks"
 # `dynamo-stacks --help` lists them: the catalog first, then checks of a stack, then review tools. A run of one command
 # imports only that command's module (``build_parser(command)``): the others' code is most of the start-up of
 # `render --all` where Python keeps no bytecode cache. A command missing here is still found (the whole parser is built).
-COMMANDS = (("targets", "add_subparser", ("targets",)), ("render", "add_subparsers", ("render", "fidelity")),
-            ("timeline", "add_subparser", ("timeline",)), ("cost", "add_subparser", ("cost",)),
-            ("preflight", "add_subparser", ("preflight",)), ("simulate", "add_subparser", ("simulate",)),
-            ("review", "add_subparser", ("diff",)), ("promote", "add_subparser", ("promote",)),
-            ("retained", "add_subparser", ("destroy-report",)),
-            ("bench_report", "add_subparser", ("bench-report",)), ("drift", "add_subparser", ("drift",)))
+COMMANDS = (
+    ("targets", "add_subparser", ("targets",)),
+    ("render", "add_subparsers", ("render", "fidelity")),
+    ("timeline", "add_subparser", ("timeline",)),
+    ("cost", "add_subparser", ("cost",)),
+    ("preflight", "add_subparser", ("preflight",)),
+    ("simulate", "add_subparser", ("simulate",)),
+    ("review", "add_subparser", ("diff",)),
+    ("promote", "add_subparser", ("promote",)),
+    ("retained", "add_subparser", ("destroy-report",)),
+    ("bench_report", "add_subparser", ("bench-report",)),
+    ("drift", "add_subparser", ("drift",)),
+)
 
 
 def build_parser(command: Optional[str] = None) -> shell.Parser:
@@ -34,8 +42,11 @@ def build_parser(command: Optional[str] = None) -> shell.Parser:
     every other command is known by its name alone: all that parsing a command line that starts with ``command`` needs,
     since argparse hands the rest of the line to that command's own parser."""
     only = next((module for module, _, names in COMMANDS if command in names), None) if command else None
-    p = shell.Parser(prog=PROG, description="The catalog of Dynamo serving targets, and what a stack renders, needs, "
-                                            "costs and changes. `dynamo-stacks COMMAND --help` describes each command.")
+    p = shell.Parser(
+        prog=PROG,
+        description="The catalog of Dynamo serving targets, and what a stack renders, needs, "
+        "costs and changes. `dynamo-stacks COMMAND --help` describes each command.",
+    )
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", title="commands")
     for module, add, names in COMMANDS:
         if only and module != only:
@@ -55,16 +66,19 @@ def build_parser(command: Optional[str] = None) -> shell.Parser:
 def _with_diff_progress(fn):
     """``diff`` renders every stack and target at two git refs, each in a subprocess with that ref's code: tens of
     seconds, so it checks the refs first and reports progress on stderr while it runs."""
+
     def run(args) -> int:
         from stacks.cli import review
 
         repo = args.repo or review.REPO_ROOT
         for flag, ref in (("--base", args.base), ("--head", args.head)):
             if ref and not shell.git_commit(repo, ref):
-                raise shell.CliError(f"diff {flag} {ref}: not a commit in {repo} (a branch, tag or sha; "
-                                     f"`git fetch` it first if it is remote)")
+                raise shell.CliError(
+                    f"diff {flag} {ref}: not a commit in {repo} (a branch, tag or sha; `git fetch` it first if it is remote)"
+                )
         with shell.progress(f"diff: rendering every stack and target at {args.base} and at {args.head or 'the working tree'}"):
             return fn(args)
+
     return run
 
 
@@ -80,8 +94,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if extras:
             raise shell.unknown_options(parser, args.cmd, extras)
         if not getattr(args, "fn", None):
-            raise shell.CliError(f"{PROG}: a command is required: {', '.join(shell.subcommands(parser))} "
-                                   f"(see `{PROG} --help`)")
+            raise shell.CliError(f"{PROG}: a command is required: {', '.join(shell.subcommands(parser))} (see `{PROG} --help`)")
         return args.fn(args)
     except SystemExit as e:  # --help, or a command that exits itself
         return e.code if isinstance(e.code, int) else 0 if e.code is None else _fail(str(e.code))

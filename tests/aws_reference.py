@@ -13,6 +13,7 @@ functions inside a test (or a fixture), not at import time.
 A figure the table does not state (``verify``: the p6e-gb200 EFA layout is to be read from DescribeInstanceTypes) is
 ``None``; a test must not take the product's value in its place silently.
 """
+
 from __future__ import annotations
 
 import re
@@ -63,7 +64,7 @@ def parse(text: str, where: str = FACTS) -> dict[str, InstanceFacts]:
     except StopIteration:
         raise AssertionError(f"{where}: no section {SECTION!r}") from None
     table = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith("## "):
             break
         if line.strip().startswith("|"):
@@ -112,8 +113,10 @@ def instance(instance_type: str) -> InstanceFacts:
     """One instance's facts; an instance the reference does not list fails, naming the file."""
     facts = instances()
     if instance_type not in facts:
-        raise AssertionError(f"{instance_type} is not in the reference's AWS instance facts ({FACTS}, {SECTION!r}: "
-                             f"{', '.join(sorted(facts))}); add its row, with its source, before a test relies on it")
+        raise AssertionError(
+            f"{instance_type} is not in the reference's AWS instance facts ({FACTS}, {SECTION!r}: "
+            f"{', '.join(sorted(facts))}); add its row, with its source, before a test relies on it"
+        )
     return facts[instance_type]
 
 

@@ -8,6 +8,7 @@ set-up step to take. A missing reference stops the run at collection with one me
 Other runs: the same tests are skipped, and the end of the run lists every skipped test with its reason under
 "not checked". When ``$GITHUB_STEP_SUMMARY`` is set, the list also goes to the job summary.
 """
+
 import os
 import shutil
 import sys
@@ -42,9 +43,11 @@ CONDITIONAL_SKIPS = (
     "moto offers p5.48xlarge in every region",  # tests/test_preflight.py: depends on moto's offering data
 )
 
-REFERENCE_SETUP = ("put the upstream reference data at ../shared/reference beside the clone, or set "
-                   "DYNAMO_REFERENCE=/path/to/reference (it holds dynamo-recipes/ and crds/); in GitHub Actions set "
-                   "the DYNAMO_SHARED_REPO variable (docs/ci.md)")
+REFERENCE_SETUP = (
+    "put the upstream reference data at ../shared/reference beside the clone, or set "
+    "DYNAMO_REFERENCE=/path/to/reference (it holds dynamo-recipes/ and crds/); in GitHub Actions set "
+    "the DYNAMO_SHARED_REPO variable (docs/ci.md)"
+)
 TOOLCHAIN_SETUP = "run `make test` (it builds the pinned toolchain into .tools/bin) or `make setup`"
 TOOL_SETUP = {
     "pulumi": TOOLCHAIN_SETUP + "; tools/toolchain.sh builds pulumi",
@@ -84,8 +87,10 @@ def _reference_problems(needs_recipes: bool, needs_crds: bool) -> list[str]:
     problems = []
     recipes = fidelity.recipes_dir()
     if needs_recipes and not recipes.is_dir():
-        problems.append(f"no upstream recipe tree at {recipes} (DYNAMO_REFERENCE={os.environ.get('DYNAMO_REFERENCE', '')!r}, "
-                        f"DYNAMO_RECIPES_DIR={os.environ.get('DYNAMO_RECIPES_DIR', '')!r})")
+        problems.append(
+            f"no upstream recipe tree at {recipes} (DYNAMO_REFERENCE={os.environ.get('DYNAMO_REFERENCE', '')!r}, "
+            f"DYNAMO_RECIPES_DIR={os.environ.get('DYNAMO_RECIPES_DIR', '')!r})"
+        )
     crds = fidelity.reference_root() / "crds"
     if needs_crds and not crds.is_dir():
         problems.append(f"no Dynamo CRDs at {crds} (the local control plane installs them)")
@@ -112,9 +117,11 @@ def pytest_collection_finish(session):
     problems = _reference_problems(needs_recipes=any(r for _, r, _ in wanted), needs_crds=any(c for _, _, c in wanted))
     if problems:
         files = sorted({item.nodeid.split("::")[0] for item in users})
-        pytest.exit(f"CI=true and the reference data is missing: {'; '.join(problems)}. "
-                    f"{len(users)} collected tests need it ({', '.join(files)}). Set-up: {REFERENCE_SETUP}.",
-                    returncode=1)
+        pytest.exit(
+            f"CI=true and the reference data is missing: {'; '.join(problems)}. "
+            f"{len(users)} collected tests need it ({', '.join(files)}). Set-up: {REFERENCE_SETUP}.",
+            returncode=1,
+        )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -145,8 +152,10 @@ def _fail_strict_skip(rep, what: str) -> None:
     if any(c in reason for c in CONDITIONAL_SKIPS):
         return
     rep.outcome = "failed"
-    rep.longrepr = (f"CI=true: {what} would have been skipped ({reason}); under CI a skip is a failure. "
-                    f"Set-up: {TOOLCHAIN_SETUP}, with the reference data in place ({REFERENCE_SETUP}).")
+    rep.longrepr = (
+        f"CI=true: {what} would have been skipped ({reason}); under CI a skip is a failure. "
+        f"Set-up: {TOOLCHAIN_SETUP}, with the reference data in place ({REFERENCE_SETUP})."
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)

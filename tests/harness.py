@@ -1,6 +1,7 @@
 """Run the real Pulumi program (``__main__.py``) under ``pulumi.runtime.set_mocks`` and
 record what the engine would receive for every resource: type, name, parent, dependencies,
 options, and the raw (still secret-wrapped) inputs."""
+
 from __future__ import annotations
 
 import json
@@ -74,8 +75,13 @@ def cluster_stack_outputs(name: str) -> dict:
     from stacks.program.render import program_for_stack
 
     plan = program_for_stack(name.rsplit("/", 1)[-1], ROOT).cluster_plan
-    return {"kubeconfig": MOCK_KUBECONFIG, "nodePools": node_pools(plan), "storageClassName": plan.cache_class_name,
-            "clusterName": plan.name, "region": plan.region}
+    return {
+        "kubeconfig": MOCK_KUBECONFIG,
+        "nodePools": node_pools(plan),
+        "storageClassName": plan.cache_class_name,
+        "clusterName": plan.name,
+        "region": plan.region,
+    }
 
 
 class ProviderError(grpc.RpcError):
@@ -94,8 +100,14 @@ class ProviderError(grpc.RpcError):
 
 
 class Mocks(pmocks.Mocks):
-    def __init__(self, stack_outputs: dict | None = None, eks_clusters: dict | None = None, eks_node_groups: dict | None = None,
-                 ec2_subnets: dict | None = None, cache_zones: dict | None = None):
+    def __init__(
+        self,
+        stack_outputs: dict | None = None,
+        eks_clusters: dict | None = None,
+        eks_node_groups: dict | None = None,
+        ec2_subnets: dict | None = None,
+        cache_zones: dict | None = None,
+    ):
         super().__init__()
         # cluster -> [(zone, CIDR block)] of the subnets tagged with it; cluster -> the zone of its FSx cache's interfaces
         self.ec2_subnets = ec2_subnets or {}
@@ -141,30 +153,54 @@ class Mocks(pmocks.Mocks):
         if args.token == "aws:eks/getCluster:getCluster":  # as the provider answers DescribeCluster for a missing cluster
             name = args.args.get("name")
             if name not in self.eks_clusters:  # the data source's error, which reaches the program as a gRPC error
-                raise ProviderError(f"invoking aws:eks/getCluster:getCluster: 1 error occurred:\n\t* reading EKS Cluster ({name}): "
-                                    "couldn't find resource")
+                raise ProviderError(
+                    f"invoking aws:eks/getCluster:getCluster: 1 error occurred:\n\t* reading EKS Cluster ({name}): "
+                    "couldn't find resource"
+                )
             if isinstance(self.eks_clusters[name], Exception):  # any other failure of the lookup
                 raise ProviderError(f"invoking aws:eks/getCluster:getCluster: 1 error occurred:\n\t* {self.eks_clusters[name]}")
             return ({"name": name, "version": self.eks_clusters[name], "status": "ACTIVE"}, [])
         if args.token == "aws:eks/getNodeGroups:getNodeGroups":  # ListNodegroups
             cluster = args.args.get("clusterName")
             if isinstance(self.eks_node_groups.get(cluster), Exception):  # a failed ListNodegroups
-                raise ProviderError(f"invoking aws:eks/getNodeGroups:getNodeGroups: 1 error occurred:\n\t* {self.eks_node_groups[cluster]}")
-            return ({"clusterName": cluster, "names": sorted((self.eks_node_groups.get(cluster) or {}).keys()), "id": cluster}, [])
+                raise ProviderError(
+                    f"invoking aws:eks/getNodeGroups:getNodeGroups: 1 error occurred:\n\t* {self.eks_node_groups[cluster]}"
+                )
+            return (
+                {"clusterName": cluster, "names": sorted((self.eks_node_groups.get(cluster) or {}).keys()), "id": cluster},
+                [],
+            )
         if args.token == "aws:eks/getNodeGroup:getNodeGroup":  # DescribeNodegroup
             cluster, ng = args.args.get("clusterName"), args.args.get("nodeGroupName")
             version, capacity, desired, *more = self.eks_node_groups[cluster][ng]
             extra = dict(zip(("releaseVersion", "diskSize", "labels", "tags"), more))  # optional, in this order
-            return ({"clusterName": cluster, "nodeGroupName": ng, "version": version, "capacityType": capacity, **extra,
-                     "scalingConfigs": [{"desiredSize": desired, "minSize": 0, "maxSize": max(desired, 1)}], "id": f"{cluster}:{ng}"}, [])
+            return (
+                {
+                    "clusterName": cluster,
+                    "nodeGroupName": ng,
+                    "version": version,
+                    "capacityType": capacity,
+                    **extra,
+                    "scalingConfigs": [{"desiredSize": desired, "minSize": 0, "maxSize": max(desired, 1)}],
+                    "id": f"{cluster}:{ng}",
+                },
+                [],
+            )
+
         def tagged(args) -> str:  # the cluster a lookup filters on (tag:dynamo.nvidia.com/cluster)
-            return next((f["values"][0] for f in args.args.get("filters") or [] if f.get("name") == "tag:dynamo.nvidia.com/cluster"), "")
+            return next(
+                (f["values"][0] for f in args.args.get("filters") or [] if f.get("name") == "tag:dynamo.nvidia.com/cluster"), ""
+            )
+
         if args.token == "aws:ec2/getSubnets:getSubnets":
             cluster = tagged(args)
-            return ({"ids": [f"subnet-{cluster}-{i}" for i, _ in enumerate(self.ec2_subnets.get(cluster) or [])], "id": cluster}, [])
+            return (
+                {"ids": [f"subnet-{cluster}-{i}" for i, _ in enumerate(self.ec2_subnets.get(cluster) or [])], "id": cluster},
+                [],
+            )
         if args.token == "aws:ec2/getSubnet:getSubnet":
             sid = args.args.get("id")
-            cluster, i = sid[len("subnet-"):].rsplit("-", 1)
+            cluster, i = sid[len("subnet-") :].rsplit("-", 1)
             zone, cidr = self.ec2_subnets[cluster][int(i)]
             return ({"id": sid, "availabilityZone": zone, "cidrBlock": cidr}, [])
         if args.token == "aws:ec2/getSecurityGroups:getSecurityGroups":
@@ -172,9 +208,9 @@ class Mocks(pmocks.Mocks):
             return ({"ids": [f"sg-cache-{cluster}"] if cluster in self.cache_zones else [], "id": cluster}, [])
         if args.token == "aws:ec2/getNetworkInterfaces:getNetworkInterfaces":
             sg = next(f["values"][0] for f in args.args.get("filters") or [] if f.get("name") == "group-id")
-            return ({"ids": [f"eni-{sg[len('sg-cache-'):]}"], "id": sg}, [])
+            return ({"ids": [f"eni-{sg[len('sg-cache-') :]}"], "id": sg}, [])
         if args.token == "aws:ec2/getNetworkInterface:getNetworkInterface":
-            cluster = args.args.get("id")[len("eni-"):]
+            cluster = args.args.get("id")[len("eni-") :]
             return ({"id": args.args.get("id"), "availabilityZone": self.cache_zones[cluster]}, [])
         return ({}, [])
 
@@ -252,10 +288,17 @@ LAST_RUN: "Run | None" = None  # the run in progress, inspectable after run_prog
 AWS_REGION = "us-east-1"
 
 
-def run_program(config: dict[str, Any], secrets: dict[str, str] | None = None, stack: str = "test",
-                stack_outputs: dict[str, dict] | None = None, aws_region: str | None = AWS_REGION,
-                eks_clusters: dict[str, str] | None = None, eks_node_groups: dict | None = None,
-                ec2_subnets: dict | None = None, cache_zones: dict | None = None) -> Run:
+def run_program(
+    config: dict[str, Any],
+    secrets: dict[str, str] | None = None,
+    stack: str = "test",
+    stack_outputs: dict[str, dict] | None = None,
+    aws_region: str | None = AWS_REGION,
+    eks_clusters: dict[str, str] | None = None,
+    eks_node_groups: dict | None = None,
+    ec2_subnets: dict | None = None,
+    cache_zones: dict | None = None,
+) -> Run:
     """Run __main__.py with ``dynamo:`` config (plain values) and secret config. ``stack_outputs``: the outputs of
     the stacks a ``cluster.mode: stack`` program references, by name (default: ``cluster_stack_outputs``).
     ``aws_region``: ``aws:region``, set for an EKS config that names no ``cluster.region`` (None: not set).
@@ -307,8 +350,14 @@ def go_module_dir(module: str, version: str) -> Path:
     go = shutil.which("go")
     if not go:
         pytest.fail(f"go not on PATH: {module}@{version} comes from the Go module proxy")
-    out = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd="/")
+    out = subprocess.run(
+        [go, "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+        cwd="/",
+    )
     info = json.loads(out.stdout or "{}")
     if out.returncode or "Dir" not in info:
         pytest.fail(f"go mod download {module}@{version}: {info.get('Error') or out.stderr}")

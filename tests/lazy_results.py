@@ -7,6 +7,7 @@ with the passphrase's key derivation. Measured on this two-core machine during `
 makes those results deferred: the same CLI runs happen when a test first reads ``.outputs`` or ``.summary``. Read
 them before the stack's next operation (they describe the stack's state when read).
 """
+
 from __future__ import annotations
 
 import functools

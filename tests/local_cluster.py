@@ -1,5 +1,6 @@
 """What several engine tests start for themselves: a local control plane of their own (``tools/kube-local.sh``, in a
 state directory the test owns) and a local Helm repository serving stand-in charts (there is no network here)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,9 @@ TEST_CRDS = ("dynamographdeployments.nvidia.com", "dynamographdeploymentscalinga
 
 
 @contextlib.contextmanager
-def control_plane(state: Path, *, apiserver_only: bool = False, crds: bool = True, timeout: float = 900,
-                  quiet: bool = True) -> Iterator[dict]:
+def control_plane(
+    state: Path, *, apiserver_only: bool = False, crds: bool = True, timeout: float = 900, quiet: bool = True
+) -> Iterator[dict]:
     """Start ``tools/kube-local.sh`` with its state (kubeconfig, certs, logs) in ``state``; stop it on exit. Yields
     the environment it ran with. ``apiserver_only``: etcd and kube-apiserver, no KWOK simulation or
     controller manager; ``crds``: install the Dynamo CRDs of ``TEST_CRDS``."""
@@ -52,10 +54,14 @@ def chart_repo(root: Path, name: str, versions: list[str], also: dict[str, list[
     index: dict[str, list[dict]] = {}
     for chart, chart_versions in {name: versions, **(also or {})}.items():
         for v in chart_versions:
-            files = {f"{chart}/Chart.yaml": yaml.safe_dump({"apiVersion": "v2", "name": chart, "version": v, "appVersion": v}),
-                     f"{chart}/templates/cm.yaml": ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-pin\n"
-                                                    "data:\n  chartVersion: {{ .Chart.Version | quote }}\n"
-                                                    "  chartName: {{ .Chart.Name | quote }}\n")}
+            files = {
+                f"{chart}/Chart.yaml": yaml.safe_dump({"apiVersion": "v2", "name": chart, "version": v, "appVersion": v}),
+                f"{chart}/templates/cm.yaml": (
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-pin\n"
+                    "data:\n  chartVersion: {{ .Chart.Version | quote }}\n"
+                    "  chartName: {{ .Chart.Name | quote }}\n"
+                ),
+            }
             buf = io.BytesIO()
             with tarfile.open(fileobj=buf, mode="w:gz") as tar:
                 for path, text in files.items():
@@ -65,8 +71,16 @@ def chart_repo(root: Path, name: str, versions: list[str], also: dict[str, list[
                     tar.addfile(info, io.BytesIO(data))
             tgz = f"{chart}-{v}.tgz"
             (root / tgz).write_bytes(buf.getvalue())
-            index.setdefault(chart, []).append({"apiVersion": "v2", "name": chart, "version": v, "appVersion": v, "urls": [tgz],
-                                                "digest": hashlib.sha256(buf.getvalue()).hexdigest(),
-                                                "created": "2026-12-01T00:00:00Z"})
+            index.setdefault(chart, []).append(
+                {
+                    "apiVersion": "v2",
+                    "name": chart,
+                    "version": v,
+                    "appVersion": v,
+                    "urls": [tgz],
+                    "digest": hashlib.sha256(buf.getvalue()).hexdigest(),
+                    "created": "2026-12-01T00:00:00Z",
+                }
+            )
     (root / "index.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "entries": index, "generated": "2026-12-01T00:00:00Z"}))
     return root

@@ -10,6 +10,7 @@ product's own constants.
 
 A missing file skips the test (fails under CI=true), as the other reference tests do (conftest.missing).
 """
+
 from __future__ import annotations
 
 import re
@@ -51,7 +52,7 @@ def _section(text: str, number: int) -> list[str]:
     lines = text.splitlines()
     start = next(i for i, l in enumerate(lines) if l.startswith(f"## {number}."))
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    return lines[start + 1:end]
+    return lines[start + 1 : end]
 
 
 def _table(lines: list[str]) -> list[list[str]]:
@@ -77,7 +78,7 @@ def label_keys() -> dict[str, str]:
         hits = [keys for keys, cells in table if len(keys) == 1 and re.fullmatch(pattern, cells[column])]
         assert len(hits) == 1, (role, hits)
         out[role] = hits[0][0]
-    [pair] = [keys for keys, cells in table if len(keys) == 2 and cells["frontend"].startswith("`kubernetes` / `\"true\"`")]
+    [pair] = [keys for keys, cells in table if len(keys) == 2 and cells["frontend"].startswith('`kubernetes` / `"true"`')]
     out["discovery_backend"], out["discovery_enabled"] = pair
     return out
 
@@ -103,8 +104,12 @@ def platform_facts() -> dict:
     values_path = _need(platform_dir() / "dynamo-platform-values.yaml")
     values = yaml_text.load(values_path.read_text())
     etcd = re.search(r"Format: `http://hostname:(\d+)`.*\n\s*etcdAddr:", values_path.read_text())
-    install = re.search(r"helm install dynamo-platform \S+ -n (\S+) --create-namespace",
-                        _need(platform_dir() / "dynamo-platform.md").read_text())
+    install = re.search(
+        r"helm install dynamo-platform \S+ -n (\S+) --create-namespace", _need(platform_dir() / "dynamo-platform.md").read_text()
+    )
     assert etcd and install
-    return {"nats_port": int(values["nats"]["config"]["nats"]["port"]), "etcd_port": int(etcd.group(1)),
-            "namespace": install.group(1)}
+    return {
+        "nats_port": int(values["nats"]["config"]["nats"]["port"]),
+        "etcd_port": int(etcd.group(1)),
+        "namespace": install.group(1),
+    }

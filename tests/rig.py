@@ -32,6 +32,7 @@ not the listener's bind address"), which the rig sets to 127.0.0.1, so every con
 is a loopback one. Only that listener is bound wider than loopback (an isolated network namespace would close it,
 at the cost of running the tests inside it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -66,8 +67,12 @@ COMPONENT_TYPES = ("frontend", "worker", "prefill", "decode")
 # arguments specified: ['--tool-call-parser', 'motif', '--reasoning-parser', 'motif', '--enable-auto-tool-choice']").
 # Without them the frontend's own preprocessor applies the same tokenizer and chat template; tool-call and reasoning
 # parsing of the replies, which no benchmark figure reads, are what the rig leaves untested.
-ENGINE_FRONTEND_FLAGS = {"--dyn-chat-processor": 1, "--tool-call-parser": 1, "--reasoning-parser": 1,
-                         "--enable-auto-tool-choice": 0}
+ENGINE_FRONTEND_FLAGS = {
+    "--dyn-chat-processor": 1,
+    "--tool-call-parser": 1,
+    "--reasoning-parser": 1,
+    "--enable-auto-tool-choice": 0,
+}
 WORKER_MODES = {"worker": "agg", "prefill": "prefill", "decode": "decode"}
 # vLLM engine flags the DGD's workers carry that the mocker takes too, with the same meaning
 # (`python -m dynamo.mocker --help`, ai-dynamo 1.5.0 and 1.6.1: "Mocker engine ... with vLLM-style CLI").
@@ -109,6 +114,7 @@ class Rig:
 
 # ---- the environment and the model -------------------------------------------------------------------------------
 
+
 @lru_cache(maxsize=1)
 def rig_env_dir() -> Path:
     """Build or reuse the rig's locked environment (tools/rig.sh prints its directory last)."""
@@ -129,8 +135,10 @@ def tokenizer_file(env_dir: Path) -> Path:
 def _chat_template(start: str, end: str, eot: str) -> str:
     # A plain role-delimited template with the tokenizer's own special tokens; the frontend renders it for
     # /v1/chat/completions and AIPerf counts prompt tokens with the same tokenizer.
-    return ("{% for m in messages %}" + start + "{{ m['role'] }}" + end + "{{ m['content'] }}" + eot + "{% endfor %}"
-            "{% if add_generation_prompt %}" + start + "assistant" + end + "{% endif %}")
+    return (
+        "{% for m in messages %}" + start + "{{ m['role'] }}" + end + "{{ m['content'] }}" + eot + "{% endfor %}"
+        "{% if add_generation_prompt %}" + start + "assistant" + end + "{% endif %}"
+    )
 
 
 def layout_hf_cache(hf_home: Path, model: str, tokenizer: Path) -> Path:
@@ -140,7 +148,9 @@ def layout_hf_cache(hf_home: Path, model: str, tokenizer: Path) -> Path:
     data = tokenizer.read_bytes()
     tok = json.loads(data)
     special = {t["content"]: t["id"] for t in tok.get("added_tokens", [])}
-    vocab = len(tok["model"]["vocab"]) + len([t for t in tok.get("added_tokens", []) if t["content"] not in tok["model"]["vocab"]])
+    vocab = len(tok["model"]["vocab"]) + len(
+        [t for t in tok.get("added_tokens", []) if t["content"] not in tok["model"]["vocab"]]
+    )
     eot, sos = "<EOT>", "<SOS>"
     if eot not in special or sos not in special:
         raise RigError(f"{tokenizer} has no {eot}/{sos} special tokens; added tokens: {sorted(special)}")
@@ -149,21 +159,44 @@ def layout_hf_cache(hf_home: Path, model: str, tokenizer: Path) -> Path:
     snap = repo / "snapshots" / revision
     snap.mkdir(parents=True, exist_ok=True)
     (snap / "tokenizer.json").write_bytes(data)
-    (snap / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": sos, "eos_token": eot, "pad_token": eot,
-        "add_bos_token": False, "add_eos_token": False, "clean_up_tokenization_spaces": False,
-        "model_max_length": 1048576,
-        "chat_template": _chat_template("<META_START>", "<META_END>", eot),
-    }, indent=1))
+    (snap / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": sos,
+                "eos_token": eot,
+                "pad_token": eot,
+                "add_bos_token": False,
+                "add_eos_token": False,
+                "clean_up_tokenization_spaces": False,
+                "model_max_length": 1048576,
+                "chat_template": _chat_template("<META_START>", "<META_END>", eot),
+            },
+            indent=1,
+        )
+    )
     # A small Llama-shaped config: the mocker derives KV bytes per token from it; the context is long enough for the
     # benchmark workloads (64k input + 400 output tokens).
-    (snap / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
-        "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4, "num_attention_heads": 8,
-        "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 1048576, "torch_dtype": "bfloat16",
-        "bos_token_id": special[sos], "eos_token_id": special[eot],
-    }, indent=1))
+    (snap / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "vocab_size": vocab,
+                "hidden_size": 1024,
+                "intermediate_size": 2816,
+                "num_hidden_layers": 4,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "max_position_embeddings": 1048576,
+                "torch_dtype": "bfloat16",
+                "bos_token_id": special[sos],
+                "eos_token_id": special[eot],
+            },
+            indent=1,
+        )
+    )
     (snap / "generation_config.json").write_text(json.dumps({"bos_token_id": special[sos], "eos_token_id": special[eot]}))
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(revision)
@@ -174,21 +207,24 @@ def rig_env(env_dir: Path, hf_home: Path) -> dict[str, str]:
     env = dict(os.environ)
     for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
         env.pop(k, None)
-    env.update({
-        "PATH": f"{env_dir / 'bin'}:{env.get('PATH', '')}",
-        "VIRTUAL_ENV": str(env_dir),
-        "HF_HOME": str(hf_home),
-        "HF_HUB_OFFLINE": "1",  # no hub access here: everything comes from the cache laid out above
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "NO_PROXY": "127.0.0.1,localhost",
-        "no_proxy": "127.0.0.1,localhost",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "PATH": f"{env_dir / 'bin'}:{env.get('PATH', '')}",
+            "VIRTUAL_ENV": str(env_dir),
+            "HF_HOME": str(hf_home),
+            "HF_HUB_OFFLINE": "1",  # no hub access here: everything comes from the cache laid out above
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
 # ---- reading the DGD --------------------------------------------------------------------------------------------
+
 
 def _container(comp: dict) -> dict:
     return comp["podTemplate"]["spec"]["containers"][0]
@@ -210,9 +246,9 @@ def expand(text: str, env: dict[str, str]) -> str:
         if nxt == "$":
             out.append("$")
             i += 2
-        elif nxt == "(" and ")" in text[i + 2:]:
+        elif nxt == "(" and ")" in text[i + 2 :]:
             end = text.index(")", i + 2)
-            name = text[i + 2:end]
+            name = text[i + 2 : end]
             out.append(env.get(name, f"$({name})"))
             i = end + 1
         else:  # an incomplete reference or a lone $: kept as written
@@ -272,8 +308,10 @@ def _components(dgd: dict) -> list[dict]:
         raise RigError(f"DGD {dgd['metadata']['name']}: no spec.components (only nvidia.com/v1beta1 DGDs are supported)")
     for c in comps:
         if c.get("type") not in COMPONENT_TYPES:
-            raise RigError(f"DGD {dgd['metadata']['name']}: component {c['name']!r} has type {c.get('type')!r}; "
-                           f"the rig runs {', '.join(COMPONENT_TYPES)}")
+            raise RigError(
+                f"DGD {dgd['metadata']['name']}: component {c['name']!r} has type {c.get('type')!r}; "
+                f"the rig runs {', '.join(COMPONENT_TYPES)}"
+            )
     return comps
 
 
@@ -287,6 +325,7 @@ def _pods(dgd: dict) -> list:
 
 
 # ---- the operator's environment -----------------------------------------------------------------------------------
+
 
 def operator_env(dgd: dict, pod) -> dict[str, str]:
     """The env the Dynamo operator puts on the main container of ``pod`` (a ``stacks.serving.operator.OperatorPod``),
@@ -311,8 +350,15 @@ def operator_env(dgd: dict, pod) -> dict[str, str]:
     ``DYN_NAMESPACE_WORKER_SUFFIX`` (the mocker's endpoints, ``dynamo/mocker/args.py``), and ``dynamo.frontend`` reads
     ``DYN_NAMESPACE``/``DYN_NAMESPACE_PREFIX`` as ``--namespace``/``--namespace-prefix`` (``frontend_args.py``: "prefix
     takes precedence"))."""
-    from stacks.serving.operator import (FRONTEND, HTTP_PORT, LABEL_WORKER_HASH, NIXL_PORT, SYSTEM_PORT, WORKER_TYPES,
-                                         dynamo_namespace)
+    from stacks.serving.operator import (
+        FRONTEND,
+        HTTP_PORT,
+        LABEL_WORKER_HASH,
+        NIXL_PORT,
+        SYSTEM_PORT,
+        WORKER_TYPES,
+        dynamo_namespace,
+    )
 
     meta = dgd["metadata"]
     k8s_ns = meta.get("namespace") or "default"
@@ -330,13 +376,18 @@ def operator_env(dgd: dict, pod) -> dict[str, str]:
     if pod.component_type == FRONTEND:
         env.update({"DYNAMO_PORT": str(HTTP_PORT[1]), "DYN_HTTP_PORT": str(HTTP_PORT[1]), "DYN_NAMESPACE_PREFIX": base})
     elif pod.component_type in WORKER_TYPES:
-        env.update({
-            "DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]',
-            "DYN_SYSTEM_PORT": str(SYSTEM_PORT[1]), "DYN_HEALTH_CHECK_ENABLED": "false",
-            "NIXL_TELEMETRY_ENABLE": "n", "NIXL_TELEMETRY_EXPORTER": "prometheus",
-            "NIXL_TELEMETRY_PROMETHEUS_PORT": str(NIXL_PORT[1]),
-            "DYN_NAMESPACE_WORKER_SUFFIX": pod.labels[LABEL_WORKER_HASH],
-        })
+        env.update(
+            {
+                "DYN_SYSTEM_ENABLED": "true",
+                "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]',
+                "DYN_SYSTEM_PORT": str(SYSTEM_PORT[1]),
+                "DYN_HEALTH_CHECK_ENABLED": "false",
+                "NIXL_TELEMETRY_ENABLE": "n",
+                "NIXL_TELEMETRY_EXPORTER": "prometheus",
+                "NIXL_TELEMETRY_PROMETHEUS_PORT": str(NIXL_PORT[1]),
+                "DYN_NAMESPACE_WORKER_SUFFIX": pod.labels[LABEL_WORKER_HASH],
+            }
+        )
     return env
 
 
@@ -344,11 +395,15 @@ def dgd_dynamo_env(comp: dict) -> dict[str, str]:
     """The Dynamo runtime settings (``DYN_*``, literal values) the DGD puts on a component's main container, which the
     operator merges over its own defaults (e.g. the frontend's ``DYN_HTTP_BODY_LIMIT_MB``). The container's other env
     configures what the rig does not run (vLLM, NCCL/libfabric, the pod's cache volume paths)."""
-    return {str(e["name"]): str(e["value"]) for e in _container(comp).get("env") or []
-            if str(e.get("name", "")).startswith("DYN_") and "value" in e}
+    return {
+        str(e["name"]): str(e["value"])
+        for e in _container(comp).get("env") or []
+        if str(e.get("name", "")).startswith("DYN_") and "value" in e
+    }
 
 
 # ---- processes --------------------------------------------------------------------------------------------------
+
 
 def _without(args: list[str], flags: dict[str, int]) -> list[str]:
     """``args`` without each of ``flags`` and the number of values it takes (``--flag v`` or ``--flag=v``)."""
@@ -408,8 +463,9 @@ class _Procs:
         self.logs[name] = log
         with open(log, "wb") as out:
             # Own process group: the mocker and frontend start helper threads/processes; the group is ended together.
-            self.procs[name] = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, start_new_session=True)
+            self.procs[name] = subprocess.Popen(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         log.with_suffix(".cmd").write_text(shlex.join(argv) + "\n")
 
     def check_alive(self) -> None:
@@ -465,10 +521,16 @@ def start_rig(dgd: dict, workdir: Path, timeout: float = 120) -> Iterator[Rig]:
     env = rig_env(env_dir, hf_home)
     # The rig's placement, over the operator's env: file discovery in this rig's own directory (no etcd/NATS, no
     # Kubernetes API) and loopback only (request/response planes and system servers on 127.0.0.1 / lo).
-    placement = {"DYN_DISCOVERY_BACKEND": "file", "DYN_FILE_KV": str(workdir / "discovery"),
-                 "DYN_TCP_RPC_HOST": HOST, "DYN_SYSTEM_HOST": HOST, "DYN_TCP_RESPONSE_STREAM_HOST": "lo",
-                 "DYN_EVENT_PLANE_HOST": HOST,
-                 "DYN_HTTP_RPC_HOST": HOST, "DYN_LOG": os.environ.get("RIG_DYN_LOG", "info")}
+    placement = {
+        "DYN_DISCOVERY_BACKEND": "file",
+        "DYN_FILE_KV": str(workdir / "discovery"),
+        "DYN_TCP_RPC_HOST": HOST,
+        "DYN_SYSTEM_HOST": HOST,
+        "DYN_TCP_RESPONSE_STREAM_HOST": "lo",
+        "DYN_EVENT_PLANE_HOST": HOST,
+        "DYN_HTTP_RPC_HOST": HOST,
+        "DYN_LOG": os.environ.get("RIG_DYN_LOG", "info"),
+    }
     comps = {c["name"]: c for c in _components(dgd)}
     specs = _pods(dgd)
     procs = _Procs()
@@ -488,28 +550,68 @@ def start_rig(dgd: dict, workdir: Path, timeout: float = 120) -> Iterator[Rig]:
             proc_env = {**env, **pod_env, **placement}
             if spec.component_type == "frontend":
                 # The DGD frontend container's own flags after `-m dynamo.frontend`, then the rig's placement.
-                own = _without(args[args.index("dynamo.frontend") + 1:] if "dynamo.frontend" in args else [],
-                               ENGINE_FRONTEND_FLAGS)
-                argv = [str(python), "-m", "dynamo.frontend", *own, "--discovery-backend", "file",
-                        "--http-host", HOST, "--http-port", str(port)]
+                own = _without(
+                    args[args.index("dynamo.frontend") + 1 :] if "dynamo.frontend" in args else [], ENGINE_FRONTEND_FLAGS
+                )
+                argv = [
+                    str(python),
+                    "-m",
+                    "dynamo.frontend",
+                    *own,
+                    "--discovery-backend",
+                    "file",
+                    "--http-host",
+                    HOST,
+                    "--http-port",
+                    str(port),
+                ]
                 procs.start(spec.name, argv, proc_env, log)
                 frontend_url = f"http://{HOST}:{port}"
-                pods.append(RigPod(spec.name, spec.component, spec.component_type, spec.labels,
-                                   {n: port for n in spec.ports if n == FRONTEND_PORT_NAME}, pod_env))
+                pods.append(
+                    RigPod(
+                        spec.name,
+                        spec.component,
+                        spec.component_type,
+                        spec.labels,
+                        {n: port for n in spec.ports if n == FRONTEND_PORT_NAME},
+                        pod_env,
+                    )
+                )
             else:
                 engine = []
                 for flag in SHARED_ENGINE_FLAGS:
                     v = _flag(args, flag)
                     if v is not None:
                         engine += [flag, v]
-                argv = [str(python), "-m", "dynamo.mocker", "--model-path", model_path, "--model-name", model,
-                        "--disaggregation-mode", WORKER_MODES[spec.component_type], *engine,
-                        "--speedup-ratio", SPEEDUP_RATIO, "--discovery-backend", "file"]
+                argv = [
+                    str(python),
+                    "-m",
+                    "dynamo.mocker",
+                    "--model-path",
+                    model_path,
+                    "--model-name",
+                    model,
+                    "--disaggregation-mode",
+                    WORKER_MODES[spec.component_type],
+                    *engine,
+                    "--speedup-ratio",
+                    SPEEDUP_RATIO,
+                    "--discovery-backend",
+                    "file",
+                ]
                 # The operator's system-server env (operator_env) makes its /metrics scrapeable and its health turn
                 # Ready when the `generate` endpoint serves.
                 procs.start(spec.name, argv, proc_env, log)
-                pods.append(RigPod(spec.name, spec.component, spec.component_type, spec.labels,
-                                   {n: port for n in spec.ports if n == SYSTEM_PORT_NAME}, pod_env))
+                pods.append(
+                    RigPod(
+                        spec.name,
+                        spec.component,
+                        spec.component_type,
+                        spec.labels,
+                        {n: port for n in spec.ports if n == SYSTEM_PORT_NAME},
+                        pod_env,
+                    )
+                )
         if not frontend_url:
             raise RigError(f"DGD {dgd['metadata']['name']}: no frontend component")
         for pod in pods:
@@ -523,10 +625,13 @@ def start_rig(dgd: dict, workdir: Path, timeout: float = 120) -> Iterator[Rig]:
             return model in ids, f"HTTP {code}: {body[:300]}"
 
         _wait(f"{model} in {frontend_url}/v1/models", model_listed, deadline, procs)
-        rig = Rig(frontend_url=frontend_url, model=model, pods=pods, env=env, python=python, hf_home=hf_home,
-                  logs=dict(procs.logs))
-        print(f"rig: {dgd['metadata']['name']}: {len(pods)} processes serving {model} at {frontend_url} "
-              f"after {time.monotonic() - t0:.1f}s")
+        rig = Rig(
+            frontend_url=frontend_url, model=model, pods=pods, env=env, python=python, hf_home=hf_home, logs=dict(procs.logs)
+        )
+        print(
+            f"rig: {dgd['metadata']['name']}: {len(pods)} processes serving {model} at {frontend_url} "
+            f"after {time.monotonic() - t0:.1f}s"
+        )
         yield rig
     finally:
         procs.stop()

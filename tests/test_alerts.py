@@ -3,6 +3,7 @@ the PrometheusRule's groups, and ``promtool test rules`` shows every alert firin
 staying quiet on healthy ones. The series are named from the installed Dynamo 1.6.1 (the rig's
 ``dynamo/prometheus_names.py``: metric names and the ``status`` label's error value) and from dcgm-exporter's default
 counters, with the scrape jobs the project's PodMonitors give them; Alertmanager's receivers are checked in its values."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -40,8 +41,12 @@ def promtool() -> str:
 
 
 def _program(**obs):
-    return build_program({"target": TARGET, "cluster": DEVICE_PLUGINS, "observability": {"enabled": True, **obs}},
-                         "alerts", frozenset({"hfToken"}), env=None)
+    return build_program(
+        {"target": TARGET, "cluster": DEVICE_PLUGINS, "observability": {"enabled": True, **obs}},
+        "alerts",
+        frozenset({"hfToken"}),
+        env=None,
+    )
 
 
 def _rule(program) -> dict:
@@ -57,13 +62,25 @@ def test_the_rule_is_labelled_for_the_stacks_prometheus_and_covers_each_signal()
     rule = _rule(program)
     assert rule["metadata"]["namespace"] == program.observability.namespace
     assert rule["metadata"]["labels"] == program.observability.monitor_labels  # what the chart's Prometheus selects
-    assert set(_alerts(rule)) == {"DynamoFrontendDown", "DynamoFrontendErrors", "DynamoNoReadyWorkers", "DynamoTimeToFirstTokenHigh",
-                                  "DynamoRequestsQueued", "DynamoKvCacheSaturated", "GpuXidError", "GpuUncorrectableMemoryErrors"}
+    assert set(_alerts(rule)) == {
+        "DynamoFrontendDown",
+        "DynamoFrontendErrors",
+        "DynamoNoReadyWorkers",
+        "DynamoTimeToFirstTokenHigh",
+        "DynamoRequestsQueued",
+        "DynamoKvCacheSaturated",
+        "GpuXidError",
+        "GpuUncorrectableMemoryErrors",
+    }
     # no DCGM scraped (render mode installs no NVIDIA stack): no GPU group
     render = build_program({"target": TARGET, "observability": {"enabled": True}}, "alerts", frozenset({"hfToken"}), env=None)
     assert "GpuXidError" not in _alerts(_rule(render))
-    off = build_program({"target": TARGET, "observability": {"enabled": True, "alerts": {"enabled": False}}}, "alerts",
-                        frozenset({"hfToken"}), env=None)
+    off = build_program(
+        {"target": TARGET, "observability": {"enabled": True, "alerts": {"enabled": False}}},
+        "alerts",
+        frozenset({"hfToken"}),
+        env=None,
+    )
     assert not [m for m in off.observability.monitors if m["kind"] == "PrometheusRule"]
 
 
@@ -81,6 +98,7 @@ def test_alertmanager_sends_to_the_named_webhook_or_holds_the_alerts():
     def values(program):
         kps = next(c for c in program.observability.charts if c.chart == "kube-prometheus-stack")
         return kps.values["alertmanager"]
+
     held = values(_program())
     assert held["enabled"] is True and held["config"]["route"]["receiver"] == "dynamo"
     receivers = {r["name"]: r for r in held["config"]["receivers"]}
@@ -95,8 +113,10 @@ def test_alertmanager_sends_to_the_named_webhook_or_holds_the_alerts():
 def _series(names) -> tuple[dict[str, str], str, str]:
     fe, comp, svc = names.name_prefix.FRONTEND, names.name_prefix.COMPONENT, names.frontend_service
     metric = {
-        "requests": f"{fe}_{svc.REQUESTS_TOTAL}", "ttft": f"{fe}_{svc.TIME_TO_FIRST_TOKEN_SECONDS}",
-        "queued": f"{fe}_{svc.QUEUED_REQUESTS}", "ready": f"{fe}_{svc.MODEL_READY}",
+        "requests": f"{fe}_{svc.REQUESTS_TOTAL}",
+        "ttft": f"{fe}_{svc.TIME_TO_FIRST_TOKEN_SECONDS}",
+        "queued": f"{fe}_{svc.QUEUED_REQUESTS}",
+        "ready": f"{fe}_{svc.MODEL_READY}",
         "kv": f"{comp}_{names.kvstats.GPU_CACHE_USAGE_PERCENT}",
     }
     return metric, svc.status.ERROR, svc.status.SUCCESS
@@ -117,7 +137,7 @@ def test_every_alert_fires_on_trouble_and_stays_quiet_when_healthy(promtool, tmp
     m, error, success = _series(names)
     program = _program()
     rule = _rule(program)
-    graph = rule["spec"]["groups"][0]["name"][len("dynamo-"):]
+    graph = rule["spec"]["groups"][0]["name"][len("dynamo-") :]
     ns = program.serving.dgd["metadata"]["namespace"]
     fj, wj = f'job="{ns}/{graph}-frontend"', f'job="{ns}/{graph}-worker"'
     bound = float(_alerts(rule)["DynamoTimeToFirstTokenHigh"]["expr"].rsplit("> ", 1)[1])
@@ -131,46 +151,79 @@ def test_every_alert_fires_on_trouble_and_stays_quiet_when_healthy(promtool, tmp
         return out
 
     healthy = [
-        {"series": f"up{{{fj}}}", "values": "1x40"}, {"series": f'up{{{wj},pod="w-0"}}', "values": "1x40"},
+        {"series": f"up{{{fj}}}", "values": "1x40"},
+        {"series": f'up{{{wj},pod="w-0"}}', "values": "1x40"},
         {"series": f'{m["requests"]}{{{fj},status="{success}"}}', "values": "0+100x40"},
         {"series": f'{m["requests"]}{{{fj},status="{error}"}}', "values": "0+1x40"},  # 1% errors
-        {"series": f'{m["ready"]}{{{fj}}}', "values": "1x40"},
-        {"series": f'{m["queued"]}{{{fj}}}', "values": "3x40"},
+        {"series": f"{m['ready']}{{{fj}}}", "values": "1x40"},
+        {"series": f"{m['queued']}{{{fj}}}", "values": "3x40"},
         {"series": f'{m["kv"]}{{{wj},pod="w-0"}}', "values": "0.6x40"},
         {"series": 'DCGM_FI_DEV_XID_ERRORS{Hostname="n1",gpu="0"}', "values": "0x40"},
         {"series": 'DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{Hostname="n1",gpu="0"}', "values": "0x40"},
         {"series": 'DCGM_FI_DEV_ROW_REMAP_FAILURE{Hostname="n1",gpu="0"}', "values": "0x40"},
     ] + hist(bound / 4)
     every = sorted(_alerts(rule))
-    quiet = {"interval": "1m", "input_series": healthy,
-             "alert_rule_test": [{"eval_time": "30m", "alertname": a, "exp_alerts": []} for a in every]}
+    quiet = {
+        "interval": "1m",
+        "input_series": healthy,
+        "alert_rule_test": [{"eval_time": "30m", "alertname": a, "exp_alerts": []} for a in every],
+    }
 
     def trouble(replace: dict[str, str], extra: list[dict] = ()) -> list[dict]:
         out = [s for s in healthy if not any(s["series"].startswith(k) for k in replace)]
         return out + [{"series": k, "values": v} for k, v in replace.items()] + list(extra)
+
     g = {**labels}
     cases = {
         "DynamoFrontendDown": (trouble({f"up{{{fj}}}": "0x40"}), {"severity": "critical", **g}),
-        "DynamoFrontendErrors": (trouble({f'{m["requests"]}{{{fj},status="{error}"}}': "0+20x40"}), {"severity": "critical", **g}),
-        "DynamoNoReadyWorkers": (trouble({f'{m["ready"]}{{{fj}}}': "0x40"}), {"severity": "critical", **g}),
-        "DynamoTimeToFirstTokenHigh": ([s for s in healthy if "_bucket" not in s["series"]] + hist(bound * 1.5), {"severity": "warning", **g}),
-        "DynamoRequestsQueued": (trouble({f'{m["queued"]}{{{fj}}}': "50x40"}), {"severity": "warning", **g}),
-        "DynamoKvCacheSaturated": (trouble({f'{m["kv"]}{{{wj},pod="w-0"}}': "0.99x40"}), {"severity": "warning", "pod": "w-0", **g}),
-        "GpuXidError": (trouble({'DCGM_FI_DEV_XID_ERRORS{Hostname="n1",gpu="0"}': "0 0 0 79x37"}),
-                        {"severity": "critical", "Hostname": "n1", "gpu": "0"}),
-        "GpuUncorrectableMemoryErrors": (trouble({'DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{Hostname="n1",gpu="0"}': "0x20 1x20"}),
-                                         {"severity": "critical", "Hostname": "n1", "gpu": "0"}),
+        "DynamoFrontendErrors": (
+            trouble({f'{m["requests"]}{{{fj},status="{error}"}}': "0+20x40"}),
+            {"severity": "critical", **g},
+        ),
+        "DynamoNoReadyWorkers": (trouble({f"{m['ready']}{{{fj}}}": "0x40"}), {"severity": "critical", **g}),
+        "DynamoTimeToFirstTokenHigh": (
+            [s for s in healthy if "_bucket" not in s["series"]] + hist(bound * 1.5),
+            {"severity": "warning", **g},
+        ),
+        "DynamoRequestsQueued": (trouble({f"{m['queued']}{{{fj}}}": "50x40"}), {"severity": "warning", **g}),
+        "DynamoKvCacheSaturated": (
+            trouble({f'{m["kv"]}{{{wj},pod="w-0"}}': "0.99x40"}),
+            {"severity": "warning", "pod": "w-0", **g},
+        ),
+        "GpuXidError": (
+            trouble({'DCGM_FI_DEV_XID_ERRORS{Hostname="n1",gpu="0"}': "0 0 0 79x37"}),
+            {"severity": "critical", "Hostname": "n1", "gpu": "0"},
+        ),
+        "GpuUncorrectableMemoryErrors": (
+            trouble({'DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{Hostname="n1",gpu="0"}': "0x20 1x20"}),
+            {"severity": "critical", "Hostname": "n1", "gpu": "0"},
+        ),
     }
     assert set(cases) == set(every)  # every alert has its trouble
-    tests = [quiet] + [{"interval": "1m", "input_series": series,
-                        "alert_rule_test": [{"eval_time": "30m", "alertname": a,
-                                             "exp_alerts": [{"exp_labels": want, "exp_annotations": _alerts(rule)[a]["annotations"]}]}]}
-                       for a, (series, want) in cases.items()]
+    tests = [quiet] + [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [
+                {
+                    "eval_time": "30m",
+                    "alertname": a,
+                    "exp_alerts": [{"exp_labels": want, "exp_annotations": _alerts(rule)[a]["annotations"]}],
+                }
+            ],
+        }
+        for a, (series, want) in cases.items()
+    ]
     proc = _promtool_test(promtool, rule, tests, tmp_path)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     # and the test itself can fail: the same trouble expected not to fire is reported by promtool
-    wrong = [{"interval": "1m", "input_series": cases["DynamoFrontendErrors"][0],
-              "alert_rule_test": [{"eval_time": "30m", "alertname": "DynamoFrontendErrors", "exp_alerts": []}]}]
+    wrong = [
+        {
+            "interval": "1m",
+            "input_series": cases["DynamoFrontendErrors"][0],
+            "alert_rule_test": [{"eval_time": "30m", "alertname": "DynamoFrontendErrors", "exp_alerts": []}],
+        }
+    ]
     assert _promtool_test(promtool, rule, wrong, tmp_path).returncode != 0
 
 
@@ -178,4 +231,7 @@ def test_the_status_label_value_the_error_rule_counts_is_the_installed_dynamos()
     names = installed_names()
     assert names.frontend_service.status.ERROR == "error"
     assert 'status="error"' in _alerts(_rule(_program()))["DynamoFrontendErrors"]["expr"]
-    assert f"{names.name_prefix.FRONTEND}_{names.frontend_service.MODEL_READY}" in _alerts(_rule(_program()))["DynamoNoReadyWorkers"]["expr"]
+    assert (
+        f"{names.name_prefix.FRONTEND}_{names.frontend_service.MODEL_READY}"
+        in _alerts(_rule(_program()))["DynamoNoReadyWorkers"]["expr"]
+    )

@@ -2,6 +2,7 @@
 frontend and mocker, and one export derived from them in the published workload's shape): each figure by the
 published definition of the row's family, and a run that is not the published workload (trace, lengths, request
 count, concurrency, speculative acceptance) refused with exit 2."""
+
 import copy
 import dataclasses
 import json
@@ -11,12 +12,29 @@ import pytest
 
 from stacks import catalog
 from stacks.__main__ import main
-from stacks.serving.benchmark import (LENGTH_TOLERANCE, METHODS, PER_GPU_FROM_THROUGHPUT, PER_GPU_FROM_USER, TRACE_LENGTHS,
-                                      build_benchmark, synthetic_speculative_dgd, trace)
+from stacks.serving.benchmark import (
+    LENGTH_TOLERANCE,
+    METHODS,
+    PER_GPU_FROM_THROUGHPUT,
+    PER_GPU_FROM_USER,
+    TRACE_LENGTHS,
+    build_benchmark,
+    synthetic_speculative_dgd,
+    trace,
+)
 from stacks.catalog import gpus_needed
 from stacks.catalog.model import Perf
-from stacks.cli.bench_report import (ReportError, compare, expected_lengths, extract_from_log, extract_manifest, format_report,
-                                     parse_export, verdict, workload_problems)
+from stacks.cli.bench_report import (
+    ReportError,
+    compare,
+    expected_lengths,
+    extract_from_log,
+    extract_manifest,
+    format_report,
+    parse_export,
+    verdict,
+    workload_problems,
+)
 from stacks.program import build_program
 from stacks.registry.versions import versions
 from stacks.config.keys import BenchmarkConfig, parse
@@ -57,8 +75,11 @@ def matching():
 def _bench_report_cli(monkeypatch, tmp_path, export: dict, synthetic: bool = True) -> int:
     """``bench-report --stack s --file <export>`` for a stack serving TRACE_TARGET with the benchmark on (and, with
     ``synthetic``, dynamo:benchmark.syntheticAcceptance: true), built by the same build_program as a committed stack."""
-    cfg = {"target": TRACE_TARGET, "cluster": {"mode": "render", "renderDir": str(tmp_path / "render")},
-           "benchmark": {"enabled": True, "syntheticAcceptance": synthetic}}
+    cfg = {
+        "target": TRACE_TARGET,
+        "cluster": {"mode": "render", "renderDir": str(tmp_path / "render")},
+        "benchmark": {"enabled": True, "syntheticAcceptance": synthetic},
+    }
     monkeypatch.setattr("stacks.program.render.program_for_stack", lambda name: build_program(cfg, name))
     path = tmp_path / "profile_export_aiperf.json"
     path.write_text(json.dumps(export))
@@ -66,6 +87,7 @@ def _bench_report_cli(monkeypatch, tmp_path, export: dict, synthetic: bool = Tru
 
 
 # --- the published definition of output tok/s/GPU, derived from the rows -------------------------------------------
+
 
 def _rows():
     for t in catalog.targets().values():
@@ -137,10 +159,23 @@ def test_a_matching_result_is_computed_by_the_published_formula(matching):
     assert per_gpu.measured == pytest.approx(20 * m.tok_s_per_user / gpus)
     assert per_gpu.measured != pytest.approx(m.output_tok_s / gpus)  # the figure the old report used differs
     # Against a row a little below the measured figures: PASS, exit 0.
-    row = Perf(concurrency=20, ttft_p50_ms=m.ttft_p50_ms * 1.05, output_tok_s_per_gpu=per_gpu.measured / 1.05,
-               tok_s_per_user=m.tok_s_per_user / 1.05, source="test row")
-    code, text = format_report(TRACE_TARGET, m, compare(m, row, gpus, 0.10, bench.method.per_gpu), row, gpus, 0.10,
-                               problems=workload_problems(m, bench), definition=bench.method.per_gpu)
+    row = Perf(
+        concurrency=20,
+        ttft_p50_ms=m.ttft_p50_ms * 1.05,
+        output_tok_s_per_gpu=per_gpu.measured / 1.05,
+        tok_s_per_user=m.tok_s_per_user / 1.05,
+        source="test row",
+    )
+    code, text = format_report(
+        TRACE_TARGET,
+        m,
+        compare(m, row, gpus, 0.10, bench.method.per_gpu),
+        row,
+        gpus,
+        0.10,
+        problems=workload_problems(m, bench),
+        definition=bench.method.per_gpu,
+    )
     assert code == 0 and "PASS: 3 figure(s)" in text and "concurrency x tok/s/user / GPUs" in text
 
 
@@ -152,14 +187,17 @@ def test_ultra_rows_divide_the_output_throughput(trace_log):
 
 # --- refusals: not the published workload --------------------------------------------------------------------------
 
+
 def test_result_with_another_input_length_is_refused_with_exit_2(capsys):
     """The recorded synthetic 512/64-token run against the H100 disagg row (64k/400 trace): exit 2 and the reason."""
     code = main(["bench-report", "--stack", "h100-disagg", "--file", str(EXPORT)])
     out = capsys.readouterr().out
     assert code == 2
     assert "REFUSED: not the published workload" in out
-    assert "input/output length: the run sent synthetic prompts of 512 input / 64 output tokens; the row replays the " \
-           "Mooncake trace nim_turbo_64k_400_90kv_agent_new_noschedule_short_15perc.jsonl (64k input / 400 output tokens)" in out
+    assert (
+        "input/output length: the run sent synthetic prompts of 512 input / 64 output tokens; the row replays the "
+        "Mooncake trace nim_turbo_64k_400_90kv_agent_new_noschedule_short_15perc.jsonl (64k input / 400 output tokens)" in out
+    )
     assert "concurrency: the run used 4, the row 24" in out and "request count: the run replayed 40 requests, the row 3541" in out
     assert "input length: the run's requests have a measured median of 523 input tokens, the row's workload 67,585" in out
     assert "output length: the run's requests have a measured average of 64 output tokens, the row's workload 2,455" in out
@@ -177,7 +215,9 @@ def test_the_recorded_lengths_are_refused_under_the_published_trace_name(monkeyp
     d = copy.deepcopy(recorded)
     d["input_config"]["phases"][0]["requests"] = bench.published_requests
     d["request_count"]["avg"] = float(bench.published_requests)
-    assert (recorded["input_sequence_length"]["avg"], recorded["output_sequence_length"]["avg"]) == pytest.approx((1054.33, 19.83), abs=0.01)
+    assert (recorded["input_sequence_length"]["avg"], recorded["output_sequence_length"]["avg"]) == pytest.approx(
+        (1054.33, 19.83), abs=0.01
+    )
     assert _bench_report_cli(monkeypatch, tmp_path, d) == 2
     out = capsys.readouterr().out
     assert "REFUSED: not the published workload" in out and "PASS" not in out and "FAIL" not in out
@@ -208,19 +248,40 @@ def _lengths(d: dict, side: str, factor: float) -> None:
     d[key] = {k: v * factor if isinstance(v, float) and k != "count" else v for k, v in d[key].items()}
 
 
-@pytest.mark.parametrize("edit, reason", [
-    (lambda d: d["input_config"]["endpoint"]["extra"].pop("ignore_eos"), "output length: the run did not set ignore_eos"),
-    (lambda d: d["input_config"]["endpoint"].pop("use_server_token_count"), "token counts: the run counted tokens client-side"),
-    (lambda d: d["input_config"]["datasets"][0].update(path="/x/8k_1k_70kv_chat_new_noschedule_short_15perc.jsonl"),
-     "trace: the run replayed 8k_1k_70kv_chat_new_noschedule_short_15perc.jsonl"),
-    (lambda d: d["input_config"]["phases"][0].update(concurrency=8), "concurrency: the run used 8, the row 20"),
-    (lambda d: d["input_config"]["phases"][0].update(requests=500), "request count: the run replayed 500 requests, the row 3541"),
-    (lambda d: d["request_count"].update(avg=6.0), "request count: the run was set to 3541 requests but its export counts 6 valid and 0 failed"),
-    (lambda d: d.update(request_count={**d["request_count"], "avg": 3411.0}, error_request_count={"unit": "requests", "avg": 129.0}),
-     "request count: the run was set to 3541 requests but its export counts 3411 valid and 129 failed"),
-    (lambda d: _lengths(d, "input", 0.5), "input length: the run's requests have a measured median of 33,792 input tokens"),
-    (lambda d: _lengths(d, "output", 1.5), "output length: the run's requests have a measured average of 3,683 output tokens"),
-])
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (lambda d: d["input_config"]["endpoint"]["extra"].pop("ignore_eos"), "output length: the run did not set ignore_eos"),
+        (
+            lambda d: d["input_config"]["endpoint"].pop("use_server_token_count"),
+            "token counts: the run counted tokens client-side",
+        ),
+        (
+            lambda d: d["input_config"]["datasets"][0].update(path="/x/8k_1k_70kv_chat_new_noschedule_short_15perc.jsonl"),
+            "trace: the run replayed 8k_1k_70kv_chat_new_noschedule_short_15perc.jsonl",
+        ),
+        (lambda d: d["input_config"]["phases"][0].update(concurrency=8), "concurrency: the run used 8, the row 20"),
+        (
+            lambda d: d["input_config"]["phases"][0].update(requests=500),
+            "request count: the run replayed 500 requests, the row 3541",
+        ),
+        (
+            lambda d: d["request_count"].update(avg=6.0),
+            "request count: the run was set to 3541 requests but its export counts 6 valid and 0 failed",
+        ),
+        (
+            lambda d: d.update(
+                request_count={**d["request_count"], "avg": 3411.0}, error_request_count={"unit": "requests", "avg": 129.0}
+            ),
+            "request count: the run was set to 3541 requests but its export counts 3411 valid and 129 failed",
+        ),
+        (lambda d: _lengths(d, "input", 0.5), "input length: the run's requests have a measured median of 33,792 input tokens"),
+        (
+            lambda d: _lengths(d, "output", 1.5),
+            "output length: the run's requests have a measured average of 3,683 output tokens",
+        ),
+    ],
+)
 def test_each_workload_difference_is_named(matching, edit, reason):
     bench, _ = _bench(TRACE_TARGET, synthetic=True)
     edit(matching)
@@ -258,8 +319,12 @@ def test_lengths_come_from_the_jobs_manifest_when_its_trace_is_the_pinned_one(ma
     are those means; a manifest of another file does not count (its trace is refused anyway)."""
     bench, _ = _bench(TRACE_TARGET, synthetic=True)
     m = parse_export(matching)
-    manifest = {"trace_sha256": bench.trace.sha256, "request_count": 3541,
-                "replayed_input_mean": m.lengths["input"]["mean"], "replayed_output_mean": m.lengths["output"]["mean"] * 2}
+    manifest = {
+        "trace_sha256": bench.trace.sha256,
+        "request_count": 3541,
+        "replayed_input_mean": m.lengths["input"]["mean"],
+        "replayed_output_mean": m.lengths["output"]["mean"] * 2,
+    }
     exp = expected_lengths(bench, manifest)
     assert exp["input"][:2] == ("mean", pytest.approx(m.lengths["input"]["mean"])) and "run manifest" in exp["input"][2]
     problems = workload_problems(m, bench, manifest)
@@ -313,6 +378,7 @@ def test_a_refused_run_is_never_passed(data):
 
 # --- parsing --------------------------------------------------------------------------------------------------------
 
+
 def test_parses_the_recorded_export(data):
     m = parse_export(data)
     assert (m.schema_version, m.aiperf_version) == ("1.4", "0.13.0")
@@ -326,15 +392,24 @@ def test_parses_the_recorded_export(data):
 def test_parses_the_trace_replay_from_the_job_log(trace_log):
     m = parse_export(extract_from_log(trace_log))
     wl = m.workload
-    assert (wl.dataset_type, wl.dataset_format, wl.trace_file) == ("file", "mooncake_trace", "nim_turbo_64k_400_90kv_agent_new_noschedule_short_15perc.jsonl")
+    assert (wl.dataset_type, wl.dataset_format, wl.trace_file) == (
+        "file",
+        "mooncake_trace",
+        "nim_turbo_64k_400_90kv_agent_new_noschedule_short_15perc.jsonl",
+    )
     assert (wl.requests, wl.concurrency, wl.ignore_eos, wl.server_token_count) == (6, 20, True, True)
     assert m.requests == 6 and m.errors == 0 and m.complete
 
 
 def test_fails_outside_tolerance(data):
     m = parse_export(data)
-    perf = Perf(concurrency=4, ttft_p50_ms=m.ttft_p50_ms / 1.25, output_tok_s_per_gpu=4 * m.tok_s_per_user * 1.25,
-                tok_s_per_user=m.tok_s_per_user * 1.25, source="test row")
+    perf = Perf(
+        concurrency=4,
+        ttft_p50_ms=m.ttft_p50_ms / 1.25,
+        output_tok_s_per_gpu=4 * m.tok_s_per_user * 1.25,
+        tok_s_per_user=m.tok_s_per_user * 1.25,
+        source="test row",
+    )
     rows = compare(m, perf, gpus=1, tolerance=0.10)
     assert [r.ok for r in rows] == [False, False, False]
     code, text = format_report("t", m, rows, perf, 1, 0.10)

@@ -2,6 +2,7 @@
 components/layer.py): the Job runs the published method of the target's family (trace replay, warm-up, block size,
 server token counts, ignore_eos, request count and concurrency of the row), fetches the trace into the cache volume,
 and the exported ``aiperf`` command is its command."""
+
 import hashlib
 import json
 import os
@@ -13,9 +14,21 @@ import pytest
 
 from harness import run_program
 from stacks import catalog
-from stacks.serving.benchmark import (MANIFEST_BEGIN, METHODS, RESULT_BEGIN, SKIP_AWAIT, SPEC_KEY_SYNTHETIC, TRACE_STEP,
-                                      TRTLLM_SYNTHETIC_ENV, build_benchmark, local_steps, published_requests, speculative_mode,
-                                      synthetic_speculative_dgd, trace)
+from stacks.serving.benchmark import (
+    MANIFEST_BEGIN,
+    METHODS,
+    RESULT_BEGIN,
+    SKIP_AWAIT,
+    SPEC_KEY_SYNTHETIC,
+    TRACE_STEP,
+    TRTLLM_SYNTHETIC_ENV,
+    build_benchmark,
+    local_steps,
+    published_requests,
+    speculative_mode,
+    synthetic_speculative_dgd,
+    trace,
+)
 from stacks.config.keys import BenchmarkConfig, ConfigError, parse
 from stacks.serving.outputs import next_steps
 from stacks.serving import build_plan
@@ -98,7 +111,9 @@ def test_ultra_job_sets_the_block_size_and_its_trace_per_workload():
         assert f["--tokenizer-trust-remote-code"] is True and f["--extra-inputs"] == "ignore_eos:true"
         assert _flags(warm)["--isl"] == "8000"
         tr = trace(t.workload)
-        assert env["TRACE_FILE"].endswith("/aiperf/traces/" + tr.file) and tr.file.startswith("nim_turbo_" + ("8k_1k" if t.workload == "chat" else "64k_400"))
+        assert env["TRACE_FILE"].endswith("/aiperf/traces/" + tr.file) and tr.file.startswith(
+            "nim_turbo_" + ("8k_1k" if t.workload == "chat" else "64k_400")
+        )
         assert env["REQUEST_COUNT"] == str(300 if t.gpu == "h200" else tr.rows)
         assert env["CONCURRENCY"] == str(t.perf.concurrency)
         seen.add((t.gpu, t.workload))
@@ -129,8 +144,10 @@ def test_results_and_trace_live_on_the_cache_volume():
     spec = b.job["spec"]["template"]["spec"]
     mount = spec["containers"][0]["volumeMounts"][0]["mountPath"]
     # The cache claim, and the hardened pod's /tmp emptyDir (stacks/serving/hardening.py)
-    assert spec["volumes"] == [{"name": "shared-model-cache", "persistentVolumeClaim": {"claimName": "shared-model-cache"}},
-                               {"name": "tmp", "emptyDir": {}}]
+    assert spec["volumes"] == [
+        {"name": "shared-model-cache", "persistentVolumeClaim": {"claimName": "shared-model-cache"}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
     env = _env(b.job)
     assert env["ARTIFACT_DIR"].startswith(mount + "/aiperf/") and env["TRACE_FILE"].startswith(mount + "/aiperf/traces/")
     assert env["HF_HOME"] == mount  # the tokenizer from the cache the download Job filled
@@ -154,15 +171,27 @@ def test_target_without_a_published_row_replays_the_whole_trace():
 
 # --- the trace step of the Job, run for real (python3, as in the container) --------------------------------------
 
+
 def _trace_step(tmp_path, env: dict) -> subprocess.CompletedProcess:
-    base = {"TRACE_FILE": str(tmp_path / "cache/aiperf/traces/t.jsonl"), "REQUEST_COUNT": "2", "CONCURRENCY": "4",
-            "MODEL": "m", "METHOD": "x", "WARMUP": "none", "SPECULATIVE": "none", "ARTIFACT_DIR": str(tmp_path / "cache/aiperf/run"),
-            "MANIFEST_FILE": "run_manifest.json", "PATH": os.environ["PATH"]}
+    base = {
+        "TRACE_FILE": str(tmp_path / "cache/aiperf/traces/t.jsonl"),
+        "REQUEST_COUNT": "2",
+        "CONCURRENCY": "4",
+        "MODEL": "m",
+        "METHOD": "x",
+        "WARMUP": "none",
+        "SPECULATIVE": "none",
+        "ARTIFACT_DIR": str(tmp_path / "cache/aiperf/run"),
+        "MANIFEST_FILE": "run_manifest.json",
+        "PATH": os.environ["PATH"],
+    }
     return subprocess.run([sys.executable, "-c", TRACE_STEP], env={**base, **env}, capture_output=True, text=True, timeout=60)
 
 
 def _trace_file(path, rows: int) -> str:
-    path.write_text("".join(json.dumps({"input_length": 600 + i, "output_length": 20, "hash_ids": [0, i + 1]}) + "\n" for i in range(rows)))
+    path.write_text(
+        "".join(json.dumps({"input_length": 600 + i, "output_length": 20, "hash_ids": [0, i + 1]}) + "\n" for i in range(rows))
+    )
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -182,7 +211,9 @@ def test_job_downloads_an_absent_trace_into_the_cache_and_checks_it(tmp_path):
 def test_job_manifest_has_no_length_means_for_rows_without_lengths(tmp_path):
     staged = tmp_path / "cache/aiperf/traces/t.jsonl"
     staged.parent.mkdir(parents=True)
-    staged.write_text(json.dumps({"text_input": "hi", "output_length": 3}) + "\n" + json.dumps({"input_length": 5, "output_length": 3}) + "\n")
+    staged.write_text(
+        json.dumps({"text_input": "hi", "output_length": 3}) + "\n" + json.dumps({"input_length": 5, "output_length": 3}) + "\n"
+    )
     sha = hashlib.sha256(staged.read_bytes()).hexdigest()
     r = _trace_step(tmp_path, {"TRACE_URL": "x", "TRACE_SHA256": sha})
     assert r.returncode == 0, r.stderr
@@ -219,6 +250,7 @@ def test_job_uses_a_staged_trace_and_records_that_it_is_not_the_published_one(tm
 
 # --- the exported command is the Job's command ------------------------------------------------------------------
 
+
 def _one_target_per_benchmarked_family() -> list[str]:
     """From the catalog: for every model family with a benchmark method, its first target with a published row
     (else its first target)."""
@@ -243,9 +275,15 @@ def test_exported_aiperf_is_the_jobs_command_against_the_port_forward(target):
     serving = build_plan(parse({"target": target}))
     b = build_benchmark(serving, BenchmarkConfig.model_validate({"enabled": True}))
     env = _env(b.job)
-    local = {"$MODEL": env["MODEL"], "$TOKENIZER": env["TOKENIZER"], "$FRONTEND_URL": "http://localhost:8000",
-             "$TRACE_FILE": b.trace.file, "$REQUEST_COUNT": env["REQUEST_COUNT"], "$CONCURRENCY": env["CONCURRENCY"],
-             "$ARTIFACT_DIR": f"aiperf-{serving.dgd['metadata']['name']}"}
+    local = {
+        "$MODEL": env["MODEL"],
+        "$TOKENIZER": env["TOKENIZER"],
+        "$FRONTEND_URL": "http://localhost:8000",
+        "$TRACE_FILE": b.trace.file,
+        "$REQUEST_COUNT": env["REQUEST_COUNT"],
+        "$CONCURRENCY": env["CONCURRENCY"],
+        "$ARTIFACT_DIR": f"aiperf-{serving.dgd['metadata']['name']}",
+    }
 
     def subst(arg: str) -> str:
         for ref in sorted(local, key=len, reverse=True):
@@ -266,19 +304,29 @@ def test_exported_aiperf_is_the_jobs_command_against_the_port_forward(target):
 
 # --- speculative decoding as the row was measured ---------------------------------------------------------------
 
+
 def test_synthetic_speculative_config_is_what_the_recipe_names_for_benchmarking():
     vllm = build_plan(parse({"target": TARGET}))
     assert speculative_mode(vllm.dgd, vllm.configmaps) == "real"
     switched = synthetic_speculative_dgd(vllm.dgd, vllm.target)
     assert speculative_mode(switched, vllm.configmaps) == "synthetic" and speculative_mode(vllm.dgd, vllm.configmaps) == "real"
-    keys = {e["valueFrom"]["configMapKeyRef"]["key"] for c in switched["spec"]["components"] if c["type"] != "frontend"
-            for e in c["podTemplate"]["spec"]["containers"][0]["env"] if e["name"] == "SPECULATIVE_CONFIG"}
+    keys = {
+        e["valueFrom"]["configMapKeyRef"]["key"]
+        for c in switched["spec"]["components"]
+        if c["type"] != "frontend"
+        for e in c["podTemplate"]["spec"]["containers"][0]["env"]
+        if e["name"] == "SPECULATIVE_CONFIG"
+    }
     assert keys == {SPEC_KEY_SYNTHETIC}
     assert SPEC_KEY_SYNTHETIC in vllm.configmaps[0]["data"]  # the key the switch selects exists
     trt = build_plan(parse({"target": "lightning-trtllm-agg-h100-mtp"}))
     assert speculative_mode(trt.dgd, trt.configmaps) == "real"
-    env = {e["name"]: e.get("value") for c in synthetic_speculative_dgd(trt.dgd, trt.target)["spec"]["components"]
-           if c["type"] != "frontend" for e in c["podTemplate"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for c in synthetic_speculative_dgd(trt.dgd, trt.target)["spec"]["components"]
+        if c["type"] != "frontend"
+        for e in c["podTemplate"]["spec"]["containers"][0]["env"]
+    }
     assert env[TRTLLM_SYNTHETIC_ENV] == "3.687"  # the Synthetic AL of the H100 MTP row
     b = _plan(TARGET)
     assert (b.speculative, b.row_speculative) == ("real", "synthetic") and _env(b.job)["SPECULATIVE"] == "real"
@@ -286,11 +334,15 @@ def test_synthetic_speculative_config_is_what_the_recipe_names_for_benchmarking(
 
 # --- config and wiring ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bench, key", [
-    ({"requestCount": 10}, "benchmark.requestCount"),  # set while off
-    ({"enabled": True, "tolerance": 1.5}, "benchmark.tolerance"),
-    ({"enabled": True, "requestCount": 0}, "benchmark.requestCount"),
-])
+
+@pytest.mark.parametrize(
+    "bench, key",
+    [
+        ({"requestCount": 10}, "benchmark.requestCount"),  # set while off
+        ({"enabled": True, "tolerance": 1.5}, "benchmark.tolerance"),
+        ({"enabled": True, "requestCount": 0}, "benchmark.requestCount"),
+    ],
+)
 def test_bad_benchmark_config_names_the_key(bench, key):
     with pytest.raises(ConfigError, match=f"dynamo:{key}"):
         parse({"target": TARGET, "benchmark": bench})
@@ -316,10 +368,16 @@ def test_job_is_registered_after_the_dgd_with_the_perf_parameters():
 def test_synthetic_acceptance_is_an_opt_in_that_changes_the_registered_dgd_and_nothing_else():
     """benchmark.syntheticAcceptance: the DGD that up registers serves the recipe's synthetic speculative config (as
     the published rows were measured), so the Job records it; without the key the DGD serves the real acceptance."""
+
     def workers_keys(run):
         dgd = run.one("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment").inputs
-        return {e["valueFrom"]["configMapKeyRef"]["key"] for c in dgd["spec"]["components"] if c["type"] != "frontend"
-                for e in c["podTemplate"]["spec"]["containers"][0]["env"] if e["name"] == "SPECULATIVE_CONFIG"}
+        return {
+            e["valueFrom"]["configMapKeyRef"]["key"]
+            for c in dgd["spec"]["components"]
+            if c["type"] != "frontend"
+            for e in c["podTemplate"]["spec"]["containers"][0]["env"]
+            if e["name"] == "SPECULATIVE_CONFIG"
+        }
 
     def job_env(run):
         job = next(r for r in run.by_type("kubernetes:batch/v1:Job") if r.name.endswith("aiperf-vllm-disagg-h100-dspark"))

@@ -1,4 +1,5 @@
 """Catalog data: ids, axes, perf rows against the upstream perf tables, GPU counts."""
+
 import re
 
 import pytest
@@ -89,6 +90,7 @@ def test_perf_row_matches_an_upstream_table_row(tid):
 
 # --------------------------------------------------------------------------- python -m stacks targets
 
+
 def _targets_cli(capsys, *argv):
     from stacks.__main__ import main
 
@@ -111,9 +113,20 @@ def test_targets_long_and_json_show_what_a_target_needs(capsys):
     rows = {r["id"]: r for r in json.loads(_targets_cli(capsys, "--json"))}
     assert set(rows) == set(TARGETS)
     r = rows["ultra-vllm-disagg-h200-agentic-256K"]
-    assert (r["model"], r["gpu"], r["topology"], r["shape"], r["gpus"], r["nodes"], r["instance_type"]) == \
-        ("nemotron-3-ultra", "h200", "disagg", "1P2D", 24, 3, "p5en.48xlarge")
-    assert r["reference"] == "dynamo-next" and r["renamed_from"] == ["ultra-vllm-disagg-h200-agentic-256k-1p2d"] and r["successor"] is None
+    assert (r["model"], r["gpu"], r["topology"], r["shape"], r["gpus"], r["nodes"], r["instance_type"]) == (
+        "nemotron-3-ultra",
+        "h200",
+        "disagg",
+        "1P2D",
+        24,
+        3,
+        "p5en.48xlarge",
+    )
+    assert (
+        r["reference"] == "dynamo-next"
+        and r["renamed_from"] == ["ultra-vllm-disagg-h200-agentic-256k-1p2d"]
+        and r["successor"] is None
+    )
     day0 = rows["ultra-vllm-disagg-b200-agentic-256k-1p1d"]
     assert day0["successor"] == "ultra-vllm-disagg-b200-agentic-256K" and day0["reference"] == "dynamo-recipes"
     r = rows["lightning-vllm-agg-h100-dspark"]
@@ -171,23 +184,32 @@ def test_selecting_a_renamed_profile_by_its_axes_warns_that_the_dgd_changes():
     cfg = parse({"model": "nemotron-3-ultra", "gpu": "b200", "topology": "agg", "context": "256k"})
     (warning,) = deprecation_warnings(cfg)
     old = next(o for o, n in catalog.renamed().items() if n == "ultra-vllm-agg-b200-agentic-256K-kv-router")
-    assert "ultra-vllm-agg-b200-agentic-256K-kv-router" in warning and old in warning and "ultra-agg-b200-256k-kv-router" in warning
+    assert (
+        "ultra-vllm-agg-b200-agentic-256K-kv-router" in warning and old in warning and "ultra-agg-b200-256k-kv-router" in warning
+    )
     assert deprecation_warnings(parse({"target": "lightning-vllm-agg-h100-dspark"})) == []
 
 
 def _final_with(component: str) -> str:
-    return next(t.id for t in TARGETS.values() if t.successor is None and component in catalog.component_names(t)
-                and t.model == "nemotron-3-ultra")
+    return next(
+        t.id
+        for t in TARGETS.values()
+        if t.successor is None and component in catalog.component_names(t) and t.model == "nemotron-3-ultra"
+    )
 
 
 @pytest.mark.parametrize("old,new", sorted(RENAMED_COMPONENTS.items()))
 def test_override_keyed_by_a_pre_1_6_component_name_names_the_new_key(old, new):
     tid = _final_with(new)
-    for raw, key in (({"target": tid, "overrides": {old: {"env": {"X": "1"}}}}, "dynamo.overrides"),
-                     ({"serve": [{"name": "a", "target": tid, "overrides": {old: {"env": {"X": "1"}}}}]}, "dynamo:serve[0].overrides")):
+    for raw, key in (
+        ({"target": tid, "overrides": {old: {"env": {"X": "1"}}}}, "dynamo.overrides"),
+        ({"serve": [{"name": "a", "target": tid, "overrides": {old: {"env": {"X": "1"}}}}]}, "dynamo:serve[0].overrides"),
+    ):
         with pytest.raises(ConfigError) as e:
             build_entries(raw)
-        assert f"{key}.{old}: component '{old}' was renamed '{new}' in Dynamo 1.6" in str(e.value) and f"key the override '{new}'" in str(e.value)
+        assert f"{key}.{old}: component '{old}' was renamed '{new}' in Dynamo 1.6" in str(
+            e.value
+        ) and f"key the override '{new}'" in str(e.value)
     (entry,) = build_entries({"target": tid, "overrides": {new: {"env": {"X": "1"}}}})
     assert new in [c["name"] for c in entry.plan.dgd["spec"]["components"]]
 
@@ -216,7 +238,10 @@ def test_no_two_target_ids_differ_only_by_case():
     assert len({i.lower() for i in ids}) == len(ids)
     # upstream's two directories that differ only by case both stay reachable, each by its own id
     upstream = {t.upstream for t in catalog.targets().values()}
-    assert {"nemotron-3-ultra/vllm/disagg-b200-agentic-256k/deploy.yaml", "nemotron-3-ultra/vllm/disagg-b200-agentic-256K/deploy.yaml"} <= upstream
+    assert {
+        "nemotron-3-ultra/vllm/disagg-b200-agentic-256k/deploy.yaml",
+        "nemotron-3-ultra/vllm/disagg-b200-agentic-256K/deploy.yaml",
+    } <= upstream
 
 
 def test_the_old_spelling_of_a_respelled_id_still_names_its_target_with_a_warning():

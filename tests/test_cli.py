@@ -1,6 +1,7 @@
 """The command line as a user meets it: ``dynamo-stacks`` (``python -m stacks``) installed in .venv/bin, help on
 every subcommand and option, default output within 100 columns, one-line errors with exit 2, progress lines.
 In-process through ``stacks.__main__.main`` except one run of the console script itself."""
+
 from __future__ import annotations
 
 import subprocess
@@ -40,12 +41,24 @@ def test_console_script_is_declared_and_runs_without_uv_on_path(tmp_path):
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["dynamo-stacks"] == "stacks.__main__:main"
     assert SCRIPT.is_file(), "run `make python` (uv sync installs the project and its console script)"
-    r = subprocess.run([str(SCRIPT), "targets", "--tsv"], capture_output=True, text=True, cwd=tmp_path,
-                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, timeout=120)
+    r = subprocess.run(
+        [str(SCRIPT), "targets", "--tsv"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert [line.split("\t")[0] for line in r.stdout.splitlines()] == sorted(catalog.targets())
-    r = subprocess.run([str(SCRIPT), "no-such-command"], capture_output=True, text=True, cwd=tmp_path,
-                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, timeout=120)
+    r = subprocess.run(
+        [str(SCRIPT), "no-such-command"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        timeout=120,
+    )
     assert (r.returncode, r.stdout, len(r.stderr.splitlines())) == (2, "", 1) and "Traceback" not in r.stderr
 
 
@@ -91,7 +104,7 @@ def test_targets_default_on_a_terminal_is_a_table_within_100_columns(capsys, mon
     assert code == 0 and widest(out) <= WIDTH, out
     lines = out.splitlines()
     assert lines[0].split() == ["ID", "GPUS", "NODES", "INSTANCE", "$/H"]
-    rows = {line.split()[0]: line.split()[1:] for line in lines[1:len(catalog.targets()) + 1]}
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1 : len(catalog.targets()) + 1]}
     assert set(rows) == set(catalog.targets())
     assert any(line.startswith("$/H:") and "stacks/registry/prices.yaml" in line for line in lines)
 
@@ -144,9 +157,14 @@ def test_targets_long_shows_every_column(capsys):
 
 # Every subcommand whose default output is a table, on committed stacks it applies to (an EKS stack with a node
 # group and one with Karpenter, and one on an existing cluster).
-TABLES = [("targets", "--table"), ("cost", "--stack", "h100-disagg"), ("cost", "--stack", "h100-karpenter"),
-          ("timeline", "--stack", "h100-disagg"), ("timeline", "--stack", "h100-karpenter"),
-          ("timeline", "--stack", "ultra-b200-agg")]
+TABLES = [
+    ("targets", "--table"),
+    ("cost", "--stack", "h100-disagg"),
+    ("cost", "--stack", "h100-karpenter"),
+    ("timeline", "--stack", "h100-disagg"),
+    ("timeline", "--stack", "h100-karpenter"),
+    ("timeline", "--stack", "ultra-b200-agg"),
+]
 
 
 @pytest.mark.parametrize("argv", TABLES, ids=lambda a: " ".join(a))
@@ -175,7 +193,7 @@ def _one_typo_away(names) -> tuple[str, str]:
 
 
 TARGET_TYPO, TARGET = _one_typo_away(catalog.targets())
-STACK_TYPO, STACK = _one_typo_away(p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
+STACK_TYPO, STACK = _one_typo_away(p.name[len("Pulumi.") : -len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
 
 BAD = [
     # (argv, what the one line must say)
@@ -275,8 +293,13 @@ def test_simulate_start_failure_is_one_line_naming_the_log(capsys, monkeypatch, 
     from stacks.cli import simulate
 
     monkeypatch.setenv("KUBE_LOCAL_DIR", str(tmp_path))
-    monkeypatch.setattr(simulate.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(
-        argv, 1, "", "[kube-local] building etcd\n[kube-local] ERROR: go: not found\n"))
+    monkeypatch.setattr(
+        simulate.subprocess,
+        "run",
+        lambda argv, **kw: subprocess.CompletedProcess(
+            argv, 1, "", "[kube-local] building etcd\n[kube-local] ERROR: go: not found\n"
+        ),
+    )
     monkeypatch.setattr(simulate, "stack_scenario", lambda stack, inv: simulate.Scenario("s", [], [], set(), []))
     code, _, err = run(capsys, "simulate", "--stack", "h100-disagg")
     assert code == 2
@@ -297,8 +320,9 @@ def test_diff_prints_progress_before_rendering(capsys, monkeypatch):
     assert code == 0
 
 
-@pytest.mark.parametrize("running_before,flags,stopped", [(False, [], True), (False, ["--keep-control-plane"], False),
-                                                         (True, [], False)])
+@pytest.mark.parametrize(
+    "running_before,flags,stopped", [(False, [], True), (False, ["--keep-control-plane"], False), (True, [], False)]
+)
 def test_simulate_stops_the_control_plane_it_started(capsys, monkeypatch, tmp_path, running_before, flags, stopped):
     """A control plane the run starts is stopped after it (five processes, about 750 MB), unless kept; one that was
     already running stays."""

@@ -1,6 +1,7 @@
 """Pure cluster plan: GPU node groups shaped by the GPU catalog and the final DGD, EFA interfaces, placement,
 capacity, storage, and the EKS settings refused before any resource (each a ConfigError naming
 dynamo:cluster.<key>, the value and the valid choices, so a bad value never reaches AWS mid-apply)."""
+
 import base64
 
 import pytest
@@ -57,8 +58,10 @@ def test_gb200_primary_interface_is_ena_and_efa_on_the_odd_cards():
     assert {n["interface_type"] for n in nis[1:]} == {"efa-only"}
 
 
-@pytest.mark.parametrize("instance, per_gpu", [("p5.48xlarge", 4), ("p5e.48xlarge", 4), ("p5en.48xlarge", 2), ("p6-b200.48xlarge", 1),
-                                                ("p6e-gb200.36xlarge", 2)])
+@pytest.mark.parametrize(
+    "instance, per_gpu",
+    [("p5.48xlarge", 4), ("p5e.48xlarge", 4), ("p5en.48xlarge", 2), ("p6-b200.48xlarge", 1), ("p6e-gb200.36xlarge", 2)],
+)
 def test_efa_per_gpu_from_instance_data(instance, per_gpu):
     from stacks.registry.gpus import INSTANCES
 
@@ -67,7 +70,9 @@ def test_efa_per_gpu_from_instance_data(instance, per_gpu):
 
 def test_efa_off_leaves_one_plain_interface_and_no_efa_capacity():
     p = plan("lightning-vllm-agg-h100-dspark", efa=False)
-    assert p.launch_template["network_interfaces"] == [{"device_index": 0, "network_card_index": 0, "delete_on_termination": True}]
+    assert p.launch_template["network_interfaces"] == [
+        {"device_index": 0, "network_card_index": 0, "delete_on_termination": True}
+    ]
     assert "vpc.amazonaws.com/efa" not in p.gpu_shape.capacity
 
 
@@ -86,8 +91,14 @@ def test_placement_group_on_demand_only():
 
 
 def test_on_demand_capacity_reservation():
-    p = plan(capacity_reservation_id="cr-0123456789abcdef0", availability_zones=("us-east-1a", "us-east-1b"), gpu_availability_zone="us-east-1b")
-    assert p.launch_template["capacity_reservation_specification"] == {"capacity_reservation_target": {"capacity_reservation_id": "cr-0123456789abcdef0"}}
+    p = plan(
+        capacity_reservation_id="cr-0123456789abcdef0",
+        availability_zones=("us-east-1a", "us-east-1b"),
+        gpu_availability_zone="us-east-1b",
+    )
+    assert p.launch_template["capacity_reservation_specification"] == {
+        "capacity_reservation_target": {"capacity_reservation_id": "cr-0123456789abcdef0"}
+    }
     assert "instance_market_options" not in p.launch_template and "instance_type" not in p.launch_template
     assert p.gpu_nodegroup["capacity_type"] == "ON_DEMAND" and p.gpu_nodegroup["instance_types"] == ["p5.48xlarge"]
     assert p.gpu_nodegroup["availability_zone"] == "us-east-1b"
@@ -97,7 +108,10 @@ def test_capacity_block_instance_type_on_the_launch_template_not_the_node_group(
     p = plan(**CB)
     assert p.launch_template["instance_market_options"] == {"market_type": "capacity-block"}
     assert p.launch_template["instance_type"] == "p5.48xlarge"
-    assert p.launch_template["capacity_reservation_specification"]["capacity_reservation_target"]["capacity_reservation_id"] == CB["capacity_reservation_id"]
+    assert (
+        p.launch_template["capacity_reservation_specification"]["capacity_reservation_target"]["capacity_reservation_id"]
+        == CB["capacity_reservation_id"]
+    )
     assert p.gpu_nodegroup["capacity_type"] == "CAPACITY_BLOCK" and "instance_types" not in p.gpu_nodegroup
     assert p.gpu_nodegroup["scaling_config"]["min_size"] == 0
 
@@ -113,7 +127,12 @@ def test_gb200_needs_a_capacity_block():
 
 
 def test_gb200_in_a_local_zone_gets_a_gpu_only_subnet():
-    p = plan(GB200_AGG, availability_zones=("us-east-1a", "us-east-1b"), gpu_availability_zone="us-east-1-dfw-2a", cache_storage="fsx-lustre")
+    p = plan(
+        GB200_AGG,
+        availability_zones=("us-east-1a", "us-east-1b"),
+        gpu_availability_zone="us-east-1-dfw-2a",
+        cache_storage="fsx-lustre",
+    )
     assert [s["availability_zone"] for s in p.private_subnets] == ["us-east-1a", "us-east-1b"]
     assert p.gpu_subnet["availability_zone"] == "us-east-1-dfw-2a"
     assert p.gpu_nodegroup["availability_zone"] == "us-east-1-dfw-2a"
@@ -124,8 +143,18 @@ def test_gb200_in_a_local_zone_gets_a_gpu_only_subnet():
 
 def test_gb200_disagg_spanning_nodes_gets_a_compute_domain():
     tid = "ultra-vllm-disagg-gb200-agentic-1m-1p1d"
-    sp, cp = final({"target": tid, "fabricProfile": "aws-efa", "cluster": {"mode": "eks", "region": "us-east-1", "marketType": "capacity-block",
-                                                                          "capacityReservationId": "cr-0123456789abcdef0"}})
+    sp, cp = final(
+        {
+            "target": tid,
+            "fabricProfile": "aws-efa",
+            "cluster": {
+                "mode": "eks",
+                "region": "us-east-1",
+                "marketType": "capacity-block",
+                "capacityReservationId": "cr-0123456789abcdef0",
+            },
+        }
+    )
     assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 2
     assert cp.compute_domain["kind"] == "ComputeDomain" and cp.compute_domain["spec"]["numNodes"] == 0
     from stacks.cluster import COMPUTE_DOMAIN_CLAIM, apply_compute_domain
@@ -136,12 +165,19 @@ def test_gb200_disagg_spanning_nodes_gets_a_compute_domain():
         if comp["name"] == "Frontend":
             assert "resourceClaims" not in pod
         else:
-            assert pod["resourceClaims"] == [{"name": COMPUTE_DOMAIN_CLAIM, "resourceClaimTemplateName": cp.compute_domain["spec"]["channel"]["resourceClaimTemplate"]["name"]}]
+            assert pod["resourceClaims"] == [
+                {
+                    "name": COMPUTE_DOMAIN_CLAIM,
+                    "resourceClaimTemplateName": cp.compute_domain["spec"]["channel"]["resourceClaimTemplate"]["name"],
+                }
+            ]
 
 
 def test_gpu_zone_must_be_a_cluster_zone_or_a_local_zone_of_the_region():
     with pytest.raises(ConfigError, match="gpuAvailabilityZone"):
-        cluster_config({"cluster": {"mode": "eks", "availabilityZones": ["us-east-1a", "us-east-1b"], "gpuAvailabilityZone": "us-east-1f"}})
+        cluster_config(
+            {"cluster": {"mode": "eks", "availabilityZones": ["us-east-1a", "us-east-1b"], "gpuAvailabilityZone": "us-east-1f"}}
+        )
     with pytest.raises(ConfigError, match="gpuAvailabilityZone"):
         cluster_config({"cluster": {"mode": "eks", "gpuAvailabilityZone": "us-west-2-lax-1a"}})
 
@@ -174,20 +210,42 @@ def test_node_count_derived_from_target(tid, nodes):
 
 def test_h100_with_9_decode_replicas_gets_2_gpu_nodes():
     # 1 prefill + 9 decode workers, 1 GPU and 4 EFA each: 10 GPUs, 40 EFA > one p5 node (8 GPUs, 32 EFA)
-    _, cp = final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks", "region": "us-east-1"}})
+    _, cp = final(
+        {
+            "gpu": "h100",
+            "topology": "disagg",
+            "replicas": {"VllmDecodeWorker": 9},
+            "cluster": {"mode": "eks", "region": "us-east-1"},
+        }
+    )
     assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 2
 
 
 def test_efa_not_gpus_can_be_what_fills_a_node():
     # 8 one-GPU workers with 4 EFA each fit 8 GPUs but 32 EFA exactly: 1 node; 9 need 2
-    sp, cp = final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 7}, "cluster": {"mode": "eks", "region": "us-east-1"}})
+    sp, cp = final(
+        {
+            "gpu": "h100",
+            "topology": "disagg",
+            "replicas": {"VllmDecodeWorker": 7},
+            "cluster": {"mode": "eks", "region": "us-east-1"},
+        }
+    )
     assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 1
 
 
 def test_b200_disagg_with_3_decode_replicas_fits_one_node():
     from stacks.cluster.scheduling import SYSTEM, check_target
 
-    sp, cp = final({"gpu": "b200", "topology": "disagg", "fabricProfile": "aws-efa", "replicas": {"VllmDecodeWorker": 3}, "cluster": {"mode": "eks", "region": "us-east-1"}})
+    sp, cp = final(
+        {
+            "gpu": "b200",
+            "topology": "disagg",
+            "fabricProfile": "aws-efa",
+            "replicas": {"VllmDecodeWorker": 3},
+            "cluster": {"mode": "eks", "region": "us-east-1"},
+        }
+    )
     assert cp.gpu_nodegroup["scaling_config"]["desired_size"] == 1
     assert check_target(sp.target, [SYSTEM, cp.gpu_shape], dgd=sp.dgd) == []
 
@@ -196,7 +254,14 @@ def test_too_few_gpu_nodes_is_a_config_error():
     with pytest.raises(ConfigError, match=r"dynamo:cluster\.gpuNodes: 1 .*use at least 2"):
         plan("ultra-vllm-agg-h200-agentic-256k-2w-kv", gpu_nodes=1)
     with pytest.raises(ConfigError, match=r"dynamo:cluster\.gpuNodes: 1 .*use at least 2"):
-        final({"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 1}})
+        final(
+            {
+                "gpu": "h100",
+                "topology": "disagg",
+                "replicas": {"VllmDecodeWorker": 9},
+                "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 1},
+            }
+        )
 
 
 def test_instance_type_must_carry_the_gpu():
@@ -292,11 +357,18 @@ def test_aws_region_sets_or_must_match_the_cluster_region():
     assert resolve_region(cc, {"mode": "eks"}, "us-west-2").region == "us-west-2"
     assert resolve_region(cc, {"mode": "eks", "region": "us-east-1"}, None).region == "us-east-1"
     for cluster_raw in ({"mode": "eks"}, {}, None):  # neither key: refused, naming both and how to set one
-        with pytest.raises(ConfigError, match=r"dynamo:cluster\.region: not set, and aws:region is not set either.*"
-                                              r"pulumi config set aws:region us-east-1"):
+        with pytest.raises(
+            ConfigError,
+            match=r"dynamo:cluster\.region: not set, and aws:region is not set either.*"
+            r"pulumi config set aws:region us-east-1",
+        ):
             resolve_region(cc, cluster_raw, None)
     with pytest.raises(ConfigError, match=r"dynamo:cluster\.region: 'us-east-1' contradicts aws:region 'us-west-2'"):
-        resolve_region(cluster_config({"cluster": {"mode": "eks", "region": "us-east-1"}}), {"mode": "eks", "region": "us-east-1"}, "us-west-2")
+        resolve_region(
+            cluster_config({"cluster": {"mode": "eks", "region": "us-east-1"}}),
+            {"mode": "eks", "region": "us-east-1"},
+            "us-west-2",
+        )
     with pytest.raises(ConfigError, match="aws:region: 'mars-1'"):
         resolve_region(cc, {"mode": "eks"}, "mars-1")
 
@@ -321,11 +393,14 @@ def test_dockerconfigjson_for_nvcr():
     assert d["username"] == "$oauthtoken" and base64.b64decode(d["auth"]).decode() == "$oauthtoken:nvapi-x"
 
 
-
 def test_a_storage_class_the_new_cluster_does_not_have_is_refused():
     from stacks.cluster import plan_eks
 
-    raw = {"gpu": "h100", "storage": {"className": "efs-sc"}, "cluster": {"mode": "eks", "region": "us-east-1", "cacheStorage": "fsx-lustre"}}
+    raw = {
+        "gpu": "h100",
+        "storage": {"className": "efs-sc"},
+        "cluster": {"mode": "eks", "region": "us-east-1", "cacheStorage": "fsx-lustre"},
+    }
     with pytest.raises(ConfigError, match=r"dynamo:storage\.className: 'efs-sc'.*'fsx-model-cache'"):
         plan_eks("t", parse(raw), cluster_config(raw), raw, {"hfToken"})
     raw["storage"] = {"className": "fsx-model-cache"}
@@ -335,17 +410,46 @@ def test_a_storage_class_the_new_cluster_does_not_have_is_refused():
 # ---------------------------------------------------------------------------- GPU pools (one node group each), cluster stacks
 
 
-@pytest.mark.parametrize("cluster, must", [
-    ({"gpuPools": [{"gpu": "h100", "nodes": 1}], "gpuNodes": 2}, r"dynamo:cluster\.gpuNodes: set per pool in dynamo:cluster\.gpuPools"),
-    ({"gpuPools": [{"gpu": "h100"}, {"gpu": "h100"}]}, r"gpuPools\[1\]\.gpu: 'h100' already has pool gpuPools\[0\]"),
-    ({"gpuPools": [{"gpu": "b200", "marketType": "capacity-block"}]}, r"gpuPools\[0\]\.marketType: capacity-block needs dynamo:cluster\.gpuPools\[0\]\.capacityReservationId"),
-    ({"gpuPools": [{"gpu": "gb200", "nodes": 2}]}, r"gpuPools\[0\]\.marketType: 'on-demand': p6e-gb200\.36xlarge is sold only in UltraServer"),
-    ({"gpuPools": [{"gpu": "h100", "availabilityZone": "us-west-2-lax-1a"}]}, r"gpuPools\[0\]\.availabilityZone: 'us-west-2-lax-1a' is not one of .* nor a Local Zone of us-east-1"),
-    ({"gpuPools": [{"gpu": "h100", "availabilityZone": "us-east-1-dfw-2a"}]}, r"gpuPools\[0\]\.availabilityZone: 'us-east-1-dfw-2a' is a Local Zone, where the EFS model cache cannot be mounted.*cacheStorage: fsx-lustre"),
-    ({"cacheStorage": "fsx-lustre", "gpuPools": [{"gpu": "h100", "availabilityZone": "us-east-1-dfw-2a"}, {"gpu": "b200", "availabilityZone": "us-east-1-mia-1a"}]},
-     r"gpuPools: pools in several Local Zones \['us-east-1-dfw-2a', 'us-east-1-mia-1a'\]"),
-    ({"gpuPools": [{"gpu": "h100", "instanceType": "p5en.48xlarge"}]}, r"gpuPools\[0\]\.instanceType: instance type 'p5en\.48xlarge' carries h200"),
-])
+@pytest.mark.parametrize(
+    "cluster, must",
+    [
+        (
+            {"gpuPools": [{"gpu": "h100", "nodes": 1}], "gpuNodes": 2},
+            r"dynamo:cluster\.gpuNodes: set per pool in dynamo:cluster\.gpuPools",
+        ),
+        ({"gpuPools": [{"gpu": "h100"}, {"gpu": "h100"}]}, r"gpuPools\[1\]\.gpu: 'h100' already has pool gpuPools\[0\]"),
+        (
+            {"gpuPools": [{"gpu": "b200", "marketType": "capacity-block"}]},
+            r"gpuPools\[0\]\.marketType: capacity-block needs dynamo:cluster\.gpuPools\[0\]\.capacityReservationId",
+        ),
+        (
+            {"gpuPools": [{"gpu": "gb200", "nodes": 2}]},
+            r"gpuPools\[0\]\.marketType: 'on-demand': p6e-gb200\.36xlarge is sold only in UltraServer",
+        ),
+        (
+            {"gpuPools": [{"gpu": "h100", "availabilityZone": "us-west-2-lax-1a"}]},
+            r"gpuPools\[0\]\.availabilityZone: 'us-west-2-lax-1a' is not one of .* nor a Local Zone of us-east-1",
+        ),
+        (
+            {"gpuPools": [{"gpu": "h100", "availabilityZone": "us-east-1-dfw-2a"}]},
+            r"gpuPools\[0\]\.availabilityZone: 'us-east-1-dfw-2a' is a Local Zone, where the EFS model cache cannot be mounted.*cacheStorage: fsx-lustre",
+        ),
+        (
+            {
+                "cacheStorage": "fsx-lustre",
+                "gpuPools": [
+                    {"gpu": "h100", "availabilityZone": "us-east-1-dfw-2a"},
+                    {"gpu": "b200", "availabilityZone": "us-east-1-mia-1a"},
+                ],
+            },
+            r"gpuPools: pools in several Local Zones \['us-east-1-dfw-2a', 'us-east-1-mia-1a'\]",
+        ),
+        (
+            {"gpuPools": [{"gpu": "h100", "instanceType": "p5en.48xlarge"}]},
+            r"gpuPools\[0\]\.instanceType: instance type 'p5en\.48xlarge' carries h200",
+        ),
+    ],
+)
 def test_bad_gpu_pools_name_the_key(cluster, must):
     from stacks.config.keys import ConfigError
     from stacks.config import cluster_config
@@ -357,9 +461,25 @@ def test_bad_gpu_pools_name_the_key(cluster, must):
 def test_pool_settings_apply_to_their_gpu_only():
     from stacks.program import build_program
 
-    raw = {"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "marketType": "capacity-block",
-                                                                       "capacityReservationId": "cr-0123456789abcdef0", "availabilityZone": "us-east-1b"}]},
-           "serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "topology": "agg", "namespace": "m"}]}
+    raw = {
+        "cluster": {
+            "mode": "eks",
+            "region": "us-east-1",
+            "gpuPools": [
+                {"gpu": "h100"},
+                {
+                    "gpu": "b200",
+                    "marketType": "capacity-block",
+                    "capacityReservationId": "cr-0123456789abcdef0",
+                    "availabilityZone": "us-east-1b",
+                },
+            ],
+        },
+        "serve": [
+            {"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+            {"model": "motif-3", "topology": "agg", "namespace": "m"},
+        ],
+    }
     plan = build_program(raw, "t", frozenset({"hfToken"})).cluster_plan
     h100, b200 = plan.gpu_pools
     assert (h100.name, b200.name) == ("gpu", "gpu-b200") and plan.gpu_nodegroup is h100.nodegroup
@@ -372,7 +492,9 @@ def test_pool_settings_apply_to_their_gpu_only():
     from stacks.config.keys import ConfigError
 
     with pytest.raises(ConfigError, match=r"dynamo:serve\[1\]\.gpu: 'b200' has no pool in dynamo:cluster\.gpuPools"):
-        build_program({**raw, "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}]}}, "t", frozenset({"hfToken"}))
+        build_program(
+            {**raw, "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}]}}, "t", frozenset({"hfToken"})
+        )
 
 
 def test_preflight_reads_the_cluster_stacks_pool():
@@ -386,15 +508,29 @@ def test_capacity_shortfall_names_efa_and_taint_mismatches():
     from stacks.cluster import capacity_shortfall
     from stacks.program import build_program
 
-    program = build_program({"cluster": {"mode": "stack", "stack": "o/p/c"},
-                             "serve": [{"target": "lightning-vllm-disagg-h100-dspark", "namespace": "a"}]}, "s", frozenset({"hfToken"}))
+    program = build_program(
+        {
+            "cluster": {"mode": "stack", "stack": "o/p/c"},
+            "serve": [{"target": "lightning-vllm-disagg-h100-dspark", "namespace": "a"}],
+        },
+        "s",
+        frozenset({"hfToken"}),
+    )
     reqs = program.cluster_plan.requirements
-    pool = {"name": "gpu", "gpu": "h100", "instanceType": "p5.48xlarge", "count": 4,
-            "allocatable": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}, "taint": {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}}
+    pool = {
+        "name": "gpu",
+        "gpu": "h100",
+        "instanceType": "p5.48xlarge",
+        "count": 4,
+        "allocatable": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32},
+        "taint": {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+    }
     assert capacity_shortfall(reqs, [pool], "o/p/c") is None
     msg = capacity_shortfall(reqs, [{**pool, "allocatable": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 16}}], "o/p/c")
     assert "2 EFA per GPU" in msg and "request 4 per GPU" in msg
-    msg = capacity_shortfall(reqs, [{**pool, "taint": {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}}], "o/p/c")
+    msg = capacity_shortfall(
+        reqs, [{**pool, "taint": {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}}], "o/p/c"
+    )
     assert "tainted nvidia.com/gpu=present" in msg
     assert "exports no nodePools list" in capacity_shortfall(reqs, None, "o/p/c")
 
@@ -403,9 +539,16 @@ def test_one_group_settings_are_refused_with_several_gpus():
     from stacks.config.keys import ConfigError
     from stacks.program import build_program
 
-    raw = {"cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 3},
-           "serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "topology": "agg", "namespace": "m"}]}
-    with pytest.raises(ConfigError, match=r"dynamo:cluster\.gpuNodes: applies to one GPU node group, but the entries run on h100, b200"):
+    raw = {
+        "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 3},
+        "serve": [
+            {"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+            {"model": "motif-3", "topology": "agg", "namespace": "m"},
+        ],
+    }
+    with pytest.raises(
+        ConfigError, match=r"dynamo:cluster\.gpuNodes: applies to one GPU node group, but the entries run on h100, b200"
+    ):
         build_program(raw, "t", frozenset({"hfToken"}))
 
 
@@ -413,16 +556,23 @@ def test_group_names_follow_the_pools_not_the_entries():
     from stacks.program import build_program
 
     pools = [{"gpu": "h100", "nodes": 1}, {"gpu": "b200"}]
-    both = [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "topology": "agg", "namespace": "m"}]
+    both = [
+        {"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+        {"model": "motif-3", "topology": "agg", "namespace": "m"},
+    ]
     for serve in (both, both[::-1], both[1:]):  # reordered, or the h100 entry removed: the b200 group keeps its name
-        plan = build_program({"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": pools}, "serve": serve}, "t", frozenset({"hfToken"})).cluster_plan
+        plan = build_program(
+            {"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": pools}, "serve": serve}, "t", frozenset({"hfToken"})
+        ).cluster_plan
         assert [(p.name, p.gpu) for p in plan.gpu_pools] == [("gpu", "h100"), ("gpu-b200", "b200")]
 
 
 # ------------------------------------------------------------------ sizing, EFA where it is used, EFS range, versions
 
 
-@pytest.mark.parametrize("kw, scaling", [({}, (2, 2, 2)), ({"capacity_reservation_id": "cr-0123456789abcdef0"}, (2, 2, 2)), (CB, (0, 2, 2))])
+@pytest.mark.parametrize(
+    "kw, scaling", [({}, (2, 2, 2)), ({"capacity_reservation_id": "cr-0123456789abcdef0"}, (2, 2, 2)), (CB, (0, 2, 2))]
+)
 def test_gpu_group_sizing_on_every_capacity_type(kw, scaling):
     sc = plan(gpu_nodes=2, **kw).gpu_nodegroup["scaling_config"]
     assert (sc["min_size"], sc["desired_size"], sc["max_size"]) == scaling
@@ -439,9 +589,15 @@ def test_aggregated_target_on_one_node_gets_no_efa_or_placement_group():
 
 @pytest.mark.parametrize("mibps", [0, 3415, 10240])
 def test_efs_provisioned_throughput_outside_the_api_range_is_refused(mibps):
-    with pytest.raises(ConfigError, match=rf"dynamo:cluster\.efsProvisionedThroughputMibps: {mibps} is outside what the EFS API accepts, 1-3414 MiB/s"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"dynamo:cluster\.efsProvisionedThroughputMibps: {mibps} is outside what the EFS API accepts, 1-3414 MiB/s",
+    ):
         cluster_config({"cluster": {"mode": "eks", "efsThroughputMode": "provisioned", "efsProvisionedThroughputMibps": mibps}})
-    assert plan(efs_throughput_mode="provisioned", efs_provisioned_throughput_mibps=3414).storage["provisioned_throughput_in_mibps"] == 3414
+    assert (
+        plan(efs_throughput_mode="provisioned", efs_provisioned_throughput_mibps=3414).storage["provisioned_throughput_in_mibps"]
+        == 3414
+    )
 
 
 def test_kubernetes_version_moves_one_minor_at_a_time():
@@ -452,8 +608,10 @@ def test_kubernetes_version_moves_one_minor_at_a_time():
         cluster_config({"cluster": {"mode": "eks", "kubernetesVersion": "1.35", "currentKubernetesVersion": "1.33"}})
     msg = str(e.value)
     assert "dynamo:cluster.kubernetesVersion: '1.35' is 2 minor versions ahead of the cluster's '1.33'" in msg
-    assert 'set dynamo:cluster.kubernetesVersion: "1.34" and dynamo:cluster.currentKubernetesVersion: "1.33", run `pulumi up`; ' \
-           'then set dynamo:cluster.kubernetesVersion: "1.35" and dynamo:cluster.currentKubernetesVersion: "1.34"' in msg
+    assert (
+        'set dynamo:cluster.kubernetesVersion: "1.34" and dynamo:cluster.currentKubernetesVersion: "1.33", run `pulumi up`; '
+        'then set dynamo:cluster.kubernetesVersion: "1.35" and dynamo:cluster.currentKubernetesVersion: "1.34"' in msg
+    )
     with pytest.raises(ConfigError, match=r"'1\.34' is older than the cluster's '1\.35'.*cannot downgrade"):
         cluster_config({"cluster": {"mode": "eks", "kubernetesVersion": "1.34", "currentKubernetesVersion": "1.35"}})
     with pytest.raises(ConfigError, match=r"currentKubernetesVersion: 'latest' is not a Kubernetes minor version"):
@@ -464,8 +622,19 @@ def test_a_version_skip_is_refused_before_any_resource():
     import harness
 
     with pytest.raises(Exception, match="2 minor versions ahead"):
-        harness.run_program({"gpu": "h100", "cluster": {"mode": "eks", "region": "us-east-1", "kubernetesVersion": "1.36", "currentKubernetesVersion": "1.34"}},
-                            {"hfToken": "hf_x"}, stack="t")
+        harness.run_program(
+            {
+                "gpu": "h100",
+                "cluster": {
+                    "mode": "eks",
+                    "region": "us-east-1",
+                    "kubernetesVersion": "1.36",
+                    "currentKubernetesVersion": "1.34",
+                },
+            },
+            {"hfToken": "hf_x"},
+            stack="t",
+        )
     assert harness.LAST_RUN.resources == []
 
 
@@ -490,22 +659,43 @@ OPS = "arn:aws:iam::210987654321:role/platform/ops"
 def test_access_entries_name_principals_and_turn_the_creator_bootstrap_off():
     from stacks.cluster import ACCESS_POLICIES, access_plan
 
-    cfg = EksConfig(region="us-east-1", admin_principal_arns=(OPS,), access_entries=(
-        {"principal_arn": DEPLOY, "policy": "cluster-admin"},
-        {"principal_arn": "arn:aws:iam::123456789012:user/alice", "policy": "edit", "namespaces": ("team-a", "team-b")}))
+    cfg = EksConfig(
+        region="us-east-1",
+        admin_principal_arns=(OPS,),
+        access_entries=(
+            {"principal_arn": DEPLOY, "policy": "cluster-admin"},
+            {"principal_arn": "arn:aws:iam::123456789012:user/alice", "policy": "edit", "namespaces": ("team-a", "team-b")},
+        ),
+    )
     a = access_plan(cfg)
     assert a["authentication_mode"] == "API" and a["bootstrap_creator_admin"] is False and a["warnings"] == []
     assert [(e["name"], e["principal_arn"], e["policy_arn"], e["access_scope"]) for e in a["entries"]] == [
         ("admin-0", OPS, ACCESS_POLICIES["cluster-admin"], {"type": "cluster"}),
-        ("access-123456789012-role-dynamo-deploy", DEPLOY, "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy", {"type": "cluster"}),
-        ("access-123456789012-user-alice", "arn:aws:iam::123456789012:user/alice", "arn:aws:eks::aws:cluster-access-policy/AmazonEKSEditPolicy",
-         {"type": "namespace", "namespaces": ["team-a", "team-b"]})]
+        (
+            "access-123456789012-role-dynamo-deploy",
+            DEPLOY,
+            "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
+            {"type": "cluster"},
+        ),
+        (
+            "access-123456789012-user-alice",
+            "arn:aws:iam::123456789012:user/alice",
+            "arn:aws:eks::aws:cluster-access-policy/AmazonEKSEditPolicy",
+            {"type": "namespace", "namespaces": ["team-a", "team-b"]},
+        ),
+    ]
     # names follow the principal, not the position: reordering renames (and so recreates) nothing
     flipped = access_plan(cfg.model_copy(update={"access_entries": tuple(reversed(cfg.access_entries))}))
     assert sorted(e["name"] for e in flipped["entries"]) == sorted(e["name"] for e in a["entries"])
-    assert access_plan(EksConfig(region="us-east-1", access_entries=(
-        {"principal_arn": "arn:aws:iam::123456789012:role/ops/admin", "policy": "cluster-admin"},)))["entries"][0]["name"] == \
-        "access-123456789012-role-ops-admin"
+    assert (
+        access_plan(
+            EksConfig(
+                region="us-east-1",
+                access_entries=({"principal_arn": "arn:aws:iam::123456789012:role/ops/admin", "policy": "cluster-admin"},),
+            )
+        )["entries"][0]["name"]
+        == "access-123456789012-role-ops-admin"
+    )
 
 
 def test_without_access_entries_the_creator_keeps_its_bootstrap_admin_with_a_warning():
@@ -527,32 +717,72 @@ def test_cluster_plan_carries_access_encryption_and_logs():
     def without_dated(cp: dict) -> dict:  # the end-of-support warnings depend on the day (tests/test_aws_rules.py covers them)
         assert cp["support_warnings"] == support_warnings(p.kubernetes_version, cp["upgrade_policy"], datetime.date.today())
         return {k: v for k, v in cp.items() if k != "support_warnings"}
-    assert without_dated(p.control_plane) == {"secrets_encryption": True, "upgrade_policy": "STANDARD",
-                                              "logs": {"types": ["api", "audit", "authenticator"], "log_group": "/aws/eks/dynamo-t/cluster",
-                                                       "retention_in_days": 90, "cluster_role_policy": deny}}
+
+    assert without_dated(p.control_plane) == {
+        "secrets_encryption": True,
+        "upgrade_policy": "STANDARD",
+        "logs": {
+            "types": ["api", "audit", "authenticator"],
+            "log_group": "/aws/eks/dynamo-t/cluster",
+            "retention_in_days": 90,
+            "cluster_role_policy": deny,
+        },
+    }
     off = plan(secrets_encryption=False, control_plane_logs=())
     assert without_dated(off.control_plane) == {"secrets_encryption": False, "logs": None, "upgrade_policy": "STANDARD"}
     assert plan(control_plane_logs=("audit", "scheduler"), control_plane_log_retention_days=731).control_plane["logs"] == {
-        "types": ["audit", "scheduler"], "log_group": "/aws/eks/dynamo-t/cluster", "retention_in_days": 731, "cluster_role_policy": deny}
+        "types": ["audit", "scheduler"],
+        "log_group": "/aws/eks/dynamo-t/cluster",
+        "retention_in_days": 731,
+        "cluster_role_policy": deny,
+    }
 
 
 ACCESS_BAD = [
     ({"accessEntries": [{"principalArn": "alice", "policy": "view"}]}, "accessEntries[0].principalArn", "'alice'"),
-    ({"accessEntries": [{"principalArn": "arn:aws:sts::123456789012:assumed-role/deploy/ci", "policy": "cluster-admin"}]},
-     "accessEntries[0].principalArn", "assumed-role session"),
+    (
+        {"accessEntries": [{"principalArn": "arn:aws:sts::123456789012:assumed-role/deploy/ci", "policy": "cluster-admin"}]},
+        "accessEntries[0].principalArn",
+        "assumed-role session",
+    ),
     # a principal of another partition: IAM refuses it in the aws partition, the only one whose Regions are accepted
-    ({"accessEntries": [{"principalArn": "arn:aws-us-gov:iam::123456789012:role/deploy", "policy": "cluster-admin"}]},
-     "accessEntries[0].principalArn", "'arn:aws-us-gov:iam::123456789012:role/deploy'"),
-    ({"accessEntries": [{"principalArn": DEPLOY, "policy": "root"}]}, "accessEntries.0.policy", "'cluster-admin', 'admin', 'edit' or 'view'"),
+    (
+        {"accessEntries": [{"principalArn": "arn:aws-us-gov:iam::123456789012:role/deploy", "policy": "cluster-admin"}]},
+        "accessEntries[0].principalArn",
+        "'arn:aws-us-gov:iam::123456789012:role/deploy'",
+    ),
+    (
+        {"accessEntries": [{"principalArn": DEPLOY, "policy": "root"}]},
+        "accessEntries.0.policy",
+        "'cluster-admin', 'admin', 'edit' or 'view'",
+    ),
     ({"accessEntries": [{"principalArn": DEPLOY}]}, "accessEntries.0.policy", "required"),
     ({"accessEntries": [{"principalArn": DEPLOY, "policy": "view"}]}, "accessEntries", "no entry has policy cluster-admin"),
-    ({"accessEntries": [{"principalArn": DEPLOY, "policy": "cluster-admin"}, {"principalArn": DEPLOY, "policy": "view"}]},
-     "accessEntries[1].principalArn", "one access entry per cluster"),
-    ({"adminPrincipalArns": [DEPLOY], "accessEntries": [{"principalArn": DEPLOY, "policy": "view"}]},
-     "accessEntries[0].principalArn", "adminPrincipalArns"),
-    ({"accessEntries": [{"principalArn": DEPLOY, "policy": "cluster-admin", "namespaces": ["a"]}]}, "accessEntries[0].namespaces", "admin, edit or view"),
-    ({"accessEntries": [{"principalArn": DEPLOY, "policy": "cluster-admin"}, {"principalArn": OPS, "policy": "view", "namespaces": ["Team_A"]}]},
-     "accessEntries[1].namespaces", "'Team_A'"),
+    (
+        {"accessEntries": [{"principalArn": DEPLOY, "policy": "cluster-admin"}, {"principalArn": DEPLOY, "policy": "view"}]},
+        "accessEntries[1].principalArn",
+        "one access entry per cluster",
+    ),
+    (
+        {"adminPrincipalArns": [DEPLOY], "accessEntries": [{"principalArn": DEPLOY, "policy": "view"}]},
+        "accessEntries[0].principalArn",
+        "adminPrincipalArns",
+    ),
+    (
+        {"accessEntries": [{"principalArn": DEPLOY, "policy": "cluster-admin", "namespaces": ["a"]}]},
+        "accessEntries[0].namespaces",
+        "admin, edit or view",
+    ),
+    (
+        {
+            "accessEntries": [
+                {"principalArn": DEPLOY, "policy": "cluster-admin"},
+                {"principalArn": OPS, "policy": "view", "namespaces": ["Team_A"]},
+            ]
+        },
+        "accessEntries[1].namespaces",
+        "'Team_A'",
+    ),
     ({"controlPlaneLogs": ["audit", "kubelet"]}, "controlPlaneLogs.1", "'controllerManager'"),
     ({"controlPlaneLogs": ["audit", "audit"]}, "controlPlaneLogs", "more than once"),
     ({"controlPlaneLogRetentionDays": 10}, "controlPlaneLogRetentionDays", "3653"),
@@ -569,6 +799,14 @@ def test_bad_access_encryption_and_log_settings_name_the_key(cluster, key, hint)
 
 
 def test_good_access_settings_pass():
-    c = cluster_config({"cluster": {"mode": "eks", "region": "us-east-1", "adminPrincipalArns": [OPS],
-                                    "accessEntries": [{"principalArn": DEPLOY, "policy": "view", "namespaces": ["team-a"]}]}})
+    c = cluster_config(
+        {
+            "cluster": {
+                "mode": "eks",
+                "region": "us-east-1",
+                "adminPrincipalArns": [OPS],
+                "accessEntries": [{"principalArn": DEPLOY, "policy": "view", "namespaces": ["team-a"]}],
+            }
+        }
+    )
     assert c.access_entries[0].namespaces == ("team-a",)  # adminPrincipalArns are cluster-admins

@@ -5,6 +5,7 @@ The containers checked are derived from the catalog: every GPU container of ever
 gives the container: the DGD's ``spec.env`` prepended, the container's own entry of the same name taking precedence
 (DynamoGraphDeployment CRD v1beta1, ``spec.env``).
 """
+
 from __future__ import annotations
 
 import json
@@ -60,15 +61,17 @@ def test_every_vllm_worker_container_has_both_caches_under_the_cache_mount():
             vllm, triton = _effective(RENDERED[t.id], c, cc.VLLM_VAR), _effective(RENDERED[t.id], c, cc.TRITON_VAR)
             prefix = f"{mount}/compile-cache/{t.id}/{comp}/"
             assert vllm.startswith(prefix) and vllm.endswith("/vllm"), (t.id, comp, vllm)
-            assert triton == vllm[:-len("vllm")] + "triton", (t.id, comp, triton)
-            key = vllm[len(prefix):-len("/vllm")]
+            assert triton == vllm[: -len("vllm")] + "triton", (t.id, comp, triton)
+            key = vllm[len(prefix) : -len("/vllm")]
             assert len(key) == cc.KEY_LENGTH and "/" not in key
             names = [e["name"] for e in c["env"]]
             assert names.count(cc.VLLM_VAR) == names.count(cc.TRITON_VAR) == 1  # one entry per name, set on the container
             # the directory is writable: on the cache volume, by a mount that is not read-only
             mounts = [m for m in c["volumeMounts"] if vllm.startswith(m["mountPath"].rstrip("/") + "/")]
             deepest = max(mounts, key=lambda m: len(m["mountPath"]))
-            assert not deepest.get("readOnly") and deepest["name"] == next(m["name"] for m in rc["volumeMounts"] if m["mountPath"] == mount)
+            assert not deepest.get("readOnly") and deepest["name"] == next(
+                m["name"] for m in rc["volumeMounts"] if m["mountPath"] == mount
+            )
             if any(m.get("readOnly") for m in rc["volumeMounts"] if m["mountPath"] == mount):
                 assert deepest == {"name": deepest["name"], "mountPath": f"{mount}/compile-cache", "subPath": "compile-cache"}
     vllm_workers = sum(1 for t in TARGETS if t.runtime == "vllm" for _ in _workers(RECIPE[t.id]))
@@ -78,7 +81,10 @@ def test_every_vllm_worker_container_has_both_caches_under_the_cache_mount():
 def _writes_modules_to(up: dict, container: dict, mount: str) -> bool:
     """Whether transformers' remote-code module cache of the upstream container is on the mount: HF_MODULES_CACHE, else
     $HF_HOME/modules (transformers utils/hub.py)."""
-    modules = _effective(up, container, "HF_MODULES_CACHE") or f"{_effective(up, container, 'HF_HOME') or '/root/.cache/huggingface'}/modules"
+    modules = (
+        _effective(up, container, "HF_MODULES_CACHE")
+        or f"{_effective(up, container, 'HF_HOME') or '/root/.cache/huggingface'}/modules"
+    )
     return modules.startswith(mount.rstrip("/") + "/")
 
 
@@ -111,7 +117,9 @@ def test_workers_that_only_read_the_model_mount_it_read_only():
             elif _effective(up, uc, cc.OFFLINE_VAR) == "1":
                 offline += 1
                 assert m.get("readOnly") is True, (t.id, comp, m)
-                assert {"name": m["name"], "mountPath": f"{mount}/compile-cache", "subPath": "compile-cache"} in c["volumeMounts"], t.id
+                assert {"name": m["name"], "mountPath": f"{mount}/compile-cache", "subPath": "compile-cache"} in c[
+                    "volumeMounts"
+                ], t.id
             else:
                 assert m.get("readOnly") == up_mount.get("readOnly"), (t.id, comp, m, up_mount)
     # Lightning's workers only read; Motif-3's read offline but write remote code under HF_HOME on the volume, so they
@@ -120,13 +128,21 @@ def test_workers_that_only_read_the_model_mount_it_read_only():
 
 
 def test_opt_out_keeps_the_recipe_mount_writable_where_upstream_has_it():
-    t = next(t for t in TARGETS if t.runtime == "vllm" and any(
-        cc.model_read_only(c, RECIPE[t.id]["spec"].get("env") or [], catalog.family_of(t).cache.mount) for _, c in _workers(RECIPE[t.id])))
+    t = next(
+        t
+        for t in TARGETS
+        if t.runtime == "vllm"
+        and any(
+            cc.model_read_only(c, RECIPE[t.id]["spec"].get("env") or [], catalog.family_of(t).cache.mount)
+            for _, c in _workers(RECIPE[t.id])
+        )
+    )
     dgd = _dgd(render_config({"target": t.id, "compileCache": {"enabled": False}}))
     mount = catalog.family_of(t).cache.mount
     for (_, c), (_, rc) in zip(_workers(dgd), _workers(RECIPE[t.id])):
-        assert [m for m in c["volumeMounts"] if m["mountPath"].startswith(mount)] == \
-               [m for m in rc["volumeMounts"] if m["mountPath"].startswith(mount)], t.id
+        assert [m for m in c["volumeMounts"] if m["mountPath"].startswith(mount)] == [
+            m for m in rc["volumeMounts"] if m["mountPath"].startswith(mount)
+        ], t.id
 
 
 def _keys():
@@ -154,8 +170,9 @@ def test_keys_differ_for_different_images_args_and_gpus():
     assert len(by_facts) > 10
     # the same target and component: the same key on every render (replicas and restarts share it)
     t = "lightning-vllm-agg-h100-dspark"
-    assert _effective(_dgd(render_target(t)), next(_workers(_dgd(render_target(t))))[1], cc.VLLM_VAR) == \
-        _effective(RENDERED[t], next(_workers(RENDERED[t]))[1], cc.VLLM_VAR)
+    assert _effective(_dgd(render_target(t)), next(_workers(_dgd(render_target(t))))[1], cc.VLLM_VAR) == _effective(
+        RENDERED[t], next(_workers(RENDERED[t]))[1], cc.VLLM_VAR
+    )
 
 
 @pytest.mark.parametrize("change", ["image", "args", "gpu", "configmap"])
@@ -204,10 +221,13 @@ def test_opt_out_restores_the_recipe_values():
     assert cc.recipe_values(lightning) == {cc.VLLM_VAR: "/tmp/vllm-cache", cc.TRITON_VAR: "/tmp/.triton-cache"}
 
 
-@pytest.mark.parametrize("value,message", [
-    ({"enabled": "maybe"}, "dynamo:compileCache.enabled: 'maybe' is not a boolean; use true or false"),
-    ({"enable": False}, "dynamo:compileCache.enable: unknown key; valid keys here: enabled; did you mean 'enabled'?"),
-])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ({"enabled": "maybe"}, "dynamo:compileCache.enabled: 'maybe' is not a boolean; use true or false"),
+        ({"enable": False}, "dynamo:compileCache.enable: unknown key; valid keys here: enabled; did you mean 'enabled'?"),
+    ],
+)
 def test_bad_config_names_the_key_the_value_and_the_choices(value, message):
     with pytest.raises(ConfigError) as e:
         render_config({"target": "lightning-vllm-agg-h100-dspark", "compileCache": value})

@@ -1,4 +1,5 @@
 """Each class of bad config gets a clear error naming key, value and choices, and registers no resource."""
+
 import pytest
 
 from harness import run_program
@@ -17,7 +18,10 @@ from stacks.program.render import render_config
         ({"namespace": "Bad_NS"}, ["dynamo:namespace", "Bad_NS"]),
         ({"target": "nope"}, ["dynamo:target", "'nope'", "lightning-vllm-agg-h100-dspark"]),
         ({"runtime": "trtllm", "topology": "disagg"}, ["dynamo:topology", "'disagg'", "TensorRT-LLM is aggregated-only", "agg"]),
-        ({"gpu": "gb200", "topology": "disagg", "spec": "mtp"}, ["dynamo:spec", "'mtp'", "GB200 disaggregated has dflash, dspark only"]),
+        (
+            {"gpu": "gb200", "topology": "disagg", "spec": "mtp"},
+            ["dynamo:spec", "'mtp'", "GB200 disaggregated has dflash, dspark only"],
+        ),
         ({"gpu": "h100", "routing": "kv", "spec": "mtp"}, ["dynamo:routing", "'kv'", "qualified choices: single"]),
         ({"target": "lightning-vllm-agg-h100-dspark", "gpu": "h200"}, ["dynamo:gpu", "contradicts"]),
         ({"replicas": {"agg": -1}}, ["dynamo:replicas", "-1"]),
@@ -105,7 +109,9 @@ def test_model_revision_only_where_the_download_supports_it(monkeypatch):
     fam = catalog.families()["nemotron-3.5-lightning"]
     for name, job in list(fam.cache_job_builders.items()):  # a Lightning download Job that took no revision
         monkeypatch.setitem(fam.cache_job_builders, name, replace(job, revision=None))
-    with pytest.raises(ConfigError, match=r"dynamo:modelRevision: 'v1' cannot be applied.*\(supported: motif-3, nemotron-3-ultra\)"):
+    with pytest.raises(
+        ConfigError, match=r"dynamo:modelRevision: 'v1' cannot be applied.*\(supported: motif-3, nemotron-3-ultra\)"
+    ):
         render_config({"modelRevision": "v1"})
     objs = render_config({"model": "nemotron-3-ultra", "gpu": "b200", "modelRevision": "a" * 40})
     download = next(o for o in objs if o["kind"] == "Job" and o["metadata"]["name"] == "nemotron-ultra-model-download")
@@ -119,13 +125,16 @@ from stacks.config.keys import CACHE_SPEC_ANNOTATION, cache_claim_changes, cache
 OLD_SPEC = {"accessModes": ["ReadWriteMany"], "storageClassName": "efs-sc", "resources": {"requests": {"storage": "400Gi"}}}
 
 
-@pytest.mark.parametrize("new, fields", [
-    ({**OLD_SPEC, "storageClassName": "gp3"}, ["storageClassName"]),
-    ({**OLD_SPEC, "accessModes": ["ReadWriteOnce"]}, ["accessModes"]),
-    ({k: v for k, v in OLD_SPEC.items() if k != "storageClassName"}, ["storageClassName"]),  # to the cluster default
-    ({**OLD_SPEC, "resources": {"requests": {"storage": "200Gi"}}}, ["resources.requests.storage"]),  # claims only grow
-    ({**OLD_SPEC, "storageClassName": "gp3", "resources": {"requests": {"storage": "1Ti"}}}, ["storageClassName"]),
-])
+@pytest.mark.parametrize(
+    "new, fields",
+    [
+        ({**OLD_SPEC, "storageClassName": "gp3"}, ["storageClassName"]),
+        ({**OLD_SPEC, "accessModes": ["ReadWriteOnce"]}, ["accessModes"]),
+        ({k: v for k, v in OLD_SPEC.items() if k != "storageClassName"}, ["storageClassName"]),  # to the cluster default
+        ({**OLD_SPEC, "resources": {"requests": {"storage": "200Gi"}}}, ["resources.requests.storage"]),  # claims only grow
+        ({**OLD_SPEC, "storageClassName": "gp3", "resources": {"requests": {"storage": "1Ti"}}}, ["storageClassName"]),
+    ],
+)
 def test_immutable_claim_changes_are_found(new, fields):
     assert [f for f, _, _ in cache_claim_changes(OLD_SPEC, new)] == fields
 
@@ -137,9 +146,16 @@ def test_allowed_claim_changes_pass():
 
 
 def test_migration_message_names_key_values_and_ways_out():
-    msg = cache_migration_error(cache_claim_changes(OLD_SPEC, {**OLD_SPEC, "storageClassName": "gp3"}), "model-cache", "dynamo-prod")
-    for s in ("dynamo:storage.className: 'efs-sc' -> 'gp3'", "dynamo-prod/model-cache", "dynamo:storage.existingClaim",
-              "storage.protect false", "Nothing was changed"):
+    msg = cache_migration_error(
+        cache_claim_changes(OLD_SPEC, {**OLD_SPEC, "storageClassName": "gp3"}), "model-cache", "dynamo-prod"
+    )
+    for s in (
+        "dynamo:storage.className: 'efs-sc' -> 'gp3'",
+        "dynamo-prod/model-cache",
+        "dynamo:storage.existingClaim",
+        "storage.protect false",
+        "Nothing was changed",
+    ):
         assert s in msg, s
 
 
@@ -157,8 +173,11 @@ def _record_requests(monkeypatch):
     return seen
 
 
-MOCK_BASE = {"target": "lightning-vllm-agg-h100-dspark", "cluster": {"mode": "render", "renderDir": "/tmp/dynamo-mock-render"},
-             "storage": {"className": "efs-sc"}}
+MOCK_BASE = {
+    "target": "lightning-vllm-agg-h100-dspark",
+    "cluster": {"mode": "render", "renderDir": "/tmp/dynamo-mock-render"},
+    "storage": {"className": "efs-sc"},
+}
 
 
 def test_protected_claim_ignores_immutable_fields_and_guards_updates(monkeypatch):
@@ -170,7 +189,10 @@ def test_protected_claim_ignores_immutable_fields_and_guards_updates(monkeypatch
     assert set(req.ignoreChanges) >= {"spec.storageClassName", "spec.accessModes", "spec.volumeName", "spec.selector"}
     assert "spec.resources" not in " ".join(req.ignoreChanges)  # growing the cache stays an ordinary update
     assert list(req.hooks.before_update) == [f"{pvc.name}-claim-spec"]
-    assert pvc.inputs["metadata"]["annotations"][CACHE_SPEC_ANNOTATION] == '{"accessModes":["ReadWriteMany"],"storageClassName":"efs-sc"}'
+    assert (
+        pvc.inputs["metadata"]["annotations"][CACHE_SPEC_ANNOTATION]
+        == '{"accessModes":["ReadWriteMany"],"storageClassName":"efs-sc"}'
+    )
 
 
 def test_unprotected_claim_is_replaced_normally(monkeypatch):
@@ -227,24 +249,38 @@ def test_one_parse_names_every_independent_problem():
     does not make, with two entries that each name a bad value."""
     from stacks.config import parse_spec
 
-    raw = {"cluster": {"mode": "eks", "region": "us-east-1", "vpcCidr": "8.8.0.0/16", "fsxStorageCapacityGib": 1000,
-                       "availabilityZones": ["us-west-2a", "us-east-1b"]},
-           "serve": [{"target": "no-such-target"}, {"model": "motif-3", "gpu": "no-such-gpu"}]}
+    raw = {
+        "cluster": {
+            "mode": "eks",
+            "region": "us-east-1",
+            "vpcCidr": "8.8.0.0/16",
+            "fsxStorageCapacityGib": 1000,
+            "availabilityZones": ["us-west-2a", "us-east-1b"],
+        },
+        "serve": [{"target": "no-such-target"}, {"model": "motif-3", "gpu": "no-such-gpu"}],
+    }
     with pytest.raises(ConfigError) as err:
         parse_spec(raw, "dev")
     lines = str(err.value).splitlines()
     keys = [line.strip().split(":", 2)[1] for line in lines[1:]]
     assert lines[0] == "invalid stack config:"
-    assert keys == ["cluster.vpcCidr", "cluster.availabilityZones", "cluster.fsxStorageCapacityGib", "serve[0].target",
-                    "serve[1].gpu"], lines
+    assert keys == [
+        "cluster.vpcCidr",
+        "cluster.availabilityZones",
+        "cluster.fsxStorageCapacityGib",
+        "serve[0].target",
+        "serve[1].gpu",
+    ], lines
 
 
 def test_a_section_that_reads_an_earlier_one_waits_for_it():
     """A bad Region is reported once, where it is set: the zone checks that read the Region do not run on it."""
     from stacks.config import parse_spec
 
-    raw = {"cluster": {"mode": "eks", "region": "mars-east-1", "availabilityZones": ["us-west-2a", "us-west-2b"]},
-           "target": "lightning-vllm-agg-h100-dspark"}
+    raw = {
+        "cluster": {"mode": "eks", "region": "mars-east-1", "availabilityZones": ["us-west-2a", "us-west-2b"]},
+        "target": "lightning-vllm-agg-h100-dspark",
+    }
     with pytest.raises(ConfigError) as err:
         parse_spec(raw, "dev")
     assert "cluster.region: 'mars-east-1'" in str(err.value) and "availabilityZones" not in str(err.value)
@@ -262,8 +298,13 @@ def test_each_cluster_mode_reads_only_its_own_keys():
     cluster = parse_spec({"target": "lightning-vllm-agg-h100-dspark"}, "dev").cluster
     assert isinstance(cluster, RenderCluster) and not hasattr(cluster, "region")
     with pytest.raises(ConfigError) as err:
-        parse_spec({"cluster": {"mode": "kubeconfig", "region": "us-east-1", "renderDir": "out", "contxt": "a"},
-                    "target": "lightning-vllm-agg-h100-dspark"}, "dev")
+        parse_spec(
+            {
+                "cluster": {"mode": "kubeconfig", "region": "us-east-1", "renderDir": "out", "contxt": "a"},
+                "target": "lightning-vllm-agg-h100-dspark",
+            },
+            "dev",
+        )
     text = str(err.value)
     assert "cluster.region: 'us-east-1' has no effect with cluster.mode 'kubeconfig'; it applies to mode 'eks'" in text
     assert "cluster.renderDir: 'out' has no effect with cluster.mode 'kubeconfig'; it applies to mode 'render'" in text

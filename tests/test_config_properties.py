@@ -7,6 +7,7 @@ The inputs mix the schema's own keys and choices (so that deep paths are reached
 clusters, storage and waits) with wrong types, near-miss strings, huge numbers and unknown keys. The
 runs are derandomized (same examples on every run) and keep no example database in the repository.
 """
+
 from __future__ import annotations
 
 import re
@@ -58,19 +59,74 @@ def _choices(model: type[BaseModel]) -> list:
 # The cluster's keys are its mode's: one pydantic variant per mode (stacks/config/stack.py).
 CLUSTER_MODELS = list(CLUSTER_VARIANTS.values())
 
-INTERESTING = sorted({str(v) for v in _choices(StackConfig) + [c for m in CLUSTER_MODELS for c in _choices(m)]}) + [
-    "", " ", "-", "0", "-1", "1e400", "nan", "true", "null", "latest", "main", "refs/tags/../x", "a" * 300,
-    "140Gi", "1.5Ti", "10G", "0Gi", "-5Gi", "2e11", "60m", "0s", "99999h", "dynamo", "Bad_NS", "123",
-    "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0", "nvcr.io/x/y", "nvcr.io/x/y:latest ", "x@sha256:" + "a" * 64,
-    "us-east-1", "us-east-1a", "us-west-2b", "mars-1", "cr-0123456789abcdef0", "banana", "10.0.0.0/16", "10.0.0.0/8",
-    "1.33", "p5.48xlarge", "m7i.2xlarge", "/nonexistent/kc", "rendered", "Frontend", "agg", "*", "hf-token-secret",
-] + sorted(catalog.targets())[:12]
+INTERESTING = (
+    sorted({str(v) for v in _choices(StackConfig) + [c for m in CLUSTER_MODELS for c in _choices(m)]})
+    + [
+        "",
+        " ",
+        "-",
+        "0",
+        "-1",
+        "1e400",
+        "nan",
+        "true",
+        "null",
+        "latest",
+        "main",
+        "refs/tags/../x",
+        "a" * 300,
+        "140Gi",
+        "1.5Ti",
+        "10G",
+        "0Gi",
+        "-5Gi",
+        "2e11",
+        "60m",
+        "0s",
+        "99999h",
+        "dynamo",
+        "Bad_NS",
+        "123",
+        "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0",
+        "nvcr.io/x/y",
+        "nvcr.io/x/y:latest ",
+        "x@sha256:" + "a" * 64,
+        "us-east-1",
+        "us-east-1a",
+        "us-west-2b",
+        "mars-1",
+        "cr-0123456789abcdef0",
+        "banana",
+        "10.0.0.0/16",
+        "10.0.0.0/8",
+        "1.33",
+        "p5.48xlarge",
+        "m7i.2xlarge",
+        "/nonexistent/kc",
+        "rendered",
+        "Frontend",
+        "agg",
+        "*",
+        "hf-token-secret",
+    ]
+    + sorted(catalog.targets())[:12]
+)
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(10**20), max_value=10**20),
-    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(INTERESTING), st.text(max_size=20),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(INTERESTING),
+    st.text(max_size=20),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(INTERESTING) | st.text(max_size=8), inner, max_size=3), max_leaves=8)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(INTERESTING) | st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 def _mapping(model: type[BaseModel], depth: int = 0) -> st.SearchStrategy:
@@ -93,10 +149,16 @@ def _mapping(model: type[BaseModel], depth: int = 0) -> st.SearchStrategy:
 
 clusters = st.one_of(
     *[_mapping(m) for m in CLUSTER_MODELS],
-    st.builds(lambda m, c: {**c, "mode": m}, st.sampled_from(["render", "kubeconfig", "eks"]), st.one_of(*[_mapping(m) for m in CLUSTER_MODELS])),
+    st.builds(
+        lambda m, c: {**c, "mode": m},
+        st.sampled_from(["render", "kubeconfig", "eks"]),
+        st.one_of(*[_mapping(m) for m in CLUSTER_MODELS]),
+    ),
     values,
 )
-configs = st.builds(lambda c, cl: {**c, **({"cluster": cl} if cl is not None else {})}, _mapping(StackConfig), st.none() | clusters)
+configs = st.builds(
+    lambda c, cl: {**c, **({"cluster": cl} if cl is not None else {})}, _mapping(StackConfig), st.none() | clusters
+)
 
 
 # Valid starting points (every committed stack, a sample of targets) with a few keys set to anything: this
@@ -107,7 +169,7 @@ def _committed_stacks() -> list[dict]:
     out = []
     for p in sorted(REPO_ROOT.glob("Pulumi.*.yaml")):
         try:
-            out.append(split_secrets(stack_raw_config(p.name[len("Pulumi."):-len(".yaml")]))[0])
+            out.append(split_secrets(stack_raw_config(p.name[len("Pulumi.") : -len(".yaml")]))[0])
         except ConfigError:
             pass
     return out
@@ -123,7 +185,7 @@ def _path_values(model: type[BaseModel], prefix: str = "") -> dict[str, st.Searc
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             out.update(_path_values(ann, f"{prefix}{key}."))
         lits = _literals(ann)
-        out[prefix + key] = st.one_of(values, st.sampled_from(INTERESTING), *( [st.sampled_from(lits)] if lits else []))
+        out[prefix + key] = st.one_of(values, st.sampled_from(INTERESTING), *([st.sampled_from(lits)] if lits else []))
     return out
 
 
@@ -166,17 +228,29 @@ mutated = st.builds(_mutate, st.sampled_from(BASES), st.lists(mutation, min_size
 # Several targets per stack (dynamo:serve entries with per-component overrides, stacks/serving/serve.py).
 from stacks.serving.serve import ComponentOverride  # noqa: E402
 
-overrides = st.dictionaries(st.sampled_from(["Frontend", "agg", "VllmDecodeWorker", "VllmPrefillWorker", "*", "x"]),
-                            st.one_of(_mapping(ComponentOverride), values), max_size=2)
+overrides = st.dictionaries(
+    st.sampled_from(["Frontend", "agg", "VllmDecodeWorker", "VllmPrefillWorker", "*", "x"]),
+    st.one_of(_mapping(ComponentOverride), values),
+    max_size=2,
+)
 entry_paths = {k: v for k, v in PATHS.items() if not k.startswith("cluster")}
 entry_mutation = st.sampled_from(sorted(entry_paths)).flatmap(lambda p: st.tuples(st.just(p), entry_paths[p]))
 entries = st.builds(
-    lambda base, muts, name, ov: {**_mutate(base, muts), **({"name": name} if name is not None else {}), **({"overrides": ov} if ov else {})},
+    lambda base, muts, name, ov: {
+        **_mutate(base, muts),
+        **({"name": name} if name is not None else {}),
+        **({"overrides": ov} if ov else {}),
+    },
     st.sampled_from([{"target": t} for t in sorted(catalog.targets())[::7]] + [{"gpu": "h100", "topology": "disagg"}]),
-    st.lists(entry_mutation, max_size=2), st.none() | st.sampled_from(["a", "b", "Bad_Name", ""]), st.none() | overrides,
+    st.lists(entry_mutation, max_size=2),
+    st.none() | st.sampled_from(["a", "b", "Bad_Name", ""]),
+    st.none() | overrides,
 )
-served = st.builds(lambda base, serve: {**{k: v for k, v in base.items() if k not in ("target",)}, "serve": serve},
-                   st.sampled_from(BASES), st.one_of(st.lists(entries, min_size=0, max_size=3), values))
+served = st.builds(
+    lambda base, serve: {**{k: v for k, v in base.items() if k not in ("target",)}, "serve": serve},
+    st.sampled_from(BASES),
+    st.one_of(st.lists(entries, min_size=0, max_size=3), values),
+)
 
 
 secret_sets = st.sets(st.sampled_from(["hfToken", "kubeconfig", "ngcApiKey", "other"]), max_size=3)
@@ -199,7 +273,10 @@ def _only_config_errors(fn, *args, **kw):
     for o in program.objects():
         meta = o.get("metadata") or {}
         assert o.get("apiVersion") and o.get("kind"), o
-        assert isinstance(meta.get("name"), str) and len(meta["name"]) <= 253 and NAME.fullmatch(meta["name"]), (o.get("kind"), meta)
+        assert isinstance(meta.get("name"), str) and len(meta["name"]) <= 253 and NAME.fullmatch(meta["name"]), (
+            o.get("kind"),
+            meta,
+        )
         ns = meta.get("namespace")
         assert ns is None or (len(ns) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns)), (o.get("kind"), meta)
     return program
@@ -214,7 +291,13 @@ def test_build_program_raises_only_config_errors(raw, secrets):
 @settings(max_examples=500, **SETTINGS)
 @given(raw=mutated, secrets=secret_sets, env=st.sampled_from([None, {}]))
 def test_valid_stacks_with_a_few_keys_changed_raise_only_config_errors(raw, secrets, env):
-    _only_config_errors(build_program, raw, "prop", frozenset(secrets | {"hfToken"}) if "hfTokenSecretName" not in raw else frozenset(secrets - {"hfToken"}), env=env)
+    _only_config_errors(
+        build_program,
+        raw,
+        "prop",
+        frozenset(secrets | {"hfToken"}) if "hfTokenSecretName" not in raw else frozenset(secrets - {"hfToken"}),
+        env=env,
+    )
 
 
 @settings(max_examples=200, **SETTINGS)
@@ -257,8 +340,12 @@ def test_render_stack_file_of_any_text_raises_only_config_errors(text, tmp_path_
 
 TARGET_IDS = sorted(catalog.targets())
 # EKS stacks the program sizes on its own node group (aws-efa and aggregated targets on the default instances).
-EKS_BASES = [{"gpu": "h100", "topology": "disagg"}, {"gpu": "h100", "topology": "agg"}, {"gpu": "h200", "topology": "agg"},
-             {"gpu": "b200", "topology": "agg"}]
+EKS_BASES = [
+    {"gpu": "h100", "topology": "disagg"},
+    {"gpu": "h100", "topology": "agg"},
+    {"gpu": "h200", "topology": "agg"},
+    {"gpu": "b200", "topology": "agg"},
+]
 dns_names = st.from_regex(r"[a-z][a-z0-9-]{0,12}[a-z0-9]", fullmatch=True)
 
 
@@ -292,6 +379,7 @@ def test_a_replica_override_is_applied_to_the_component_it_names(case):
 
 def _pod_specs(objects: list[dict]):
     """(namespace, pod spec) of every pod template in the objects (anything with a containers list)."""
+
     def walk(x, ns):
         if isinstance(x, dict):
             if isinstance(x.get("containers"), list):
@@ -332,8 +420,11 @@ def test_every_pull_secret_a_pod_names_is_created_or_declared_existing(raw):
     assert not missing, f"pods name pull secrets nobody creates or declares: {missing}"
     # every pod that pulls from NGC (nvcr.io) names exactly the declared secrets, none when none is declared
     want = set(raw.get("imagePullSecrets") or [])
-    ngc = [(ns, spec) for ns, spec in _pod_specs(objects)
-           if any(str(c.get("image", "")).startswith("nvcr.io/") for c in spec.get("containers") or [])]
+    ngc = [
+        (ns, spec)
+        for ns, spec in _pod_specs(objects)
+        if any(str(c.get("image", "")).startswith("nvcr.io/") for c in spec.get("containers") or [])
+    ]
     assert ngc, "the plan holds pods that pull from nvcr.io"
     for ns, spec in ngc:
         assert {s["name"] for s in spec.get("imagePullSecrets") or []} == want, (ns, spec.get("imagePullSecrets"), want)
@@ -344,9 +435,17 @@ secret_values = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRST
 
 
 @settings(max_examples=6, **SETTINGS)
-@given(hf=secret_values, ngc=secret_values, whole=st.none() | secret_values,
-       base=st.sampled_from([{"target": "lightning-vllm-disagg-h100-dspark", "cluster": {"mode": "render"}},
-                             {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks"}, "imagePullSecrets": ["ngc-secret"]}]))
+@given(
+    hf=secret_values,
+    ngc=secret_values,
+    whole=st.none() | secret_values,
+    base=st.sampled_from(
+        [
+            {"target": "lightning-vllm-disagg-h100-dspark", "cluster": {"mode": "render"}},
+            {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks"}, "imagePullSecrets": ["ngc-secret"]},
+        ]
+    ),
+)
 def test_no_secret_value_appears_outside_a_secret(hf, ngc, whole, base):
     """The real program (__main__.py under Pulumi's mocks) with generated hfToken, ngcApiKey and imagePullSecret
     values: no value appears in plain text in any resource's inputs or in the stack outputs; inside a Secret only
@@ -355,10 +454,18 @@ def test_no_secret_value_appears_outside_a_secret(hf, ngc, whole, base):
 
     render = base["cluster"]["mode"] == "render"
     # One pull secret source, and only where the stack creates pull Secrets (both, or either on render, are refused).
-    pull = {} if render else ({"imagePullSecret": '{"auths":{"x":{"auth":"' + whole + '"}}}'} if whole else {"ngcApiKey": "ngc_" + ngc})
+    pull = (
+        {}
+        if render
+        else ({"imagePullSecret": '{"auths":{"x":{"auth":"' + whole + '"}}}'} if whole else {"ngcApiKey": "ngc_" + ngc})
+    )
     secrets = {"hfToken": "hf_" + hf, **pull}
     run = run_program(base, secrets, stack="prop")
-    needles = [secrets["hfToken"], *([whole] if whole and not render else []), *([secrets["ngcApiKey"]] if "ngcApiKey" in secrets else [])]
+    needles = [
+        secrets["hfToken"],
+        *([whole] if whole and not render else []),
+        *([secrets["ngcApiKey"]] if "ngcApiKey" in secrets else []),
+    ]
     for r in run.resources:
         for needle in needles:
             assert not plain_occurrences(r.raw_inputs, needle), f"{r.type} {r.name} holds a secret value in plain text"
@@ -389,8 +496,10 @@ _NUMBER_KEYS = [
     (lambda v: {**_EKS, "cluster": {**_EKS["cluster"], "gpuNodes": v}}, "cluster.gpuNodes"),
     (lambda v: {**_EKS, "cluster": {**_EKS["cluster"], "systemNodes": v}}, "cluster.systemNodes"),
     (lambda v: {**_EKS, "cluster": {**_EKS["cluster"], "gpuPools": [{"gpu": "h100", "nodes": v}]}}, "cluster.gpuPools.0.nodes"),
-    (lambda v: {**_EKS, "cluster": {**_EKS["cluster"], "fsxStorageCapacityGib": v, "cacheStorage": "fsx-lustre"}},
-     "cluster.fsxStorageCapacityGib"),
+    (
+        lambda v: {**_EKS, "cluster": {**_EKS["cluster"], "fsxStorageCapacityGib": v, "cacheStorage": "fsx-lustre"}},
+        "cluster.fsxStorageCapacityGib",
+    ),
     (lambda v: {**_AGG, "benchmark": {"enabled": True, "requestCount": v}}, "benchmark.requestCount"),
     (lambda v: {**_AGG, "benchmark": {"enabled": True, "tolerance": v}}, "benchmark.tolerance"),
 ]
@@ -412,8 +521,11 @@ def test_a_boolean_or_non_ascii_digits_is_never_a_number(where, value):
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(digits=st.text(_non_ascii_digits, min_size=1, max_size=3), unit=st.sampled_from("smh"),
-       key=st.sampled_from(["jobTimeout", "dgdTimeout"]))
+@given(
+    digits=st.text(_non_ascii_digits, min_size=1, max_size=3),
+    unit=st.sampled_from("smh"),
+    key=st.sampled_from(["jobTimeout", "dgdTimeout"]),
+)
 def test_durations_take_ascii_digits_only(digits, unit, key):
     assert f"dynamo:wait.{key}" in _refusal({**_AGG, "wait": {key: digits + unit}})
 
@@ -425,8 +537,12 @@ def _snake(name: str) -> str:
 
 
 @settings(max_examples=30, **SETTINGS)
-@given(section=st.sampled_from([("", StackConfig)] + [("cluster", m) for m in CLUSTER_MODELS if any(_snake(k) != k for k in _aliases(m))]),
-       data=st.data())
+@given(
+    section=st.sampled_from(
+        [("", StackConfig)] + [("cluster", m) for m in CLUSTER_MODELS if any(_snake(k) != k for k in _aliases(m))]
+    ),
+    data=st.data(),
+)
 def test_snake_case_spellings_are_unknown_keys(section, data):
     """Every camelCase key has one spelling: its snake_case form is an unknown key (no undeclared alias)."""
     where, model = section
@@ -438,8 +554,7 @@ def test_snake_case_spellings_are_unknown_keys(section, data):
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(port=st.integers(65536, 10**7) | st.just(0),
-       bad=st.sampled_from(["", "\x00", "\u202e", "\u2066", " ", "\x7f", "é"]))
+@given(port=st.integers(65536, 10**7) | st.just(0), bad=st.sampled_from(["", "\x00", "\u202e", "\u2066", " ", "\x7f", "é"]))
 def test_prometheus_urls_are_plain_with_a_real_port(port, bad):
     obs = lambda url: {**_AGG, "observability": {"enabled": True, "prometheus": "existing", "prometheusEndpoint": url}}  # noqa: E731
     assert "dynamo:observability.prometheusEndpoint" in _refusal(obs(f"http://prom.svc:{port}"))
@@ -464,12 +579,17 @@ def test_a_secret_value_is_checked_but_never_printed(value, key):
 
 
 @settings(max_examples=30, **SETTINGS)
-@given(name=st.from_regex(r"kube-[a-z0-9]{1,20}", fullmatch=True) | st.just("default"),
-       where=st.sampled_from(["namespace", "observability"]))
+@given(
+    name=st.from_regex(r"kube-[a-z0-9]{1,20}", fullmatch=True) | st.just("default"),
+    where=st.sampled_from(["namespace", "observability"]),
+)
 def test_cluster_owned_namespaces_are_never_created(name, where):
     raw = {**_AGG, "namespace": name} if where == "namespace" else {**_AGG, "observability": {"enabled": True, "namespace": name}}
     msg = _refusal(raw)
     assert f"dynamo:{where}" in msg and repr(name) in msg, msg
-    off = {**raw, "createNamespace": False} if where == "namespace" else {**_AGG, "observability": {"enabled": True, "namespace": name,
-                                                                                                      "createNamespace": False}}
+    off = (
+        {**raw, "createNamespace": False}
+        if where == "namespace"
+        else {**_AGG, "observability": {"enabled": True, "namespace": name, "createNamespace": False}}
+    )
     build_program(off, "prop", frozenset({"hfToken"}))  # using it as is (not created) stays allowed

@@ -5,6 +5,7 @@ Pulumi v3.274 a project ``config:`` key without ``default`` is required in every
 "Stack '<name>' is missing configuration values"), and a ``default`` is written into every stack that leaves
 the key out (pulumi/pulumi#21797; project.go ValidateStackConfigAndApplyProjectConfig).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,7 +32,7 @@ def _documented() -> dict[str, dict]:
 def test_every_key_documented_and_nothing_else():
     documented = _documented()
     assert all(k.startswith(f"{NS}:") for k in documented), sorted(documented)
-    names = {k[len(NS) + 1:] for k in documented}
+    names = {k[len(NS) + 1 :] for k in documented}
     program = _program_keys()
     assert not program - names, f"keys without docs in Pulumi.yaml template.config: {sorted(program - names)}"
     assert not names - program, f"documented keys the program does not read: {sorted(names - program)}"
@@ -45,7 +46,7 @@ def test_each_key_has_a_type_and_description():
 
 def test_secrets_are_marked_secret():
     for key, spec in _documented().items():
-        assert bool(spec.get("secret")) == (key[len(NS) + 1:] in SECRET_KEYS), key
+        assert bool(spec.get("secret")) == (key[len(NS) + 1 :] in SECRET_KEYS), key
 
 
 def test_project_config_never_makes_a_key_required():

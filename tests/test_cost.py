@@ -1,4 +1,5 @@
 """``python -m stacks cost --stack NAME`` (stacks/cli/cost.py) and its one price file, stacks/registry/prices.yaml."""
+
 from __future__ import annotations
 
 import re
@@ -56,25 +57,45 @@ def test_the_guides_per_node_prices_are_the_price_files():
 
 
 def test_on_demand_stack_costs_nodes_times_price_and_nothing_while_paused():
-    region, pools, fixed = config_cost({"target": "lightning-vllm-agg-h100-dspark", "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 3}}, "c")
+    region, pools, fixed = config_cost(
+        {"target": "lightning-vllm-agg-h100-dspark", "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 3}}, "c"
+    )
     (pool,) = pools
     assert (region, pool.instance_type, pool.capacity) == ("us-east-1", "p5.48xlarge", "on-demand")
     assert (pool.nodes_min, pool.nodes_max, pool.nodes_paused) == (3, 3, 0)
-    assert (pool.usd(pool.nodes_min), pool.usd(pool.nodes_max), pool.usd(pool.nodes_paused, paused=True)) == \
-        (round(3 * P5, 4), round(3 * P5, 4), 0.0)
+    assert (pool.usd(pool.nodes_min), pool.usd(pool.nodes_max), pool.usd(pool.nodes_paused, paused=True)) == (
+        round(3 * P5, 4),
+        round(3 * P5, 4),
+        0.0,
+    )
     assert [f[0] for f in fixed] == ["EKS control plane", "NAT gateway x 1"]
 
 
 def test_reservation_is_billed_while_paused():
-    _, (pool,), _ = config_cost({"target": "lightning-vllm-agg-h100-dspark",
-                                 "cluster": {"mode": "eks", "region": "us-east-1", "capacityReservationId": "cr-0123456789abcdef0"}}, "c")
+    _, (pool,), _ = config_cost(
+        {
+            "target": "lightning-vllm-agg-h100-dspark",
+            "cluster": {"mode": "eks", "region": "us-east-1", "capacityReservationId": "cr-0123456789abcdef0"},
+        },
+        "c",
+    )
     assert pool.capacity == "reservation" and pool.nodes_paused == 0
     assert pool.usd(pool.nodes_paused, paused=True) == round(pool.nodes_max * P5, 4)
 
 
 def test_capacity_block_and_unpriced_regions_have_no_hourly_price():
-    _, (block,), _ = config_cost({"target": "lightning-vllm-agg-h100-dspark", "cluster": {
-        "mode": "eks", "region": "us-east-1", "marketType": "capacity-block", "capacityReservationId": "cr-0123456789abcdef0"}}, "c")
+    _, (block,), _ = config_cost(
+        {
+            "target": "lightning-vllm-agg-h100-dspark",
+            "cluster": {
+                "mode": "eks",
+                "region": "us-east-1",
+                "marketType": "capacity-block",
+                "capacityReservationId": "cr-0123456789abcdef0",
+            },
+        },
+        "c",
+    )
     assert block.capacity == "capacity-block" and block.usd(1) is None
     assert ec2_price(PRICES_DATA, "p5.48xlarge", "eu-north-1") is None
     text = stack_cost("h100-disagg-staging")
@@ -117,7 +138,9 @@ def test_karpenter_pool_runs_what_its_replicas_need():
 def test_operating_guide_example_is_the_commands_output():
     doc = (ROOT / "docs" / "operating.md").read_text()
     # The example's prompt line, however the command is spelt (dynamo-stacks or python -m stacks).
-    block = re.split(r"^\$ .*stacks cost --stack h100-karpenter\n", doc, maxsplit=1, flags=re.M)[1].split("```", 1)[0].splitlines()
+    block = (
+        re.split(r"^\$ .*stacks cost --stack h100-karpenter\n", doc, maxsplit=1, flags=re.M)[1].split("```", 1)[0].splitlines()
+    )
     assert block[:5] == stack_cost("h100-karpenter").splitlines()[:5]
 
 
@@ -133,8 +156,10 @@ def test_the_paused_config_is_the_stack_with_paused_set_and_nothing_else():
     plain, secret = split_secrets(stack_raw_config("h100-karpenter"))
     assert paused_raw(plain) == {**plain, "paused": True} and "autoscaling" in plain
     serve = {"serve": [{"name": "a", "autoscaling": {"x": {}}}, {"name": "b"}], "autoscaling": {"y": {}}}
-    assert paused_raw(serve) == {"serve": [{"name": "a", "autoscaling": {"x": {}}, "paused": True}, {"name": "b", "paused": True}],
-                                 "autoscaling": {"y": {}}}
+    assert paused_raw(serve) == {
+        "serve": [{"name": "a", "autoscaling": {"x": {}}, "paused": True}, {"name": "b", "paused": True}],
+        "autoscaling": {"y": {}},
+    }
     paused = build_program(paused_raw(plain), "h100-karpenter", secret, aws_region=stack_aws_region("h100-karpenter"))
     (so,) = paused.entries[0].plan.autoscalers
     assert so["metadata"]["annotations"] == {PAUSED_REPLICAS: "0"}

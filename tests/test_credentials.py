@@ -1,6 +1,7 @@
 """The credentials check every ``up`` and ``preview`` of a kubeconfig cluster makes first (components/credentials.py),
 against a stand-in kubectl that answers as kubectl does for a refused token; the engine test with the real kube-apiserver
 is tests/test_transitions.py. The secret kubeconfig text never appears in the message."""
+
 from __future__ import annotations
 
 import stat
@@ -26,7 +27,7 @@ def test_a_refused_read_names_the_source_and_what_the_server_said_never_the_secr
     assert msg and "dynamo:kubeconfig (context prod)" in msg and "Unauthorized" in msg
     assert CANARY not in msg and "dynamo-kubeconfig-" not in msg  # neither the text nor the temporary file's path
     args = (tmp_path / "args").read_text().split()
-    assert args[args.index("get"):args.index("get") + 3] == ["get", "--raw", "/api"] and "--context" in args
+    assert args[args.index("get") : args.index("get") + 3] == ["get", "--raw", "/api"] and "--context" in args
     assert set(Path(tempfile.gettempdir()).glob("dynamo-kubeconfig-*")) <= left_before  # the temporary file is removed
 
 

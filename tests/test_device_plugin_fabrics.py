@@ -2,6 +2,7 @@
 only: a ``dynamo:serve`` stack with an InfiniBand and an EFA target gets the RDMA shared device plugin and the EFA
 device plugin (names from the upstream manifests in ../shared/reference/device-plugins/), and two fabrics that need one
 plugin configured two ways are refused before any resource, naming the key and the entries."""
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,10 @@ def _first(fabric: str) -> str:
 
 
 def _stack(*tids: str) -> dict:
-    return {"cluster": {"mode": "kubeconfig", "kubeconfigPath": "/dev/null", "installDevicePlugins": True},
-            "serve": [{"target": t, "namespace": f"ns{i}"} for i, t in enumerate(tids)]}
+    return {
+        "cluster": {"mode": "kubeconfig", "kubeconfigPath": "/dev/null", "installDevicePlugins": True},
+        "serve": [{"target": t, "namespace": f"ns{i}"} for i, t in enumerate(tids)],
+    }
 
 
 def test_an_infiniband_and_an_efa_entry_get_both_device_plugins():
@@ -40,5 +43,9 @@ def test_fabrics_that_configure_one_plugin_differently_are_refused_naming_the_en
     pair = [f for f in ("infiniband", "nscale") if f in fabrics]
     if len(pair) < 2:
         pytest.skip("the catalog has no nscale and infiniband targets to pair")
-    with pytest.raises(ConfigError, match=r"dynamo:cluster.installDevicePlugins: .*dynamo:serve\[0\] on infiniband.*dynamo:serve\[1\] on nscale"):
-        build_program(_stack(_first("infiniband"), next(tid for tid, t in sorted(catalog.targets().items()) if t.fabric == "nscale")), "s")
+    with pytest.raises(
+        ConfigError, match=r"dynamo:cluster.installDevicePlugins: .*dynamo:serve\[0\] on infiniband.*dynamo:serve\[1\] on nscale"
+    ):
+        build_program(
+            _stack(_first("infiniband"), next(tid for tid, t in sorted(catalog.targets().items()) if t.fabric == "nscale")), "s"
+        )

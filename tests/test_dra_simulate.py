@@ -15,6 +15,7 @@ controller runs on a system node and one kubelet plugin runs on every GB200 node
 does not have) and the DaemonSet schedules no plugin (the GB200 nodes' taint is not tolerated): the Helm release would
 wait out its timeout while the UltraServer block bills.
 """
+
 from __future__ import annotations
 
 import copy
@@ -71,29 +72,57 @@ def workloads(values: dict, chart: str, namespace: str, run: str) -> list[dict]:
     eff, controller, plugin = dra_pod_specs(values, chart)
     name = eff.get("nameOverride") or chart
     image = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
-    out = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": f"{name}-{sa}", "namespace": namespace}}
-           for sa in ("controller", "kubeletplugin")]
+    out = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": f"{name}-{sa}", "namespace": namespace}}
+        for sa in ("controller", "kubeletplugin")
+    ]
 
     def template(component: str, sched: dict, part: dict, sa: str, containers: list[str]) -> dict:
         labels = {"app.kubernetes.io/name": name, f"{chart}-component": component, RUN_LABEL: run}
-        spec = {"priorityClassName": part["priorityClassName"], "serviceAccountName": f"{name}-{sa}",
-                "automountServiceAccountToken": False,
-                "containers": [{"name": c, "image": image} for c in containers], **copy.deepcopy(sched)}
+        spec = {
+            "priorityClassName": part["priorityClassName"],
+            "serviceAccountName": f"{name}-{sa}",
+            "automountServiceAccountToken": False,
+            "containers": [{"name": c, "image": image} for c in containers],
+            **copy.deepcopy(sched),
+        }
         return {"metadata": {"labels": labels}, "spec": spec}
 
     if eff["resources"]["computeDomains"]["enabled"]:
         t = template("controller", controller, eff["controller"], "controller", ["compute-domain"])
-        out.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"{name}-controller", "namespace": namespace},
-                    "spec": {"replicas": 1, "selector": {"matchLabels": {f"{chart}-component": "controller"}}, "template": t}})
-    containers = [c for c, on in (("compute-domains", eff["resources"]["computeDomains"]["enabled"]), ("gpus", eff["resources"]["gpus"]["enabled"])) if on]
+        out.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": f"{name}-controller", "namespace": namespace},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {f"{chart}-component": "controller"}}, "template": t},
+            }
+        )
+    containers = [
+        c
+        for c, on in (
+            ("compute-domains", eff["resources"]["computeDomains"]["enabled"]),
+            ("gpus", eff["resources"]["gpus"]["enabled"]),
+        )
+        if on
+    ]
     t = template("kubelet-plugin", plugin, eff["kubeletPlugin"], "kubeletplugin", containers)
-    out.append({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": f"{name}-kubelet-plugin", "namespace": namespace},
-                "spec": {"selector": {"matchLabels": {f"{chart}-component": "kubelet-plugin"}}, "template": t}})
+    out.append(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": f"{name}-kubelet-plugin", "namespace": namespace},
+            "spec": {"selector": {"matchLabels": {f"{chart}-component": "kubelet-plugin"}}, "template": t},
+        }
+    )
     return out
 
 
-PATHS = {"ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts", "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
-         "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets"}
+PATHS = {
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
+}
 
 
 def deploy(sim, values: dict, chart: str) -> dict:
@@ -113,11 +142,17 @@ def deploy(sim, values: dict, chart: str) -> dict:
     while True:
         status = sim.request("GET", f"/apis/apps/v1/namespaces/{sim.namespace}/daemonsets/{ds}").get("status") or {}
         pods = sim.request("GET", f"/api/v1/namespaces/{sim.namespace}/pods?labelSelector={RUN_LABEL}%3D{RUN}").get("items", [])
-        decided = all((p.get("spec") or {}).get("nodeName") or any(
-            c.get("type") == "PodScheduled" and c.get("status") == "False" and f"0/{total} nodes" in (c.get("message") or "")
-            for c in (p.get("status") or {}).get("conditions") or []) for p in pods)
+        decided = all(
+            (p.get("spec") or {}).get("nodeName")
+            or any(
+                c.get("type") == "PodScheduled" and c.get("status") == "False" and f"0/{total} nodes" in (c.get("message") or "")
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+            for p in pods
+        )
         counted = status.get("observedGeneration") == 1 and status.get("desiredNumberScheduled", -1) == len(
-            [p for p in pods if p["metadata"]["labels"].get(f"{chart}-component") == "kubelet-plugin"])
+            [p for p in pods if p["metadata"]["labels"].get(f"{chart}-component") == "kubelet-plugin"]
+        )
         want_controller = any(o["kind"] == "Deployment" for o in objs)
         has_controller = any(p["metadata"]["labels"].get(f"{chart}-component") == "controller" for p in pods)
         if (counted and decided and has_controller == want_controller) or time.monotonic() > deadline:
@@ -139,7 +174,9 @@ def _component(pods: list[dict], chart: str, component: str) -> list[dict]:
 
 
 def _why(p: dict) -> str:
-    return next((c.get("message") or "" for c in (p.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"), "")
+    return next(
+        (c.get("message") or "" for c in (p.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"), ""
+    )
 
 
 def test_dra_controller_and_plugins_schedule_with_the_eks_guide_values(sim):
@@ -155,7 +192,9 @@ def test_dra_controller_and_plugins_schedule_with_the_eks_guide_values(sim):
         assert groups[controller[0]["spec"]["nodeName"]] == "system"
         gpu_nodes = sorted(n for n, g in groups.items() if g == "gpu")
         assert len(gpu_nodes) == 2
-        assert sorted(p["spec"].get("nodeName") or "" for p in plugins) == gpu_nodes, [(_why(p), p["spec"].get("nodeName")) for p in plugins]
+        assert sorted(p["spec"].get("nodeName") or "" for p in plugins) == gpu_nodes, [
+            (_why(p), p["spec"].get("nodeName")) for p in plugins
+        ]
         assert got["daemonset"]["desiredNumberScheduled"] == 2
     finally:
         teardown(sim, spec.chart, spec.values)

@@ -1,4 +1,5 @@
 """`python -m stacks drift --upstream DIR` on the two reference snapshots and on edited copies of one."""
+
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,9 @@ FROZEN = fidelity.recipes_dir()
 
 
 def _run(upstream) -> tuple[int, list[str]]:
-    out = subprocess.run([sys.executable, "-m", "stacks", "drift", "--upstream", str(upstream)], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "stacks", "drift", "--upstream", str(upstream)], cwd=ROOT, capture_output=True, text=True
+    )
     return out.returncode, (out.stdout + out.stderr).splitlines()
 
 
@@ -45,8 +48,10 @@ def test_against_the_snapshot_ultra_follows_nothing_drifts(next_tree):
     deprecated = sorted(t.id for t in catalog.targets().values() if t.successor and t.model == "nemotron-3-ultra")
     assert [l.split(": ")[1] for l in _kind(lines, "deprecated (not drift)")] == deprecated
     assert lines[0].endswith("(model folders compared: nemotron-3-ultra)")
-    assert lines[-1] == (f"drift: no drift: 0 added, 0 removed, 0 renamed, 0 changed, 0 unsure, {len(final)} exact; "
-                         f"{len(deprecated)} deprecated, 0 legacy and 0 known renames listed (not drift)")
+    assert lines[-1] == (
+        f"drift: no drift: 0 added, 0 removed, 0 renamed, 0 changed, 0 unsure, {len(final)} exact; "
+        f"{len(deprecated)} deprecated, 0 legacy and 0 known renames listed (not drift)"
+    )
 
 
 def test_against_the_frozen_snapshot_the_final_ultra_profiles_it_lacks_are_reported():
@@ -76,18 +81,31 @@ def test_identical_copy_reports_nothing_and_edits_are_each_reported(next_tree, t
     shutil.rmtree(vllm / "disagg-h200-agentic-1M")
     new = vllm / "agg-b300-chat" / "deploy.yaml"
     new.parent.mkdir()
-    new.write_text(yaml.safe_dump({"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
-                                   "metadata": {"name": "ultra-agg-b300-chat"}, "spec": {"components": []}}))
+    new.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "nvidia.com/v1beta1",
+                "kind": "DynamoGraphDeployment",
+                "metadata": {"name": "ultra-agg-b300-chat"},
+                "spec": {"components": []},
+            }
+        )
+    )
     rc, lines = _run(tree)
     assert rc == 1
     assert _kind(lines, "RENAMED") == [
         "RENAMED upstream: target ultra-vllm-agg-b200-agentic-1M-kv-router: nemotron-3-ultra/vllm/agg-b200-agentic-1M-kv-router/deploy.yaml"
-        " -> nemotron-3-ultra/vllm/agg-b200-agentic-1M-router/deploy.yaml; 1 field(s) differ: DynamoGraphDeployment/ultra-agg-b200-1m-router.metadata.name"]
+        " -> nemotron-3-ultra/vllm/agg-b200-agentic-1M-router/deploy.yaml; 1 field(s) differ: DynamoGraphDeployment/ultra-agg-b200-1m-router.metadata.name"
+    ]
     (changed,) = _kind(lines, "CHANGED")
-    assert changed.startswith("CHANGED ultra-vllm-agg-h200-agentic-256K-kv-router (nemotron-3-ultra/vllm/agg-h200-agentic-256K-kv-router/deploy.yaml)")
+    assert changed.startswith(
+        "CHANGED ultra-vllm-agg-h200-agentic-256K-kv-router (nemotron-3-ultra/vllm/agg-h200-agentic-256K-kv-router/deploy.yaml)"
+    )
     assert "spec.components[1].podTemplate.spec.containers[0].args[0]" in changed
-    assert _kind(lines, "REMOVED") == [f"REMOVED upstream: target ultra-vllm-disagg-h200-agentic-1M follows "
-                                       f"nemotron-3-ultra/vllm/disagg-h200-agentic-1M/deploy.yaml, which {tree} lacks"]
+    assert _kind(lines, "REMOVED") == [
+        f"REMOVED upstream: target ultra-vllm-disagg-h200-agentic-1M follows "
+        f"nemotron-3-ultra/vllm/disagg-h200-agentic-1M/deploy.yaml, which {tree} lacks"
+    ]
     assert _kind(lines, "ADDED") == ["ADDED upstream, no target: nemotron-3-ultra/vllm/agg-b300-chat/deploy.yaml"]
 
 
@@ -100,8 +118,13 @@ def test_a_missing_or_foreign_directory_is_an_error_not_a_pass(tmp_path):
 
 
 def test_field_paths_name_each_field_once():
-    diffs = ["A/x.spec.a: upstream 1 != rendered 2", "A/x.spec.a: upstream 3 != rendered 4", "A/x.spec.b: not upstream, rendered 1",
-             "A/x: not rendered", "A/x.spec.c: list length 1 != 2: upstream [] vs rendered []"]
+    diffs = [
+        "A/x.spec.a: upstream 1 != rendered 2",
+        "A/x.spec.a: upstream 3 != rendered 4",
+        "A/x.spec.b: not upstream, rendered 1",
+        "A/x: not rendered",
+        "A/x.spec.c: list length 1 != 2: upstream [] vs rendered []",
+    ]
     assert drift.field_paths(diffs) == ["A/x.spec.a", "A/x.spec.b", "A/x", "A/x.spec.c"]
 
 
@@ -120,6 +143,7 @@ def test_platform_pins_are_the_chart_and_subcharts_of_dynamo_next(next_tree):
 
 
 # --------------------------------------------------------------------------- upstream main: legacy targets and renames
+
 
 def _upstream_main(tmp_path: Path, next_tree: Path) -> Path:
     """Upstream main as the reference data reconstructs it: the frozen snapshot without the files its INDEX.md marks as
@@ -165,8 +189,16 @@ def test_a_same_folder_file_for_another_gpu_is_not_taken_for_a_rename(tmp_path):
     agree: the file of another GPU (product label changed) is a candidate of an UNSURE entry, never its rename."""
     tree = tmp_path / "recipes"
     shutil.copytree(FROZEN, tree)
-    t = next(t for t in catalog.targets().values() if t.upstream and not t.legacy and not t.successor and t.reference == "dynamo-recipes"
-             and t.upstream.startswith("nemotron-3.5-lightning/vllm/") and t.gpu == "h100")
+    t = next(
+        t
+        for t in catalog.targets().values()
+        if t.upstream
+        and not t.legacy
+        and not t.successor
+        and t.reference == "dynamo-recipes"
+        and t.upstream.startswith("nemotron-3.5-lightning/vllm/")
+        and t.gpu == "h100"
+    )
     src = tree / t.upstream
     moved = src.parent.parent / (src.parent.name + "-renamed") / src.name
     moved.parent.mkdir()
@@ -180,5 +212,7 @@ def test_a_same_folder_file_for_another_gpu_is_not_taken_for_a_rename(tmp_path):
     assert "NVIDIA-H100-80GB-HBM3" in text
     moved.write_text(text.replace("NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"))
     r = drift.compare(tree, __import__("stacks.program.render", fromlist=["render_target"]).render_target)
-    assert not r.renamed and [(tid, c) for tid, _, c in r.unsure] == [(t.id, [str(moved.relative_to(tree))])], "\n".join(r.lines(None))
+    assert not r.renamed and [(tid, c) for tid, _, c in r.unsure] == [(t.id, [str(moved.relative_to(tree))])], "\n".join(
+        r.lines(None)
+    )
     assert r.drifted

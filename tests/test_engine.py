@@ -4,6 +4,7 @@ They need the pinned toolchain (`tools/toolchain.sh`) and the local control plan
 (`tools/kube-local.sh`); `make test` provides both. Readiness waits are off through the
 one switch `dynamo:wait.enabled: false` (no nodes or controllers run pods here).
 """
+
 from __future__ import annotations
 
 import copy
@@ -55,7 +56,9 @@ def kube(tmp_path_factory):
 
 
 def kubectl(kube, *args, check=True, input=None) -> subprocess.CompletedProcess:
-    return subprocess.run(["kubectl", "--kubeconfig", kube["kubeconfig"], *args], capture_output=True, text=True, check=check, input=input)
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", kube["kubeconfig"], *args], capture_output=True, text=True, check=check, input=input
+    )
 
 
 def project_copy(tmp_path_factory, name: str = "project") -> dict:
@@ -91,8 +94,12 @@ def new_stack(work_dir, name: str, env: dict):
 
     import transit_keeper
 
-    ws = auto.LocalWorkspaceOptions(work_dir=str(work_dir), env_vars={**env, **transit_keeper.env()},
-                                    secrets_provider=transit_keeper.SECRETS_PROVIDER, pulumi_command=pulumi_command())
+    ws = auto.LocalWorkspaceOptions(
+        work_dir=str(work_dir),
+        env_vars={**env, **transit_keeper.env()},
+        secrets_provider=transit_keeper.SECRETS_PROVIDER,
+        pulumi_command=pulumi_command(),
+    )
     try:
         return auto.create_stack(stack_name=name, work_dir=str(work_dir), opts=ws)
     except auto.StackAlreadyExistsError:
@@ -214,7 +221,9 @@ def upstream_problems(kube, target: str, ns: str) -> list[str]:
 
         missing(f"no upstream file {deploy}", REFERENCE_SETUP)
     docs = [(d, True) for d in fidelity.load_docs(deploy)]
-    docs += [(d, False) for f in sorted((ref / t.upstream.split("/")[0] / "model-cache").glob("*.yaml")) for d in fidelity.load_docs(f)]
+    docs += [
+        (d, False) for f in sorted((ref / t.upstream.split("/")[0] / "model-cache").glob("*.yaml")) for d in fidelity.load_docs(f)
+    ]
     configmaps = json.loads(kubectl(kube, "get", "configmaps", "-n", ns, "-o", "json").stdout)["items"]
     configmaps = [{**c, "kind": "ConfigMap"} for c in configmaps]
     problems = []
@@ -236,8 +245,10 @@ def upstream_problems(kube, target: str, ns: str) -> list[str]:
     return problems
 
 
-KEPT = re.compile(r"warning: kept (?P<kind>\w+) (?P<name>\S+) \(retainOnDelete[^\n]*\n\s+why:\s+(?P<why>[^\n]+)\n"
-                  r"\s+delete:\s+(?P<delete>[^\n]+)\n\s+adopt:\s+(?P<adopt>[^\n]+)")
+KEPT = re.compile(
+    r"warning: kept (?P<kind>\w+) (?P<name>\S+) \(retainOnDelete[^\n]*\n\s+why:\s+(?P<why>[^\n]+)\n"
+    r"\s+delete:\s+(?P<delete>[^\n]+)\n\s+adopt:\s+(?P<adopt>[^\n]+)"
+)
 
 
 # The annotation the Dynamo operator's DGD webhook stamps at creation and keeps immutable (ai-dynamo/dynamo
@@ -299,8 +310,16 @@ def test_engine_lifecycle(kube, workspace, target):
         # No webhook runs here, so the stamp is written as the webhook would, by another field manager.
         dgd = next(o for o in rendered if o["kind"] == "DynamoGraphDeployment")
         worker = next(c["name"] for c in dgd["spec"]["components"] if c["type"] != "frontend")
-        kubectl(kube, "annotate", "dynamographdeployments.nvidia.com", dgd["metadata"]["name"], "-n", ns,
-                f"{OPERATOR_ORIGIN_VERSION}=1.6.1", "--field-manager=dynamo-operator-webhook")
+        kubectl(
+            kube,
+            "annotate",
+            "dynamographdeployments.nvidia.com",
+            dgd["metadata"]["name"],
+            "-n",
+            ns,
+            f"{OPERATOR_ORIGIN_VERSION}=1.6.1",
+            "--field-manager=dynamo-operator-webhook",
+        )
         before = live(kube, {**dgd, "metadata": {**dgd["metadata"], "namespace": ns}})
         set_config(stack, {"replicas": {worker: 3}})
         up2 = stack.up(on_output=None)
@@ -319,7 +338,10 @@ def test_engine_lifecycle(kube, workspace, target):
         with pytest.raises(errors.CommandError) as refused:
             stack.destroy(on_output=None)
         assert "--run-program" in str(refused.value)
-        assert kubectl(kube, "get", "dynamographdeployments.nvidia.com", dgd["metadata"]["name"], "-n", ns, check=False).returncode == 0
+        assert (
+            kubectl(kube, "get", "dynamographdeployments.nvidia.com", dgd["metadata"]["name"], "-n", ns, check=False).returncode
+            == 0
+        )
         # ...and `pulumi destroy --run-program` prints each object it keeps, why, and how to delete or re-adopt it.
         printed: list[str] = []
         stack.destroy(on_output=printed.append, run_program=True)
@@ -328,14 +350,21 @@ def test_engine_lifecycle(kube, workspace, target):
         kept = kept_in_destroy_output(out)
         # what it names as kept is exactly what of the stack's objects is still on the server (so nothing deleted)
         after = live_many(kube, rendered)
-        still_there = {(o["kind"], o["metadata"]["name"] if o["kind"] == "Namespace" else f"{ns}/{o['metadata']['name']}")
-                       for o in rendered if after[live_key(o)] is not None}
+        still_there = {
+            (o["kind"], o["metadata"]["name"] if o["kind"] == "Namespace" else f"{ns}/{o['metadata']['name']}")
+            for o in rendered
+            if after[live_key(o)] is not None
+        }
         assert set(kept) == still_there == {("Namespace", ns), ("PersistentVolumeClaim", f"{ns}/shared-model-cache")}, out[-3000:]
         assert all(k["why"] and k["adopt"] for k in kept.values())
         assert "storage.protect" in kept["PersistentVolumeClaim", f"{ns}/shared-model-cache"]["why"]
         assert "pulumi up" in kept["PersistentVolumeClaim", f"{ns}/shared-model-cache"]["adopt"]
-        for kind, name in (("dynamographdeployments.nvidia.com", dgd["metadata"]["name"]), ("jobs", None), ("configmap", f"{dgd['metadata']['name']}-config")):
-            got = kubectl(kube, "get", kind, *( [name] if name else []), "-n", ns, "-o", "name", check=False)
+        for kind, name in (
+            ("dynamographdeployments.nvidia.com", dgd["metadata"]["name"]),
+            ("jobs", None),
+            ("configmap", f"{dgd['metadata']['name']}-config"),
+        ):
+            got = kubectl(kube, "get", kind, *([name] if name else []), "-n", ns, "-o", "name", check=False)
             assert got.stdout.strip() in ("",) or got.returncode != 0, got.stdout
         # the printed delete command for the claim works as printed
         delete = kept["PersistentVolumeClaim", f"{ns}/shared-model-cache"]["delete"]
@@ -387,8 +416,15 @@ def test_preview_with_policy_pack_rejects_a_violating_config(kube, workspace, tm
 
     def pack(gpus_per_node: int, storage_protect: bool = True):
         path = tmp_path / f"policy-config-{gpus_per_node}-{storage_protect}.json"
-        path.write_text(json.dumps({"efa-disagg-workers": {"fabric": "none"}, "gpu-fits-node": {"gpusPerNode": gpus_per_node},
-                                    "model-cache-retained": {"storageProtect": storage_protect}}))
+        path.write_text(
+            json.dumps(
+                {
+                    "efa-disagg-workers": {"fabric": "none"},
+                    "gpu-fits-node": {"gpusPerNode": gpus_per_node},
+                    "model-cache-retained": {"storageProtect": storage_protect},
+                }
+            )
+        )
         return {"policy_packs": [str(ROOT / "policy")], "policy_pack_configs": [str(path)]}
 
     try:
@@ -407,8 +443,13 @@ def test_preview_with_policy_pack_rejects_a_violating_config(kube, workspace, tm
 @pytest.fixture(scope="session")
 def wffc_storage_class(kube):
     """A StorageClass that binds on first consumer, so Pulumi's PVC await does not wait for Bound."""
-    sc = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "local-wffc"},
-          "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"}
+    sc = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "local-wffc"},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
     kubectl(kube, "apply", "-f", "-", input=json.dumps(sc))
     return "local-wffc"
 
@@ -418,8 +459,9 @@ def test_job_wait_times_out_when_the_download_never_completes(kube, workspace, w
     from pulumi.automation import errors
 
     ns = "e-wait-job"
-    cfg = base_config(kube, TARGETS[0], ns, storage={"className": wffc_storage_class},
-                      wait={"enabled": True, "dgd": False, "jobTimeout": "15s"})
+    cfg = base_config(
+        kube, TARGETS[0], ns, storage={"className": wffc_storage_class}, wait={"enabled": True, "dgd": False, "jobTimeout": "15s"}
+    )
     stack = make_stack(workspace, ns, cfg)
     try:
         with pytest.raises(errors.CommandError) as e:
@@ -470,8 +512,11 @@ class EngineEvents:
 
     def of_kind(self, kind: str) -> list[tuple[int, object]]:
         """(index, event) of the step and diagnostic events of the Kubernetes objects of that kind, in order."""
-        return [(i, e) for i, e in enumerate(self.all())
-                if self._type(e).startswith("kubernetes:") and self._type(e).rsplit(":", 1)[-1] == kind]
+        return [
+            (i, e)
+            for i, e in enumerate(self.all())
+            if self._type(e).startswith("kubernetes:") and self._type(e).rsplit(":", 1)[-1] == kind
+        ]
 
     @staticmethod
     def describe(e) -> str:
@@ -507,8 +552,13 @@ def test_dgd_wait_follows_the_ready_condition(kube, workspace, wffc_storage_clas
     import time
 
     ns = "e-wait-dgd"
-    cfg = base_config(kube, TARGETS[0], ns, storage={"className": wffc_storage_class},
-                      wait={"enabled": True, "job": False, "dgdTimeout": "180s"})
+    cfg = base_config(
+        kube,
+        TARGETS[0],
+        ns,
+        storage={"className": wffc_storage_class},
+        wait={"enabled": True, "job": False, "dgdTimeout": "180s"},
+    )
     stack = make_stack(workspace, ns, cfg)
     result: dict = {}
     events = EngineEvents()
@@ -521,8 +571,16 @@ def test_dgd_wait_follows_the_ready_condition(kube, workspace, wffc_storage_clas
 
     def set_ready(check=True):  # as the operator would
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "AllReady", "message": "test", "lastTransitionTime": now}]}}
-        kubectl(kube, "patch", "dgd", name, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps(status), check=check)
+        status = {
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "AllReady", "message": "test", "lastTransitionTime": now}
+                ]
+            }
+        }
+        kubectl(
+            kube, "patch", "dgd", name, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps(status), check=check
+        )
 
     def dgd_step_done() -> list[int]:
         return [i for i, e in events.of_kind(DGD_KIND) if e.res_outputs_event or e.res_op_failed_event]
@@ -534,10 +592,13 @@ def test_dgd_wait_follows_the_ready_condition(kube, workspace, wffc_storage_clas
         while not waiting:
             assert not dgd_step_done(), f"up ended the DGD's step before it was Ready: {events.last(DGD_KIND)}"
             assert t.is_alive(), f"up returned before the DGD was Ready: {result}; DGD events: {events.last(DGD_KIND)}"
-            assert time.monotonic() < deadline, (f"no sign within 150 s that up awaits the DGD's Ready condition; "
-                                                 f"last DGD events: {events.last(DGD_KIND)}")
-            waiting = any(_awaits_ready(e) for _, e in events.of_kind(DGD_KIND)) and \
-                kubectl(kube, "get", "dgd", name, "-n", ns, check=False).returncode == 0
+            assert time.monotonic() < deadline, (
+                f"no sign within 150 s that up awaits the DGD's Ready condition; last DGD events: {events.last(DGD_KIND)}"
+            )
+            waiting = (
+                any(_awaits_ready(e) for _, e in events.of_kind(DGD_KIND))
+                and kubectl(kube, "get", "dgd", name, "-n", ns, check=False).returncode == 0
+            )
             if not waiting:
                 time.sleep(0.2)
         # The provider is awaiting Ready on the DGD that exists: up must still be running, the DGD's step open.
@@ -548,8 +609,10 @@ def test_dgd_wait_follows_the_ready_condition(kube, workspace, wffc_storage_clas
         assert not t.is_alive() and "error" not in result, result
         assert result["up"].summary.result == "succeeded"
         done = dgd_step_done()
-        assert done and min(done) >= patched_at, (f"the DGD's step ended at engine event {done}, before the Ready "
-                                                  f"status was written (event {patched_at}): {events.last(DGD_KIND)}")
+        assert done and min(done) >= patched_at, (
+            f"the DGD's step ended at engine event {done}, before the Ready "
+            f"status was written (event {patched_at}): {events.last(DGD_KIND)}"
+        )
     finally:
         if t.is_alive():  # a failed assertion above: let the up end (Ready) before the destroy takes the stack's lock
             set_ready(check=False)
@@ -586,7 +649,12 @@ def _no_pods_namespace(kube, ns: str) -> None:
     """A namespace where no Pod can be created (ResourceQuota pods: 0): the download Job never
     completes even when other tests have added simulated nodes to this control plane."""
     kubectl(kube, "create", "namespace", ns, check=False)
-    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods", "namespace": ns}, "spec": {"hard": {"pods": "0"}}}
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods", "namespace": ns},
+        "spec": {"hard": {"pods": "0"}},
+    }
     kubectl(kube, "apply", "-f", "-", input=json.dumps(quota))
 
 
@@ -628,9 +696,21 @@ def long_waits(kube, workspace, wffc_storage_class):
         _no_pods_namespace(kube, ns)
     common = {"storage": {"className": wffc_storage_class}, "createNamespace": False}
     stacks = {
-        job_ns: make_stack(workspace, job_ns, base_config(kube, TARGETS[0], job_ns, wait={"enabled": True, "dgd": False, "jobTimeout": "3m"}, **common)),
-        dgd_ns: make_stack(workspace, dgd_ns, base_config(kube, TARGETS[0], dgd_ns, wait={"enabled": True, "job": False, "dgdTimeout": "75s"}, **common)),
-        fail_ns: make_stack(workspace, fail_ns, base_config(kube, TARGETS[0], fail_ns, wait={"enabled": True, "dgd": False, "jobTimeout": "10m"}, **common)),
+        job_ns: make_stack(
+            workspace,
+            job_ns,
+            base_config(kube, TARGETS[0], job_ns, wait={"enabled": True, "dgd": False, "jobTimeout": "3m"}, **common),
+        ),
+        dgd_ns: make_stack(
+            workspace,
+            dgd_ns,
+            base_config(kube, TARGETS[0], dgd_ns, wait={"enabled": True, "job": False, "dgdTimeout": "75s"}, **common),
+        ),
+        fail_ns: make_stack(
+            workspace,
+            fail_ns,
+            base_config(kube, TARGETS[0], fail_ns, wait={"enabled": True, "dgd": False, "jobTimeout": "10m"}, **common),
+        ),
     }
     results: dict[str, dict] = {}
     threads = {ns: threading.Thread(target=lambda ns=ns, s=s: results.__setitem__(ns, _timed_up(s))) for ns, s in stacks.items()}
@@ -638,9 +718,22 @@ def long_waits(kube, workspace, wffc_storage_class):
     def fail_the_download():
         # The failing download: once its Job exists, a 1-second deadline makes the Job controller mark it Failed.
         deadline = time.time() + 180
-        while time.time() < deadline and kubectl(kube, "get", "job", "model-download", "-n", fail_ns, check=False).returncode != 0:
+        while (
+            time.time() < deadline and kubectl(kube, "get", "job", "model-download", "-n", fail_ns, check=False).returncode != 0
+        ):
             time.sleep(1)
-        kubectl(kube, "patch", "job", "model-download", "-n", fail_ns, "--type=merge", "-p", '{"spec":{"activeDeadlineSeconds":1}}', check=False)
+        kubectl(
+            kube,
+            "patch",
+            "job",
+            "model-download",
+            "-n",
+            fail_ns,
+            "--type=merge",
+            "-p",
+            '{"spec":{"activeDeadlineSeconds":1}}',
+            check=False,
+        )
 
     threads["patch"] = threading.Thread(target=fail_the_download)
     for t in threads.values():
@@ -683,7 +776,10 @@ def test_waits_of_a_minute_or_more_end_at_their_timeout(kube, long_waits):
     assert 180 - 5 <= waited < 180 + 60, waited
     assert r["elapsed"] < 240, r["elapsed"]
     msg = r["error"]
-    assert f"gave up waiting for Job {job_ns}/model-download to finish (condition Complete or Failed) after 3m (dynamo:wait.jobTimeout)" in msg, msg[-3000:]
+    assert (
+        f"gave up waiting for Job {job_ns}/model-download to finish (condition Complete or Failed) after 3m (dynamo:wait.jobTimeout)"
+        in msg
+    ), msg[-3000:]
     assert f"look: kubectl describe job/model-download -n {job_ns}" in msg
     assert "provider: timed out waiting for the condition" in msg
     assert "last seen: pods active" in msg, msg[-3000:]  # read from the live Job (kubeconfig stacks probe it)
@@ -699,8 +795,10 @@ def test_waits_of_a_minute_or_more_end_at_their_timeout(kube, long_waits):
     assert r["error"] is not None
     assert 75 - 5 <= waited < 75 + 60, waited
     msg = r["error"]
-    assert (f"gave up waiting for DynamoGraphDeployment {dgd_ns}/vllm-agg-h100-dspark to be Ready (condition Ready=True) "
-            f"after 75s (dynamo:wait.dgdTimeout)") in msg, msg[-3000:]
+    assert (
+        f"gave up waiting for DynamoGraphDeployment {dgd_ns}/vllm-agg-h100-dspark to be Ready (condition Ready=True) "
+        f"after 75s (dynamo:wait.dgdTimeout)"
+    ) in msg, msg[-3000:]
     assert f"look: kubectl describe dynamographdeployment/vllm-agg-h100-dspark -n {dgd_ns}" in msg
 
     # A Job that ends Failed: `up` stops at once (not at jobTimeout 10m) with the Job's reason, and no DGD.
@@ -740,12 +838,24 @@ def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
 
     for crd in sorted(MONITORING_CRDS.glob("monitoring.coreos.com_*.yaml")):
         kubectl(kube, "apply", "--server-side", "-f", str(crd))
-    kubectl(kube, "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/podmonitors.monitoring.coreos.com", "crd/servicemonitors.monitoring.coreos.com",
-            "crd/prometheusrules.monitoring.coreos.com")
+    kubectl(
+        kube,
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/podmonitors.monitoring.coreos.com",
+        "crd/servicemonitors.monitoring.coreos.com",
+        "crd/prometheusrules.monitoring.coreos.com",
+    )
     ns, mon = "e-obs", "e-obs-monitoring"
-    obs = {"enabled": True, "prometheus": "existing", "prometheusEndpoint": "http://prometheus-operated.monitoring.svc:9090",
-           "monitorLabels": {"release": "team-prometheus"}, "dcgm": "gpu-operator", "namespace": mon}
+    obs = {
+        "enabled": True,
+        "prometheus": "existing",
+        "prometheusEndpoint": "http://prometheus-operated.monitoring.svc:9090",
+        "monitorLabels": {"release": "team-prometheus"},
+        "dcgm": "gpu-operator",
+        "namespace": mon,
+    }
     config = base_config(kube, TARGETS[0], ns, observability=obs, benchmark={"enabled": True})
     stack = make_stack(workspace, ns, config)
     try:
@@ -756,10 +866,17 @@ def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
         assert {o["kind"] for o in extra} == {"Namespace", "ConfigMap", "PodMonitor", "ServiceMonitor", "PrometheusRule", "Job"}
         problems = []
         for obj in extra:
-            resource = {"PodMonitor": "podmonitors.monitoring.coreos.com", "ServiceMonitor": "servicemonitors.monitoring.coreos.com",
-                        "PrometheusRule": "prometheusrules.monitoring.coreos.com"}.get(obj["kind"])
+            resource = {
+                "PodMonitor": "podmonitors.monitoring.coreos.com",
+                "ServiceMonitor": "servicemonitors.monitoring.coreos.com",
+                "PrometheusRule": "prometheusrules.monitoring.coreos.com",
+            }.get(obj["kind"])
             if resource:
-                server = json.loads(kubectl(kube, "get", resource, obj["metadata"]["name"], "-n", obj["metadata"]["namespace"], "-o", "json").stdout)
+                server = json.loads(
+                    kubectl(
+                        kube, "get", resource, obj["metadata"]["name"], "-n", obj["metadata"]["namespace"], "-o", "json"
+                    ).stdout
+                )
             else:
                 server = live(kube, obj)
             problems += [f"{obj['kind']}/{obj['metadata']['name']}{d}" for d in subset_diff(obj, server)]
@@ -770,10 +887,14 @@ def test_observability_and_benchmark_objects_are_admitted(kube, workspace):
         # The benchmark Job comes after the DGD: in the engine's dependency graph and on the server's clock.
         resources = stack.export_stack().deployment["resources"]
         dgd_urn = next(r["urn"] for r in resources if r["type"] == "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
-        job = next(r for r in resources if r["type"] == "kubernetes:batch/v1:Job" and r["urn"].endswith("aiperf-vllm-agg-h100-dspark"))
+        job = next(
+            r for r in resources if r["type"] == "kubernetes:batch/v1:Job" and r["urn"].endswith("aiperf-vllm-agg-h100-dspark")
+        )
         assert dgd_urn in job.get("dependencies", [])
-        created = {kind: kubectl(kube, "get", kind, name, "-n", ns, "-o", "jsonpath={.metadata.creationTimestamp}").stdout.strip()
-                   for kind, name in (("job", "aiperf-vllm-agg-h100-dspark"), ("dgd", "vllm-agg-h100-dspark"))}
+        created = {
+            kind: kubectl(kube, "get", kind, name, "-n", ns, "-o", "jsonpath={.metadata.creationTimestamp}").stdout.strip()
+            for kind, name in (("job", "aiperf-vllm-agg-h100-dspark"), ("dgd", "vllm-agg-h100-dspark"))
+        }
         assert created["job"] >= created["dgd"], created  # RFC 3339 UTC timestamps compare as text
 
         # The CRD schema is enforced: a malformed monitor is refused, so the admissions above mean something.
@@ -814,7 +935,9 @@ def test_one_stack_serves_several_targets(kube, workspace):
         disagg_dgd = next(o for o in render_config({"target": disagg}) if o["kind"] == "DynamoGraphDeployment")
         set_config(stack, {"serve": [entries[0], {**entries[1], "replicas": {"VllmDecodeWorker": 2}}, entries[2]]})
         changes = stack.up(on_output=None).summary.resource_changes
-        assert changes.get("update") == 1 and not changes.get("create") and not changes.get("delete") and not changes.get("replace"), changes
+        assert (
+            changes.get("update") == 1 and not changes.get("create") and not changes.get("delete") and not changes.get("replace")
+        ), changes
         live_dgd = live(kube, {**disagg_dgd, "metadata": {**disagg_dgd["metadata"], "namespace": ns_a}})
         assert next(c for c in live_dgd["spec"]["components"] if c["name"] == "VllmDecodeWorker")["replicas"] == 2
 
@@ -840,6 +963,7 @@ def test_one_stack_serves_several_targets(kube, workspace):
 # and kwok's default stages run them (Job pods Succeed). Nodes exist only during these tests: every other test sees
 # a cluster without nodes, where no pod is scheduled and no Job completes.
 
+
 @pytest.fixture
 def simulator(kube):
     from stacks.cli.simulate import Simulator
@@ -863,11 +987,11 @@ def _simulate(sim, tid, *, dgd=None, edit=None, runtime_classes=None):
     res = run(sim, sc.nodes, sc.intents, sc.runtime_classes, "engine", timeout=30)
     # GPU pods land in the GPU pool (the GB200 recipes pin their frontends there too; others go to system nodes).
     for it, p in zip(sc.intents, res.placements):
-        if p.placed and any("nvidia.com/gpu" in (c.get("resources") or {}).get("limits", {}) for c in it.pod["spec"]["containers"]):
+        if p.placed and any(
+            "nvidia.com/gpu" in (c.get("resources") or {}).get("limits", {}) for c in it.pod["spec"]["containers"]
+        ):
             assert p.pool == "gpu", (tid, p)
     return res
-
-
 
 
 def test_simulated_cluster_places_every_target_on_its_default_shape(simulator):
@@ -891,12 +1015,15 @@ def test_simulated_cluster_places_every_target_on_its_default_shape(simulator):
     assert failures == {} and refused == set()
 
 
-@pytest.mark.parametrize("tid,worker,replicas,fits", [
-    ("lightning-vllm-agg-h100-dspark-kv-router", "agg", 8, True),  # 8 x 1 GPU on one p5
-    ("lightning-vllm-agg-h100-dspark-kv-router", "agg", 9, False),
-    ("motif3-vllm-agg-b200-chat", "Worker", 4, True),  # 4 x 2 GPUs on one p6-b200
-    ("motif3-vllm-agg-b200-chat", "Worker", 5, False),
-])
+@pytest.mark.parametrize(
+    "tid,worker,replicas,fits",
+    [
+        ("lightning-vllm-agg-h100-dspark-kv-router", "agg", 8, True),  # 8 x 1 GPU on one p5
+        ("lightning-vllm-agg-h100-dspark-kv-router", "agg", 9, False),
+        ("motif3-vllm-agg-b200-chat", "Worker", 4, True),  # 4 x 2 GPUs on one p6-b200
+        ("motif3-vllm-agg-b200-chat", "Worker", 5, False),
+    ],
+)
 def test_simulated_cluster_agrees_with_scheduling_model_on_replica_overrides(simulator, tid, worker, replicas, fits):
     """A replica override on the target's default cluster (nodes counted for the recipe): the real scheduler
     and stacks/cluster/scheduling.py agree on whether every replica fits."""
@@ -937,14 +1064,25 @@ def test_simulated_cluster_reports_the_schedulers_reason(simulator, case):
         g["gpu"].taints = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
 
     tid, edit, reason, model_edit = {
-        "too-few-nodes": ("ultra-vllm-disagg-h200-agentic-256k-1p2d", few, "Insufficient nvidia.com/gpu",
-                          lambda s: setattr(s, "count", 2)),
-        "no-efa": ("lightning-vllm-disagg-h100-dspark", no_efa, "Insufficient vpc.amazonaws.com/efa",
-                   lambda s: s.capacity.pop("vpc.amazonaws.com/efa")),
-        "no-rdma": ("lightning-vllm-disagg-h200-dspark", no_rdma, "Insufficient rdma/ib",
-                    lambda s: s.capacity.pop("rdma/ib")),
-        "no-toleration": ("ultra-vllm-agg-gb200-agentic-256k-2w-kv", untolerated, "untolerated taint {nvidia.com/gpu: true}",
-                          lambda s: setattr(s, "taints", [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}])),
+        "too-few-nodes": (
+            "ultra-vllm-disagg-h200-agentic-256k-1p2d",
+            few,
+            "Insufficient nvidia.com/gpu",
+            lambda s: setattr(s, "count", 2),
+        ),
+        "no-efa": (
+            "lightning-vllm-disagg-h100-dspark",
+            no_efa,
+            "Insufficient vpc.amazonaws.com/efa",
+            lambda s: s.capacity.pop("vpc.amazonaws.com/efa"),
+        ),
+        "no-rdma": ("lightning-vllm-disagg-h200-dspark", no_rdma, "Insufficient rdma/ib", lambda s: s.capacity.pop("rdma/ib")),
+        "no-toleration": (
+            "ultra-vllm-agg-gb200-agentic-256k-2w-kv",
+            untolerated,
+            "untolerated taint {nvidia.com/gpu: true}",
+            lambda s: setattr(s, "taints", [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]),
+        ),
     }[case]
     res = _simulate(simulator, tid, edit=edit)
     pending = res.pending()
@@ -972,16 +1110,31 @@ def test_simulated_cluster_up_completes_the_download_job(kube, workspace, simula
     simulator.create_nodes(sc.nodes)
     # The model cache on this cluster: a static ReadWriteMany volume pre-bound to the claim (as an EFS/FSx volume would be).
     storage = [
-        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "simulated-rwx"},
-         "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"},
-        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{ns}-cache", "labels": {RUN_LABEL: "engine-up"}},
-         "spec": {"capacity": {"storage": "10Ti"}, "accessModes": ["ReadWriteMany"], "storageClassName": "simulated-rwx",
-                  "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/tmp/simulated-model-cache"},
-                  "claimRef": {"namespace": ns, "name": "shared-model-cache"}}},
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": "simulated-rwx"},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "Immediate",
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"{ns}-cache", "labels": {RUN_LABEL: "engine-up"}},
+            "spec": {
+                "capacity": {"storage": "10Ti"},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "simulated-rwx",
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": "/tmp/simulated-model-cache"},
+                "claimRef": {"namespace": ns, "name": "shared-model-cache"},
+            },
+        },
     ]
     kubectl(kube, "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": storage}))
-    cfg = base_config(kube, target, ns, storage={"className": "simulated-rwx"},
-                      wait={"enabled": True, "dgd": False, "jobTimeout": "240s"})
+    cfg = base_config(
+        kube, target, ns, storage={"className": "simulated-rwx"}, wait={"enabled": True, "dgd": False, "jobTimeout": "240s"}
+    )
     stack = make_stack(workspace, ns, cfg)
     result: dict = {}
 
@@ -1095,7 +1248,9 @@ def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_pat
     # The second name stands for a chart that moved (as NVIDIA's DRA driver chart did, to kubernetes-sigs'
     # dra-driver-nvidia-gpu): the release keeps its name, and the pin changes chart and version together.
     repo = chart_repo(tmp_path / "repo", "nvidia-device-plugin", ["0.20.0", "0.20.1"], also={"moved-device-plugin": ["0.21.0"]})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo)))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo))
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     work = tmp_path / "project"  # this test's own copy: it edits stacks/registry/versions.yaml
     work.mkdir()
@@ -1108,21 +1263,33 @@ def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_pat
 
     def pin(version: str, chart: str = "nvidia-device-plugin"):
         m = yaml_text.load(manifest.read_text())
-        m["charts"]["nvidia-device-plugin"] = {"repo": f"http://127.0.0.1:{server.server_address[1]}", "chart": chart,
-                                               "version": version}
+        m["charts"]["nvidia-device-plugin"] = {
+            "repo": f"http://127.0.0.1:{server.server_address[1]}",
+            "chart": chart,
+            "version": version,
+        }
         manifest.write_text(yaml.safe_dump(m))
 
     ns = "e-chart-bump"
     pin("0.20.0")
     (tmp_path / "state").mkdir()
-    stack = make_stack({"dir": work, "backend": tmp_path / "state"}, ns,
-                       base_config(kube, TARGETS[0], ns, cluster={"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"],
-                                                                  "installDevicePlugins": True}))
+    stack = make_stack(
+        {"dir": work, "backend": tmp_path / "state"},
+        ns,
+        base_config(
+            kube,
+            TARGETS[0],
+            ns,
+            cluster={"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"], "installDevicePlugins": True},
+        ),
+    )
     try:
         stack.up(on_output=None)
-        releases = {r["urn"]: r for r in stack.export_stack().deployment["resources"] if r["type"] == "kubernetes:helm.sh/v3:Release"}
+        releases = {
+            r["urn"]: r for r in stack.export_stack().deployment["resources"] if r["type"] == "kubernetes:helm.sh/v3:Release"
+        }
         assert len(releases) == 1
-        (urn, before), = releases.items()
+        ((urn, before),) = releases.items()
         cm = json.loads(kubectl(kube, "get", "configmap", "-A", "-o", "json").stdout)
         pinned = [c for c in cm["items"] if c["metadata"]["name"].endswith("-pin")]
         assert [c["data"]["chartVersion"] for c in pinned] == ["0.20.0"]
@@ -1131,22 +1298,43 @@ def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_pat
         pin("0.20.1")
         result = stack.up(on_output=None)
         changes = result.summary.resource_changes
-        assert changes.get("update") == 1 and not changes.get("replace") and not changes.get("create") and not changes.get("delete"), changes
-        after = {r["urn"]: r for r in stack.export_stack().deployment["resources"] if r["type"] == "kubernetes:helm.sh/v3:Release"}
+        assert (
+            changes.get("update") == 1 and not changes.get("replace") and not changes.get("create") and not changes.get("delete")
+        ), changes
+        after = {
+            r["urn"]: r for r in stack.export_stack().deployment["resources"] if r["type"] == "kubernetes:helm.sh/v3:Release"
+        }
         assert list(after) == [urn] and after[urn]["outputs"]["version"] == "0.20.1" and after[urn]["id"] == before["id"]
-        cm = kubectl(kube, "get", "configmap", "-n", pinned[0]["metadata"]["namespace"], pinned[0]["metadata"]["name"], "-o", "json").stdout
-        assert json.loads(cm)["data"]["chartVersion"] == "0.20.1" and json.loads(cm)["metadata"]["uid"] == uid  # upgraded, not recreated
+        cm = kubectl(
+            kube, "get", "configmap", "-n", pinned[0]["metadata"]["namespace"], pinned[0]["metadata"]["name"], "-o", "json"
+        ).stdout
+        assert (
+            json.loads(cm)["data"]["chartVersion"] == "0.20.1" and json.loads(cm)["metadata"]["uid"] == uid
+        )  # upgraded, not recreated
 
         # The chart moved: a new chart name at a new version under the same release is one in-place upgrade too.
         pin("0.21.0", chart="moved-device-plugin")
         result = stack.up(on_output=None)
         changes = result.summary.resource_changes
-        assert changes.get("update") == 1 and not changes.get("replace") and not changes.get("create") and not changes.get("delete"), changes
-        after = {r["urn"]: r for r in stack.export_stack().deployment["resources"] if r["type"] == "kubernetes:helm.sh/v3:Release"}
-        assert list(after) == [urn] and after[urn]["outputs"]["chart"] == "moved-device-plugin" and after[urn]["id"] == before["id"]
-        cm = json.loads(kubectl(kube, "get", "configmap", "-n", pinned[0]["metadata"]["namespace"], pinned[0]["metadata"]["name"],
-                                "-o", "json").stdout)
-        assert (cm["data"]["chartName"], cm["data"]["chartVersion"], cm["metadata"]["uid"]) == ("moved-device-plugin", "0.21.0", uid)
+        assert (
+            changes.get("update") == 1 and not changes.get("replace") and not changes.get("create") and not changes.get("delete")
+        ), changes
+        after = {
+            r["urn"]: r for r in stack.export_stack().deployment["resources"] if r["type"] == "kubernetes:helm.sh/v3:Release"
+        }
+        assert (
+            list(after) == [urn] and after[urn]["outputs"]["chart"] == "moved-device-plugin" and after[urn]["id"] == before["id"]
+        )
+        cm = json.loads(
+            kubectl(
+                kube, "get", "configmap", "-n", pinned[0]["metadata"]["namespace"], pinned[0]["metadata"]["name"], "-o", "json"
+            ).stdout
+        )
+        assert (cm["data"]["chartName"], cm["data"]["chartVersion"], cm["metadata"]["uid"]) == (
+            "moved-device-plugin",
+            "0.21.0",
+            uid,
+        )
     finally:
         stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)

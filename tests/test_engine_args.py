@@ -1,6 +1,7 @@
 """Engine arguments added by ``overrides.<component>.args.append`` reach the engine, also where a component starts it
 from a shell script (``bash -lc``): checked with the real bash on every such component of the catalog, by running the
 script's last command with ``exec`` replaced by ``printf`` and reading the argv it would have started."""
+
 from __future__ import annotations
 
 import copy
@@ -64,15 +65,27 @@ def test_appended_arguments_reach_the_engine_a_script_starts(tid, name):
 
 
 def test_exec_form_components_get_the_arguments_at_the_end_of_args():
-    comp = {"name": "w", "podTemplate": {"spec": {"containers": [{"name": "main", "command": ["python3", "-m", "dynamo.vllm"],
-                                                                   "args": ["--model", "m"]}]}}}
+    comp = {
+        "name": "w",
+        "podTemplate": {
+            "spec": {"containers": [{"name": "main", "command": ["python3", "-m", "dynamo.vllm"], "args": ["--model", "m"]}]}
+        },
+    }
     dgd = {"spec": {"components": [comp]}}
     apply_overrides(dgd, {"w": ComponentOverride(args=ArgsOverride(append=APPENDED))}, "dynamo")
     assert _main(comp)["args"] == ["--model", "m", *APPENDED]
 
 
 def test_a_script_that_does_not_end_by_starting_the_engine_is_refused_with_the_key():
-    comp = {"name": "w", "podTemplate": {"spec": {"containers": [{"name": "main", "command": ["/bin/bash", "-lc"],
-                                                                   "args": ["python3 -m dynamo.vllm --model m\necho done\n"]}]}}}
+    comp = {
+        "name": "w",
+        "podTemplate": {
+            "spec": {
+                "containers": [
+                    {"name": "main", "command": ["/bin/bash", "-lc"], "args": ["python3 -m dynamo.vllm --model m\necho done\n"]}
+                ]
+            }
+        },
+    }
     with pytest.raises(ConfigError, match=r"dynamo\.overrides\.w\.args\.append: .*exec python3 -m"):
         apply_overrides({"spec": {"components": [comp]}}, {"w": ComponentOverride(args=ArgsOverride(append=["--x"]))}, "dynamo")

@@ -7,6 +7,7 @@ not edited). Then: its targets render through the same serving plan as every sta
 them; every EKS plan (a single stack, a GPU pool, a serving stack on a cluster stack) refuses the GPU naming it and
 the missing instance data; and no existing target renders differently for the addition.
 """
+
 import json
 
 import pytest
@@ -27,38 +28,122 @@ REPO = "example/Throwaway-7B"
 IMAGE = versions.image("lightning-vllm")  # a new model adds its own key to stacks/registry/versions.yaml; a manifest image here
 CACHE = Cache(claim="throwaway-model-cache", mount="/models", size="40Gi")
 HF_ENV = {"HF_HOME": "/models", "HF_HUB_OFFLINE": "1"}
-WORKER = dict(cache=CACHE, affinity="{gpu}", tolerations=(k8s.GPU_TOLERATION,), requests={"memory": "64Gi"}, shm="16Gi",
-              volumes=(shm("16Gi"),), startup_probe=k8s.http_probe("/live", 9090, 30, 20, 60))
+WORKER = dict(
+    cache=CACHE,
+    affinity="{gpu}",
+    tolerations=(k8s.GPU_TOLERATION,),
+    requests={"memory": "64Gi"},
+    shm="16Gi",
+    volumes=(shm("16Gi"),),
+    startup_probe=k8s.http_probe("/live", 9090, 30, 20, 60),
+)
 FRONTEND = Component("Frontend", "frontend", "{image}", args=("-m", "dynamo.frontend"), env=HF_ENV, cache=CACHE)
 ENGINE = ("--model", "{repo}", "--served-model-name", "{repo}", "--tensor-parallel-size", "{gpus}")
-AGG = Recipe("vllm", (FRONTEND, Component("VllmWorker", "worker", "{image}", ("python3", "-m", "dynamo.vllm"), ENGINE, HF_ENV,
-                                         replicas="{workers}", gpus="{gpus}", **WORKER)), vars={"repo": REPO})
-DISAGG = Recipe("vllm", (FRONTEND,) + tuple(
-    Component(name, kind, "{image}", ("python3", "-m", "dynamo.vllm"), ENGINE + ("--disaggregation-mode", kind), HF_ENV,
-              gpus="{gpus}", devices={"rdma/ib": "1"}, **WORKER)
-    for name, kind in (("VllmPrefillWorker", "prefill"), ("VllmDecodeWorker", "decode"))), vars={"repo": REPO})
-DOWNLOAD = DownloadJob("throwaway-model-download", versions.image("motif3-download"), 'hf download "$MODEL_NAME"', CACHE, ("sh", "-c"),
-                       env={"MODEL_NAME": REPO, "HF_HOME": "/models"})
+AGG = Recipe(
+    "vllm",
+    (
+        FRONTEND,
+        Component(
+            "VllmWorker",
+            "worker",
+            "{image}",
+            ("python3", "-m", "dynamo.vllm"),
+            ENGINE,
+            HF_ENV,
+            replicas="{workers}",
+            gpus="{gpus}",
+            **WORKER,
+        ),
+    ),
+    vars={"repo": REPO},
+)
+DISAGG = Recipe(
+    "vllm",
+    (FRONTEND,)
+    + tuple(
+        Component(
+            name,
+            kind,
+            "{image}",
+            ("python3", "-m", "dynamo.vllm"),
+            ENGINE + ("--disaggregation-mode", kind),
+            HF_ENV,
+            gpus="{gpus}",
+            devices={"rdma/ib": "1"},
+            **WORKER,
+        )
+        for name, kind in (("VllmPrefillWorker", "prefill"), ("VllmDecodeWorker", "decode"))
+    ),
+    vars={"repo": REPO},
+)
+DOWNLOAD = DownloadJob(
+    "throwaway-model-download",
+    versions.image("motif3-download"),
+    'hf download "$MODEL_NAME"',
+    CACHE,
+    ("sh", "-c"),
+    env={"MODEL_NAME": REPO, "HF_HOME": "/models"},
+)
 COMMON = dict(upstream=None, model=MODEL, runtime="vllm", spec="none", image=IMAGE, cache_jobs=(DOWNLOAD.name,))
 TARGETS = (
-    Target(id=f"throwaway-vllm-agg-{GPU}", gpu=GPU, topology="agg", routing="round-robin", precision="nvfp4", fabric="none",
-           family="vllm-agg", dgd_name="throwaway-agg", params={"gpus": 2, "workers": 6}, **COMMON),
-    Target(id=f"throwaway-vllm-disagg-{GPU}", gpu=GPU, topology="disagg", shape="1P1D", routing="single", precision="nvfp4",
-           fabric="infiniband", family="vllm-disagg", dgd_name="throwaway-disagg", params={"gpus": 4}, **COMMON),
-    Target(id="throwaway-vllm-agg-h100", gpu="h100", topology="agg", routing="round-robin", precision="nvfp4", fabric="none",
-           family="vllm-agg", dgd_name="throwaway-agg-h100", params={"gpus": 1, "workers": 1}, **COMMON),
+    Target(
+        id=f"throwaway-vllm-agg-{GPU}",
+        gpu=GPU,
+        topology="agg",
+        routing="round-robin",
+        precision="nvfp4",
+        fabric="none",
+        family="vllm-agg",
+        dgd_name="throwaway-agg",
+        params={"gpus": 2, "workers": 6},
+        **COMMON,
+    ),
+    Target(
+        id=f"throwaway-vllm-disagg-{GPU}",
+        gpu=GPU,
+        topology="disagg",
+        shape="1P1D",
+        routing="single",
+        precision="nvfp4",
+        fabric="infiniband",
+        family="vllm-disagg",
+        dgd_name="throwaway-disagg",
+        params={"gpus": 4},
+        **COMMON,
+    ),
+    Target(
+        id="throwaway-vllm-agg-h100",
+        gpu="h100",
+        topology="agg",
+        routing="round-robin",
+        precision="nvfp4",
+        fabric="none",
+        family="vllm-agg",
+        dgd_name="throwaway-agg-h100",
+        params={"gpus": 1, "workers": 1},
+        **COMMON,
+    ),
 )
-FAMILY = ModelFamily(id=MODEL, short="throwaway", served_model=REPO, cache=CACHE,
-                     builders={"vllm-agg": AGG, "vllm-disagg": DISAGG}, cache_job_builders={DOWNLOAD.name: DOWNLOAD},
-                     targets=TARGETS, defaults={"gpu": GPU, "runtime": "vllm", "topology": "agg"})
+FAMILY = ModelFamily(
+    id=MODEL,
+    short="throwaway",
+    served_model=REPO,
+    cache=CACHE,
+    builders={"vllm-agg": AGG, "vllm-disagg": DISAGG},
+    cache_job_builders={DOWNLOAD.name: DOWNLOAD},
+    targets=TARGETS,
+    defaults={"gpu": GPU, "runtime": "vllm", "topology": "agg"},
+)
 # ---- end of the data
 
 AGG_ID, DISAGG_ID, H100_ID = (t.id for t in TARGETS)
 
 
 def _render_all() -> str:
-    return json.dumps({tid: catalog.recipe_objects(t) + catalog.cache_objects(t) for tid, t in sorted(catalog.targets().items())},
-                      sort_keys=True)
+    return json.dumps(
+        {tid: catalog.recipe_objects(t) + catalog.cache_objects(t) for tid, t in sorted(catalog.targets().items())},
+        sort_keys=True,
+    )
 
 
 @pytest.fixture
@@ -86,7 +171,7 @@ def test_the_additions_are_data_only():
     import inspect
 
     src = inspect.getsource(__import__(__name__))
-    block = src[src.index("# ---- the throwaway model and GPU"):src.index("# ---- end of the data")]
+    block = src[src.index("# ---- the throwaway model and GPU") : src.index("# ---- end of the data")]
     for word in ("def ", "lambda", "class "):
         assert word not in block, f"the throwaway model defines code: {word!r}"
 
@@ -196,25 +281,45 @@ def _program(raw):
 
 
 def test_kubeconfig_and_render_stacks_plan_the_new_gpu(extended):
-    for raw in ({**KUBECONFIG, "target": AGG_ID}, {"cluster": {"mode": "render"}, "target": DISAGG_ID},
-                {**KUBECONFIG, "serve": [{"target": AGG_ID, "namespace": "a"}, {"target": DISAGG_ID, "namespace": "b"}]}):
+    for raw in (
+        {**KUBECONFIG, "target": AGG_ID},
+        {"cluster": {"mode": "render"}, "target": DISAGG_ID},
+        {**KUBECONFIG, "serve": [{"target": AGG_ID, "namespace": "a"}, {"target": DISAGG_ID, "namespace": "b"}]},
+    ):
         objs = _program(raw).objects()
-        labels = [e["values"][0] for d in _objs(objs, "DynamoGraphDeployment") for c in d["spec"]["components"][1:]
-                  for e in c["podTemplate"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-                  ["nodeSelectorTerms"][0]["matchExpressions"]]
+        labels = [
+            e["values"][0]
+            for d in _objs(objs, "DynamoGraphDeployment")
+            for c in d["spec"]["components"][1:]
+            for e in c["podTemplate"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"
+            ][0]["matchExpressions"]
+        ]
         assert labels and set(labels) == {LABEL}, raw
 
 
 MISSING = "no EC2 instance data"
 
 
-@pytest.mark.parametrize("raw, key", [
-    ({"cluster": {"mode": "eks", "region": "us-east-1"}, "target": AGG_ID}, "dynamo:gpu"),
-    ({"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}]},
-      "serve": [{"target": H100_ID, "namespace": "a"}, {"target": AGG_ID, "namespace": "b"}]}, r"dynamo:serve\[1\]\.gpu"),
-    ({"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": GPU, "nodes": 1}]}}, r"dynamo:cluster\.gpuPools\[0\]\.gpu"),
-    ({"cluster": {"mode": "stack", "stack": "org/throwaway/cluster"}, "target": AGG_ID}, "dynamo:gpu"),
-], ids=["eks", "eks-serve-pools", "eks-cluster-only-pool", "cluster-stack"])
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"cluster": {"mode": "eks", "region": "us-east-1"}, "target": AGG_ID}, "dynamo:gpu"),
+        (
+            {
+                "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}]},
+                "serve": [{"target": H100_ID, "namespace": "a"}, {"target": AGG_ID, "namespace": "b"}],
+            },
+            r"dynamo:serve\[1\]\.gpu",
+        ),
+        (
+            {"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": GPU, "nodes": 1}]}},
+            r"dynamo:cluster\.gpuPools\[0\]\.gpu",
+        ),
+        ({"cluster": {"mode": "stack", "stack": "org/throwaway/cluster"}, "target": AGG_ID}, "dynamo:gpu"),
+    ],
+    ids=["eks", "eks-serve-pools", "eks-cluster-only-pool", "cluster-stack"],
+)
 def test_every_eks_plan_refuses_the_gpu_naming_it_and_the_missing_data(extended, raw, key):
     with pytest.raises(ConfigError, match=rf"{key}: '?{GPU}'?.*{MISSING}.*stacks/registry/gpus.py INSTANCES"):
         _program(raw)
@@ -222,7 +327,10 @@ def test_every_eks_plan_refuses_the_gpu_naming_it_and_the_missing_data(extended,
 
 def test_the_efa_fabric_profile_refuses_the_gpu_on_any_cluster(extended):
     """EFA exists only on EC2 instances: the aws-efa profile needs the GPU's instance (EFA devices per GPU)."""
-    for raw in ({"target": DISAGG_ID, "fabricProfile": "aws-efa"}, {**KUBECONFIG, "target": DISAGG_ID, "fabricProfile": "aws-efa"}):
+    for raw in (
+        {"target": DISAGG_ID, "fabricProfile": "aws-efa"},
+        {**KUBECONFIG, "target": DISAGG_ID, "fabricProfile": "aws-efa"},
+    ):
         with pytest.raises(ConfigError, match=rf"dynamo:fabricProfile: 'aws-efa': GPU '{GPU}' has {MISSING}"):
             _program(raw) if "cluster" in raw else render_config(raw)
 
@@ -248,6 +356,7 @@ def test_eks_default_shape_of_an_efa_target_refuses_the_gpu(extended):
 
 # ---- a throwaway optional layer, by docs/architecture.md "Adding an optional layer"
 
+
 def test_a_throwaway_layer_follows_the_documented_steps(monkeypatch):
     """A planner in stacks.program.LAYER_PLANNERS is all a layer needs: render lists its objects, and under Pulumi
     mocks the generic component creates exactly them, with its type token and its outputs exported."""
@@ -258,10 +367,20 @@ def test_a_throwaway_layer_follows_the_documented_steps(monkeypatch):
 
     def plan_notes(spec, entries, mode):
         ns = entries[0].plan.dgd["metadata"]["namespace"]
-        return LayerPlan(key="notes", kind="Notes", title="throwaway notes",
-                         objects=[{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "notes", "namespace": ns},
-                                   "data": {"hello": "world"}}],
-                         outputs={"notesName": "notes"})
+        return LayerPlan(
+            key="notes",
+            kind="Notes",
+            title="throwaway notes",
+            objects=[
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "notes", "namespace": ns},
+                    "data": {"hello": "world"},
+                }
+            ],
+            outputs={"notesName": "notes"},
+        )
 
     monkeypatch.setattr(prog, "LAYER_PLANNERS", [*prog.LAYER_PLANNERS, ("notes", plan_notes)])
     cfg = {"gpu": "h100", "topology": "agg", "namespace": "llm", "hfTokenSecretName": "hf"}
@@ -272,14 +391,19 @@ def test_a_throwaway_layer_follows_the_documented_steps(monkeypatch):
     (component,) = run.by_type("dynamo:notes:Notes")
     made = [r for r in run.resources if r.parent == component.urn]
     assert [(r.type, r.inputs["metadata"]["name"], r.inputs["data"]) for r in made] == [
-        ("kubernetes:core/v1:ConfigMap", "notes", {"hello": "world"})]
+        ("kubernetes:core/v1:ConfigMap", "notes", {"hello": "world"})
+    ]
     assert run.outputs.get("notesName") == "notes"
 
 
 # ---- a throwaway cluster mode, by docs/architecture.md "Adding a cluster mode"
 
-THROWAWAY_SERVE = {"serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
-                             {"target": "lightning-vllm-disagg-h100-dspark", "namespace": "b"}]}
+THROWAWAY_SERVE = {
+    "serve": [
+        {"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+        {"target": "lightning-vllm-disagg-h100-dspark", "namespace": "b"},
+    ]
+}
 
 
 def _throwaway_mode():
@@ -378,16 +502,26 @@ def test_a_throwaway_cluster_mode_follows_the_documented_steps(monkeypatch):
     assert program.device_plugin_fabrics() == ["infiniband"]
     assert [layer.kind for layer in program.layers[:2]] == ["DevicePlugins", "DynamoPlatform"]
     assert program.autoscaling_shortfall([]) == "the throwaway pools are full"
-    versions = {v for o in program.objects() if o["kind"] == "Namespace"
-                for k, v in o["metadata"]["labels"].items() if k.endswith("-version")}
+    versions = {
+        v
+        for o in program.objects()
+        if o["kind"] == "Namespace"
+        for k, v in o["metadata"]["labels"].items()
+        if k.endswith("-version")
+    }
     assert versions == {"v1.99"}
     assert retained_after_destroy(program)[-1]["kind"] == "throwaway disk"
     assert program.mode.unchecked_by_render == ("the throwaway cluster's nodes",)
     # The same spec on the render mode it was parsed with: none of the throwaway's answers.
     plain = plan_program(parsed)
     assert plain.cluster_plan is None and "throwaway cluster" not in plain.other_layers
-    assert {v for o in plain.objects() if o["kind"] == "Namespace"
-            for k, v in o["metadata"]["labels"].items() if k.endswith("-version")} == {"latest"}
+    assert {
+        v
+        for o in plain.objects()
+        if o["kind"] == "Namespace"
+        for k, v in o["metadata"]["labels"].items()
+        if k.endswith("-version")
+    } == {"latest"}
 
 
 def test_every_registered_mode_implements_the_whole_interface():

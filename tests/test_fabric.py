@@ -1,4 +1,5 @@
 """The AWS EFA fabric profile applied to recipes built for other fabrics."""
+
 import json
 
 import pytest
@@ -34,7 +35,9 @@ def test_efa_profile_on_an_infiniband_recipe():
     for w in workers(objs):
         main = w["podTemplate"]["spec"]["containers"][0]
         for part in ("requests", "limits"):
-            assert main["resources"][part]["vpc.amazonaws.com/efa"] == str(per_gpu * int(main["resources"][part]["nvidia.com/gpu"]))
+            assert main["resources"][part]["vpc.amazonaws.com/efa"] == str(
+                per_gpu * int(main["resources"][part]["nvidia.com/gpu"])
+            )
             assert "rdma/ib" not in main["resources"][part]
         assert kv_config(main)["kv_connector_extra_config"]["backends"] == ["LIBFABRIC"]
         env = {e["name"]: e.get("value") for e in main["env"]}
@@ -49,7 +52,9 @@ def test_efa_count_follows_the_workers_gpu_count():
         assert res["limits"]["vpc.amazonaws.com/efa"] == str(reference_efa_per_gpu("h200") * int(res["limits"]["nvidia.com/gpu"]))
 
 
-@pytest.mark.parametrize("model, gpu", [("nemotron-3-ultra", "h200"), ("nemotron-3-ultra", "b200"), ("nemotron-3.5-lightning", "h100")])
+@pytest.mark.parametrize(
+    "model, gpu", [("nemotron-3-ultra", "h200"), ("nemotron-3-ultra", "b200"), ("nemotron-3.5-lightning", "h100")]
+)
 def test_efa_devices_per_gpu_come_from_the_instance(model, gpu):
     """Each worker requests its GPUs times the EFA devices per GPU the reference states for the GPU's default instance
     (p5.48xlarge 4, p5en.48xlarge 2, p6-b200.48xlarge 1)."""

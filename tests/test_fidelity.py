@@ -4,6 +4,7 @@ The upstream tree: $DYNAMO_RECIPES_DIR, else $DYNAMO_REFERENCE/dynamo-recipes, e
 ../shared/reference/dynamo-recipes. Renders use a configured storage class and pull
 secret, which stand for upstream's placeholders.
 """
+
 import re
 
 import pytest
@@ -18,8 +19,12 @@ REF = fidelity.recipes_dir()
 # parametrized test still exists (one "<snapshot>-missing" case), so that tests/conftest.py fails it under CI=true and
 # lists it as skipped otherwise, instead of pytest's silent empty parameter set.
 FOLLOWED = [s for s in fidelity.SNAPSHOTS if any(t.reference == s for t in catalog.targets().values())]
-SCOPE = [pytest.param(s, p, id=f"{s}:{p}") for s in FOLLOWED if fidelity.snapshot_dir(s).is_dir()
-         for p in fidelity.in_scope_files(fidelity.snapshot_dir(s))]
+SCOPE = [
+    pytest.param(s, p, id=f"{s}:{p}")
+    for s in FOLLOWED
+    if fidelity.snapshot_dir(s).is_dir()
+    for p in fidelity.in_scope_files(fidelity.snapshot_dir(s))
+]
 SCOPE += [pytest.param(s, "", id=f"{s}-missing") for s in FOLLOWED if not fidelity.snapshot_dir(s).is_dir()]
 BY_UPSTREAM = {(t.reference, t.upstream): t for t in catalog.targets().values() if t.upstream}
 STORAGE_CLASS = "fsx-lustre"
@@ -54,7 +59,9 @@ def _render(tid):
 def test_scope_is_the_seed_recipes():
     models = {p.values[1].split("/")[0] for p in SCOPE if p.values[0] == "dynamo-recipes"}
     followed = {t.upstream.split("/")[0] for t in catalog.targets().values() if t.reference == "dynamo-recipes" and t.upstream}
-    assert models == followed and len(followed) >= 3  # the model directories the catalog's targets follow, the three seeds at least
+    assert (
+        models == followed and len(followed) >= 3
+    )  # the model directories the catalog's targets follow, the three seeds at least
     assert len([p for p in SCOPE if p.values[0] == "dynamo-recipes"]) >= 56
 
 
@@ -93,8 +100,13 @@ def test_ultra_final_profiles_are_one_per_gpu_context_and_topology_and_follow_dy
     assert {(t.gpu, t.context, t.topology) for t in FINAL} == want and len(FINAL) == len(want)
     for t in FINAL:
         ctx = {"256k": "256K", "1m": "1M"}[t.context]
-        assert t.upstream == f"nemotron-3-ultra/vllm/{t.topology}-{t.gpu}-agentic-{ctx}{'-kv-router' if t.topology == 'agg' else ''}/deploy.yaml"
-        assert t.reference == "dynamo-next" and t.source and t.upstream in t.source and len(t.source.split("@ ")[1].split()[0]) == 40
+        assert (
+            t.upstream
+            == f"nemotron-3-ultra/vllm/{t.topology}-{t.gpu}-agentic-{ctx}{'-kv-router' if t.topology == 'agg' else ''}/deploy.yaml"
+        )
+        assert (
+            t.reference == "dynamo-next" and t.source and t.upstream in t.source and len(t.source.split("@ ")[1].split()[0]) == 40
+        )
 
 
 @needs_reference
@@ -108,7 +120,11 @@ def test_ultra_final_profile_uses_the_1_6_component_names_and_its_sources_env(ti
     env = {e["name"] for e in dgd["spec"]["env"]}
     fork = "yueying-AIHorizon/dynamo" in t.source
     # The fork files keep the env var ai-dynamo's own versions dropped; the render follows the file either way.
-    assert ("DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS" in env) == fork == ("DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS" in (ref / t.upstream).read_text())
+    assert (
+        ("DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS" in env)
+        == fork
+        == ("DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS" in (ref / t.upstream).read_text())
+    )
     if fork:
         assert "checked against ai-dynamo/dynamo@7a1734c5395eb0b3782a0d0bfe687ddb3f53716f" in t.source
 
@@ -143,6 +159,7 @@ def test_compare_reports_each_difference():
 
 # --------------------------------------------------------------------------- the command tells the truth
 
+
 def _fidelity(monkeypatch, capsys, *argv, recipes=None, reference=None):
     from stacks.__main__ import main
 
@@ -176,8 +193,13 @@ def test_nonexistent_reference_from_the_shell_exits_non_zero():
 
     root = Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if k != "DYNAMO_RECIPES_DIR"}
-    out = subprocess.run([sys.executable, "-m", "stacks", "fidelity"], cwd=root, capture_output=True, text=True,
-                         env={**env, "DYNAMO_REFERENCE": "/nonexistent"})
+    out = subprocess.run(
+        [sys.executable, "-m", "stacks", "fidelity"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**env, "DYNAMO_REFERENCE": "/nonexistent"},
+    )
     assert out.returncode != 0 and "no upstream recipe tree at /nonexistent/dynamo-recipes" in out.stderr
 
 
@@ -199,24 +221,30 @@ def test_missing_upstream_file_of_a_target_fails_and_target_reports_only_that_ta
     tree = _partial_tree(tmp_path, keep)
     rc, out, _ = _fidelity(monkeypatch, capsys, recipes=tree)
     assert rc == 1
-    assert "MISSING upstream file nemotron-3-ultra/vllm/agg-b200-agentic-256k-mtp/deploy.yaml for target ultra-vllm-agg-b200-agentic-256k-mtp" in out
+    assert (
+        "MISSING upstream file nemotron-3-ultra/vllm/agg-b200-agentic-256k-mtp/deploy.yaml for target ultra-vllm-agg-b200-agentic-256k-mtp"
+        in out
+    )
     total = len([t for t in catalog.targets().values() if t.reference == "dynamo-recipes" and t.upstream])
     assert f"fidelity: 1/{total} upstream deploy files exact" in out
 
     rc, out, _ = _fidelity(monkeypatch, capsys, "--target", "lightning-vllm-agg-h100-dspark", recipes=tree)
     assert rc == 0, out
-    assert out.splitlines() == ["compile caches on the model-cache volume: 1 vLLM worker container(s) in 1 upstream file(s) exact "
-                                "but for VLLM_CACHE_ROOT and TRITON_CACHE_DIR (and, where the cache is mounted read-only, its "
-                                "compile-cache mount) of stacks.serving.compile_cache",
-                                "with dynamo:modelRevision: 1 download Job(s) exact but for the recorded revision pin "
-                                "(MODEL_REVISION and the script edits of builders.RevisionPin): "
-                                "nemotron-3.5-lightning/model-cache/model-download.yaml#Job/model-download",
-                                "fidelity (lightning-vllm-agg-h100-dspark): 1/1 upstream deploy files exact, "
-                                "2/2 model-cache objects exact; skipped: none"]
+    assert out.splitlines() == [
+        "compile caches on the model-cache volume: 1 vLLM worker container(s) in 1 upstream file(s) exact "
+        "but for VLLM_CACHE_ROOT and TRITON_CACHE_DIR (and, where the cache is mounted read-only, its "
+        "compile-cache mount) of stacks.serving.compile_cache",
+        "with dynamo:modelRevision: 1 download Job(s) exact but for the recorded revision pin "
+        "(MODEL_REVISION and the script edits of builders.RevisionPin): "
+        "nemotron-3.5-lightning/model-cache/model-download.yaml#Job/model-download",
+        "fidelity (lightning-vllm-agg-h100-dspark): 1/1 upstream deploy files exact, "
+        "2/2 model-cache objects exact; skipped: none",
+    ]
     rc, out, _ = _fidelity(monkeypatch, capsys, "--target", "lightning-vllm-agg-h200-dspark", recipes=tree)
     assert rc == 1 and "lightning-vllm-agg-h100-dspark" not in out
-    assert out.splitlines()[0] == ("MISSING upstream file nemotron-3.5-lightning/vllm/agg-h200-dspark/deploy.yaml "
-                                   "for target lightning-vllm-agg-h200-dspark")
+    assert out.splitlines()[0] == (
+        "MISSING upstream file nemotron-3.5-lightning/vllm/agg-h200-dspark/deploy.yaml for target lightning-vllm-agg-h200-dspark"
+    )
     assert out.splitlines()[-1].startswith("fidelity (lightning-vllm-agg-h200-dspark): 0/1 upstream deploy files exact")
 
 
@@ -232,7 +260,9 @@ def test_targets_of_our_own_are_reported_as_skipped_not_exact(monkeypatch):
     t = catalog.targets()["lightning-vllm-agg-h100-dspark"]
     own = replace(t, id="lightning-vllm-agg-h100-dspark-ours", upstream=None)
     monkeypatch.setitem(catalog.targets(), own.id, own)
-    report = fidelity.check(lambda tid: _render(tid if tid != own.id else t.id), REF, storage_class=STORAGE_CLASS, pull_secrets=PULL)
+    report = fidelity.check(
+        lambda tid: _render(tid if tid != own.id else t.id), REF, storage_class=STORAGE_CLASS, pull_secrets=PULL
+    )
     ours = sorted(tid for tid, x in catalog.targets().items() if x.reference == "dynamo-recipes" and not x.upstream)
     assert own.id in ours and report.skipped == ours and own.id not in str(report.exact)
     assert report.ok and f"skipped {len(ours)} target(s) without an upstream file: {', '.join(ours)}" in report.summary()
@@ -249,18 +279,26 @@ def test_full_check_is_exact(snapshot):
     ours = sorted(t.id for t in catalog.targets().values() if t.reference == snapshot and not t.upstream)  # targets of our own
     assert report.cache_exact and report.skipped == ours
     # the compile caches: the one recorded departure of the DGDs, on every vLLM worker container, counted in the report
-    workers = sum(1 for t in followers if t.runtime == "vllm"
-                  for comp in next(d for d in catalog.recipe_objects(t) if d["kind"] == "DynamoGraphDeployment")["spec"]["components"]
-                  for c in comp["podTemplate"]["spec"]["containers"] if (c.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu"))
+    workers = sum(
+        1
+        for t in followers
+        if t.runtime == "vllm"
+        for comp in next(d for d in catalog.recipe_objects(t) if d["kind"] == "DynamoGraphDeployment")["spec"]["components"]
+        for c in comp["podTemplate"]["spec"]["containers"]
+        if (c.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu")
+    )
     assert workers and sum(report.compile_cache.values()) == workers
     assert f"compile caches on the model-cache volume: {workers} vLLM worker container(s)" in report.departures()
 
 
 # --------------------------------------------------------------------------- dynamo:modelRevision: the one recorded departure of the download Jobs
 
+
 def _render_pinned(tid):
     pull = {"imagePullSecrets": list(PULL)} if _upstream_names_pull_secrets(tid) else {}
-    return render_config({"target": tid, "storage": {"className": STORAGE_CLASS}, "modelRevision": fidelity.PROBE_REVISION, **pull})
+    return render_config(
+        {"target": tid, "storage": {"className": STORAGE_CLASS}, "modelRevision": fidelity.PROBE_REVISION, **pull}
+    )
 
 
 def _pinned_jobs(ref):
@@ -269,8 +307,11 @@ def _pinned_jobs(ref):
     for fam in catalog.families().values():
         pinned = {name for name, b in fam.cache_job_builders.items() if getattr(b, "revision", None) is not None}
         for f in sorted((ref / fam.id / "model-cache").glob("*.yaml")):
-            out += [f"{fam.id}/model-cache/{f.name}#Job/{d['metadata']['name']}" for d in fidelity.load_docs(f)
-                    if d.get("kind") == "Job" and d["metadata"]["name"] in pinned]
+            out += [
+                f"{fam.id}/model-cache/{f.name}#Job/{d['metadata']['name']}"
+                for d in fidelity.load_docs(f)
+                if d.get("kind") == "Job" and d["metadata"]["name"] in pinned
+            ]
     return sorted(out)
 
 
@@ -278,7 +319,9 @@ def _pinned_jobs(ref):
 @pytest.mark.parametrize("snapshot", FOLLOWED)
 def test_revision_pin_is_exact_but_for_the_recorded_departure_and_named(snapshot):
     ref = _tree(snapshot)
-    report = fidelity.check(_render, ref, storage_class=STORAGE_CLASS, pull_secrets=PULL, snapshot=snapshot, render_pinned=_render_pinned)
+    report = fidelity.check(
+        _render, ref, storage_class=STORAGE_CLASS, pull_secrets=PULL, snapshot=snapshot, render_pinned=_render_pinned
+    )
     assert report.ok, (report.summary(), report.pinned_different)
     followed = {t.model for t in catalog.targets().values() if t.reference == snapshot and t.upstream}
     want = [n for n in _pinned_jobs(ref) if n.split("/")[0] in followed]
@@ -287,8 +330,13 @@ def test_revision_pin_is_exact_but_for_the_recorded_departure_and_named(snapshot
 
 
 @needs_reference
-@pytest.mark.parametrize("tid,path", [("lightning-vllm-agg-h100-dspark", "nemotron-3.5-lightning/model-cache/model-download.yaml"),
-                                      ("motif3-vllm-agg-b200-chat", "motif-3/model-cache/model-download.yaml")])
+@pytest.mark.parametrize(
+    "tid,path",
+    [
+        ("lightning-vllm-agg-h100-dspark", "nemotron-3.5-lightning/model-cache/model-download.yaml"),
+        ("motif3-vllm-agg-b200-chat", "motif-3/model-cache/model-download.yaml"),
+    ],
+)
 def test_the_revision_departure_is_exactly_the_env_var_and_the_listed_script_edit(monkeypatch, tid, path):
     up = fidelity.load_docs(REF / path)
     pinned = _render_pinned(tid)
@@ -297,8 +345,9 @@ def test_the_revision_departure_is_exactly_the_env_var_and_the_listed_script_edi
     with monkeypatch.context() as m:
         m.setattr(fidelity, "without_revision_pin", lambda rendered, upstream: rendered)
         diffs = fidelity.compare_file(up, pinned, storage_class=STORAGE_CLASS, pull_secrets=PULL)
-    assert sorted(d.split(":")[0] for d in diffs) == sorted(["Job/model-download.spec.template.spec.containers[0].args[0]",
-                                                             "Job/model-download.spec.template.spec.containers[0].env"])
+    assert sorted(d.split(":")[0] for d in diffs) == sorted(
+        ["Job/model-download.spec.template.spec.containers[0].args[0]", "Job/model-download.spec.template.spec.containers[0].env"]
+    )
     # anything else beside the pin stays a difference
     job = next(o for o in pinned if o["kind"] == "Job")
     c = job["spec"]["template"]["spec"]["containers"][0]
@@ -308,11 +357,17 @@ def test_the_revision_departure_is_exactly_the_env_var_and_the_listed_script_edi
 
 # --------------------------------------------------------------------------- compile caches: the one recorded departure of the DGD's workers
 
+
 @needs_reference
-@pytest.mark.parametrize("snapshot,tid", [("dynamo-recipes", "lightning-vllm-agg-h100-dspark"),  # replaced in the container
-                                          ("dynamo-recipes", "ultra-vllm-agg-b200-agentic-256k-mtp"),  # over spec.env, read-only cache
-                                          ("dynamo-next", "ultra-vllm-disagg-h200-agentic-256K"),  # over spec.env, two workers
-                                          ("dynamo-recipes", "motif3-vllm-agg-b200-chat")])  # added
+@pytest.mark.parametrize(
+    "snapshot,tid",
+    [
+        ("dynamo-recipes", "lightning-vllm-agg-h100-dspark"),  # replaced in the container
+        ("dynamo-recipes", "ultra-vllm-agg-b200-agentic-256k-mtp"),  # over spec.env, read-only cache
+        ("dynamo-next", "ultra-vllm-disagg-h200-agentic-256K"),  # over spec.env, two workers
+        ("dynamo-recipes", "motif3-vllm-agg-b200-chat"),
+    ],
+)  # added
 def test_the_compile_cache_departure_is_taken_out_exactly_and_counted(monkeypatch, snapshot, tid):
     from stacks.serving import compile_cache as cc
 
@@ -320,8 +375,12 @@ def test_the_compile_cache_departure_is_taken_out_exactly_and_counted(monkeypatc
     up = fidelity.load_docs(_tree(snapshot) / t.upstream)
     got = _render(tid)
     dgd = next(d for d in got if d["kind"] == "DynamoGraphDeployment")
-    workers = [(comp["name"], c) for comp in dgd["spec"]["components"] for c in comp["podTemplate"]["spec"]["containers"]
-               if (c.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu")]
+    workers = [
+        (comp["name"], c)
+        for comp in dgd["spec"]["components"]
+        for c in comp["podTemplate"]["spec"]["containers"]
+        if (c.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu")
+    ]
     compiled: dict = {}
     assert not fidelity.compare_file(up, got, storage_class=STORAGE_CLASS, pull_secrets=PULL, compiled=compiled)
     assert compiled == {f"DynamoGraphDeployment/{dgd['metadata']['name']}": len(workers)} and workers

@@ -4,6 +4,7 @@ what every route carries, where the API keys go, and which Dynamo headers a clie
 The header list is held to the Dynamo 1.6.1 frontend the serving rig installs (its compiled HTTP service), not to the
 product's own list; the timeouts to Envoy Gateway's documented 15 s default; the NetworkPolicy port to the operator's
 documented frontend port (../shared/reference/dynamo-next/OPERATOR-LABELS.md)."""
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 CANARY = "fdkey-canary-" + "7" * 24
 ENVOY_DEFAULT_ROUTE_TIMEOUT = 15  # seconds: Envoy's route timeout default, which also cuts a streamed response
 
-INTERNET = {"enabled": True, "exposure": "internet", "sourceRanges": ["203.0.113.0/24"], "hostname": "models.example.com",
-            "tls": {"mode": "certManager", "issuer": {"name": "letsencrypt"}}, "auth": {"mode": "apiKeys"},
-            "rateLimit": {"requestsPerMinute": 60}}
+INTERNET = {
+    "enabled": True,
+    "exposure": "internet",
+    "sourceRanges": ["203.0.113.0/24"],
+    "hostname": "models.example.com",
+    "tls": {"mode": "certManager", "issuer": {"name": "letsencrypt"}},
+    "auth": {"mode": "apiKeys"},
+    "rateLimit": {"requestsPerMinute": 60},
+}
 KEYS = frozenset({"frontDoorApiKeys"})
 
 
@@ -55,6 +62,7 @@ def _objects(program, kind):
 
 # ---------------------------------------------------------------------------- refused before any resource
 
+
 @pytest.mark.parametrize("missing", ["auth", "tls", "sourceRanges"])
 def test_internet_exposure_needs_auth_tls_and_source_ranges(missing):
     door = {k: v for k, v in INTERNET.items() if k != missing and not (missing == "auth" and k == "rateLimit")}
@@ -75,13 +83,23 @@ def test_a_rate_limit_needs_an_identity():
 
 
 def test_auth_on_an_existing_gateway_of_another_implementation_is_refused():
-    door = {"enabled": True, "gateway": "existing", "existingGateway": {"namespace": "infra", "name": "shared"}, "auth": {"mode": "apiKeys"}}
+    door = {
+        "enabled": True,
+        "gateway": "existing",
+        "existingGateway": {"namespace": "infra", "name": "shared"},
+        "auth": {"mode": "apiKeys"},
+    }
     msg = _refused(door)
     assert "existingGateway.implementation: envoy-gateway" in msg
 
 
 def test_managed_only_keys_on_an_existing_gateway_are_refused():
-    door = {"enabled": True, "gateway": "existing", "existingGateway": {"namespace": "infra", "name": "shared"}, "exposure": "internet"}
+    door = {
+        "enabled": True,
+        "gateway": "existing",
+        "existingGateway": {"namespace": "infra", "name": "shared"},
+        "exposure": "internet",
+    }
     assert "dynamo:frontDoor.exposure: has no effect with gateway: existing" in _refused(door, frozenset())
 
 
@@ -99,20 +117,23 @@ def test_plain_text_api_keys_are_refused():
     assert "must be a Pulumi secret" in msg and CANARY not in msg
 
 
-@pytest.mark.parametrize("value,why", [
-    ({"team-a": "short"}, "shorter than"),
-    ({"team-a": CANARY, "team-b": CANARY}, "share one key"),
-    ({"bad id!": CANARY}, "is not a client id"),
-    ([CANARY], "not a non-empty mapping"),
-    ({CANARY + "x" * 40: "team-x"}, "not a client id"),  # a key pasted where the client id goes
-    ({CANARY: "team-x"}, "shorter than"),  # the two swapped: the key is a valid-looking name
-])
+@pytest.mark.parametrize(
+    "value,why",
+    [
+        ({"team-a": "short"}, "shorter than"),
+        ({"team-a": CANARY, "team-b": CANARY}, "share one key"),
+        ({"bad id!": CANARY}, "is not a client id"),
+        ([CANARY], "not a non-empty mapping"),
+        ({CANARY + "x" * 40: "team-x"}, "not a client id"),  # a key pasted where the client id goes
+        ({CANARY: "team-x"}, "shorter than"),  # the two swapped: the key is a valid-looking name
+    ],
+)
 def test_bad_api_key_secrets_are_named_without_their_value(value, why):
     from stacks.config.secret_values import secret_value_problems
 
     problems = secret_value_problems({"frontDoorApiKeys": json.dumps(value)})
     assert problems and why in " ".join(problems)
-    assert all(CANARY not in p and "short\"" not in p and "team-x" not in p for p in problems)
+    assert all(CANARY not in p and 'short"' not in p and "team-x" not in p for p in problems)
 
 
 def test_vpc_exposure_needs_eks():
@@ -122,13 +143,25 @@ def test_vpc_exposure_needs_eks():
 
 # ---------------------------------------------------------------------------- every route, every target
 
+
 def _door_variants():
     yield "managed-open", {"enabled": True}, frozenset()
     yield "managed-internet", INTERNET, KEYS
-    yield "existing", {"enabled": True, "gateway": "existing", "existingGateway": {"namespace": "infra", "name": "shared"}}, frozenset()
-    yield "existing-eg-jwt", {"enabled": True, "gateway": "existing",
-                              "existingGateway": {"namespace": "infra", "name": "shared", "implementation": "envoy-gateway"},
-                              "auth": {"mode": "jwt", "jwt": {"issuer": "https://id.example.com", "jwksUri": "https://id.example.com/jwks"}}}, frozenset()
+    yield (
+        "existing",
+        {"enabled": True, "gateway": "existing", "existingGateway": {"namespace": "infra", "name": "shared"}},
+        frozenset(),
+    )
+    yield (
+        "existing-eg-jwt",
+        {
+            "enabled": True,
+            "gateway": "existing",
+            "existingGateway": {"namespace": "infra", "name": "shared", "implementation": "envoy-gateway"},
+            "auth": {"mode": "jwt", "jwt": {"issuer": "https://id.example.com", "jwksUri": "https://id.example.com/jwks"}},
+        },
+        frozenset(),
+    )
 
 
 @pytest.mark.parametrize("target_id", sorted(targets()))
@@ -136,13 +169,17 @@ def test_every_route_has_a_timeout_and_removes_the_dynamo_headers(target_id):
     from stacks.layers.front_door import DYNAMO_CLIENT_HEADERS, ROUTING_HEADERS, TENANT_HEADER
 
     for variant, door, keys in _door_variants():
-        program = build_program({"target": target_id, "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": door}, "t", keys)
+        program = build_program(
+            {"target": target_id, "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": door}, "t", keys
+        )
         routes = _objects(program, "HTTPRoute")  # the model's route and, with TLS, the gateway's HTTPS redirect
         assert len([r for r in routes if r["metadata"]["namespace"] == "llm"]) == 1, variant
         for rule in [rule for r in routes for rule in r["spec"]["rules"]]:
             seconds = int(rule["timeouts"]["request"].rstrip("s"))
             assert seconds > ENVOY_DEFAULT_ROUTE_TIMEOUT * 4, (variant, seconds)
-            removed = {h for f in rule["filters"] if f["type"] == "RequestHeaderModifier" for h in f["requestHeaderModifier"]["remove"]}
+            removed = {
+                h for f in rule["filters"] if f["type"] == "RequestHeaderModifier" for h in f["requestHeaderModifier"]["remove"]
+            }
             assert set(ROUTING_HEADERS) <= removed, variant
             if TENANT_HEADER not in removed:  # the managed door sets it from the identity: removed early, before auth
                 early = _objects(program, "ClientTrafficPolicy")[0]["spec"]["headers"]["earlyRequestHeaders"]["remove"]
@@ -153,7 +190,9 @@ def test_every_route_has_a_timeout_and_removes_the_dynamo_headers(target_id):
 def test_long_context_targets_get_longer_timeouts_and_the_override_wins():
     by_context = {}
     for t in targets().values():
-        program = build_program({"target": t.id, "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": {"enabled": True}}, "t")
+        program = build_program(
+            {"target": t.id, "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": {"enabled": True}}, "t"
+        )
         by_context.setdefault(t.context, set()).add(_objects(program, "HTTPRoute")[0]["spec"]["rules"][0]["timeouts"]["request"])
     seconds = {ctx: max(int(v.rstrip("s")) for v in vals) for ctx, vals in by_context.items()}
     assert seconds["1m"] > seconds["256k"] > seconds[None]
@@ -201,12 +240,16 @@ def test_every_dynamo_or_bypass_header_in_the_rig_frontend_is_removed_or_passed_
     occurrences = {name.match(data, m.start()).group(0).decode() for m in re.finditer(rb"x-(?:dynamo|bypass)-", data)}
     assert len(occurrences) >= 10, sorted(occurrences)
     known = sorted({*DYNAMO_CLIENT_HEADERS, *PASSED_THROUGH}, key=len, reverse=True)
-    unknown = [o for o in sorted(occurrences)
-               if not any(o.startswith(k) for k in known) and not any(o.startswith(s) and not o.startswith(s + "-") for s in STEMS)]
+    unknown = [
+        o
+        for o in sorted(occurrences)
+        if not any(o.startswith(k) for k in known) and not any(o.startswith(s) and not o.startswith(s + "-") for s in STEMS)
+    ]
     assert unknown == []
 
 
 # ---------------------------------------------------------------------------- what the managed door creates
+
 
 def test_internet_door_objects():
     program = _program(INTERNET)
@@ -217,7 +260,10 @@ def test_internet_door_objects():
     http = next(lst for lst in gw["spec"]["listeners"] if lst["protocol"] == "HTTP")
     assert http["allowedRoutes"]["namespaces"]["from"] == "Same"  # plain HTTP serves only the redirect
     redirect = next(r for r in _objects(program, "HTTPRoute") if r["metadata"]["namespace"] == "dynamo-gateway")
-    assert next(f for f in redirect["spec"]["rules"][0]["filters"] if f["type"] == "RequestRedirect")["requestRedirect"]["scheme"] == "https"
+    assert (
+        next(f for f in redirect["spec"]["rules"][0]["filters"] if f["type"] == "RequestRedirect")["requestRedirect"]["scheme"]
+        == "https"
+    )
     policy = _objects(program, "SecurityPolicy")[0]["spec"]["apiKeyAuth"]
     assert policy["extractFrom"] == [{"headers": ["Authorization"]}] and policy["sanitize"] is True
     assert policy["forwardClientIDHeader"] == "x-tenant-id"
@@ -259,23 +305,40 @@ def test_with_network_policy_only_the_gateway_namespace_reaches_the_frontend():
     assert policy["metadata"]["namespace"] == "llm"
     assert policy["spec"]["podSelector"]["matchLabels"]["nvidia.com/dynamo-component-type"] == "frontend"
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    assert policy["spec"]["ingress"] == [{"from": [{"namespaceSelector": {"matchExpressions": [
-        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["dynamo-gateway", "team-a"]}]}}],
-        "ports": [{"protocol": "TCP", "port": port}]}]
+    assert policy["spec"]["ingress"] == [
+        {
+            "from": [
+                {
+                    "namespaceSelector": {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["dynamo-gateway", "team-a"]}
+                        ]
+                    }
+                }
+            ],
+            "ports": [{"protocol": "TCP", "port": port}],
+        }
+    ]
 
 
 def test_a_serve_stack_routes_each_entry_under_its_name():
-    raw = {"hfTokenSecretName": "hf", "frontDoor": {"enabled": True},
-           "serve": [{"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
-                     {"name": "long", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "b"}]}
+    raw = {
+        "hfTokenSecretName": "hf",
+        "frontDoor": {"enabled": True},
+        "serve": [
+            {"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+            {"name": "long", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "b"},
+        ],
+    }
     program = build_program(raw, "t")
     routes = {r["metadata"]["namespace"]: r for r in _objects(program, "HTTPRoute")}
     # each entry's OpenAI API (/v1 of its frontend) under its name, and nothing else of the frontend
     assert routes["a"]["spec"]["rules"][0]["matches"][0]["path"] == {"type": "PathPrefix", "value": "/chat/v1"}
     assert routes["b"]["spec"]["rules"][0]["matches"][0]["path"] == {"type": "PathPrefix", "value": "/long/v1"}
     for r in routes.values():
-        assert {"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"}}} \
-            in r["spec"]["rules"][0]["filters"]
+        assert {"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"}}} in r[
+            "spec"
+        ]["rules"][0]["filters"]
     urls = program.layer_outputs()["frontDoorUrl"]
     assert set(urls) == {"chat", "long"} and urls["chat"].endswith("/chat/v1") and urls["long"].endswith("/long/v1")
     gw = _objects(program, "Gateway")[0]
@@ -289,7 +352,7 @@ def test_committed_front_door_stacks_render():
     for path in sorted(ROOT.glob("Pulumi.*.yaml")):
         door = (yaml_text.load(path.read_text()).get("config") or {}).get("dynamo:frontDoor")
         if door and door.get("enabled"):
-            program = program_for_stack(path.name[len("Pulumi."):-len(".yaml")])
+            program = program_for_stack(path.name[len("Pulumi.") : -len(".yaml")])
             found.append((door.get("gateway", "managed"), door.get("exposure", "cluster"), program))
     kinds = {(g, e) for g, e, _ in found}
     assert ("managed", "internet") in kinds and ("existing", "cluster") in kinds
@@ -299,11 +362,18 @@ def test_committed_front_door_stacks_render():
 
 # ---------------------------------------------------------------------------- the shell, under Pulumi mocks
 
+
 def test_the_layer_component_creates_the_plan_and_keeps_the_keys_secret():
     from harness import SECRET_SIG, SECRETS, run_program
 
-    cfg = {"gpu": "h100", "topology": "agg", "namespace": "llm", "imagePullSecrets": ["ngc-secret"], "frontDoor": INTERNET,
-           "cluster": {"mode": "eks", "region": "us-east-1"}}
+    cfg = {
+        "gpu": "h100",
+        "topology": "agg",
+        "namespace": "llm",
+        "imagePullSecrets": ["ngc-secret"],
+        "frontDoor": INTERNET,
+        "cluster": {"mode": "eks", "region": "us-east-1"},
+    }
     run = run_program(cfg, {**SECRETS, "frontDoorApiKeys": json.dumps({"team-a": CANARY})}, stack="door")
     (component,) = run.by_type("dynamo:frontDoor:FrontDoor")
     planned = _door(build_program(cfg, "door", frozenset({"hfToken", "ngcApiKey", "frontDoorApiKeys"})))
@@ -325,7 +395,9 @@ def test_the_layer_component_creates_the_plan_and_keeps_the_keys_secret():
 
 def test_keys_without_tls_across_the_network_are_refused():
     door = {"enabled": True, "exposure": "vpc", "auth": {"mode": "apiKeys"}}
-    assert "dynamo:frontDoor.tls.mode: 'none' with auth.mode 'apiKeys'" in _refused(door, cluster={"mode": "eks", "region": "us-east-1"})
+    assert "dynamo:frontDoor.tls.mode: 'none' with auth.mode 'apiKeys'" in _refused(
+        door, cluster={"mode": "eks", "region": "us-east-1"}
+    )
 
 
 def test_allow_namespaces_without_network_policies_is_refused():
@@ -336,8 +408,11 @@ def test_a_load_balancer_on_a_cluster_stack_is_refused():
     cluster = {"mode": "stack", "stack": "organization/dynamo/h100-cluster"}
     door = {**INTERNET}
     with pytest.raises(ConfigError) as err:
-        build_program({"target": "lightning-vllm-agg-h100-dspark", "namespace": "llm", "frontDoor": door, "cluster": cluster},
-                      "t", KEYS | {"hfToken"})
+        build_program(
+            {"target": "lightning-vllm-agg-h100-dspark", "namespace": "llm", "frontDoor": door, "cluster": cluster},
+            "t",
+            KEYS | {"hfToken"},
+        )
     assert "cluster stack's cluster" in str(err.value) and "dynamo:frontDoor.exposure" in str(err.value)
 
 
@@ -354,28 +429,50 @@ def test_the_managed_chart_runs_the_proxies_where_the_network_policy_admits_them
     assert chart.values["config"]["envoyGateway"]["provider"]["kubernetes"]["deploy"]["type"] == "GatewayNamespace"
     (policy,) = [o for o in layer.objects if o["kind"] == "NetworkPolicy"]
     gw = next(o for o in layer.objects if o["kind"] == "Gateway")
-    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == [gw["metadata"]["namespace"]]
+    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        gw["metadata"]["namespace"]
+    ]
     own = plan_front_door(door.model_copy(update={"install_controllers": False}), program.entries, kubeconfig, "t")
     (policy,) = [o for o in own.objects if o["kind"] == "NetworkPolicy"]  # the user's controller: either namespace
-    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["dynamo-gateway", "envoy-gateway-system"]
+    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "dynamo-gateway",
+        "envoy-gateway-system",
+    ]
 
 
 def test_an_existing_envoy_gateway_still_keys_the_rate_limit_on_the_identity():
-    door = {"enabled": True, "gateway": "existing", "existingGateway": {"namespace": "infra", "name": "shared",
-            "implementation": "envoy-gateway", "proxyNamespace": "envoy-gateway-system"}, "auth": {"mode": "apiKeys"},
-            "rateLimit": {"requestsPerMinute": 10}}
+    door = {
+        "enabled": True,
+        "gateway": "existing",
+        "existingGateway": {
+            "namespace": "infra",
+            "name": "shared",
+            "implementation": "envoy-gateway",
+            "proxyNamespace": "envoy-gateway-system",
+        },
+        "auth": {"mode": "apiKeys"},
+        "rateLimit": {"requestsPerMinute": 10},
+    }
     program = _program(door, networkPolicy={"enabled": True})
     assert _objects(program, "SecurityPolicy")[0]["spec"]["apiKeyAuth"]["forwardClientIDHeader"] == "x-tenant-id"
     route = _objects(program, "HTTPRoute")[0]
     assert "x-tenant-id" in route["spec"]["rules"][0]["filters"][0]["requestHeaderModifier"]["remove"]
     (policy,) = _objects(program, "NetworkPolicy")
-    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["envoy-gateway-system"]
+    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "envoy-gateway-system"
+    ]
 
 
 # ---------------------------------------------------------------------------- on EKS: the AWS Load Balancer Controller
 
-EKS_DOOR = {"gpu": "h100", "topology": "agg", "namespace": "llm", "imagePullSecrets": ["ngc-secret"], "frontDoor": INTERNET,
-            "cluster": {"mode": "eks", "region": "us-east-1"}}
+EKS_DOOR = {
+    "gpu": "h100",
+    "topology": "agg",
+    "namespace": "llm",
+    "imagePullSecrets": ["ngc-secret"],
+    "frontDoor": INTERNET,
+    "cluster": {"mode": "eks", "region": "us-east-1"},
+}
 
 
 def _eks_run(cfg):
@@ -395,20 +492,31 @@ def test_an_nlb_door_on_eks_installs_the_load_balancer_controller_with_its_own_i
     from stacks.registry.charts import chart_pin
 
     run = _eks_run(EKS_DOOR)
-    (release,) = [r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs.get("chart") == "aws-load-balancer-controller"]
+    (release,) = [
+        r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs.get("chart") == "aws-load-balancer-controller"
+    ]
     assert release.inputs["version"] == chart_pin("aws-load-balancer-controller")["version"]
     values = release.inputs["values"]
     assert values["region"] == "us-east-1" and values["clusterName"] and "vpcId" in values
-    (assoc,) = [a for a in run.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
-                if a.inputs["serviceAccount"] == values["serviceAccount"]["name"]]
+    (assoc,) = [
+        a
+        for a in run.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+        if a.inputs["serviceAccount"] == values["serviceAccount"]["name"]
+    ]
     assert assoc.inputs["namespace"] == release.inputs["namespace"] == "kube-system"
     role = next(r for r in run.by_type("aws:iam/role:Role") if r.name.endswith("-lb-controller"))
     trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
-    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"} and {"sts:AssumeRole", "sts:TagSession"} <= set(trust["Action"])
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"} and {"sts:AssumeRole", "sts:TagSession"} <= set(
+        trust["Action"]
+    )
     policy = next(r for r in run.by_type("aws:iam/policy:Policy") if r.name.endswith("-lb-controller"))
     assert json.loads(policy.inputs["policy"]) == json.loads(POLICY_FILE.read_text())
     assert hashlib.sha256(POLICY_FILE.read_bytes()).hexdigest() == chart_pin("aws-load-balancer-controller")["iam-policy-sha256"]
-    actions = {a for st in json.loads(policy.inputs["policy"])["Statement"] for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    actions = {
+        a
+        for st in json.loads(policy.inputs["policy"])["Statement"]
+        for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+    }
     assert {"elasticloadbalancing:ModifyListenerAttributes", "elasticloadbalancing:CreateLoadBalancer"} <= actions
     assert any(a.inputs.get("addonName") == "eks-pod-identity-agent" for a in run.by_type("aws:eks/addon:Addon"))
     (door,) = run.by_type("dynamo:frontDoor:FrontDoor")
@@ -428,20 +536,40 @@ def test_opening_the_door_on_a_running_eks_stack_only_adds_resources():
     first = {r.urn: r for r in before.resources}
     second = {r.urn: r for r in after.resources}
     assert set(first) <= set(second)
-    changed = [u for u, r in first.items() if json.dumps(r.inputs, sort_keys=True, default=str) != json.dumps(second[u].inputs, sort_keys=True, default=str)]
+    changed = [
+        u
+        for u, r in first.items()
+        if json.dumps(r.inputs, sort_keys=True, default=str) != json.dumps(second[u].inputs, sort_keys=True, default=str)
+    ]
     assert [first[u].type for u in changed] == ["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"], changed[:5]
     dgd_before, dgd_after = first[changed[0]].inputs, second[changed[0]].inputs
     frontend = next(i for i, c in enumerate(dgd_before["spec"]["components"]) if c["type"] == "frontend")
     env_after = dgd_after["spec"]["components"][frontend]["podTemplate"]["spec"]["containers"][0]["env"]
     # Dynamo's security guide: "set DYN_DISABLE_FRONTEND_NVEXT=1" for untrusted clients; its frontend docs: the admin
     # API is on by default, DYN_DISABLE_FRONTEND_ADMIN_API turns it off
-    assert env_after[-2:] == [{"name": "DYN_DISABLE_FRONTEND_ADMIN_API", "value": "1"},
-                              {"name": "DYN_DISABLE_FRONTEND_NVEXT", "value": "1"}]
+    assert env_after[-2:] == [
+        {"name": "DYN_DISABLE_FRONTEND_ADMIN_API", "value": "1"},
+        {"name": "DYN_DISABLE_FRONTEND_NVEXT", "value": "1"},
+    ]
     dgd_after["spec"]["components"][frontend]["podTemplate"]["spec"]["containers"][0]["env"] = env_after[:-2]
     assert json.dumps(dgd_after, sort_keys=True, default=str) == json.dumps(dgd_before, sort_keys=True, default=str)
     added = {second[u].type for u in set(second) - set(first)}
-    assert {"aws:iam/role:Role", "aws:iam/policy:Policy", "aws:eks/podIdentityAssociation:PodIdentityAssociation",
-            "kubernetes:helm.sh/v3:Release", "dynamo:frontDoor:FrontDoor"} <= added
-    assert not {t for t in added if t.startswith("aws:") and t not in (
-        "aws:iam/role:Role", "aws:iam/policy:Policy", "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
-        "aws:eks/podIdentityAssociation:PodIdentityAssociation")}
+    assert {
+        "aws:iam/role:Role",
+        "aws:iam/policy:Policy",
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+        "kubernetes:helm.sh/v3:Release",
+        "dynamo:frontDoor:FrontDoor",
+    } <= added
+    assert not {
+        t
+        for t in added
+        if t.startswith("aws:")
+        and t
+        not in (
+            "aws:iam/role:Role",
+            "aws:iam/policy:Policy",
+            "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+            "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+        )
+    }

@@ -13,6 +13,7 @@ builds each Namespace from its name only), while the API server labels every nam
 namespace selector (``kubernetes.io/metadata.name In [serving namespaces]``) is checked by admission and by
 test_front_door.py, and the translator input admits routes from every namespace it is given.
 """
+
 from __future__ import annotations
 
 import base64
@@ -35,11 +36,27 @@ pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent
 AGG, DISAGG = "lightning-vllm-agg-h100-dspark", "lightning-vllm-disagg-h100-dspark"
 KEYS = {"team-a": "a" * 40, "team-b": "b" * 40}
-DOOR = {"enabled": True, "exposure": "internet", "sourceRanges": ["203.0.113.0/24"], "hostname": "models.example.com",
-        "tls": {"mode": "certManager", "issuer": {"name": "letsencrypt"}}, "auth": {"mode": "apiKeys"},
-        "rateLimit": {"requestsPerMinute": 60}}
-JWT = {"enabled": True, "auth": {"mode": "jwt", "jwt": {"issuer": "https://id.example.com", "jwksUri": "https://id.example.com/jwks.json",
-                                                          "audiences": ["models"], "tenantClaim": "org"}}}
+DOOR = {
+    "enabled": True,
+    "exposure": "internet",
+    "sourceRanges": ["203.0.113.0/24"],
+    "hostname": "models.example.com",
+    "tls": {"mode": "certManager", "issuer": {"name": "letsencrypt"}},
+    "auth": {"mode": "apiKeys"},
+    "rateLimit": {"requestsPerMinute": 60},
+}
+JWT = {
+    "enabled": True,
+    "auth": {
+        "mode": "jwt",
+        "jwt": {
+            "issuer": "https://id.example.com",
+            "jwksUri": "https://id.example.com/jwks.json",
+            "audiences": ["models"],
+            "tenantClaim": "org",
+        },
+    },
+}
 
 
 def program(door: dict, target: str = DISAGG, **extra):
@@ -54,16 +71,24 @@ def door_objects(prog) -> list[dict]:
 def envoy_gateway_crd_files() -> list[Path]:
     """The CRDs the managed door's chart installs (Envoy Gateway at the pinned version: its Gateway API bundle, then
     its own), from the Go module proxy."""
-    crds = go_module_dir("github.com/envoyproxy/gateway", chart_pin("envoy-gateway")["version"]) / "charts/gateway-helm/charts/crds/crds"
+    crds = (
+        go_module_dir("github.com/envoyproxy/gateway", chart_pin("envoy-gateway")["version"])
+        / "charts/gateway-helm/charts/crds/crds"
+    )
     return [crds / "gatewayapi-crds.yaml", *sorted((crds / "generated").glob("*.yaml"))]
 
 
 def cert_manager_crd_files() -> list[Path]:
     """cert-manager's CRDs at the pinned chart version, from the Go module proxy."""
-    return sorted((go_module_dir("github.com/cert-manager/cert-manager", chart_pin("cert-manager")["version"]) / "deploy/crds").glob("*.yaml"))
+    return sorted(
+        (go_module_dir("github.com/cert-manager/cert-manager", chart_pin("cert-manager")["version"]) / "deploy/crds").glob(
+            "*.yaml"
+        )
+    )
 
 
 # ---------------------------------------------------------------------------- the translator
+
 
 @pytest.fixture(scope="module")
 def egctl() -> str:
@@ -76,9 +101,28 @@ def egctl() -> str:
 def certificate(tmp_path_factory) -> dict:
     """A self-signed certificate for the door's host, as cert-manager would leave it in the TLS Secret."""
     d = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d / "k.pem", "-out", d / "c.pem",
-                    "-days", "2", "-subj", "/CN=models.example.com", "-addext", "subjectAltName=DNS:models.example.com"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            d / "k.pem",
+            "-out",
+            d / "c.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=models.example.com",
+            "-addext",
+            "subjectAltName=DNS:models.example.com",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return {"tls.crt": (d / "c.pem").read_text(), "tls.key": (d / "k.pem").read_text()}
 
 
@@ -103,8 +147,15 @@ def translator_input(prog, certificate: dict) -> list[dict]:
         objs.append(o)
     gw = next(o for o in objs if o["kind"] == "Gateway")
     if any(lst.get("tls") for lst in gw["spec"]["listeners"]):
-        objs.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                     "metadata": {"name": "dynamo-front-door-tls", "namespace": gw["metadata"]["namespace"]}, "data": _b64(certificate)})
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/tls",
+                "metadata": {"name": "dynamo-front-door-tls", "namespace": gw["metadata"]["namespace"]},
+                "data": _b64(certificate),
+            }
+        )
     from stacks.serving.operator import operator_services
 
     for e in prog.entries:
@@ -143,14 +194,20 @@ def listeners(xds: dict) -> list[dict]:
 
 def routes(xds: dict) -> list[dict]:
     """The routes Envoy Gateway made from HTTPRoutes (named httproute/<namespace>/<name>/rule/...)."""
-    return [r for rc in walk(xds, "routeConfig") if isinstance(rc, dict) for vh in rc.get("virtualHosts", []) for r in vh["routes"]
-            if r.get("name", "").startswith("httproute/")]
+    return [
+        r
+        for rc in walk(xds, "routeConfig")
+        if isinstance(rc, dict)
+        for vh in rc.get("virtualHosts", [])
+        for r in vh["routes"]
+        if r.get("name", "").startswith("httproute/")
+    ]
 
 
 def _all_accepted(status_docs: list) -> None:
     bad = []
     for doc in status_docs:
-        for item in (doc if isinstance(doc, list) else [doc]):
+        for item in doc if isinstance(doc, list) else [doc]:
             if not isinstance(item, dict):
                 continue
             for cond in walk(item.get("status") or {}, "conditions"):
@@ -165,7 +222,9 @@ def test_envoy_gateway_serves_the_door_with_auth_tls_timeouts_and_header_removal
     objs = translator_input(prog, certificate)
     _all_accepted(translate(egctl, objs, tmp_path, "gateway-api"))
     xds = translate(egctl, objs, tmp_path, "xds")
-    by_port = {lst["address"]["socketAddress"]["portValue"]: lst for lst in listeners(xds) if "envoy-gateway-proxy" not in lst["name"]}
+    by_port = {
+        lst["address"]["socketAddress"]["portValue"]: lst for lst in listeners(xds) if "envoy-gateway-proxy" not in lst["name"]
+    }
     # Envoy Gateway maps privileged ports to 10000 + port; both listeners remove a client's Dynamo headers before any filter
     assert set(by_port) == {10080, 10443}, sorted(by_port)
     for lst in by_port.values():
@@ -176,9 +235,16 @@ def test_envoy_gateway_serves_the_door_with_auth_tls_timeouts_and_header_removal
     assert any("tlsCertificateSdsSecretConfigs" in json.dumps(fc) for fc in https["filterChains"]), "no TLS on the HTTPS listener"
     filters = [f["name"] for f in next(walk(https, "httpFilters"))]
     # authentication, then the rate limit, then the router: the tenant header the rate limit keys on is the one auth set
-    assert filters.index("envoy.filters.http.api_key_auth") < filters.index("envoy.filters.http.local_ratelimit") < filters.index("envoy.filters.http.router")
-    planned = {o["metadata"]["name"]: o["spec"]["rules"][0]["timeouts"]["request"]
-               for o in next(x for x in prog.layers if x.key == "frontDoor").objects if o["kind"] == "HTTPRoute" and "backendRefs" in o["spec"]["rules"][0]}
+    assert (
+        filters.index("envoy.filters.http.api_key_auth")
+        < filters.index("envoy.filters.http.local_ratelimit")
+        < filters.index("envoy.filters.http.router")
+    )
+    planned = {
+        o["metadata"]["name"]: o["spec"]["rules"][0]["timeouts"]["request"]
+        for o in next(x for x in prog.layers if x.key == "frontDoor").objects
+        if o["kind"] == "HTTPRoute" and "backendRefs" in o["spec"]["rules"][0]
+    }
     model_routes = [r for r in routes(xds) if "route" in r]
     assert model_routes and {r["name"].split("/")[2] for r in model_routes} == set(planned)
     for r in model_routes:
@@ -214,10 +280,20 @@ def test_jwt_door_sets_the_tenant_from_the_claim(egctl, certificate, tmp_path):
 
 
 def test_a_serve_stack_gets_one_prefix_per_entry_rewritten_to_the_frontend(egctl, certificate, tmp_path):
-    prog = build_program({"hfTokenSecretName": "hf", "frontDoor": {"enabled": True},
-                          "serve": [{"name": "chat", "target": AGG, "namespace": "a"}, {"name": "long", "target": DISAGG, "namespace": "b"}]}, "t")
+    prog = build_program(
+        {
+            "hfTokenSecretName": "hf",
+            "frontDoor": {"enabled": True},
+            "serve": [{"name": "chat", "target": AGG, "namespace": "a"}, {"name": "long", "target": DISAGG, "namespace": "b"}],
+        },
+        "t",
+    )
     xds = translate(egctl, translator_input(prog, certificate), tmp_path, "xds")
-    model = {r["match"]["prefix"] if "prefix" in r["match"] else r["match"].get("pathSeparatedPrefix"): r for r in routes(xds) if "route" in r}
+    model = {
+        r["match"]["prefix"] if "prefix" in r["match"] else r["match"].get("pathSeparatedPrefix"): r
+        for r in routes(xds)
+        if "route" in r
+    }
     # the OpenAI API only: not the frontend's /metrics, /health or admin API
     assert set(model) == {"/chat/v1", "/long/v1"}, sorted(model)
     for r in model.values():
@@ -226,6 +302,7 @@ def test_a_serve_stack_gets_one_prefix_per_entry_rewritten_to_the_frontend(egctl
 
 
 # ---------------------------------------------------------------------------- admission
+
 
 def _crd_docs(paths) -> list[dict]:
     out = []
@@ -242,8 +319,10 @@ def crd_sets() -> dict[str, list[dict]]:
     eg = envoy_gateway_crd_files()
     gwapi = go_module_dir("sigs.k8s.io/gateway-api", "v1.5.1") / "config/crd/standard"
     eg_own = eg[1:]
-    return {"managed": _crd_docs([*eg, *cert_manager_crd_files()]),
-            "existing": _crd_docs([*sorted(gwapi.glob("*.yaml")), *eg_own])}
+    return {
+        "managed": _crd_docs([*eg, *cert_manager_crd_files()]),
+        "existing": _crd_docs([*sorted(gwapi.glob("*.yaml")), *eg_own]),
+    }
 
 
 @pytest.mark.parametrize("crds", ["managed", "existing"])
@@ -260,15 +339,30 @@ def test_the_api_server_admits_every_front_door_object(crds, tmp_path):
             deadline = time.monotonic() + 120
             for d in docs:
                 path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{d['metadata']['name']}"
-                while not any(c["type"] == "Established" and c["status"] == "True"
-                              for c in (sim.request("GET", path).get("status") or {}).get("conditions") or []):
+                while not any(
+                    c["type"] == "Established" and c["status"] == "True"
+                    for c in (sim.request("GET", path).get("status") or {}).get("conditions") or []
+                ):
                     assert time.monotonic() < deadline, f"CRD {d['metadata']['name']} not Established"
                     time.sleep(0.2)
-            plurals = {d["spec"]["names"]["kind"]: (d["spec"]["group"], d["spec"]["names"]["plural"], d["spec"]["scope"]) for d in docs}
-            variants = ([("internet", DOOR), ("jwt", JWT)] if crds == "managed" else
-                        [("existing", {"enabled": True, "gateway": "existing",
-                                       "existingGateway": {"namespace": "infra", "name": "shared", "implementation": "envoy-gateway"},
-                                       "auth": {"mode": "apiKeys"}})])
+            plurals = {
+                d["spec"]["names"]["kind"]: (d["spec"]["group"], d["spec"]["names"]["plural"], d["spec"]["scope"]) for d in docs
+            }
+            variants = (
+                [("internet", DOOR), ("jwt", JWT)]
+                if crds == "managed"
+                else [
+                    (
+                        "existing",
+                        {
+                            "enabled": True,
+                            "gateway": "existing",
+                            "existingGateway": {"namespace": "infra", "name": "shared", "implementation": "envoy-gateway"},
+                            "auth": {"mode": "apiKeys"},
+                        },
+                    )
+                ]
+            )
             created = set()
             for target in (AGG, DISAGG):
                 for variant, door in variants:
@@ -277,7 +371,11 @@ def test_the_api_server_admits_every_front_door_object(crds, tmp_path):
                         ns = o["metadata"].get("namespace")
                         for n in filter(None, [ns]):
                             if n not in created:
-                                sim.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}})
+                                sim.request(
+                                    "POST",
+                                    "/api/v1/namespaces",
+                                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}},
+                                )
                                 created.add(n)
                         group, _, version = o["apiVersion"].rpartition("/")
                         if o["kind"] in plurals:
@@ -288,7 +386,11 @@ def test_the_api_server_admits_every_front_door_object(crds, tmp_path):
                             continue
                         else:
                             core = {"Secret": "secrets", "NetworkPolicy": "networkpolicies"}[o["kind"]]
-                            url = (f"/api/v1/namespaces/{ns}/{core}" if not group else f"/apis/{group}/{version}/namespaces/{ns}/{core}")
+                            url = (
+                                f"/api/v1/namespaces/{ns}/{core}"
+                                if not group
+                                else f"/apis/{group}/{version}/namespaces/{ns}/{core}"
+                            )
                         stored = sim.request("POST", url + "?dryRun=All&fieldValidation=Strict", o)
                         if "spec" in o:
                             assert _contains(stored["spec"], o["spec"]), (variant, target, o["kind"], o["metadata"]["name"])

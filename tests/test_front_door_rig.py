@@ -14,6 +14,7 @@ real Dynamo 1.6.1 frontend and mocker (the serving rig, tests/rig.py), two worke
 With nvext on, the worker that served is read from the answer (``nvext.extra_fields: ["worker_id"]``, as
 frontDoorSmokeTest does); with it off, from the workers' own request counters (``dynamo_component_requests_total`` of
 each mocker's system server, whose ``worker_id`` label is the worker's id in hex)."""
+
 from __future__ import annotations
 
 import collections
@@ -60,8 +61,9 @@ def no_door(tmp_path_factory):
 
 def _busy_threshold(rig, method: str) -> int:
     body = json.dumps({"model": rig.model, "active_decode_blocks_threshold": 0.01}).encode() if method == "POST" else None
-    req = urllib.request.Request(rig.frontend_url + "/busy_threshold", data=body, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        rig.frontend_url + "/busy_threshold", data=body, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status
@@ -89,10 +91,17 @@ def _frontend_env(program) -> dict:
 
 
 def _ask(rig, headers: dict, nvext: dict) -> dict:
-    body = {"model": rig.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-            "nvext": {"extra_fields": ["worker_id"], **nvext}}
-    req = urllib.request.Request(rig.frontend_url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", **headers})
+    body = {
+        "model": rig.model,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4,
+        "nvext": {"extra_fields": ["worker_id"], **nvext},
+    }
+    req = urllib.request.Request(
+        rig.frontend_url + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **headers},
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         assert r.status == 200
         return json.loads(r.read())
@@ -105,8 +114,12 @@ def _served_by(rig, headers: dict, nvext: dict | None = None) -> int:
 def _through_the_route(program, headers: dict) -> dict:
     """The request headers after the route's header filter (names compare case-insensitively, as in HTTP)."""
     route = next(o for layer in program.layers for o in layer.objects if o["kind"] == "HTTPRoute")
-    removed = {h.lower() for f in route["spec"]["rules"][0]["filters"] if f["type"] == "RequestHeaderModifier"
-               for h in f["requestHeaderModifier"]["remove"]}
+    removed = {
+        h.lower()
+        for f in route["spec"]["rules"][0]["filters"]
+        if f["type"] == "RequestHeaderModifier"
+        for h in f["requestHeaderModifier"]["remove"]
+    }
     return {k: v for k, v in headers.items() if k.lower() not in removed}
 
 
@@ -118,7 +131,7 @@ def _served_counts(rig) -> dict[int, float]:
             continue
         with urllib.request.urlopen(f"http://127.0.0.1:{pod.ports['system']}/metrics", timeout=10) as r:
             text = r.read().decode()
-        for m in re.finditer(r'^dynamo_component_requests_total\{([^}]*)\} (\S+)$', text, re.M):
+        for m in re.finditer(r"^dynamo_component_requests_total\{([^}]*)\} (\S+)$", text, re.M):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', m[1]))
             if labels.get("dynamo_endpoint") == "generate":
                 wid = int(labels["worker_id"], 16)
@@ -160,8 +173,11 @@ def test_behind_the_door_neither_body_nor_header_picks_the_worker(door_default):
     workers = sorted(_served_counts(rig))
     assert len(workers) == 2, f"the workers' metrics name {workers}: two workers expected"
     target = workers[0]
-    attempts = [({}, {"backend_instance_id": target}), ({}, {"decode_worker_id": target}),
-                ({"x-worker-instance-id": str(target)}, {})]
+    attempts = [
+        ({}, {"backend_instance_id": target}),
+        ({}, {"decode_worker_id": target}),
+        ({"x-worker-instance-id": str(target)}, {}),
+    ]
     for headers, nvext in attempts:
         before = _served_counts(rig)
         answers = [_ask(rig, headers, nvext) for _ in range(REQUESTS)]
@@ -169,7 +185,9 @@ def test_behind_the_door_neither_body_nor_header_picks_the_worker(door_default):
         served = {w: after.get(w, 0) - before.get(w, 0) for w in workers}
         assert sum(served.values()) == REQUESTS, served
         assert all(n > 0 for n in served.values()), f"{headers or nvext}: every request went to one worker: {served}"
-        assert all("nvext" not in a or not a["nvext"] for a in answers), f"{headers or nvext}: an answer disclosed {answers[0].get('nvext')}"
+        assert all("nvext" not in a or not a["nvext"] for a in answers), (
+            f"{headers or nvext}: an answer disclosed {answers[0].get('nvext')}"
+        )
 
 
 def _run_smoke_test(program, rig) -> tuple[str, dict]:

@@ -1,6 +1,7 @@
 """The pods the program adds (model download / validate Jobs, the AIPerf benchmark Job) run hardened, the DGD's
 workers keep exactly upstream's settings, and the fidelity comparison of the model-cache Jobs allows exactly the
 hardening additions (stacks/serving/hardening.py) and nothing else."""
+
 import copy
 
 import pytest
@@ -87,10 +88,16 @@ def _rendered_job(name: str, model: str, pulls: list[str]) -> dict:
 def test_fidelity_allows_exactly_the_hardening_of_the_model_cache_jobs():
     """Against each upstream model-cache Job: the raw differences are only the listed hardening fields; with them
     taken out the Job is exact; any other change (or a hardening field with another value) still differs."""
-    allowed = ({f".spec.template.spec.securityContext.{k}" for k in POD} | {".spec.template.spec.securityContext",
-               ".spec.template.spec.volumes"} | {f".spec.template.spec.containers[0].securityContext.{k}" for k in CONTAINER}
-               | {".spec.template.spec.containers[0].securityContext", ".spec.template.spec.containers[0].volumeMounts",
-                  ".spec.template.spec.containers[0].env"})
+    allowed = (
+        {f".spec.template.spec.securityContext.{k}" for k in POD}
+        | {".spec.template.spec.securityContext", ".spec.template.spec.volumes"}
+        | {f".spec.template.spec.containers[0].securityContext.{k}" for k in CONTAINER}
+        | {
+            ".spec.template.spec.containers[0].securityContext",
+            ".spec.template.spec.containers[0].volumeMounts",
+            ".spec.template.spec.containers[0].env",
+        }
+    )
     for where, up in _upstream_cache_jobs():
         pulls = ["ngc-pull"] if "imagePullSecrets" in str(up) else []  # upstream's placeholder stands for them
         want = fidelity.normalize(fidelity.substitute_placeholders(up, "fsx-lustre", pulls))

@@ -4,6 +4,7 @@ The real program runs under mocks (tests/harness.py) for a Karpenter pool on on-
 reservation and a Capacity Block: every AWS rule passes, and each Karpenter rule fails on a graph carrying the
 mistake it guards against. Config errors name the key, the value and the choices before any resource; stacks that
 keep managed node groups register nothing new and their DGDs stay exactly the recipe's."""
+
 from __future__ import annotations
 
 import copy
@@ -29,8 +30,12 @@ KARPENTER_RULES = [fn for fn in R.RULES if fn.__name__.startswith("karpenter_")]
 
 
 def stack_config(kind: str = "on-demand", **cluster) -> dict:
-    return {"gpu": "h100", "topology": "disagg", "imagePullSecrets": ["ngc-secret"],
-            "cluster": {"mode": "eks", "region": "us-east-1", "capacity": "karpenter", **CAPACITY[kind], **cluster}}
+    return {
+        "gpu": "h100",
+        "topology": "disagg",
+        "imagePullSecrets": ["ngc-secret"],
+        "cluster": {"mode": "eks", "region": "us-east-1", "capacity": "karpenter", **CAPACITY[kind], **cluster},
+    }
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,6 +91,7 @@ def test_committed_karpenter_stack_passes_the_aws_rules():
 
 def test_nodepool_labels_and_taint_are_the_node_groups():
     """The DGDs select on the same labels whichever capacity the pool has."""
+
     def plan(capacity):
         raw = stack_config()
         raw["cluster"]["capacity"] = capacity
@@ -95,7 +101,9 @@ def test_nodepool_labels_and_taint_are_the_node_groups():
     pool = kp.karpenter.pools[0]
     assert pool.nodepool["spec"]["template"]["metadata"]["labels"] == ng.gpu_nodegroup["labels"]
     taint = ng.gpu_nodegroup["taints"][0]
-    assert pool.nodepool["spec"]["template"]["spec"]["taints"] == [{"key": taint["key"], "value": taint["value"], "effect": "NoSchedule"}]
+    assert pool.nodepool["spec"]["template"]["spec"]["taints"] == [
+        {"key": taint["key"], "value": taint["value"], "effect": "NoSchedule"}
+    ]
     assert pool.instance_type == ng.shape.instance_type and pool.zone == ng.gpu_nodegroup["availability_zone"]
     assert pool.offerings() == [{"instanceType": "p5.48xlarge", "capacityType": "on-demand", "zone": pool.zone}]
 
@@ -104,6 +112,7 @@ def test_karpenter_pools_run_the_ami_release_the_node_groups_pin():
     """Not al2023@latest (Karpenter drifts every node on each AMI release): the alias of the release the node groups pin,
     al2023@v20260714 (awslabs/amazon-eks-ami CHANGELOG.md: AMI Release v20260714, AMI names ...-1.35-v20260714), or the
     pool's own amiAlias."""
+
     def alias(**cluster):
         plan = build_program(stack_config(**cluster), "kt", frozenset(SECRETS)).cluster_plan
         return plan.karpenter.pools[0].ec2nodeclass["spec"]["amiSelectorTerms"], plan.system_nodegroup["release_version"]
@@ -135,10 +144,18 @@ def test_stacks_without_karpenter_register_nothing_karpenter():
 
 
 def test_mixed_pools_node_group_and_karpenter():
-    raw = {"imagePullSecrets": ["ngc-secret"],
-           "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "capacity": "karpenter", "maxNodes": 2}]},
-           "serve": [{"name": "a", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
-                     {"name": "b", "target": "lightning-vllm-agg-b200-mtp", "namespace": "b"}]}
+    raw = {
+        "imagePullSecrets": ["ngc-secret"],
+        "cluster": {
+            "mode": "eks",
+            "region": "us-east-1",
+            "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "capacity": "karpenter", "maxNodes": 2}],
+        },
+        "serve": [
+            {"name": "a", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+            {"name": "b", "target": "lightning-vllm-agg-b200-mtp", "namespace": "b"},
+        ],
+    }
     g = graph(raw, "mixed")
     assert check(g) == []
     assert [ng.name for ng in g.of(R.NODEGROUP) if ng.name != "cluster-system"] == ["cluster-gpu"]
@@ -148,13 +165,17 @@ def test_mixed_pools_node_group_and_karpenter():
 
 
 def test_cluster_only_karpenter_pool():
-    raw = {"serve": [], "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 3}]}}
+    raw = {
+        "serve": [],
+        "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 3}]},
+    }
     g = graph(raw, "konly")
     assert check(g) == []
     assert one(g, R.NODEPOOL).inputs["spec"]["limits"]["nodes"] == "3"
 
 
 # --------------------------------------------------------------------------- capacity placeholders
+
 
 def _placeholder_pod(job: dict) -> dict:
     return job["spec"]["template"]["spec"]
@@ -168,12 +189,21 @@ def test_placeholder_job_per_pool_asks_for_the_nodes_its_entries_fill():
     from stacks.catalog.fit import pack
 
     def pools(**scale):
-        raw = {"imagePullSecrets": ["ngc-secret"],
-               "cluster": {"mode": "eks", "region": "us-east-1",
-                           "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 4},
-                                        {"gpu": "b200", "capacity": "karpenter", "maxNodes": 3}]},
-               "serve": [{"name": "a", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "a", **scale},
-                         {"name": "b", "target": "lightning-vllm-agg-b200-mtp", "namespace": "b"}]}
+        raw = {
+            "imagePullSecrets": ["ngc-secret"],
+            "cluster": {
+                "mode": "eks",
+                "region": "us-east-1",
+                "gpuPools": [
+                    {"gpu": "h100", "capacity": "karpenter", "maxNodes": 4},
+                    {"gpu": "b200", "capacity": "karpenter", "maxNodes": 3},
+                ],
+            },
+            "serve": [
+                {"name": "a", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "a", **scale},
+                {"name": "b", "target": "lightning-vllm-agg-b200-mtp", "namespace": "b"},
+            ],
+        }
         program = build_program(raw, "kp", frozenset(SECRETS))
         return program, {p.name: p for p in program.cluster_plan.karpenter.pools}
 
@@ -192,7 +222,10 @@ def test_placeholder_job_per_pool_asks_for_the_nodes_its_entries_fill():
         taint = pool.nodepool["spec"]["template"]["spec"]["taints"][0]
         assert pod["tolerations"] == [{"operator": "Equal", **taint}]
         (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        assert term == {"labelSelector": {"matchLabels": {K.PLACEHOLDER_LABEL: pool.name}}, "topologyKey": "kubernetes.io/hostname"}
+        assert term == {
+            "labelSelector": {"matchLabels": {K.PLACEHOLDER_LABEL: pool.name}},
+            "topologyKey": "kubernetes.io/hostname",
+        }
         assert spec["template"]["metadata"]["labels"][K.PLACEHOLDER_LABEL] == pool.name
         assert pod["priorityClassName"] == kp.priority_class["metadata"]["name"] == K.PLACEHOLDER_PRIORITY_CLASS
         (ctr,) = pod["containers"]
@@ -210,12 +243,22 @@ def test_placeholder_job_per_pool_asks_for_the_nodes_its_entries_fill():
 def test_no_placeholder_for_paused_entries_or_node_group_pools():
     from stacks.cli.cost import paused_raw
 
-    raw = {"imagePullSecrets": ["ngc-secret"],
-           "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "capacity": "karpenter", "maxNodes": 2}]},
-           "serve": [{"name": "a", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
-                     {"name": "b", "target": "lightning-vllm-agg-b200-mtp", "namespace": "b"}]}
+    raw = {
+        "imagePullSecrets": ["ngc-secret"],
+        "cluster": {
+            "mode": "eks",
+            "region": "us-east-1",
+            "gpuPools": [{"gpu": "h100"}, {"gpu": "b200", "capacity": "karpenter", "maxNodes": 2}],
+        },
+        "serve": [
+            {"name": "a", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+            {"name": "b", "target": "lightning-vllm-agg-b200-mtp", "namespace": "b"},
+        ],
+    }
     kp = build_program(raw, "mixed", frozenset(SECRETS)).cluster_plan.karpenter
-    assert [p.name for p in kp.pools] == ["gpu-b200"] and [j["metadata"]["name"] for j in kp.placeholders()] == ["capacity-placeholder-gpu-b200"]
+    assert [p.name for p in kp.pools] == ["gpu-b200"] and [j["metadata"]["name"] for j in kp.placeholders()] == [
+        "capacity-placeholder-gpu-b200"
+    ]
     # The Karpenter pool's entry paused: no Job, no PriorityClass; the NodePool stays.
     raw["serve"][1]["paused"] = True
     kp = build_program(raw, "mixed", frozenset(SECRETS)).cluster_plan.karpenter
@@ -225,7 +268,10 @@ def test_no_placeholder_for_paused_entries_or_node_group_pools():
     paused = build_program(paused_raw(stack_config()), "kt", frozenset(SECRETS)).cluster_plan.karpenter
     assert paused.placeholders() == [] and paused.priority_class is None
     assert build_program(stack_config(), "kt", frozenset(SECRETS)).cluster_plan.karpenter.placeholders()
-    only = {"serve": [], "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 3}]}}
+    only = {
+        "serve": [],
+        "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 3}]},
+    }
     assert build_program(only, "konly", frozenset()).cluster_plan.karpenter.placeholders() == []
     # Node-group stacks plan nothing Karpenter at all.
     raw["cluster"]["gpuPools"][1].pop("capacity")
@@ -281,11 +327,21 @@ def test_capacity_type_mapping():
 
 
 def test_add_do_not_disrupt_respects_selection():
-    dgd = {"spec": {"components": [
-        {"name": "w", "podTemplate": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": 8}}}]}}},
-        {"name": "f", "podTemplate": {"spec": {"containers": [{}]}}},
-        {"name": "other", "podTemplate": {"metadata": {"annotations": {"a": "b"}}, "spec": {"nodeSelector": {"p": "x"},
-                                                                                             "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}}
+    dgd = {
+        "spec": {
+            "components": [
+                {"name": "w", "podTemplate": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": 8}}}]}}},
+                {"name": "f", "podTemplate": {"spec": {"containers": [{}]}}},
+                {
+                    "name": "other",
+                    "podTemplate": {
+                        "metadata": {"annotations": {"a": "b"}},
+                        "spec": {"nodeSelector": {"p": "x"}, "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+                    },
+                },
+            ]
+        }
+    }
     assert K.add_do_not_disrupt(dgd, lambda pod: "nodeSelector" in pod) == ["other"]
     assert dgd["spec"]["components"][2]["podTemplate"]["metadata"]["annotations"] == {"a": "b", K.DO_NOT_DISRUPT: "true"}
     assert "metadata" not in dgd["spec"]["components"][0]["podTemplate"]
@@ -294,15 +350,18 @@ def test_add_do_not_disrupt_respects_selection():
 # --------------------------------------------------------------------------- config errors, before any resource
 
 
-@pytest.mark.parametrize("cluster, key, words", [
-    ({"capacity": "autoscaler"}, "dynamo:cluster.capacity", ["'autoscaler'", "'node-group'", "'karpenter'"]),
-    ({"capacity": "node-group", "maxNodes": 3}, "dynamo:cluster.maxNodes", ["only applies with", "capacity: karpenter"]),
-    ({"gpuNodes": 2}, "dynamo:cluster.gpuNodes", ["maxNodes"]),
-    ({"maxNodes": 0}, "dynamo:cluster.maxNodes", ["greater than or equal to 1"]),
-    ({"consolidateAfter": "5 minutes"}, "dynamo:cluster.consolidateAfter", ["'5 minutes'", "10m"]),
-    ({"amiAlias": "al2@latest"}, "dynamo:cluster.amiAlias", ["'al2@latest'", "al2023@latest"]),
-    ({"placementGroup": True}, "dynamo:cluster.placementGroup", ["karpenter"]),
-])
+@pytest.mark.parametrize(
+    "cluster, key, words",
+    [
+        ({"capacity": "autoscaler"}, "dynamo:cluster.capacity", ["'autoscaler'", "'node-group'", "'karpenter'"]),
+        ({"capacity": "node-group", "maxNodes": 3}, "dynamo:cluster.maxNodes", ["only applies with", "capacity: karpenter"]),
+        ({"gpuNodes": 2}, "dynamo:cluster.gpuNodes", ["maxNodes"]),
+        ({"maxNodes": 0}, "dynamo:cluster.maxNodes", ["greater than or equal to 1"]),
+        ({"consolidateAfter": "5 minutes"}, "dynamo:cluster.consolidateAfter", ["'5 minutes'", "10m"]),
+        ({"amiAlias": "al2@latest"}, "dynamo:cluster.amiAlias", ["'al2@latest'", "al2023@latest"]),
+        ({"placementGroup": True}, "dynamo:cluster.placementGroup", ["karpenter"]),
+    ],
+)
 def test_bad_karpenter_config_names_key_value_and_choices(cluster, key, words):
     raw = stack_config(**cluster)
     with pytest.raises(ConfigError) as e:
@@ -321,15 +380,36 @@ def test_max_nodes_below_what_the_dgd_needs():
 
 
 def test_pool_keys_and_refusals_per_pool():
-    base = {"serve": [], "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter"}]}}
+    base = {
+        "serve": [],
+        "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter"}]},
+    }
     with pytest.raises(ConfigError, match=r"dynamo:cluster.gpuPools\[0\].maxNodes: not set"):
         build_program(base, "k", frozenset())
-    gb = {"serve": [], "cluster": {"mode": "eks", "region": "us-east-1", "cacheStorage": "fsx-lustre", "gpuPools": [
-        {"gpu": "gb200", "capacity": "karpenter", "maxNodes": 2, "marketType": "capacity-block", "capacityReservationId": CR,
-         "availabilityZone": "us-east-1-dfw-2a"}]}}
+    gb = {
+        "serve": [],
+        "cluster": {
+            "mode": "eks",
+            "region": "us-east-1",
+            "cacheStorage": "fsx-lustre",
+            "gpuPools": [
+                {
+                    "gpu": "gb200",
+                    "capacity": "karpenter",
+                    "maxNodes": 2,
+                    "marketType": "capacity-block",
+                    "capacityReservationId": CR,
+                    "availabilityZone": "us-east-1-dfw-2a",
+                }
+            ],
+        },
+    }
     with pytest.raises(ConfigError, match=r"gpuPools\[0\].capacity: karpenter: p6e-gb200.36xlarge .* use capacity: node-group"):
         build_program(gb, "k", frozenset())
-    both = {"serve": [], "cluster": {"mode": "eks", "region": "us-east-1", "capacity": "karpenter", "gpuPools": [{"gpu": "h100", "maxNodes": 1}]}}
+    both = {
+        "serve": [],
+        "cluster": {"mode": "eks", "region": "us-east-1", "capacity": "karpenter", "gpuPools": [{"gpu": "h100", "maxNodes": 1}]},
+    }
     with pytest.raises(ConfigError, match=r"dynamo:cluster.capacity: set per pool in dynamo:cluster.gpuPools"):
         build_program(both, "k", frozenset())
 
@@ -348,10 +428,14 @@ def test_rule_requirements():
     next(r for r in reqs if r["key"] == "node.kubernetes.io/instance-type")["values"] = ["p4d.24xlarge"]
     assert any("not GPU instances" in v for v in fails(g, R.karpenter_nodepool_requirements_are_valid))
     g = graph(stack_config())
-    one(g, R.NODEPOOL).inputs["spec"]["template"]["spec"]["requirements"].append({"key": "karpenter.sh/nodepool", "operator": "In", "values": ["x"]})
+    one(g, R.NODEPOOL).inputs["spec"]["template"]["spec"]["requirements"].append(
+        {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["x"]}
+    )
     assert any("restricted" in v for v in fails(g, R.karpenter_nodepool_requirements_are_valid))
     g = graph(stack_config())
-    one(g, R.NODEPOOL).inputs["spec"]["template"]["spec"]["requirements"].append({"key": K.RESERVATION_TYPE_LABEL, "operator": "In", "values": ["default"]})
+    one(g, R.NODEPOOL).inputs["spec"]["template"]["spec"]["requirements"].append(
+        {"key": K.RESERVATION_TYPE_LABEL, "operator": "In", "values": ["default"]}
+    )
     assert any("only for reserved" in v for v in fails(g, R.karpenter_nodepool_requirements_are_valid))
     g = graph(stack_config())
     one(g, R.NODEPOOL).inputs["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "missing"
@@ -365,7 +449,9 @@ def test_rule_reservation_selector():
     for cap in ("reservation", "capacity-block"):
         g = graph(stack_config(cap))
         del one(g, R.EC2NODECLASS).inputs["spec"]["capacityReservationSelectorTerms"]
-        assert any("selects no capacity reservation" in v for v in fails(g, R.karpenter_reservation_selector_exactly_for_reserved))
+        assert any(
+            "selects no capacity reservation" in v for v in fails(g, R.karpenter_reservation_selector_exactly_for_reserved)
+        )
         g = graph(stack_config(cap))
         del R._karpenter_release(g).inputs["values"]["settings"]["featureGates"]
         assert any("reservedCapacity" in v for v in fails(g, R.karpenter_reservation_selector_exactly_for_reserved))
@@ -388,7 +474,7 @@ def test_rule_nodeclass_role():
     assert any("no EC2_LINUX access entry" in v for v in fails(g, R.karpenter_nodeclass_role_joins_the_cluster))
     g = graph(stack_config())
     pol = one(g, R.IAM_POLICY, "karpenter")
-    pol.inputs["policy"] = pol.inputs["policy"].replace("karpenter-node\"", "karpenter-nodes\"")
+    pol.inputs["policy"] = pol.inputs["policy"].replace('karpenter-node"', 'karpenter-nodes"')
     assert any("iam:PassRole" in v for v in fails(g, R.karpenter_nodeclass_role_joins_the_cluster))
 
 
@@ -439,8 +525,15 @@ def test_rule_interruption_queue():
     pol = one(g, R.SQS_QUEUE_POLICY)
     doc = json.loads(pol.inputs["policy"])
     assert [st for st in doc["Statement"] if st.get("Sid") == "DenyHTTP"] == [
-        {"Sid": "DenyHTTP", "Effect": "Deny", "Principal": "*", "Action": "sqs:*", "Resource": doc["Statement"][0]["Resource"],
-         "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]
+        {
+            "Sid": "DenyHTTP",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": "sqs:*",
+            "Resource": doc["Statement"][0]["Resource"],
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }
+    ]
     doc["Statement"] = [st for st in doc["Statement"] if st.get("Sid") != "DenyHTTP"]
     pol.inputs["policy"] = json.dumps(doc)
     assert any("does not deny requests without TLS" in v for v in fails(g, R.karpenter_interruption_queue_is_wired))
@@ -451,7 +544,9 @@ def test_rule_controller_identity():
     one(g, R.POD_IDENTITY).inputs["serviceAccount"] = "karpenter-controller"
     assert any("no Pod Identity association" in v for v in fails(g, R.karpenter_controller_has_its_identity))
     g = graph(stack_config())
-    g.resources = [r for r in g.resources if not (r.type == R.EKS_ADDON and r.inputs.get("addonName") == "eks-pod-identity-agent")]
+    g.resources = [
+        r for r in g.resources if not (r.type == R.EKS_ADDON and r.inputs.get("addonName") == "eks-pod-identity-agent")
+    ]
     assert any("eks-pod-identity-agent" in v for v in fails(g, R.karpenter_controller_has_its_identity))
 
 
@@ -471,11 +566,17 @@ def test_rule_disruption_budgets():
     g = graph(stack_config())
     assert R.karpenter_serving_workers_are_not_disrupted(g) == []
     assert one(g, R.NODEPOOL).inputs["spec"]["disruption"]["budgets"] == [
-        {"nodes": "100%", "reasons": ["Empty"]}, {"nodes": "1", "reasons": ["Drifted", "Underutilized"]}]
+        {"nodes": "100%", "reasons": ["Empty"]},
+        {"nodes": "1", "reasons": ["Drifted", "Underutilized"]},
+    ]
     g = graph(stack_config())
     del one(g, R.NODEPOOL).inputs["spec"]["disruption"]["budgets"]
     v = fails(g, R.karpenter_serving_workers_are_not_disrupted)
-    assert any("no disruption budgets" in m for m in v) and any("for Drifted" in m for m in v) and any("for Underutilized" in m for m in v)
+    assert (
+        any("no disruption budgets" in m for m in v)
+        and any("for Drifted" in m for m in v)
+        and any("for Underutilized" in m for m in v)
+    )
     g = graph(stack_config())
     one(g, R.NODEPOOL).inputs["spec"]["disruption"]["budgets"][1]["nodes"] = "10%"
     assert any("for Drifted" in m for m in fails(g, R.karpenter_serving_workers_are_not_disrupted))
@@ -491,8 +592,10 @@ def test_karpenter_is_told_its_region_because_its_pod_cannot_ask_the_node():
     """karpenter-provider-aws v1.13.1 asks IMDS for the Region when the SDK finds none (pkg/operator/operator.go, read
     from the Go module proxy) and exits on failure; the system nodes' hop count 1 refuses a pod, so the chart's
     controller.env carries AWS_REGION, the stack's own Region."""
-    operator = (go_module_dir("github.com/aws/karpenter-provider-aws", f"v{versions()['charts']['karpenter']['version']}")
-                / "pkg/operator/operator.go").read_text()
+    operator = (
+        go_module_dir("github.com/aws/karpenter-provider-aws", f"v{versions()['charts']['karpenter']['version']}")
+        / "pkg/operator/operator.go"
+    ).read_text()
     assert 'if cfg.Region == "" {' in operator and "imds.NewFromConfig(cfg).GetRegion" in operator
     region = "eu-north-1"
     g = graph(stack_config(region=region))
@@ -581,7 +684,10 @@ def test_aws_name_limits_are_checked_before_any_resource():
     kp = build_program(stack_config(), ok, frozenset(SECRETS)).cluster_plan.karpenter
     assert f"dynamo-{ok}-state-change" in {r["rule_name"] for r in kp.rules}
     assert len(kp.node_role_name) <= 64 and len(kp.controller_role_name) <= 64 and kp.node_role_name != kp.controller_role_name
-    with pytest.raises(ConfigError, match=r"stack name: .* longer than AWS's 64 characters; .* at most 51 characters: use a stack name 1 characters shorter"):
+    with pytest.raises(
+        ConfigError,
+        match=r"stack name: .* longer than AWS's 64 characters; .* at most 51 characters: use a stack name 1 characters shorter",
+    ):
         build_program(stack_config(), ok + "s", frozenset(SECRETS))
 
 
@@ -615,14 +721,27 @@ UPSTREAM_CONTROLLER_ACTIONS = {
     "AllowPassingInstanceRole": {"iam:PassRole"},
     "AllowScopedInstanceProfileCreationActions": {"iam:CreateInstanceProfile"},
     "AllowScopedInstanceProfileTagActions": {"iam:TagInstanceProfile"},
-    "AllowScopedInstanceProfileActions": {"iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"},
+    "AllowScopedInstanceProfileActions": {
+        "iam:AddRoleToInstanceProfile",
+        "iam:RemoveRoleFromInstanceProfile",
+        "iam:DeleteInstanceProfile",
+    },
     "AllowAPIServerEndpointDiscovery": {"eks:DescribeCluster"},
     "AllowInterruptionQueueActions": {"sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"},
     "AllowZonalShiftStatusReadOnly": {"arc-zonal-shift:GetManagedResource"},
-    "AllowRegionalReadActions": {"ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstances",
-                                 "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
-                                 "ec2:DescribeLaunchTemplates", "ec2:DescribePlacementGroups", "ec2:DescribeSecurityGroups",
-                                 "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets"},
+    "AllowRegionalReadActions": {
+        "ec2:DescribeCapacityReservations",
+        "ec2:DescribeImages",
+        "ec2:DescribeInstances",
+        "ec2:DescribeInstanceStatus",
+        "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeLaunchTemplates",
+        "ec2:DescribePlacementGroups",
+        "ec2:DescribeSecurityGroups",
+        "ec2:DescribeSpotPriceHistory",
+        "ec2:DescribeSubnets",
+    },
     "AllowSSMReadActions": {"ssm:GetParameter"},
     "AllowPricingReadActions": {"pricing:GetProducts"},
     "AllowUnscopedInstanceProfileListAction": {"iam:ListInstanceProfiles"},
@@ -634,7 +753,9 @@ LEFT_OUT = {
     "arc-zonal-shift:GetManagedResource": "only with settings.enableZonalShift (pkg/operator/operator.go EnableZonalShift)",
     "ec2:DescribePlacementGroups": "only for an EC2NodeClass placementGroupSelector (pkg/providers/placementgroup/provider.go)",
 }
-RESERVED_ONLY = {"ec2:DescribeCapacityReservations"}  # only for capacityReservationSelectorTerms (pkg/providers/capacityreservation)
+RESERVED_ONLY = {
+    "ec2:DescribeCapacityReservations"
+}  # only for capacityReservationSelectorTerms (pkg/providers/capacityreservation)
 
 
 def _policy_actions(doc: dict) -> dict[str, set]:
@@ -656,7 +777,8 @@ def test_controller_policy_is_the_pinned_getting_started_policy():
     1.13 fails here until the list above is re-read from that version's cloudformation.yaml."""
     pin = versions()["charts"]["karpenter"]["version"]
     assert pin.split(".")[:2] == UPSTREAM_VERSION.split("."), (
-        f"charts.karpenter {pin}: re-derive UPSTREAM_CONTROLLER_ACTIONS from that version's cloudformation.yaml")
+        f"charts.karpenter {pin}: re-derive UPSTREAM_CONTROLLER_ACTIONS from that version's cloudformation.yaml"
+    )
     for kind, plan in _plans().items():
         drop = set(LEFT_OUT) | (set() if plan.pools[0].capacity_type == "reserved" else RESERVED_ONLY)
         want = {sid: acts - drop for sid, acts in UPSTREAM_CONTROLLER_ACTIONS.items() if acts - drop}
@@ -664,15 +786,27 @@ def test_controller_policy_is_the_pinned_getting_started_policy():
         # The conditions under which the left-out actions are never called hold for this plan.
         assert "enableZonalShift" not in plan.helm.values["settings"]
         assert "placementGroupSelector" not in plan.pools[0].ec2nodeclass["spec"]
-        assert ("capacityReservationSelectorTerms" in plan.pools[0].ec2nodeclass["spec"]) == (plan.pools[0].capacity_type == "reserved")
-    lst = next(s for s in _plans()["on-demand"].controller_policy["Statement"] if s["Sid"] == "AllowUnscopedInstanceProfileListAction")
+        assert ("capacityReservationSelectorTerms" in plan.pools[0].ec2nodeclass["spec"]) == (
+            plan.pools[0].capacity_type == "reserved"
+        )
+    lst = next(
+        s for s in _plans()["on-demand"].controller_policy["Statement"] if s["Sid"] == "AllowUnscopedInstanceProfileListAction"
+    )
     assert lst["Resource"] == "*"  # a List action: IAM scopes it to no instance profile
 
 
 def _sdk_actions(sdk_go: str) -> set[str]:
     """IAM actions of the AWS calls in the provider's pkg/aws/sdk.go interfaces (EC2API -> ec2:..., IAMAPI -> iam:...)."""
-    prefix = {"EC2API": "ec2", "IAMAPI": "iam", "EKSAPI": "eks", "PricingAPI": "pricing", "SSMAPI": "ssm", "SQSAPI": "sqs",
-              "ARCZonalShiftAPI": "arc-zonal-shift", "TimestreamWriteAPI": "timestream"}
+    prefix = {
+        "EC2API": "ec2",
+        "IAMAPI": "iam",
+        "EKSAPI": "eks",
+        "PricingAPI": "pricing",
+        "SSMAPI": "ssm",
+        "SQSAPI": "sqs",
+        "ARCZonalShiftAPI": "arc-zonal-shift",
+        "TimestreamWriteAPI": "timestream",
+    }
     out = set()
     for name, body in re.findall(r"type (\w+) interface \{(.*?)\n\}", sdk_go, re.S):
         assert name in prefix, f"pkg/aws/sdk.go: new AWS client interface {name}: map it to its IAM service"
@@ -689,8 +823,10 @@ def test_controller_policy_covers_the_pinned_providers_aws_calls():
     calls = _sdk_actions((aws / "pkg/aws/sdk.go").read_text())
     assert {"iam:ListInstanceProfiles", "ec2:DescribeInstanceStatus"} <= calls
     not_by_the_controller = {  # declared in sdk.go, called only by test/ (the e2e suites), not by pkg/ or cmd/
-        "iam:GetRole": "test/pkg/environment/aws/expectations.go", "sqs:SendMessage": "test/ (pkg/providers/sqs wrapper, no caller)",
-        "timestream:WriteRecords": "test/pkg/environment/aws/metrics.go"}
+        "iam:GetRole": "test/pkg/environment/aws/expectations.go",
+        "sqs:SendMessage": "test/ (pkg/providers/sqs wrapper, no caller)",
+        "timestream:WriteRecords": "test/pkg/environment/aws/metrics.go",
+    }
     granted = set().union(*_policy_actions(_plans()["reservation"].controller_policy).values())
     assert calls - granted - set(LEFT_OUT) - set(not_by_the_controller) == set()
     assert granted - calls == {"iam:PassRole"}
@@ -720,6 +856,7 @@ def test_interruption_rules_are_the_messages_the_pinned_controller_parses():
 
 # --------------------------------------------------------------------------- EFA pools name their interfaces
 
+
 def _efa_pool(topology: str = "disagg"):
     program = build_program({**stack_config(), "topology": topology}, "kt", frozenset(SECRETS))
     (pool,) = program.cluster_plan.karpenter.pools
@@ -736,7 +873,8 @@ def test_efa_pool_names_one_primary_and_one_efa_only_interface_per_efa_card():
     facts = aws_reference.instance(pool.instance_type)
     interfaces = pool.ec2nodeclass["spec"]["networkInterfaces"]
     assert [i for i in interfaces if i["interfaceType"] == "interface"] == [
-        {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}]
+        {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}
+    ]
     efa_only = [i for i in interfaces if i["interfaceType"] == "efa-only"]
     assert len(efa_only) == aws_reference.efa_interfaces(pool.instance_type)
     assert len({i["networkCardIndex"] for i in efa_only}) == len(efa_only)  # one per card
@@ -773,12 +911,16 @@ def _one_card_missing(spec):
     spec["networkInterfaces"].pop()
 
 
-@pytest.mark.parametrize("mistake, words", [
-    (_drop_interfaces, "names no networkInterfaces"),
-    (_efa_only_primary, "not one 'interface'"),
-    (_two_efa_on_one_card, "more than one efa-only interface on a card"),
-    (_one_card_missing, "has EFA on"),
-], ids=lambda x: getattr(x, "__name__", "words"))
+@pytest.mark.parametrize(
+    "mistake, words",
+    [
+        (_drop_interfaces, "names no networkInterfaces"),
+        (_efa_only_primary, "not one 'interface'"),
+        (_two_efa_on_one_card, "more than one efa-only interface on a card"),
+        (_one_card_missing, "has EFA on"),
+    ],
+    ids=lambda x: getattr(x, "__name__", "words"),
+)
 def test_rule_karpenter_efa_interfaces(mistake, words):
     g = graph(stack_config())
     assert R.karpenter_efa_pools_name_their_interfaces(g) == []

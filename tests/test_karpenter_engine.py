@@ -43,6 +43,7 @@ further NodeClaim appears, where the textbook GPU-holding placeholder beside it 
 
 Node counts and timings are printed (``-s``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -121,8 +122,10 @@ def stack_programs(consolidate_after: str = CONSOLIDATE_AFTER, autoscaling: dict
     for comp, keys in (autoscaling or {}).items():
         plain["autoscaling"][comp].update(keys)
     region = stack_aws_region(STACK)
-    return (build_program(plain, STACK, secret, aws_region=region),
-            build_program(paused_raw(plain), STACK, secret, aws_region=region))
+    return (
+        build_program(plain, STACK, secret, aws_region=region),
+        build_program(paused_raw(plain), STACK, secret, aws_region=region),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +152,12 @@ def karpenter(tmp_path_factory):
         program, paused = stack_programs()
         cplan = program.cluster_plan
         pool = cplan.karpenter.pools[0]
-        k = KarpenterSim(state / "kubeconfig", state / "karpenter", zones=tuple(sorted({o["zone"] for o in pool.offerings()})),
-                         prices=region_prices(cplan.region))
+        k = KarpenterSim(
+            state / "kubeconfig",
+            state / "karpenter",
+            zones=tuple(sorted({o["zone"] for o in pool.offerings()})),
+            prices=region_prices(cplan.region),
+        )
         # The operator's pods live in the DGD's namespace.
         sim = Simulator(state / "kubeconfig", namespace=program.entries[0].plan.dgd["metadata"]["namespace"])
         try:
@@ -160,9 +167,18 @@ def karpenter(tmp_path_factory):
             sim.ensure_namespace()
             system = [g for g in eks_groups(cplan) if g.name == "system"]
             sim.create_nodes(node_objects(system, RUN), RUN)
-            print(f"\n[karpenter] control plane + Karpenter ready in {time.monotonic() - t0:.1f}s (Karpenter /readyz after {ready_s:.1f}s)")
-            yield {"k": k, "sim": sim, "program": program, "paused": paused, "pool": pool, "logs": state / "karpenter",
-                   "kubeconfig": state / "kubeconfig"}
+            print(
+                f"\n[karpenter] control plane + Karpenter ready in {time.monotonic() - t0:.1f}s (Karpenter /readyz after {ready_s:.1f}s)"
+            )
+            yield {
+                "k": k,
+                "sim": sim,
+                "program": program,
+                "paused": paused,
+                "pool": pool,
+                "logs": state / "karpenter",
+                "kubeconfig": state / "kubeconfig",
+            }
         finally:
             sim.close()
             k.stop()
@@ -188,7 +204,11 @@ def set_pods(sim, dgd: dict) -> list[str]:
 
 
 def _gpu_pods(pods: list[dict]) -> list[dict]:
-    return [p for p in pods if any("nvidia.com/gpu" in (c.get("resources") or {}).get("requests", {}) for c in p["spec"]["containers"])]
+    return [
+        p
+        for p in pods
+        if any("nvidia.com/gpu" in (c.get("resources") or {}).get("requests", {}) for c in p["spec"]["containers"])
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- stand-ins
@@ -219,18 +239,37 @@ def keda_hpa(so: dict) -> dict:
     metrics = []
     for i, t in enumerate(spec["triggers"]):
         assert t["type"] == "prometheus" and not t.get("metricType"), t  # the only trigger the stacks plan
-        metrics.append({"type": "External", "external": {
-            "metric": {"name": f"s{i}-prometheus", "selector": {"matchLabels": {"scaledobject.keda.sh/name": md["name"]}}},
-            "target": {"type": "AverageValue", "averageValue": t["metadata"]["threshold"]}}})
-    labels = {"app.kubernetes.io/name": re.sub(r"[^A-Za-z0-9]+$", "", name[:63]), "app.kubernetes.io/version": chart_pin("keda")["version"],
-              "app.kubernetes.io/part-of": md["name"], "app.kubernetes.io/managed-by": "keda-operator", **(md.get("labels") or {})}
+        metrics.append(
+            {
+                "type": "External",
+                "external": {
+                    "metric": {
+                        "name": f"s{i}-prometheus",
+                        "selector": {"matchLabels": {"scaledobject.keda.sh/name": md["name"]}},
+                    },
+                    "target": {"type": "AverageValue", "averageValue": t["metadata"]["threshold"]},
+                },
+            }
+        )
+    labels = {
+        "app.kubernetes.io/name": re.sub(r"[^A-Za-z0-9]+$", "", name[:63]),
+        "app.kubernetes.io/version": chart_pin("keda")["version"],
+        "app.kubernetes.io/part-of": md["name"],
+        "app.kubernetes.io/managed-by": "keda-operator",
+        **(md.get("labels") or {}),
+    }
     ref = spec["scaleTargetRef"]
-    return {"apiVersion": HPA_API, "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": name, "namespace": md["namespace"], "labels": labels},
-            "spec": {"minReplicas": spec["minReplicaCount"] if spec.get("minReplicaCount", 0) > 0 else 1,
-                     "maxReplicas": spec["maxReplicaCount"],
-                     "scaleTargetRef": {"apiVersion": ref["apiVersion"], "kind": ref["kind"], "name": ref["name"]},
-                     "metrics": metrics}}
+    return {
+        "apiVersion": HPA_API,
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": md["namespace"], "labels": labels},
+        "spec": {
+            "minReplicas": spec["minReplicaCount"] if spec.get("minReplicaCount", 0) > 0 else 1,
+            "maxReplicas": spec["maxReplicaCount"],
+            "scaleTargetRef": {"apiVersion": ref["apiVersion"], "kind": ref["kind"], "name": ref["name"]},
+            "metrics": metrics,
+        },
+    }
 
 
 class OperatorStandIn:
@@ -283,14 +322,33 @@ class OperatorStandIn:
         dgd = self.api.request("POST", f"{self.dgd_path}{fm}", self.planned)
         comp = next(c for c in dgd["spec"]["components"] if c["name"] == self.component)
         assert comp.get("scalingAdapter") == {}, comp  # the planned opt-in survives the CRD's schema
-        return self.api.request("POST", f"/apis/{DGDSA_API}/namespaces/{self.ns}/{DGDSA_PLURAL}{fm}", {
-            "apiVersion": DGDSA_API, "kind": DGDSA_KIND,
-            "metadata": {"name": self.adapter, "namespace": self.ns,
-                         "labels": {LABEL_DGD_NAME: self.dgd_name, LABEL_COMPONENT: self.component},
-                         "ownerReferences": [{"apiVersion": dgd["apiVersion"], "kind": dgd["kind"], "name": self.dgd_name,
-                                              "uid": dgd["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]},
-            "spec": {"dgdRef": {"name": self.dgd_name, "componentName": self.component},
-                     "replicas": int(comp.get("replicas", 1))}})
+        return self.api.request(
+            "POST",
+            f"/apis/{DGDSA_API}/namespaces/{self.ns}/{DGDSA_PLURAL}{fm}",
+            {
+                "apiVersion": DGDSA_API,
+                "kind": DGDSA_KIND,
+                "metadata": {
+                    "name": self.adapter,
+                    "namespace": self.ns,
+                    "labels": {LABEL_DGD_NAME: self.dgd_name, LABEL_COMPONENT: self.component},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": dgd["apiVersion"],
+                            "kind": dgd["kind"],
+                            "name": self.dgd_name,
+                            "uid": dgd["metadata"]["uid"],
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": {
+                    "dgdRef": {"name": self.dgd_name, "componentName": self.component},
+                    "replicas": int(comp.get("replicas", 1)),
+                },
+            },
+        )
 
     def reconcile(self, sim) -> None:
         from stacks.cli.simulate import KubeError
@@ -365,8 +423,11 @@ def wait_seen(what: str, timeout: float, probe, check=lambda: None):
 
 def replicas_owners(obj: dict) -> set[tuple[str, str, str]]:
     """(manager, operation, subresource) of every managedFields entry that owns ``spec.replicas``."""
-    return {(m["manager"], m["operation"], m.get("subresource", "")) for m in obj["metadata"].get("managedFields") or []
-            if "f:replicas" in ((m.get("fieldsV1") or {}).get("f:spec") or {})}
+    return {
+        (m["manager"], m["operation"], m.get("subresource", ""))
+        for m in obj["metadata"].get("managedFields") or []
+        if "f:replicas" in ((m.get("fieldsV1") or {}).get("f:spec") or {})
+    }
 
 
 KEDA_MANAGER = "keda-operator"  # the field manager of keda_scale's writes (KEDA's own user agent prefix)
@@ -463,15 +524,23 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
     hpa_name = hpa["metadata"]["name"]
     op.start()
     try:
+
         def state():
             a = sim.request("GET", op.adapter_path)
             h = sim.request("GET", f"{hpa_path}/{hpa_name}")
             d = sim.request("GET", f"{op.dgd_path}/{dgd_name}")
-            return {"adapter": a["spec"]["replicas"], "adapter_status": a.get("status"), "owners": replicas_owners(a),
-                    "dgd": next(c.get("replicas", 1) for c in d["spec"]["components"] if c["name"] == comp),
-                    "hpa": {kk: (h.get("status") or {}).get(kk) for kk in ("currentReplicas", "desiredReplicas")},
-                    "conditions": {c["type"]: (c["status"], c.get("reason")) for c in (h.get("status") or {}).get("conditions") or []},
-                    "hpa_spec": (h["spec"]["minReplicas"], h["spec"]["maxReplicas"]), "stand_in_scaled": list(op.scaled)}
+            return {
+                "adapter": a["spec"]["replicas"],
+                "adapter_status": a.get("status"),
+                "owners": replicas_owners(a),
+                "dgd": next(c.get("replicas", 1) for c in d["spec"]["components"] if c["name"] == comp),
+                "hpa": {kk: (h.get("status") or {}).get(kk) for kk in ("currentReplicas", "desiredReplicas")},
+                "conditions": {
+                    c["type"]: (c["status"], c.get("reason")) for c in (h.get("status") or {}).get("conditions") or []
+                },
+                "hpa_spec": (h["spec"]["minReplicas"], h["spec"]["maxReplicas"]),
+                "stand_in_scaled": list(op.scaled),
+            }
 
         def dgd_replicas() -> int:
             d = sim.request("GET", f"{op.dgd_path}/{dgd_name}")
@@ -497,10 +566,18 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
         def hpa_scaled_to(n: int) -> dict:
             """Until the adapter (spec and the status the operator writes after the DGD), the DGD and the HPA's
             desiredReplicas are at ``n``; what was seen then."""
-            return wait_seen(f"the HPA writes {n} to the adapter's scale and the operator to the DGD", HPA_BOUND_S,
-                             lambda: (lambda s: (s["adapter"] == s["dgd"] == s["hpa"]["desiredReplicas"] == n
-                                                 and (s["adapter_status"] or {}).get("replicas") == n, s))(state()),
-                             op.check)
+            return wait_seen(
+                f"the HPA writes {n} to the adapter's scale and the operator to the DGD",
+                HPA_BOUND_S,
+                lambda: (
+                    lambda s: (
+                        s["adapter"] == s["dgd"] == s["hpa"]["desiredReplicas"] == n
+                        and (s["adapter_status"] or {}).get("replicas") == n,
+                        s,
+                    )
+                )(state()),
+                op.check,
+            )
 
         names = planned_names(spec.min_replicas)
         nodes = k.wait_nodes(name, cost.nodes_min, LAUNCH_BOUND_S, pods=lambda: (op.check(), pods_of(names)())[1])
@@ -514,9 +591,14 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
         assert float(n0["metadata"]["labels"]["eks-node-viewer/instance-price"]) == pytest.approx(cost.price["usd_per_hour"])
         # The HPA has read the adapter's scale (AbleToScale) and, with no metric to read, changed nothing: replicas
         # inside [min, max] are left to the metrics (horizontal.go reconcileAutoscaler), and there are none here.
-        seen = wait_seen("the HPA reads the adapter's scale", HPA_BOUND_S, lambda: (
-            lambda s: (s["conditions"].get("AbleToScale", ("",))[0] == "True" and "ScalingActive" in s["conditions"], s))(state()),
-                          op.check)
+        seen = wait_seen(
+            "the HPA reads the adapter's scale",
+            HPA_BOUND_S,
+            lambda: (
+                lambda s: (s["conditions"].get("AbleToScale", ("",))[0] == "True" and "ScalingActive" in s["conditions"], s)
+            )(state()),
+            op.check,
+        )
         assert seen["conditions"]["AbleToScale"] == ("True", "SucceededGetScale"), seen
         assert seen["conditions"]["ScalingActive"][0] == "False", seen  # no external metrics API: no metric
         assert seen["hpa"]["currentReplicas"] == seen["adapter"] == seen["dgd"] == spec.min_replicas, seen
@@ -532,10 +614,14 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
         seen = hpa_scaled_to(spec.max_replicas)
         print(f"[karpenter] HPA rescaled the adapter {time.monotonic() - t_hpa:.1f}s after its minReplicas changed: {seen}")
         assert seen["owners"] == {(KCM_MANAGER, "Update", "scale")}, seen  # the replicas were written through /scale
-        assert seen["hpa_spec"] == (spec.max_replicas, spec.max_replicas) and seen["adapter_status"]["replicas"] == spec.max_replicas
+        assert (
+            seen["hpa_spec"] == (spec.max_replicas, spec.max_replicas) and seen["adapter_status"]["replicas"] == spec.max_replicas
+        )
         assert (spec.min_replicas, spec.max_replicas) in op.scaled
-        assert ("horizontal-pod-autoscaler",
-                f"New size: {spec.max_replicas}; reason: Current number of replicas below Spec.MinReplicas") in rescales()
+        assert (
+            "horizontal-pod-autoscaler",
+            f"New size: {spec.max_replicas}; reason: Current number of replicas below Spec.MinReplicas",
+        ) in rescales()
         names = planned_names(spec.max_replicas)
         nodes = k.wait_nodes(name, cost.nodes_max, LAUNCH_BOUND_S, pods=lambda: (op.check(), pods_of(names)())[1])
         mark("HPA scaled the adapter to maxReplicas, every pod bound", nodes)
@@ -548,8 +634,10 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
         update_hpa(down)
         seen = hpa_scaled_to(spec.min_replicas)
         assert seen["owners"] == {(KCM_MANAGER, "Update", "scale")} and (spec.max_replicas, spec.min_replicas) in op.scaled, seen
-        assert ("horizontal-pod-autoscaler",
-                f"New size: {spec.min_replicas}; reason: Current number of replicas above Spec.MaxReplicas") in rescales()
+        assert (
+            "horizontal-pod-autoscaler",
+            f"New size: {spec.min_replicas}; reason: Current number of replicas above Spec.MaxReplicas",
+        ) in rescales()
         names = planned_names(spec.min_replicas)
         t_in = time.monotonic()
         nodes = k.wait_nodes(name, cost.nodes_min, pause_bound, pods=lambda: (op.check(), pods_of(names)())[1])
@@ -570,9 +658,14 @@ def test_the_hpa_scaling_the_dgd_adapter_adds_and_removes_karpenter_nodes_and_pa
         apply_replicas(sim, op, paused_plan.dgd, skip=comp)
         sim.request("DELETE", f"{hpa_path}/{hpa_name}")
         keda_scale(sim, op.adapter_path, paused_replicas)
-        wait_seen("the operator carries the paused adapter to the DGD and removes the GPU pods", HPA_BOUND_S,
-                  lambda: (lambda d, pods: (d == 0 and not _gpu_pods(pods), (d, [p["metadata"]["name"] for p in pods])))(
-                      dgd_replicas(), sim.pods(RUN)), op.check)
+        wait_seen(
+            "the operator carries the paused adapter to the DGD and removes the GPU pods",
+            HPA_BOUND_S,
+            lambda: (lambda d, pods: (d == 0 and not _gpu_pods(pods), (d, [p["metadata"]["name"] for p in pods])))(
+                dgd_replicas(), sim.pods(RUN)
+            ),
+            op.check,
+        )
         t_pause = time.monotonic()
         nodes = k.wait_nodes(name, cost.nodes_paused, pause_bound, pods=lambda: (op.check(), sim.pods(RUN))[1])
         took = time.monotonic() - t_pause
@@ -612,11 +705,19 @@ def test_instance_types_file_carries_the_gpu_catalog_in_the_kwok_provider_format
     types = {t["name"]: t for t in kwok_instance_types(["us-east-1a", "us-east-1b"], prices={"p5.48xlarge": 55.04})}
     assert set(types) == set(INSTANCES)
     p5 = types["p5.48xlarge"]
-    assert p5["resources"] == {"cpu": "192", "memory": "2048Gi", "pods": "110", "nvidia.com/gpu": "8",
-                               "ephemeral-storage": f"{8 * 3840 * 10**9 // 2**30}Gi", "vpc.amazonaws.com/efa": "32"}
+    assert p5["resources"] == {
+        "cpu": "192",
+        "memory": "2048Gi",
+        "pods": "110",
+        "nvidia.com/gpu": "8",
+        "ephemeral-storage": f"{8 * 3840 * 10**9 // 2**30}Gi",
+        "vpc.amazonaws.com/efa": "32",
+    }
     assert p5["architecture"] == "amd64" and p5["operatingSystems"] == ["linux"]
     assert [(o["Price"], [r["values"] for r in o["Requirements"]]) for o in p5["offerings"]] == [
-        (55.04, [["on-demand"], ["us-east-1a"]]), (55.04, [["on-demand"], ["us-east-1b"]])]
+        (55.04, [["on-demand"], ["us-east-1a"]]),
+        (55.04, [["on-demand"], ["us-east-1b"]]),
+    ]
     gb200 = types["p6e-gb200.36xlarge"]
     assert gb200["architecture"] == "arm64" and gb200["resources"]["vpc.amazonaws.com/efa"] == "8"
     assert "ephemeral-storage" not in gb200["resources"]  # its instance store is not counted in stacks/registry/gpus.py HOSTS
@@ -626,11 +727,14 @@ def test_instance_types_file_carries_the_gpu_catalog_in_the_kwok_provider_format
         assert t["resources"]["memory"] == f"{HOSTS[name].memory_gib}Gi"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"zones": []}, "zones"),
-    ({"zones": ["us-east-1a"], "capacity_types": ["preemptible"]}, "capacity_types"),
-    ({"zones": ["us-east-1a"], "instance_types": ["m7i.2xlarge"]}, "not in the GPU catalog"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"zones": []}, "zones"),
+        ({"zones": ["us-east-1a"], "capacity_types": ["preemptible"]}, "capacity_types"),
+        ({"zones": ["us-east-1a"], "instance_types": ["m7i.2xlarge"]}, "not in the GPU catalog"),
+    ],
+)
 def test_instance_types_file_refuses_bad_input(kwargs, message):
     from stacks.cli.kwok_instances import kwok_instance_types
 
@@ -643,7 +747,11 @@ def test_kwok_node_pool_swaps_only_the_node_class():
 
     planned = karpenter_plan()[1].nodepool
     pool = kwok_node_pool(planned, "gpu", consolidate_after="2s")
-    assert pool["spec"]["template"]["spec"]["nodeClassRef"] == {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "gpu"}
+    assert pool["spec"]["template"]["spec"]["nodeClassRef"] == {
+        "group": "karpenter.kwok.sh",
+        "kind": "KWOKNodeClass",
+        "name": "gpu",
+    }
     assert pool["spec"]["disruption"]["consolidateAfter"] == "2s"
     for part in ("limits", "template"):
         if part == "template":
@@ -662,7 +770,9 @@ def test_karpenter_pin_agrees_with_its_go_module():
     root = Path(__file__).resolve().parent.parent
     pins = yaml_text.load((root / "stacks" / "registry" / "versions.yaml").read_text())
     gomod = (root / "tools" / "karpenter" / "go.mod").read_text()
-    assert re.search(rf"^\s*(require\s+)?sigs\.k8s\.io/karpenter {re.escape(pins['toolchain']['karpenter'])}( //.*)?$", gomod, re.M)
+    assert re.search(
+        rf"^\s*(require\s+)?sigs\.k8s\.io/karpenter {re.escape(pins['toolchain']['karpenter'])}( //.*)?$", gomod, re.M
+    )
     # The EKS chart's core is the one the simulated cluster runs.
     assert pins["charts"]["karpenter"]["core"] == pins["toolchain"]["karpenter"]
 
@@ -679,18 +789,25 @@ def test_the_efa_pools_ec2nodeclass_is_admitted_by_the_pinned_crd_and_its_mistak
     from stacks.registry.versions import versions
     from test_karpenter import _efa_pool
 
-    crd = go_module_dir("github.com/aws/karpenter-provider-aws", f"v{versions()['charts']['karpenter']['version']}") / \
-        "pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml"
+    crd = (
+        go_module_dir("github.com/aws/karpenter-provider-aws", f"v{versions()['charts']['karpenter']['version']}")
+        / "pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml"
+    )
     kc = ["kubectl", "--kubeconfig", str(karpenter["kubeconfig"])]
     subprocess.run([*kc, "apply", "--server-side", "-f", str(crd)], check=True, capture_output=True, text=True)
-    subprocess.run([*kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/ec2nodeclasses.karpenter.k8s.aws"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [*kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/ec2nodeclasses.karpenter.k8s.aws"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     _, pool = _efa_pool()
     assert pool.ec2nodeclass["spec"]["networkInterfaces"]
 
     def create(obj: dict) -> subprocess.CompletedProcess:
-        return subprocess.run([*kc, "create", "--dry-run=server", "-o", "name", "-f", "-"], input=json.dumps(obj),
-                              capture_output=True, text=True)
+        return subprocess.run(
+            [*kc, "create", "--dry-run=server", "-o", "name", "-f", "-"], input=json.dumps(obj), capture_output=True, text=True
+        )
 
     ok = create(pool.ec2nodeclass)
     assert ok.returncode == 0, ok.stderr
@@ -736,9 +853,15 @@ def test_the_capacity_placeholder_has_karpenter_launch_the_nodes_the_workers_the
     nodes = planned["spec"]["parallelism"]
     assert nodes == planned["spec"]["completions"] == pool.nodes_needed == 2, planned["spec"]
     workers = [i for i in operator_pod_intents(program.entries[0].plan.dgd) if _gpu_pods([i.pod])]
-    k.apply(f"/apis/{'karpenter.kwok.sh'}/v1alpha1/kwoknodeclasses", {
-        "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "metadata": {"name": "booting"},
-        "spec": {"nodeRegistrationDelay": PLACEHOLDER_BOOT}})
+    k.apply(
+        f"/apis/{'karpenter.kwok.sh'}/v1alpha1/kwoknodeclasses",
+        {
+            "apiVersion": "karpenter.kwok.sh/v1alpha1",
+            "kind": "KWOKNodeClass",
+            "metadata": {"name": "booting"},
+            "spec": {"nodeRegistrationDelay": PLACEHOLDER_BOOT},
+        },
+    )
     sim.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", cplan.karpenter.priority_class)
     jobs_path = f"/apis/batch/v1/namespaces/{planned['metadata']['namespace']}/jobs"
 
@@ -757,7 +880,8 @@ def test_the_capacity_placeholder_has_karpenter_launch_the_nodes_the_workers_the
         pod = tmpl["spec"]
         pod["nodeSelector"] = {NODEPOOL_LABEL: name}
         pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"] = {
-            "matchLabels": {PLACEHOLDER_LABEL: name}}
+            "matchLabels": {PLACEHOLDER_LABEL: name}
+        }
         if textbook:
             del pod["affinity"]
             gpus = {"nvidia.com/gpu": str(pool.gpus_per_node)}
@@ -772,11 +896,18 @@ def test_the_capacity_placeholder_has_karpenter_launch_the_nodes_the_workers_the
     t0 = time.monotonic()
     for name in (ours, textbook):
         variant(name, textbook=name == textbook)
-    claims = {n: wait_seen(f"{nodes} NodeClaims of {n} from its placeholders alone", LAUNCH_BOUND_S,
-                           lambda n=n: (lambda c: (len(c) == nodes, [x["metadata"]["name"] for x in c]))(k.node_claims(n)))
-              for n in (ours, textbook)}
+    claims = {
+        n: wait_seen(
+            f"{nodes} NodeClaims of {n} from its placeholders alone",
+            LAUNCH_BOUND_S,
+            lambda n=n: (lambda c: (len(c) == nodes, [x["metadata"]["name"] for x in c]))(k.node_claims(n)),
+        )
+        for n in (ours, textbook)
+    }
     t_claims = time.monotonic() - t0
-    assert all(not (x.get("status") or {}).get("nodeName") for n in (ours, textbook) for x in k.node_claims(n)), "registered before the workers came"
+    assert all(not (x.get("status") or {}).get("nodeName") for n in (ours, textbook) for x in k.node_claims(n)), (
+        "registered before the workers came"
+    )
     assert not any(p["spec"].get("nodeName") for n in (ours, textbook) for p in placeholder_pods(n))
     # The DGD's GPU workers, Pending while the nodes boot: each set selects its NodePool.
     submitted: dict[str, list[str]] = {}
@@ -800,18 +931,25 @@ def test_the_capacity_placeholder_has_karpenter_launch_the_nodes_the_workers_the
         ours_bound = [pods[w]["spec"].get("nodeName") for w in submitted[ours] if w in pods]
         tb_bound = [pods[w]["spec"].get("nodeName") for w in submitted[textbook] if w in pods]
         done = all(ours_bound) and all(tb_bound) and len(ours_bound) == len(tb_bound) == len(workers)
-        return done, {"most": dict(most), "ours_bound": len([b for b in ours_bound if b]),
-                      "textbook_bound": len([b for b in tb_bound if b])}
+        return done, {
+            "most": dict(most),
+            "ours_bound": len([b for b in ours_bound if b]),
+            "textbook_bound": len([b for b in tb_bound if b]),
+        }
 
     wait_seen("every worker bound", LAUNCH_BOUND_S + SLACK_S, settled)
     t_bound = time.monotonic() - t0
     pods = {p["metadata"]["name"]: p for p in sim.pods(PLACEHOLDER_RUN)}
     claim_nodes = {(x.get("status") or {}).get("nodeName") for x in k.node_claims(ours) if x["metadata"]["name"] in claims[ours]}
     assert {pods[w]["spec"]["nodeName"] for w in submitted[ours]} == claim_nodes, (claim_nodes, claims)
-    assert {p["spec"].get("nodeName") for p in placeholder_pods(ours)} == claim_nodes  # one placeholder per node, beside the workers
+    assert {
+        p["spec"].get("nodeName") for p in placeholder_pods(ours)
+    } == claim_nodes  # one placeholder per node, beside the workers
     assert [x["metadata"]["name"] for x in k.node_claims(ours)] == claims[ours]  # no NodeClaim but the placeholders'
-    print(f"\n[placeholder] {nodes} NodeClaims {t_claims:.1f}s after the Job; every worker bound at {t_bound:.1f}s; "
-          f"NodeClaims at most: planned {most[ours]}, textbook {most[textbook]}")
+    print(
+        f"\n[placeholder] {nodes} NodeClaims {t_claims:.1f}s after the Job; every worker bound at {t_bound:.1f}s; "
+        f"NodeClaims at most: planned {most[ours]}, textbook {most[textbook]}"
+    )
 
     # The Job ends and no pod replaces its pods. On EKS the pause containers run until the deadline (the Job fails with
     # DeadlineExceeded and its pods are terminated); kwok's default stages complete every running pod a Job owns at
@@ -819,7 +957,9 @@ def test_the_capacity_placeholder_has_karpenter_launch_the_nodes_the_workers_the
     # placeholder ran on its node. Either way the workers keep the nodes.
     def job_ended(name: str):
         job = sim.request("GET", f"{jobs_path}/capacity-placeholder-{name}")
-        conds = {c["type"]: c.get("reason") for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
+        conds = {
+            c["type"]: c.get("reason") for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"
+        }
         live = [p for p in placeholder_pods(name) if p["status"].get("phase") in ("Pending", "Running")]
         seen_pods[name] |= {p["metadata"]["uid"] for p in placeholder_pods(name)}
         most[name] = max(most[name], len(k.node_claims(name)))
@@ -832,8 +972,10 @@ def test_the_capacity_placeholder_has_karpenter_launch_the_nodes_the_workers_the
     assert [x["metadata"]["name"] for x in k.node_claims(ours)] == claims[ours] and most[ours] == nodes
     pods = {p["metadata"]["name"]: p for p in sim.pods(PLACEHOLDER_RUN)}
     assert {pods[w]["spec"]["nodeName"] for w in submitted[ours]} == claim_nodes
-    print(f"[placeholder] Job ended at {t_end:.1f}s; its pods: {len(seen_pods[ours])}; "
-          f"NodeClaims at most: planned {most[ours]}, textbook {most[textbook]}")
+    print(
+        f"[placeholder] Job ended at {t_end:.1f}s; its pods: {len(seen_pods[ours])}; "
+        f"NodeClaims at most: planned {most[ours]}, textbook {most[textbook]}"
+    )
     # The textbook placeholder, in the same order, cost extra GPU nodes.
     assert most[textbook] > nodes, most
     for name in (ours, textbook):  # leave the cluster as found: pods, Jobs and NodePools (Karpenter removes the nodes)

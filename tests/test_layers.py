@@ -3,6 +3,7 @@ platform layer (device plugins, the Dynamo platform) and KEDA. Their LayerPlans 
 so ``render --stack`` lists their objects), and the generic component creates them with the URNs, parents, dependencies
 and order their own components had (tests/golden pins no stack with observability, the benchmark, KEDA, the GPU
 Operator or installDevicePlugins on); KEDA's release, top-level before, moves under its component by an alias."""
+
 from harness import run_program
 
 from stacks.program import build_program
@@ -12,24 +13,37 @@ OBS = "dynamo:observability:Observability$"
 # A URN is the resource's identity in state: these are the ones live stacks hold, so none may change.
 URNS = {
     f"{OBS}kubernetes:core/v1:Namespace::observability-namespace": [],
-    f"{OBS}kubernetes:rbac.authorization.k8s.io/v1:Role::observability-role-grafana-sidecar-configmaps":
-        ["observability-namespace"],
-    f"{OBS}kubernetes:rbac.authorization.k8s.io/v1:RoleBinding::observability-rolebinding-grafana-sidecar-configmaps":
-        ["observability-namespace"],
-    f"{OBS}kubernetes:helm.sh/v3:Release::observability-kube-prometheus-stack":
-        ["observability-namespace", "observability-role-grafana-sidecar-configmaps",
-         "observability-rolebinding-grafana-sidecar-configmaps"],
-    f"{OBS}kubernetes:helm.sh/v3:Release::observability-dcgm-exporter":
-        ["observability-kube-prometheus-stack", "observability-namespace", "observability-role-grafana-sidecar-configmaps",
-         "observability-rolebinding-grafana-sidecar-configmaps"],
+    f"{OBS}kubernetes:rbac.authorization.k8s.io/v1:Role::observability-role-grafana-sidecar-configmaps": [
+        "observability-namespace"
+    ],
+    f"{OBS}kubernetes:rbac.authorization.k8s.io/v1:RoleBinding::observability-rolebinding-grafana-sidecar-configmaps": [
+        "observability-namespace"
+    ],
+    f"{OBS}kubernetes:helm.sh/v3:Release::observability-kube-prometheus-stack": [
+        "observability-namespace",
+        "observability-role-grafana-sidecar-configmaps",
+        "observability-rolebinding-grafana-sidecar-configmaps",
+    ],
+    f"{OBS}kubernetes:helm.sh/v3:Release::observability-dcgm-exporter": [
+        "observability-kube-prometheus-stack",
+        "observability-namespace",
+        "observability-role-grafana-sidecar-configmaps",
+        "observability-rolebinding-grafana-sidecar-configmaps",
+    ],
     f"{OBS}kubernetes:core/v1:ConfigMap::observability-dynamo-gpu-dashboard": ["observability-namespace"],
     f"{OBS}kubernetes:core/v1:ConfigMap::observability-dynamo-serving-dashboard": ["observability-namespace"],
-    f"{OBS}kubernetes:monitoring.coreos.com/v1:PodMonitor::observability-podmonitor-vllm-disagg-h100-dspark-frontend":
-        ["observability-kube-prometheus-stack", "observability-namespace"],
-    f"{OBS}kubernetes:monitoring.coreos.com/v1:PodMonitor::observability-podmonitor-vllm-disagg-h100-dspark-worker":
-        ["observability-kube-prometheus-stack", "observability-namespace"],
-    f"{OBS}kubernetes:monitoring.coreos.com/v1:PrometheusRule::observability-prometheusrule-dynamo-alerts":
-        ["observability-kube-prometheus-stack", "observability-namespace"],
+    f"{OBS}kubernetes:monitoring.coreos.com/v1:PodMonitor::observability-podmonitor-vllm-disagg-h100-dspark-frontend": [
+        "observability-kube-prometheus-stack",
+        "observability-namespace",
+    ],
+    f"{OBS}kubernetes:monitoring.coreos.com/v1:PodMonitor::observability-podmonitor-vllm-disagg-h100-dspark-worker": [
+        "observability-kube-prometheus-stack",
+        "observability-namespace",
+    ],
+    f"{OBS}kubernetes:monitoring.coreos.com/v1:PrometheusRule::observability-prometheusrule-dynamo-alerts": [
+        "observability-kube-prometheus-stack",
+        "observability-namespace",
+    ],
     "dynamo:benchmark:Benchmark$kubernetes:batch/v1:Job::benchmark-aiperf-vllm-disagg-h100-dspark": [],
     "pulumi:pulumi:Stack$dynamo:observability:Observability::observability": [],
     "pulumi:pulumi:Stack$dynamo:benchmark:Benchmark::benchmark": [],
@@ -42,16 +56,21 @@ def test_observability_and_benchmark_keep_their_urns_and_order():
     comps = {r.urn for r in run.resources if r.type in ("dynamo:observability:Observability", "dynamo:benchmark:Benchmark")}
     mine = [r for r in run.resources if r.urn in comps or r.parent in comps]
     by_urn = {r.urn: r for r in run.resources}
-    got = {r.urn.split("::dynamo::", 1)[1]: sorted(by_urn[d].name for d in r.dependencies if by_urn[d].parent == r.parent)
-           for r in mine}
+    got = {
+        r.urn.split("::dynamo::", 1)[1]: sorted(by_urn[d].name for d in r.dependencies if by_urn[d].parent == r.parent)
+        for r in mine
+    }
     assert got == URNS
     # Observability waits for the cluster's GPU capacity, not the serving objects; the Job waits for the DGD.
     dgd = run.one("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
     job = next(r for r in run.by_type("kubernetes:batch/v1:Job") if r.name.startswith("benchmark-"))
     assert job.dependencies == [dgd.urn]
     ns = next(r for r in mine if r.name == "observability-namespace")
-    ours = [r for r in mine if r.type not in ("dynamo:observability:Observability", "dynamo:benchmark:Benchmark") and r is not ns
-            and r is not job]
+    ours = [
+        r
+        for r in mine
+        if r.type not in ("dynamo:observability:Observability", "dynamo:benchmark:Benchmark") and r is not ns and r is not job
+    ]
     assert all(dgd.urn not in r.dependencies for r in ours)
     assert all(any(by_urn[d].name == "cluster-gpu" for d in r.dependencies) for r in ours)
     kps = next(r for r in mine if r.name == "observability-kube-prometheus-stack")
@@ -63,7 +82,7 @@ def test_render_lists_their_objects_through_the_program_layers():
     assert [layer.key for layer in program.layers] == ["observability", "benchmark"]
     objects = program.objects()
     tail = [o for layer in program.layers for o in layer.objects]
-    assert objects[-len(tail):] == tail
+    assert objects[-len(tail) :] == tail
     assert program.layers[1].objects == [program.benchmark.job]
     assert program.layers[0].charts == []  # a render provider installs no chart
     kinds = [o["kind"] for o in program.layers[0].objects]
@@ -83,9 +102,12 @@ KUBE_PLATFORM_URNS = {
     f"{PLUGINS}kubernetes:helm.sh/v3:Release::device-plugins-nvidia-device-plugin": [],
     f"{PLUGINS}kubernetes:node.k8s.io/v1:RuntimeClass::device-plugins-nvidia-runtimeclass": [],
     f"{PLUGINS}kubernetes:core/v1:ConfigMap::device-plugins-rdma-devices-configmap": [],
-    f"{PLUGINS}kubernetes:apps/v1:DaemonSet::device-plugins-rdma-shared-dp-ds-daemonset": ["device-plugins-rdma-devices-configmap"],
-    f"{PLUGINS}kubernetes:apps/v1:DaemonSet::device-plugins-aws-efa-k8s-device-plugin-daemonset":
-        ["device-plugins-rdma-devices-configmap"],
+    f"{PLUGINS}kubernetes:apps/v1:DaemonSet::device-plugins-rdma-shared-dp-ds-daemonset": [
+        "device-plugins-rdma-devices-configmap"
+    ],
+    f"{PLUGINS}kubernetes:apps/v1:DaemonSet::device-plugins-aws-efa-k8s-device-plugin-daemonset": [
+        "device-plugins-rdma-devices-configmap"
+    ],
     f"{PLATFORM}kubernetes:core/v1:Namespace::dynamo-platform-namespace": [],
     f"{PLATFORM}kubernetes:helm.sh/v3:Release::dynamo-platform-release": ["dynamo-platform-namespace"],
 }
@@ -108,20 +130,32 @@ def _fabric_target(fabric: str) -> str:
 def _platform(run) -> dict[str, list[str]]:
     comps = {r.urn for r in run.resources if r.type.startswith("dynamo:platform:")}
     by_urn = {r.urn: r for r in run.resources}
-    return {r.urn.split("::dynamo::", 1)[1]: sorted(by_urn[d].name for d in r.dependencies)
-            for r in run.resources if r.urn in comps or r.parent in comps}
+    return {
+        r.urn.split("::dynamo::", 1)[1]: sorted(by_urn[d].name for d in r.dependencies)
+        for r in run.resources
+        if r.urn in comps or r.parent in comps
+    }
 
 
 def test_the_platform_layer_keeps_its_urns_and_the_graphs_wait_for_it():
     from harness import MOCK_KUBECONFIG
 
-    cfg = {"cluster": {"mode": "kubeconfig", "installDevicePlugins": True, "installPlatform": True},
-           "serve": [{"target": _fabric_target("infiniband"), "namespace": "ns0"},
-                     {"target": _fabric_target("aws-efa"), "namespace": "ns1"}]}
+    cfg = {
+        "cluster": {"mode": "kubeconfig", "installDevicePlugins": True, "installPlatform": True},
+        "serve": [
+            {"target": _fabric_target("infiniband"), "namespace": "ns0"},
+            {"target": _fabric_target("aws-efa"), "namespace": "ns1"},
+        ],
+    }
     run = run_program(cfg, {"hfToken": "hf_x", "kubeconfig": MOCK_KUBECONFIG}, stack="layers")
     assert _platform(run) == KUBE_PLATFORM_URNS
-    ready = {"device-plugins-nvidia-device-plugin", "device-plugins-nvidia-runtimeclass", "dynamo-platform-release",
-             "device-plugins-rdma-shared-dp-ds-daemonset", "device-plugins-aws-efa-k8s-device-plugin-daemonset"}
+    ready = {
+        "device-plugins-nvidia-device-plugin",
+        "device-plugins-nvidia-runtimeclass",
+        "dynamo-platform-release",
+        "device-plugins-rdma-shared-dp-ds-daemonset",
+        "device-plugins-aws-efa-k8s-device-plugin-daemonset",
+    }
     by_urn = {r.urn: r for r in run.resources}
     for dgd in run.by_type("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"):
         names = {by_urn[d].name for d in dgd.dependencies}
@@ -130,13 +164,28 @@ def test_the_platform_layer_keeps_its_urns_and_the_graphs_wait_for_it():
     for raw in run.raw_outputs:
         if "nvidiaRelease" in raw:
             outputs = raw
-    assert outputs == {"nvidiaRelease": "nvidia-device-plugin", "plugins": ["k8s-rdma-shared-dev-plugin", "aws-efa-k8s-device-plugin"],
-                       "resources": sorted(outputs["resources"])} and outputs["resources"]
+    assert (
+        outputs
+        == {
+            "nvidiaRelease": "nvidia-device-plugin",
+            "plugins": ["k8s-rdma-shared-dev-plugin", "aws-efa-k8s-device-plugin"],
+            "resources": sorted(outputs["resources"]),
+        }
+        and outputs["resources"]
+    )
 
 
 def test_the_platform_layer_on_eks_with_the_gpu_operator_keeps_its_urns():
-    run = run_program({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "nvidiaStack": "gpu-operator"},
-                       "observability": {"enabled": True}}, {"hfToken": "hf_x"}, stack="layers")
+    run = run_program(
+        {
+            "gpu": "h100",
+            "topology": "disagg",
+            "cluster": {"mode": "eks", "nvidiaStack": "gpu-operator"},
+            "observability": {"enabled": True},
+        },
+        {"hfToken": "hf_x"},
+        stack="layers",
+    )
     assert _platform(run) == EKS_PLATFORM_URNS
     release = next(r for r in run.resources if r.name == "dynamo-platform-release")
     # the operator learns observability's Prometheus
@@ -150,13 +199,23 @@ def test_keda_moves_under_its_layer_with_the_alias_of_its_top_level_urn():
     agg = "lightning-vllm-agg-h100-dspark"
     from stacks.serving.autoscaling import gpus_per_replica
 
-    comp = next(c["name"] for c in build_program({"target": agg}, "a").entries[0].plan.dgd["spec"]["components"]
-                if gpus_per_replica(c))
-    cfg = {"imagePullSecrets": ["ngc-secret"], "observability": {"enabled": True, "prometheus": "existing",
-                                                                   "prometheusEndpoint": "http://prom.obs.svc:9090"},
-           "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 2},
-           "serve": [{"name": n, "target": agg, "namespace": n,
-                      "autoscaling": {comp: {"maxReplicas": 4, "metric": "queue-depth", "target": 2}}} for n in ("a", "b")]}
+    comp = next(
+        c["name"] for c in build_program({"target": agg}, "a").entries[0].plan.dgd["spec"]["components"] if gpus_per_replica(c)
+    )
+    cfg = {
+        "imagePullSecrets": ["ngc-secret"],
+        "observability": {"enabled": True, "prometheus": "existing", "prometheusEndpoint": "http://prom.obs.svc:9090"},
+        "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 2},
+        "serve": [
+            {
+                "name": n,
+                "target": agg,
+                "namespace": n,
+                "autoscaling": {comp: {"maxReplicas": 4, "metric": "queue-depth", "target": 2}},
+            }
+            for n in ("a", "b")
+        ],
+    }
     run = run_program(cfg, {"hfToken": "hf_x", "ngcApiKey": "nvapi-x"}, stack="layers")
     layer = run.one("dynamo:keda:Keda")
     (keda,) = [r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs.get("chart") == "keda"]
@@ -171,8 +230,9 @@ def test_keda_moves_under_its_layer_with_the_alias_of_its_top_level_urn():
 
 
 def test_render_lists_the_platform_layers_objects():
-    program = build_program({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "region": "us-east-1"}}, "t",
-                            frozenset({"hfToken"}))
+    program = build_program(
+        {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "region": "us-east-1"}}, "t", frozenset({"hfToken"})
+    )
     assert [layer.kind for layer in program.layers[:2]] == ["DevicePlugins", "DynamoPlatform"]
     names = {(o["kind"], o["metadata"]["name"]) for o in program.objects()}
     assert {("RuntimeClass", "nvidia"), ("DaemonSet", "aws-efa-k8s-device-plugin"), ("Namespace", "dynamo-system")} <= names

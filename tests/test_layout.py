@@ -1,5 +1,6 @@
 """The pure core (stacks/*.py, stacks/catalog/) never imports the command-line tools (stacks/cli/), and
 components/ import only the core: a newcomer can read the core without the tools."""
+
 import ast
 from pathlib import Path
 
@@ -33,8 +34,7 @@ def test_core_and_components_never_import_the_cli():
     core = [p for p in (ROOT / "stacks").rglob("*.py") if "cli" not in p.relative_to(ROOT).parts and p.name != "__main__.py"]
     core += list((ROOT / "components").glob("*.py")) + [ROOT / "__main__.py"]
     assert len(core) > 15
-    offenders = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p) if m.startswith("stacks.cli"))
-                 for p in core}
+    offenders = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p) if m.startswith("stacks.cli")) for p in core}
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
@@ -43,8 +43,11 @@ def test_the_program_never_imports_the_aws_rules():
     program or the policy pack runs imports them, and no copy lives among the plans."""
     shipped = list((ROOT / "stacks").rglob("*.py")) + list((ROOT / "components").glob("*.py")) + [ROOT / "__main__.py"]
     shipped += list((ROOT / "policy").rglob("*.py"))
-    offenders = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p) if "aws_rules" in m.split("."))
-                 for p in shipped if "__pycache__" not in p.parts}
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p) if "aws_rules" in m.split("."))
+        for p in shipped
+        if "__pycache__" not in p.parts
+    }
     assert {k: v for k, v in offenders.items() if v} == {}
     assert (ROOT / "tests" / "aws_rules" / "__init__.py").is_file()
     assert not list((ROOT / "stacks").rglob("aws_rules*.py"))
@@ -53,7 +56,9 @@ def test_the_program_never_imports_the_aws_rules():
 def test_cli_modules_live_under_stacks_cli():
     names = {p.stem for p in (ROOT / "stacks" / "cli").glob("*.py")}
     assert {"review", "preflight", "simulate", "bench_report", "timeline"} <= names
-    assert not any((ROOT / "stacks" / f"{n}.py").exists() for n in ("review", "preflight", "simulate", "bench_report", "timeline"))
+    assert not any(
+        (ROOT / "stacks" / f"{n}.py").exists() for n in ("review", "preflight", "simulate", "bench_report", "timeline")
+    )
 
 
 def test_the_command_line_knows_which_module_adds_each_command():
@@ -180,8 +185,10 @@ def test_the_layer_check_catches_a_climb_back(tmp_path):
     """A spec module that imports a plan builder, or a plan builder that imports the program, is reported."""
     spec, plans = tmp_path / "spec.py", tmp_path / "serve.py"
     spec.write_text("from ..serving import build_plan\nfrom .eks import EksConfig\n")
-    plans.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cli import review\n"
-                     "def f():\n    from stacks.program import build_program\n")
+    plans.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cli import review\n"
+        "def f():\n    from stacks.program import build_program\n"
+    )
     modules = {**project_modules(), "stacks.config.stack": spec, "stacks.serving.serve": plans}
     found = layer_violations(modules)
     assert "stacks.config.stack (config) imports stacks.serving.build_plan (plans)" in found
@@ -243,6 +250,7 @@ def import_circles(modules: dict[str, Path]) -> list[list[str]]:
                     break
             if len(comp) > 1:
                 out.append(sorted(comp))
+
     for v in sorted(graph):
         if v not in index:
             visit(v)
@@ -284,8 +292,18 @@ import subprocess  # noqa: E402
 import pytest  # noqa: E402
 
 TRACKER_REF = re.compile(r"\b(?:issues?|findings?)[ \t-]*#?[ \t]*\d+", re.IGNORECASE)
-UPSTREAM_PROJECTS = {"eksctl", "vllm", "terraform-aws-eks", "pulumi", "pulumi-kubernetes", "kubernetes", "karpenter",
-                     "kwok", "helm", "dynamo"}
+UPSTREAM_PROJECTS = {
+    "eksctl",
+    "vllm",
+    "terraform-aws-eks",
+    "pulumi",
+    "pulumi-kubernetes",
+    "kubernetes",
+    "karpenter",
+    "kwok",
+    "helm",
+    "dynamo",
+}
 SCANNED_SUFFIXES = (".py", ".yaml", ".md", ".sh")
 
 
@@ -308,16 +326,19 @@ def _words(s: str) -> str:
     return s.replace("~i", "issue").replace("~I", "Issue").replace("~f", "finding")
 
 
-@pytest.mark.parametrize("text, found", [
-    ("# One GPU node group per pool (~i 11): the first", ["~i 11"]),
-    ('"""~I 9 ~f 2: a render stack', ["~I 9", "~f 2"]),
-    ("the ~i-9 acceptance line; before ~i #8 it did not", ["~i-9", "~i #8"]),
-    ("~i 8 ~fs 5, 6: sized from the final DGD", ["~i 8", "~fs 5"]),
-    ("aws/karpenter-provider-aws ~i 9071, about v1.11.0 and later; ~i 6296", ["~i 6296"]),
-    ("sassoftware/viya4-iac-aws ~i 298 and eksctl ~i 8748 (vllm ~is #19824, #34399)", []),
-    ("terraform-aws-eks #748, pulumi/pulumi#21797, github.com/ai-dynamo/dynamo/~is/10596", []),
-    ("no t~i 5, re~i 3 or ~is without a number", []),
-])
+@pytest.mark.parametrize(
+    "text, found",
+    [
+        ("# One GPU node group per pool (~i 11): the first", ["~i 11"]),
+        ('"""~I 9 ~f 2: a render stack', ["~I 9", "~f 2"]),
+        ("the ~i-9 acceptance line; before ~i #8 it did not", ["~i-9", "~i #8"]),
+        ("~i 8 ~fs 5, 6: sized from the final DGD", ["~i 8", "~fs 5"]),
+        ("aws/karpenter-provider-aws ~i 9071, about v1.11.0 and later; ~i 6296", ["~i 6296"]),
+        ("sassoftware/viya4-iac-aws ~i 298 and eksctl ~i 8748 (vllm ~is #19824, #34399)", []),
+        ("terraform-aws-eks #748, pulumi/pulumi#21797, github.com/ai-dynamo/dynamo/~is/10596", []),
+        ("no t~i 5, re~i 3 or ~is without a number", []),
+    ],
+)
 def test_tracker_reference_detector(text, found):
     assert [ref for _, ref in tracker_references(_words(text))] == [_words(f) for f in found]
 
@@ -329,10 +350,16 @@ def test_no_tracker_numbers_in_tracked_files():
         pytest.skip(f"not a git checkout: {e}")
     scanned = [f for f in files if f.endswith(SCANNED_SUFFIXES) or Path(f).name == "Makefile"]
     assert len(scanned) > 50
-    found = [f"{f}:{n}: {ref}" for f in scanned if (ROOT / f).is_file()
-             for n, ref in tracker_references((ROOT / f).read_text(errors="replace"))]
+    found = [
+        f"{f}:{n}: {ref}"
+        for f in scanned
+        if (ROOT / f).is_file()
+        for n, ref in tracker_references((ROOT / f).read_text(errors="replace"))
+    ]
     print("\n".join(found))
-    assert found == [], f"{len(found)} tracker references (say what and why instead, or name the upstream repo):\n" + "\n".join(found)
+    assert found == [], f"{len(found)} tracker references (say what and why instead, or name the upstream repo):\n" + "\n".join(
+        found
+    )
 
 
 def test_plans_carry_typed_fields_not_side_channel_dicts():
@@ -380,12 +407,14 @@ def mode_comparisons(text: str) -> list[int]:
 
 
 def test_the_mode_comparison_check_catches_a_planted_one():
-    planted = ('if program.cluster.mode == "eks":\n    pass\n'
-               'x = cluster.mode in ("eks", "stack")\n'
-               'y = "render" != mode\n'
-               'z = mode not in {"kubeconfig"}\n'
-               'ok = door.tls.mode == "none" or spec.mode == "prefill" or mode == other\n'
-               'also_ok = CLUSTER_MODES[cluster.mode]\n')
+    planted = (
+        'if program.cluster.mode == "eks":\n    pass\n'
+        'x = cluster.mode in ("eks", "stack")\n'
+        'y = "render" != mode\n'
+        'z = mode not in {"kubeconfig"}\n'
+        'ok = door.tls.mode == "none" or spec.mode == "prefill" or mode == other\n'
+        "also_ok = CLUSTER_MODES[cluster.mode]\n"
+    )
     assert mode_comparisons(planted) == [1, 3, 4, 5]
 
 

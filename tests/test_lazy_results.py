@@ -1,4 +1,5 @@
 """The engine tests' deferred Automation API results fetch what they stand for once, and only when read."""
+
 from lazy_results import Deferred
 
 

@@ -2,6 +2,7 @@
 Run:ai Model Streamer flags (as the real bash expands a worker's script), nothing else changes, other runtimes are
 refused, and it is off by default. The flag spellings are vLLM's documented ones
 (docs.vllm.ai/en/stable/models/extensions/runai_model_streamer), not read from the product."""
+
 from __future__ import annotations
 
 import json

@@ -8,6 +8,7 @@ huggingface_hub's ``snapshot_download`` and of the ``hf download`` CLI that writ
 after a pinned download, the cache's ``refs/main``, which the workers read with ``HF_HUB_OFFLINE=1``, names the pinned
 commit.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -70,7 +71,8 @@ def _stub_hub(tmp_path: Path) -> Path:
     """A huggingface_hub stand-in: snapshot_download(repo_id, revision) fills $HF_HOME/hub like the real one."""
     d = tmp_path / "stub"
     (d / "huggingface_hub").mkdir(parents=True)
-    (d / "huggingface_hub" / "__init__.py").write_text(textwrap.dedent('''
+    (d / "huggingface_hub" / "__init__.py").write_text(
+        textwrap.dedent("""
         import hashlib, os, re
         from pathlib import Path
 
@@ -90,7 +92,8 @@ def _stub_hub(tmp_path: Path) -> Path:
                 (repo / "refs" / revision).parent.mkdir(parents=True, exist_ok=True)
                 (repo / "refs" / revision).write_text(commit)
             return str(repo / "snapshots" / commit)
-    '''))
+    """)
+    )
     return d
 
 
@@ -126,7 +129,7 @@ def test_lightning_pinned_download_points_refs_main_at_the_pinned_commit(tmp_pat
         assert _refs_main(hf_home, env[draft]) == _main_commit(env[draft])
 
 
-HF_STUB = '''#!{python}
+HF_STUB = """#!{python}
 import hashlib, os, re, sys
 from pathlib import Path
 args = sys.argv[1:]
@@ -140,7 +143,7 @@ if revision != commit:
     (repo / "refs" / revision).parent.mkdir(parents=True, exist_ok=True)
     (repo / "refs" / revision).write_text(commit)
 print(repo / "snapshots" / commit)
-'''
+"""
 
 
 @pytest.mark.parametrize("revision", [REVISION, "v1.0"])

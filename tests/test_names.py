@@ -1,6 +1,7 @@
 """The serving layer's resource names in the two forms of a stack (stacks/program/names.py), and the delete hooks'
 messages (stacks/program/retained.py): a stack moves between the single-target form and ``dynamo:serve`` without a URN
 change in either direction, and a kept or refused object is named from its own last state."""
+
 from __future__ import annotations
 
 import pytest
@@ -46,20 +47,27 @@ def test_single_and_serve_forms_give_the_same_names(tid, entry_name):
 def test_earlier_versions_names_are_aliases_of_the_first_namespace(tid):
     """A stack an earlier version of the program last updated: its single-target Serving ``serving`` and graph
     ``serving-graph``, and a serve entry's entry-named graph, are aliases (no name is claimed twice)."""
-    serve = serving_names(build_program(_serve({"target": tid, "namespace": "a", "name": "chat"},
-                                               {"target": tid, "namespace": "b"}), "s"))
+    serve = serving_names(
+        build_program(_serve({"target": tid, "namespace": "a", "name": "chat"}, {"target": tid, "namespace": "b"}), "s")
+    )
     first = serve[0]
     assert "serving" in first.aliases
     (answers,) = _full_names(first).values()
     assert {"serving-graph", "serving-a-graph-chat"} <= answers
-    claimed = [n for sn in serve for names in _full_names(sn).values() for n in names] + [n for sn in serve for n in (sn.name, *sn.aliases)]
+    claimed = [n for sn in serve for names in _full_names(sn).values() for n in names] + [
+        n for sn in serve for n in (sn.name, *sn.aliases)
+    ]
     assert len(claimed) == len(set(claimed))
 
 
 def test_renaming_or_reordering_entries_keeps_every_name():
     a, b = FAMILIES[0], FAMILIES[-1]
-    one = serving_names(build_program(_serve({"target": a, "namespace": "x", "name": "chat"}, {"target": b, "namespace": "y"}), "s"))
-    two = serving_names(build_program(_serve({"target": b, "namespace": "y"}, {"target": a, "namespace": "x", "name": "talk"}), "s"))
+    one = serving_names(
+        build_program(_serve({"target": a, "namespace": "x", "name": "chat"}, {"target": b, "namespace": "y"}), "s")
+    )
+    two = serving_names(
+        build_program(_serve({"target": b, "namespace": "y"}, {"target": a, "namespace": "x", "name": "talk"}), "s")
+    )
     assert _urn_names(one) == _urn_names(two)
 
 

@@ -2,6 +2,7 @@
 and allow what Dynamo needs; their selectors pick the operator-exact pods (stacks.serving.operator.operator_pods) and the
 Jobs' pods. The engine test creates them, the hardened Jobs and the pods on a real kube-apiserver (own control plane,
 etcd + kube-apiserver only, as tests/test_selection.py) and lists pods through each policy's own selector."""
+
 from __future__ import annotations
 
 import shutil
@@ -18,8 +19,13 @@ from stacks.serving.operator import label_selector_string, operator_pods
 from stacks.serving import build_plan
 
 TARGETS = sorted(catalog.targets())
-SAMPLE = ["lightning-vllm-agg-h100-dspark", "lightning-vllm-disagg-h100-dspark", "ultra-vllm-agg-b200-chat-256k-mtp",
-          "motif3-vllm-disagg-b200-chat-generic-2p1d-kv", "ultra-vllm-disagg-gb200-agentic-1M"]
+SAMPLE = [
+    "lightning-vllm-agg-h100-dspark",
+    "lightning-vllm-disagg-h100-dspark",
+    "ultra-vllm-agg-b200-chat-256k-mtp",
+    "motif3-vllm-disagg-b200-chat-generic-2p1d-kv",
+    "ultra-vllm-disagg-gb200-agentic-1M",
+]
 NP = {"enabled": True, "ingressNamespaces": ["gateway"], "monitoringNamespaces": ["monitoring"]}
 
 
@@ -55,7 +61,7 @@ def test_benchmark_job_name_is_the_benchmark_jobs():
 @pytest.mark.parametrize("tid", TARGETS)
 def test_selectors_match_the_operator_exact_pods(tid):
     plan = _plan(tid)
-    pols = {p["metadata"]["name"][len(plan.dgd["metadata"]["name"]) + 1:]: p for p in plan.network_policies}
+    pols = {p["metadata"]["name"][len(plan.dgd["metadata"]["name"]) + 1 :]: p for p in plan.network_policies}
     assert set(pols) == {"default-deny", "dns", "graph", "frontend-ingress", "monitoring", "jobs-egress"}
     assert pols["default-deny"]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     pods = operator_pods(plan.dgd)
@@ -132,31 +138,57 @@ def _expected_specs(dgd: dict, job_names: list[str], facts: dict) -> dict[str, d
     scraped = sorted({http, ports["system"], ports["nixl"]})  # frontend http; workers' system server and NIXL exporter
     return {
         f"{name}-default-deny": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
-        f"{name}-dns": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{
-            "to": [{"namespaceSelector": {"matchLabels": {NS_LABEL: "kube-system"}},
-                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]},
+        f"{name}-dns": {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [
+                        {
+                            "namespaceSelector": {"matchLabels": {NS_LABEL: "kube-system"}},
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ],
+                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                }
+            ],
+        },
         f"{name}-graph": {
-            "podSelector": {"matchLabels": graph}, "policyTypes": ["Ingress", "Egress"],
+            "podSelector": {"matchLabels": graph},
+            "policyTypes": ["Ingress", "Egress"],
             "ingress": [{"from": [{"podSelector": {"matchLabels": graph}}]}],
-            "egress": [{"to": [{"podSelector": {"matchLabels": graph}}]},
-                       {"to": [{"namespaceSelector": {"matchLabels": {NS_LABEL: platform["namespace"]}}}],
-                        "ports": _tcp_ports(platform["nats_port"], platform["etcd_port"])},
-                       {"ports": _tcp_ports(443, 6443)}]},
+            "egress": [
+                {"to": [{"podSelector": {"matchLabels": graph}}]},
+                {
+                    "to": [{"namespaceSelector": {"matchLabels": {NS_LABEL: platform["namespace"]}}}],
+                    "ports": _tcp_ports(platform["nats_port"], platform["etcd_port"]),
+                },
+                {"ports": _tcp_ports(443, 6443)},
+            ],
+        },
         f"{name}-frontend-ingress": {
-            "podSelector": {"matchLabels": frontend}, "policyTypes": ["Ingress"],
-            "ingress": [{"from": [_from_namespaces([ns, *NP["ingressNamespaces"]])], "ports": _tcp_ports(http)}]},
+            "podSelector": {"matchLabels": frontend},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [_from_namespaces([ns, *NP["ingressNamespaces"]])], "ports": _tcp_ports(http)}],
+        },
         f"{name}-monitoring": {
-            "podSelector": {"matchLabels": graph}, "policyTypes": ["Ingress"],
-            "ingress": [{"from": [_from_namespaces(NP["monitoringNamespaces"])], "ports": _tcp_ports(*scraped)}]},
+            "podSelector": {"matchLabels": graph},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [_from_namespaces(NP["monitoringNamespaces"])], "ports": _tcp_ports(*scraped)}],
+        },
         f"{name}-jobs-egress": {
             "podSelector": {"matchExpressions": [{"key": JOB_LABEL, "operator": "In", "values": sorted(job_names)}]},
             "policyTypes": ["Egress"],
-            "egress": [{"ports": _tcp_ports(443)},
-                       {"to": [{"podSelector": {"matchLabels": frontend}}], "ports": _tcp_ports(http)}]},
+            "egress": [
+                {"ports": _tcp_ports(443)},
+                {"to": [{"podSelector": {"matchLabels": frontend}}], "ports": _tcp_ports(http)},
+            ],
+        },
         f"{name}-front-door-ingress": {
-            "podSelector": {"matchLabels": frontend}, "policyTypes": ["Ingress"],
-            "ingress": [{"from": [_from_namespaces(FRONT_DOOR_NAMESPACES)], "ports": _tcp_ports(http)}]},
+            "podSelector": {"matchLabels": frontend},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [_from_namespaces(FRONT_DOOR_NAMESPACES)], "ports": _tcp_ports(http)}],
+        },
     }
 
 
@@ -208,10 +240,12 @@ def test_no_policy_of_any_target_opens_a_rule_beyond_the_documented_ones(facts):
         plan = _plan(tid, benchmark={"enabled": True})
         name = plan.dgd["metadata"]["name"]
         graph_peer = [{"podSelector": {"matchLabels": {dgd_key: name}}}]
-        allowed = [(f"{name}-graph", "ingress", {"from": graph_peer}),
-                   (f"{name}-graph", "egress", {"to": graph_peer}),
-                   (f"{name}-graph", "egress", {"ports": _tcp_ports(443, 6443)}),
-                   (f"{name}-jobs-egress", "egress", {"ports": _tcp_ports(443)})]
+        allowed = [
+            (f"{name}-graph", "ingress", {"from": graph_peer}),
+            (f"{name}-graph", "egress", {"to": graph_peer}),
+            (f"{name}-graph", "egress", {"ports": _tcp_ports(443, 6443)}),
+            (f"{name}-jobs-egress", "egress", {"ports": _tcp_ports(443)}),
+        ]
         for pol in plan.network_policies + [front_door_ingress(plan.dgd, FRONT_DOOR_NAMESPACES)]:
             pname, spec = pol["metadata"]["name"], pol["spec"]
             if not spec["podSelector"] and pname not in (f"{name}-default-deny", f"{name}-dns"):
@@ -233,8 +267,9 @@ def test_benchmark_job_is_allowed_to_reach_the_frontend():
 # --------------------------------------------------------------------------- where Dynamo's pods reach the API server
 #
 # EKS API reference, KubernetesNetworkConfigRequest.serviceIpv4Cidr (the program names none, so EKS picks a range):
-EKS_SERVICE_CIDR_DOC = ("If you don't specify a block, Kubernetes assigns addresses from either the 10.100.0.0/16 or "
-                        "172.20.0.0/16 CIDR blocks.")
+EKS_SERVICE_CIDR_DOC = (
+    "If you don't specify a block, Kubernetes assigns addresses from either the 10.100.0.0/16 or 172.20.0.0/16 CIDR blocks."
+)
 # The control plane's network interfaces (the ``kubernetes`` Service's endpoints) are in the cluster's subnets, so in
 # the VPC: EKS user guide, "Amazon EKS creates up to 4 elastic network interfaces in the subnets that you specify".
 
@@ -250,10 +285,20 @@ def _eks_plan(tid: str, vpc_cidr: str, **np_extra):
     from stacks.cluster.plan import plan_eks
     from stacks.config import cluster_config
 
-    raw = {"target": tid, "namespace": "dynamo", "networkPolicy": {**NP, **np_extra},
-           "cluster": {"mode": "eks", "region": "us-east-1", "vpcCidr": vpc_cidr}}
-    return plan_eks("np-test", parse({k: v for k, v in raw.items() if k != "cluster"}), cluster_config(raw), raw, frozenset(),
-                    require_secrets=False)[2]
+    raw = {
+        "target": tid,
+        "namespace": "dynamo",
+        "networkPolicy": {**NP, **np_extra},
+        "cluster": {"mode": "eks", "region": "us-east-1", "vpcCidr": vpc_cidr},
+    }
+    return plan_eks(
+        "np-test",
+        parse({k: v for k, v in raw.items() if k != "cluster"}),
+        cluster_config(raw),
+        raw,
+        frozenset(),
+        require_secrets=False,
+    )[2]
 
 
 @pytest.mark.parametrize("vpc_cidr", ["10.0.0.0/16", "10.20.0.0/18"])
@@ -265,15 +310,19 @@ def test_on_the_eks_cluster_it_builds_dynamo_pods_reach_only_the_vpc_and_the_ser
     service_ranges = re.findall(r"\d+\.\d+\.\d+\.\d+/\d+", EKS_SERVICE_CIDR_DOC)
     assert len(service_ranges) == 2
     plan = _eks_plan(SAMPLE[1], vpc_cidr)
-    assert _api_server_rule(plan) == {"to": [{"ipBlock": {"cidr": c}} for c in sorted({vpc_cidr, *service_ranges})],
-                                      "ports": _tcp_ports(443, 6443)}
+    assert _api_server_rule(plan) == {
+        "to": [{"ipBlock": {"cidr": c}} for c in sorted({vpc_cidr, *service_ranges})],
+        "ports": _tcp_ports(443, 6443),
+    }
     assert plan.warnings == []
 
 
 def test_listed_api_server_networks_replace_any_address_and_the_eks_default():
     listed = ["192.0.2.10/32", "198.51.100.0/24"]
-    for plan in (_plan(SAMPLE[0], networkPolicy={**NP, "apiServerCidrs": listed}),
-                 _eks_plan(SAMPLE[0], "10.0.0.0/16", apiServerCidrs=listed)):
+    for plan in (
+        _plan(SAMPLE[0], networkPolicy={**NP, "apiServerCidrs": listed}),
+        _eks_plan(SAMPLE[0], "10.0.0.0/16", apiServerCidrs=listed),
+    ):
         assert _api_server_rule(plan) == {"to": [{"ipBlock": {"cidr": c}} for c in listed], "ports": _tcp_ports(443, 6443)}
         assert plan.warnings == []
 
@@ -293,6 +342,7 @@ def test_a_bad_api_server_network_is_refused_with_the_key_and_the_value():
 
 # --------------------------------------------------------------------------- a real API server
 
+
 @pytest.fixture(scope="module")
 def apiserver(tmp_path_factory):
     if not shutil.which("kubectl"):
@@ -311,9 +361,16 @@ def apiserver(tmp_path_factory):
 
 
 def _pod(name: str, ns: str, labels: dict) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
-            "spec": {"automountServiceAccountToken": False, "restartPolicy": "Never",
-                     "containers": [{"name": "main", "image": "registry.invalid/none:0"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "registry.invalid/none:0"}],
+        },
+    }
 
 
 @pytest.mark.engine
@@ -323,7 +380,11 @@ def test_api_server_admits_the_policies_and_their_selectors_list_the_right_pods(
         ns = f"np{i}"
         plan = _plan(tid, ns, benchmark={"enabled": True})
         sim.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        sim.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+        sim.request(
+            "POST",
+            f"/api/v1/namespaces/{ns}/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
+        )
         for pol in plan.network_policies:
             got = sim.request("POST", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", pol)
             assert got["spec"]["podSelector"] == pol["spec"]["podSelector"], "admitted unchanged"
@@ -342,7 +403,7 @@ def test_api_server_admits_the_policies_and_their_selectors_list_the_right_pods(
         for pol in sim.request("GET", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies")["items"]:
             sel = label_selector_string(pol["spec"]["podSelector"])
             items = sim.request("GET", f"/api/v1/namespaces/{ns}/pods?labelSelector={quote(sel)}")["items"]
-            listed[pol["metadata"]["name"][len(plan.dgd["metadata"]["name"]) + 1:]] = {p["metadata"]["name"] for p in items}
+            listed[pol["metadata"]["name"][len(plan.dgd["metadata"]["name"]) + 1 :]] = {p["metadata"]["name"] for p in items}
         every = {op.name for op in pods} | {f"{n}-x1" for n in job_pods}
         assert listed["default-deny"] == listed["dns"] == every
         assert listed["graph"] == listed["monitoring"] == {op.name for op in pods}

@@ -6,6 +6,7 @@ on a GPU node and writes it into the containerd config it generates (containerd 
 What stands in for EKS and Karpenter: a second NodeConfig part with the cluster's name, endpoint, CA and service CIDR,
 the part EKS (managed node groups) and Karpenter append to the user data they launch a node with; nodeadm merges the
 parts in order, as at boot."""
+
 from __future__ import annotations
 
 import base64
@@ -44,8 +45,10 @@ def nodeadm() -> tuple[str, str]:
     proc = subprocess.run([str(ROOT / "tools" / "nodeadm.sh")], capture_output=True, text=True, timeout=1800)
     path = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     if proc.returncode != 0 or not path:
-        missing(f"nodeadm not built: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no source'}",
-                "the reference data's tools/nodeadm (../shared/reference, or DYNAMO_REFERENCE), then tools/nodeadm.sh")
+        missing(
+            f"nodeadm not built: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no source'}",
+            "the reference data's tools/nodeadm (../shared/reference, or DYNAMO_REFERENCE), then tools/nodeadm.sh",
+        )
     return path, str(Path(path).with_name("nodeadm-check"))
 
 
@@ -59,8 +62,12 @@ def _boot(tools: tuple[str, str], user_data: str, tmp_path: Path, cpus_mem=P5) -
     f.write_text(_with_platform_part(user_data))
     check = subprocess.run([tools[0], "config", "check", "-c", f"file://{f}"], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr
-    out = subprocess.run([tools[1], "-c", f"file://{f}", "-cpus", cpus_mem[0], "-memory-gib", cpus_mem[1]],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [tools[1], "-c", f"file://{f}", "-cpus", cpus_mem[0], "-memory-gib", cpus_mem[1]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -68,8 +75,11 @@ def _boot(tools: tuple[str, str], user_data: str, tmp_path: Path, cpus_mem=P5) -
 def _planned(program) -> list[tuple[str, str]]:
     """(kind, user data) of every GPU node the cluster plan launches (what components/cluster.py registers)."""
     cp = program.cluster_plan
-    out = [("launch template", base64.b64decode(p.launch_template["user_data"]).decode())
-           for p in cp.gpu_pools if p.capacity != "karpenter"]
+    out = [
+        ("launch template", base64.b64decode(p.launch_template["user_data"]).decode())
+        for p in cp.gpu_pools
+        if p.capacity != "karpenter"
+    ]
     out += [("EC2NodeClass", kp.ec2nodeclass["spec"]["userData"]) for kp in (cp.karpenter.pools if cp.karpenter else [])]
     return out
 
@@ -87,8 +97,12 @@ def rendered_user_data() -> dict[tuple[str, str], list[str]]:
         if program.cluster.mode == "eks":
             programs[stack] = program
     for stack, cluster in (("karpenter", {"capacity": "karpenter"}), ("capacity-block", CAPACITY["capacity-block"])):
-        programs[stack] = build_program({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", **cluster}}, stack,
-                                        frozenset({"hfToken", "ngcApiKey"}), aws_region="us-east-1")
+        programs[stack] = build_program(
+            {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", **cluster}},
+            stack,
+            frozenset({"hfToken", "ngcApiKey"}),
+            aws_region="us-east-1",
+        )
     out: dict[tuple[str, str], list[str]] = {}
     for stack, program in programs.items():
         for kind, text in _planned(program):
@@ -102,9 +116,13 @@ USER_DATA = rendered_user_data()
 def test_both_node_kinds_are_covered_and_registered_as_planned():
     assert {kind for kind, _ in USER_DATA} == {"launch template", "EC2NodeClass"}
     # what `up` registers is the planned text (one stack under the mocks)
-    registered = [base64.b64decode(r.inputs["userData"]).decode()
-                  for r in run_program({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks"}}, SECRETS, stack="nodeadm").resources
-                  if r.type == LAUNCH_TEMPLATE]
+    registered = [
+        base64.b64decode(r.inputs["userData"]).decode()
+        for r in run_program(
+            {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks"}}, SECRETS, stack="nodeadm"
+        ).resources
+        if r.type == LAUNCH_TEMPLATE
+    ]
     assert registered and all(("launch template", t) in USER_DATA for t in registered)
 
 

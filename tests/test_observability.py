@@ -1,4 +1,5 @@
 """The optional observability layer (stacks/observe/observability.py; its layer: stacks/layers/observability.py, components/layer.py)."""
+
 import json
 import re
 
@@ -7,8 +8,16 @@ import pytest
 from harness import run_program
 from stacks.config.keys import ConfigError, ObservabilityConfig, parse
 from stacks.observe.observability import (
-    COMPONENT_TYPE_LABEL, DASHBOARD_LABEL, DGD_NAME_LABEL, METRICS_ENABLED_LABEL, build_observability, dashboard_queries,
-    dcgm_for, grafana_interpolate, pod_monitor_scrape_configs, selector_matches,
+    COMPONENT_TYPE_LABEL,
+    DASHBOARD_LABEL,
+    DGD_NAME_LABEL,
+    METRICS_ENABLED_LABEL,
+    build_observability,
+    dashboard_queries,
+    dcgm_for,
+    grafana_interpolate,
+    pod_monitor_scrape_configs,
+    selector_matches,
 )
 from stacks.registry.versions import versions
 from conftest import reference_file  # the reference data: $DYNAMO_REFERENCE, else ../shared/reference
@@ -46,7 +55,11 @@ def test_device_plugin_installs_the_dcgm_exporter_chart_labelled_for_our_prometh
     kps, dcgm = plan.charts
     assert (kps.chart, kps.version) == ("kube-prometheus-stack", versions()["charts"]["kube-prometheus-stack"]["version"])
     assert dcgm.chart == "dcgm-exporter" and dcgm.namespace == "monitoring"
-    assert dcgm.values["serviceMonitor"] == {"enabled": True, "interval": "15s", "additionalLabels": {"release": "kube-prometheus-stack"}}
+    assert dcgm.values["serviceMonitor"] == {
+        "enabled": True,
+        "interval": "15s",
+        "additionalLabels": {"release": "kube-prometheus-stack"},
+    }
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in dcgm.values["tolerations"]
     assert not any(m["kind"] == "ServiceMonitor" for m in plan.monitors)
     # Prometheus selects monitors by the release label in every namespace; Grafana's sidecar reads this namespace's dashboards.
@@ -69,22 +82,37 @@ def test_grafana_reads_configmaps_of_its_namespace_and_no_secret():
     assert {d["metadata"]["namespace"] for d in plan.dashboards} == {plan.namespace}
     kinds = {o["kind"]: o for o in plan.rbac}
     assert set(kinds) == {"Role", "RoleBinding"} and all(o["metadata"]["namespace"] == plan.namespace for o in plan.rbac)
-    granted = {(g, r, v) for rule in kinds["Role"]["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    granted = {
+        (g, r, v) for rule in kinds["Role"]["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
     assert granted == {("", "configmaps", "get"), ("", "configmaps", "watch"), ("", "configmaps", "list")}
-    assert kinds["RoleBinding"]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": kinds["Role"]["metadata"]["name"]}
-    assert kinds["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": grafana["serviceAccount"]["name"], "namespace": plan.namespace}]
+    assert kinds["RoleBinding"]["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": kinds["Role"]["metadata"]["name"],
+    }
+    assert kinds["RoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": grafana["serviceAccount"]["name"], "namespace": plan.namespace}
+    ]
     assert kinds["Role"] in plan.objects() and kinds["RoleBinding"] in plan.objects()
     # With an existing Prometheus nothing of Grafana is installed, and no Role either.
-    existing = build_observability(_obs(prometheus="existing", prometheus_endpoint="http://prom:9090"), serving_namespace="serve",
-                                   dgd_name="g", nvidia_stack="device-plugin")
+    existing = build_observability(
+        _obs(prometheus="existing", prometheus_endpoint="http://prom:9090"),
+        serving_namespace="serve",
+        dgd_name="g",
+        nvidia_stack="device-plugin",
+    )
     assert existing.rbac == [] and not [c for c in existing.charts if c.chart == "kube-prometheus-stack"]
 
 
 def _upstream_worker_expressions() -> list[tuple[str, str, tuple[str, ...]]]:
     """The platform chart's newest ``dynamo-worker`` selector as the reference facts file records it
     (shared/reference/dynamo-next/OPERATOR-LABELS.md, section 3 table row, source P)."""
-    row = next(line for line in reference_file("dynamo-next/OPERATOR-LABELS.md").read_text().splitlines()
-               if line.startswith("| `dynamo-worker` |"))
+    row = next(
+        line
+        for line in reference_file("dynamo-next/OPERATOR-LABELS.md").read_text().splitlines()
+        if line.startswith("| `dynamo-worker` |")
+    )
     selector = row.split("|")[2]
     out = []
     for key, op, values in re.findall(r"`([\w./-]+) (In|NotIn) \[([^\]]*)\]`", selector):
@@ -103,14 +131,17 @@ def test_pod_monitors_follow_the_platform_convention():
         assert m["spec"]["namespaceSelector"] == {"matchNames": ["serve"]}
         ep = m["spec"]["podMetricsEndpoints"][0]
         assert (ep["port"], ep["path"], ep["interval"]) == (port, "/metrics", "5s")
-    assert fe["spec"]["selector"] == {"matchLabels": {METRICS_ENABLED_LABEL: "true", COMPONENT_TYPE_LABEL: "frontend",
-                                                      DGD_NAME_LABEL: "vllm-disagg"}}
+    assert fe["spec"]["selector"] == {
+        "matchLabels": {METRICS_ENABLED_LABEL: "true", COMPONENT_TYPE_LABEL: "frontend", DGD_NAME_LABEL: "vllm-disagg"}
+    }
     assert fe["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
     # Workers: the platform's expressions (worker, decode, prefill; metrics enabled) plus this DGD's name.
     assert wk["spec"]["selector"] == {
         "matchLabels": {DGD_NAME_LABEL: "vllm-disagg"},
-        "matchExpressions": [{"key": COMPONENT_TYPE_LABEL, "operator": "In", "values": ["worker", "decode", "prefill"]},
-                             {"key": METRICS_ENABLED_LABEL, "operator": "In", "values": ["true"]}],
+        "matchExpressions": [
+            {"key": COMPONENT_TYPE_LABEL, "operator": "In", "values": ["worker", "decode", "prefill"]},
+            {"key": METRICS_ENABLED_LABEL, "operator": "In", "values": ["true"]},
+        ],
     }
 
 
@@ -126,8 +157,12 @@ def test_worker_pod_monitor_selects_every_worker_role_the_operator_labels():
     for ctype in ("worker", "prefill", "decode"):
         assert selector_matches(wk, pod(ctype)) and not selector_matches(fe, pod(ctype)), ctype
     assert selector_matches(fe, pod("frontend")) and not selector_matches(wk, pod("frontend"))
-    for other in (pod("planner"), pod("decode", dgd="other"), pod("prefill", metrics="false"),
-                  {DGD_NAME_LABEL: "g", METRICS_ENABLED_LABEL: "true"}):
+    for other in (
+        pod("planner"),
+        pod("decode", dgd="other"),
+        pod("prefill", metrics="false"),
+        {DGD_NAME_LABEL: "g", METRICS_ENABLED_LABEL: "true"},
+    ):
         assert not selector_matches(wk, other), other
 
 
@@ -135,20 +170,25 @@ def test_worker_selector_matches_the_platform_charts_newest_worker_pod_monitor()
     """Our expressions are the platform chart's own (as the reference facts file records them)."""
     plan = build_observability(_obs(), serving_namespace="serve", dgd_name="g", nvidia_stack=None)
     ours = next(m for m in plan.monitors if m["metadata"]["name"] == "g-worker")["spec"]["selector"]
-    assert sorted((e["key"], e["operator"], tuple(sorted(e["values"]))) for e in ours["matchExpressions"]) \
+    assert (
+        sorted((e["key"], e["operator"], tuple(sorted(e["values"]))) for e in ours["matchExpressions"])
         == _upstream_worker_expressions()
+    )
 
 
-@pytest.mark.parametrize("expr, labels, expected", [
-    ({"key": "a", "operator": "In", "values": ["x", "y"]}, {"a": "y"}, True),
-    ({"key": "a", "operator": "In", "values": ["x"]}, {}, False),
-    ({"key": "a", "operator": "NotIn", "values": ["x"]}, {}, True),  # absent label: NotIn holds (Kubernetes semantics)
-    ({"key": "a", "operator": "NotIn", "values": ["x"]}, {"a": "x"}, False),
-    ({"key": "a", "operator": "Exists"}, {"a": ""}, True),
-    ({"key": "a", "operator": "Exists"}, {"b": "x"}, False),
-    ({"key": "a", "operator": "DoesNotExist"}, {"b": "x"}, True),
-    ({"key": "a", "operator": "DoesNotExist"}, {"a": "x"}, False),
-])
+@pytest.mark.parametrize(
+    "expr, labels, expected",
+    [
+        ({"key": "a", "operator": "In", "values": ["x", "y"]}, {"a": "y"}, True),
+        ({"key": "a", "operator": "In", "values": ["x"]}, {}, False),
+        ({"key": "a", "operator": "NotIn", "values": ["x"]}, {}, True),  # absent label: NotIn holds (Kubernetes semantics)
+        ({"key": "a", "operator": "NotIn", "values": ["x"]}, {"a": "x"}, False),
+        ({"key": "a", "operator": "Exists"}, {"a": ""}, True),
+        ({"key": "a", "operator": "Exists"}, {"b": "x"}, False),
+        ({"key": "a", "operator": "DoesNotExist"}, {"b": "x"}, True),
+        ({"key": "a", "operator": "DoesNotExist"}, {"a": "x"}, False),
+    ],
+)
 def test_selector_operators(expr, labels, expected):
     assert selector_matches({"matchExpressions": [expr]}, labels) is expected
     # matchLabels and matchExpressions are ANDed
@@ -163,17 +203,25 @@ def test_unknown_selector_operator_is_an_error():
 class _Pod:
     def __init__(self, name, ctype, ports, dgd="g"):
         self.name, self.ports = name, ports
-        self.labels = {COMPONENT_TYPE_LABEL: ctype, DGD_NAME_LABEL: dgd, METRICS_ENABLED_LABEL: "true",
-                       "nvidia.com/dynamo-namespace": "serve-g"}
+        self.labels = {
+            COMPONENT_TYPE_LABEL: ctype,
+            DGD_NAME_LABEL: dgd,
+            METRICS_ENABLED_LABEL: "true",
+            "nvidia.com/dynamo-namespace": "serve-g",
+        }
 
 
 def test_scrape_configs_follow_the_pod_monitors():
     """One job per endpoint as the Prometheus Operator names it; a static target per selected pod with the port;
     the operator's selection, namespace/pod/job/endpoint relabelings and then the endpoint's own."""
     plan = build_observability(_obs(), serving_namespace="serve", dgd_name="g", nvidia_stack="gpu-operator")
-    pods = [_Pod("g-frontend-1", "frontend", {"http": 18000}), _Pod("g-prefill-1", "prefill", {"system": 19001}),
-            _Pod("g-decode-1", "decode", {"system": 19002}), _Pod("h-decode-1", "decode", {"system": 19003}, dgd="h"),
-            _Pod("g-planner-1", "planner", {"metrics": 19004})]
+    pods = [
+        _Pod("g-frontend-1", "frontend", {"http": 18000}),
+        _Pod("g-prefill-1", "prefill", {"system": 19001}),
+        _Pod("g-decode-1", "decode", {"system": 19002}),
+        _Pod("h-decode-1", "decode", {"system": 19003}, dgd="h"),
+        _Pod("g-planner-1", "planner", {"metrics": 19004}),
+    ]
     cfgs = {c["job_name"]: c for c in pod_monitor_scrape_configs(plan.monitors, pods, "serve", interval="1s")}
     assert set(cfgs) == {"podMonitor/serve/g-frontend/0", "podMonitor/serve/g-worker/0"}  # the ServiceMonitor is not a PodMonitor
     fe, wk = cfgs["podMonitor/serve/g-frontend/0"], cfgs["podMonitor/serve/g-worker/0"]
@@ -185,12 +233,20 @@ def test_scrape_configs_follow_the_pod_monitors():
     assert meta["__meta_kubernetes_pod_name"] == "g-prefill-1" and meta["__meta_kubernetes_namespace"] == "serve"
     assert meta["__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type"] == "prefill"
     rl = wk["relabel_configs"]
-    assert {"action": "keep", "source_labels": ["__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type",
-                                                 "__meta_kubernetes_pod_labelpresent_nvidia_com_dynamo_component_type"],
-            "regex": "(worker|decode|prefill);true"} in rl
+    assert {
+        "action": "keep",
+        "source_labels": [
+            "__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type",
+            "__meta_kubernetes_pod_labelpresent_nvidia_com_dynamo_component_type",
+        ],
+        "regex": "(worker|decode|prefill);true",
+    } in rl
     assert {"target_label": "job", "replacement": "serve/g-worker"} in rl
-    assert rl[-1] == {"action": "replace", "source_labels": ["__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type"],
-                      "target_label": "dynamo_component_type"}
+    assert rl[-1] == {
+        "action": "replace",
+        "source_labels": ["__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type"],
+        "target_label": "dynamo_component_type",
+    }
     # Another namespace is not selected (namespaceSelector.matchNames).
     assert all(not c["static_configs"] for c in pod_monitor_scrape_configs(plan.monitors, pods, "elsewhere"))
 
@@ -201,14 +257,20 @@ def test_dashboard_queries_are_what_grafana_sends():
     assert {d for d, *_ in queries} == {"Dynamo serving", "Dynamo GPUs (DCGM)"}
     assert all("$" not in q and "[[" not in q for *_, q in queries)
     kv = [q for _, panel, _, q in queries if panel == "KV-cache usage"]
-    assert kv == ['max by (pod) (dynamo_component_gpu_cache_usage_percent{namespace="serve"})'
-                  ' or max by (pod) (vllm:kv_cache_usage_perc{namespace="serve"})']
-    assert len(queries) == sum(len(p["targets"]) for cm in plan.dashboards
-                               for p in json.loads(next(iter(cm["data"].values())))["panels"])
+    assert kv == [
+        'max by (pod) (dynamo_component_gpu_cache_usage_percent{namespace="serve"})'
+        ' or max by (pod) (vllm:kv_cache_usage_perc{namespace="serve"})'
+    ]
+    assert len(queries) == sum(
+        len(p["targets"]) for cm in plan.dashboards for p in json.loads(next(iter(cm["data"].values())))["panels"]
+    )
 
 
 def test_grafana_variables_are_substituted_in_every_syntax():
-    assert grafana_interpolate('m{a="$ns",b="${ns}",c="[[ns]]",d="${ns:raw}"}', {"ns": "serve"}) == 'm{a="serve",b="serve",c="serve",d="serve"}'
+    assert (
+        grafana_interpolate('m{a="$ns",b="${ns}",c="[[ns]]",d="${ns:raw}"}', {"ns": "serve"})
+        == 'm{a="serve",b="serve",c="serve",d="serve"}'
+    )
     with pytest.raises(KeyError, match=r"\$job"):
         grafana_interpolate('m{job="$job"}', {"ns": "serve"})
     with pytest.raises(ValueError, match="escaping"):
@@ -222,9 +284,14 @@ def test_dashboards_are_sidecar_configmaps_with_the_serving_panels():
         assert cm["metadata"]["labels"][DASHBOARD_LABEL] == "1" and cm["metadata"]["namespace"] == "monitoring"
     serving = json.loads(next(iter(plan.dashboards[0]["data"].values())))
     exprs = " ".join(t["expr"] for p in serving["panels"] for t in p["targets"])
-    for metric in ("dynamo_frontend_requests_total", "dynamo_frontend_time_to_first_token_seconds_bucket",
-                   "dynamo_frontend_inter_token_latency_seconds_bucket", "dynamo_frontend_output_tokens_total",
-                   "dynamo_component_gpu_cache_usage_percent", "dynamo_frontend_queued_requests"):
+    for metric in (
+        "dynamo_frontend_requests_total",
+        "dynamo_frontend_time_to_first_token_seconds_bucket",
+        "dynamo_frontend_inter_token_latency_seconds_bucket",
+        "dynamo_frontend_output_tokens_total",
+        "dynamo_component_gpu_cache_usage_percent",
+        "dynamo_frontend_queued_requests",
+    ):
         assert metric in exprs, metric
     assert "kvstats" not in exprs  # the worker exports dynamo_component_gpu_cache_usage_percent (no kvstats_ part)
     gpu = json.loads(next(iter(plan.dashboards[1]["data"].values())))
@@ -260,14 +327,17 @@ def test_monitors_are_valid_against_the_reference_crd_schema():
 # --------------------------------------------------------------------------- config errors
 
 
-@pytest.mark.parametrize("obs, key", [
-    ({"enabled": True, "prometheus": "existing"}, "observability.prometheusEndpoint"),
-    ({"enabled": True, "prometheusEndpoint": "http://x:9090"}, "observability.prometheusEndpoint"),
-    ({"dashboards": False}, "observability.dashboards"),  # a key under a switched-off section
-    ({"enabled": True, "dcgm": "dcgm"}, "observability.dcgm"),
-    ({"enabled": True, "namespace": "Mon"}, "observability.namespace"),
-    ({"enabled": True, "prometheus": "existing", "prometheusEndpoint": "prom:9090"}, "observability.prometheusEndpoint"),
-])
+@pytest.mark.parametrize(
+    "obs, key",
+    [
+        ({"enabled": True, "prometheus": "existing"}, "observability.prometheusEndpoint"),
+        ({"enabled": True, "prometheusEndpoint": "http://x:9090"}, "observability.prometheusEndpoint"),
+        ({"dashboards": False}, "observability.dashboards"),  # a key under a switched-off section
+        ({"enabled": True, "dcgm": "dcgm"}, "observability.dcgm"),
+        ({"enabled": True, "namespace": "Mon"}, "observability.namespace"),
+        ({"enabled": True, "prometheus": "existing", "prometheusEndpoint": "prom:9090"}, "observability.prometheusEndpoint"),
+    ],
+)
 def test_bad_observability_config_names_the_key(obs, key):
     with pytest.raises(ConfigError, match=f"dynamo:{key}"):
         parse({"target": TARGET, "observability": obs})
@@ -292,7 +362,10 @@ def test_charts_monitors_and_dashboards_are_registered_under_the_component(eks_r
     releases = {r.inputs["chart"]: r for r in eks_run.by_type("kubernetes:helm.sh/v3:Release")}
     kps, dcgm = releases["kube-prometheus-stack"], releases["dcgm-exporter"]  # EKS default nvidiaStack: device-plugin
     assert kps.parent == comp.urn and dcgm.parent == comp.urn
-    assert kps.inputs["namespace"] == "monitoring" and kps.inputs["version"] == versions()["charts"]["kube-prometheus-stack"]["version"] == "88.5.4"
+    assert (
+        kps.inputs["namespace"] == "monitoring"
+        and kps.inputs["version"] == versions()["charts"]["kube-prometheus-stack"]["version"] == "88.5.4"
+    )
     assert kps.urn in dcgm.dependencies  # its ServiceMonitor needs the CRDs kube-prometheus-stack brings
     ns = eks_run.by_type("kubernetes:core/v1:Namespace")
     assert any(n.inputs["metadata"]["name"] == "monitoring" and n.parent == comp.urn for n in ns)
@@ -308,7 +381,10 @@ def test_charts_monitors_and_dashboards_are_registered_under_the_component(eks_r
 
     dashboards = [c for c in eks_run.by_type("kubernetes:core/v1:ConfigMap") if c.parent == comp.urn]
     assert {d.inputs["metadata"]["name"] for d in dashboards} == {"dynamo-serving-dashboard", "dynamo-gpu-dashboard"}
-    assert all(d.inputs["metadata"]["labels"][DASHBOARD_LABEL] == "1" and d.inputs["metadata"]["namespace"] == "monitoring" for d in dashboards)
+    assert all(
+        d.inputs["metadata"]["labels"][DASHBOARD_LABEL] == "1" and d.inputs["metadata"]["namespace"] == "monitoring"
+        for d in dashboards
+    )
 
 
 def test_platform_operator_gets_the_prometheus_url(eks_run):
@@ -318,12 +394,17 @@ def test_platform_operator_gets_the_prometheus_url(eks_run):
 
 
 def test_bad_monitor_label_names_the_key():
-    with pytest.raises(ConfigError, match=r"dynamo:observability.monitorLabels.release: 'a b' is not a valid Kubernetes label value"):
+    with pytest.raises(
+        ConfigError, match=r"dynamo:observability.monitorLabels.release: 'a b' is not a valid Kubernetes label value"
+    ):
         parse({"target": TARGET, "observability": {"enabled": True, "monitorLabels": {"release": "a b"}}})
 
 
 def test_gpu_operator_stack_gets_its_exporter_monitored_not_a_second_exporter():
-    run = run_program({**EKS, "cluster": {"mode": "eks", "nvidiaStack": "gpu-operator"}, "observability": {"enabled": True}}, {"hfToken": "hf_x"})
+    run = run_program(
+        {**EKS, "cluster": {"mode": "eks", "nvidiaStack": "gpu-operator"}, "observability": {"enabled": True}},
+        {"hfToken": "hf_x"},
+    )
     charts = [r.inputs["chart"] for r in run.by_type("kubernetes:helm.sh/v3:Release")]
     assert "dcgm-exporter" not in charts and "gpu-operator" in charts
     sm = run.one("kubernetes:monitoring.coreos.com/v1:ServiceMonitor")
@@ -331,7 +412,13 @@ def test_gpu_operator_stack_gets_its_exporter_monitored_not_a_second_exporter():
 
 
 def test_render_mode_shows_dashboards_and_monitors_without_charts():
-    run = run_program({"target": TARGET, "cluster": {"mode": "render", "renderDir": "/tmp/dynamo-obs-render"},
-                       "observability": {"enabled": True}}, {"hfToken": "hf_x"})
+    run = run_program(
+        {
+            "target": TARGET,
+            "cluster": {"mode": "render", "renderDir": "/tmp/dynamo-obs-render"},
+            "observability": {"enabled": True},
+        },
+        {"hfToken": "hf_x"},
+    )
     assert run.by_type("kubernetes:helm.sh/v3:Release") == []
     assert len(run.by_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")) == 2

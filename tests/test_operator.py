@@ -1,6 +1,7 @@
 """stacks/serving/operator.py against the operator facts it cites: labels per component type, container ports, names,
 Services; and, without an API server, that the project's PodMonitors select every serving pod of every target
 (tests/test_selection.py asks the real API server the same)."""
+
 import copy
 
 import pytest
@@ -41,7 +42,10 @@ def test_prefill_and_decode_pods_carry_their_own_component_type(L):
     dgd = _dgd("lightning-vllm-disagg-h100-dspark")
     by_comp = {p.component: p for p in operator_pods(dgd)}
     assert {c: p.labels[L["component_type"]] for c, p in by_comp.items()} == {
-        "Frontend": "frontend", "VllmPrefillWorker": "prefill", "VllmDecodeWorker": "decode"}
+        "Frontend": "frontend",
+        "VllmPrefillWorker": "prefill",
+        "VllmDecodeWorker": "decode",
+    }
     assert all(L["sub_component_type"] not in p.labels for p in by_comp.values())  # only on converted v1alpha1 DCDs
     assert {p.component_type for p in by_comp.values()} == {"frontend", "prefill", "decode"}
 
@@ -50,7 +54,9 @@ def test_aggregated_worker_and_motif_roles_typed_worker_stay_worker(L):
     agg = {p.component: p.labels[L["component_type"]] for p in operator_pods(_dgd("lightning-vllm-agg-h100-dspark"))}
     assert agg == {"Frontend": "frontend", "agg": "worker"}
     # Motif-3's disaggregated recipe types both roles ``worker``; the operator labels what the type says.
-    motif = {p.component: p.labels[L["component_type"]] for p in operator_pods(_dgd("motif3-vllm-disagg-b200-chat-generic-2p1d-kv"))}
+    motif = {
+        p.component: p.labels[L["component_type"]] for p in operator_pods(_dgd("motif3-vllm-disagg-b200-chat-generic-2p1d-kv"))
+    }
     assert motif == {"Frontend": "frontend", "PrefillWorker": "worker", "DecodeWorker": "worker"}
 
 
@@ -120,8 +126,9 @@ def test_frontend_service_selects_exactly_the_frontend_pods():
     services = {s["metadata"]["name"]: s for s in operator_services(dgd)}
     front = services[f"{dgd['metadata']['name']}-frontend"]
     assert front["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
-    assert [p.name for p in pods if selector_matches({"matchLabels": front["spec"]["selector"]}, p.labels)] == \
-        [p.name for p in pods if p.component_type == "frontend"]
+    assert [p.name for p in pods if selector_matches({"matchLabels": front["spec"]["selector"]}, p.labels)] == [
+        p.name for p in pods if p.component_type == "frontend"
+    ]
     # Kubernetes discovery (the platform's default): a Service per component, port system 9090.
     assert len(services) == 2
     worker = next(s for n, s in services.items() if n != f"{dgd['metadata']['name']}-frontend")
@@ -147,10 +154,15 @@ def test_a_v1alpha1_dgd_is_refused():
 
 
 def test_label_selector_string_is_the_api_servers_syntax():
-    sel = {"matchLabels": {"b": "2", "a": "1"},
-           "matchExpressions": [{"key": "t", "operator": "In", "values": ["worker", "prefill"]},
-                                {"key": "x", "operator": "NotIn", "values": ["y"]},
-                                {"key": "e", "operator": "Exists"}, {"key": "d", "operator": "DoesNotExist"}]}
+    sel = {
+        "matchLabels": {"b": "2", "a": "1"},
+        "matchExpressions": [
+            {"key": "t", "operator": "In", "values": ["worker", "prefill"]},
+            {"key": "x", "operator": "NotIn", "values": ["y"]},
+            {"key": "e", "operator": "Exists"},
+            {"key": "d", "operator": "DoesNotExist"},
+        ],
+    }
     assert label_selector_string(sel) == "a=1,b=2,t in (worker,prefill),x notin (y),e,!d"
     with pytest.raises(ValueError, match="operator"):
         label_selector_string({"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["1"]}]})
@@ -182,8 +194,12 @@ def test_project_pod_monitors_select_every_serving_pod_of_every_target(all_dgds)
         monitors = dynamo_pod_monitors(ns, name, {})
         for p in operator_pods(dgd):
             counts[p.component_type][1] += 1
-            ok = any(selector_matches(m["spec"]["selector"], p.labels) and ns in m["spec"]["namespaceSelector"].get("matchNames", [ns])
-                     and any(e.get("port") in p.ports for e in m["spec"]["podMetricsEndpoints"]) for m in monitors)
+            ok = any(
+                selector_matches(m["spec"]["selector"], p.labels)
+                and ns in m["spec"]["namespaceSelector"].get("matchNames", [ns])
+                and any(e.get("port") in p.ports for e in m["spec"]["podMetricsEndpoints"])
+                for m in monitors
+            )
             counts[p.component_type][0] += ok
             if not ok:
                 missed.append((tid, p.component, p.component_type))

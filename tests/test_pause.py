@@ -6,6 +6,7 @@ equal); resuming gives back the unpaused plan. Under the Pulumi mocks harness (t
 both sides (nothing created, deleted or replaced), inputs differing only there, and the AWS update rules accept
 pause -> resume and resume -> pause (EKS's min <= desired <= max on UpdateNodegroupConfig, the size asked for).
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,8 +23,11 @@ from stacks.program import build_program
 from stacks.registry import yaml_text
 
 SECRETS = {"hfToken": "hf_mock", "ngcApiKey": "nvapi-mock"}
-DISAGG = {"target": "lightning-vllm-disagg-h100-dspark", "imagePullSecrets": ["ngc-secret"],
-          "cluster": {"mode": "eks", "region": "us-east-1"}}
+DISAGG = {
+    "target": "lightning-vllm-disagg-h100-dspark",
+    "imagePullSecrets": ["ngc-secret"],
+    "cluster": {"mode": "eks", "region": "us-east-1"},
+}
 GPU_COMPONENTS = {"VllmPrefillWorker", "VllmDecodeWorker"}
 
 
@@ -68,7 +72,9 @@ def test_pause_changes_only_replicas_and_node_counts():
             assert a == b, a["kind"]
             continue
         idx = [str(i) for i, c in enumerate(a["spec"]["components"]) if c["name"] in GPU_COMPONENTS]
-        assert _strip(a, [f"spec.components.{i}.replicas" for i in idx]) == _strip(b, [f"spec.components.{i}.replicas" for i in idx])
+        assert _strip(a, [f"spec.components.{i}.replicas" for i in idx]) == _strip(
+            b, [f"spec.components.{i}.replicas" for i in idx]
+        )
     # the cache and its download are kept
     assert any(o["kind"] == "PersistentVolumeClaim" for o in objs_off) and any(o["kind"] == "Job" for o in objs_off)
     # node group: desired and min to 0, max kept; launch template, labels, taints, instance type unchanged
@@ -96,9 +102,14 @@ def test_replicas_zero_for_every_gpu_component_is_a_pause_too():
 
 
 def test_paused_entry_frees_only_its_own_share_of_the_pool():
-    two = {"imagePullSecrets": ["ngc-secret"], "cluster": {"mode": "eks", "region": "us-east-1"},
-           "serve": [{"name": "a", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a", "replicas": {"agg": 8}},
-                     {"name": "b", "target": "lightning-vllm-agg-h100-dspark", "namespace": "b", "replicas": {"agg": 8}}]}
+    two = {
+        "imagePullSecrets": ["ngc-secret"],
+        "cluster": {"mode": "eks", "region": "us-east-1"},
+        "serve": [
+            {"name": "a", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a", "replicas": {"agg": 8}},
+            {"name": "b", "target": "lightning-vllm-agg-h100-dspark", "namespace": "b", "replicas": {"agg": 8}},
+        ],
+    }
     both = build_program(two, "p")
     assert scaling(both)["desired_size"] == 2  # 16 one-GPU workers on 8-GPU p5.48xlarge
     one_paused = copy.deepcopy(two)
@@ -112,8 +123,12 @@ def test_paused_entry_frees_only_its_own_share_of_the_pool():
     assert scaling(p) == {"desired_size": 0, "min_size": 0, "max_size": 2}  # max: what resuming both needs
 
 
-AUTOSCALED = {**DISAGG, "observability": {"enabled": True}, "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 1},
-              "autoscaling": {"VllmDecodeWorker": {"minReplicas": 1, "maxReplicas": 4, "metric": "queue-depth", "target": 4}}}
+AUTOSCALED = {
+    **DISAGG,
+    "observability": {"enabled": True},
+    "cluster": {"mode": "eks", "region": "us-east-1", "gpuNodes": 1},
+    "autoscaling": {"VllmDecodeWorker": {"minReplicas": 1, "maxReplicas": 4, "metric": "queue-depth", "target": 4}},
+}
 
 
 def test_paused_autoscaled_component_keeps_its_scaled_object_which_keda_holds_at_zero():
@@ -143,8 +158,11 @@ def test_paused_autoscaled_entry_is_refused_what_its_resume_would_be():
     big = copy.deepcopy(AUTOSCALED)
     big["autoscaling"]["VllmDecodeWorker"]["maxReplicas"] = 8  # + the prefill worker: 9 GPUs on one 8-GPU node
     for cfg in (big, paused(big)):
-        with pytest.raises(ConfigError, match=r"dynamo:autoscaling.VllmDecodeWorker.maxReplicas: 8 x 1 GPUs plus the pool's "
-                                              r"other 1 GPUs need 9 h100 GPUs; .* valid range 1-7"):
+        with pytest.raises(
+            ConfigError,
+            match=r"dynamo:autoscaling.VllmDecodeWorker.maxReplicas: 8 x 1 GPUs plus the pool's "
+            r"other 1 GPUs need 9 h100 GPUs; .* valid range 1-7",
+        ):
             build_program(cfg, "p")
 
 
@@ -154,6 +172,7 @@ def test_paused_is_a_boolean():
 
 
 # ---------------------------------------------------------------------------- the real program under mocks
+
 
 @functools.lru_cache(maxsize=None)
 def _run(text: str):
@@ -175,17 +194,28 @@ def test_mocks_pause_and_resume_touch_only_replicas_and_scaling():
     changed = {}
     for r in off.resources:
         b = before[r.urn]
-        assert (r.parent, sorted(r.dependencies), r.retain_on_delete, r.protect, r.ignore_changes) == \
-            (b.parent, sorted(b.dependencies), b.retain_on_delete, b.protect, b.ignore_changes), r.name
+        assert (r.parent, sorted(r.dependencies), r.retain_on_delete, r.protect, r.ignore_changes) == (
+            b.parent,
+            sorted(b.dependencies),
+            b.retain_on_delete,
+            b.protect,
+            b.ignore_changes,
+        ), r.name
         if r.inputs != b.inputs:
             changed[r.type] = (b, r)
     assert set(changed) == {"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", R.NODEGROUP}
     b, a = changed[R.NODEGROUP]
     assert _strip(b.inputs, ["scalingConfig"]) == _strip(a.inputs, ["scalingConfig"])
-    assert (a.inputs["scalingConfig"]["desiredSize"], a.inputs["scalingConfig"]["minSize"], a.inputs["scalingConfig"]["maxSize"]) == (0, 0, 1)
+    assert (
+        a.inputs["scalingConfig"]["desiredSize"],
+        a.inputs["scalingConfig"]["minSize"],
+        a.inputs["scalingConfig"]["maxSize"],
+    ) == (0, 0, 1)
     b, a = changed["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"]
     idx = [str(i) for i, c in enumerate(b.inputs["spec"]["components"]) if c["name"] in GPU_COMPONENTS]
-    assert _strip(b.inputs, [f"spec.components.{i}.replicas" for i in idx]) == _strip(a.inputs, [f"spec.components.{i}.replicas" for i in idx])
+    assert _strip(b.inputs, [f"spec.components.{i}.replicas" for i in idx]) == _strip(
+        a.inputs, [f"spec.components.{i}.replicas" for i in idx]
+    )
     assert [c["replicas"] for c in a.inputs["spec"]["components"] if c["name"] in GPU_COMPONENTS] == [0, 0]
 
 
@@ -198,8 +228,13 @@ def test_mocks_pause_of_an_autoscaled_entry_changes_only_replicas_scaling_and_th
     changed = {}
     for r in off.resources:
         b = before[r.urn]
-        assert (r.parent, sorted(r.dependencies), r.retain_on_delete, r.protect, r.ignore_changes) == \
-            (b.parent, sorted(b.dependencies), b.retain_on_delete, b.protect, b.ignore_changes), r.name
+        assert (r.parent, sorted(r.dependencies), r.retain_on_delete, r.protect, r.ignore_changes) == (
+            b.parent,
+            sorted(b.dependencies),
+            b.retain_on_delete,
+            b.protect,
+            b.ignore_changes,
+        ), r.name
         if r.inputs != b.inputs:
             changed[r.type] = (b, r)
     so_type = "kubernetes:keda.sh/v1alpha1:ScaledObject"
@@ -219,11 +254,14 @@ def test_mocks_pause_and_resume_pass_the_aws_rules():
     assert check(off) == [] and check(on) == []
     assert R.check_update(on, off) == []  # pause: min 0 <= desired 0 <= max 1
     assert R.check_update(off, on) == []  # resume: min 1 <= desired 1 <= max 1
-    assert R.sent_scaling(next(r for r in on.resources if r.type == R.NODEGROUP and r.name.endswith("-gpu")),
-                          next(r for r in off.resources if r.type == R.NODEGROUP and r.name.endswith("-gpu"))) == (0, 0, 1)
+    assert R.sent_scaling(
+        next(r for r in on.resources if r.type == R.NODEGROUP and r.name.endswith("-gpu")),
+        next(r for r in off.resources if r.type == R.NODEGROUP and r.name.endswith("-gpu")),
+    ) == (0, 0, 1)
 
 
 # ---------------------------------------------------------------------------- what a paused entry answers (real frontend)
+
 
 def test_real_frontend_answers_404_model_not_found_once_the_paused_workers_are_gone(tmp_path):
     """The rig's real Dynamo 1.6.1 frontend and mocker (tests/rig.py) run the unpaused aggregated DGD; the processes of
@@ -261,8 +299,9 @@ def test_real_frontend_answers_404_model_not_found_once_the_paused_workers_are_g
         body = json.dumps({"model": rig.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
 
         def ask() -> tuple[int, str]:
-            req = urllib.request.Request(rig.frontend_url + "/v1/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                rig.frontend_url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+            )
             try:
                 with urllib.request.urlopen(req, timeout=30) as r:
                     return r.status, r.read().decode()
@@ -287,7 +326,10 @@ def test_real_frontend_answers_404_model_not_found_once_the_paused_workers_are_g
         cm.gen.close()
 
 
-KARPENTER = {**DISAGG, "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 2}]}}
+KARPENTER = {
+    **DISAGG,
+    "cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": [{"gpu": "h100", "capacity": "karpenter", "maxNodes": 2}]},
+}
 
 
 def test_karpenter_pool_keeps_its_nodepool_and_only_the_dgd_changes():
@@ -295,7 +337,9 @@ def test_karpenter_pool_keeps_its_nodepool_and_only_the_dgd_changes():
     consolidates the emptied nodes; the NodePool and EC2NodeClass stay as they are, and the pool's capacity
     placeholder (its Job and the PriorityClass) goes, so no placeholder holds a node (stacks/cluster/karpenter.py)."""
     on, off = run(KARPENTER), run(paused(KARPENTER))
-    gone = sorted(r.urn for r in on.resources if r.name in ("cluster-karpenter-gpu-placeholder", "cluster-karpenter-placeholder-priority"))
+    gone = sorted(
+        r.urn for r in on.resources if r.name in ("cluster-karpenter-gpu-placeholder", "cluster-karpenter-placeholder-priority")
+    )
     assert len(gone) == 2
     assert sorted(r.urn for r in on.resources if r.urn not in gone) == sorted(r.urn for r in off.resources)
     before = {r.urn: r for r in on.resources}

@@ -1,5 +1,6 @@
 """The platform layer: pure builders (device plugins, NVIDIA stack, Dynamo chart), the
 fabric/catalog contract, and mock tests of the two platform components."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,11 @@ def test_efa_daemonset_selects_node_label_not_instance_types():
     pod = ds["spec"]["template"]["spec"]
     assert ds["metadata"]["namespace"] == "kube-system"
     assert pod["nodeSelector"] == {P.EFA_NODE_LABEL: P.EFA_NODE_LABEL_VALUE}
-    keys = [e["key"] for term in pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-            for e in term["matchExpressions"]]
+    keys = [
+        e["key"]
+        for term in pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        for e in term["matchExpressions"]
+    ]
     assert "node.kubernetes.io/instance-type" not in keys
     assert "node.kubernetes.io/instance-type" not in json.dumps(ds)
 
@@ -63,8 +67,16 @@ def test_efa_image_pinned_from_versions_and_upstream_mounts():
     (ctr,) = pod["containers"]
     assert ctr["image"] == versions()["plugins"]["aws-efa-k8s-device-plugin"]["image"]
     assert ctr["image"].endswith(":v0.5.20")
-    assert {v["hostPath"]["path"] for v in pod["volumes"]} == {"/var/lib/kubelet/device-plugins", "/dev/infiniband/", "/opt/aws/neuron/"}
-    assert {m["mountPath"] for m in ctr["volumeMounts"]} == {"/var/lib/kubelet/device-plugins", "/dev/infiniband/", "/opt/aws/neuron/"}
+    assert {v["hostPath"]["path"] for v in pod["volumes"]} == {
+        "/var/lib/kubelet/device-plugins",
+        "/dev/infiniband/",
+        "/opt/aws/neuron/",
+    }
+    assert {m["mountPath"] for m in ctr["volumeMounts"]} == {
+        "/var/lib/kubelet/device-plugins",
+        "/dev/infiniband/",
+        "/opt/aws/neuron/",
+    }
     assert pod["hostNetwork"] is True and ctr["securityContext"]["privileged"] is True
     assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
 
@@ -83,7 +95,10 @@ def test_rdma_plugin_exposes_rdma_ib_on_infiniband_devices():
     pod = ds["spec"]["template"]["spec"]
     assert tolerates(pod["tolerations"], P.GPU_TAINT)
     assert pod["containers"][0]["image"] == versions()["plugins"]["k8s-rdma-shared-dev-plugin"]["image"]
-    assert {"name": "config", "configMap": {"name": "rdma-devices", "items": [{"key": "config.json", "path": "config.json"}]}} in pod["volumes"]
+    assert {
+        "name": "config",
+        "configMap": {"name": "rdma-devices", "items": [{"key": "config.json", "path": "config.json"}]},
+    } in pod["volumes"]
 
 
 def test_nscale_fabric_plugin_uses_its_own_resource_name():
@@ -156,7 +171,9 @@ def test_target_fabric_resources_are_exposed_by_its_fabric_plugin(target_id):
     dgd = one(catalog.recipe_objects(t), "DynamoGraphDeployment")
     exposed = P.exposed_resources(t.fabric)
     missing = sorted(_fabric_requests(dgd) - exposed)
-    assert not missing, f"target {target_id} (fabric {t.fabric}) requests {missing}, not exposed by its fabric plugin ({sorted(exposed)})"
+    assert not missing, (
+        f"target {target_id} (fabric {t.fabric}) requests {missing}, not exposed by its fabric plugin ({sorted(exposed)})"
+    )
 
 
 # --------------------------------------------------------------------------- components under mocks
@@ -189,7 +206,9 @@ def _layer(plan, holder: dict) -> None:
     holder["c"] = Layer(plan)
 
 
-@pytest.mark.parametrize("fabric,kind", [("aws-efa", "device-plugin"), ("infiniband", "gpu-operator"), ("nscale", "device-plugin")])
+@pytest.mark.parametrize(
+    "fabric,kind", [("aws-efa", "device-plugin"), ("infiniband", "gpu-operator"), ("nscale", "device-plugin")]
+)
 def test_device_plugins_parents_every_child(fabric, kind):
     from stacks.layers.platform import plan_device_plugins
 
@@ -212,8 +231,10 @@ def test_device_plugins_without_fabric_installs_only_nvidia():
     from stacks.layers.platform import plan_device_plugins
 
     run = _run(lambda: _layer(plan_device_plugins(["none"], "device-plugin"), {}))
-    assert sorted(r.type for r in run.resources if r.type != "dynamo:platform:DevicePlugins") == \
-        ["kubernetes:helm.sh/v3:Release", "kubernetes:node.k8s.io/v1:RuntimeClass"]
+    assert sorted(r.type for r in run.resources if r.type != "dynamo:platform:DevicePlugins") == [
+        "kubernetes:helm.sh/v3:Release",
+        "kubernetes:node.k8s.io/v1:RuntimeClass",
+    ]
     rc = run.one("kubernetes:node.k8s.io/v1:RuntimeClass")
     assert rc.name == "device-plugins-nvidia-runtimeclass"
     assert rc.inputs["metadata"]["name"] == "nvidia" and rc.inputs["handler"] == "nvidia"  # what the Ultra recipes' pods name
@@ -231,7 +252,9 @@ def test_dynamo_platform_parents_namespace_and_release():
     ns, rel = run.one("kubernetes:core/v1:Namespace"), run.one("kubernetes:helm.sh/v3:Release")
     assert (ns.name, rel.name) == ("dynamo-platform-namespace", "dynamo-platform-release")
     assert ns.inputs["metadata"]["name"] == "dynamo-system"
-    assert rel.inputs["namespace"] == "dynamo-system" and rel.inputs["version"] == versions()["charts"]["dynamo-platform"]["version"]
+    assert (
+        rel.inputs["namespace"] == "dynamo-system" and rel.inputs["version"] == versions()["charts"]["dynamo-platform"]["version"]
+    )
     assert rel.inputs["createNamespace"] is False  # the layer's Namespace is the one
     assert ns.urn in rel.dependencies
     assert holder["c"].ready == holder["c"].charts

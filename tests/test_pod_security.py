@@ -6,6 +6,7 @@ The oracle is the API server's own Pod Security admission: the engine test creat
 labels on a real kube-apiserver (PodSecurity admission is on by default) and server-side dry-run creates a Pod from
 each rendered worker, frontend and Job pod spec: admitted at the level the plan computed, refused at the next stricter
 one. So a pod spec the program's checks misjudge, or a level stricter or looser than the pods need, fails there."""
+
 from __future__ import annotations
 
 import copy
@@ -18,8 +19,15 @@ from local_cluster import control_plane
 from stacks import catalog
 from stacks.program import build_program, pod_security_version
 from stacks.registry.charts import PLATFORM_NAMESPACE
-from stacks.serving import (PSS_LEVELS, PSS_PREFIX, least_strict, plan_pods, pod_security_labels, pod_security_level,
-                            pod_security_violations)
+from stacks.serving import (
+    PSS_LEVELS,
+    PSS_PREFIX,
+    least_strict,
+    plan_pods,
+    pod_security_labels,
+    pod_security_level,
+    pod_security_violations,
+)
 
 SECRETS = frozenset({"hfToken"})
 ENFORCE, WARN, AUDIT = (PSS_PREFIX + m for m in ("enforce", "warn", "audit"))
@@ -46,11 +54,14 @@ def _pods(program) -> list[tuple[str, dict, dict]]:
 def _adds_beyond_baseline(spec: dict) -> bool:
     from stacks.serving import BASELINE_CAPABILITIES
 
-    return any(set(((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []) - BASELINE_CAPABILITIES
-               for c in spec.get("containers") or [])
+    return any(
+        set(((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []) - BASELINE_CAPABILITIES
+        for c in spec.get("containers") or []
+    )
 
 
 # --------------------------------------------------------------------------- the levels, from the plan's pod specs
+
 
 def test_every_catalog_target_enforces_the_least_strict_level_its_pods_fit():
     seen = set()
@@ -63,7 +74,9 @@ def test_every_catalog_target_enforces_the_least_strict_level_its_pods_fit():
         # The workers that add IPC_LOCK / SYS_RESOURCE / SYS_PTRACE (outside baseline's list) need privileged.
         assert (labels[ENFORCE] == "privileged") == any(_adds_beyond_baseline(s) for _, s, _ in pods), tid
         # The hardened download Jobs fit restricted (stacks/serving/hardening.py).
-        assert all(pod_security_level(s, a) == "restricted" for _, s, a in pods[len(program.serving.dgd["spec"]["components"]):]), tid
+        assert all(
+            pod_security_level(s, a) == "restricted" for _, s, a in pods[len(program.serving.dgd["spec"]["components"]) :]
+        ), tid
         seen.add(labels[ENFORCE])
     assert seen == {"privileged", "baseline"}, "the catalog has both kinds of namespace"
 
@@ -94,8 +107,9 @@ def test_entries_sharing_a_namespace_enforce_the_union_on_the_namespace_owner():
     got = _namespaces(program)
     assert (got["a"][ENFORCE], got["b"][ENFORCE]) == ("baseline", "privileged")
     # Two baseline entries in one namespace stay baseline.
-    program = _program({"namespace": "team", "serve": [{"target": BASELINE_ONLY},
-                                                       {"target": "ultra-vllm-agg-b200-agentic-1M-kv-router"}]})
+    program = _program(
+        {"namespace": "team", "serve": [{"target": BASELINE_ONLY}, {"target": "ultra-vllm-agg-b200-agentic-1M-kv-router"}]}
+    )
     assert _namespaces(program)["team"][ENFORCE] == "baseline"
 
 
@@ -107,10 +121,19 @@ def test_least_strict_is_the_union_of_levels():
 
 def test_labels_warn_and_audit_at_restricted_with_one_version():
     assert pod_security_labels("baseline", "v1.35") == {
-        ENFORCE: "baseline", ENFORCE + "-version": "v1.35", WARN: "restricted", WARN + "-version": "v1.35",
-        AUDIT: "restricted", AUDIT + "-version": "v1.35"}
-    assert pod_security_labels(None) == {WARN: "restricted", WARN + "-version": "latest",
-                                         AUDIT: "restricted", AUDIT + "-version": "latest"}
+        ENFORCE: "baseline",
+        ENFORCE + "-version": "v1.35",
+        WARN: "restricted",
+        WARN + "-version": "v1.35",
+        AUDIT: "restricted",
+        AUDIT + "-version": "v1.35",
+    }
+    assert pod_security_labels(None) == {
+        WARN: "restricted",
+        WARN + "-version": "latest",
+        AUDIT: "restricted",
+        AUDIT + "-version": "latest",
+    }
 
 
 def test_the_version_is_the_eks_minor_when_the_plan_knows_it_else_latest():
@@ -135,8 +158,14 @@ def test_benchmark_job_counts_and_fits_restricted():
 
 
 def test_observability_and_front_door_namespaces():
-    program = _program({"target": BASELINE_ONLY, "cluster": {"mode": "kubeconfig"}, "observability": {"enabled": True},
-                        "frontDoor": {"enabled": True}})
+    program = _program(
+        {
+            "target": BASELINE_ONLY,
+            "cluster": {"mode": "kubeconfig"},
+            "observability": {"enabled": True},
+            "frontDoor": {"enabled": True},
+        }
+    )
     ns = _namespaces(program)
     obs = program.observability.namespace
     # kube-prometheus-stack's node exporter (host network, PID and paths) and dcgm-exporter need privileged.
@@ -144,40 +173,57 @@ def test_observability_and_front_door_namespaces():
     door = [n for n, labels in ns.items() if labels.get("app.kubernetes.io/part-of") == "dynamo-front-door"]
     assert door and ENFORCE not in ns[door[0]] and ns[door[0]][WARN] == ns[door[0]][AUDIT] == "restricted"
     # No chart there: only ConfigMaps and monitors, restricted.
-    program = _program({"target": BASELINE_ONLY, "cluster": {"mode": "kubeconfig"},
-                        "observability": {"enabled": True, "prometheus": "existing", "dcgm": "none",
-                                          "prometheusEndpoint": "http://prom.example:9090"}})
+    program = _program(
+        {
+            "target": BASELINE_ONLY,
+            "cluster": {"mode": "kubeconfig"},
+            "observability": {
+                "enabled": True,
+                "prometheus": "existing",
+                "dcgm": "none",
+                "prometheusEndpoint": "http://prom.example:9090",
+            },
+        }
+    )
     obs = program.observability.namespace
     if obs in _namespaces(program):
         assert _namespaces(program)[obs][ENFORCE] == "restricted"
 
 
-@pytest.mark.parametrize("field,level", [
-    ({"hostNetwork": True}, "privileged"),
-    ({"hostPID": True}, "privileged"),
-    ({"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}, "privileged"),
-    ({"containers": [{"name": "c", "securityContext": {"privileged": True}}]}, "privileged"),
-    ({"containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}]}, "privileged"),
-    ({"containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["CHOWN"]}}}]}, "baseline"),
-    ({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 80}]}]}, "privileged"),
-    ({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}}, "privileged"),
-    ({"containers": [{"name": "c"}]}, "baseline"),
-])
+@pytest.mark.parametrize(
+    "field,level",
+    [
+        ({"hostNetwork": True}, "privileged"),
+        ({"hostPID": True}, "privileged"),
+        ({"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}, "privileged"),
+        ({"containers": [{"name": "c", "securityContext": {"privileged": True}}]}, "privileged"),
+        ({"containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}]}, "privileged"),
+        ({"containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["CHOWN"]}}}]}, "baseline"),
+        ({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 80}]}]}, "privileged"),
+        ({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}}, "privileged"),
+        ({"containers": [{"name": "c"}]}, "baseline"),
+    ],
+)
 def test_single_controls(field, level):
     spec = {"containers": [{"name": "c"}], **field}
     assert pod_security_level(spec) == level, pod_security_violations(spec, "baseline")
 
 
 def test_a_hardened_pod_is_restricted_and_each_missing_control_drops_it():
-    spec = {"securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
-            "volumes": [{"name": "v", "emptyDir": {}}]}
+    spec = {
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
+        "volumes": [{"name": "v", "emptyDir": {}}],
+    }
     assert pod_security_level(spec) == "restricted"
-    for path, value in ((("securityContext", "runAsNonRoot"), None), (("securityContext", "seccompProfile"), None),
-                        (("containers", 0, "securityContext", "allowPrivilegeEscalation"), None),
-                        (("containers", 0, "securityContext", "capabilities"), None),
-                        (("containers", 0, "securityContext", "runAsUser"), 0),
-                        (("securityContext", "runAsNonRoot"), False)):
+    for path, value in (
+        (("securityContext", "runAsNonRoot"), None),
+        (("securityContext", "seccompProfile"), None),
+        (("containers", 0, "securityContext", "allowPrivilegeEscalation"), None),
+        (("containers", 0, "securityContext", "capabilities"), None),
+        (("containers", 0, "securityContext", "runAsUser"), 0),
+        (("securityContext", "runAsNonRoot"), False),
+    ):
         s = copy.deepcopy(spec)
         d = s
         for k in path[:-1]:
@@ -191,15 +237,23 @@ def test_a_hardened_pod_is_restricted_and_each_missing_control_drops_it():
 
 # --------------------------------------------------------------------------- the API server's Pod Security admission
 
+
 def _shape(tid: str) -> str:
     """What of a target's pods Pod Security looks at: every securityContext, host field, port and volume kind."""
     program = _program({"target": tid})
     keys = []
     for _, spec, ann in _pods(program):
-        keys.append({"pod": {k: spec.get(k) for k in ("securityContext", "hostNetwork", "hostPID", "hostIPC")},
-                     "containers": [(c.get("securityContext"), [p.get("hostPort") for p in c.get("ports") or []])
-                                    for c in spec.get("containers", []) + spec.get("initContainers", [])],
-                     "volumes": sorted(k for v in spec.get("volumes") or [] for k in v if k != "name"), "ann": ann})
+        keys.append(
+            {
+                "pod": {k: spec.get(k) for k in ("securityContext", "hostNetwork", "hostPID", "hostIPC")},
+                "containers": [
+                    (c.get("securityContext"), [p.get("hostPort") for p in c.get("ports") or []])
+                    for c in spec.get("containers", []) + spec.get("initContainers", [])
+                ],
+                "volumes": sorted(k for v in spec.get("volumes") or [] for k in v if k != "name"),
+                "ann": ann,
+            }
+        )
     return json.dumps(keys, sort_keys=True, default=str)
 
 
@@ -218,8 +272,12 @@ def _pod(name: str, ns: str, spec: dict, annotations: dict) -> dict:
     vols = spec.setdefault("volumes", [])
     if not any(v.get("name") == "shared-memory" for v in vols):
         vols.append({"name": "shared-memory", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}})
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name.lower()[:60].rstrip("-"), "namespace": ns,
-                                                             "annotations": annotations}, "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name.lower()[:60].rstrip("-"), "namespace": ns, "annotations": annotations},
+        "spec": spec,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -240,9 +298,14 @@ def apiserver(tmp_path_factory):
 
 
 def _namespace(sim, name: str, labels: dict) -> None:
-    sim.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
-    sim.request("POST", f"/api/v1/namespaces/{name}/serviceaccounts",
-                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+    sim.request(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+    )
+    sim.request(
+        "POST",
+        f"/api/v1/namespaces/{name}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
+    )
 
 
 def _runtime_classes(sim, names: set[str]) -> None:
@@ -253,9 +316,17 @@ def _runtime_classes(sim, names: set[str]) -> None:
     from stacks.cli.simulate import KubeError
 
     for n in sorted(names):
-        sim.request("POST", "/apis/node.k8s.io/v1/runtimeclasses", {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                                                                     "metadata": {"name": n}, "handler": n})
-        probe = _pod("probe", "pss-privileged", {"runtimeClassName": n, "containers": [{"name": "c", "image": "registry.invalid/none:0"}]}, {})
+        sim.request(
+            "POST",
+            "/apis/node.k8s.io/v1/runtimeclasses",
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": n}, "handler": n},
+        )
+        probe = _pod(
+            "probe",
+            "pss-privileged",
+            {"runtimeClassName": n, "containers": [{"name": "c", "image": "registry.invalid/none:0"}]},
+            {},
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -286,8 +357,9 @@ def test_api_server_admits_each_pod_at_the_computed_level_and_refuses_it_one_str
         _namespace(sim, f"pss-{level}", {PSS_PREFIX + "enforce": level, PSS_PREFIX + "enforce-version": "latest"})
     sample = representative_targets()
     _runtime_classes(sim, {s.get("runtimeClassName") for t in sample for _, s, _ in _pods(_program({"target": t}))} - {None})
-    assert BASELINE_ONLY in sample or any(_program({"target": t}).serving.namespace["metadata"]["labels"][ENFORCE] == "baseline"
-                                          for t in sample)
+    assert BASELINE_ONLY in sample or any(
+        _program({"target": t}).serving.namespace["metadata"]["labels"][ENFORCE] == "baseline" for t in sample
+    )
     for i, tid in enumerate(sample):
         program = _program({"target": tid, "cluster": {"mode": "kubeconfig"}, "benchmark": {"enabled": True}})
         ns = f"pss-t{i}"

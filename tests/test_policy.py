@@ -1,5 +1,6 @@
 """The policy pack's validations, called directly with fake ResourceValidationArgs (one passing and one
 violating input per policy), plus every committed stack's rendered objects pass the mandatory policies."""
+
 from __future__ import annotations
 
 import copy
@@ -26,9 +27,14 @@ from policies import POLICIES  # noqa: E402
 from stacks.program.render import render_stack, render_target  # noqa: E402
 
 POLICY = {p.name: p for p in POLICIES}
-TYPES = {"DynamoGraphDeployment": dynamo_policies.DGD_TYPE, "PersistentVolumeClaim": dynamo_policies.PVC_TYPE,
-         "Job": "kubernetes:batch/v1:Job", "Secret": "kubernetes:core/v1:Secret", "Namespace": "kubernetes:core/v1:Namespace",
-         "ConfigMap": "kubernetes:core/v1:ConfigMap"}
+TYPES = {
+    "DynamoGraphDeployment": dynamo_policies.DGD_TYPE,
+    "PersistentVolumeClaim": dynamo_policies.PVC_TYPE,
+    "Job": "kubernetes:batch/v1:Job",
+    "Secret": "kubernetes:core/v1:Secret",
+    "Namespace": "kubernetes:core/v1:Namespace",
+    "ConfigMap": "kubernetes:core/v1:ConfigMap",
+}
 
 
 def _args(obj: dict, config: dict | None = None, protect: bool = False, name: str | None = None) -> ResourceValidationArgs:
@@ -82,7 +88,9 @@ def test_hf_token_only_from_secret():
     dgd["spec"]["components"][1]["envs"] = [{"name": "HUGGING_FACE_HUB_TOKEN", "value": "hf_x"}]
     [v] = violations("hf-token-from-secret", dgd)
     assert "HUGGING_FACE_HUB_TOKEN" in v
-    dgd["spec"]["components"][1]["envs"] = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token-secret", "key": "HF_TOKEN"}}}]
+    dgd["spec"]["components"][1]["envs"] = [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token-secret", "key": "HF_TOKEN"}}}
+    ]
     assert violations("hf-token-from-secret", dgd) == []
 
 
@@ -128,7 +136,7 @@ def test_model_cache_retained():
     assert violations("model-cache-retained", pvc, {"storageProtect": False, "allowUnretainedCache": True}) == []
 
 
-@pytest.mark.parametrize("stack", sorted(p.name[len("Pulumi."):-len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml")))
+@pytest.mark.parametrize("stack", sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml")))
 def test_committed_stacks_pass(stack):
     sys.path.insert(0, str(ROOT / "policy"))
     from stack_config import policy_config

@@ -4,6 +4,7 @@ moto 5.2 gaps these tests work around (the Stubber is only used for those calls)
 - ec2 create/describe_capacity_reservations: NotImplementedError;
 - service-quotas get_service_quota for ec2: NoSuchResourceException (moto knows the "vpc" service only).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -29,8 +30,12 @@ MOTO_CONFIG = {"core": {"reset_boto3_session": False}}
 
 @pytest.fixture
 def aws(monkeypatch):
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                 "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
+    }.items():
         monkeypatch.setenv(k, v)
     for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         monkeypatch.delenv(k, raising=False)
@@ -48,7 +53,9 @@ def image(client) -> str:
 
 
 def offered_zones(client, instance_type):
-    r = client.describe_instance_type_offerings(LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}])
+    r = client.describe_instance_type_offerings(
+        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}]
+    )
     return sorted(o["Location"] for o in r["InstanceTypeOfferings"])
 
 
@@ -73,8 +80,18 @@ def quota_client(value=None, error=None, region="us-east-1"):
     if error:
         s.add_client_error("get_service_quota", service_error_code=error, http_status_code=403, expected_params=params)
     else:
-        s.add_response("get_service_quota", {"Quota": {"ServiceCode": "ec2", "QuotaCode": "L-417A185B",
-                                                       "QuotaName": "Running On-Demand P instances", "Value": float(value)}}, params)
+        s.add_response(
+            "get_service_quota",
+            {
+                "Quota": {
+                    "ServiceCode": "ec2",
+                    "QuotaCode": "L-417A185B",
+                    "QuotaName": "Running On-Demand P instances",
+                    "Value": float(value),
+                }
+            },
+            params,
+        )
     s.activate()
     return c
 
@@ -95,7 +112,9 @@ class _SplitEC2:
 def with_reservation(client, *, instance_type=P5, az="us-east-1a", count=1, state="active", kind="default"):
     """(ec2 client, reservation id): moto's create_capacity_reservation when it has one, else a Stubber answer."""
     try:
-        cr = client.create_capacity_reservation(InstanceType=instance_type, InstancePlatform="Linux/UNIX", AvailabilityZone=az, InstanceCount=count)
+        cr = client.create_capacity_reservation(
+            InstanceType=instance_type, InstancePlatform="Linux/UNIX", AvailabilityZone=az, InstanceCount=count
+        )
         return client, cr["CapacityReservation"]["CapacityReservationId"]
     except NotImplementedError:
         pass  # moto 5.2: "The create_capacity_reservation action has not been implemented"
@@ -104,11 +123,21 @@ def with_reservation(client, *, instance_type=P5, az="us-east-1a", count=1, stat
     s = Stubber(stubbed)
     s.add_response(
         "describe_capacity_reservations",
-        {"CapacityReservations": [{
-            "CapacityReservationId": rid, "InstanceType": instance_type, "InstancePlatform": "Linux/UNIX",
-            "AvailabilityZone": az, "TotalInstanceCount": count, "AvailableInstanceCount": count, "State": state,
-            "ReservationType": kind, "StartDate": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
-        }]},
+        {
+            "CapacityReservations": [
+                {
+                    "CapacityReservationId": rid,
+                    "InstanceType": instance_type,
+                    "InstancePlatform": "Linux/UNIX",
+                    "AvailabilityZone": az,
+                    "TotalInstanceCount": count,
+                    "AvailableInstanceCount": count,
+                    "State": state,
+                    "ReservationType": kind,
+                    "StartDate": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+                }
+            ]
+        },
         {"CapacityReservationIds": [rid]},
     )
     s.activate()
@@ -177,7 +206,9 @@ def test_efa_off_is_skipped_not_failed(aws):
 def test_efa_on_unsupported_instance_fails(aws):
     r = by_name(run_checks(req(efa=True, instance_type="m5.large"), ec2(), None))["efa"]
     assert r.status == FAIL
-    assert "does not support EFA" in r.message and "dynamo:cluster.efa" in r.message and "dynamo:cluster.instanceType" in r.message
+    assert (
+        "does not support EFA" in r.message and "dynamo:cluster.efa" in r.message and "dynamo:cluster.instanceType" in r.message
+    )
 
 
 def test_efa_fewer_interfaces_than_catalog_fails(aws):
@@ -220,7 +251,9 @@ def test_reservation_big_enough_passes(aws):
 def test_reservation_unknown_id_fails(aws):
     c = ec2()
     s = Stubber(c)
-    s.add_client_error("describe_capacity_reservations", service_error_code="InvalidCapacityReservationId.NotFound", http_status_code=400)
+    s.add_client_error(
+        "describe_capacity_reservations", service_error_code="InvalidCapacityReservationId.NotFound", http_status_code=400
+    )
     with s:
         r = preflight.check_reservation(req(capacity_reservation_id="cr-0000000000000000f"), c)[0]
     assert r.status == FAIL and "dynamo:cluster.capacityReservationId" in r.message
@@ -277,8 +310,12 @@ def _stack(tmp_path, name, body):
 
 
 def test_request_from_stack_disagg_h100_defaults(tmp_path):
-    name = _stack(tmp_path, "t", "config:\n  aws:region: us-west-2\n  dynamo:gpu: h100\n  dynamo:topology: disagg\n"
-                                  "  dynamo:cluster:\n    mode: eks\n    availabilityZones: [us-west-2a, us-west-2b]\n    gpuAvailabilityZone: us-west-2b\n")
+    name = _stack(
+        tmp_path,
+        "t",
+        "config:\n  aws:region: us-west-2\n  dynamo:gpu: h100\n  dynamo:topology: disagg\n"
+        "  dynamo:cluster:\n    mode: eks\n    availabilityZones: [us-west-2a, us-west-2b]\n    gpuAvailabilityZone: us-west-2b\n",
+    )
     r = preflight.request_from_stack(name, tmp_path)
     assert (r.region, r.availability_zone, r.instance_type) == ("us-west-2", "us-west-2b", "p5.48xlarge")
     assert r.efa is True  # h100 disagg targets use the aws-efa fabric
@@ -286,10 +323,14 @@ def test_request_from_stack_disagg_h100_defaults(tmp_path):
 
 
 def test_request_from_stack_cluster_keys(tmp_path):
-    name = _stack(tmp_path, "t", "config:\n  aws:region: us-east-1\n  dynamo:gpu: h200\n  dynamo:topology: agg\n"
-                                  "  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n    availabilityZones: [us-east-1a, us-east-1c]\n    gpuAvailabilityZone: us-east-1c\n"
-                                  "    instanceType: p5e.48xlarge\n    gpuNodes: 3\n    efa: true\n"
-                                  "    capacityReservationId: cr-0123456789abcdef0\n    marketType: capacity-block\n")
+    name = _stack(
+        tmp_path,
+        "t",
+        "config:\n  aws:region: us-east-1\n  dynamo:gpu: h200\n  dynamo:topology: agg\n"
+        "  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n    availabilityZones: [us-east-1a, us-east-1c]\n    gpuAvailabilityZone: us-east-1c\n"
+        "    instanceType: p5e.48xlarge\n    gpuNodes: 3\n    efa: true\n"
+        "    capacityReservationId: cr-0123456789abcdef0\n    marketType: capacity-block\n",
+    )
     r = preflight.request_from_stack(name, tmp_path)
     assert r == PreflightRequest("us-east-1", "us-east-1c", "p5e.48xlarge", 3, True, "cr-0123456789abcdef0", "capacity-block")
 
@@ -297,14 +338,22 @@ def test_request_from_stack_cluster_keys(tmp_path):
 def test_request_from_stack_refuses_contradicting_aws_region(tmp_path):
     from stacks.config.keys import ConfigError
 
-    name = _stack(tmp_path, "t", "config:\n  aws:region: us-west-2\n  dynamo:gpu: h200\n  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n")
+    name = _stack(
+        tmp_path,
+        "t",
+        "config:\n  aws:region: us-west-2\n  dynamo:gpu: h200\n  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n",
+    )
     with pytest.raises(ConfigError, match="contradicts aws:region 'us-west-2'"):
         preflight.request_from_stack(name, tmp_path)
 
 
 def test_request_from_stack_resolves_the_unpinned_zone_and_final_node_count(tmp_path):
-    name = _stack(tmp_path, "t", "config:\n  dynamo:gpu: h100\n  dynamo:topology: disagg\n  dynamo:replicas:\n    VllmDecodeWorker: 9\n"
-                                  "  dynamo:cluster:\n    mode: eks\n    region: us-east-2\n")
+    name = _stack(
+        tmp_path,
+        "t",
+        "config:\n  dynamo:gpu: h100\n  dynamo:topology: disagg\n  dynamo:replicas:\n    VllmDecodeWorker: 9\n"
+        "  dynamo:cluster:\n    mode: eks\n    region: us-east-2\n",
+    )
     r = preflight.request_from_stack(name, tmp_path)
     assert (r.availability_zone, r.zone_pinned, r.nodes) == ("us-east-2a", False, 2)
 
@@ -319,7 +368,11 @@ def test_non_eks_stacks_skip_the_aws_checks(tmp_path, mode, capsys):
 def test_request_from_stack_rejects_instance_of_other_gpu(tmp_path):
     from stacks.config.keys import ConfigError
 
-    name = _stack(tmp_path, "t", "config:\n  aws:region: us-east-1\n  dynamo:gpu: h100\n  dynamo:cluster:\n    mode: eks\n    instanceType: p6-b200.48xlarge\n")
+    name = _stack(
+        tmp_path,
+        "t",
+        "config:\n  aws:region: us-east-1\n  dynamo:gpu: h100\n  dynamo:cluster:\n    mode: eks\n    instanceType: p6-b200.48xlarge\n",
+    )
     with pytest.raises(ConfigError, match="dynamo:cluster.instanceType"):
         preflight.request_from_stack(name, tmp_path)
 
@@ -342,7 +395,9 @@ def test_cli_exit_codes(aws, monkeypatch, capsys):
 
 def test_scheduled_capacity_block_is_a_warning(aws):
     client, rid = with_reservation(ec2(), count=2, state="scheduled", kind="capacity-block")
-    r = by_name(run_checks(req(nodes=2, efa=False, capacity_reservation_id=rid, market_type="capacity-block"), client, None))["reservation"]
+    r = by_name(run_checks(req(nodes=2, efa=False, capacity_reservation_id=rid, market_type="capacity-block"), client, None))[
+        "reservation"
+    ]
     assert r.status == WARN and r.ok and "scheduled" in r.message
 
 
@@ -356,9 +411,19 @@ def _reservation_client(**cr):
     rid = "cr-0123456789abcdef0"
     c = boto3.client("ec2", region_name="us-east-1")
     s = Stubber(c)
-    base = {"CapacityReservationId": rid, "InstanceType": P5, "InstancePlatform": "Linux/UNIX", "AvailabilityZone": "us-east-1a",
-            "TotalInstanceCount": 2, "AvailableInstanceCount": 2, "State": "active", "ReservationType": "capacity-block"}
-    s.add_response("describe_capacity_reservations", {"CapacityReservations": [{**base, **cr}]}, {"CapacityReservationIds": [rid]})
+    base = {
+        "CapacityReservationId": rid,
+        "InstanceType": P5,
+        "InstancePlatform": "Linux/UNIX",
+        "AvailabilityZone": "us-east-1a",
+        "TotalInstanceCount": 2,
+        "AvailableInstanceCount": 2,
+        "State": "active",
+        "ReservationType": "capacity-block",
+    }
+    s.add_response(
+        "describe_capacity_reservations", {"CapacityReservations": [{**base, **cr}]}, {"CapacityReservationIds": [rid]}
+    )
     s.activate()
     return c, rid
 
@@ -376,7 +441,11 @@ def test_ended_reservation_fails_and_ending_soon_warns(aws):
 def test_unpinned_zone_other_than_the_reservation_says_pin_it(aws):
     c, rid = _reservation_client(AvailabilityZone="us-east-1d")
     r = preflight.check_reservation(req(nodes=2, capacity_reservation_id=rid, zone_pinned=False), c)[0]
-    assert r.status == FAIL and "gpuAvailabilityZone is not set" in r.message and "dynamo:cluster.gpuAvailabilityZone: us-east-1d" in r.message
+    assert (
+        r.status == FAIL
+        and "gpuAvailabilityZone is not set" in r.message
+        and "dynamo:cluster.gpuAvailabilityZone: us-east-1d" in r.message
+    )
 
 
 def test_on_demand_p_instances_warn_about_insufficient_capacity(aws):
@@ -411,8 +480,13 @@ def test_credentials_rejected_is_one_line(aws):
 
 def test_unverified_gb200_efa_layout_is_a_warning_with_the_command_to_compare(aws):
     gb = "p6e-gb200.36xlarge"
-    info = {"NetworkInfo": {"EfaSupported": True, "EfaInfo": {"MaximumEfaInterfaces": 17},
-                            "NetworkCards": [{"NetworkCardIndex": i} for i in range(17)]}}
+    info = {
+        "NetworkInfo": {
+            "EfaSupported": True,
+            "EfaInfo": {"MaximumEfaInterfaces": 17},
+            "NetworkCards": [{"NetworkCardIndex": i} for i in range(17)],
+        }
+    }
     r = preflight.check_efa(req(instance_type=gb, efa=True), info, None)
     assert r.status == WARN and "describe-instance-types --instance-types p6e-gb200.36xlarge" in r.message
 
@@ -423,16 +497,32 @@ def test_unverified_gb200_efa_layout_is_a_warning_with_the_command_to_compare(aw
 def test_every_gpu_pool_is_checked_under_its_own_key(tmp_path):
     """A cluster-only stack with two pools and a single-target stack whose gpuPools names a second GPU: one request per
     pool, keyed dynamo:cluster.gpuPools[i] (before, only the first pool was checked)."""
-    name = _stack(tmp_path, "c", "config:\n  dynamo:serve: []\n  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n    gpuPools:\n"
-                                  "      - {gpu: h100, nodes: 2}\n      - {gpu: b200, nodes: 1, availabilityZone: us-east-1b}\n")
+    name = _stack(
+        tmp_path,
+        "c",
+        "config:\n  dynamo:serve: []\n  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n    gpuPools:\n"
+        "      - {gpu: h100, nodes: 2}\n      - {gpu: b200, nodes: 1, availabilityZone: us-east-1b}\n",
+    )
     reqs = preflight.requests_from_stack(name, tmp_path)
     assert [(r.key, r.instance_type, r.nodes, r.availability_zone) for r in reqs] == [
-        ("dynamo:cluster.gpuPools[0]", "p5.48xlarge", 2, "us-east-1a"), ("dynamo:cluster.gpuPools[1]", "p6-b200.48xlarge", 1, "us-east-1b")]
-    assert reqs[1].k("gpuNodes") == "dynamo:cluster.gpuPools[1].nodes" and reqs[1].k("gpuAvailabilityZone") == "dynamo:cluster.gpuPools[1].availabilityZone"
-    name = _stack(tmp_path, "s", "config:\n  dynamo:gpu: h100\n  dynamo:topology: disagg\n  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n    gpuPools:\n"
-                                  "      - {gpu: h100}\n      - {gpu: b200, nodes: 3}\n")
+        ("dynamo:cluster.gpuPools[0]", "p5.48xlarge", 2, "us-east-1a"),
+        ("dynamo:cluster.gpuPools[1]", "p6-b200.48xlarge", 1, "us-east-1b"),
+    ]
+    assert (
+        reqs[1].k("gpuNodes") == "dynamo:cluster.gpuPools[1].nodes"
+        and reqs[1].k("gpuAvailabilityZone") == "dynamo:cluster.gpuPools[1].availabilityZone"
+    )
+    name = _stack(
+        tmp_path,
+        "s",
+        "config:\n  dynamo:gpu: h100\n  dynamo:topology: disagg\n  dynamo:cluster:\n    mode: eks\n    region: us-east-1\n    gpuPools:\n"
+        "      - {gpu: h100}\n      - {gpu: b200, nodes: 3}\n",
+    )
     reqs = preflight.requests_from_stack(name, tmp_path)
-    assert [(r.key, r.instance_type) for r in reqs] == [("dynamo:cluster.gpuPools[0]", "p5.48xlarge"), ("dynamo:cluster.gpuPools[1]", "p6-b200.48xlarge")]
+    assert [(r.key, r.instance_type) for r in reqs] == [
+        ("dynamo:cluster.gpuPools[0]", "p5.48xlarge"),
+        ("dynamo:cluster.gpuPools[1]", "p6-b200.48xlarge"),
+    ]
     assert reqs[1].nodes == 3
 
 
@@ -440,13 +530,17 @@ def _zones_client(moto_client, zones: list[dict]):
     """moto's ec2 client, except describe_availability_zones(AllAvailabilityZones=True, ...): moto knows no Local Zones."""
     stubbed = boto3.client("ec2", region_name="us-east-1")
     s = Stubber(stubbed)
-    s.add_response("describe_availability_zones", {"AvailabilityZones": zones},
-                   {"AllAvailabilityZones": True, "ZoneNames": ["us-east-1-dfw-2a"]})
+    s.add_response(
+        "describe_availability_zones",
+        {"AvailabilityZones": zones},
+        {"AllAvailabilityZones": True, "ZoneNames": ["us-east-1-dfw-2a"]},
+    )
     s.activate()
 
     class Split(_SplitEC2):
         def describe_availability_zones(self, **kw):
             return stubbed.describe_availability_zones(**kw) if kw else moto_client.describe_availability_zones()
+
     return Split(moto_client, stubbed)
 
 
@@ -459,8 +553,11 @@ def test_local_zone_opt_in_status(aws, status, result):
     r = preflight.check_local_zone(req(availability_zone="us-east-1-dfw-2a", key="dynamo:cluster.gpuPools[0]"), client)
     assert r.status == result
     if result == FAIL:
-        assert ("aws ec2 modify-availability-zone-group --region us-east-1 --group-name us-east-1-dfw-2 --opt-in-status opted-in" in r.message
-                and "dynamo:cluster.gpuPools[0].availabilityZone" in r.message)
+        assert (
+            "aws ec2 modify-availability-zone-group --region us-east-1 --group-name us-east-1-dfw-2 --opt-in-status opted-in"
+            in r.message
+            and "dynamo:cluster.gpuPools[0].availabilityZone" in r.message
+        )
 
 
 def test_local_zone_unknown_and_availability_zone(aws):
@@ -472,7 +569,11 @@ def _quota(code: str, values: list[float]):
     c = boto3.client("service-quotas", region_name="us-east-1")
     s = Stubber(c)
     for v in values:
-        s.add_response("get_service_quota", {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": v}}, {"ServiceCode": "ec2", "QuotaCode": code})
+        s.add_response(
+            "get_service_quota",
+            {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": v}},
+            {"ServiceCode": "ec2", "QuotaCode": code},
+        )
     s.activate()
     return c
 
@@ -484,7 +585,10 @@ def test_g_instances_use_the_g_and_vt_quota(aws):
     client.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="p5.48xlarge")
     info = {"VCpuInfo": {"DefaultVCpus": 192}}
     r = preflight.check_quota(req(instance_type="g6e.48xlarge", nodes=1), client, _quota("L-DB2E81BA", [100]), info, None)
-    assert r.status == FAIL and "L-DB2E81BA (Running On-Demand G and VT instances) is 100 vCPUs, 4 in use by running G and VT instances" in r.message
+    assert (
+        r.status == FAIL
+        and "L-DB2E81BA (Running On-Demand G and VT instances) is 100 vCPUs, 4 in use by running G and VT instances" in r.message
+    )
     assert preflight.family_quota("p5.48xlarge") == ("L-417A185B", "Running On-Demand P instances")
     assert preflight.family_quota("g6e.48xlarge")[0] == preflight.family_quota("vt1.24xlarge")[0] == "L-DB2E81BA"
     assert preflight._running_family_vcpus(client, "p") == 192  # the P instance counts against the other quota
@@ -493,7 +597,10 @@ def test_g_instances_use_the_g_and_vt_quota(aws):
 def test_pools_of_one_family_share_its_quota(aws):
     client = ec2()
     zone = offered_zones(client, P5)[0]
-    pools = [req(availability_zone=zone, nodes=1, key="dynamo:cluster.gpuPools[0]"), req(availability_zone=zone, nodes=1, key="dynamo:cluster.gpuPools[1]")]
+    pools = [
+        req(availability_zone=zone, nodes=1, key="dynamo:cluster.gpuPools[0]"),
+        req(availability_zone=zone, nodes=1, key="dynamo:cluster.gpuPools[1]"),
+    ]
     checked = preflight.run_stack_checks(pools, client, _quota("L-417A185B", [300, 300]))
     first, second = (by_name(results)["quota"] for _, results in checked)
     assert first.status == PASS and second.status == FAIL

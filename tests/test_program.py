@@ -1,4 +1,5 @@
 """`pulumi up` and `render --stack` share one builder: same verdicts, same objects."""
+
 import pytest
 
 from harness import run_program
@@ -46,7 +47,9 @@ def test_kubeconfig_path_missing_file_is_a_config_error(tmp_path):
     raw = {"cluster": {"mode": "kubeconfig", "kubeconfigPath": str(tmp_path / "nope")}}
     with pytest.raises(ConfigError, match=r"dynamo:cluster.kubeconfigPath: .*nope' is not a readable file"):
         build_program(raw, "t", frozenset({"hfToken"}), env={})
-    with pytest.raises(ConfigError, match=r"none of dynamo:kubeconfig \(secret\), dynamo:cluster.kubeconfigPath, KUBECONFIG is set"):
+    with pytest.raises(
+        ConfigError, match=r"none of dynamo:kubeconfig \(secret\), dynamo:cluster.kubeconfigPath, KUBECONFIG is set"
+    ):
         build_program({"cluster": {"mode": "kubeconfig"}}, "t", frozenset({"hfToken"}), env={})
 
 
@@ -118,14 +121,32 @@ def test_render_writes_what_pyyamls_own_emitter_writes():
 
     Pure.add_representer(str, yaml_text._str)
     assert yaml_text._Dumper.__mro__[1] is yaml.CSafeDumper  # this machine's PyYAML has libyaml: the fast path is the one tested
-    stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in render.REPO_ROOT.glob("Pulumi.*.yaml"))
+    stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in render.REPO_ROOT.glob("Pulumi.*.yaml"))
     renders = [render_target(t) for t in sorted(catalog.targets())] + [render_stack(s) for s in stacks]
     assert len(renders) > len(catalog.targets())
     # and the shapes no target has today: a dict and a list appearing twice (anchors), floats, empty containers,
     # strings YAML would read as another type, a non-str key, a tuple
     shared, items = {"a": 1}, [1, "2"]
-    odd = [{"x": shared, "y": shared, "l": items, "m": items, "f": 0.5, "g": 1e20, "n": float("nan"), "e": {}, "s": [],
-            "t": "true", "z": "", "i": "123", "nl": "a\nb\n", 5: None, "tu": (1, 2), "b": False}]
+    odd = [
+        {
+            "x": shared,
+            "y": shared,
+            "l": items,
+            "m": items,
+            "f": 0.5,
+            "g": 1e20,
+            "n": float("nan"),
+            "e": {},
+            "s": [],
+            "t": "true",
+            "z": "",
+            "i": "123",
+            "nl": "a\nb\n",
+            5: None,
+            "tu": (1, 2),
+            "b": False,
+        }
+    ]
     for objs in renders + [odd]:
         pure = yaml.dump_all(list(objs), Dumper=Pure, sort_keys=False, width=4096, default_flow_style=False)
         assert to_yaml(objs) == pure
@@ -141,13 +162,17 @@ def test_render_never_prints_the_token_value():
 # arrives as ""); `render --stack` reads the file with stacks/program/stack_yaml.py to the same effect (tests/test_stack_yaml.py
 # holds the comparison with the real CLI).
 
+
 def _write(tmp_path, text: str):
     (tmp_path / "Pulumi.t.yaml").write_text(text)
     return tmp_path
 
 
 def test_duplicate_key_in_a_stack_file_is_refused_by_render(tmp_path):
-    root = _write(tmp_path, "config:\n  dynamo:serve:\n    - target: lightning-vllm-agg-h100-dspark\n      namespace: a\n      namespace: b\n")
+    root = _write(
+        tmp_path,
+        "config:\n  dynamo:serve:\n    - target: lightning-vllm-agg-h100-dspark\n      namespace: a\n      namespace: b\n",
+    )
     with pytest.raises(ConfigError, match=r"Pulumi.t.yaml is not valid YAML: mapping key 'namespace' is given twice"):
         program_for_stack("t", root)
     root = _write(tmp_path, "config:\n  dynamo:gpu: h100\n  dynamo:gpu: h200\n")
@@ -158,8 +183,11 @@ def test_duplicate_key_in_a_stack_file_is_refused_by_render(tmp_path):
 @pytest.mark.parametrize("word", ["yes", "no", "on", "off", "y", "n"])
 def test_yaml_1_1_booleans_are_strings_on_both_paths(word, tmp_path):
     """YAML 1.2 has only true/false: `namespace: yes` is the namespace 'yes' for `up` and for render alike."""
-    root = _write(tmp_path, f"config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dynamo:namespace: {word}\n"
-                            "  dynamo:hfToken:\n    secure: v1:AAAA\n")
+    root = _write(
+        tmp_path,
+        f"config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dynamo:namespace: {word}\n"
+        "  dynamo:hfToken:\n    secure: v1:AAAA\n",
+    )
     rendered = program_for_stack("t", root)
     assert rendered.entries[0].plan.dgd["metadata"]["namespace"] == word
     up = run_program({"target": "lightning-vllm-agg-h100-dspark", "namespace": word}, TOKEN, stack="t")
@@ -173,9 +201,14 @@ def test_yaml_1_1_booleans_are_strings_on_both_paths(word, tmp_path):
 def test_an_empty_top_level_value_is_refused_on_both_paths(empty, tmp_path):
     """`gpu:` (null) and `gpu: ''` arrive at `up` as "" from the CLI: both paths refuse them, naming every such key,
     rather than silently taking the default."""
-    root = _write(tmp_path, f"config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dynamo:gpu: {empty}\n  dynamo:namespace: {empty}\n")
-    want = (r"dynamo:gpu: the value is empty, which would silently take the default; dynamo:namespace: the value is empty.*"
-            r"pulumi config rm dynamo:gpu")
+    root = _write(
+        tmp_path,
+        f"config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dynamo:gpu: {empty}\n  dynamo:namespace: {empty}\n",
+    )
+    want = (
+        r"dynamo:gpu: the value is empty, which would silently take the default; dynamo:namespace: the value is empty.*"
+        r"pulumi config rm dynamo:gpu"
+    )
     with pytest.raises(ConfigError, match=want):
         program_for_stack("t", root)
     with pytest.raises(Exception, match=want):
@@ -187,7 +220,9 @@ def test_misspelt_project_prefix_is_refused_on_both_paths(tmp_path):
 
     from stacks.config.pulumi_config import raw_config
 
-    root = _write(tmp_path, "config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dyanmo:gpu: h100\n  aws:region: us-east-1\n")
+    root = _write(
+        tmp_path, "config:\n  dynamo:target: lightning-vllm-agg-h100-dspark\n  dyanmo:gpu: h100\n  aws:region: us-east-1\n"
+    )
     with pytest.raises(ConfigError, match=r"dyanmo:gpu: 'dyanmo' is not this project's config namespace.*'dynamo:gpu'"):
         program_for_stack("t", root)
     rc.set_all_config({"dynamo:target": "lightning-vllm-agg-h100-dspark", "dyanmo:gpu": "h100", "aws:region": "us-east-1"}, [])
@@ -202,6 +237,7 @@ def test_misspelt_project_prefix_is_refused_on_both_paths(tmp_path):
 
 # --------------------------------------------------------------------------- what `pulumi destroy` keeps
 
+
 def test_destroy_report_lists_what_the_program_registers_with_retain_on_delete():
     """The report (python -m stacks destroy-report) and the wiring agree: every Kubernetes object the real program
     registers with retainOnDelete is in the report with a delete command, and nothing else is."""
@@ -209,8 +245,15 @@ def test_destroy_report_lists_what_the_program_registers_with_retain_on_delete()
 
     raw = {"serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"}, {"model": "motif-3", "namespace": "b"}]}
     run = run_program(raw, TOKEN, stack="t")
-    kept = sorted((r.type.split(":")[-1], (r.inputs["metadata"].get("namespace", "") + "/" if r.inputs["metadata"].get("namespace") else "")
-                   + r.inputs["metadata"]["name"]) for r in run.resources if r.retain_on_delete and r.type.startswith("kubernetes:"))
+    kept = sorted(
+        (
+            r.type.split(":")[-1],
+            (r.inputs["metadata"].get("namespace", "") + "/" if r.inputs["metadata"].get("namespace") else "")
+            + r.inputs["metadata"]["name"],
+        )
+        for r in run.resources
+        if r.retain_on_delete and r.type.startswith("kubernetes:")
+    )
     report = retained_after_destroy(build_program(raw, "t", frozenset({"hfToken"})))
     assert sorted((i["kind"], i["name"]) for i in report) == kept
     assert kept and all(i["delete"].startswith("kubectl delete") and i["why"] and i["adopt"] for i in report)
@@ -246,12 +289,16 @@ def test_render_says_what_it_did_not_check(capsys):
 
 
 # --------------------------------------------------------------------------- one parse, at the edge
-@pytest.mark.parametrize("cluster, kind", [
-    ({"mode": "render"}, "RenderCluster"), ({}, "RenderCluster"),
-    ({"mode": "kubeconfig", "context": "kind-x"}, "KubeconfigCluster"),
-    ({"mode": "stack", "stack": "org/dynamo/h100-cluster"}, "StackCluster"),
-    ({"mode": "eks", "region": "us-east-1"}, "EksCluster"),
-])
+@pytest.mark.parametrize(
+    "cluster, kind",
+    [
+        ({"mode": "render"}, "RenderCluster"),
+        ({}, "RenderCluster"),
+        ({"mode": "kubeconfig", "context": "kind-x"}, "KubeconfigCluster"),
+        ({"mode": "stack", "stack": "org/dynamo/h100-cluster"}, "StackCluster"),
+        ({"mode": "eks", "region": "us-east-1"}, "EksCluster"),
+    ],
+)
 def test_the_cluster_source_is_its_modes_variant(cluster, kind):
     """The spec's cluster source is the variant of the configured mode, and the plan keeps the spec it was built from."""
     from stacks.config import parse_spec
@@ -267,12 +314,19 @@ def test_the_cluster_source_is_its_modes_variant(cluster, kind):
 def test_serve_entries_are_typed_with_the_stack_defaults_and_stack_sections():
     from stacks.config import parse_spec
 
-    raw = {"namespace": "shared", "serve": [{"target": "lightning-vllm-agg-h100-dspark", "name": "a"},
-                                            {"target": "lightning-vllm-agg-h100-dspark", "namespace": "b"}],
-           "observability": {"enabled": True}}
+    raw = {
+        "namespace": "shared",
+        "serve": [
+            {"target": "lightning-vllm-agg-h100-dspark", "name": "a"},
+            {"target": "lightning-vllm-agg-h100-dspark", "namespace": "b"},
+        ],
+        "observability": {"enabled": True},
+    }
     spec = parse_spec(raw, "t", frozenset({"hfToken"}))
     assert [(e.key, e.name, e.named, e.config.namespace) for e in spec.entries] == [
-        ("dynamo:serve[0]", "a", True, "shared"), ("dynamo:serve[1]", None, False, "b")]
+        ("dynamo:serve[0]", "a", True, "shared"),
+        ("dynamo:serve[1]", None, False, "b"),
+    ]
     assert spec.multi and spec.observability.enabled and not spec.benchmark.enabled
 
 

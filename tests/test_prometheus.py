@@ -21,6 +21,7 @@ trigger query must select the series of exactly that DGD's frontend pods (a rena
 have a value after requests. The rig runs its processes with the operator's env (tests/rig.py ``operator_env``:
 ``DYN_NAMESPACE=<namespace>-<dgd>``, the workers' suffix), so the labels are those a cluster would show.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -49,8 +50,14 @@ import conftest
 from stacks import catalog
 from stacks.config.keys import ObservabilityConfig, parse
 from stacks.observe.observability import (
-    COMPONENT_TYPE_LABEL, DGD_NAME_LABEL, DYNAMO_METRICS, METRICS_ENABLED_LABEL, build_observability, dashboard_queries,
-    pod_monitor_scrape_configs, selector_matches,
+    COMPONENT_TYPE_LABEL,
+    DGD_NAME_LABEL,
+    DYNAMO_METRICS,
+    METRICS_ENABLED_LABEL,
+    build_observability,
+    dashboard_queries,
+    pod_monitor_scrape_configs,
+    selector_matches,
 )
 from stacks.program import build_program
 from stacks.serving import autoscaling, build_plan
@@ -77,8 +84,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(what: str, probe: Callable[[], tuple[bool, object]], timeout: float, interval: float = 0.25,
-             extra: Callable[[], str] = lambda: ""):
+def wait_for(
+    what: str,
+    probe: Callable[[], tuple[bool, object]],
+    timeout: float,
+    interval: float = 0.25,
+    extra: Callable[[], str] = lambda: "",
+):
     """Poll ``probe() -> (done, seen)`` until done; at the deadline fail with what was seen last."""
     deadline = time.monotonic() + timeout
     seen: object = "nothing yet"
@@ -104,10 +116,15 @@ class Prometheus:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.config = workdir / "prometheus.yml"
-        self.config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": f"{SCRAPE:g}s", "evaluation_interval": f"{SCRAPE:g}s"},
-            "scrape_configs": scrape_configs,
-        }, sort_keys=False))
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": f"{SCRAPE:g}s", "evaluation_interval": f"{SCRAPE:g}s"},
+                    "scrape_configs": scrape_configs,
+                },
+                sort_keys=False,
+            )
+        )
         self.port = _free_port()
         self.url = f"http://{HOST}:{self.port}"
         self.log = workdir / "prometheus.log"
@@ -122,9 +139,18 @@ class Prometheus:
     def __enter__(self) -> "Prometheus":
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [str(PROMETHEUS_BIN), f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-                 f"--web.listen-address={HOST}:{self.port}", "--log.level=warn"],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.workdir)
+                [
+                    str(PROMETHEUS_BIN),
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={self.workdir / 'data'}",
+                    f"--web.listen-address={HOST}:{self.port}",
+                    "--log.level=warn",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.workdir,
+            )
 
         def ready():
             if self.proc.poll() is not None:
@@ -218,32 +244,59 @@ def test_generated_scrape_config_selects_and_labels_like_the_prometheus_operator
     """Real Prometheus on the generated configuration: the selected frontend, prefill and decode pods are scraped
     and carry pod/namespace/job/endpoint and the monitors' relabeled labels; a pod the selector does not match,
     smuggled into the worker job, is dropped by Prometheus's own copy of the selector (the operator's keep rules)."""
-    plan = build_observability(ObservabilityConfig.model_validate({"enabled": True}), serving_namespace="serve",
-                               dgd_name="g", nvidia_stack=None)
+    plan = build_observability(
+        ObservabilityConfig.model_validate({"enabled": True}), serving_namespace="serve", dgd_name="g", nvidia_stack=None
+    )
     exporters = []
     try:
+
         def pod(name, ctype, port_name, dgd="g"):
             exporters.append(_Exporter(f'probe_metric{{from="{name}"}} 1\n'))
-            return _Pod(name, {COMPONENT_TYPE_LABEL: ctype, DGD_NAME_LABEL: dgd, METRICS_ENABLED_LABEL: "true",
-                               "nvidia.com/dynamo-namespace": "serve-g"}, {port_name: exporters[-1].port})
+            return _Pod(
+                name,
+                {
+                    COMPONENT_TYPE_LABEL: ctype,
+                    DGD_NAME_LABEL: dgd,
+                    METRICS_ENABLED_LABEL: "true",
+                    "nvidia.com/dynamo-namespace": "serve-g",
+                },
+                {port_name: exporters[-1].port},
+            )
 
-        pods = [pod("g-frontend-a", "frontend", "http"), pod("g-prefill-a", "prefill", "system"),
-                pod("g-decode-a", "decode", "system"), pod("g-decode-b", "decode", "system"),
-                pod("other-decode-a", "decode", "system", dgd="other"), pod("g-planner-a", "planner", "system")]
+        pods = [
+            pod("g-frontend-a", "frontend", "http"),
+            pod("g-prefill-a", "prefill", "system"),
+            pod("g-decode-a", "decode", "system"),
+            pod("g-decode-b", "decode", "system"),
+            pod("other-decode-a", "decode", "system", dgd="other"),
+            pod("g-planner-a", "planner", "system"),
+        ]
         cfgs = pod_monitor_scrape_configs(plan.monitors, pods, "serve", interval="1s")
         worker = next(c for c in cfgs if c["job_name"] == "podMonitor/serve/g-worker/0")
         outsider = next(p for p in pods if p.name == "g-planner-a")
         assert not selector_matches(plan.monitors[1]["spec"]["selector"], outsider.labels)
-        worker["static_configs"].append({"targets": [f"{HOST}:{outsider.ports['system']}"], "labels": {
-            "__meta_kubernetes_namespace": "serve", "__meta_kubernetes_pod_name": outsider.name,
-            "__meta_kubernetes_pod_container_port_name": "system",
-            **{f"__meta_kubernetes_pod_label_{k.replace('.', '_').replace('/', '_').replace('-', '_')}": v
-               for k, v in outsider.labels.items()},
-            **{f"__meta_kubernetes_pod_labelpresent_{k.replace('.', '_').replace('/', '_').replace('-', '_')}": "true"
-               for k in outsider.labels}}})
+        worker["static_configs"].append(
+            {
+                "targets": [f"{HOST}:{outsider.ports['system']}"],
+                "labels": {
+                    "__meta_kubernetes_namespace": "serve",
+                    "__meta_kubernetes_pod_name": outsider.name,
+                    "__meta_kubernetes_pod_container_port_name": "system",
+                    **{
+                        f"__meta_kubernetes_pod_label_{k.replace('.', '_').replace('/', '_').replace('-', '_')}": v
+                        for k, v in outsider.labels.items()
+                    },
+                    **{
+                        f"__meta_kubernetes_pod_labelpresent_{k.replace('.', '_').replace('/', '_').replace('-', '_')}": "true"
+                        for k in outsider.labels
+                    },
+                },
+            }
+        )
         with Prometheus(tmp_path / "prom", cfgs) as prom:
+
             def scraped():
-                r = prom.query('up == 1')
+                r = prom.query("up == 1")
                 return len(r) == 4, sorted(x["metric"].get("pod", "?") for x in r)
 
             wait_for("4 targets up", scraped, 20, extra=prom.log_tail)
@@ -254,7 +307,11 @@ def test_generated_scrape_config_selects_and_labels_like_the_prometheus_operator
             for name, labels in active.items():
                 assert labels["namespace"] == "serve" and labels["instance"].startswith(f"{HOST}:")
                 if name == "g-frontend-a":
-                    assert (labels["job"], labels["endpoint"], labels["dynamo_namespace"]) == ("serve/g-frontend", "http", "serve-g")
+                    assert (labels["job"], labels["endpoint"], labels["dynamo_namespace"]) == (
+                        "serve/g-frontend",
+                        "http",
+                        "serve-g",
+                    )
                 else:
                     assert (labels["job"], labels["endpoint"]) == ("serve/g-worker", "system")
                     assert labels["dynamo_component_type"] == name.split("-")[1]
@@ -295,18 +352,25 @@ def autoscaling_queries(target: str, namespace: str, dgd: dict) -> dict[str, lis
     autoscales on it: ``build_program`` with ``observability`` on, the entry's ``autoscalers``."""
     # The field is optional (the Planner picks its own signals): the metrics are the Literal inside the Optional.
     annotation = autoscaling.ComponentAutoscaling.model_fields["metric"].annotation
-    accepted = {arg for lit in typing.get_args(annotation) if typing.get_origin(lit) is typing.Literal
-                for arg in typing.get_args(lit)}
+    accepted = {
+        arg for lit in typing.get_args(annotation) if typing.get_origin(lit) is typing.Literal for arg in typing.get_args(lit)
+    }
     assert set(autoscaling.METRICS) == set(accepted), (autoscaling.METRICS, accepted)
     comps = autoscaling.gpu_components(dgd)
     assert comps, f"{target}: no GPU component to autoscale"
     out = {}
     for metric in autoscaling.METRICS:
-        raw = {"target": target, "namespace": namespace, "observability": {"enabled": True},
-               "autoscaling": {c: {"maxReplicas": 2, "metric": metric, "target": 1} for c in comps}}
+        raw = {
+            "target": target,
+            "namespace": namespace,
+            "observability": {"enabled": True},
+            "autoscaling": {c: {"maxReplicas": 2, "metric": metric, "target": 1} for c in comps},
+        }
         plan = build_program(raw, "prom").entries[0].plan
-        assert (plan.dgd["metadata"]["name"], plan.dgd["metadata"]["namespace"]) == \
-            (dgd["metadata"]["name"], dgd["metadata"]["namespace"]), "the program renders another DGD than the rig runs"
+        assert (plan.dgd["metadata"]["name"], plan.dgd["metadata"]["namespace"]) == (
+            dgd["metadata"]["name"],
+            dgd["metadata"]["namespace"],
+        ), "the program renders another DGD than the rig runs"
         queries = [t["metadata"]["query"] for so in plan.autoscalers for t in so["spec"]["triggers"] if t["type"] == "prometheus"]
         assert len(queries) == len(comps), (metric, plan.autoscalers)
         out[metric] = sorted(set(queries))
@@ -326,10 +390,12 @@ class Served:
 
 def _chat(rig, i: int, words: int = 0, max_tokens: int = 24) -> tuple[int, str]:
     content = " ".join(["word"] * words + [f"Say something about the number {i}."])
-    body = json.dumps({"model": rig.model, "messages": [{"role": "user", "content": content}],
-                       "max_tokens": max_tokens, "stream": True}).encode()
-    req = urllib.request.Request(rig.frontend_url + "/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"}, method="POST")
+    body = json.dumps(
+        {"model": rig.model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "stream": True}
+    ).encode()
+    req = urllib.request.Request(
+        rig.frontend_url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, r.read().decode(errors="replace")[-300:]
@@ -387,15 +453,18 @@ def scraped(prometheus_bin, tmp_path_factory) -> Iterator[Scraped]:
     workdir = tmp_path_factory.mktemp("prom-rig")
     with _rigs([(agg, "rig-agg"), (disagg, "rig-disagg")], workdir) as served:
         timings["rigs up"] = time.monotonic() - t0
-        cfgs = [c for s in served for c in pod_monitor_scrape_configs(s.monitors, s.rig.pods, s.namespace, interval=f"{SCRAPE:g}s")]
+        cfgs = [
+            c for s in served for c in pod_monitor_scrape_configs(s.monitors, s.rig.pods, s.namespace, interval=f"{SCRAPE:g}s")
+        ]
         with Prometheus(workdir / "prometheus", cfgs) as prom:
             timings["prometheus ready"] = time.monotonic() - t0
             expected = sum(len(g["targets"]) for c in cfgs for g in c["static_configs"])
 
             def all_up():
                 r = prom.query("up")
-                return len(r) == expected and all(x["value"][1] == "1" for x in r), \
-                    sorted((x["metric"].get("pod"), x["value"][1]) for x in r)
+                return len(r) == expected and all(x["value"][1] == "1" for x in r), sorted(
+                    (x["metric"].get("pod"), x["value"][1]) for x in r
+                )
 
             wait_for(f"{expected} targets up", all_up, 30, extra=prom.log_tail)
             # Two waves of requests with scrapes in between: counters and histogram buckets then increase inside
@@ -408,16 +477,28 @@ def scraped(prometheus_bin, tmp_path_factory) -> Iterator[Scraped]:
                 assert not bad, f"wave {wave}: {len(bad)} of {len(results)} requests failed: {bad[:3]}"
                 sent += 4
                 for s in served:
-                    wait_for(f"{s.namespace}: {sent} requests counted by Prometheus",
-                             lambda s=s: (lambda r: (bool(r) and float(r[0]["value"][1]) >= sent, r))(
-                                 prom.query(f'sum(dynamo_frontend_requests_total{{namespace="{s.namespace}"}})')),
-                             30, interval=SCRAPE / 2, extra=prom.log_tail)
+                    wait_for(
+                        f"{s.namespace}: {sent} requests counted by Prometheus",
+                        lambda s=s: (lambda r: (bool(r) and float(r[0]["value"][1]) >= sent, r))(
+                            prom.query(f'sum(dynamo_frontend_requests_total{{namespace="{s.namespace}"}})')
+                        ),
+                        30,
+                        interval=SCRAPE / 2,
+                        extra=prom.log_tail,
+                    )
                 timings[f"wave {wave + 1} scraped"] = time.monotonic() - t0
             for s in served:  # the workers' own counters of the last wave scraped too (the gauges are scraped with them)
-                wait_for(f"{s.namespace}: {sent} requests counted on its workers by Prometheus",
-                         lambda s=s: (lambda r: (bool(r) and float(r[0]["value"][1]) >= sent, r))(
-                             prom.query(f'sum(dynamo_component_requests_total{{namespace="{s.namespace}",dynamo_endpoint="generate"}})')),
-                         30, interval=SCRAPE / 2, extra=prom.log_tail)
+                wait_for(
+                    f"{s.namespace}: {sent} requests counted on its workers by Prometheus",
+                    lambda s=s: (lambda r: (bool(r) and float(r[0]["value"][1]) >= sent, r))(
+                        prom.query(
+                            f'sum(dynamo_component_requests_total{{namespace="{s.namespace}",dynamo_endpoint="generate"}})'
+                        )
+                    ),
+                    30,
+                    interval=SCRAPE / 2,
+                    extra=prom.log_tail,
+                )
             yield Scraped(served, prom, timings)
 
 
@@ -449,7 +530,7 @@ def test_every_dashboard_query_returns_data_on_the_rig(scraped):
         elif "rate(" in expr and not any(v > 0 for v in values):
             problems.append(f"[{ns}] {dash} / {panel}: rate is 0 after the traffic ({values}) for {expr}")
     assert not problems, "\n".join(problems) + f"\n(timings: {scraped.timings})"
-    print(f"\n{len(results)} queries evaluated; timings {({k: round(v, 1) for k, v in scraped.timings.items()})}")
+    print(f"\n{len(results)} queries evaluated; timings { ({k: round(v, 1) for k, v in scraped.timings.items()}) }")
 
 
 def test_worker_pod_monitor_scrapes_prefill_and_decode_pods_of_the_disaggregated_target(scraped):
@@ -485,9 +566,15 @@ def test_dashboard_metric_names_are_those_of_the_dynamo_the_rig_runs():
     spec.loader.exec_module(names)
     fe, comp = names.name_prefix.FRONTEND, names.name_prefix.COMPONENT
     svc = names.frontend_service
-    exported = {f"{fe}_{svc.REQUESTS_TOTAL}", f"{fe}_{svc.TIME_TO_FIRST_TOKEN_SECONDS}", f"{fe}_{svc.INTER_TOKEN_LATENCY_SECONDS}",
-                f"{fe}_{svc.OUTPUT_TOKENS_TOTAL}", f"{fe}_{svc.QUEUED_REQUESTS}", f"{fe}_{svc.INFLIGHT_REQUESTS}",
-                f"{comp}_{names.kvstats.GPU_CACHE_USAGE_PERCENT}"}
+    exported = {
+        f"{fe}_{svc.REQUESTS_TOTAL}",
+        f"{fe}_{svc.TIME_TO_FIRST_TOKEN_SECONDS}",
+        f"{fe}_{svc.INTER_TOKEN_LATENCY_SECONDS}",
+        f"{fe}_{svc.OUTPUT_TOKENS_TOTAL}",
+        f"{fe}_{svc.QUEUED_REQUESTS}",
+        f"{fe}_{svc.INFLIGHT_REQUESTS}",
+        f"{comp}_{names.kvstats.GPU_CACHE_USAGE_PERCENT}",
+    }
     assert set(DYNAMO_METRICS.values()) == exported
 
 
@@ -496,8 +583,10 @@ def test_aggregated_target_scrapes_its_frontend_and_workers(scraped):
     dgd = s.dgd["metadata"]["name"]
     up = scraped.prom.query(f'up{{namespace="{s.namespace}"}}')
     got = {(r["metric"]["job"], r["metric"]["pod"]) for r in up if r["value"][1] == "1"}
-    want = {(f"{s.namespace}/{dgd}-frontend" if p.component_type == "frontend" else f"{s.namespace}/{dgd}-worker", p.name)
-            for p in s.rig.pods}
+    want = {
+        (f"{s.namespace}/{dgd}-frontend" if p.component_type == "frontend" else f"{s.namespace}/{dgd}-worker", p.name)
+        for p in s.rig.pods
+    }
     assert got == want and {p.component_type for p in s.rig.pods} == {"frontend", "worker"}
 
 
@@ -557,12 +646,17 @@ def test_every_autoscaling_query_selects_the_dgds_frontend_and_follows_its_load(
                     own = prom.query(f"{name}{{{matchers}}}")
                     pods = {r["metric"].get("pod") for r in own}
                     if pods != set(fronts):
-                        problems.append(f"{where}: {name}{{{matchers}}} selects pods {sorted(map(str, pods))}, "
-                                        f"want the DGD's frontend pods {sorted(fronts)}")
+                        problems.append(
+                            f"{where}: {name}{{{matchers}}} selects pods {sorted(map(str, pods))}, "
+                            f"want the DGD's frontend pods {sorted(fronts)}"
+                        )
                     for r in own:
                         m, pod = r["metric"], fronts.get(r["metric"].get("pod"))
-                        want = {"namespace": s.namespace, "job": f"{s.namespace}/{dgd}-frontend",
-                                "dynamo_namespace": pod.env["DYN_NAMESPACE"] if pod else "?"}
+                        want = {
+                            "namespace": s.namespace,
+                            "job": f"{s.namespace}/{dgd}-frontend",
+                            "dynamo_namespace": pod.env["DYN_NAMESPACE"] if pod else "?",
+                        }
                         got = {k: m.get(k) for k in want}
                         if got != want:
                             problems.append(f"{where}: series {m} has {got}, want {want}")
@@ -586,6 +680,7 @@ def test_every_autoscaling_query_selects_the_dgds_frontend_and_follows_its_load(
     with concurrent.futures.ThreadPoolExecutor(LOAD_STREAMS * len(served)) as ex:
         futures = [ex.submit(_load, s.rig, stop, 1000 * (k + 1)) for s in served for k in range(LOAD_STREAMS)]
         try:
+
             def risen():
                 for _, q, _idle in gauges:
                     v = _value(prom, q)
@@ -593,8 +688,13 @@ def test_every_autoscaling_query_selects_the_dgds_frontend_and_follows_its_load(
                         peak[q] = max(peak[q], v)
                 return all(peak[q] > idle for _, q, idle in gauges), {w: peak[q] for w, q, _ in gauges}
 
-            wait_for("every autoscaling gauge query above its idle value under load", risen, 30, interval=SCRAPE / 2,
-                     extra=prom.log_tail)
+            wait_for(
+                "every autoscaling gauge query above its idle value under load",
+                risen,
+                30,
+                interval=SCRAPE / 2,
+                extra=prom.log_tail,
+            )
         finally:
             stop.set()
             failed = [f for fut in futures for f in fut.result()]
@@ -605,12 +705,19 @@ def test_every_autoscaling_query_selects_the_dgds_frontend_and_follows_its_load(
         now = {w: _value(prom, q) for w, q, _ in gauges}
         return all(now[w] is not None and now[w] <= idle for w, _, idle in gauges), now
 
-    wait_for("every autoscaling gauge query back at its idle value after the load", settled, 20, interval=SCRAPE / 2,
-             extra=prom.log_tail)
+    wait_for(
+        "every autoscaling gauge query back at its idle value after the load",
+        settled,
+        20,
+        interval=SCRAPE / 2,
+        extra=prom.log_tail,
+    )
     bad = [(w, _value(prom, q)) for w, q in rates]
     assert all(v is not None and math.isfinite(v) and v > 0 for _, v in bad), bad
-    print(f"\nautoscaling queries: {len(gauges)} over gauges (peaks {sorted(set(peak.values()))}), {len(rates)} over rates; "
-          f"load {scraped.timings['autoscaling load']:.1f}s")
+    print(
+        f"\nautoscaling queries: {len(gauges)} over gauges (peaks {sorted(set(peak.values()))}), {len(rates)} over rates; "
+        f"load {scraped.timings['autoscaling load']:.1f}s"
+    )
 
 
 def test_rig_processes_run_in_the_operators_dynamo_namespaces(scraped):
@@ -626,6 +733,10 @@ def test_rig_processes_run_in_the_operators_dynamo_namespaces(scraped):
                 assert pod.env["DYN_NAMESPACE_PREFIX"] == base, pod.env
                 continue
             want = f"{base}-{pod.env['DYN_NAMESPACE_WORKER_SUFFIX']}"
-            got = {r["metric"]["dynamo_namespace"] for r in scraped.prom.query(
-                f'group by (dynamo_namespace) ({{namespace="{s.namespace}", pod="{pod.name}", dynamo_namespace!=""}})')}
+            got = {
+                r["metric"]["dynamo_namespace"]
+                for r in scraped.prom.query(
+                    f'group by (dynamo_namespace) ({{namespace="{s.namespace}", pod="{pod.name}", dynamo_namespace!=""}})'
+                )
+            }
             assert {g.replace("_", "-") for g in got} == {want}, (pod.name, got, want)

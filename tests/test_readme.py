@@ -1,6 +1,7 @@
 """The README is a user guide a newcomer can follow on a fresh clone: short, every link resolves, and every command it
 shows names a real subcommand (with options the real parser accepts), a real make target, a committed stack and a
 catalog target; the pins it states are the ones stacks/registry/versions.yaml holds."""
+
 import argparse
 import contextlib
 import io
@@ -69,8 +70,11 @@ def parse(argv: list[str]):
         return result
 
     err = io.StringIO()
-    with mock.patch.object(argparse.ArgumentParser, "parse_known_args", parse_only), contextlib.redirect_stderr(err), \
-            contextlib.redirect_stdout(io.StringIO()):
+    with (
+        mock.patch.object(argparse.ArgumentParser, "parse_known_args", parse_only),
+        contextlib.redirect_stderr(err),
+        contextlib.redirect_stdout(io.StringIO()),
+    ):
         try:
             code = stacks_main(argv)
         except _Parsed as p:
@@ -176,8 +180,12 @@ def test_readme_cli_commands_parse_with_the_real_parser():
 
 def test_docs_cli_commands_name_real_subcommands():
     subs = subcommands()
-    bad = [f"{d.relative_to(ROOT)}: {' '.join(a)}" for d in DOCS for a in cli_commands(_text(d))
-           if not a[0].startswith("-") and a[0] not in subs]
+    bad = [
+        f"{d.relative_to(ROOT)}: {' '.join(a)}"
+        for d in DOCS
+        for a in cli_commands(_text(d))
+        if not a[0].startswith("-") and a[0] not in subs
+    ]
     assert bad == []
 
 
@@ -186,8 +194,9 @@ def test_cli_check_refuses_what_the_parser_refuses():
         parse(["tragets"])
     with pytest.raises(AssertionError, match="--bogus"):
         parse(["render", "--target", "x", "--bogus"])
-    assert cli_commands("```bash\n.venv/bin/python -m stacks render --stack dev   # note\n```\nand `dynamo-stacks targets --long`") \
-        == [["render", "--stack", "dev"], ["targets", "--long"]]
+    assert cli_commands(
+        "```bash\n.venv/bin/python -m stacks render --stack dev   # note\n```\nand `dynamo-stacks targets --long`"
+    ) == [["render", "--stack", "dev"], ["targets", "--long"]]
 
 
 @pytest.mark.parametrize("doc", [README] + DOCS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -239,13 +248,17 @@ def test_readme_shell_setup_puts_the_pinned_pulumi_on_the_path():
     line = next(c for c in _code(_text(README)) if c.startswith("eval ") and "toolchain.sh --env" in c)
     # The user's PATH as set-up needs it (Go, which toolchain.sh checks for), without the toolchain already on it.
     path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if ".tools" not in d and ".venv" not in d)
-    r = subprocess.run(["bash", "-c", f"cd {shlex.quote(str(ROOT))} && {line} 2>/dev/null && command -v pulumi && pulumi version"],
-                       capture_output=True, text=True, timeout=120, env={"PATH": path, "HOME": str(Path.home())})
+    r = subprocess.run(
+        ["bash", "-c", f"cd {shlex.quote(str(ROOT))} && {line} 2>/dev/null && command -v pulumi && pulumi version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": path, "HOME": str(Path.home())},
+    )
     assert r.returncode == 0, r.stderr
     where, version = r.stdout.split()[:2]
     assert where == str(ROOT / ".tools" / "bin" / "pulumi")
     assert version == yaml_text.load(_text(ROOT / "stacks" / "registry" / "versions.yaml"))["toolchain"]["pulumi"]
-
 
 
 def _section(text: str, heading: str) -> str:
@@ -257,8 +270,18 @@ def test_readme_says_how_to_check_a_deployment():
     """A user checking a new deployment finds, in the README: the smoke test, how to reach Grafana and log in, the
     benchmark and what each bench-report exit code means, with the key speculative rows need."""
     section = _section(_text(README), "Checking a deployment")
-    for needed in ("smokeTest", "portForward", "svc/kube-prometheus-stack-grafana", "admin-password", "bench-report",
-                   "**0**", "**1**", "**2**", "benchmark.syntheticAcceptance", "prefill and decode"):
+    for needed in (
+        "smokeTest",
+        "portForward",
+        "svc/kube-prometheus-stack-grafana",
+        "admin-password",
+        "bench-report",
+        "**0**",
+        "**1**",
+        "**2**",
+        "benchmark.syntheticAcceptance",
+        "prefill and decode",
+    ):
         assert needed in section, f"README 'Checking a deployment' does not mention {needed}"
 
 

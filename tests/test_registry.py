@@ -1,4 +1,5 @@
 """The one registry of choices (stacks/registry/__init__.py): everything that lists choices derives from it."""
+
 from pathlib import Path
 from typing import get_args
 
@@ -58,14 +59,16 @@ def test_instance_data_is_the_aws_reference(instance_type):
     ours = (shape.gpus_per_node, shape.network_cards, shape.arch, shape.gpu.upper())
     assert ours == (facts.gpus, facts.network_cards, facts.arch, facts.gpu_model), (
         f"{instance_type}: (GPUs, network cards, arch, GPU) {ours} in stacks/registry/gpus.py, "
-        f"{(facts.gpus, facts.network_cards, facts.arch, facts.gpu_model)} in {aws_reference.FACTS} ({facts.source})")
+        f"{(facts.gpus, facts.network_cards, facts.arch, facts.gpu_model)} in {aws_reference.FACTS} ({facts.source})"
+    )
     if facts.efa_interfaces is None:
         assert not shape.verified, f"{instance_type}: {aws_reference.FACTS} does not confirm an EFA layout ({facts.source})"
         return
     assert shape.verified
     assert (shape.efa_interfaces, shape.efa_per_gpu) == (facts.efa_interfaces, facts.efa_per_gpu), (
         f"{instance_type}: {shape.efa_interfaces} EFA interfaces ({shape.efa_per_gpu} per GPU) in stacks/registry/gpus.py, "
-        f"{facts.efa_interfaces} ({facts.efa_per_gpu} per GPU) in {aws_reference.FACTS} ({facts.source})")
+        f"{facts.efa_interfaces} ({facts.efa_per_gpu} per GPU) in {aws_reference.FACTS} ({facts.source})"
+    )
     assert len(set(shape.efa_cards)) == shape.efa_interfaces and all(0 <= c < facts.network_cards for c in shape.efa_cards)
 
 
@@ -74,7 +77,9 @@ def test_a_gpu_without_instance_data_is_refused_by_name(monkeypatch):
     assert gpus.default_shape("gpu-x") is None and gpus.host_type_for("gpu-x") == gpus.EXISTING_HOST
     with pytest.raises(ValueError, match=r"GPU 'gpu-x' has no EC2 instance data: .*stacks/registry/gpus.py INSTANCES"):
         gpus.shape_for("gpu-x")
-    with pytest.raises(ValueError, match=r"instance type 'p5.48xlarge' carries h100, not gpu-x; choose one of: none \(gpu-x has no EC2"):
+    with pytest.raises(
+        ValueError, match=r"instance type 'p5.48xlarge' carries h100, not gpu-x; choose one of: none \(gpu-x has no EC2"
+    ):
         gpus.shape_for("gpu-x", "p5.48xlarge")
 
 

@@ -1,4 +1,5 @@
 """``python -m stacks diff`` (semantic per-object diff between git refs) and ``python -m stacks promote``."""
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,22 @@ def _dgd(args, replicas=1, image="img:1.0", name="g"):
         "apiVersion": "nvidia.com/v1beta1",
         "kind": "DynamoGraphDeployment",
         "metadata": {"name": name},
-        "spec": {"components": [
-            {"name": "Frontend", "replicas": 1, "podTemplate": {"spec": {"containers": [{"name": "main", "image": image, "args": ["-m", "dynamo.frontend"]}]}}},
-            {"name": "agg", "replicas": replicas, "podTemplate": {"spec": {"containers": [{"name": "main", "image": image, "args": args}]}}},
-        ]},
+        "spec": {
+            "components": [
+                {
+                    "name": "Frontend",
+                    "replicas": 1,
+                    "podTemplate": {
+                        "spec": {"containers": [{"name": "main", "image": image, "args": ["-m", "dynamo.frontend"]}]}
+                    },
+                },
+                {
+                    "name": "agg",
+                    "replicas": replicas,
+                    "podTemplate": {"spec": {"containers": [{"name": "main", "image": image, "args": args}]}},
+                },
+            ]
+        },
     }
 
 
@@ -57,7 +70,10 @@ def test_changed_flag_by_component_and_container_name():
 def test_added_removed_flags_scalars_and_objects_in_stable_order():
     old = {"target b": [_dgd(ARGS), {"kind": "ConfigMap", "metadata": {"name": "old"}}], "stack a": [_dgd(ARGS)]}
     new = {
-        "target b": [_dgd(ARGS + ["--async-scheduling"], replicas=2, image="img:1.1"), {"kind": "Secret", "metadata": {"name": "new"}}],
+        "target b": [
+            _dgd(ARGS + ["--async-scheduling"], replicas=2, image="img:1.1"),
+            {"kind": "Secret", "metadata": {"name": "new"}},
+        ],
         "stack a": [_dgd(ARGS)],
         "stack c": [{"kind": "Namespace", "metadata": {"name": "c"}}],
     }
@@ -72,8 +88,8 @@ def test_added_removed_flags_scalars_and_objects_in_stable_order():
 
 
 def test_multiline_text_shows_changed_lines():
-    old = {"stack a": [{"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"cfg": "{\n  \"a\": 1,\n  \"b\": 2\n}"}}]}
-    new = {"stack a": [{"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"cfg": "{\n  \"a\": 1,\n  \"b\": 3\n}"}}]}
+    old = {"stack a": [{"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"cfg": '{\n  "a": 1,\n  "b": 2\n}'}}]}
+    new = {"stack a": [{"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"cfg": '{\n  "a": 1,\n  "b": 3\n}'}}]}
     lines = diff_objects(old, new)
     assert "  - `data.cfg: (text changed)`" in lines
     assert '    -  "b": 2' in lines and '    +  "b": 3' in lines
@@ -97,7 +113,9 @@ def test_renamed_target_is_one_group_with_the_field_differences():
     ]
     # a diff that runs backwards pairs them too, in its own direction
     assert diff_objects(new, old, MOVES, DGD_TARGETS)[:2] == [
-        "### target new-id -> old-id", "- **renamed** target `new-id` -> `old-id`: renamed upstream"]
+        "### target new-id -> old-id",
+        "- **renamed** target `new-id` -> `old-id`: renamed upstream",
+    ]
     # without the catalog's moves the same objects are a removal and an addition
     text = "\n".join(diff_objects(old, new))
     assert "### target old-id\ngroup removed" in text and "### target new-id\ngroup added" in text and "renamed" not in text
@@ -137,7 +155,13 @@ IGNORE = {".git", ".venv", ".tools", ".pulumi-state", ".pytest_cache", "rendered
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.com",
+    )
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
 
 
@@ -167,7 +191,9 @@ def two_commits(tmp_path_factory):
 
 
 def _diff(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stacks", "diff", "--repo", str(repo), *args], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "stacks", "diff", "--repo", str(repo), *args], cwd=ROOT, capture_output=True, text=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -186,11 +212,14 @@ def test_one_flag_change_shows_only_that_flag_for_the_affected_target_and_stack(
         block = r.stdout.split(f"### {g}\n", 1)[1].split("\n\n", 1)[0].splitlines()
         # The flag moves each changed worker's compile caches to a new key (stacks/serving/compile_cache.py): both
         # variables, the same target and component directory; nothing else but the flag.
-        cache = re.compile(r"  - `spec\.components\[(\w+)\]\.podTemplate\.spec\.containers\[main\]\.env\[(VLLM_CACHE_ROOT|TRITON_CACHE_DIR)\]"
-                           r"\.value: (/model-cache/compile-cache/lightning-vllm-disagg-h200-dspark/\1/)(\w+)/(\w+) -> \3(\w+)/\5`$")
+        cache = re.compile(
+            r"  - `spec\.components\[(\w+)\]\.podTemplate\.spec\.containers\[main\]\.env\[(VLLM_CACHE_ROOT|TRITON_CACHE_DIR)\]"
+            r"\.value: (/model-cache/compile-cache/lightning-vllm-disagg-h200-dspark/\1/)(\w+)/(\w+) -> \3(\w+)/\5`$"
+        )
         moved = [m for m in map(cache.match, block) if m]
         assert sorted((m.group(1), m.group(2)) for m in moved) == sorted(
-            (w, v) for w in ("VllmPrefillWorker", "VllmDecodeWorker") for v in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR")), r.stdout
+            (w, v) for w in ("VllmPrefillWorker", "VllmDecodeWorker") for v in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR")
+        ), r.stdout
         assert all(m.group(4) != m.group(6) for m in moved)
         assert [line for line in block if not cache.match(line)] == [
             "- **changed** `DynamoGraphDeployment/vllm-disagg-h200-dspark`",
@@ -215,8 +244,10 @@ def test_stack_moving_to_the_successor_of_its_deprecated_target_is_one_renamed_e
     block = next(p for p in parts if p not in others)
     assert len(parts) == len(others) + 1
     old, new = targets()[DEPRECATED].dgd_name, targets()[SUCCESSOR].dgd_name
-    assert block[0] == (f"- **renamed** `DynamoGraphDeployment/{old}` -> `DynamoGraphDeployment/{new}` (target `{DEPRECATED}` -> "
-                        f"`{SUCCESSOR}`: deprecated, upstream dropped it; the new one is its successor)"), r.stdout
+    assert block[0] == (
+        f"- **renamed** `DynamoGraphDeployment/{old}` -> `DynamoGraphDeployment/{new}` (target `{DEPRECATED}` -> "
+        f"`{SUCCESSOR}`: deprecated, upstream dropped it; the new one is its successor)"
+    ), r.stdout
     assert f"  - `metadata.name: {old} -> {new}`" in block
     assert len(block) > 2 and all(ln.startswith(("  - `", "    ")) for ln in block[1:]), block  # one entry: its field lines
     assert "**removed**" not in "\n".join(block) and "**added**" not in "\n".join(block)
@@ -249,7 +280,11 @@ def _set_release(path: Path, **release):
     """Rewrite a stack's release keys the way a developer would edit the dev stack."""
     text = path.read_text()
     for k, v in release.items():
-        line = f"  dynamo:{k}: {v}\n" if not isinstance(v, dict) else f"  dynamo:{k}:\n" + "".join(f"    {json.dumps(a)}: {b}\n" for a, b in v.items())
+        line = (
+            f"  dynamo:{k}: {v}\n"
+            if not isinstance(v, dict)
+            else f"  dynamo:{k}:\n" + "".join(f"    {json.dumps(a)}: {b}\n" for a, b in v.items())
+        )
         text = text.replace("config:\n", "config:\n" + line, 1)
     path.write_text(text)
 
@@ -268,14 +303,20 @@ RUNTIME = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-nemotron-3.5-lightning-de
 
 def _pin_release(path: Path) -> None:
     """What a release into staging or prod carries: every image by digest and the model's commit."""
-    _set_release(path, images={"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0-nemotron-3.5-lightning-dev.1" + DIGEST},
-                 modelRevision=REVISION)
+    _set_release(
+        path,
+        images={"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0-nemotron-3.5-lightning-dev.1" + DIGEST},
+        modelRevision=REVISION,
+    )
 
 
 def test_clean_promotion_copies_release_keys_and_keeps_environment(stacks_dir, capsys):
     dev, stg = stacks_dir / "Pulumi.h100-disagg.yaml", stacks_dir / "Pulumi.h100-disagg-staging.yaml"
-    _set_release(dev, images={"*": RUNTIME + DIGEST, "VllmDecodeWorker": "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "e" * 64},
-                 modelRevision=REVISION)
+    _set_release(
+        dev,
+        images={"*": RUNTIME + DIGEST, "VllmDecodeWorker": "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "e" * 64},
+        modelRevision=REVISION,
+    )
     # staging has a stale override that the release no longer carries
     _set_release(stg, images={"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0@sha256:" + "a" * 64})
     before_text, before = stg.read_text(), _cfg(stg)
@@ -296,12 +337,18 @@ def test_clean_promotion_copies_release_keys_and_keeps_environment(stacks_dir, c
     assert cli(["promote", "--from", "h100-disagg", "--to", "h100-disagg-staging", "--root", str(stacks_dir)]) == 0
     out = capsys.readouterr().out
     assert "dry run" in out and stg.read_text() == before_text
-    assert "+    \"VllmDecodeWorker\": nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "e" * 64 in out
-    assert "`spec.components[Frontend].podTemplate.spec.containers[main].image: nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0@sha256:" in out
+    assert '+    "VllmDecodeWorker": nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:' + "e" * 64 in out
+    assert (
+        "`spec.components[Frontend].podTemplate.spec.containers[main].image: nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0@sha256:"
+        in out
+    )
     assert REVISION in out and "MODEL_REVISION" in out
     assert cli(["promote", "--from", "h100-disagg", "--to", "h100-disagg-staging", "--root", str(stacks_dir), "--yes"]) == 0
     after = _cfg(stg)
-    assert after["images"] == {"*": RUNTIME + DIGEST, "VllmDecodeWorker": "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "e" * 64}
+    assert after["images"] == {
+        "*": RUNTIME + DIGEST,
+        "VllmDecodeWorker": "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "e" * 64,
+    }
     assert after["modelRevision"] == REVISION
     assert {k: after.get(k) for k in ENV} == {k: before.get(k) for k in ENV}
     # idempotent
@@ -309,20 +356,35 @@ def test_clean_promotion_copies_release_keys_and_keeps_environment(stacks_dir, c
     assert "nothing to promote" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("key,value,needle", [
-    ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"}, "dynamo:images.Frontend = 'nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest'"),
-    ("images", {"*": "registry.example.com:5000/dynamo/vllm-runtime"}, "dynamo:images.* = 'registry.example.com:5000/dynamo/vllm-runtime': no tag or digest"),
-    ("modelRevision", "main", "dynamo:modelRevision = 'main' is floating"),
-    # floating values that look pinned: moving tags other than latest, trailing whitespace, a revision that escapes refs/tags
-    ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:nightly"}, "tag 'nightly' is a moving tag"),
-    ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:main"}, "tag 'main' is a moving tag"),
-    ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:dev"}, "tag 'dev' is a moving tag"),
-    ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:cuda12-latest"}, "tag 'cuda12-latest' is a moving tag"),
-    ("images", {"Frontend": '"nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest "'}, "contains whitespace"),
-    ("images", {"Frontend": '""'}, "empty image reference"),
-    ("modelRevision", "refs/tags/../heads/main", "dynamo:modelRevision = 'refs/tags/../heads/main' is floating: not a valid git revision name"),
-    ("modelRevision", "refs/heads/main", "dynamo:modelRevision = 'refs/heads/main' is floating"),
-])
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        (
+            "images",
+            {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"},
+            "dynamo:images.Frontend = 'nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest'",
+        ),
+        (
+            "images",
+            {"*": "registry.example.com:5000/dynamo/vllm-runtime"},
+            "dynamo:images.* = 'registry.example.com:5000/dynamo/vllm-runtime': no tag or digest",
+        ),
+        ("modelRevision", "main", "dynamo:modelRevision = 'main' is floating"),
+        # floating values that look pinned: moving tags other than latest, trailing whitespace, a revision that escapes refs/tags
+        ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:nightly"}, "tag 'nightly' is a moving tag"),
+        ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:main"}, "tag 'main' is a moving tag"),
+        ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:dev"}, "tag 'dev' is a moving tag"),
+        ("images", {"Frontend": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:cuda12-latest"}, "tag 'cuda12-latest' is a moving tag"),
+        ("images", {"Frontend": '"nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest "'}, "contains whitespace"),
+        ("images", {"Frontend": '""'}, "empty image reference"),
+        (
+            "modelRevision",
+            "refs/tags/../heads/main",
+            "dynamo:modelRevision = 'refs/tags/../heads/main' is floating: not a valid git revision name",
+        ),
+        ("modelRevision", "refs/heads/main", "dynamo:modelRevision = 'refs/heads/main' is floating"),
+    ],
+)
 def test_floating_value_is_refused(stacks_dir, capsys, key, value, needle):
     _set_release(stacks_dir / "Pulumi.h100-disagg.yaml", **{key: value})
     prod = stacks_dir / "Pulumi.h100-disagg-staging.yaml"
@@ -344,23 +406,29 @@ def test_promotion_to_staging_or_prod_refuses_an_image_given_only_by_tag(stacks_
     out, err = capsys.readouterr()
     assert rc == 1 and out == "" and path.read_text() == before
     env = dst.rsplit("-", 1)[1]
-    assert (f"dynamo:images.VllmDecodeWorker = '{RUNTIME}' is a tag without a digest: a {env} stack records image digests; "
-            "set dynamo:images.VllmDecodeWorker: nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:<64 hex> "
-            f"(or {RUNTIME}@sha256:<64 hex>)") in err
+    assert (
+        f"dynamo:images.VllmDecodeWorker = '{RUNTIME}' is a tag without a digest: a {env} stack records image digests; "
+        "set dynamo:images.VllmDecodeWorker: nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:<64 hex> "
+        f"(or {RUNTIME}@sha256:<64 hex>)"
+    ) in err
     assert "no registry access" in err
     catalog_tag = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0-nemotron-3.5-lightning-dev.1"
     for comp in ("Frontend", "VllmPrefillWorker"):  # left to the catalog, whose image is a tag
         assert f"dynamo:images.{comp} is not set, so {comp} runs the catalog's '{catalog_tag}', a tag without a digest" in err
     # the same release by digest is promoted
     dev.write_text(dev.read_text().replace(f'    "VllmDecodeWorker": {RUNTIME}\n', f'    "*": {RUNTIME}{DIGEST}\n'))
-    assert cli(["promote", "--from", "h100-disagg", "--to", dst, "--root", str(stacks_dir), "--yes"]) == 0, capsys.readouterr().err
+    assert cli(["promote", "--from", "h100-disagg", "--to", dst, "--root", str(stacks_dir), "--yes"]) == 0, (
+        capsys.readouterr().err
+    )
     assert _cfg(path)["images"] == {"*": RUNTIME + DIGEST}
 
 
 def test_promotion_to_staging_or_prod_refuses_a_model_without_a_revision(stacks_dir, capsys):
     dev = stacks_dir / "Pulumi.h100-disagg.yaml"
     _set_release(dev, images={"*": RUNTIME + DIGEST})
-    with pytest.raises(PromotionError, match=r"dynamo:modelRevision is not set: the download Job fetches the model's default branch"):
+    with pytest.raises(
+        PromotionError, match=r"dynamo:modelRevision is not set: the download Job fetches the model's default branch"
+    ):
         plan_promotion("h100-disagg", "h100-disagg-prod", stacks_dir)
     # a dev-level destination is not a release: tags and the default branch are promoted as before
     shutil.copy(dev, stacks_dir / "Pulumi.h100-disagg-copy.yaml")
@@ -375,17 +443,25 @@ def test_promotion_to_staging_or_prod_refuses_an_open_network(stacks_dir, capsys
     dev, path = stacks_dir / "Pulumi.h100-disagg.yaml", stacks_dir / f"Pulumi.{dst}.yaml"
     _pin_release(dev)
     committed = path.read_text()
-    assert "  dynamo:networkPolicy:\n    enabled: true\n" in committed and "    publicAccessCidrs: [203.0.113.0/24]\n" in committed
+    assert (
+        "  dynamo:networkPolicy:\n    enabled: true\n" in committed and "    publicAccessCidrs: [203.0.113.0/24]\n" in committed
+    )
     plan_promotion("h100-disagg", dst, stacks_dir)  # as committed: promoted
-    path.write_text(committed.replace("  dynamo:networkPolicy:\n    enabled: true\n", "")
-                    .replace("    publicAccessCidrs: [203.0.113.0/24]\n", ""))
+    path.write_text(
+        committed.replace("  dynamo:networkPolicy:\n    enabled: true\n", "").replace(
+            "    publicAccessCidrs: [203.0.113.0/24]\n", ""
+        )
+    )
     before = path.read_text()
     rc = cli(["promote", "--from", "h100-disagg", "--to", dst, "--root", str(stacks_dir), "--yes"])
     err = capsys.readouterr().err
     env = dst.rsplit("-", 1)[1]
     assert rc == 1 and path.read_text() == before
     assert f"dynamo:networkPolicy.enabled is not true: a {env} stack restricts what each Dynamo pod may reach" in err
-    assert f"dynamo:cluster.publicAccessCidrs is ['0.0.0.0/0']: a {env} stack's Kubernetes API endpoint accepts connections from any address" in err
+    assert (
+        f"dynamo:cluster.publicAccessCidrs is ['0.0.0.0/0']: a {env} stack's Kubernetes API endpoint accepts connections from any address"
+        in err
+    )
     # a private endpoint needs no public ranges
     path.write_text(committed.replace("    publicAccessCidrs: [203.0.113.0/24]\n", "    endpointAccess: private\n"))
     plan_promotion("h100-disagg", dst, stacks_dir)
@@ -416,8 +492,12 @@ def test_promotion_carries_the_ami_release_the_source_runs(stacks_dir):
     _, new = plan_promotion("h100-disagg-staging", "h100-disagg-prod", stacks_dir)
     assert "    mode: eks\n    amiReleaseVersion: 1.35.5-20260601\n" in new
     # a destination on another Kubernetes version cannot take the release
-    prod.write_text(prod.read_text().replace("    mode: eks\n", "    mode: eks\n    kubernetesVersion: \"1.34\"\n    upgradePolicy: EXTENDED\n"))
-    with pytest.raises(PromotionError, match=r"AMI release 1.35.5-20260601 is for Kubernetes 1.35, and h100-disagg-prod runs 1.34"):
+    prod.write_text(
+        prod.read_text().replace("    mode: eks\n", '    mode: eks\n    kubernetesVersion: "1.34"\n    upgradePolicy: EXTENDED\n')
+    )
+    with pytest.raises(
+        PromotionError, match=r"AMI release 1.35.5-20260601 is for Kubernetes 1.35, and h100-disagg-prod runs 1.34"
+    ):
         plan_promotion("h100-disagg-staging", "h100-disagg-prod", stacks_dir)
 
 
@@ -427,16 +507,26 @@ def test_environment_is_the_rule_ci_applies():
     spec = importlib.util.spec_from_file_location("stack_kind", ROOT / ".github" / "stack_kind.py")
     stack_kind = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(stack_kind)
-    names = [p.name[len("Pulumi."):-len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml")] + ["a-prod", "a-staging", "prod", "a-production"]
+    names = [p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml")] + [
+        "a-prod",
+        "a-staging",
+        "prod",
+        "a-production",
+    ]
     assert {n: promote.environment(n) for n in names} == {n: stack_kind.environment(n) for n in names}
     assert {promote.environment(n) for n in names} == {"dev", "staging", "prod"}
 
 
 def test_pinned_values_are_not_floating():
-    assert floating_values({
-        "images": {"a": "nvcr.io/x/y:1.4.0", "b": "nvcr.io/x/y@sha256:" + "b" * 64, "c": "host:5000/y:1.0"},
-        "modelRevision": {"nvidia/m": "0123456789abcdef0123456789abcdef01234567", "nvidia/d": "v1.2.0"},
-    }) == []
+    assert (
+        floating_values(
+            {
+                "images": {"a": "nvcr.io/x/y:1.4.0", "b": "nvcr.io/x/y@sha256:" + "b" * 64, "c": "host:5000/y:1.0"},
+                "modelRevision": {"nvidia/m": "0123456789abcdef0123456789abcdef01234567", "nvidia/d": "v1.2.0"},
+            }
+        )
+        == []
+    )
     assert floating_values({"modelRevision": "20250101"}) == []  # a number names a tag, not a branch
     assert floating_values({"modelRevision": 20250101}) == []
 
@@ -444,8 +534,10 @@ def test_pinned_values_are_not_floating():
 def test_environment_keys_never_copied(stacks_dir):
     dev, prod = stacks_dir / "Pulumi.h100-disagg.yaml", stacks_dir / "Pulumi.h100-disagg-prod.yaml"
     # the dev stack sets every environment key differently from prod
-    dev.write_text(dev.read_text() + "  dynamo:replicas:\n    Frontend: 9\n  dynamo:wait:\n    enabled: false\n"
-                   "  dynamo:hfTokenSecretName: dev-token\n  dynamo:createNamespace: false\n")
+    dev.write_text(
+        dev.read_text() + "  dynamo:replicas:\n    Frontend: 9\n  dynamo:wait:\n    enabled: false\n"
+        "  dynamo:hfTokenSecretName: dev-token\n  dynamo:createNamespace: false\n"
+    )
     _pin_release(dev)
     before = _cfg(prod)
     _, new = plan_promotion("h100-disagg", "h100-disagg-prod", stacks_dir)
@@ -576,44 +668,80 @@ def test_unknown_stack_or_target_gets_did_you_mean(capsys):
 
 
 def _serve_stack(path: Path, serve: list, top: str = "") -> None:
-    path.write_text("# comment kept\nconfig:\n" + top + "  # entries below\n" + "  " +
-                    yaml.safe_dump({"dynamo:serve": serve}, sort_keys=False).replace("\n", "\n  ").rstrip() + "\n")
+    path.write_text(
+        "# comment kept\nconfig:\n"
+        + top
+        + "  # entries below\n"
+        + "  "
+        + yaml.safe_dump({"dynamo:serve": serve}, sort_keys=False).replace("\n", "\n  ").rstrip()
+        + "\n"
+    )
 
 
 def test_serve_stacks_promote_release_keys_per_entry_by_name(tmp_path, capsys):
     """Promotion works on dynamo:serve (several-entry) stacks: per entry (matched by name) the release keys come from
     the source; namespace, replicas and other environment keys stay; an entry only the destination has stays."""
     top = "  dynamo:hfTokenSecretName: hf-token-secret\n"
-    _serve_stack(tmp_path / "Pulumi.s-dev.yaml", [
-        {"name": "chat", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "dev",
-         "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-x.2" + DIGEST}, "modelRevision": REVISION,
-         "overrides": {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}}}}}], top)
-    _serve_stack(tmp_path / "Pulumi.s-prod.yaml", [
-        {"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "prod", "replicas": {"Frontend": 2}},
-        {"name": "legacy", "target": "lightning-vllm-agg-h100-mtp", "namespace": "prod-legacy"}], top)
+    _serve_stack(
+        tmp_path / "Pulumi.s-dev.yaml",
+        [
+            {
+                "name": "chat",
+                "target": "lightning-vllm-disagg-h100-dspark",
+                "namespace": "dev",
+                "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-x.2" + DIGEST},
+                "modelRevision": REVISION,
+                "overrides": {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}}}},
+            }
+        ],
+        top,
+    )
+    _serve_stack(
+        tmp_path / "Pulumi.s-prod.yaml",
+        [
+            {"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "prod", "replicas": {"Frontend": 2}},
+            {"name": "legacy", "target": "lightning-vllm-agg-h100-mtp", "namespace": "prod-legacy"},
+        ],
+        top,
+    )
     rc = cli(["promote", "--from", "s-dev", "--to", "s-prod", "--root", str(tmp_path), "--yes"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     text = (tmp_path / "Pulumi.s-prod.yaml").read_text()
     assert text.startswith("# comment kept\n") and "  # entries below\n" in text
     chat, legacy = yaml_text.load(text)["config"]["dynamo:serve"]
-    assert chat == {"name": "chat", "namespace": "prod", "replicas": {"Frontend": 2}, "target": "lightning-vllm-disagg-h100-dspark",
-                    "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-x.2" + DIGEST}, "modelRevision": REVISION,
-                    "overrides": {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}}}}}
+    assert chat == {
+        "name": "chat",
+        "namespace": "prod",
+        "replicas": {"Frontend": 2},
+        "target": "lightning-vllm-disagg-h100-dspark",
+        "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1-x.2" + DIGEST},
+        "modelRevision": REVISION,
+        "overrides": {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}}}},
+    }
     assert legacy == {"name": "legacy", "target": "lightning-vllm-agg-h100-mtp", "namespace": "prod-legacy"}
     assert "max-num-seqs" in out  # the rendered-object diff shows the override reaching prod
     # the entry only prod has (legacy, catalog tags) is not promoted, so it is not checked; a promoted entry by tag is
-    _serve_stack(tmp_path / "Pulumi.s-dev.yaml", [{"name": "chat", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "dev",
-                                                   "modelRevision": REVISION}], top)
+    _serve_stack(
+        tmp_path / "Pulumi.s-dev.yaml",
+        [{"name": "chat", "target": "lightning-vllm-disagg-h100-dspark", "namespace": "dev", "modelRevision": REVISION}],
+        top,
+    )
     assert cli(["promote", "--from", "s-dev", "--to", "s-prod", "--root", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "dynamo:serve[chat].images.VllmDecodeWorker is not set" in err and "serve[legacy]" not in err
 
 
-@pytest.mark.parametrize("dst_serve, needle", [
-    ([{"name": "other", "target": "lightning-vllm-agg-h100-dspark", "namespace": "p"}], "are not in 's-prod': add them there first"),
-    ([{"target": "lightning-vllm-agg-h100-dspark", "namespace": "p"}], "dynamo:serve[0] has no name"),
-])
+@pytest.mark.parametrize(
+    "dst_serve, needle",
+    [
+        (
+            [{"name": "other", "target": "lightning-vllm-agg-h100-dspark", "namespace": "p"}],
+            "are not in 's-prod': add them there first",
+        ),
+        ([{"target": "lightning-vllm-agg-h100-dspark", "namespace": "p"}], "dynamo:serve[0] has no name"),
+    ],
+)
 def test_serve_promotion_refuses_what_it_cannot_match(tmp_path, capsys, dst_serve, needle):
     _serve_stack(tmp_path / "Pulumi.s-dev.yaml", [{"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "d"}])
     _serve_stack(tmp_path / "Pulumi.s-prod.yaml", dst_serve)
@@ -622,8 +750,19 @@ def test_serve_promotion_refuses_what_it_cannot_match(tmp_path, capsys, dst_serv
 
 
 def test_serve_promotion_refuses_a_floating_image_in_an_entry(tmp_path, capsys):
-    _serve_stack(tmp_path / "Pulumi.s-dev.yaml", [{"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "d",
-                                                   "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"}}])
-    _serve_stack(tmp_path / "Pulumi.s-prod.yaml", [{"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "p"}])
+    _serve_stack(
+        tmp_path / "Pulumi.s-dev.yaml",
+        [
+            {
+                "name": "chat",
+                "target": "lightning-vllm-agg-h100-dspark",
+                "namespace": "d",
+                "images": {"*": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"},
+            }
+        ],
+    )
+    _serve_stack(
+        tmp_path / "Pulumi.s-prod.yaml", [{"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "p"}]
+    )
     assert cli(["promote", "--from", "s-dev", "--to", "s-prod", "--root", str(tmp_path)]) == 1
     assert "dynamo:serve[chat].images.*" in capsys.readouterr().err

@@ -12,6 +12,7 @@ run against it, taken from the product at run time:
 
 Each rig starts once per module (``rigs`` fixture); timings are printed (``pytest -s``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -89,8 +90,10 @@ class _Rigs:
         plan = build_plan(parse({"target": target}))
         t0 = time.monotonic()
         rig = self.stack.enter_context(start_rig(plan.dgd, self.tmp.mktemp(f"rig-{target}")))
-        print(f"\n[rig] {target}: started in {time.monotonic() - t0:.1f}s "
-              f"({', '.join(f'{p.component_type}:{p.name}' for p in rig.pods)})")
+        print(
+            f"\n[rig] {target}: started in {time.monotonic() - t0:.1f}s "
+            f"({', '.join(f'{p.component_type}:{p.name}' for p in rig.pods)})"
+        )
         # The long runs start right away; the tests below wait for their results.
         if target in TARGETS:
             self.jobs[("aiperf", target)] = self.pool.submit(_exported_aiperf, plan, rig, self.tmp.mktemp("aiperf"))
@@ -122,8 +125,9 @@ def rigs(tmp_path_factory):
 
 def _point_at(command: str, rig) -> str:
     """The command with the port-forward address replaced by the rig's frontend (nothing else changed)."""
-    out, n = PORT_FORWARD_URL.subn(lambda m: rig.frontend_url if m.group(0).startswith("http") else
-                                   rig.frontend_url.removeprefix("http://"), command)
+    out, n = PORT_FORWARD_URL.subn(
+        lambda m: rig.frontend_url if m.group(0).startswith("http") else rig.frontend_url.removeprefix("http://"), command
+    )
     assert n >= 1, f"no localhost:8000 address in the exported command (the rig cannot point it anywhere): {command}"
     return out
 
@@ -140,13 +144,19 @@ def _export_ok(data: dict, requested: int, where: str) -> None:
     from stacks.cli.bench_report import parse_export
 
     m = parse_export(data)
-    errors = {k: v for k, v in (data.get("error_summary") or {}).items()} if isinstance(data.get("error_summary"), dict) else data.get("error_summary")
+    errors = (
+        {k: v for k, v in (data.get("error_summary") or {}).items()}
+        if isinstance(data.get("error_summary"), dict)
+        else data.get("error_summary")
+    )
     assert m.complete, f"{where}: run incomplete: {m.note}"
     assert m.errors == 0 and m.requests == requested, (
-        f"{where}: {m.requests} valid requests and {m.errors} errors of {requested} requested; errors: {errors}")
+        f"{where}: {m.requests} valid requests and {m.errors} errors of {requested} requested; errors: {errors}"
+    )
 
 
 # ---- the pins ---------------------------------------------------------------------------------------------------
+
 
 def test_rig_pins_match_the_manifest():
     """tools/rig/pyproject.toml (what tools/rig.sh installs) pins what stacks/registry/versions.yaml says, and the Dynamo pin
@@ -176,17 +186,25 @@ def test_hf_cache_layout_serves_the_tokenizer_offline(tmp_path):
     """The laid-out cache resolves offline by model id through transformers (what AIPerf and the mocker load)."""
     env = rig_env_dir()
     layout_hf_cache(tmp_path, "org/some-model", tokenizer_file(env))
-    code = ("from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained('org/some-model'); "
-            "p = t.apply_chat_template([{'role': 'user', 'content': 'Hello there'}], add_generation_prompt=True, tokenize=False); "
-            "print(len(t), len(t.encode(p, add_special_tokens=False)), repr(t.decode(t.encode('Hello, world!', add_special_tokens=False))))")
-    out = subprocess.run([str(env / "bin/python"), "-c", code], capture_output=True, text=True, timeout=120,
-                         env={"HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    code = (
+        "from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained('org/some-model'); "
+        "p = t.apply_chat_template([{'role': 'user', 'content': 'Hello there'}], add_generation_prompt=True, tokenize=False); "
+        "print(len(t), len(t.encode(p, add_special_tokens=False)), repr(t.decode(t.encode('Hello, world!', add_special_tokens=False))))"
+    )
+    out = subprocess.run(
+        [str(env / "bin/python"), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     vocab, chat_len, text = out.stdout.split()[0], out.stdout.split()[1], out.stdout.split(None, 2)[2].strip()
     assert int(vocab) >= 65000 and int(chat_len) > 3 and text == "'Hello, world!'"
 
 
 # ---- the product's commands against the real frontend -----------------------------------------------------------
+
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_rig_runs_the_operator_pods_of_the_dgd(rigs, target):
@@ -219,7 +237,8 @@ def test_exported_smoke_test_gets_a_completion(rigs, target, tmp_path):
     body, _, status = proc.stdout.rpartition("HTTP_STATUS=")
     assert proc.returncode == 0 and status.strip() == "200", (
         f"smokeTest: exit {proc.returncode}, HTTP {status.strip()!r}: {proc.stdout[-1500:]}{proc.stderr[-1500:]}\n"
-        f"command: {command}\n{rig.log_tail(15)}")
+        f"command: {command}\n{rig.log_tail(15)}"
+    )
     reply = json.loads(body)
     content = reply["choices"][0]["message"].get("content") or ""
     assert reply["model"] == rig.model and content.strip(), f"empty completion: {reply}"
@@ -231,6 +250,7 @@ def _bounded(command: str, n: int) -> str:
     process per concurrent request when ``--workers-max`` names the concurrency (its help: "Any value provided will
     still be capped by the concurrency value ... but not by the max cap"), so a published row's 128 would start 128
     processes on this 2-core machine."""
+
     def lower(m: re.Match) -> str:
         value = m.group(3).strip("'\"")
         return f"{m.group(1)}{m.group(2)}{min(int(value), n) if value.isdigit() else n}"
@@ -263,8 +283,10 @@ def _exported_aiperf(plan, rig, workdir: Path) -> dict:
         if "aiperf profile" in command:
             command = _bounded(command, CLI_REQUESTS)
         proc = _run(command, rig.env, workdir, f"{target} exported aiperf step {i}")
-        assert proc.returncode == 0, (f"exported aiperf step {i} failed (exit {proc.returncode}):\ncommand: {command}\n"
-                                      f"{proc.stdout[-2500:]}\n{proc.stderr[-2500:]}")
+        assert proc.returncode == 0, (
+            f"exported aiperf step {i} failed (exit {proc.returncode}):\ncommand: {command}\n"
+            f"{proc.stdout[-2500:]}\n{proc.stderr[-2500:]}"
+        )
     exports = sorted(workdir.rglob("profile_export_aiperf.json"), key=lambda p: p.stat().st_mtime)
     assert exports, f"no profile_export_aiperf.json under {workdir}"
     return json.loads(exports[-1].read_text())
@@ -344,9 +366,14 @@ def test_every_worker_served_requests(rigs, target):
             continue
         with urllib.request.urlopen(f"http://127.0.0.1:{pod.ports['system']}/metrics", timeout=10) as r:
             text = r.read().decode()
-        served = sum(float(line.rsplit(None, 1)[1]) for line in text.splitlines()
-                     if line.startswith(REQUESTS_METRIC + "{") and 'dynamo_endpoint="generate"' in line)
-        assert served > 0, f"{pod.name} ({pod.component_type}) served no requests: {REQUESTS_METRIC}{{dynamo_endpoint='generate'}} is 0"
+        served = sum(
+            float(line.rsplit(None, 1)[1])
+            for line in text.splitlines()
+            if line.startswith(REQUESTS_METRIC + "{") and 'dynamo_endpoint="generate"' in line
+        )
+        assert served > 0, (
+            f"{pod.name} ({pod.component_type}) served no requests: {REQUESTS_METRIC}{{dynamo_endpoint='generate'}} is 0"
+        )
 
 
 def test_start_rig_reports_what_it_saw_when_a_worker_cannot_start(tmp_path):
@@ -367,6 +394,8 @@ def test_a_high_concurrency_row_runs_on_the_rig_with_as_many_workers_as_requests
     CLI_REQUESTS requests with that many in flight and that many AIPerf workers at most."""
     cmd = "aiperf profile --concurrency 128 --workers-max 128 --request-count 1280 --url x"
     out = _bounded(cmd, CLI_REQUESTS)
-    assert out == f"aiperf profile --concurrency {CLI_REQUESTS} --workers-max {CLI_REQUESTS} --request-count {CLI_REQUESTS} --url x"
+    assert (
+        out == f"aiperf profile --concurrency {CLI_REQUESTS} --workers-max {CLI_REQUESTS} --request-count {CLI_REQUESTS} --url x"
+    )
     assert _bounded("aiperf profile --concurrency=2 --request-count=3", 4) == "aiperf profile --concurrency=2 --request-count=3"
     assert _bounded_env({"CONCURRENCY": "128", "MODEL": "m"}, JOB_REQUESTS) == {"CONCURRENCY": str(JOB_REQUESTS), "MODEL": "m"}

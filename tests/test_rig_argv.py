@@ -3,6 +3,7 @@ command and args expanded from its env (Kubernetes API reference, Container ``ar
 $(VAR_NAME) are expanded using the container's environment. If a variable cannot be resolved, the reference in the
 input string will be unchanged. Double $$ are reduced to a single $, which allows for escaping the $(VAR_NAME)
 syntax")."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,22 +13,31 @@ from stacks import catalog
 from stacks.program.render import render_target
 
 
-@pytest.mark.parametrize("text, env, want", [
-    ("--speculative-config=$(SPEC)", {"SPEC": '{"n": 3}'}, '--speculative-config={"n": 3}'),
-    ("$(SPEC)", {}, "$(SPEC)"),  # unresolved: unchanged
-    ("$$(SPEC)", {"SPEC": "x"}, "$(SPEC)"),  # escaped: the literal, whether or not SPEC exists
-    ("a$$b", {}, "a$b"),
-    ("$HOME/$(A)-$(B)", {"A": "1", "B": "2"}, "$HOME/1-2"),  # a lone $ stays; shell syntax is the shell's
-    ("$(A", {"A": "1"}, "$(A"),  # an incomplete reference is kept
-    ("end$", {}, "end$"),
-])
+@pytest.mark.parametrize(
+    "text, env, want",
+    [
+        ("--speculative-config=$(SPEC)", {"SPEC": '{"n": 3}'}, '--speculative-config={"n": 3}'),
+        ("$(SPEC)", {}, "$(SPEC)"),  # unresolved: unchanged
+        ("$$(SPEC)", {"SPEC": "x"}, "$(SPEC)"),  # escaped: the literal, whether or not SPEC exists
+        ("a$$b", {}, "a$b"),
+        ("$HOME/$(A)-$(B)", {"A": "1", "B": "2"}, "$HOME/1-2"),  # a lone $ stays; shell syntax is the shell's
+        ("$(A", {"A": "1"}, "$(A"),  # an incomplete reference is kept
+        ("end$", {}, "end$"),
+    ],
+)
 def test_expand_follows_the_kubelet(text, env, want):
     assert rig.expand(text, env) == want
 
 
 def test_env_values_expand_with_the_variables_before_them():
-    c = {"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "$(A)-$(C)"}, {"name": "C", "value": "3"},
-                 {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
+    c = {
+        "env": [
+            {"name": "A", "value": "1"},
+            {"name": "B", "value": "$(A)-$(C)"},
+            {"name": "C", "value": "3"},
+            {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        ]
+    }
     assert rig.container_env(c) == {"A": "1", "B": "1-$(C)", "C": "3"}
 
 

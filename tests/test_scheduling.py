@@ -31,8 +31,10 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 # device-plugins/nvidia/nvidia-device-plugin-values.yaml); the program taints those targets' GB200 node group so.
 PRESENT_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 PRESENT_TARGETS = {
-    "ultra-vllm-agg-gb200-agentic-1M-kv-router", "ultra-vllm-agg-gb200-agentic-256K-kv-router",
-    "ultra-vllm-disagg-gb200-agentic-1M", "ultra-vllm-disagg-gb200-agentic-256K",
+    "ultra-vllm-agg-gb200-agentic-1M-kv-router",
+    "ultra-vllm-agg-gb200-agentic-256K-kv-router",
+    "ultra-vllm-disagg-gb200-agentic-1M",
+    "ultra-vllm-disagg-gb200-agentic-256K",
 }
 # Interconnect capacity each fabric's nodes advertise (device plugins): EFA from the reference's instance facts; the
 # InfiniBand/GKE/nscale clusters' RDMA resources as those clusters' device plugins name them.
@@ -56,8 +58,13 @@ def literal_gpu_node(t) -> NodeShape:
         extra = {"node.kubernetes.io/instance-type": instance_type}
     else:
         arch, per_node, extra = g.arch, EXISTING_GPUS_PER_NODE, {}
-    labels = {"nvidia.com/gpu.product": g.label, "nvidia.com/gpu.present": "true", "kubernetes.io/arch": arch,
-              "kubernetes.io/os": "linux", **extra}
+    labels = {
+        "nvidia.com/gpu.product": g.label,
+        "nvidia.com/gpu.present": "true",
+        "kubernetes.io/arch": arch,
+        "kubernetes.io/os": "linux",
+        **extra,
+    }
     capacity = {"nvidia.com/gpu": per_node}
     if t.fabric == "aws-efa":
         capacity["vpc.amazonaws.com/efa"] = aws_reference.efa_interfaces(instance_type)
@@ -91,7 +98,9 @@ def test_target_does_not_fit_a_node_tainted_otherwise(tid):
     assert any(f"taint nvidia.com/gpu={other}:NoSchedule not tolerated" in p for p in check_target(t, [SYSTEM, node]))
 
 
-@pytest.mark.parametrize("tid", sorted(tid for tid, t in TARGETS.items() if t.fabric in ("aws-efa", "none") and t.gpu in DEFAULT_INSTANCE))
+@pytest.mark.parametrize(
+    "tid", sorted(tid for tid, t in TARGETS.items() if t.fabric in ("aws-efa", "none") and t.gpu in DEFAULT_INSTANCE)
+)
 def test_eks_node_group_carries_the_literal_taint(tid):
     """What the program's EKS GPU node group sets (EKS API form) is the literal taint."""
     from stacks.cluster import build_cluster_plan
@@ -103,7 +112,9 @@ def test_eks_node_group_carries_the_literal_taint(tid):
     assert plan.gpu_pools[0].nodegroup["taints"] == [{**expected, "effect": "NO_SCHEDULE"}]
 
 
-@pytest.mark.parametrize("tid", sorted(tid for tid, t in TARGETS.items() if t.fabric in ("aws-efa", "none") and t.gpu in DEFAULT_INSTANCE))
+@pytest.mark.parametrize(
+    "tid", sorted(tid for tid, t in TARGETS.items() if t.fabric in ("aws-efa", "none") and t.gpu in DEFAULT_INSTANCE)
+)
 def test_eks_gpu_node_group_offers_the_instances_gpus_and_efa(tid):
     """The GPU node group the program plans on EKS (its node shape and launch template) has the GPUs and, on an EFA
     target, the EFA interfaces the reference states for its instance type: a wrong figure in stacks/registry/gpus.py
@@ -123,11 +134,18 @@ def test_eks_gpu_node_group_offers_the_instances_gpus_and_efa(tid):
     efa = [n for n in plan.launch_template.get("network_interfaces", []) if n.get("interface_type") in ("efa", "efa-only")]
     if t.fabric == "aws-efa" or efa or "vpc.amazonaws.com/efa" in capacity:
         want = aws_reference.efa_interfaces(instance_type)
-        assert capacity.get("vpc.amazonaws.com/efa") == want, (f"{instance_type}: the node group advertises "
-                                                               f"{capacity.get('vpc.amazonaws.com/efa')} EFA devices, "
-                                                               f"{aws_reference.FACTS} states {want} ({facts.source})")
-        assert len(efa) == want, f"{instance_type}: the launch template attaches {len(efa)} EFA interfaces, {aws_reference.FACTS} states {want}"
-        assert len({n["network_card_index"] for n in efa}) == want and max(n["network_card_index"] for n in efa) < facts.network_cards
+        assert capacity.get("vpc.amazonaws.com/efa") == want, (
+            f"{instance_type}: the node group advertises "
+            f"{capacity.get('vpc.amazonaws.com/efa')} EFA devices, "
+            f"{aws_reference.FACTS} states {want} ({facts.source})"
+        )
+        assert len(efa) == want, (
+            f"{instance_type}: the launch template attaches {len(efa)} EFA interfaces, {aws_reference.FACTS} states {want}"
+        )
+        assert (
+            len({n["network_card_index"] for n in efa}) == want
+            and max(n["network_card_index"] for n in efa) < facts.network_cards
+        )
 
 
 def test_mismatched_product_label_is_reported_with_target_and_field():
@@ -187,11 +205,21 @@ def test_infiniband_recipe_fits_eks_with_the_efa_profile(gpu):
     assert _eks_fit({**base, "fabricProfile": "aws-efa"}) == []
 
 
-
 def test_final_plan_fits_after_replica_overrides():
     """The node group is sized from the final DGD (after replica overrides), with EFA per GPU from the instance's
     data: sized from the recipe, h100 with 9 decode replicas kept 1 node and `up` waited out the DGD timeout."""
-    h100 = {"gpu": "h100", "topology": "disagg", "replicas": {"VllmDecodeWorker": 9}, "cluster": {"mode": "eks", "region": "us-east-1"}}
+    h100 = {
+        "gpu": "h100",
+        "topology": "disagg",
+        "replicas": {"VllmDecodeWorker": 9},
+        "cluster": {"mode": "eks", "region": "us-east-1"},
+    }
     assert _eks_fit(h100) == []
-    b200 = {"gpu": "b200", "topology": "disagg", "fabricProfile": "aws-efa", "replicas": {"VllmDecodeWorker": 3}, "cluster": {"mode": "eks", "region": "us-east-1"}}
+    b200 = {
+        "gpu": "b200",
+        "topology": "disagg",
+        "fabricProfile": "aws-efa",
+        "replicas": {"VllmDecodeWorker": 3},
+        "cluster": {"mode": "eks", "region": "us-east-1"},
+    }
     assert _eks_fit(b200) == []

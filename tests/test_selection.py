@@ -8,6 +8,7 @@ long as on a default stack; several Motif-3 targets share one DGD name). Nothing
 a LIST only needs the objects. The control plane is this module's own, etcd + kube-apiserver only
 (no controller manager, scheduler, kwok or CRDs), so it starts in seconds and never sees another test's nodes.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -49,11 +50,22 @@ def apiserver(tmp_path_factory):
 
 def _pod(op, namespace: str, tid: str) -> dict:
     """The operator's pod as the API server stores it: name, labels, the main container's named ports."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": op.name, "namespace": namespace, "labels": {**op.labels, RUN: tid}},
-            "spec": {"automountServiceAccountToken": False, "restartPolicy": "Always",
-                     "containers": [{"name": "main", "image": "registry.invalid/none:0",
-                                     "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in op.ports.items()]}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": op.name, "namespace": namespace, "labels": {**op.labels, RUN: tid}},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "restartPolicy": "Always",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/none:0",
+                    "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in op.ports.items()],
+                }
+            ],
+        },
+    }
 
 
 def _list(sim, namespace: str, selector: str) -> list[dict]:
@@ -88,8 +100,11 @@ def test_pod_monitors_and_services_select_every_serving_pod_of_every_target(apis
     # Create: namespace, its default ServiceAccount (no controller manager here), pods, Services.
     for tid, (ns, dgd, pods, services) in plans.items():
         sim.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        sim.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
-                    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+        sim.request(
+            "POST",
+            f"/api/v1/namespaces/{ns}/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
+        )
         for op in pods:
             sim.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(op, ns, tid))
         for svc in services:
@@ -108,8 +123,9 @@ def test_pod_monitors_and_services_select_every_serving_pod_of_every_target(apis
         covered = set()
         for m in dynamo_pod_monitors(ns, dgd["metadata"]["name"], {}):
             monitors_seen += 1
-            ports = {e.get("port") for e in m["spec"]["podMetricsEndpoints"]} | \
-                    {e.get("targetPort") for e in m["spec"]["podMetricsEndpoints"] if e.get("targetPort") is not None}
+            ports = {e.get("port") for e in m["spec"]["podMetricsEndpoints"]} | {
+                e.get("targetPort") for e in m["spec"]["podMetricsEndpoints"] if e.get("targetPort") is not None
+            }
             sel = label_selector_string(m["spec"]["selector"])
             for mns in _monitor_namespaces(m, created):
                 for pod in _list(sim, mns, sel):
@@ -132,8 +148,10 @@ def test_pod_monitors_and_services_select_every_serving_pod_of_every_target(apis
             if sel["nvidia.com/dynamo-component-type"] == "frontend":
                 assert want == {op.name for op in pods if op.component_type == "frontend"}, tid
     t_total = time.perf_counter() - t0
-    print(f"{len(plans)} targets, {n_pods} pods, {n_svcs} Services, {monitors_seen} PodMonitors: created in {t_create:.1f} s, "
-          f"selected in {t_total - t_create:.1f} s")
+    print(
+        f"{len(plans)} targets, {n_pods} pods, {n_svcs} Services, {monitors_seen} PodMonitors: created in {t_create:.1f} s, "
+        f"selected in {t_total - t_create:.1f} s"
+    )
     print("selected / total: " + ", ".join(f"{t} {selected[t]}/{total[t]}" for t in SERVING_TYPES))
     assert all(total[t] for t in SERVING_TYPES), total  # the catalog has pods of every serving type
     assert missed == [], missed[:20]
@@ -149,12 +167,25 @@ def test_a_worker_only_selector_misses_the_disaggregated_pods(apiserver):
     ns = "dyn-worker-only"
     dgd = build_plan(parse({"target": tid, "namespace": ns})).dgd
     sim.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    sim.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+    sim.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
+    )
     pods = operator_pods(dgd)
     for op in pods:
         sim.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(op, ns, tid))
-    old = label_selector_string({"matchLabels": {"nvidia.com/metrics-enabled": "true", "nvidia.com/dynamo-component-type": "worker"}})
+    old = label_selector_string(
+        {"matchLabels": {"nvidia.com/metrics-enabled": "true", "nvidia.com/dynamo-component-type": "worker"}}
+    )
     assert _list(sim, ns, old) == []
-    new = label_selector_string({"matchExpressions": [{"key": "nvidia.com/dynamo-component-type", "operator": "In",
-                                                       "values": ["worker", "prefill", "decode"]}]})
-    assert sorted(p["metadata"]["name"] for p in _list(sim, ns, new)) == sorted(op.name for op in pods if op.component_type != "frontend")
+    new = label_selector_string(
+        {
+            "matchExpressions": [
+                {"key": "nvidia.com/dynamo-component-type", "operator": "In", "values": ["worker", "prefill", "decode"]}
+            ]
+        }
+    )
+    assert sorted(p["metadata"]["name"] for p in _list(sim, ns, new)) == sorted(
+        op.name for op in pods if op.component_type != "frontend"
+    )

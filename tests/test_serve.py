@@ -1,4 +1,5 @@
 """Several targets in one `dynamo:serve` stack: entries, shared caches, per-entry overrides, capacity from the sum."""
+
 import pytest
 
 from harness import run_program
@@ -13,8 +14,14 @@ TOKEN = frozenset({"hfToken"})
 
 
 def three(**extra):
-    return {"serve": [{"target": AGG, "namespace": "llm"}, {"target": DISAGG, "namespace": "llm"},
-                      {"model": "motif-3", "namespace": "motif"}], **extra}
+    return {
+        "serve": [
+            {"target": AGG, "namespace": "llm"},
+            {"target": DISAGG, "namespace": "llm"},
+            {"model": "motif-3", "namespace": "motif"},
+        ],
+        **extra,
+    }
 
 
 def kinds(objs):
@@ -40,16 +47,28 @@ def test_different_models_in_one_namespace_are_refused_by_entry():
         build_program({"serve": [{"target": AGG}, {"model": "motif-3"}]}, "t", TOKEN)
 
 
-@pytest.mark.parametrize("entry, must", [
-    ({"gpu": "a100"}, r"dynamo:serve\[1\]\.gpu: 'a100'"),
-    ({"target": "nope"}, r"dynamo:serve\[1\]\.target: 'nope'"),
-    ({"target": AGG, "overrides": {"Agg": {}}}, r"dynamo:serve\[1\]\.overrides\.Agg: .*did you mean 'agg'"),
-    ({"target": AGG, "overrides": {"agg": {"args": {"set": {"--no-such-flag": "1"}}}}}, r"overrides\.agg\.args\.set: '--no-such-flag' is not among"),
-    ({"target": AGG, "overrides": {"agg": {"args": {"drop": ["x"]}}}}, r"overrides\.agg\.args\.drop: unknown key; valid keys: set, append, remove"),
-    ({"target": AGG, "overrides": {"agg": {"resources": {"limits": {"memory": "lots"}}}}}, r"resources\.limits: memory: 'lots' is not a Kubernetes quantity"),
-    ({"target": AGG, "cluster": {"mode": "render"}}, r"dynamo:serve\[1\]\.cluster: is a stack-wide key"),
-    ("not-a-map", r"dynamo:serve\[1\]: 'not-a-map' is not a mapping"),
-])
+@pytest.mark.parametrize(
+    "entry, must",
+    [
+        ({"gpu": "a100"}, r"dynamo:serve\[1\]\.gpu: 'a100'"),
+        ({"target": "nope"}, r"dynamo:serve\[1\]\.target: 'nope'"),
+        ({"target": AGG, "overrides": {"Agg": {}}}, r"dynamo:serve\[1\]\.overrides\.Agg: .*did you mean 'agg'"),
+        (
+            {"target": AGG, "overrides": {"agg": {"args": {"set": {"--no-such-flag": "1"}}}}},
+            r"overrides\.agg\.args\.set: '--no-such-flag' is not among",
+        ),
+        (
+            {"target": AGG, "overrides": {"agg": {"args": {"drop": ["x"]}}}},
+            r"overrides\.agg\.args\.drop: unknown key; valid keys: set, append, remove",
+        ),
+        (
+            {"target": AGG, "overrides": {"agg": {"resources": {"limits": {"memory": "lots"}}}}},
+            r"resources\.limits: memory: 'lots' is not a Kubernetes quantity",
+        ),
+        ({"target": AGG, "cluster": {"mode": "render"}}, r"dynamo:serve\[1\]\.cluster: is a stack-wide key"),
+        ("not-a-map", r"dynamo:serve\[1\]: 'not-a-map' is not a mapping"),
+    ],
+)
 def test_bad_entries_name_the_entry(entry, must):
     raw = {"serve": [{"target": DISAGG, "namespace": "other"}, entry]}
     with pytest.raises(ConfigError, match=must):
@@ -62,10 +81,14 @@ def test_empty_serve_list_is_refused():
 
 
 def test_top_level_keys_are_every_entrys_defaults():
-    program = build_program({"namespace": "shared", "images": {"*": "nvcr.io/x/y:1.2.3"}, "serve": [{"target": AGG}, {"target": DISAGG}]}, "t", TOKEN)
+    program = build_program(
+        {"namespace": "shared", "images": {"*": "nvcr.io/x/y:1.2.3"}, "serve": [{"target": AGG}, {"target": DISAGG}]}, "t", TOKEN
+    )
     for e in program.entries:
         assert e.plan.dgd["metadata"]["namespace"] == "shared"
-        assert {c["image"] for comp in e.plan.dgd["spec"]["components"] for c in comp["podTemplate"]["spec"]["containers"]} == {"nvcr.io/x/y:1.2.3"}
+        assert {c["image"] for comp in e.plan.dgd["spec"]["components"] for c in comp["podTemplate"]["spec"]["containers"]} == {
+            "nvcr.io/x/y:1.2.3"
+        }
 
 
 def _container(program, entry_index, component):
@@ -76,8 +99,13 @@ def _container(program, entry_index, component):
 def test_overrides_set_append_remove_args_env_and_resources():
     base = _container(build_program({"serve": [{"target": DISAGG}]}, "t", TOKEN), 0, "VllmDecodeWorker")
     assert "--async-scheduling" in base["args"]
-    ov = {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}, "append": ["--enforce-eager"], "remove": ["--async-scheduling"]},
-                               "env": {"VLLM_LOGGING_LEVEL": "DEBUG"}, "resources": {"limits": {"memory": "400Gi"}}}}
+    ov = {
+        "VllmDecodeWorker": {
+            "args": {"set": {"--max-num-seqs": "64"}, "append": ["--enforce-eager"], "remove": ["--async-scheduling"]},
+            "env": {"VLLM_LOGGING_LEVEL": "DEBUG"},
+            "resources": {"limits": {"memory": "400Gi"}},
+        }
+    }
     c = _container(build_program({"serve": [{"target": DISAGG, "overrides": ov}]}, "t", TOKEN), 0, "VllmDecodeWorker")
     assert c["args"][c["args"].index("--max-num-seqs") + 1] == "64"
     assert c["args"][-1] == "--enforce-eager" and "--async-scheduling" not in c["args"]
@@ -85,8 +113,9 @@ def test_overrides_set_append_remove_args_env_and_resources():
     assert {"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"} in c["env"]
     assert c["resources"]["limits"]["memory"] == "400Gi"
     # Other components and entries are untouched.
-    assert _container(build_program({"serve": [{"target": DISAGG, "overrides": ov}]}, "t", TOKEN), 0, "VllmPrefillWorker") == \
-        _container(build_program({"serve": [{"target": DISAGG}]}, "t", TOKEN), 0, "VllmPrefillWorker")
+    assert _container(
+        build_program({"serve": [{"target": DISAGG, "overrides": ov}]}, "t", TOKEN), 0, "VllmPrefillWorker"
+    ) == _container(build_program({"serve": [{"target": DISAGG}]}, "t", TOKEN), 0, "VllmPrefillWorker")
 
 
 def test_no_override_renders_exactly_the_catalog_target():
@@ -97,8 +126,11 @@ def test_no_override_renders_exactly_the_catalog_target():
 
 def test_stacks_diff_shows_an_override():
     old = build_program({"serve": [{"target": DISAGG}]}, "t", TOKEN).objects()
-    new = build_program({"serve": [{"target": DISAGG, "overrides": {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}}}}}]},
-                        "t", TOKEN).objects()
+    new = build_program(
+        {"serve": [{"target": DISAGG, "overrides": {"VllmDecodeWorker": {"args": {"set": {"--max-num-seqs": "64"}}}}}]},
+        "t",
+        TOKEN,
+    ).objects()
     lines = diff_objects({"s": old}, {"s": new})
     assert any("VllmDecodeWorker" in line or "max-num-seqs" in line for line in lines), lines
     assert any("64" in line for line in lines), lines
@@ -133,9 +165,18 @@ def eks(**cluster):
 
 def test_eks_gpu_node_group_is_sized_from_the_sum_of_entries():
     one = build_program({"target": DISAGG, "cluster": eks()}, "t", TOKEN)
-    both = build_program({"cluster": eks(),
-                          "serve": [{"target": DISAGG, "namespace": "a"}, {"target": DISAGG, "namespace": "b"},
-                                    {"target": AGG, "namespace": "a", "replicas": {"agg": 8}}]}, "t", TOKEN)
+    both = build_program(
+        {
+            "cluster": eks(),
+            "serve": [
+                {"target": DISAGG, "namespace": "a"},
+                {"target": DISAGG, "namespace": "b"},
+                {"target": AGG, "namespace": "a", "replicas": {"agg": 8}},
+            ],
+        },
+        "t",
+        TOKEN,
+    )
     n1 = one.cluster_plan.gpu_nodegroup["scaling_config"]["desired_size"]
     n_all = both.cluster_plan.gpu_nodegroup["scaling_config"]["desired_size"]
     gpus = sum(__import__("stacks.catalog", fromlist=["gpus_needed"]).gpus_needed(e.plan.dgd) for e in both.entries)
@@ -143,8 +184,11 @@ def test_eks_gpu_node_group_is_sized_from_the_sum_of_entries():
 
 
 def test_eks_plan_that_cannot_fit_is_refused_before_any_resource():
-    raw = {"cluster": eks(gpuNodes=1), "replicas": {"VllmDecodeWorker": 4},
-           "serve": [{"target": DISAGG, "namespace": "a"}, {"target": DISAGG, "namespace": "b"}]}
+    raw = {
+        "cluster": eks(gpuNodes=1),
+        "replicas": {"VllmDecodeWorker": 4},
+        "serve": [{"target": DISAGG, "namespace": "a"}, {"target": DISAGG, "namespace": "b"}],
+    }
     with pytest.raises(ConfigError, match=r"dynamo:cluster.gpuNodes"):
         build_program(raw, "t", TOKEN)
 
@@ -161,14 +205,19 @@ def test_serve_stack_with_observability_registers_monitors_and_dashboards():
 
     run = run_program(three(observability={"enabled": True}), {"hfToken": "hf_serveobs"}, stack="t")
     monitors = run.by_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")
-    got = sorted((m.inputs["metadata"]["namespace"], m.inputs["spec"]["selector"]["matchLabels"][DGD_NAME_LABEL])
-                 for m in monitors)
-    dgds = sorted((d.inputs["metadata"]["namespace"], d.inputs["metadata"]["name"])
-                  for d in run.by_type("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"))
+    got = sorted(
+        (m.inputs["metadata"]["namespace"], m.inputs["spec"]["selector"]["matchLabels"][DGD_NAME_LABEL]) for m in monitors
+    )
+    dgds = sorted(
+        (d.inputs["metadata"]["namespace"], d.inputs["metadata"]["name"])
+        for d in run.by_type("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
+    )
     assert got == sorted(dgds * 2)  # a frontend and a worker monitor per DGD
     assert len({m.name for m in monitors}) == len(monitors)
     assert run.by_type("kubernetes:helm.sh/v3:Release") == []  # the default render mode installs no chart
-    boards = [c for c in run.by_type("kubernetes:core/v1:ConfigMap") if c.inputs["metadata"].get("labels", {}).get("grafana_dashboard")]
+    boards = [
+        c for c in run.by_type("kubernetes:core/v1:ConfigMap") if c.inputs["metadata"].get("labels", {}).get("grafana_dashboard")
+    ]
     serving = [json.loads(v) for c in boards for k, v in c.inputs["data"].items() if k.startswith("dynamo-serving")]
     assert len(serving) == 1
     var = next(v for v in serving[0]["templating"]["list"] if v["name"] == "namespace")

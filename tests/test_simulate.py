@@ -1,5 +1,6 @@
 """The simulated cluster's data: KWOK nodes shaped like the cluster plan, the operator's pods,
 node inventories. The runs against the real kube-scheduler are engine tests (tests/test_engine.py, end)."""
+
 import pytest
 import yaml
 
@@ -7,9 +8,20 @@ from stacks import catalog
 from stacks.cluster import EFA_LABEL, POOL_LABEL
 from stacks.config.keys import ConfigError
 from stacks.registry.gpus import HOSTS
-from stacks.cli.simulate import (KWOK_ANNOTATION, RUN_LABEL, Simulator, default_groups, eks_allocatable, inventory_nodes,
-                             inventory_objects, job_pods, node_objects, operator_pod_intents, stack_scenario,
-                             target_scenario)
+from stacks.cli.simulate import (
+    KWOK_ANNOTATION,
+    RUN_LABEL,
+    Simulator,
+    default_groups,
+    eks_allocatable,
+    inventory_nodes,
+    inventory_objects,
+    job_pods,
+    node_objects,
+    operator_pod_intents,
+    stack_scenario,
+    target_scenario,
+)
 
 TARGETS = catalog.targets()
 
@@ -26,8 +38,12 @@ def test_eks_allocatable_subtracts_what_the_al2023_kubelet_reserves():
     assert a["memory"] == f"{2048 * 1024 - (11 * 110 + 255) - 100}Mi"
     assert a["pods"] == "110"
     assert a["ephemeral-storage"] == f"{8 * 3840 * 10**9 // 2**30 * 9 // 10}Gi"  # RAID0 instance store, 10% eviction
-    assert eks_allocatable(HOSTS["m7i.2xlarge"], 20) == {"cpu": "7910m", "memory": f"{32 * 1024 - (11 * 58 + 255) - 100}Mi",
-                                                         "ephemeral-storage": "18Gi", "pods": "58"}
+    assert eks_allocatable(HOSTS["m7i.2xlarge"], 20) == {
+        "cpu": "7910m",
+        "memory": f"{32 * 1024 - (11 * 58 + 255) - 100}Mi",
+        "ephemeral-storage": "18Gi",
+        "pods": "58",
+    }
 
 
 def test_default_eks_shape_carries_the_plans_labels_taint_and_extended_resources():
@@ -75,7 +91,9 @@ def test_operator_pods_expand_replicas_and_keep_scheduling_fields():
     assert pod["spec"]["tolerations"] == spec["tolerations"]
     assert pod["spec"]["containers"][0]["resources"] == spec["containers"][0]["resources"]
     # Shared memory as the operator mounts it; the model-cache claim does not constrain nodes and is left out.
-    assert pod["spec"]["volumes"] == [{"name": "shared-memory", "emptyDir": {"medium": "Memory", "sizeLimit": str(worker["sharedMemorySize"])}}]
+    assert pod["spec"]["volumes"] == [
+        {"name": "shared-memory", "emptyDir": {"medium": "Memory", "sizeLimit": str(worker["sharedMemorySize"])}}
+    ]
     assert len({it.pod["metadata"]["name"] for it in intents}) == len(intents)
 
 
@@ -149,7 +167,9 @@ def test_inventory_keeps_what_the_scheduler_reads():
     assert "conditions" not in obj["status"]
 
 
-@pytest.mark.parametrize("text", ["just text", "kind: List\nitems: []", yaml.safe_dump({"kind": "List", "items": [{"kind": "Pod"}]})])
+@pytest.mark.parametrize(
+    "text", ["just text", "kind: List\nitems: []", yaml.safe_dump({"kind": "List", "items": [{"kind": "Pod"}]})]
+)
 def test_inventory_refuses_what_is_not_a_node_list(text):
     with pytest.raises(ConfigError, match="--nodes"):
         inventory_nodes(text)
@@ -157,10 +177,21 @@ def test_inventory_refuses_what_is_not_a_node_list(text):
 
 def test_simulator_refuses_a_remote_cluster(tmp_path):
     kc = tmp_path / "kubeconfig"
-    kc.write_text(yaml.safe_dump({
-        "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-        "clusters": [{"name": "k", "cluster": {"server": "https://ABC.gr7.us-east-1.eks.amazonaws.com", "certificate-authority-data": ""}}],
-        "users": [{"name": "u", "user": {}}]}))
+    kc.write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "c",
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+                "clusters": [
+                    {
+                        "name": "k",
+                        "cluster": {"server": "https://ABC.gr7.us-east-1.eks.amazonaws.com", "certificate-authority-data": ""},
+                    }
+                ],
+                "users": [{"name": "u", "user": {}}],
+            }
+        )
+    )
     with pytest.raises(ConfigError, match="only talks to the local control plane"):
         Simulator(kc)
 

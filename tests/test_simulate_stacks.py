@@ -1,6 +1,7 @@
 """``simulate --stack`` builds its scenario from the program ``up`` runs (``program_for_stack``), so every committed stack
 has one: a ``dynamo:serve`` stack places the pods of every entry, a cluster-only stack is refused by name. No cluster is
 needed to build a scenario."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,7 @@ from stacks.cli.simulate import stack_scenario
 from stacks.program.render import program_for_stack
 
 ROOT = Path(__file__).resolve().parent.parent
-STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
+STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -5,6 +5,7 @@ The expected values come from the real CLI (the pinned toolchain's ``pulumi``): 
 ``stacks.program.render.stack_raw_config`` must read the same stack file to the same values. The file holds the plain
 scalars where YAML 1.1 (PyYAML) and gopkg.in/yaml.v3 (the CLI) disagree, at the top level and nested.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,44 @@ from stacks.program.render import stack_raw_config
 ROOT = Path(__file__).resolve().parent.parent
 
 # Values on which the two YAML readers disagree (or nearly do), each at the top level and inside a mapping and a list.
-SCALARS = ["yes", "on", "off", "y", "1e3", "1.5e-7", "0o17", "0777", "08", "1:30", "1_000", "0x1F", "-0b11", ".5", "2.50",
-           "1.0", "2026-01-01", "2026-1-2", "2026-01-01T10:00:00Z", "2026-01-01t10:00:00.25+02:00", "2026-01-01 10:00:00.5",
-           "2026-02-30", "123", "-7", "+12", "~", "Null", "True", "FALSE", "'quoted 1e3'", '"2026-01-01"', "9223372036854775808",
-           "18446744073709551616", "9007199254740993", "1e400", "hf-token"]
+SCALARS = [
+    "yes",
+    "on",
+    "off",
+    "y",
+    "1e3",
+    "1.5e-7",
+    "0o17",
+    "0777",
+    "08",
+    "1:30",
+    "1_000",
+    "0x1F",
+    "-0b11",
+    ".5",
+    "2.50",
+    "1.0",
+    "2026-01-01",
+    "2026-1-2",
+    "2026-01-01T10:00:00Z",
+    "2026-01-01t10:00:00.25+02:00",
+    "2026-01-01 10:00:00.5",
+    "2026-02-30",
+    "123",
+    "-7",
+    "+12",
+    "~",
+    "Null",
+    "True",
+    "FALSE",
+    "'quoted 1e3'",
+    '"2026-01-01"',
+    "9223372036854775808",
+    "18446744073709551616",
+    "9007199254740993",
+    "1e400",
+    "hf-token",
+]
 PROGRAM = """\
 import json, os
 from stacks.config.pulumi_config import raw_config
@@ -53,16 +88,24 @@ def cli_project(tmp_path: Path, name: str, program: str = PROGRAM) -> tuple[Path
     (work / "__main__.py").write_text(program)
     backend = tmp_path / "state"
     backend.mkdir()
-    env = {"PULUMI_BACKEND_URL": f"file://{backend}", "PULUMI_CONFIG_PASSPHRASE": "stack-yaml-test",
-           "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-           "PYTHONPATH": str(ROOT), "STACK_YAML_OUT": str(tmp_path / "seen.json"), "VIRTUAL_ENV": str(venv)}
+    env = {
+        "PULUMI_BACKEND_URL": f"file://{backend}",
+        "PULUMI_CONFIG_PASSPHRASE": "stack-yaml-test",
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "PYTHONPATH": str(ROOT),
+        "STACK_YAML_OUT": str(tmp_path / "seen.json"),
+        "VIRTUAL_ENV": str(venv),
+    }
     return work, env
 
 
 def stack_with_file(work: Path, env: dict, name: str, text: str):
     from pulumi import automation as auto
 
-    stack = auto.create_stack(stack_name=name, work_dir=str(work), opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env))
+    stack = auto.create_stack(
+        stack_name=name, work_dir=str(work), opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env)
+    )
     path = work / f"Pulumi.{name}.yaml"
     path.write_text(path.read_text() + text)  # after the passphrase salt `stack init` wrote
     return stack
@@ -106,8 +149,19 @@ def test_a_number_json_cannot_hold_is_refused_by_both(tmp_path):
         stack_raw_config("inf", work)
 
 
-@pytest.mark.parametrize("scalar, value", [("yes", "yes"), ("1e3", 1000.0), ("0o17", 15), ("1:30", "1:30"), ("08", 8.0),
-                                           ("2026-01-01", "2026-01-01 00:00:00 +0000 UTC"), ("0777", 511), ("1_000", 1000)])
+@pytest.mark.parametrize(
+    "scalar, value",
+    [
+        ("yes", "yes"),
+        ("1e3", 1000.0),
+        ("0o17", 15),
+        ("1:30", "1:30"),
+        ("08", 8.0),
+        ("2026-01-01", "2026-01-01 00:00:00 +0000 UTC"),
+        ("0777", 511),
+        ("1_000", 1000),
+    ],
+)
 def test_plain_scalars_resolve_as_yaml_v3_resolves_them(scalar, value):
     """A few of yaml.v3's resolutions (gopkg.in/yaml.v3 v3.0.1 resolve.go), pinned for a reader without the CLI."""
     assert stack_yaml.load(f"k: {scalar}\n")["k"] == value

@@ -5,6 +5,7 @@ upstream deploy file (``fidelity.snapshot_dir(t.reference) / t.upstream``), not 
 startup probe allows is ``failureThreshold * periodSeconds`` (Kubernetes docs, "Configure Liveness, Readiness and
 Startup Probes", "Protect slow starting containers with startup probes").
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,8 +36,7 @@ def _gpu(c) -> bool:
 
 def _containers(dgd):
     """(component, container name) -> container, every container of the DGD."""
-    return {(comp["name"], c["name"]): c for comp in dgd["spec"]["components"]
-            for c in comp["podTemplate"]["spec"]["containers"]}
+    return {(comp["name"], c["name"]): c for comp in dgd["spec"]["components"] for c in comp["podTemplate"]["spec"]["containers"]}
 
 
 def _upstream_dgd(t):
@@ -93,8 +93,11 @@ def test_every_slow_upstream_gpu_probe_is_changed_and_counted_by_fidelity():
             continue
         path = fidelity.snapshot_dir(t.reference) / t.upstream
         up = fidelity.load_docs(path)
-        slow = [c["startupProbe"] for c in _containers(_dgd(up)).values()
-                if _gpu(c) and c.get("startupProbe") and _period(c["startupProbe"]) > 5]
+        slow = [
+            c["startupProbe"]
+            for c in _containers(_dgd(up)).values()
+            if _gpu(c) and c.get("startupProbe") and _period(c["startupProbe"]) > 5
+        ]
         budgets |= {_budget(p) for p in slow}
         rendered = _render(t)
         probed: dict = {}
@@ -109,16 +112,21 @@ def test_every_slow_upstream_gpu_probe_is_changed_and_counted_by_fidelity():
 def test_default_and_opt_out_keep_upstreams_probes_exactly(tid):
     t = catalog.targets()[tid]
     up = _containers(_upstream_dgd(t))
-    for off in (_containers(_dgd(render_target(tid))),
-                _containers(_dgd(render_config({"target": tid, "fastStartupProbe": {"enabled": False}})))):
+    for off in (
+        _containers(_dgd(render_target(tid))),
+        _containers(_dgd(render_config({"target": tid, "fastStartupProbe": {"enabled": False}}))),
+    ):
         assert {k: c.get("startupProbe") for k, c in off.items()} == {k: c.get("startupProbe") for k, c in up.items()}
 
 
-@pytest.mark.parametrize("value,message", [
-    ({"enabled": "maybe"}, "dynamo:fastStartupProbe.enabled: 'maybe' is not a boolean; use true or false"),
-    ({"enabled": 0}, "dynamo:fastStartupProbe.enabled: 0 is not a boolean; use true or false"),
-    ({"enable": False}, "dynamo:fastStartupProbe.enable: unknown key; valid keys here: enabled; did you mean 'enabled'?"),
-])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ({"enabled": "maybe"}, "dynamo:fastStartupProbe.enabled: 'maybe' is not a boolean; use true or false"),
+        ({"enabled": 0}, "dynamo:fastStartupProbe.enabled: 0 is not a boolean; use true or false"),
+        ({"enable": False}, "dynamo:fastStartupProbe.enable: unknown key; valid keys here: enabled; did you mean 'enabled'?"),
+    ],
+)
 def test_bad_value_is_refused_naming_the_key(value, message):
     with pytest.raises(ConfigError) as e:
         render_config({"target": "lightning-vllm-agg-h100-dspark", "fastStartupProbe": value})
@@ -133,13 +141,17 @@ def test_not_a_mapping_is_refused_naming_the_key():
 
 # --------------------------------------------------------------------------- the pure function
 
-@pytest.mark.parametrize("probe", [
-    {"httpGet": {"path": "/live", "port": 9090}, "periodSeconds": 30, "timeoutSeconds": 20, "failureThreshold": 120},
-    {"httpGet": {"path": "/live", "port": 9090}, "periodSeconds": 60, "timeoutSeconds": 20, "failureThreshold": 30},
-    {"httpGet": {"path": "/live", "port": 9090}, "periodSeconds": 7, "timeoutSeconds": 3, "failureThreshold": 4},  # 28 s
-    {"exec": {"command": ["true"]}},  # every field at its API default: 10 s x 3
-    {"tcpSocket": {"port": 1}, "periodSeconds": 12, "failureThreshold": 1, "initialDelaySeconds": 40, "successThreshold": 1},
-])
+
+@pytest.mark.parametrize(
+    "probe",
+    [
+        {"httpGet": {"path": "/live", "port": 9090}, "periodSeconds": 30, "timeoutSeconds": 20, "failureThreshold": 120},
+        {"httpGet": {"path": "/live", "port": 9090}, "periodSeconds": 60, "timeoutSeconds": 20, "failureThreshold": 30},
+        {"httpGet": {"path": "/live", "port": 9090}, "periodSeconds": 7, "timeoutSeconds": 3, "failureThreshold": 4},  # 28 s
+        {"exec": {"command": ["true"]}},  # every field at its API default: 10 s x 3
+        {"tcpSocket": {"port": 1}, "periodSeconds": 12, "failureThreshold": 1, "initialDelaySeconds": 40, "successThreshold": 1},
+    ],
+)
 def test_fast_probe_keeps_at_least_the_budget_within_one_period_and_the_rest(probe):
     fast = sp.fast_probe(probe)
     budget = probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3)
@@ -158,10 +170,23 @@ def test_a_probe_polling_every_5s_or_faster_is_left_alone(period):
 
 def _dgd_with(probe, gpu=True):
     res = {"limits": {"nvidia.com/gpu": "1"}} if gpu else {"limits": {"cpu": "1"}}
-    return {"kind": "DynamoGraphDeployment", "spec": {"components": [
-        {"name": "Frontend", "podTemplate": {"spec": {"containers": [{"name": "main", "startupProbe": copy.deepcopy(probe)}]}}},
-        {"name": "worker", "podTemplate": {"spec": {"containers": [
-            {"name": "main", "resources": res, "startupProbe": copy.deepcopy(probe)}]}}}]}}
+    return {
+        "kind": "DynamoGraphDeployment",
+        "spec": {
+            "components": [
+                {
+                    "name": "Frontend",
+                    "podTemplate": {"spec": {"containers": [{"name": "main", "startupProbe": copy.deepcopy(probe)}]}},
+                },
+                {
+                    "name": "worker",
+                    "podTemplate": {
+                        "spec": {"containers": [{"name": "main", "resources": res, "startupProbe": copy.deepcopy(probe)}]}
+                    },
+                },
+            ]
+        },
+    }
 
 
 def test_apply_changes_gpu_containers_only_and_the_undo_restores_upstream_exactly():
@@ -171,8 +196,12 @@ def test_apply_changes_gpu_containers_only_and_the_undo_restores_upstream_exactl
     assert sp.apply_fast_startup_probe(dgd) == ["worker/main"]
     front, worker = (c["podTemplate"]["spec"]["containers"][0] for c in dgd["spec"]["components"])
     assert front["startupProbe"] == probe
-    assert worker["startupProbe"] == {"httpGet": {"path": "/live", "port": 9090}, "periodSeconds": 5, "timeoutSeconds": 5,
-                                      "failureThreshold": 720}
+    assert worker["startupProbe"] == {
+        "httpGet": {"path": "/live", "port": 9090},
+        "periodSeconds": 5,
+        "timeoutSeconds": 5,
+        "failureThreshold": 720,
+    }
     back, n = sp.without_fast_startup_probe(dgd, up)
     assert n == 1 and back == up and dgd != up
     # anything but the step's exact probe stays a difference

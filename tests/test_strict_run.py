@@ -1,5 +1,6 @@
 """The strict run (CI=true, tests/conftest.py) turns every skip into a failure, a module that skips itself at import
 included: run on a throwaway test module with this project's conftest as the only plugin."""
+
 from __future__ import annotations
 
 import os
@@ -10,26 +11,32 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-MODULE_SKIP = '''import pytest
+MODULE_SKIP = """import pytest
 pytest.skip("a tool this machine lacks", allow_module_level=True)
 
 
 def test_never_collected():
     assert False
-'''
-TEST_SKIP = '''import pytest
+"""
+TEST_SKIP = """import pytest
 
 
 def test_skips_itself():
     pytest.skip("a tool this machine lacks")
-'''
+"""
 
 
 def _run(tmp_path: Path, source: str, ci: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_throwaway.py").write_text(source)
     env = {**os.environ, "CI": ci, "PYTHONPATH": str(TESTS)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest", "test_throwaway.py"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest", "test_throwaway.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("source", [MODULE_SKIP, TEST_SKIP], ids=["module-level skip", "test skip"])

@@ -1,4 +1,5 @@
 """`python -m stacks timeline`: critical path of `pulumi up` with a duration and a source per step."""
+
 import pytest
 
 from harness import run_program
@@ -18,7 +19,15 @@ def test_every_duration_has_a_source_and_a_basis():
 
 def test_h100_disagg_critical_path_runs_through_the_gpu_node_group():
     tl = timeline_for_program(program_for_stack("h100-disagg"))
-    assert tl.critical == ["vpc", "eks-control-plane", "gpu-node-group", "device-plugin-pods", "dgd", "image-pull", "worker-startup"]
+    assert tl.critical == [
+        "vpc",
+        "eks-control-plane",
+        "gpu-node-group",
+        "device-plugin-pods",
+        "dgd",
+        "image-pull",
+        "worker-startup",
+    ]
     # the plugins install from the system nodes, beside the GPU node group: only their pods on the new node are on the path
     assert tl.steps["device-plugins"].after == ("system-node-group",) and "device-plugins" not in tl.critical
     assert "model-download" not in tl.critical and tl.slack("model-download") > 0
@@ -63,7 +72,9 @@ def test_download_is_checkpoint_size_over_throughput():
 
 def test_fsx_throughput_bounds_the_download_on_eks():
     program = program_for_stack("h100-disagg")
-    small = program.cluster.model_copy(update={"cache_storage": "fsx-lustre", "fsx_storage_capacity_gib": 1200, "fsx_throughput_per_tib": 125})
+    small = program.cluster.model_copy(
+        update={"cache_storage": "fsx-lustre", "fsx_storage_capacity_gib": 1200, "fsx_throughput_per_tib": 125}
+    )
     program.cluster = small
     step = timeline_for_program(program).steps["model-download"]
     assert "FSx 1200 GiB x 125 MB/s/TiB" in step.source
@@ -140,9 +151,14 @@ def test_karpenter_path_launches_gpu_nodes_when_the_nodepool_exists():
     with pytest.raises(ValueError, match="capacity 'spot'"):
         build_steps(capacity="spot", **kw)
     # Outside EKS the capacity changes nothing (no node groups of ours).
-    assert build_steps(mode="kubeconfig", capacity="karpenter", **LIGHTNING).keys() == build_steps(mode="kubeconfig", **LIGHTNING).keys()
+    assert (
+        build_steps(mode="kubeconfig", capacity="karpenter", **LIGHTNING).keys()
+        == build_steps(mode="kubeconfig", **LIGHTNING).keys()
+    )
     assert gpu_launch(type("T", (), {"capacity": "karpenter", "start": lambda self, n: start(kp, fk, n)})()) == (
-        "gpu-node-launch", pytest.approx(fk["karpenter"]))
+        "gpu-node-launch",
+        pytest.approx(fk["karpenter"]),
+    )
 
 
 def test_pause_time_is_consolidate_after_plus_karpenters_polling_and_validation():
@@ -188,8 +204,10 @@ def test_karpenter_timeline_edges_are_the_programs_dependencies():
     """With the GPU pool on Karpenter the program has no GPU node group; the DGD waits for the download and the
     NodePool, the download does not wait for the NodePool, and the pool's capacity placeholder Job waits for the
     NodePool only, not for the platform, the download or the DGD (the timeline's karpenter edges)."""
-    run = run_program({"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "capacity": "karpenter", "maxNodes": 2}},
-                      {"hfToken": "hf_x"})
+    run = run_program(
+        {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "capacity": "karpenter", "maxNodes": 2}},
+        {"hfToken": "hf_x"},
+    )
     groups = [r.name for r in run.by_type("aws:eks/nodeGroup:NodeGroup")]
     assert groups and all("system" in g for g in groups), groups  # the system group only: no GPU node group
     pool = run.one("kubernetes:karpenter.sh/v1:NodePool")
@@ -228,12 +246,16 @@ def test_pause_line_is_what_the_paused_plan_does(capsys):
     plain, secret = split_secrets(stack_raw_config(name))
     running = build_program(plain, name, secret, aws_region=stack_aws_region(name))
     paused = build_program(paused_raw(plain), name, secret, aws_region=stack_aws_region(name))
+
     def size(plan):
-        return {(p.name, p.nodegroup["scaling_config"]["desired_size"], p.nodegroup["scaling_config"]["min_size"])
-                for p in plan.cluster_plan.gpu_pools if (p.nodegroup or {}).get("scaling_config")}
+        return {
+            (p.name, p.nodegroup["scaling_config"]["desired_size"], p.nodegroup["scaling_config"]["min_size"])
+            for p in plan.cluster_plan.gpu_pools
+            if (p.nodegroup or {}).get("scaling_config")
+        }
 
     assert size(running) and all(d > 0 for _, d, _ in size(running))
-    (desired, min_size), = {(d, m) for _, d, m in size(paused)}
+    ((desired, min_size),) = {(d, m) for _, d, m in size(paused)}
     assert main(["timeline", "--stack", name]) == 0
     out = " ".join(capsys.readouterr().out.split())
     m = re.search(r"pause \(every entry on the pool paused, or at replicas: 0\): (.*?); Karpenter", out)
@@ -267,5 +289,9 @@ def test_five_paths_sum_their_steps_and_are_held_to_their_targets(capsys):
         assert p.name in out
     flat = " ".join(out.split())  # the report wraps at 100 columns
     row = flat.split("scale-out on a running node", 1)[1].split(" + worker-startup", 1)[0]
-    verdict = "met" if paths[3].warm <= targets["scale-out-same-node"]["cold"] else f"misses by {paths[3].warm - targets['scale-out-same-node']['cold']:.1f}"
+    verdict = (
+        "met"
+        if paths[3].warm <= targets["scale-out-same-node"]["cold"]
+        else f"misses by {paths[3].warm - targets['scale-out-same-node']['cold']:.1f}"
+    )
     assert f"warm {paths[3].warm:.1f} (target {targets['scale-out-same-node']['cold']:g}: {verdict})" in row, row

@@ -1,6 +1,7 @@
 """The engine tests' key service (tests/transit_keeper.py) against the real Pulumi CLI: a stack on it keeps its
 secret as ciphertext in its config, wrapped data key beside it, reads it back, and a client without the keeper's
 token, or a ciphertext the keeper did not make, is refused."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,9 @@ CANARY = "hf_TRANSIT_CANARY_51c2"
 
 def _put(path: str, body: dict, token: str) -> tuple[int, dict]:
     env = transit_keeper.env()
-    req = urllib.request.Request(env["VAULT_SERVER_URL"] + path, data=json.dumps(body).encode(), method="PUT",
-                                 headers={"X-Vault-Token": token})
+    req = urllib.request.Request(
+        env["VAULT_SERVER_URL"] + path, data=json.dumps(body).encode(), method="PUT", headers={"X-Vault-Token": token}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, json.loads(r.read())

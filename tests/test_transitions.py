@@ -9,6 +9,7 @@ The steps run as the Automation API's ``up`` runs them (``pulumi up --yes --skip
 does), where a create under a new URN adopts the live object (server-side apply) and the delete of the old URN then
 removes it; a preview runs first where a step's preview could fail on its own.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,14 +18,28 @@ from pathlib import Path
 import pytest
 
 from stacks.program import build_program
-from test_engine import (KEPT, RESOURCE, TOKEN, kube, kubectl, live_many, make_stack, project_copy, set_config,  # noqa: F401  (fixtures)
-                         workspace)
+from test_engine import (
+    KEPT,
+    RESOURCE,
+    TOKEN,
+    kube,  # noqa: F401  (a pytest fixture)
+    kubectl,
+    live_many,
+    make_stack,
+    project_copy,
+    set_config,  # noqa: F401  (fixtures)
+    workspace,  # noqa: F401  (a pytest fixture)
+)
 from stacks.registry import yaml_text
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent
 
-AGG, DISAGG, OTHER = "lightning-vllm-agg-h100-dspark", "lightning-vllm-disagg-h100-dspark", "motif3-vllm-disagg-b200-chat-generic-2p1d-kv"
+AGG, DISAGG, OTHER = (
+    "lightning-vllm-agg-h100-dspark",
+    "lightning-vllm-disagg-h100-dspark",
+    "motif3-vllm-disagg-b200-chat-generic-2p1d-kv",
+)
 
 
 def cluster(kube) -> dict:
@@ -52,8 +67,11 @@ def apply(stack, kube, raw: dict, before: dict | None = None, preview: bool = Fa
     """Set the stack's config to ``raw`` (keys not in it are removed), preview if asked, up; then check on the server that
     every object ``raw`` asks for is live and that each of them live in ``before`` is still the same object.
     Returns the live uids and the engine's output."""
-    current = {k.split(":", 1)[1] for k in stack.get_all_config()
-               if k.startswith("dynamo:") and k not in ("dynamo:hfToken", "dynamo:frontDoorApiKeys")}  # secrets: set apart
+    current = {
+        k.split(":", 1)[1]
+        for k in stack.get_all_config()
+        if k.startswith("dynamo:") and k not in ("dynamo:hfToken", "dynamo:frontDoorApiKeys")
+    }  # secrets: set apart
     if current - set(raw):
         stack.remove_all_config([f"dynamo:{key}" for key in sorted(current - set(raw))])
     set_config(stack, raw)
@@ -86,6 +104,7 @@ def resource_changes(stack) -> dict:
 # each kept object had its own hook ``<resource>-kept``). One `up` of today's program with the config unchanged
 # upgrades it without a create, replace or delete; then come the changes. The control plane is this module's and goes
 # with it, so no test spends a destroy.
+
 
 def _upgraded(stack, kube, workspace, raw: dict) -> dict:
     """Up with the earlier components, then with today's and the same config; returns the live uids."""
@@ -254,8 +273,13 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
     raw = {"target": AGG, "namespace": ns, **cluster(kube), "wait": {"enabled": True}}
     stack = make_stack(workspace, ns, raw)
     env = {**os.environ, **stack.workspace.env_vars}
-    proc = subprocess.Popen(["pulumi", "up", "--stack", ns, "--yes", "--skip-preview", "--non-interactive"],
-                            cwd=workspace["dir"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["pulumi", "up", "--stack", ns, "--yes", "--skip-preview", "--non-interactive"],
+        cwd=workspace["dir"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         # The language host that runs the program (the engine may start others briefly, e.g. to list plugins): the
         # one with a child process, the Python program.
@@ -276,7 +300,9 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
             live = kubectl(kube, "get", "namespace", ns, "-o", "name", check=False).returncode == 0
             if not live:
                 time.sleep(0.5)
-        assert live, f"namespace {ns} did not become live within 90 s (the up {'ended' if proc.poll() is not None else 'still runs'})"
+        assert live, (
+            f"namespace {ns} did not become live within 90 s (the up {'ended' if proc.poll() is not None else 'still runs'})"
+        )
         assert proc.poll() is None and _alive(host) and _alive(program), "the up ended before it could be killed"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -294,10 +320,17 @@ def test_a_killed_up_leaves_no_language_host_behind(kube, workspace):
             proc.kill()
         # What docs/operating.md says to do after a killed `up`: `pulumi cancel` deletes the stack's lock files (the
         # file backend too: pulumi/pulumi pkg/backend/diy CancelCurrentUpdate), and the stack can be used again.
-        subprocess.run(["pulumi", "cancel", "--yes", "--stack", ns], cwd=workspace["dir"], env=env, capture_output=True, check=True)
+        subprocess.run(
+            ["pulumi", "cancel", "--yes", "--stack", ns], cwd=workspace["dir"], env=env, capture_output=True, check=True
+        )
         # ...then `pulumi refresh --clear-pending-creates` drops the creates the killed engine never saw finish.
-        r = subprocess.run(["pulumi", "refresh", "--clear-pending-creates", "--yes", "--skip-preview", "--non-interactive",
-                            "--stack", ns], cwd=workspace["dir"], env=env, capture_output=True, text=True)
+        r = subprocess.run(
+            ["pulumi", "refresh", "--clear-pending-creates", "--yes", "--skip-preview", "--non-interactive", "--stack", ns],
+            cwd=workspace["dir"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
         assert not stack.export_stack().deployment.get("pending_operations"), "pending operations left after the refresh"
         stack.workspace.remove_stack(stack.name, force=True)
@@ -347,10 +380,22 @@ def test_the_front_door_opens_rotates_its_keys_and_closes_without_touching_servi
         before, _ = apply(stack, kube, serving)
         stack.set_config("dynamo:frontDoorApiKeys", auto.ConfigValue(value=json.dumps(keys), secret=True))
         live, out = apply(stack, kube, door, before=before)
-        planned = [o for layer in build_program(door, "t", frozenset({"hfToken", "frontDoorApiKeys"})).layers for o in layer.objects]
+        planned = [
+            o for layer in build_program(door, "t", frozenset({"hfToken", "frontDoorApiKeys"})).layers for o in layer.objects
+        ]
         kinds = {o["kind"] for o in planned}
-        assert {"Gateway", "GatewayClass", "HTTPRoute", "SecurityPolicy", "BackendTrafficPolicy", "ClientTrafficPolicy",
-                "Secret", "NetworkPolicy", "Certificate", "EnvoyProxy"} <= kinds
+        assert {
+            "Gateway",
+            "GatewayClass",
+            "HTTPRoute",
+            "SecurityPolicy",
+            "BackendTrafficPolicy",
+            "ClientTrafficPolicy",
+            "Secret",
+            "NetworkPolicy",
+            "Certificate",
+            "EnvoyProxy",
+        } <= kinds
         on_server = live_many(kube, planned)  # every object of the committed door is live
         assert [k for k, v in on_server.items() if v is None] == []
         (proxy,) = [v for (kind, _, _), v in on_server.items() if kind == "EnvoyProxy"]
@@ -361,9 +406,11 @@ def test_the_front_door_opens_rotates_its_keys_and_closes_without_touching_servi
         name = secret["metadata"]["name"]
         data = json.loads(kubectl(kube, "get", "secret", name, "-n", ns, "-o", "json").stdout)["data"]
         assert {k: base64.b64decode(v).decode() for k, v in data.items()} == keys
-        route = json.loads(kubectl(kube, "get", "httproute", f"{name[:-len('-api-keys')]}", "-n", ns, "-o", "json").stdout)
+        route = json.loads(kubectl(kube, "get", "httproute", f"{name[: -len('-api-keys')]}", "-n", ns, "-o", "json").stdout)
         assert route["spec"]["rules"][0]["timeouts"]["request"].endswith("s")
-        state = json.dumps(stack.export_stack().deployment) + json.dumps({k: v.value for k, v in stack.outputs().items()}, default=str)
+        state = json.dumps(stack.export_stack().deployment) + json.dumps(
+            {k: v.value for k, v in stack.outputs().items()}, default=str
+        )
         assert not any(k in state or k in out for k in keys.values()), "an API key in plain text in the state, outputs or log"
         assert stack.outputs()["frontDoorUrl"].value == f"https://{public['hostname']}/v1"
 
@@ -391,18 +438,27 @@ def test_the_front_door_opens_rotates_its_keys_and_closes_without_touching_servi
         committed = yaml_text.load((ROOT / "Pulumi.h100-serving.yaml").read_text())["config"]["dynamo:frontDoor"]
         existing = {**serving, "frontDoor": committed}
         attached, out = apply(stack, kube, existing, before=closed)
-        routes = [o for layer in build_program(existing, "t", frozenset({"hfToken"})).layers for o in layer.objects
-                  if o["kind"] == "HTTPRoute"]
+        routes = [
+            o
+            for layer in build_program(existing, "t", frozenset({"hfToken"})).layers
+            for o in layer.objects
+            if o["kind"] == "HTTPRoute"
+        ]
         assert routes, "the committed door plans no HTTPRoute"
         for r in routes:
             got = json.loads(kubectl(kube, "get", "httproute", r["metadata"]["name"], "-n", ns, "-o", "json").stdout)
             gw = committed["existingGateway"]
-            assert [(p["namespace"], p["name"], p.get("sectionName")) for p in got["spec"]["parentRefs"]] == \
-                   [(gw["namespace"], gw["name"], gw.get("sectionName"))]
+            assert [(p["namespace"], p["name"], p.get("sectionName")) for p in got["spec"]["parentRefs"]] == [
+                (gw["namespace"], gw["name"], gw.get("sectionName"))
+            ]
             for rule in got["spec"]["rules"]:
                 assert rule["timeouts"]["request"].endswith("s") and rule["timeouts"]["request"] != "0s"
-                removed = [h for f in rule.get("filters") or [] if f["type"] == "RequestHeaderModifier"
-                           for h in f["requestHeaderModifier"].get("remove") or []]
+                removed = [
+                    h
+                    for f in rule.get("filters") or []
+                    if f["type"] == "RequestHeaderModifier"
+                    for h in f["requestHeaderModifier"].get("remove") or []
+                ]
                 assert "x-worker-instance-id" in [h.lower() for h in removed], rule
         assert {k: v for k, v in attached.items() if k in closed} == closed
     finally:

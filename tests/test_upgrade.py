@@ -14,6 +14,7 @@ operator makes one DynamoComponentDeployment per component name); nothing else c
 download Jobs, the namespace and the HF Secret stay as they are (the cache is kept). The old id still works with the
 new program and the preview warns with the new names; setting the new id then changes nothing.
 """
+
 from __future__ import annotations
 
 import functools
@@ -95,8 +96,12 @@ def test_the_1_5_era_catalog_module_renders_the_frozen_files_of_the_renamed_targ
     for tid in catalog.renamed():
         t = old[tid]
         assert t.upstream in fidelity.renamed_paths()
-        diffs = fidelity.compare_file(fidelity.load_docs(ref / t.upstream), apply_all(mod.FAMILY.builders[t.family](t), t.ops),
-                                      storage_class=None, pull_secrets=())
+        diffs = fidelity.compare_file(
+            fidelity.load_docs(ref / t.upstream),
+            apply_all(mod.FAMILY.builders[t.family](t), t.ops),
+            storage_class=None,
+            pull_secrets=(),
+        )
         assert diffs == [], (tid, diffs)
 
 
@@ -109,7 +114,9 @@ def _steps(stack, **kw) -> tuple[dict[tuple[str, str], str], str]:
         pre = getattr(e, "resource_pre_event", None)
         if pre is not None:
             urn = pre.metadata.urn
-            steps[(urn.split("::")[2].split("$")[-1], urn.split("::")[-1])] = str(pre.metadata.op.value if hasattr(pre.metadata.op, "value") else pre.metadata.op)
+            steps[(urn.split("::")[2].split("$")[-1], urn.split("::")[-1])] = str(
+                pre.metadata.op.value if hasattr(pre.metadata.op, "value") else pre.metadata.op
+            )
         diag = getattr(e, "diagnostic_event", None)
         if diag is not None:
             out.append(f"{diag.severity}: {diag.message}")
@@ -124,27 +131,40 @@ def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
 
     (tmp_path / "repo").mkdir()
     repo = chart_repo(tmp_path / "repo", "dynamo-platform", [PLATFORM_15, PLATFORM_16])
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo)))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo))
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     (tmp_path / "project").mkdir()
     program = Program(tmp_path / "project", f"http://127.0.0.1:{server.server_address[1]}")
     program.era(OLD_ULTRA, PLATFORM_15)
 
     ns = "e-upgrade"
-    env = {"PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
-           "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-           "DYNAMO_REFERENCE": str(fidelity.reference_root())}
+    env = {
+        "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "DYNAMO_REFERENCE": str(fidelity.reference_root()),
+    }
     (tmp_path / "state").mkdir()
     stack = new_stack(program.work, ns, env)
-    config = {"target": OLD_ID, "namespace": ns, "wait": {"enabled": False},
-              "cluster": {"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"], "installPlatform": True}}
+    config = {
+        "target": OLD_ID,
+        "namespace": ns,
+        "wait": {"enabled": False},
+        "cluster": {"mode": "kubeconfig", "kubeconfigPath": kube["kubeconfig"], "installPlatform": True},
+    }
     set_config(stack, config, secrets={"hfToken": "hf_UPGRADE_CANARY"})
     try:
         # --- the 1.5-era stack
         assert stack.up(on_output=None).summary.result == "succeeded"
-        old_dgd = json.loads(kubectl(kube, "get", "dynamographdeployments.nvidia.com", "ultra-agg-b200-256k-2w-kv", "-n", ns, "-o", "json").stdout)
+        old_dgd = json.loads(
+            kubectl(kube, "get", "dynamographdeployments.nvidia.com", "ultra-agg-b200-256k-2w-kv", "-n", ns, "-o", "json").stdout
+        )
         assert [c["name"] for c in old_dgd["spec"]["components"]] == ["Frontend", "VllmWorker"]
-        pvc = json.loads(kubectl(kube, "get", "pvc", catalog.cache_claim(catalog.targets()[NEW_ID]), "-n", ns, "-o", "json").stdout)
+        pvc = json.loads(
+            kubectl(kube, "get", "pvc", catalog.cache_claim(catalog.targets()[NEW_ID]), "-n", ns, "-o", "json").stdout
+        )
         pin = json.loads(kubectl(kube, "get", "configmap", "dynamo-platform-pin", "-n", "dynamo-system", "-o", "json").stdout)
         assert pin["data"]["chartVersion"] == PLATFORM_15
         before = {r["urn"]: r for r in stack.export_stack().deployment["resources"]}
@@ -155,7 +175,10 @@ def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
         changed = {k: op for k, op in steps.items() if op != "same"}
         # The DGD's graph component is named by the namespace and the DGD (stacks/program/names.py), so the new DGD
         # comes with its own graph component; no other Kubernetes object changes.
-        old_graph, new_graph = f"serving-{ns}-graph-ultra-agg-b200-256k-2w-kv", f"serving-{ns}-graph-ultra-agg-b200-256k-kv-router"
+        old_graph, new_graph = (
+            f"serving-{ns}-graph-ultra-agg-b200-256k-2w-kv",
+            f"serving-{ns}-graph-ultra-agg-b200-256k-kv-router",
+        )
         assert changed == {
             ("kubernetes:helm.sh/v3:Release", "dynamo-platform-release"): "update",
             ("dynamo:serving:DynamoGraph", new_graph): "create",
@@ -163,9 +186,13 @@ def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
             ("dynamo:serving:DynamoGraph", old_graph): "delete",
             ("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", f"{old_graph}-ultra-agg-b200-256k-2w-kv"): "delete",
         }, changed
-        assert ("kubernetes:core/v1:PersistentVolumeClaim", f"serving-{ns}-model-cache") in steps and \
-            steps[("kubernetes:core/v1:PersistentVolumeClaim", f"serving-{ns}-model-cache")] == "same"
-        assert f"target '{OLD_ID}' was renamed upstream to '{NEW_ID}'" in diagnostics and "'ultra-agg-b200-256k-kv-router'" in diagnostics
+        assert ("kubernetes:core/v1:PersistentVolumeClaim", f"serving-{ns}-model-cache") in steps and steps[
+            ("kubernetes:core/v1:PersistentVolumeClaim", f"serving-{ns}-model-cache")
+        ] == "same"
+        assert (
+            f"target '{OLD_ID}' was renamed upstream to '{NEW_ID}'" in diagnostics
+            and "'ultra-agg-b200-256k-kv-router'" in diagnostics
+        )
 
         # --- the stack file names the new id: the same plan, and no warning
         stack.set_config("dynamo:target", auto.ConfigValue(value=NEW_ID))
@@ -173,15 +200,25 @@ def test_upgrade_from_the_1_5_pins_and_an_old_ultra_id_to_1_6(kube, tmp_path):
         assert {k: op for k, op in steps2.items() if op != "same"} == changed and "renamed upstream" not in diagnostics2
         result = stack.up(on_output=None)
         assert result.summary.result == "succeeded"
-        assert {k: v for k, v in result.summary.resource_changes.items() if k != "same"} == {"create": 2, "delete": 2, "update": 1}
+        assert {k: v for k, v in result.summary.resource_changes.items() if k != "same"} == {
+            "create": 2,
+            "delete": 2,
+            "update": 1,
+        }
 
         # --- after: new DGD with the 1.6 component names, old one gone, cache claim and release kept (same objects)
-        new_dgd = json.loads(kubectl(kube, "get", "dynamographdeployments.nvidia.com", "ultra-agg-b200-256k-kv-router", "-n", ns, "-o", "json").stdout)
+        new_dgd = json.loads(
+            kubectl(
+                kube, "get", "dynamographdeployments.nvidia.com", "ultra-agg-b200-256k-kv-router", "-n", ns, "-o", "json"
+            ).stdout
+        )
         assert [c["name"] for c in new_dgd["spec"]["components"]] == ["Frontend", "worker"]
         assert kubectl(kube, "get", "dynamographdeployments.nvidia.com", "ultra-agg-b200-256k-2w-kv", "-n", ns).returncode != 0
         pvc_after = json.loads(kubectl(kube, "get", "pvc", pvc["metadata"]["name"], "-n", ns, "-o", "json").stdout)
         assert pvc_after["metadata"]["uid"] == pvc["metadata"]["uid"]
-        pin_after = json.loads(kubectl(kube, "get", "configmap", "dynamo-platform-pin", "-n", "dynamo-system", "-o", "json").stdout)
+        pin_after = json.loads(
+            kubectl(kube, "get", "configmap", "dynamo-platform-pin", "-n", "dynamo-system", "-o", "json").stdout
+        )
         assert pin_after["data"]["chartVersion"] == PLATFORM_16 and pin_after["metadata"]["uid"] == pin["metadata"]["uid"]
         after = {r["urn"]: r for r in stack.export_stack().deployment["resources"]}
         release = next(u for u in before if u.endswith("::dynamo-platform-release"))

@@ -3,6 +3,7 @@ Pulumi delete and recreate it (the model cache included). This test pins them; i
 a refactor, add `aliases=[pulumi.Alias(...)]` for the old name/parent rather than letting resources
 be replaced. Only an explicit `make golden` (tests/update_golden.py) rewrites the golden files; this
 test never writes them."""
+
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,21 @@ CASES = {
     "eks": {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks"}},
     # GB200 on an UltraServer Capacity Block in a Local Zone: the DRA driver release, FSx cache and IMEX objects
     # only this path has (the committed gb200-disagg stack's cluster).
-    "eks-gb200": {"gpu": "gb200", "topology": "disagg", "spec": "dspark", "fabricProfile": "aws-efa",
-                  "cluster": {"mode": "eks", "region": "us-east-1",
-                              "availabilityZones": ["us-east-1a", "us-east-1b", "us-east-1c"],
-                              "gpuAvailabilityZone": "us-east-1-dfw-2a", "cacheStorage": "fsx-lustre",
-                              "marketType": "capacity-block", "capacityReservationId": "cr-0b200000000000001"}},
+    "eks-gb200": {
+        "gpu": "gb200",
+        "topology": "disagg",
+        "spec": "dspark",
+        "fabricProfile": "aws-efa",
+        "cluster": {
+            "mode": "eks",
+            "region": "us-east-1",
+            "availabilityZones": ["us-east-1a", "us-east-1b", "us-east-1c"],
+            "gpuAvailabilityZone": "us-east-1-dfw-2a",
+            "cacheStorage": "fsx-lustre",
+            "marketType": "capacity-block",
+            "capacityReservationId": "cr-0b200000000000001",
+        },
+    },
 }
 
 
@@ -33,8 +44,10 @@ def test_urns_are_stable(case):
     urns = current_urns(case)
     expected = (GOLDEN / f"urns-{case}.txt").read_text().split()
     gone, new = sorted(set(expected) - set(urns)), sorted(set(urns) - set(expected))
-    assert not gone and not new, ("URNs changed (add aliases for renamed/moved resources; if every change is wanted, "
-                                  "`make golden` rewrites the golden files):\n- " + "\n- ".join(gone) + "\n+ " + "\n+ ".join(new))
+    assert not gone and not new, (
+        "URNs changed (add aliases for renamed/moved resources; if every change is wanted, "
+        "`make golden` rewrites the golden files):\n- " + "\n- ".join(gone) + "\n+ " + "\n+ ".join(new)
+    )
 
 
 def test_the_check_never_writes_the_golden_files(tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
 """stacks/registry/versions.yaml is the one manifest: the scripts, go.mod files and pyproject carry the same pins."""
+
 import re
 
 import pytest
@@ -102,8 +103,13 @@ def test_a_version_bump_previews_as_in_place_updates(monkeypatch, tmp_path):
     cfg = {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "kubernetesVersion": "1.35"}}
     before = _run_with_manifest(monkeypatch, tmp_path, base, cfg)
     # the cluster runs 1.35 (EKS answers the program's lookup): one minor step
-    after = _run_with_manifest(monkeypatch, tmp_path, bumped, {**cfg, "cluster": {**cfg["cluster"], "kubernetesVersion": "1.36"}},
-                               eks_clusters={"dynamo-bump": "1.35"})
+    after = _run_with_manifest(
+        monkeypatch,
+        tmp_path,
+        bumped,
+        {**cfg, "cluster": {**cfg["cluster"], "kubernetesVersion": "1.36"}},
+        eks_clusters={"dynamo-bump": "1.35"},
+    )
     assert sorted(before) == sorted(after)  # no resource created, deleted or renamed
     changed = {}
     for urn, r in after.items():
@@ -137,10 +143,14 @@ def test_a_version_skip_in_the_manifest_is_refused(monkeypatch, tmp_path):
 
     import harness
 
-    bumped = _allow(copy.deepcopy(versions()), "1.36", dict(versions()["eks"]["addons"]["1.35"], **{"kube-proxy": "v1.36.0-eksbuild.1"}))
+    bumped = _allow(
+        copy.deepcopy(versions()), "1.36", dict(versions()["eks"]["addons"]["1.35"], **{"kube-proxy": "v1.36.0-eksbuild.1"})
+    )
     bumped["eks"]["kubernetesVersion"] = "1.36"
     with pytest.raises(Exception, match=r"'1\.36' is 2 minor versions ahead of the cluster's '1\.34'"):
-        _run_with_manifest(monkeypatch, tmp_path, bumped, {"gpu": "h100", "cluster": {"mode": "eks", "currentKubernetesVersion": "1.34"}})
+        _run_with_manifest(
+            monkeypatch, tmp_path, bumped, {"gpu": "h100", "cluster": {"mode": "eks", "currentKubernetesVersion": "1.34"}}
+        )
     assert harness.LAST_RUN.resources == []
 
 
@@ -156,9 +166,14 @@ def test_a_default_that_jumps_the_running_cluster_two_minors_is_refused_without_
         _allow(bumped, v, dict(bumped["eks"]["addons"]["1.35"], **{"kube-proxy": f"v{v}.0-eksbuild.1"}))
     bumped["eks"]["kubernetesVersion"] = "1.37"
     with pytest.raises(Exception) as e:
-        _run_with_manifest(monkeypatch, tmp_path, bumped, {"gpu": "h100", "cluster": {"mode": "eks"}}, eks_clusters={"dynamo-bump": "1.35"})
+        _run_with_manifest(
+            monkeypatch, tmp_path, bumped, {"gpu": "h100", "cluster": {"mode": "eks"}}, eks_clusters={"dynamo-bump": "1.35"}
+        )
     assert "'1.37' is 2 minor versions ahead of '1.35', the version EKS cluster 'dynamo-bump' runs" in str(e.value)
-    assert 'set dynamo:cluster.kubernetesVersion: "1.36", run `pulumi up`; then set dynamo:cluster.kubernetesVersion: "1.37"' in str(e.value)
+    assert (
+        'set dynamo:cluster.kubernetesVersion: "1.36", run `pulumi up`; then set dynamo:cluster.kubernetesVersion: "1.37"'
+        in str(e.value)
+    )
     assert [r.type for r in harness.LAST_RUN.resources] == ["pulumi:providers:aws"]
 
 
@@ -179,8 +194,11 @@ def test_every_addon_the_plan_installs_is_pinned_for_every_allowed_version(cache
     assert set(eks["kubernetesVersions"]) <= set(eks["addons"]), "an allowed version has no add-on pins"
     assert not set(eks["kubernetesVersions"]) & set(eks.get("refusedKubernetesVersions") or {})
     for k8s in eks["kubernetesVersions"]:
-        run = run_program({"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": k8s, "cacheStorage": cache}},
-                          {"hfToken": "hf_x"}, stack=f"pins-{cache}")
+        run = run_program(
+            {"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": k8s, "cacheStorage": cache}},
+            {"hfToken": "hf_x"},
+            stack=f"pins-{cache}",
+        )
         addons = {r.inputs["addonName"]: r.inputs.get("addonVersion") for r in run.by_type(ADDON)}
         assert {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"} <= set(addons), addons
         for name, rendered in addons.items():
@@ -200,8 +218,12 @@ def test_an_addon_without_a_pin_is_refused_before_any_resource(monkeypatch, tmp_
 
     bumped = copy.deepcopy(versions())
     del bumped["eks"]["addons"]["1.35"]["vpc-cni"]
-    with pytest.raises(Exception, match=r"dynamo:cluster\.kubernetesVersion: '1\.35' has no pinned EKS add-on version for vpc-cni"):
-        _run_with_manifest(monkeypatch, tmp_path, bumped, {"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": "1.35"}})
+    with pytest.raises(
+        Exception, match=r"dynamo:cluster\.kubernetesVersion: '1\.35' has no pinned EKS add-on version for vpc-cni"
+    ):
+        _run_with_manifest(
+            monkeypatch, tmp_path, bumped, {"gpu": "h100", "cluster": {"mode": "eks", "kubernetesVersion": "1.35"}}
+        )
     assert harness.LAST_RUN.resources == []
 
 

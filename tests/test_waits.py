@@ -1,6 +1,7 @@
 """The waits `pulumi up` performs (stacks/serving/waits.py, components/serving.py): which annotations and
 resource options bound them, and what the messages say when a wait ends badly. The behaviour
 against a real API server (a wait ends at its timeout) is in test_engine.py."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,19 +35,26 @@ def test_dgd_waits_for_ready_with_its_timeout():
     assert dgd["metadata"]["annotations"] == {waits.WAIT_FOR: "condition=Ready", waits.TIMEOUT: "90"}
 
 
-@pytest.mark.parametrize("wait, job_waits, dgd_waits, pvc_waits", [
-    ({}, True, True, True),
-    ({"enabled": False}, False, False, False),
-    ({"job": False}, False, True, True),
-    ({"dgd": False}, True, False, True),
-])
+@pytest.mark.parametrize(
+    "wait, job_waits, dgd_waits, pvc_waits",
+    [
+        ({}, True, True, True),
+        ({"enabled": False}, False, False, False),
+        ({"job": False}, False, True, True),
+        ({"dgd": False}, True, False, True),
+    ],
+)
 def test_switches_choose_which_waits_exist(wait, job_waits, dgd_waits, pvc_waits):
     from stacks.config.keys import parse
     from stacks.serving import build_plan
 
     plan = build_plan(parse({"target": TARGET, "wait": wait}))
     found = {k[0] for k in waits.waits_of(plan)}
-    assert ("Job" in found, "DynamoGraphDeployment" in found, "PersistentVolumeClaim" in found) == (job_waits, dgd_waits, pvc_waits)
+    assert ("Job" in found, "DynamoGraphDeployment" in found, "PersistentVolumeClaim" in found) == (
+        job_waits,
+        dgd_waits,
+        pvc_waits,
+    )
     job = plan.jobs[0]["metadata"].get("annotations") or {}
     assert (job.get(waits.SKIP_AWAIT) == "true") == (not job_waits)
     assert (waits.WAIT_FOR in job) == job_waits
@@ -66,8 +74,10 @@ def test_waits_of_names_the_timeout_and_its_config_key():
     assert pvc.timeout_seconds == waits.PVC_TIMEOUT_SECONDS
     assert job.describe == f"kubectl describe job/{job.name} -n team-a"
     assert dgd.describe == f"kubectl describe dynamographdeployment/{dgd.name} -n team-a"
-    assert job.announce() == (f"when it creates or updates Job team-a/{job.name}, `up` waits up to 3m (dynamo:wait.jobTimeout) "
-                              f"for it to finish (condition Complete or Failed); to look meanwhile: {job.describe}")
+    assert job.announce() == (
+        f"when it creates or updates Job team-a/{job.name}, `up` waits up to 3m (dynamo:wait.jobTimeout) "
+        f"for it to finish (condition Complete or Failed); to look meanwhile: {job.describe}"
+    )
     assert "up to 2h" in dgd.announce()
 
 
@@ -77,19 +87,25 @@ def test_custom_timeouts_follow_the_annotation():
     assert waits.custom_timeout({}) is None
 
 
-PROVIDER_TIMEOUT = ('resource "urn:pulumi:s::p::dynamo:serving:Serving$kubernetes:batch/v1:Job::serving-model-download-x" '
-                    "was successfully created, but the Kubernetes API server reported that it failed to fully initialize "
-                    "or become live: timed out waiting for the condition")
+PROVIDER_TIMEOUT = (
+    'resource "urn:pulumi:s::p::dynamo:serving:Serving$kubernetes:batch/v1:Job::serving-model-download-x" '
+    "was successfully created, but the Kubernetes API server reported that it failed to fully initialize "
+    "or become live: timed out waiting for the condition"
+)
 
 
 def _job_wait(timeout=180):
-    return waits.Wait("Job", "model-download", "team-a", "to finish (condition Complete or Failed)", timeout, "dynamo:wait.jobTimeout")
+    return waits.Wait(
+        "Job", "model-download", "team-a", "to finish (condition Complete or Failed)", timeout, "dynamo:wait.jobTimeout"
+    )
 
 
 def test_timeout_message_says_what_was_awaited_what_was_seen_and_how_to_look():
     msg = _job_wait().failed([PROVIDER_TIMEOUT], seen="pods active 1, succeeded 0, failed 0; no conditions")
-    assert msg.startswith("gave up waiting for Job team-a/model-download to finish (condition Complete or Failed) "
-                          "after 3m (dynamo:wait.jobTimeout).")
+    assert msg.startswith(
+        "gave up waiting for Job team-a/model-download to finish (condition Complete or Failed) "
+        "after 3m (dynamo:wait.jobTimeout)."
+    )
     assert "provider: timed out waiting for the condition" in msg and "urn:pulumi" not in msg
     assert "last seen: pods active 1, succeeded 0, failed 0; no conditions" in msg
     assert "look: kubectl describe job/model-download -n team-a" in msg
@@ -111,18 +127,21 @@ def test_message_without_a_probe_points_at_the_command():
 
 def test_pvc_timeout_text_of_the_legacy_poller_counts_as_a_timeout():
     w = waits.Wait("PersistentVolumeClaim", "shared-model-cache", "ns", "to be Bound", 300, "fixed")
-    msg = w.failed(["... failed to fully initialize or become live: Timeout occurred polling for 'shared-model-cache'"],
-                   seen="phase Pending, storage class gp3")
+    msg = w.failed(
+        ["... failed to fully initialize or become live: Timeout occurred polling for 'shared-model-cache'"],
+        seen="phase Pending, storage class gp3",
+    )
     assert "after 5m" in msg and "kubectl describe pvc/shared-model-cache -n ns" in msg
     assert "phase Pending, storage class gp3" in msg
     assert msg.endswith("the next `pulumi up` waits for it again") and "raise fixed" not in msg
 
 
-@pytest.mark.parametrize("reason", ["context canceled", "Resource operation was cancelled for \"model-download\""])
+@pytest.mark.parametrize("reason", ["context canceled", 'Resource operation was cancelled for "model-download"'])
 def test_a_cancelled_wait_says_so(reason):
     msg = _job_wait().failed([f"... failed to fully initialize or become live: {reason}"])
-    assert msg.startswith("stopped waiting for Job team-a/model-download to finish (condition Complete or Failed): "
-                          "the update was cancelled.")
+    assert msg.startswith(
+        "stopped waiting for Job team-a/model-download to finish (condition Complete or Failed): the update was cancelled."
+    )
     assert "kubectl describe job/model-download -n team-a" in msg and "next `pulumi up` waits for it again" in msg
 
 
@@ -133,16 +152,29 @@ def test_a_non_timeout_error_is_reported_as_such():
 
 
 FAILED_STATUS = {
-    "active": 0, "failed": 4,
+    "active": 0,
+    "failed": 4,
     "conditions": [
-        {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"},
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"},
+        {
+            "type": "FailureTarget",
+            "status": "True",
+            "reason": "BackoffLimitExceeded",
+            "message": "Job has reached the specified backoff limit",
+        },
+        {
+            "type": "Failed",
+            "status": "True",
+            "reason": "BackoffLimitExceeded",
+            "message": "Job has reached the specified backoff limit",
+        },
     ],
 }
 
 
 def test_job_failure_names_the_reason_the_commands_and_the_retry():
-    msg = waits.job_failure(_job_wait(), "model-download", "team-a", FAILED_STATUS, "urn:pulumi:s::p::x$kubernetes:batch/v1:Job::j")
+    msg = waits.job_failure(
+        _job_wait(), "model-download", "team-a", FAILED_STATUS, "urn:pulumi:s::p::x$kubernetes:batch/v1:Job::j"
+    )
     assert "download Job team-a/model-download failed" in msg
     assert "Failed=True (BackoffLimitExceeded: Job has reached the specified backoff limit)" in msg
     assert "pods active 0, succeeded 0, failed 4" in msg
@@ -150,10 +182,15 @@ def test_job_failure_names_the_reason_the_commands_and_the_retry():
     assert "pulumi up --replace 'urn:pulumi:s::p::x$kubernetes:batch/v1:Job::j'" in msg
 
 
-@pytest.mark.parametrize("status", [
-    None, {}, {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1},
-    {"conditions": [{"type": "Failed", "status": "False"}]},
-])
+@pytest.mark.parametrize(
+    "status",
+    [
+        None,
+        {},
+        {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1},
+        {"conditions": [{"type": "Failed", "status": "False"}]},
+    ],
+)
 def test_job_failure_is_none_unless_failed_is_true(status):
     assert waits.job_failure(_job_wait(), "model-download", "team-a", status) is None
 
@@ -163,22 +200,38 @@ def test_job_failure_reads_typed_outputs_too():
         def __init__(self, **kw):
             self.__dict__.update(kw)
 
-    status = C(active=0, succeeded=0, failed=1, conditions=[C(type="Failed", status="True", reason="DeadlineExceeded", message="too long")])
+    status = C(
+        active=0,
+        succeeded=0,
+        failed=1,
+        conditions=[C(type="Failed", status="True", reason="DeadlineExceeded", message="too long")],
+    )
     assert "Failed=True (DeadlineExceeded: too long)" in waits.job_failure(None, "j", "n", status)
 
 
 def test_seen_from_live_objects():
     assert waits.seen_from_object("Job", {"status": {"active": 1}}) == "pods active 1, succeeded 0, failed 0; no conditions"
-    assert waits.seen_from_object("DynamoGraphDeployment", {"status": {"state": "pending", "conditions": [
-        {"type": "Ready", "status": "False", "reason": "Pending", "message": "0/2 ready"}]}}) == \
-        "state pending; Ready=False (Pending: 0/2 ready)"
+    assert (
+        waits.seen_from_object(
+            "DynamoGraphDeployment",
+            {
+                "status": {
+                    "state": "pending",
+                    "conditions": [{"type": "Ready", "status": "False", "reason": "Pending", "message": "0/2 ready"}],
+                }
+            },
+        )
+        == "state pending; Ready=False (Pending: 0/2 ready)"
+    )
     assert waits.seen_from_object("DynamoGraphDeployment", {}) == "no conditions"
     # A live claim without a class: the cluster had no default class (admission fills it in otherwise), so the
     # message must not blame "the default class" and must say what to set.
     no_class = waits.seen_from_object("PersistentVolumeClaim", {"spec": {}, "status": {"phase": "Pending"}})
     assert "default class" not in no_class and "no default StorageClass" in no_class and "dynamo:storage.className" in no_class
-    assert waits.seen_from_object("PersistentVolumeClaim", {"spec": {"storageClassName": "efs-sc"}, "status": {"phase": "Pending"}}) == \
-        "phase Pending, storage class efs-sc"
+    assert (
+        waits.seen_from_object("PersistentVolumeClaim", {"spec": {"storageClassName": "efs-sc"}, "status": {"phase": "Pending"}})
+        == "phase Pending, storage class efs-sc"
+    )
 
 
 # ---- the program under mocks: options the engine receives -------------------------------------------------------

@@ -1,4 +1,5 @@
 """Mock tests (pulumi.runtime.set_mocks) pinning the serving wiring."""
+
 import pytest
 
 from harness import plain_occurrences, run_program
@@ -26,8 +27,12 @@ def test_type_tokens_follow_dynamo_module_type():
     run = run_program(BASE, {"hfToken": CANARY})
     tokens = {r.type for r in run.resources if r.type.startswith("dynamo:")}
     assert tokens == {
-        "dynamo:serving:Serving", "dynamo:serving:Namespace", "dynamo:serving:HfTokenSecret",
-        "dynamo:serving:ModelCache", "dynamo:serving:ModelDownload", "dynamo:serving:DynamoGraph",
+        "dynamo:serving:Serving",
+        "dynamo:serving:Namespace",
+        "dynamo:serving:HfTokenSecret",
+        "dynamo:serving:ModelCache",
+        "dynamo:serving:ModelDownload",
+        "dynamo:serving:DynamoGraph",
     }
 
 
@@ -115,14 +120,27 @@ def test_each_namespace_creates_its_pull_secrets_and_its_dgds_wait_for_them():
     """On a cluster stack's cluster, the Serving of each namespace creates that namespace's image pull Secret after the
     namespace, and only its own DGDs wait for it. The Secrets stay top-level resources (parent: the stack), each named by
     its namespace and name (stacks/program/names.py; the first namespace's earlier name is an alias)."""
-    cfg = {"cluster": {"mode": "stack", "stack": "org/dynamo/h100-cluster"}, "imagePullSecrets": ["ngc-secret"],
-           "serve": [{"target": "lightning-vllm-agg-h100-dspark", "namespace": "first"},
-                     {"target": "lightning-vllm-agg-h100-dspark", "namespace": "second"}]}
+    cfg = {
+        "cluster": {"mode": "stack", "stack": "org/dynamo/h100-cluster"},
+        "imagePullSecrets": ["ngc-secret"],
+        "serve": [
+            {"target": "lightning-vllm-agg-h100-dspark", "namespace": "first"},
+            {"target": "lightning-vllm-agg-h100-dspark", "namespace": "second"},
+        ],
+    }
     run = run_program(cfg, {"hfToken": CANARY, "ngcApiKey": "nvapi-mock"}, stack="serving")
-    pulls = {r.inputs["metadata"]["namespace"]: r for r in run.by_type("kubernetes:core/v1:Secret")
-             if r.inputs["metadata"]["name"] == "ngc-secret"}
-    assert {ns: r.name for ns, r in pulls.items()} == {"first": "pull-secret-first-ngc-secret", "second": "pull-secret-second-ngc-secret"}
-    assert {r.parent.rpartition("::")[0].rpartition("::")[2] for r in pulls.values()} == {"pulumi:pulumi:Stack"}, [r.parent for r in pulls.values()]
+    pulls = {
+        r.inputs["metadata"]["namespace"]: r
+        for r in run.by_type("kubernetes:core/v1:Secret")
+        if r.inputs["metadata"]["name"] == "ngc-secret"
+    }
+    assert {ns: r.name for ns, r in pulls.items()} == {
+        "first": "pull-secret-first-ngc-secret",
+        "second": "pull-secret-second-ngc-secret",
+    }
+    assert {r.parent.rpartition("::")[0].rpartition("::")[2] for r in pulls.values()} == {"pulumi:pulumi:Stack"}, [
+        r.parent for r in pulls.values()
+    ]
     namespaces = {r.inputs["metadata"]["name"]: r.urn for r in run.by_type("kubernetes:core/v1:Namespace")}
     assert all(namespaces[ns] in r.dependencies for ns, r in pulls.items())
     dgds = {r.inputs["metadata"]["namespace"]: r for r in run.by_type("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")}

@@ -8,6 +8,7 @@ The rule checks are plain functions run on the workflows' text. Each of them is 
 were before these rules (tests/fixtures/workflows-unhardened/) and on small mutations of today's files, and must
 flag them: the checks can fail.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,16 +39,28 @@ RELEASE_PREVIEW = {"staging": "staging-preview", "prod": "prod-preview"}
 PREVIEW_ENVIRONMENTS = {PREVIEW_ENVIRONMENT, *RELEASE_PREVIEW.values()}
 # One passphrase per environment (docs/ci.md): dev-level stacks (the PR preview and dev), staging, prod. A job may
 # reference only its own environment's; a PR job never the staging or prod one.
-ENV_PASSPHRASE = {"preview": "PULUMI_DEV_CONFIG_PASSPHRASE", "dev": "PULUMI_DEV_CONFIG_PASSPHRASE",
-                  "staging-preview": "PULUMI_STAGING_CONFIG_PASSPHRASE", "staging": "PULUMI_STAGING_CONFIG_PASSPHRASE",
-                  "prod-preview": "PULUMI_PROD_CONFIG_PASSPHRASE", "prod": "PULUMI_PROD_CONFIG_PASSPHRASE"}
+ENV_PASSPHRASE = {
+    "preview": "PULUMI_DEV_CONFIG_PASSPHRASE",
+    "dev": "PULUMI_DEV_CONFIG_PASSPHRASE",
+    "staging-preview": "PULUMI_STAGING_CONFIG_PASSPHRASE",
+    "staging": "PULUMI_STAGING_CONFIG_PASSPHRASE",
+    "prod-preview": "PULUMI_PROD_CONFIG_PASSPHRASE",
+    "prod": "PULUMI_PROD_CONFIG_PASSPHRASE",
+}
 RELEASE_PASSPHRASES = {"PULUMI_STAGING_CONFIG_PASSPHRASE", "PULUMI_PROD_CONFIG_PASSPHRASE"}
 # Names of the deploy credentials (docs/ci.md): they may appear only in jobs of the deploy environments.
 DEPLOY_SECRETS = {"PULUMI_ACCESS_TOKEN"}
 DEPLOY_VARS = {"AWS_ROLE_ARN"}
 # Events whose jobs run code from a pull request (the PR's head or merge commit, or a fork's).
-PR_EVENTS = {"pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment",
-             "issue_comment", "workflow_run", "merge_group"}
+PR_EVENTS = {
+    "pull_request",
+    "pull_request_target",
+    "pull_request_review",
+    "pull_request_review_comment",
+    "issue_comment",
+    "workflow_run",
+    "merge_group",
+}
 MUTATING_PULUMI = {"up", "update", "destroy", "refresh", "import"}
 
 SHA_PINNED = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40}$")
@@ -56,6 +69,7 @@ VERSION_COMMENT = re.compile(r"^#\s*v\d+(?:\.\d+){0,2}\b")
 
 
 # --------------------------------------------------------------------------- the rules (pure functions of the text)
+
 
 def _triggers(wf: dict) -> set[str]:
     on = wf.get(True, wf.get("on"))  # PyYAML reads the `on:` key as True
@@ -110,8 +124,9 @@ def credential_violations(text: str) -> list[str]:
             secrets.add("<inherit>")
         perms = _permissions(wf, job)
         id_token = perms == "write-all" or (isinstance(perms, dict) and perms.get("id-token") == "write")
-        deploy_names = ({s for s in secrets if s in DEPLOY_SECRETS}
-                        | {v for v in re.findall(r"vars\.([A-Za-z_][A-Za-z0-9_]*)", body) if v in DEPLOY_VARS})
+        deploy_names = {s for s in secrets if s in DEPLOY_SECRETS} | {
+            v for v in re.findall(r"vars\.([A-Za-z_][A-Za-z0-9_]*)", body) if v in DEPLOY_VARS
+        }
         env = _env_name(job)
         what = ", ".join(sorted(secrets | ({"id-token: write"} if id_token else set())))
         who = "runs PR code and " if pr_code else ""
@@ -123,11 +138,15 @@ def credential_violations(text: str) -> list[str]:
             bad.append(f"job {name} runs PR code in the release environment {env}")
         for s in sorted(s for s in secrets if "PASSPHRASE" in s):
             if s != ENV_PASSPHRASE.get(env):
-                bad.append(f"job {name} decrypts with {s} in environment {env}: "
-                           f"{'that environment has none' if env not in ENV_PASSPHRASE else 'its own is ' + ENV_PASSPHRASE[env]}")
+                bad.append(
+                    f"job {name} decrypts with {s} in environment {env}: "
+                    f"{'that environment has none' if env not in ENV_PASSPHRASE else 'its own is ' + ENV_PASSPHRASE[env]}"
+                )
         if deploy_names and env not in DEPLOY_ENVIRONMENTS:
-            bad.append(f"job {name} uses deploy credentials ({', '.join(sorted(deploy_names))}) outside "
-                       f"the {sorted(DEPLOY_ENVIRONMENTS)} environments")
+            bad.append(
+                f"job {name} uses deploy credentials ({', '.join(sorted(deploy_names))}) outside "
+                f"the {sorted(DEPLOY_ENVIRONMENTS)} environments"
+            )
         if (secrets or id_token) and env and env not in DEPLOY_ENVIRONMENTS | PREVIEW_ENVIRONMENTS:
             bad.append(f"job {name} holds credentials in an environment docs/ci.md does not describe: {env}")
     return bad
@@ -196,8 +215,11 @@ def _needs(job: dict) -> set[str]:
 
 
 def _pulumi_steps(job: dict, commands: set[str]) -> list[dict]:
-    return [s for s in job.get("steps") or [] if str(s.get("uses", "")).startswith("pulumi/actions@")
-            and str((s.get("with") or {}).get("command")) in commands]
+    return [
+        s
+        for s in job.get("steps") or []
+        if str(s.get("uses", "")).startswith("pulumi/actions@") and str((s.get("with") or {}).get("command")) in commands
+    ]
 
 
 def _uses(step: dict, action: str) -> bool:
@@ -224,7 +246,9 @@ def release_violations(text: str) -> list[str]:
             continue
         needs, env, steps = _needs(job), _env_name(job), job.get("steps") or []
         if not needs & tests:
-            bad.append(f"job {name} runs pulumi {ups[0]['with']['command']} without needing the commit's tests (a job that runs make test)")
+            bad.append(
+                f"job {name} runs pulumi {ups[0]['with']['command']} without needing the commit's tests (a job that runs make test)"
+            )
         if env not in RELEASE_PREVIEW:
             continue
         if any("stacks promote" in s.get("run", "") for s in steps):
@@ -237,29 +261,44 @@ def release_violations(text: str) -> list[str]:
             if not plan:
                 bad.append(f"job {name} runs pulumi {up['with']['command']} of {stack} without a saved plan (plan:)")
                 continue
-            before = steps[:steps.index(up)]
+            before = steps[: steps.index(up)]
             downloaded = {str((s.get("with") or {}).get("name")) for s in before if _uses(s, "actions/download-artifact")}
             handed = False
             for p in previews:
                 psteps = jobs[p].get("steps") or []
-                saved = [s for s in _pulumi_steps(jobs[p], {"preview"})
-                         if _plan_file(s) == plan and str(s["with"].get("stack-name")) == stack]
+                saved = [
+                    s
+                    for s in _pulumi_steps(jobs[p], {"preview"})
+                    if _plan_file(s) == plan and str(s["with"].get("stack-name")) == stack
+                ]
                 for s in saved:
-                    for u in psteps[psteps.index(s) + 1:]:
+                    for u in psteps[psteps.index(s) + 1 :]:
                         w = u.get("with") or {}
                         paths = [line.strip() for line in str(w.get("path", "")).splitlines()]
-                        if _uses(u, "actions/upload-artifact") and plan in paths and f"Pulumi.{stack}.yaml" in paths \
-                                and str(w.get("name")) in downloaded:
+                        if (
+                            _uses(u, "actions/upload-artifact")
+                            and plan in paths
+                            and f"Pulumi.{stack}.yaml" in paths
+                            and str(w.get("name")) in downloaded
+                        ):
                             handed = True
             if not handed:
-                bad.append(f"job {name} applies {plan}, which no {RELEASE_PREVIEW[env]} preview of {stack} saved and "
-                           f"passed to it as an artifact with the stack file it previewed")
+                bad.append(
+                    f"job {name} applies {plan}, which no {RELEASE_PREVIEW[env]} preview of {stack} saved and "
+                    f"passed to it as an artifact with the stack file it previewed"
+                )
     return bad
 
 
 # Actions that download a tool without checking it against a checksum we pin (tools/ci-tools.sh replaces them).
-UNCHECKED_DOWNLOADERS = {"astral-sh/setup-uv", "actions/setup-go", "actions/setup-python", "actions/setup-node",
-                         "pulumi/setup-pulumi", "pulumi/action-install-pulumi-cli"}
+UNCHECKED_DOWNLOADERS = {
+    "astral-sh/setup-uv",
+    "actions/setup-go",
+    "actions/setup-python",
+    "actions/setup-node",
+    "pulumi/setup-pulumi",
+    "pulumi/action-install-pulumi-cli",
+}
 
 
 def download_violations(text: str) -> list[str]:
@@ -280,7 +319,9 @@ def download_violations(text: str) -> list[str]:
                 bad.append(f"job {name}: {uses} downloads a tool without checking a pinned checksum")
             if uses == "pulumi/actions":
                 if not installed:
-                    bad.append(f"job {name}: pulumi/actions runs before tools/ci-tools.sh pulumi, so it downloads the Pulumi CLI unchecked")
+                    bad.append(
+                        f"job {name}: pulumi/actions runs before tools/ci-tools.sh pulumi, so it downloads the Pulumi CLI unchecked"
+                    )
                 step_env = {**env, **(step.get("env") or {})}
                 if str(step_env.get("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION", "")).lower() != "true":
                     bad.append(f"job {name}: pulumi/actions runs with automatic plugin downloads on")
@@ -302,14 +343,23 @@ def download_violations(text: str) -> list[str]:
 
 
 def all_violations(text: str) -> list[str]:
-    return (pin_violations(text) + credential_violations(text) + ref_violations(text) + release_violations(text)
-            + download_violations(text))
+    return (
+        pin_violations(text)
+        + credential_violations(text)
+        + ref_violations(text)
+        + release_violations(text)
+        + download_violations(text)
+    )
 
 
 def _jobs_running(command: str) -> set[tuple[str, str]]:
     """(workflow, job) of every job with a step whose `run` contains ``command``."""
-    return {(wf.name, name) for wf in WORKFLOWS for name, job in yaml_text.load(wf.read_text())["jobs"].items()
-            if any(command in str(s.get("run", "")) for s in job.get("steps") or [])}
+    return {
+        (wf.name, name)
+        for wf in WORKFLOWS
+        for name, job in yaml_text.load(wf.read_text())["jobs"].items()
+        if any(command in str(s.get("run", "")) for s in job.get("steps") or [])
+    }
 
 
 def _text(name: str) -> str:
@@ -317,6 +367,7 @@ def _text(name: str) -> str:
 
 
 # --------------------------------------------------------------------------- today's workflows keep the rules
+
 
 @pytest.mark.parametrize("wf", WORKFLOWS, ids=lambda p: p.name)
 def test_workflow_keeps_the_pipeline_rules(wf):
@@ -335,8 +386,12 @@ def test_ci_installs_the_makefiles_uv():
     assert versions()["toolchain"]["ci-uv"] == want
     assert re.fullmatch(r"[0-9a-f]{64}", versions()["toolchain"]["ci-uv-sha256"])
     assert 'dir="$CACHE/uv-$ver"' in CI_TOOLS.read_text()  # the Makefile's $(CACHE)/uv-$(UV_VERSION)
-    syncs = [(wf.name, name) for wf in WORKFLOWS for name, job in yaml_text.load(wf.read_text())["jobs"].items()
-             if any("uv sync" in s.get("run", "") for s in job.get("steps") or [])]
+    syncs = [
+        (wf.name, name)
+        for wf in WORKFLOWS
+        for name, job in yaml_text.load(wf.read_text())["jobs"].items()
+        if any("uv sync" in s.get("run", "") for s in job.get("steps") or [])
+    ]
     assert syncs and [j for j in syncs if j not in _jobs_running("ci-tools.sh uv")] == []
 
 
@@ -352,6 +407,7 @@ def test_preview_is_read_only_and_deploys_are_in_their_environments():
 
 # --------------------------------------------------------------------------- the rules catch the old workflows
 
+
 def test_unhardened_workflows_are_flagged():
     """The workflows before these rules: unpinned actions, preview and dev with credentials outside an environment,
     deploys and the record push without a ref check."""
@@ -359,8 +415,14 @@ def test_unhardened_workflows_are_flagged():
     pins = pin_violations(pr) + pin_violations(main)
     assert len(pins) == 31 and all("not pinned to a full 40-hex commit SHA" in v for v in pins), pins
     creds = credential_violations(pr)
-    assert "job preview runs PR code and holds credentials (PULUMI_ACCESS_TOKEN, PULUMI_CONFIG_PASSPHRASE, id-token: write) outside an environment" in creds
-    assert "job preview uses deploy credentials (AWS_ROLE_ARN, PULUMI_ACCESS_TOKEN) outside the ['dev', 'prod', 'staging'] environments" in creds
+    assert (
+        "job preview runs PR code and holds credentials (PULUMI_ACCESS_TOKEN, PULUMI_CONFIG_PASSPHRASE, id-token: write) outside an environment"
+        in creds
+    )
+    assert (
+        "job preview uses deploy credentials (AWS_ROLE_ARN, PULUMI_ACCESS_TOKEN) outside the ['dev', 'prod', 'staging'] environments"
+        in creds
+    )
     assert any(v.startswith("job dev holds credentials") for v in credential_violations(main))
     refs = ref_violations(main)
     for job in ("dev", "staging", "prod", "record"):
@@ -373,64 +435,154 @@ def _mutate(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-@pytest.mark.parametrize("name, old, new, expect", [
-    ("pr.yml", "@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2", "@v4", "is not pinned to a full 40-hex commit SHA"),
-    ("pr.yml", "@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2", "@11bd71901bbe5b1630ceea73d27597364c9af683",
-     "has no version comment"),
-    ("main.yml", "@8e5e406f4007fca908480587cb9893c07090f58d", "@8e5e406f", "is not pinned to a full 40-hex commit SHA"),
-    ("pr.yml", "    environment: preview\n", "", "job preview runs PR code and holds credentials"),
-    ("pr.yml", "secrets.PULUMI_PREVIEW_ACCESS_TOKEN", "secrets.PULUMI_ACCESS_TOKEN", "job preview uses deploy credentials"),
-    ("pr.yml", "vars.AWS_PREVIEW_ROLE_ARN", "vars.AWS_ROLE_ARN", "job preview uses deploy credentials"),
-    ("pr.yml", "    environment: preview\n", "    environment: prod\n", "job preview runs PR code in the deploy environment prod"),
-    ("pr.yml", "  manifest-diff:\n    # No credentials",
-     "  manifest-diff:\n    env:\n      T: ${{ secrets.NPM_TOKEN }}\n    # No credentials", "job manifest-diff runs PR code and holds credentials (NPM_TOKEN)"),
-    ("main.yml", "    environment: dev\n", "", "job dev holds credentials"),
-    ("main.yml", "    if: github.ref == 'refs/heads/main' && github.event_name == 'workflow_dispatch' && inputs.deploy\n    runs-on: ubuntu-latest\n    environment: prod",
-     "    if: github.event_name == 'workflow_dispatch' && inputs.deploy\n    runs-on: ubuntu-latest\n    environment: prod",
-     "job prod deploys or pushes without checking github.ref == 'refs/heads/main'"),
-    ("main.yml", "  chains:\n    needs: ref-check\n", "  chains:\n", "without needing a job that fails on a ref other than main"),
-    ("main.yml", "    branches: [main]\n", "    branches: [main, 'release/*']\n", "run on a push to"),
-    ("main.yml", "    needs: [chains, prod]\n    if: github.ref == 'refs/heads/main' && ", "    needs: [chains, prod]\n    if: ",
-     "job record deploys or pushes without checking github.ref"),
-    # one passphrase per environment; none in a PR job but the dev-level one
-    ("pr.yml", "secrets.PULUMI_DEV_CONFIG_PASSPHRASE", "secrets.PULUMI_PROD_CONFIG_PASSPHRASE",
-     "job preview decrypts with PULUMI_PROD_CONFIG_PASSPHRASE in environment preview"),
-    ("pr.yml", "secrets.PULUMI_DEV_CONFIG_PASSPHRASE", "secrets.PULUMI_CONFIG_PASSPHRASE",
-     "job preview decrypts with PULUMI_CONFIG_PASSPHRASE in environment preview"),
-    ("pr.yml", "    environment: preview\n", "    environment: prod-preview\n", "job preview runs PR code in the release environment prod-preview"),
-    ("main.yml", "secrets.PULUMI_PROD_CONFIG_PASSPHRASE", "secrets.PULUMI_STAGING_CONFIG_PASSPHRASE",
-     "job prod decrypts with PULUMI_STAGING_CONFIG_PASSPHRASE in environment prod"),
-    # the approved up applies the previewed stack file and plan, after the tests
-    ("main.yml", "          plan: ${{ github.workspace }}/plan-${{ matrix.stack }}-staging.json\n        env:\n          PULUMI_ACCESS_TOKEN: ${{ secrets.PULUMI_ACCESS_TOKEN }}",
-     "        env:\n          PULUMI_ACCESS_TOKEN: ${{ secrets.PULUMI_ACCESS_TOKEN }}",
-     "job staging runs pulumi up of ${{ matrix.stack }}-staging without a saved plan"),
-    ("main.yml", "    needs: [chains, staging-preview, test]\n", "    needs: [chains, dev, test]\n",
-     "job staging does not need a preview job in the staging-preview environment"),
-    ("main.yml", "          name: plan-${{ matrix.stack }}-prod\n      - uses: aws-actions", "          name: promoted-${{ matrix.stack }}-staging\n      - uses: aws-actions",
-     "job prod applies plan-${{ matrix.stack }}-prod.json, which no prod-preview preview"),
-    ("main.yml", "          name: plan-${{ matrix.stack }}-staging\n      - uses: aws-actions",
-     "          name: plan-${{ matrix.stack }}-staging\n      - run: .venv/bin/python -m stacks promote --from \"$STACK\" --to \"$STACK-staging\" --yes\n      - uses: aws-actions",
-     "job staging promotes after the approval"),
-    ("main.yml", "    needs: [chains, prod-preview, test]\n", "    needs: [chains, prod-preview]\n",
-     "job prod runs pulumi up without needing the commit's tests"),
-    ("main.yml", "    needs: [chains, test]\n", "    needs: chains\n", "job dev runs pulumi up without needing the commit's tests"),
-    # every download is checked against a pin
-    ("pr.yml", "      - name: uv from PyPI, checked against its pinned sha256 (tools/ci-tools.sh)\n        run: tools/ci-tools.sh uv\n",
-     "      - uses: astral-sh/setup-uv@e92bafb6253dcd438e0484186d7669ea7a8ca1cc # v6.4.3\n        with:\n          version: \"0.13.9\"\n",
-     "job changed-stacks: astral-sh/setup-uv downloads a tool without checking a pinned checksum"),
-    ("main.yml", "      - name: Go from the Go module proxy, checked against sum.golang.org (tools/ci-tools.sh)\n        run: main/tools/ci-tools.sh go\n",
-     "      - uses: actions/setup-go@3041bf56c941b39c61721a86cd11f3bb1338122a # v5.2.0\n        with:\n          go-version: \"1.26.8\"\n",
-     "job test: actions/setup-go downloads a tool without checking a pinned checksum"),
-    ("pr.yml", "        run: tools/ci-tools.sh pulumi \"$STACK\"\n", "        run: echo \"$STACK\"\n",
-     "job preview: pulumi/actions runs before tools/ci-tools.sh pulumi"),
-    ("main.yml", '  PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION: "true"\n', "", "job prod: pulumi/actions runs with automatic plugin downloads on"),
-    ("main.yml", "        run: tools/ci-tools.sh pulumi \"$STACK\"\n",
-     "        run: |\n          tools/ci-tools.sh pulumi \"$STACK\"\n          pulumi plugin install resource aws 7.51.1\n",
-     "job dev: pulumi plugin install without --checksum"),
-    ("pr.yml", "        run: tools/ci-tools.sh go\n", "        run: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -xz\n",
-     "job preview: downloads without a sha256 check"),
-    ("drift.yml", "      - run: uv sync --locked\n", "      - run: uv sync\n", "job drift: uv sync without --locked"),
-])
+@pytest.mark.parametrize(
+    "name, old, new, expect",
+    [
+        ("pr.yml", "@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2", "@v4", "is not pinned to a full 40-hex commit SHA"),
+        (
+            "pr.yml",
+            "@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2",
+            "@11bd71901bbe5b1630ceea73d27597364c9af683",
+            "has no version comment",
+        ),
+        ("main.yml", "@8e5e406f4007fca908480587cb9893c07090f58d", "@8e5e406f", "is not pinned to a full 40-hex commit SHA"),
+        ("pr.yml", "    environment: preview\n", "", "job preview runs PR code and holds credentials"),
+        ("pr.yml", "secrets.PULUMI_PREVIEW_ACCESS_TOKEN", "secrets.PULUMI_ACCESS_TOKEN", "job preview uses deploy credentials"),
+        ("pr.yml", "vars.AWS_PREVIEW_ROLE_ARN", "vars.AWS_ROLE_ARN", "job preview uses deploy credentials"),
+        (
+            "pr.yml",
+            "    environment: preview\n",
+            "    environment: prod\n",
+            "job preview runs PR code in the deploy environment prod",
+        ),
+        (
+            "pr.yml",
+            "  manifest-diff:\n    # No credentials",
+            "  manifest-diff:\n    env:\n      T: ${{ secrets.NPM_TOKEN }}\n    # No credentials",
+            "job manifest-diff runs PR code and holds credentials (NPM_TOKEN)",
+        ),
+        ("main.yml", "    environment: dev\n", "", "job dev holds credentials"),
+        (
+            "main.yml",
+            "    if: github.ref == 'refs/heads/main' && github.event_name == 'workflow_dispatch' && inputs.deploy\n    runs-on: ubuntu-latest\n    environment: prod",
+            "    if: github.event_name == 'workflow_dispatch' && inputs.deploy\n    runs-on: ubuntu-latest\n    environment: prod",
+            "job prod deploys or pushes without checking github.ref == 'refs/heads/main'",
+        ),
+        (
+            "main.yml",
+            "  chains:\n    needs: ref-check\n",
+            "  chains:\n",
+            "without needing a job that fails on a ref other than main",
+        ),
+        ("main.yml", "    branches: [main]\n", "    branches: [main, 'release/*']\n", "run on a push to"),
+        (
+            "main.yml",
+            "    needs: [chains, prod]\n    if: github.ref == 'refs/heads/main' && ",
+            "    needs: [chains, prod]\n    if: ",
+            "job record deploys or pushes without checking github.ref",
+        ),
+        # one passphrase per environment; none in a PR job but the dev-level one
+        (
+            "pr.yml",
+            "secrets.PULUMI_DEV_CONFIG_PASSPHRASE",
+            "secrets.PULUMI_PROD_CONFIG_PASSPHRASE",
+            "job preview decrypts with PULUMI_PROD_CONFIG_PASSPHRASE in environment preview",
+        ),
+        (
+            "pr.yml",
+            "secrets.PULUMI_DEV_CONFIG_PASSPHRASE",
+            "secrets.PULUMI_CONFIG_PASSPHRASE",
+            "job preview decrypts with PULUMI_CONFIG_PASSPHRASE in environment preview",
+        ),
+        (
+            "pr.yml",
+            "    environment: preview\n",
+            "    environment: prod-preview\n",
+            "job preview runs PR code in the release environment prod-preview",
+        ),
+        (
+            "main.yml",
+            "secrets.PULUMI_PROD_CONFIG_PASSPHRASE",
+            "secrets.PULUMI_STAGING_CONFIG_PASSPHRASE",
+            "job prod decrypts with PULUMI_STAGING_CONFIG_PASSPHRASE in environment prod",
+        ),
+        # the approved up applies the previewed stack file and plan, after the tests
+        (
+            "main.yml",
+            "          plan: ${{ github.workspace }}/plan-${{ matrix.stack }}-staging.json\n        env:\n          PULUMI_ACCESS_TOKEN: ${{ secrets.PULUMI_ACCESS_TOKEN }}",
+            "        env:\n          PULUMI_ACCESS_TOKEN: ${{ secrets.PULUMI_ACCESS_TOKEN }}",
+            "job staging runs pulumi up of ${{ matrix.stack }}-staging without a saved plan",
+        ),
+        (
+            "main.yml",
+            "    needs: [chains, staging-preview, test]\n",
+            "    needs: [chains, dev, test]\n",
+            "job staging does not need a preview job in the staging-preview environment",
+        ),
+        (
+            "main.yml",
+            "          name: plan-${{ matrix.stack }}-prod\n      - uses: aws-actions",
+            "          name: promoted-${{ matrix.stack }}-staging\n      - uses: aws-actions",
+            "job prod applies plan-${{ matrix.stack }}-prod.json, which no prod-preview preview",
+        ),
+        (
+            "main.yml",
+            "          name: plan-${{ matrix.stack }}-staging\n      - uses: aws-actions",
+            '          name: plan-${{ matrix.stack }}-staging\n      - run: .venv/bin/python -m stacks promote --from "$STACK" --to "$STACK-staging" --yes\n      - uses: aws-actions',
+            "job staging promotes after the approval",
+        ),
+        (
+            "main.yml",
+            "    needs: [chains, prod-preview, test]\n",
+            "    needs: [chains, prod-preview]\n",
+            "job prod runs pulumi up without needing the commit's tests",
+        ),
+        (
+            "main.yml",
+            "    needs: [chains, test]\n",
+            "    needs: chains\n",
+            "job dev runs pulumi up without needing the commit's tests",
+        ),
+        # every download is checked against a pin
+        (
+            "pr.yml",
+            "      - name: uv from PyPI, checked against its pinned sha256 (tools/ci-tools.sh)\n        run: tools/ci-tools.sh uv\n",
+            '      - uses: astral-sh/setup-uv@e92bafb6253dcd438e0484186d7669ea7a8ca1cc # v6.4.3\n        with:\n          version: "0.13.9"\n',
+            "job changed-stacks: astral-sh/setup-uv downloads a tool without checking a pinned checksum",
+        ),
+        (
+            "main.yml",
+            "      - name: Go from the Go module proxy, checked against sum.golang.org (tools/ci-tools.sh)\n        run: main/tools/ci-tools.sh go\n",
+            '      - uses: actions/setup-go@3041bf56c941b39c61721a86cd11f3bb1338122a # v5.2.0\n        with:\n          go-version: "1.26.8"\n',
+            "job test: actions/setup-go downloads a tool without checking a pinned checksum",
+        ),
+        (
+            "pr.yml",
+            '        run: tools/ci-tools.sh pulumi "$STACK"\n',
+            '        run: echo "$STACK"\n',
+            "job preview: pulumi/actions runs before tools/ci-tools.sh pulumi",
+        ),
+        (
+            "main.yml",
+            '  PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION: "true"\n',
+            "",
+            "job prod: pulumi/actions runs with automatic plugin downloads on",
+        ),
+        (
+            "main.yml",
+            '        run: tools/ci-tools.sh pulumi "$STACK"\n',
+            '        run: |\n          tools/ci-tools.sh pulumi "$STACK"\n          pulumi plugin install resource aws 7.51.1\n',
+            "job dev: pulumi plugin install without --checksum",
+        ),
+        (
+            "pr.yml",
+            "        run: tools/ci-tools.sh go\n",
+            "        run: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -xz\n",
+            "job preview: downloads without a sha256 check",
+        ),
+        ("drift.yml", "      - run: uv sync --locked\n", "      - run: uv sync\n", "job drift: uv sync without --locked"),
+    ],
+)
 def test_a_broken_rule_is_flagged(name, old, new, expect):
     assert all_violations(_text(name)) == []
     bad = all_violations(_mutate(_text(name), old, new))
@@ -470,27 +622,34 @@ def evaluate(expr, context: dict):
             out.append({"true": "True", "false": "False"}.get(t["name"]) or f"_v({t['name']!r})")
 
     def value(name):
-        return f"<secret {name[len('secrets.'):]}>" if name.startswith("secrets.") else context.get(name, "")
+        return f"<secret {name[len('secrets.') :]}>" if name.startswith("secrets.") else context.get(name, "")
+
     return eval("".join(out), {"__builtins__": {}}, {"_v": value})  # noqa: S307 - only the tokens read above
 
 
 def test_the_expression_evaluator_reads_what_github_reads():
     ctx = {"github.event_name": "push", "inputs.deploy": "", "steps.kind.outputs.render": "false"}
     assert evaluate("${{ steps.kind.outputs.render == 'true' && 'x' || secrets.S }}", ctx) == "<secret S>"
-    assert evaluate("steps.kind.outputs.render == 'true' && 'x' || secrets.S", {**ctx, "steps.kind.outputs.render": "true"}) == "x"
+    assert (
+        evaluate("steps.kind.outputs.render == 'true' && 'x' || secrets.S", {**ctx, "steps.kind.outputs.render": "true"}) == "x"
+    )
     assert not evaluate("github.event_name == 'workflow_dispatch' && inputs.deploy", ctx)
     assert evaluate("!(github.event_name == 'workflow_dispatch' && inputs.deploy)", ctx)
-    assert evaluate("github.event_name == 'workflow_dispatch' && inputs.deploy", {"github.event_name": "workflow_dispatch", "inputs.deploy": True})
+    assert evaluate(
+        "github.event_name == 'workflow_dispatch' && inputs.deploy",
+        {"github.event_name": "workflow_dispatch", "inputs.deploy": True},
+    )
 
 
 # --------------------------------------------------------------------------- which stacks a PR previews, with which secrets
+
 
 def _stack_files() -> list[Path]:
     return sorted(ROOT.glob("Pulumi.*.yaml"))
 
 
 def _stack(path: Path) -> str:
-    return path.name[len("Pulumi."):-len(".yaml")]
+    return path.name[len("Pulumi.") : -len(".yaml")]
 
 
 def _cluster_mode(path: Path) -> str:
@@ -533,8 +692,14 @@ def _changed_stacks(tmp_path: Path, touched: list[str]) -> list[str]:
     (work / ".venv").symlink_to(ROOT / ".venv")  # the job's `uv sync --locked`
     step = next(s for s in _load("pr.yml")["jobs"]["changed-stacks"]["steps"] if s.get("id") == "select")
     out, summary = tmp_path / "out", tmp_path / "summary"
-    env = {**os.environ, "BASE_REF": "main", "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    env = {
+        **os.environ,
+        "BASE_REF": "main",
+        "GITHUB_OUTPUT": str(out),
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
     r = subprocess.run(["bash", "-c", step["run"]], cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(re.search(r"^stacks=(.*)$", out.read_text(), re.M)[1])
@@ -612,11 +777,14 @@ def test_release_stacks_are_previewed_and_deployed_only_in_their_environments():
             for release in RELEASE_PREVIEW:
                 if stack.endswith(f"-{release}"):
                     seen.setdefault(release, set()).add((str(step["with"]["command"]), env, wf))
-    assert seen == {"staging": {("preview", "staging-preview", "main.yml"), ("up", "staging", "main.yml")},
-                    "prod": {("preview", "prod-preview", "main.yml"), ("up", "prod", "main.yml")}}
+    assert seen == {
+        "staging": {("preview", "staging-preview", "main.yml"), ("up", "staging", "main.yml")},
+        "prod": {("preview", "prod-preview", "main.yml"), ("up", "prod", "main.yml")},
+    }
 
 
 # --------------------------------------------------------------------------- approvals: the plan the approver saw, after the tests
+
 
 def test_release_ups_apply_the_plan_the_approver_saw():
     """Behind each approval: a preview job saved a plan of the promoted stack file and showed it in its job summary;
@@ -654,6 +822,7 @@ def test_deploys_need_the_commits_tests():
 
 # --------------------------------------------------------------------------- a push deploys render stacks only, by cluster.mode
 
+
 def _kind_outputs(step: dict, stack: str, tmp_path: Path) -> dict:
     out = tmp_path / f"out-{stack}"
     env = {**os.environ, "STACK": stack, "GITHUB_OUTPUT": str(out)}
@@ -669,15 +838,22 @@ def test_a_push_ups_only_render_stacks(path, tmp_path):
     job = _load("main.yml")["jobs"]["dev"]
     outputs = _kind_outputs(next(s for s in job["steps"] if s.get("id") == "kind"), _stack(path), tmp_path)
     mode = _cluster_mode(path)
-    for event, deploy, want_up in (("push", "", mode == "render"), ("workflow_dispatch", True, True),
-                                   ("workflow_dispatch", False, mode == "render")):
+    for event, deploy, want_up in (
+        ("push", "", mode == "render"),
+        ("workflow_dispatch", True, True),
+        ("workflow_dispatch", False, mode == "render"),
+    ):
         ctx = {"github.event_name": event, "inputs.deploy": deploy, **{f"steps.kind.outputs.{k}": v for k, v in outputs.items()}}
-        ran = {str(s["with"]["command"]) for s in _pulumi_steps(job, MUTATING_PULUMI | {"preview"})
-               if evaluate(s.get("if", "true"), ctx)}
+        ran = {
+            str(s["with"]["command"])
+            for s in _pulumi_steps(job, MUTATING_PULUMI | {"preview"})
+            if evaluate(s.get("if", "true"), ctx)
+        }
         assert ran == ({"up"} if want_up else {"preview"}), (mode, event, deploy, ran)
 
 
 # --------------------------------------------------------------------------- repository settings, checkouts, drift, Dependabot
+
 
 def _section(text: str, heading: str) -> str:
     m = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
@@ -686,9 +862,13 @@ def _section(text: str, heading: str) -> str:
 
 
 REPOSITORY_SETTINGS = [
-    "Require a pull request before merging", "Require review from Code Owners", "CODEOWNERS",
-    "Require status checks to pass", "Do not allow bypassing the above settings",
-    "Allow GitHub Actions to create and approve pull requests", "Prevent self-review",
+    "Require a pull request before merging",
+    "Require review from Code Owners",
+    "CODEOWNERS",
+    "Require status checks to pass",
+    "Do not allow bypassing the above settings",
+    "Allow GitHub Actions to create and approve pull requests",
+    "Prevent self-review",
 ]
 
 
@@ -707,7 +887,9 @@ def test_codeowners_covers_every_path_the_docs_name():
     section = _section((ROOT / "docs" / "ci.md").read_text(), "Repository settings")
     line = next(ln for ln in section.split("\n- ") if "CODEOWNERS" in ln and "naming the owners of" in ln)
     wanted = re.findall(r"`([^`]+)`", line.split("naming the owners of", 1)[1].split(". ")[0])
-    rules = [ln.split() for ln in (ROOT / ".github" / "CODEOWNERS").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    rules = [
+        ln.split() for ln in (ROOT / ".github" / "CODEOWNERS").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
     assert all(len(r) >= 2 and all(o.startswith("@") for o in r[1:]) for r in rules), rules
     patterns = {r[0].strip("/") for r in rules}
     assert wanted and [w for w in wanted if w.strip("/") not in patterns] == [], (wanted, sorted(patterns))
@@ -716,7 +898,9 @@ def test_codeowners_covers_every_path_the_docs_name():
 def test_docs_list_every_environment_with_what_it_holds():
     """The environment table in docs/ci.md has a row for every environment a job names, and that row lists each
     secret and environment variable the environment's jobs read."""
-    section = _section((ROOT / "docs" / "ci.md").read_text(), "GitHub settings (Settings → Environments, Settings → Secrets and variables)")
+    section = _section(
+        (ROOT / "docs" / "ci.md").read_text(), "GitHub settings (Settings → Environments, Settings → Secrets and variables)"
+    )
     rows = {m[1]: m[0] for m in re.findall(r"^(\| `([a-z-]+)` \|.*)$", section, re.M)}
     used: dict[str, set[str]] = {}
     for wf in WORKFLOWS:
@@ -727,8 +911,9 @@ def test_docs_list_every_environment_with_what_it_holds():
                 names |= {v for v in re.findall(r"vars\.([A-Za-z0-9_]+)", body) if v.endswith("ROLE_ARN")}
                 used.setdefault(_env_name(job), set()).update(names)
     assert set(rows) == set(used), (sorted(rows), sorted(used))
-    assert {env: sorted(n for n in names if f"`{n}`" not in rows[env]) for env, names in used.items()} == \
-        {env: [] for env in used}
+    assert {env: sorted(n for n in names if f"`{n}`" not in rows[env]) for env, names in used.items()} == {
+        env: [] for env in used
+    }
     for env in set(used) - {PREVIEW_ENVIRONMENT}:
         assert "`main` only" in rows[env], rows[env]
 
@@ -736,8 +921,13 @@ def test_docs_list_every_environment_with_what_it_holds():
 def test_every_checkout_drops_its_credentials():
     """actions/checkout stores the job's token in .git/config unless persist-credentials is false; every later step
     (the PR's code included) could read it there."""
-    bad = [f"{wf.name}:{name}" for wf in WORKFLOWS for name, job in yaml_text.load(wf.read_text())["jobs"].items()
-           for s in job.get("steps") or [] if _uses(s, "actions/checkout") and (s.get("with") or {}).get("persist-credentials") is not False]
+    bad = [
+        f"{wf.name}:{name}"
+        for wf in WORKFLOWS
+        for name, job in yaml_text.load(wf.read_text())["jobs"].items()
+        for s in job.get("steps") or []
+        if _uses(s, "actions/checkout") and (s.get("with") or {}).get("persist-credentials") is not False
+    ]
     assert bad == []
 
 
@@ -756,9 +946,17 @@ def test_dependabot_keeps_the_pinned_actions_current():
 
 # --------------------------------------------------------------------------- the record step, run against real git
 
+
 def _git(cwd, *args, check=True) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
     r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
     if check:
         assert r.returncode == 0, (args, r.stderr)
@@ -786,10 +984,19 @@ def repo(tmp_path):
 
 
 def _run_record(script: str, work: Path, sha: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GITHUB_SHA": sha, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "GITHUB_RUN_ID": "4242",
-           "GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "ORG/REPO",
-           "GITHUB_STEP_SUMMARY": str(work.parent / "summary.md"), "GH_TOKEN": "not-a-token"}
+    env = {
+        **os.environ,
+        "GITHUB_SHA": sha,
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "GITHUB_RUN_ID": "4242",
+        "GITHUB_SERVER_URL": "https://github.com",
+        "GITHUB_REPOSITORY": "ORG/REPO",
+        "GITHUB_STEP_SUMMARY": str(work.parent / "summary.md"),
+        "GH_TOKEN": "not-a-token",
+    }
     return subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True, env=env, timeout=60)
 
 
@@ -853,14 +1060,16 @@ def test_record_refuses_a_commit_touching_other_files(repo):
     sha = _git(work, "rev-parse", "HEAD")
     before = _git(origin, "rev-parse", "main")
     _promote(work)
-    script = _record_script(_text("main.yml")).replace("git add -- 'Pulumi.*-staging.yaml' 'Pulumi.*-prod.yaml'",
-                                                         "echo 'y = 1' >> code.py; git add -A")
+    script = _record_script(_text("main.yml")).replace(
+        "git add -- 'Pulumi.*-staging.yaml' 'Pulumi.*-prod.yaml'", "echo 'y = 1' >> code.py; git add -A"
+    )
     r = _run_record(script, work, sha)
     assert r.returncode != 0 and "changes files other than the promoted stack files" in r.stdout, r.stdout + r.stderr
     assert _git(origin, "rev-parse", "main") == before and _branches(origin) == ["refs/heads/main"]
 
 
 # --------------------------------------------------------------------------- actionlint and the workflows' shape
+
 
 def _lint(*files: Path) -> subprocess.CompletedProcess:
     need_tool("go")
@@ -906,7 +1115,7 @@ def test_pr_workflow_shape():
     assert pulumi["with"]["command"] == "preview" and pulumi["with"]["diff"] is True
     assert pulumi["with"]["comment-on-pr"] is True and pulumi["with"]["edit-pr-comment"] is True
     run = "\n".join(s.get("run", "") for s in jobs["manifest-diff"]["steps"])
-    assert "python -m stacks diff --base \"origin/$BASE_REF\"" in run
+    assert 'python -m stacks diff --base "origin/$BASE_REF"' in run
     assert "secrets." not in yaml.safe_dump(jobs["manifest-diff"])  # credential-free
     assert any("make test" in s.get("run", "") for s in jobs["test"]["steps"])
 
@@ -917,8 +1126,12 @@ def test_the_test_job_is_strict_only_with_the_reference_data(tmp_path):
     script = step["run"].replace("make test", 'echo "CI=$CI"')
     for have, ci in (("true", "CI=true"), ("false", "CI=false")):
         summary = tmp_path / f"summary-{have}"
-        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
-                           env={**os.environ, "HAVE_REFERENCE": have, "GITHUB_STEP_SUMMARY": str(summary)})
+        r = subprocess.run(
+            ["bash", "-c", script],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HAVE_REFERENCE": have, "GITHUB_STEP_SUMMARY": str(summary)},
+        )
         assert r.returncode == 0 and r.stdout.strip() == ci, r.stderr
         if have == "true":
             assert not summary.exists()
@@ -957,8 +1170,10 @@ def test_a_push_never_deploys_a_gpu_stack():
 @pytest.mark.parametrize("path", _stack_files(), ids=lambda p: p.name)
 def test_the_stack_kind_step_reads_the_cluster_mode(path, tmp_path):
     """The step the PR preview and the dev job share reports the stack file's cluster.mode, and render only for render."""
-    steps = [next(s for s in _load(wf)["jobs"][job]["steps"] if s.get("id") == "kind")
-             for wf, job in (("main.yml", "dev"), ("pr.yml", "preview"))]
+    steps = [
+        next(s for s in _load(wf)["jobs"][job]["steps"] if s.get("id") == "kind")
+        for wf, job in (("main.yml", "dev"), ("pr.yml", "preview"))
+    ]
     assert steps[0]["run"] == steps[1]["run"]
     mode = _cluster_mode(path)
     assert _kind_outputs(steps[0], _stack(path), tmp_path) == {"mode": mode, "render": str(mode == "render").lower()}
@@ -1016,22 +1231,44 @@ def test_kubernetes_provider_builds_read_only_with_the_committed_sums(tmp_path):
     text = (ROOT / "tools" / "toolchain.sh").read_text()
     pin = dict(re.findall(r"^(K8S_[A-Z_]+)=(\S+)", text, re.M))
     env = {**os.environ, "GOFLAGS": "-mod=readonly", "GOTOOLCHAIN": "local"}
-    dl = subprocess.run(["go", "mod", "download", "-json", f"{pin['K8S_PROVIDER_MODULE']}@{pin['K8S_PROVIDER_MODVERSION']}"],
-                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    dl = subprocess.run(
+        ["go", "mod", "download", "-json", f"{pin['K8S_PROVIDER_MODULE']}@{pin['K8S_PROVIDER_MODVERSION']}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert dl.returncode == 0, dl.stderr
     src = tmp_path / "provider"
     shutil.copytree(re.search(r'"Dir": "(.*)"', dl.stdout)[1], src)
     for p in src.rglob("*"):
         p.chmod(p.stat().st_mode | 0o200)
-    subprocess.run(["go", "mod", "edit", f"-dropreplace={pin['K8S_SDK_MODULE']}",
-                    f"-require={pin['K8S_SDK_MODULE']}@{pin['K8S_SDK_VERSION']}"], cwd=src, env=env, check=True)
+    subprocess.run(
+        [
+            "go",
+            "mod",
+            "edit",
+            f"-dropreplace={pin['K8S_SDK_MODULE']}",
+            f"-require={pin['K8S_SDK_MODULE']}@{pin['K8S_SDK_VERSION']}",
+        ],
+        cwd=src,
+        env=env,
+        check=True,
+    )
     cmd = src / "cmd" / "pulumi-resource-kubernetes"
     for f in ("schema-embed.json", "terraform-mapping-embed.json"):  # generated by the build; only their presence matters here
         (cmd / f).write_text("{}")
 
     def resolves():
-        return subprocess.run(["go", "list", "-deps", "./cmd/pulumi-resource-kubernetes"], cwd=src, env=env,
-                              capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            ["go", "list", "-deps", "./cmd/pulumi-resource-kubernetes"],
+            cwd=src,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     r = resolves()
     assert r.returncode != 0 and "missing go.sum entry" in r.stderr
@@ -1056,7 +1293,6 @@ def test_workflows_run_the_pulumi_cli_the_toolchain_pins():
     assert {name: v for name, v in found.items() if v != pinned} == {}, f"stacks/registry/versions.yaml pins pulumi {pinned}"
 
 
-
 def _go_version(text: str) -> tuple[int, ...]:
     m = re.search(r"^go (\d+(?:\.\d+)*)\s*$", text, re.M)
     assert m, "no go directive"
@@ -1072,8 +1308,14 @@ def test_ci_installs_a_go_every_pinned_build_accepts():
 
     wanted = {str(p.relative_to(ROOT)): _go_version(p.read_text()) for p in (ROOT / "tools").glob("**/go.mod")}
     module = f"github.com/prometheus/prometheus@{versions()['toolchain']['prometheus']}"
-    r = subprocess.run(["go", "mod", "download", "-json", module], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}, cwd=ROOT / "tools" / "pulumi")
+    r = subprocess.run(
+        ["go", "mod", "download", "-json", module],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"},
+        cwd=ROOT / "tools" / "pulumi",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     wanted[module] = _go_version(Path(re.search(r'"GoMod": "(.*)"', r.stdout)[1]).read_text())
     installed = tuple(int(x) for x in str(versions()["toolchain"]["ci-go"]).split("."))
@@ -1097,8 +1339,13 @@ def _zizmor(*inputs: Path) -> subprocess.CompletedProcess:
     """zizmor (uv.lock's, a dev dependency) offline: no GitHub API, only the audits that read the files."""
     if not ZIZMOR.exists():
         need_tool("zizmor")
-    return subprocess.run([str(ZIZMOR), "--offline", "--no-progress", "--color=never", *map(str, inputs)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(ZIZMOR), "--offline", "--no-progress", "--color=never", *map(str, inputs)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_zizmor_finds_nothing_in_the_workflows():
@@ -1121,7 +1368,7 @@ def test_zizmor_flags_an_unsafe_workflow(tmp_path):
         "      - uses: actions/checkout@v4\n"
         "        with:\n"
         "          ref: ${{ github.event.pull_request.head.sha }}\n"
-        "      - run: echo \"${{ github.event.pull_request.title }}\"\n"
+        '      - run: echo "${{ github.event.pull_request.title }}"\n'
     )
     r = _zizmor(wf)
     assert r.returncode != 0, r.stdout + r.stderr
@@ -1183,14 +1430,19 @@ def _fake_ci_root(tmp_path: Path, aws_sha: str, cli_version: str) -> tuple[Path,
     (root / "tools" / "toolchain.sh").write_text(f"#!/bin/sh\necho {bin_dir}\n")
     for f in (bin_dir / "pulumi", root / "tools" / "toolchain.sh"):
         f.chmod(0o755)
-    env = {**os.environ, "PYTHON": str(ROOT / ".venv" / "bin" / "python"),
-           "GITHUB_PATH": str(tmp_path / "path"), "GITHUB_ENV": str(tmp_path / "env")}
+    env = {
+        **os.environ,
+        "PYTHON": str(ROOT / ".venv" / "bin" / "python"),
+        "GITHUB_PATH": str(tmp_path / "path"),
+        "GITHUB_ENV": str(tmp_path / "env"),
+    }
     return root, env
 
 
 def _ci_pulumi(root: Path, env: dict, stack: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(root / "tools" / "ci-tools.sh"), "pulumi", stack], env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(root / "tools" / "ci-tools.sh"), "pulumi", stack], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_ci_tools_installs_the_aws_plugin_only_with_its_checksum(tmp_path):

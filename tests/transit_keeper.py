@@ -18,6 +18,7 @@ The protocol is the one gocloud.dev/secrets/hashivault speaks (google/go-cloud s
 The wrapping is authenticated (HMAC-SHA256 over a random nonce and the ciphertext, a SHA-256 keystream): a test
 double, never a place for real secrets; its key lives only in the test process's memory.
 """
+
 from __future__ import annotations
 
 import base64
@@ -59,7 +60,7 @@ class _Keeper:
     def decrypt(self, ciphertext: str) -> bytes:
         if not ciphertext.startswith(PREFIX):
             raise ValueError("not a vault:v1 ciphertext")
-        raw = base64.b64decode(ciphertext[len(PREFIX):], validate=True)
+        raw = base64.b64decode(ciphertext[len(PREFIX) :], validate=True)
         nonce, tag, ct = raw[:16], raw[16:32], raw[32:]
         if not hmac.compare_digest(tag, self._tag(nonce, ct)):
             raise ValueError("ciphertext not made by this keeper")

@@ -3,6 +3,7 @@
 The only way the golden files change: ``make golden`` (or ``python tests/update_golden.py``), run on purpose
 after checking that every URN change is wanted (a renamed or moved resource needs an alias instead).
 tests/test_urns.py only reads them, so a test run can never bless its own output."""
+
 from __future__ import annotations
 
 import sys

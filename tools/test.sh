@@ -43,10 +43,14 @@ engine_other() {
 }
 
 t0=$SECONDS
-# The linter first (pyproject.toml [tool.ruff]: pyflakes and pycodestyle's checks; under a second): a failure stops the
+# The linter and the formatter's check first (pyproject.toml [tool.ruff]: pyflakes and pycodestyle's checks, line length 130; under a second): a failure stops the
 # run before the minutes of tests.
 if ! "$PY" -m ruff check --quiet .; then
   echo "test: ruff check failed (fix the lines above; \`.venv/bin/ruff check --fix .\` fixes the safe ones)"
+  exit 1
+fi
+if ! "$PY" -m ruff format --check --quiet .; then
+  echo "test: ruff format --check failed (the files above; \`.venv/bin/ruff format .\` formats them)"
   exit 1
 fi
 # Then the type checker (pyproject.toml [tool.mypy]: the program's code, not the tests), incremental through its cache

@@ -8,6 +8,7 @@ recipes and cache Jobs are built by the generic builders of ``builders.py``.
 from its family base plus its deltas; ``cache_objects`` builds the model-cache
 PVC (named per model: ``cache_claim``) and the download/validate Jobs the target needs. Both are pure.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -99,23 +100,31 @@ def resolve(tid: str) -> tuple[Optional[Target], Optional[str]]:
     if tid in cat.respelled:
         t, deprecated = resolve(cat.respelled[tid])
         assert t is not None, f"respelled id {tid!r} names a catalog target (checked by targets())"
-        said = (f"target {tid!r} is now {t.id!r} (the same recipe, DynamoGraphDeployment {t.dgd_name!r} and objects: the old id "
-                f"differed from another target's only by case); set dynamo:target: {t.id}")
+        said = (
+            f"target {tid!r} is now {t.id!r} (the same recipe, DynamoGraphDeployment {t.dgd_name!r} and objects: the old id "
+            f"differed from another target's only by case); set dynamo:target: {t.id}"
+        )
         return t, said + (f". {deprecated[0].upper()}{deprecated[1:]}" if deprecated else "")
     if tid in renamed():
         new = cat[tid]
-        return new, (f"target {tid!r} was renamed upstream to {new.id!r} (Dynamo 1.6 recipe names); this stack now deploys "
-                     f"{new.id}: DynamoGraphDeployment {new.dgd_name!r}, components {', '.join(component_names(new))} "
-                     f"(see README 'Upgrading Dynamo'); set dynamo:target: {new.id} to silence this warning")
+        return new, (
+            f"target {tid!r} was renamed upstream to {new.id!r} (Dynamo 1.6 recipe names); this stack now deploys "
+            f"{new.id}: DynamoGraphDeployment {new.dgd_name!r}, components {', '.join(component_names(new))} "
+            f"(see README 'Upgrading Dynamo'); set dynamo:target: {new.id} to silence this warning"
+        )
     if tid not in cat:
         return None, None
     t = cat[tid]
     if t.successor:
-        return t, (f"target {tid!r} is deprecated: upstream dropped this recipe (it still renders its last published file); "
-                   f"its successor is {t.successor!r} (see README 'Upgrading Dynamo')")
+        return t, (
+            f"target {tid!r} is deprecated: upstream dropped this recipe (it still renders its last published file); "
+            f"its successor is {t.successor!r} (see README 'Upgrading Dynamo')"
+        )
     if t.legacy:
-        return t, (f"target {tid!r} {t.legacy}; it still renders that published file, which upstream no longer maintains "
-                   f"(`dynamo-stacks drift` lists it as legacy)")
+        return t, (
+            f"target {tid!r} {t.legacy}; it still renders that published file, which upstream no longer maintains "
+            f"(`dynamo-stacks drift` lists it as legacy)"
+        )
     return t, None
 
 
@@ -149,7 +158,9 @@ def revision_pins(t: Target) -> dict:
 
 def revision_models() -> list[str]:
     """The models whose download Jobs take ``dynamo:modelRevision`` (from the catalog data: ``DownloadJob.revision``)."""
-    return sorted(f.id for f in families().values() if any(getattr(b, "revision", None) is not None for b in f.cache_job_builders.values()))
+    return sorted(
+        f.id for f in families().values() if any(getattr(b, "revision", None) is not None for b in f.cache_job_builders.values())
+    )
 
 
 def cache_claim(t: Target) -> str:
@@ -167,6 +178,22 @@ def gpus_needed(dgd: dict) -> int:
     return total
 
 
-__all__ = ["AXES", "SELECT_ORDER", "Perf", "Target", "ModelFamily", "targets", "families", "recipe_objects", "cache_objects", "cache_claim",
-           "revision_pins", "revision_models",
-           "gpus_needed", "reload", "renamed", "resolve", "component_names"]
+__all__ = [
+    "AXES",
+    "SELECT_ORDER",
+    "Perf",
+    "Target",
+    "ModelFamily",
+    "targets",
+    "families",
+    "recipe_objects",
+    "cache_objects",
+    "cache_claim",
+    "revision_pins",
+    "revision_models",
+    "gpus_needed",
+    "reload",
+    "renamed",
+    "resolve",
+    "component_names",
+]

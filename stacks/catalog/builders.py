@@ -12,6 +12,7 @@ A model that needs no code at all uses ``Recipe``: components whose strings carr
 target field or param), plus an optional ConfigMap. See docs/adding-a-model-or-gpu.md and
 tests/test_data_model.py.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -156,7 +157,9 @@ class Component:
         if self.runtime_class:
             pod["runtimeClassName"] = self.runtime_class
         if self.affinity:
-            pod["affinity"] = k8s.gpu_affinity(registry.GPUS[self.affinity].label if self.affinity in registry.GPUS else self.affinity)
+            pod["affinity"] = k8s.gpu_affinity(
+                registry.GPUS[self.affinity].label if self.affinity in registry.GPUS else self.affinity
+            )
         if self.node_selector is not None:
             pod["nodeSelector"] = dict(self.node_selector)
         if self.tolerations:
@@ -223,7 +226,9 @@ class RevisionPin:
             uc = ups.get(c.get("name"))
             if uc is None or not isinstance(c.get("env"), list):
                 continue
-            added = [e for e in c["env"] if isinstance(e, dict) and e.get("name") == REVISION_ENV and e not in (uc.get("env") or [])]
+            added = [
+                e for e in c["env"] if isinstance(e, dict) and e.get("name") == REVISION_ENV and e not in (uc.get("env") or [])
+            ]
             try:
                 pinned = [self.script(a) for a in uc.get("args") or []]
             except ValueError:
@@ -294,8 +299,12 @@ class DownloadJob:
         meta: dict[str, Any] = {"name": self.name}
         if self.labels:
             meta["labels"] = dict(self.labels)
-        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
-                "spec": {"backoffLimit": self.backoff_limit, **_copy(self.spec), "template": template}}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": meta,
+            "spec": {"backoffLimit": self.backoff_limit, **_copy(self.spec), "template": template},
+        }
 
     def __call__(self) -> dict:
         return self.build()

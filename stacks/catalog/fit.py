@@ -1,6 +1,7 @@
 """How a DGD's GPU pods fit on nodes: the extended resources a pod asks for, and first-fit packing onto nodes of one
 capacity. Pure functions of the DGD (the catalog's recipe data and the serving plans read them alike), so the catalog
 view, the autoscaling checks and the node groups' sizing share one count."""
+
 from __future__ import annotations
 
 

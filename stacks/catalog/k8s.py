@@ -1,4 +1,5 @@
 """Tiny constructors for the Kubernetes fragments every recipe family repeats."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -6,6 +6,7 @@ env. The engine config varies per GPU, as data (``KV_CACHE_EXTRA``: the B200/GB2
 enable block reuse, KV-cache manager v2 and a mamba snapshot; ``MTP_DRAFT``: the draft
 length), never derived from the GPU's generation.
 """
+
 from __future__ import annotations
 
 from stacks.registry import versions
@@ -75,27 +76,77 @@ WORKER_ENV = {
     **TRTLLM_ENV_TAIL,
 }
 # The engine config (ConfigMap key agg.yaml) mounted read-only at /config.
-ENGINE_CONFIG_VOLUME = ({"name": "trtllm-config", "configMap": {"name": "{dgd}-config"}}, k8s.mount("trtllm-config", "/config", read_only=True))
-AGG = Recipe("trtllm", (
-    Component("Frontend", "frontend", "{image}", ("python3",), ("-m", "dynamo.frontend", "--router-mode", "round-robin", "--http-port", "8000"),
-              **FRONTEND),
-    Component("agg", "worker", "{image}", ("python3",), (
-        "-m", "dynamo.trtllm", "--model", "{repo}", "--served-model-name", "{repo}", "--tensor-parallel-size", "1",
-        "--max-num-tokens", "32768", "--max-batch-size", "512", "--extra-engine-args", "/config/agg.yaml",
-        "--disaggregation-mode", "agg", "--dyn-tool-call-parser", "nemotron_nano", "--dyn-reasoning-parser", "nemotron_nano",
-    ), WORKER_ENV, volumes=(shm(SHM), ENGINE_CONFIG_VOLUME), affinity="{gpu}", **WORKER),
-), configmap={"agg.yaml": "{engine_config}"})
+ENGINE_CONFIG_VOLUME = (
+    {"name": "trtllm-config", "configMap": {"name": "{dgd}-config"}},
+    k8s.mount("trtllm-config", "/config", read_only=True),
+)
+AGG = Recipe(
+    "trtllm",
+    (
+        Component(
+            "Frontend",
+            "frontend",
+            "{image}",
+            ("python3",),
+            ("-m", "dynamo.frontend", "--router-mode", "round-robin", "--http-port", "8000"),
+            **FRONTEND,
+        ),
+        Component(
+            "agg",
+            "worker",
+            "{image}",
+            ("python3",),
+            (
+                "-m",
+                "dynamo.trtllm",
+                "--model",
+                "{repo}",
+                "--served-model-name",
+                "{repo}",
+                "--tensor-parallel-size",
+                "1",
+                "--max-num-tokens",
+                "32768",
+                "--max-batch-size",
+                "512",
+                "--extra-engine-args",
+                "/config/agg.yaml",
+                "--disaggregation-mode",
+                "agg",
+                "--dyn-tool-call-parser",
+                "nemotron_nano",
+                "--dyn-reasoning-parser",
+                "nemotron_nano",
+            ),
+            WORKER_ENV,
+            volumes=(shm(SHM), ENGINE_CONFIG_VOLUME),
+            affinity="{gpu}",
+            **WORKER,
+        ),
+    ),
+    configmap={"agg.yaml": "{engine_config}"},
+)
 
 
-def _trtllm(dirname: str, gpu: str, spec: str, precision: str, perf: PerfRow | None, perf_source: str, *, dgd: str | None = None) -> Target:
+def _trtllm(
+    dirname: str, gpu: str, spec: str, precision: str, perf: PerfRow | None, perf_source: str, *, dgd: str | None = None
+) -> Target:
     """One TRT-LLM target; ``perf_source`` PERF_FIRST marks the PR #13021 copies (legacy layout)."""
     return Target(
         id=f"lightning-trtllm-{dirname}",
         upstream=f"nemotron-3.5-lightning/trtllm/{dirname}/deploy.yaml",
-        model=MODEL, runtime="trtllm", gpu=gpu, topology="agg", spec=spec, routing="round-robin", precision=precision, fabric="none",
+        model=MODEL,
+        runtime="trtllm",
+        gpu=gpu,
+        topology="agg",
+        spec=spec,
+        routing="round-robin",
+        precision=precision,
+        fabric="none",
         profile="current" if perf_source == PERF_MAIN else "legacy",
         legacy=LEGACY_FIRST_LAYOUT if perf_source == PERF_FIRST else None,
-        dgd_name=dgd or f"trtllm-{dirname}", family="trtllm-agg",
+        dgd_name=dgd or f"trtllm-{dirname}",
+        family="trtllm-agg",
         params={"repo": REPO[precision], "engine_config": engine_config(gpu, spec, precision)},
         experimental=True,
         perf=Perf(*perf, source=perf_source) if perf else None,

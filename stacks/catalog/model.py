@@ -1,4 +1,5 @@
 """Catalog types: one ``Target`` per upstream recipe file, one ``ModelFamily`` per model."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,7 +12,20 @@ from stacks.catalog.ops import Op
 # The axes a stack selects on, with the values the catalog may use (defined once, in stacks/registry/__init__.py).
 AXES: dict[str, tuple[str, ...]] = registry.axes()
 # Order in which selection narrows the catalog (and in which errors are reported).
-SELECT_ORDER = ("model", "runtime", "gpu", "topology", "shape", "precision", "context", "workload", "spec", "routing", "fabric", "profile")
+SELECT_ORDER = (
+    "model",
+    "runtime",
+    "gpu",
+    "topology",
+    "shape",
+    "precision",
+    "context",
+    "workload",
+    "spec",
+    "routing",
+    "fabric",
+    "profile",
+)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ disaggregated variants from a matrix (topology x target cluster). Here the two
 bases are data (``builders.Recipe``) sharing the engine flags, the per-target
 replicas come from the ``shape`` axis, and the Nscale cluster component is an op layer.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,20 @@ ENGINE_ARGS = [
     "--dyn-enable-structural-tag",
 ]
 FRONTEND_ARGS = [
-    "-m", "dynamo.frontend", "--dyn-chat-processor", "vllm", "--model-name", REPO, "--trust-remote-code",
-    "--http-port", "8000", "--tool-call-parser", "motif", "--reasoning-parser", "motif", "--enable-auto-tool-choice",
+    "-m",
+    "dynamo.frontend",
+    "--dyn-chat-processor",
+    "vllm",
+    "--model-name",
+    REPO,
+    "--trust-remote-code",
+    "--http-port",
+    "8000",
+    "--tool-call-parser",
+    "motif",
+    "--reasoning-parser",
+    "motif",
+    "--enable-auto-tool-choice",
 ]
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 # KV routing: the router and workers exchange KV events over ZMQ (upstream's kv-routing component).
@@ -68,47 +81,124 @@ def _ref(key: str) -> dict:
 
 
 def _kv_transfer(role: str) -> str:
-    return json.dumps({"kv_connector": "NixlConnector", "kv_role": role, "kv_buffer_device": "cuda",
-                       "kv_connector_extra_config": {"backends": ["UCX"]}}, **COMPACT)
+    return json.dumps(
+        {
+            "kv_connector": "NixlConnector",
+            "kv_role": role,
+            "kv_buffer_device": "cuda",
+            "kv_connector_extra_config": {"backends": ["UCX"]},
+        },
+        **COMPACT,
+    )
 
 
-WORKER_ENV = {"HF_HOME": CACHE_MOUNT, "DYN_SELF_HOST_METADATA": "1", **OFFLINE_ENV, "VLLM_USE_V2_MODEL_RUNNER": "1",
-              "DYN_HEALTH_CHECK_REQUEST_TIMEOUT": "300", "SPECULATIVE_CONFIG": _ref("speculative-config")}
+WORKER_ENV = {
+    "HF_HOME": CACHE_MOUNT,
+    "DYN_SELF_HOST_METADATA": "1",
+    **OFFLINE_ENV,
+    "VLLM_USE_V2_MODEL_RUNNER": "1",
+    "DYN_HEALTH_CHECK_REQUEST_TIMEOUT": "300",
+    "SPECULATIVE_CONFIG": _ref("speculative-config"),
+}
 KV_WORKER_ENV = {**KV_EVENTS_ENV, **WORKER_ENV, "KV_EVENTS_CONFIG": _ref("kv-events-config"), **NIXL_ENV}
 # Every component: runtimeVersionOverride, the model cache, no pull secrets; workers are TP2 with the GPU taint toleration
 # (no probes or affinity upstream).
 COMMON: dict[str, Any] = {"cache": CACHE, "pull_secrets": False, "runtime_version": RUNTIME_VERSION}
-WORKER: dict[str, Any] = {**COMMON, "gpus": TP, "shm": SHM, "security": {"runAsUser": 0, "runAsGroup": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"]}},
-          "tolerations": (k8s.GPU_TOLERATION,)}
-LABELS: dict[str, Any] = {"dgd_labels": {"app.kubernetes.io/name": "{dgd}"}, "configmap_name": CONFIG,
-          "configmap_labels": {"app.kubernetes.io/name": "{dgd}-{workload}", "app.kubernetes.io/part-of": "dynamo"}}
+WORKER: dict[str, Any] = {
+    **COMMON,
+    "gpus": TP,
+    "shm": SHM,
+    "security": {"runAsUser": 0, "runAsGroup": 0, "capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"]}},
+    "tolerations": (k8s.GPU_TOLERATION,),
+}
+LABELS: dict[str, Any] = {
+    "dgd_labels": {"app.kubernetes.io/name": "{dgd}"},
+    "configmap_name": CONFIG,
+    "configmap_labels": {"app.kubernetes.io/name": "{dgd}-{workload}", "app.kubernetes.io/part-of": "dynamo"},
+}
 
 # The kustomize base ``agg-b200-chat/base``: one TP2 worker behind a round-robin frontend (MTP config written indented).
-AGG = Recipe("vllm", (
-    Component("Frontend", "frontend", "{image}", ("python3",), FRONTEND_ARGS, {**OFFLINE_ENV, "HF_HOME": CACHE_MOUNT, "DYN_ROUTER_MODE": "{routing}"},
-              resources={}, **COMMON),
-    Component("Worker", "worker", "{image}", ("python3", "-m", "dynamo.vllm"), ENGINE_ARGS, WORKER_ENV, **WORKER),
-), configmap={"speculative-config": json.dumps(SPEC, indent=2), "speculative-config-synthetic": json.dumps(SPEC_SYNTHETIC, indent=2)}, **LABELS)
+AGG = Recipe(
+    "vllm",
+    (
+        Component(
+            "Frontend",
+            "frontend",
+            "{image}",
+            ("python3",),
+            FRONTEND_ARGS,
+            {**OFFLINE_ENV, "HF_HOME": CACHE_MOUNT, "DYN_ROUTER_MODE": "{routing}"},
+            resources={},
+            **COMMON,
+        ),
+        Component("Worker", "worker", "{image}", ("python3", "-m", "dynamo.vllm"), ENGINE_ARGS, WORKER_ENV, **WORKER),
+    ),
+    configmap={
+        "speculative-config": json.dumps(SPEC, indent=2),
+        "speculative-config-synthetic": json.dumps(SPEC_SYNTHETIC, indent=2),
+    },
+    **LABELS,
+)
 
 # xPyD with KV routing: ``shape`` sets the replicas; roles are chosen by ``--disaggregation-mode`` (both type ``worker``);
 # upstream disables health checks on prefill only. The rendered disagg manifests write the JSON compact.
-DISAGG = Recipe("vllm", (
-    Component("Frontend", "frontend", "{image}", ("python3",), FRONTEND_ARGS,
-              {**OFFLINE_ENV, **KV_EVENTS_ENV, "HF_HOME": CACHE_MOUNT, "DYN_ROUTER_MODE": "{routing}", "DYN_ROUTER_USE_KV_EVENTS": "true"},
-              resources={}, **COMMON),
-    *(Component(name, "worker", "{image}", ("python3",),
-                ("-m", "dynamo.vllm", *ENGINE_ARGS, f"--disaggregation-mode={mode}", f"--kv-transfer-config={_kv_transfer(role)}",
-                 "--enable-prefix-caching", "--kv-events-config=$(KV_EVENTS_CONFIG)"),
+DISAGG = Recipe(
+    "vllm",
+    (
+        Component(
+            "Frontend",
+            "frontend",
+            "{image}",
+            ("python3",),
+            FRONTEND_ARGS,
+            {
+                **OFFLINE_ENV,
+                **KV_EVENTS_ENV,
+                "HF_HOME": CACHE_MOUNT,
+                "DYN_ROUTER_MODE": "{routing}",
+                "DYN_ROUTER_USE_KV_EVENTS": "true",
+            },
+            resources={},
+            **COMMON,
+        ),
+        *(
+            Component(
+                name,
+                "worker",
+                "{image}",
+                ("python3",),
+                (
+                    "-m",
+                    "dynamo.vllm",
+                    *ENGINE_ARGS,
+                    f"--disaggregation-mode={mode}",
+                    f"--kv-transfer-config={_kv_transfer(role)}",
+                    "--enable-prefix-caching",
+                    "--kv-events-config=$(KV_EVENTS_CONFIG)",
+                ),
                 {**KV_WORKER_ENV, **({"DYN_HEALTH_CHECK_ENABLED": "false"} if mode == "prefill" else {})},
-                replicas="{%s_replicas}" % mode, **WORKER)
-      for mode, name, role in (("prefill", "PrefillWorker", "kv_producer"), ("decode", "DecodeWorker", "kv_consumer"))),
-), configmap={"kv-events-config": json.dumps(KV_EVENTS, **COMPACT), "speculative-config": json.dumps(SPEC, **COMPACT),
-              "speculative-config-synthetic": json.dumps(SPEC_SYNTHETIC, **COMPACT)}, **LABELS)
+                replicas="{%s_replicas}" % mode,
+                **WORKER,
+            )
+            for mode, name, role in (("prefill", "PrefillWorker", "kv_producer"), ("decode", "DecodeWorker", "kv_consumer"))
+        ),
+    ),
+    configmap={
+        "kv-events-config": json.dumps(KV_EVENTS, **COMPACT),
+        "speculative-config": json.dumps(SPEC, **COMPACT),
+        "speculative-config-synthetic": json.dumps(SPEC_SYNTHETIC, **COMPACT),
+    },
+    **LABELS,
+)
 
 
 # --------------------------------------------------------------------------- cluster layers
 
-NSCALE_B200_NODES = {"kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "g.192.b200.8", "nvidia.com/gpu.product": registry.label("b200")}
+NSCALE_B200_NODES = {
+    "kubernetes.io/arch": "amd64",
+    "node.kubernetes.io/instance-type": "g.192.b200.8",
+    "nvidia.com/gpu.product": registry.label("b200"),
+}
 
 
 def nscale_layer() -> tuple[Op, ...]:
@@ -124,6 +214,7 @@ def nscale_layer() -> tuple[Op, ...]:
 
 # --------------------------------------------------------------------------- catalog entries
 
+
 def _motif(topology: str, *, shape: str | None = None, profile: str = "generic", upstream: str) -> Target:
     disagg = topology == "disagg"
     suffix = ""
@@ -133,11 +224,19 @@ def _motif(topology: str, *, shape: str | None = None, profile: str = "generic",
     return Target(
         id=f"motif3-vllm-{topology}-b200-chat{suffix}",
         upstream=f"motif-3/vllm/{upstream}",
-        model=MODEL, runtime="vllm", gpu="b200", topology=topology, spec="mtp",
-        routing="kv" if disagg else "round-robin", precision="nvfp4",
+        model=MODEL,
+        runtime="vllm",
+        gpu="b200",
+        topology=topology,
+        spec="mtp",
+        routing="kv" if disagg else "round-robin",
+        precision="nvfp4",
         fabric="nscale" if profile == "nscale" else "none",
-        shape=shape, workload="chat", profile=profile,
-        dgd_name=f"motif3-{topology}-b200", family=f"vllm-{topology}",
+        shape=shape,
+        workload="chat",
+        profile=profile,
+        dgd_name=f"motif3-{topology}-b200",
+        family=f"vllm-{topology}",
         ops=nscale_layer() if profile == "nscale" else (),
         experimental=disagg,  # upstream marks the disaggregated recipe experimental
         cache_jobs=("model-download",),
@@ -170,19 +269,27 @@ hf download "$MODEL_NAME"
 # snapshot_download; https://huggingface.co/docs/huggingface_hub/guides/download, "Download from the CLI"). The workers load the model by name with HF_HUB_OFFLINE=1, which reads the cache's
 # refs/main; the CLI writes refs/<revision> for a branch or tag and no ref for a commit, so the script then points refs/main
 # at the snapshot it fetched (and fails when that snapshot is not there): the workers load the pinned commit.
-REVISION_PIN = RevisionPin(edits=((
-    'hf download "$MODEL_NAME"\n',
-    'hf download "$MODEL_NAME" --revision "$MODEL_REVISION"\n'
-    'repo="$HF_HOME/hub/models--$(printf %s "$MODEL_NAME" | sed \'s|/|--|g\')"\n'
-    'commit=$(cat "$repo/refs/$MODEL_REVISION" 2>/dev/null || printf %s "$MODEL_REVISION")\n'
-    'test -d "$repo/snapshots/$commit"\n'
-    'mkdir -p "$repo/refs" && printf %s "$commit" > "$repo/refs/main"\n',
-),))
+REVISION_PIN = RevisionPin(
+    edits=(
+        (
+            'hf download "$MODEL_NAME"\n',
+            'hf download "$MODEL_NAME" --revision "$MODEL_REVISION"\n'
+            'repo="$HF_HOME/hub/models--$(printf %s "$MODEL_NAME" | sed \'s|/|--|g\')"\n'
+            'commit=$(cat "$repo/refs/$MODEL_REVISION" 2>/dev/null || printf %s "$MODEL_REVISION")\n'
+            'test -d "$repo/snapshots/$commit"\n'
+            'mkdir -p "$repo/refs" && printf %s "$commit" > "$repo/refs/main"\n',
+        ),
+    )
+)
 
 
 # Job ``model-download``: the ``hf`` CLI fills ``HF_HOME`` on the shared PVC with the NVFP4 checkpoint.
 DOWNLOAD_JOB = DownloadJob(
-    "model-download", versions.image("motif3-download"), DOWNLOAD_SCRIPT, CACHE, ("sh", "-c"),
+    "model-download",
+    versions.image("motif3-download"),
+    DOWNLOAD_SCRIPT,
+    CACHE,
+    ("sh", "-c"),
     env={"MODEL_NAME": REPO, "HF_HOME": CACHE_MOUNT, "HF_XET_HIGH_PERFORMANCE": "1"},
     security={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
     resources={"requests": {"cpu": "4", "memory": "16Gi"}},

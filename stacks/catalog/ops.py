@@ -10,6 +10,7 @@ builder just created, which are never shared.
 Component selectors (``on=``): ``frontend``, ``workers`` (every non-frontend
 component), ``prefill``, ``decode``, ``all``, or an exact component name.
 """
+
 from __future__ import annotations
 
 import copy
@@ -293,7 +294,9 @@ class EnvRemove(Op):
                 del c["env"][_env_index(c["env"], n)]
 
 
-def env_insert(entries: Mapping[str, Any], *, after: str | None = None, before: str | None = None, on: str = WORKERS) -> EnvInsert:
+def env_insert(
+    entries: Mapping[str, Any], *, after: str | None = None, before: str | None = None, on: str = WORKERS
+) -> EnvInsert:
     return EnvInsert(tuple(entries.items()), after=after, before=before, on=on)
 
 

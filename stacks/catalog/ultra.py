@@ -14,6 +14,7 @@ disagg, Day-0; ``_flags_b``: H200 agg and the InfiniBand disagg files, which
 were derived from each other). Embedded scripts are module constants with
 ``@NAME@`` placeholders, kept byte-identical to upstream.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,12 @@ MODEL = "nemotron-3-ultra"
 REPO = "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"
 CACHE_MOUNT = "/opt/models"
 MODEL_PATH = f"{CACHE_MOUNT}/patched/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"
-CACHE = Cache(claim=k8s.CACHE_PVC, mount=CACHE_MOUNT, size="1200Gi",
-              labels={"app.kubernetes.io/name": "nemotron-ultra-model-cache", "app.kubernetes.io/part-of": "nemotron-ultra"})
+CACHE = Cache(
+    claim=k8s.CACHE_PVC,
+    mount=CACHE_MOUNT,
+    size="1200Gi",
+    labels={"app.kubernetes.io/name": "nemotron-ultra-model-cache", "app.kubernetes.io/part-of": "nemotron-ultra"},
+)
 GPUS = {"b200": 4, "gb200": 4, "h200": 8}  # GPUs per worker (tensor parallel): TP4 Blackwell, TP8 Hopper
 MAX_LEN = {"256k": 262144, "1m": 1048576}
 # The Refresh profiles used their own label domain until upstream gave them their final names (Dynamo 1.6);
@@ -181,14 +186,22 @@ def _exec(module: str, flags: list[str], style: str = "lines") -> str:
 # --------------------------------------------------------------------------- engine flags
 
 KV_EVENTS_LOCAL = "--kv-events-config '{\"enable_kv_cache_events\": true}'"
-KV_EVENTS_ZMQ = "--kv-events-config '" + json.dumps(
-    {"publisher": "zmq", "topic": "kv-events", "endpoint": "tcp://*:5571", "enable_kv_cache_events": True}, separators=(",", ":")) + "'"
+KV_EVENTS_ZMQ = (
+    "--kv-events-config '"
+    + json.dumps(
+        {"publisher": "zmq", "topic": "kv-events", "endpoint": "tcp://*:5571", "enable_kv_cache_events": True},
+        separators=(",", ":"),
+    )
+    + "'"
+)
 
 
 def _kv_transfer(t: Target, role: str) -> str:
     """NIXL KV transfer; most files say ``kv_both`` on both sides, two final files ``kv_producer``/``kv_consumer``."""
     kv_role = dict(zip(("prefill", "decode"), t.params.get("kv_roles", ("kv_both", "kv_both"))))[role]
-    return "--kv-transfer-config '" + json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role}, separators=(",", ":")) + "'"
+    return (
+        "--kv-transfer-config '" + json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role}, separators=(",", ":")) + "'"
+    )
 
 
 BLACKWELL_BACKENDS = ["--attention-backend FLASHINFER", "--linear-backend cutlass", "--moe-backend flashinfer_trtllm"]
@@ -202,17 +215,31 @@ REFRESH_MAMBA = ["--mamba-cache-mode align", "--mamba-ssm-cache-dtype bfloat16"]
 REFRESH_FLAGS: dict[str, dict] = {
     "b200": {"agg_layout": "agg-blackwell", "backends": BLACKWELL_BACKENDS},
     "gb200": {"agg_layout": "agg-blackwell", "backends": BLACKWELL_BACKENDS},
-    "h200": {"agg_layout": "agg-hopper", "parallel": HOPPER_PARALLEL, "attention": ["--attention-backend FLASH_ATTN"],
-             "compile": HOPPER_COMPILE},
+    "h200": {
+        "agg_layout": "agg-hopper",
+        "parallel": HOPPER_PARALLEL,
+        "attention": ["--attention-backend FLASH_ATTN"],
+        "compile": HOPPER_COMPILE,
+    },
 }
 FRONTEND_FLAGS = [
-    "--router-mode kv", "--router-kv-events", "--kv-cache-block-size 64", "--router-track-prefill-tokens",
-    "--router-kv-overlap-score-credit-decay 0.1", "--http-host 0.0.0.0", "--http-port 8000",
+    "--router-mode kv",
+    "--router-kv-events",
+    "--kv-cache-block-size 64",
+    "--router-track-prefill-tokens",
+    "--router-kv-overlap-score-credit-decay 0.1",
+    "--http-host 0.0.0.0",
+    "--http-port 8000",
 ]
 
 
 def _parsers(plugin: str) -> list[str]:
-    return ["--dyn-tool-call-parser qwen3_coder", "--dyn-reasoning-parser nemotron3", f'--reasoning-parser-plugin "{plugin}"', "--reasoning-parser nemotron_v3"]
+    return [
+        "--dyn-tool-call-parser qwen3_coder",
+        "--dyn-reasoning-parser nemotron3",
+        f'--reasoning-parser-plugin "{plugin}"',
+        "--reasoning-parser nemotron_v3",
+    ]
 
 
 def _spec(t: Target) -> list[str]:
@@ -226,8 +253,12 @@ def _head(t: Target) -> list[str]:
 def _sizes(t: Target) -> list[str]:
     p = t.params
     assert t.context is not None, f"{t.id}: every Ultra target names its context"
-    return [f"--max-model-len {MAX_LEN[t.context]}", f"--max-num-seqs {p['max_num_seqs']}",
-            f"--max-num-batched-tokens {p['batched']}", f"--gpu-memory-utilization {p['util']}"]
+    return [
+        f"--max-model-len {MAX_LEN[t.context]}",
+        f"--max-num-seqs {p['max_num_seqs']}",
+        f"--max-num-batched-tokens {p['batched']}",
+        f"--gpu-memory-utilization {p['util']}",
+    ]
 
 
 def _pinned_backends(t: Target) -> list[str]:
@@ -242,7 +273,11 @@ def _flags_a(t: Target, role: str | None, plugin: str) -> list[str]:
     f = _head(t) + ["--trust-remote-code"] + (["--kv-cache-dtype fp8"] if refresh else []) + _sizes(t)
     f += _pinned_backends(t) + ["--no-enable-flashinfer-autotune", f"--block-size {t.params.get('block', 64)}"]
     if refresh:
-        f += ([KV_EVENTS_LOCAL] if role is None else []) + ["--no-enable-expert-parallel", "--enable-prefix-caching", "--async-scheduling"]
+        f += ([KV_EVENTS_LOCAL] if role is None else []) + [
+            "--no-enable-expert-parallel",
+            "--enable-prefix-caching",
+            "--async-scheduling",
+        ]
         f += REFRESH_MAMBA + ["--mamba-backend triton"]
     else:
         f += ["--enable-expert-parallel", "--mamba-cache-mode align", "--enable-prefix-caching"]
@@ -265,6 +300,7 @@ def _flags_b(t: Target, role: str | None, plugin: str) -> list[str]:
 
 # --------------------------------------------------------------------------- shared fragments
 
+
 def _layout(t: Target) -> str:
     """Which upstream file family the target belongs to (they differ in labels, env order and pod details)."""
     if t.profile == "day0":
@@ -277,11 +313,22 @@ def _layout(t: Target) -> str:
 HF_ENV = {"HF_HOME": CACHE_MOUNT, "HF_HUB_CACHE": f"{CACHE_MOUNT}/hub", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 MODEL_ENV = {"SERVED_MODEL_NAME": REPO, "MODEL_PATH": MODEL_PATH}
 SCRATCH_ENV = {
-    "HOME": "/tmp", "HF_MODULES_CACHE": "/tmp/hf_modules", "XDG_CACHE_HOME": "/tmp/cache", "TORCH_EXTENSIONS_DIR": "/tmp/torch_extensions",
-    "TRITON_CACHE_DIR": "/tmp/triton", "VLLM_CACHE_ROOT": "/tmp/vllm", "PYTHONHASHSEED": "0", "VLLM_LOGGING_LEVEL": "INFO",
+    "HOME": "/tmp",
+    "HF_MODULES_CACHE": "/tmp/hf_modules",
+    "XDG_CACHE_HOME": "/tmp/cache",
+    "TORCH_EXTENSIONS_DIR": "/tmp/torch_extensions",
+    "TRITON_CACHE_DIR": "/tmp/triton",
+    "VLLM_CACHE_ROOT": "/tmp/vllm",
+    "PYTHONHASHSEED": "0",
+    "VLLM_LOGGING_LEVEL": "INFO",
 }
-RUNTIME_ENV = {"NCCL_IB_DISABLE": "1", "NCCL_CUMEM_ENABLE": "1", "NCCL_NVLS_ENABLE": "1", "NCCL_DEBUG": "WARN",
-               "DYN_LOG": "info,dynamo_kv_router=debug,dynamo_llm::kv_router=debug"}
+RUNTIME_ENV = {
+    "NCCL_IB_DISABLE": "1",
+    "NCCL_CUMEM_ENABLE": "1",
+    "NCCL_NVLS_ENABLE": "1",
+    "NCCL_DEBUG": "WARN",
+    "DYN_LOG": "info,dynamo_kv_router=debug,dynamo_llm::kv_router=debug",
+}
 # Trailing DGD env (names from RUNTIME_ENV) per layout; B200 agg also disables NCCL IB (GB200 uses NVLink).
 ENV_TAIL = {
     "agg-blackwell": ("NCCL_IB_DISABLE", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_DEBUG"),
@@ -297,14 +344,26 @@ def _dgd_env(t: Target) -> list[dict]:
     """DGD-level env: offline HF cache, model path, scratch dirs under /tmp, vLLM and NCCL settings."""
     layout = _layout(t)
     long_ctx = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"} if t.context == "1m" else {}
-    vllm = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
-            "VLLM_DISABLED_KERNELS": "FlashInferFP8ScaledMMLinearKernel",
-            "VLLM_SSM_CONV_STATE_LAYOUT": "SD" if t.topology == "agg" and t.profile == "refresh" else "DS"}
+    vllm = {
+        "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+        "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
+        "VLLM_DISABLED_KERNELS": "FlashInferFP8ScaledMMLinearKernel",
+        "VLLM_SSM_CONV_STATE_LAYOUT": "SD" if t.topology == "agg" and t.profile == "refresh" else "DS",
+    }
     chunked = {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "1"}
     # Dropped by the ai-dynamo versions with the 1.6 component names; kept by the fork files four targets follow.
     append = {"DYN_VLLM_APPEND_PREFILL_OUTPUT_TOKENS": "0"} if t.params.get("append_prefill_env", True) else {}
     if layout == "agg-blackwell":  # the short list of the first Refresh files
-        env = {**HF_ENV, "HOME": "/tmp", **MODEL_ENV, "VLLM_CACHE_ROOT": "/tmp/vllm-cache", **long_ctx, **vllm, **chunked, **append}
+        env = {
+            **HF_ENV,
+            "HOME": "/tmp",
+            **MODEL_ENV,
+            "VLLM_CACHE_ROOT": "/tmp/vllm-cache",
+            **long_ctx,
+            **vllm,
+            **chunked,
+            **append,
+        }
         tail: Sequence[str] = [n for n in ENV_TAIL[layout] if not (n == "NCCL_IB_DISABLE" and t.gpu == "gb200")]
     else:
         log_dir = {"LOG_DIR": "/artifacts/logs"} if layout in ("day0", "disagg-gke") else {}
@@ -323,12 +382,33 @@ def _labels(t: Target) -> dict:
     if layout == "agg-blackwell":
         return {**part, f"{r}/sku": t.gpu, f"{r}/context": t.context, f"{r}/topology": "agg-2worker", f"{r}/routing": "kv-aware"}
     if layout == "agg-hopper":
-        return {**name, **part, f"{r}/backend": "vllm", f"{r}/topology": "agg-2worker", f"{r}/workload": t.workload, f"{r}/routing": "kv-aware"}
+        return {
+            **name,
+            **part,
+            f"{r}/backend": "vllm",
+            f"{r}/topology": "agg-2worker",
+            f"{r}/workload": t.workload,
+            f"{r}/routing": "kv-aware",
+        }
     if layout == "day0":
         d = LABEL
-        return {**name, **part, f"{d}/backend": "vllm", f"{d}/topology": _topology_label(t), f"{d}/workload": t.workload, f"{d}/context": t.context}
-    return {**name, **part, f"{r}/sku": t.gpu, f"{r}/backend": "vllm", f"{r}/topology": _topology_label(t), f"{r}/context": t.context,
-            f"{r}/workload": t.workload}
+        return {
+            **name,
+            **part,
+            f"{d}/backend": "vllm",
+            f"{d}/topology": _topology_label(t),
+            f"{d}/workload": t.workload,
+            f"{d}/context": t.context,
+        }
+    return {
+        **name,
+        **part,
+        f"{r}/sku": t.gpu,
+        f"{r}/backend": "vllm",
+        f"{r}/topology": _topology_label(t),
+        f"{r}/context": t.context,
+        f"{r}/workload": t.workload,
+    }
 
 
 def _topology_label(t: Target) -> str:
@@ -386,13 +466,26 @@ def _frontend(t: Target) -> dict:
     if layout == "day0":
         script = _fill(DAY0_FRONTEND, block=t.params.get("block", 64))
     else:
-        script = "set -Eeuo pipefail\n" + _exec("dynamo.frontend", FRONTEND_FLAGS, "oneline" if layout == "disagg-ib" else "lines")
+        script = "set -Eeuo pipefail\n" + _exec(
+            "dynamo.frontend", FRONTEND_FLAGS, "oneline" if layout == "disagg-ib" else "lines"
+        )
     resources = {"agg-blackwell": {"requests": {"cpu": "4", "memory": "16Gi"}}, "disagg-ib": FRONTEND_RESOURCES}.get(layout)
     return Component(
-        "Frontend", "frontend", t.image, ("/bin/bash", "-lc"), (script,), resources=resources, cache=_cache(t), cache_read_only=True,
-        volumes=_volumes(t), working_dir="/workspace" if layout == "agg-blackwell" else None, ports=({"name": "http", "containerPort": 8000},),
+        "Frontend",
+        "frontend",
+        t.image,
+        ("/bin/bash", "-lc"),
+        (script,),
+        resources=resources,
+        cache=_cache(t),
+        cache_read_only=True,
+        volumes=_volumes(t),
+        working_dir="/workspace" if layout == "agg-blackwell" else None,
+        ports=({"name": "http", "containerPort": 8000},),
         startup_probe=None if layout == "agg-blackwell" else k8s.http_probe("/health", "http", 10, 10, 360),
-        readiness_probe=k8s.http_probe("/health", "http", 10, 3, 3), pull_secrets=False, pod_labels=_pod_labels(t, "frontend"),
+        readiness_probe=k8s.http_probe("/health", "http", 10, 3, 3),
+        pull_secrets=False,
+        pod_labels=_pod_labels(t, "frontend"),
     ).build()
 
 
@@ -402,8 +495,10 @@ GKE_RDMA = {f"networking.gke.io.networks/rdma-{i}{ip}": "1" for i in range(4) fo
 GKE_ANNOTATIONS = {
     "networking.gke.io/default-interface": "eth0",
     "networking.gke.io/interfaces": json.dumps(
-        [{"interfaceName": "eth0", "network": "default"}] + [{"interfaceName": f"rdma{i}", "network": f"rdma-{i}"} for i in range(4)],
-        separators=(",", ":")),
+        [{"interfaceName": "eth0", "network": "default"}]
+        + [{"interfaceName": f"rdma{i}", "network": f"rdma-{i}"} for i in range(4)],
+        separators=(",", ":"),
+    ),
 }
 
 
@@ -414,13 +509,21 @@ def _placement(t: Target) -> dict:
     return {
         "runtime_class": None if _layout(t) in ("agg-blackwell", "disagg-gke") else "nvidia",
         "node_selector": {"nvidia.com/gpu.product": g.label, **({"kubernetes.io/arch": "arm64"} if arm else {})},
-        "tolerations": (k8s.toleration("nvidia.com/gpu", "present"), k8s.toleration("kubernetes.io/arch", "arm64")) if arm
+        "tolerations": (k8s.toleration("nvidia.com/gpu", "present"), k8s.toleration("kubernetes.io/arch", "arm64"))
+        if arm
         else (k8s.toleration("nvidia.com/gpu", "true"),),
     }
 
 
-UCX_ENV = {"UCX_TLS": "rc_x,rc,cuda_copy,cuda_ipc", "UCX_IB_ADDR_TYPE": "eth", "UCX_RNDV_SCHEME": "get_zcopy", "UCX_RNDV_THRESH": "0",
-           "UCX_RC_TIMEOUT": "600s", "UCX_KEEPALIVE_INTERVAL": "300s", "NCCL_IB_DISABLE": "0"}
+UCX_ENV = {
+    "UCX_TLS": "rc_x,rc,cuda_copy,cuda_ipc",
+    "UCX_IB_ADDR_TYPE": "eth",
+    "UCX_RNDV_SCHEME": "get_zcopy",
+    "UCX_RNDV_THRESH": "0",
+    "UCX_RC_TIMEOUT": "600s",
+    "UCX_KEEPALIVE_INTERVAL": "300s",
+    "NCCL_IB_DISABLE": "0",
+}
 SOCKET_ENV = {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
 NIXL_ENV = {"NCCL_STORE_TIMEOUT": "7200", "NIXL_LOG_LEVEL": "INFO"}
 
@@ -435,8 +538,14 @@ def _transfer_env(t: Target, role: str) -> list[dict]:
         env = {"UCX_TLS": env.pop("UCX_TLS"), "UCX_NET_DEVICES": "mlx5_0:1", **env}
     env.update({**SOCKET_ENV, **NIXL_ENV})
     if layout == "day0":
-        env.update({"ULTRA_NIXL_XFER_DEBUG_SCHEMA": "ULTRA_NIXL_NATIVE_XFER_DEBUG_V1", "ULTRA_NIXL_XFER_DEBUG_ACTION_ID": "TURBO_NEMOTRON_ULTRA_1P1D_B200",
-                    "ULTRA_NIXL_XFER_DEBUG_ROLE": role, "ULTRA_NIXL_XFER_DEBUG_RUN_DIR": "nemotron-ultra-1p1d"})
+        env.update(
+            {
+                "ULTRA_NIXL_XFER_DEBUG_SCHEMA": "ULTRA_NIXL_NATIVE_XFER_DEBUG_V1",
+                "ULTRA_NIXL_XFER_DEBUG_ACTION_ID": "TURBO_NEMOTRON_ULTRA_1P1D_B200",
+                "ULTRA_NIXL_XFER_DEBUG_ROLE": role,
+                "ULTRA_NIXL_XFER_DEBUG_RUN_DIR": "nemotron-ultra-1p1d",
+            }
+        )
     return k8s.envs(env)
 
 
@@ -455,8 +564,18 @@ def _worker_script(t: Target, role: str | None) -> str:
         flags = (_flags_a if layout == "agg-blackwell" else _flags_b)(t, None, "${MODEL_PATH}/ultra_v3_reasoning_parser.py")
         return MODEL_PREFLIGHT + ULIMIT + _exec("dynamo.vllm", flags)
     if layout == "disagg-gke":
-        return PLUGIN_PREFLIGHT + _fill(GKE_GUARD, role=role, gpus=gpus) + ULIMIT + _exec("dynamo.vllm", _flags_a(t, role, "${PLUGIN}"))
-    return PLUGIN_PREFLIGHT + _fill(IB_GUARD, role=role, gpus=gpus) + ULIMIT + _exec("dynamo.vllm", _flags_b(t, role, "${PLUGIN}"), "inline-first")
+        return (
+            PLUGIN_PREFLIGHT
+            + _fill(GKE_GUARD, role=role, gpus=gpus)
+            + ULIMIT
+            + _exec("dynamo.vllm", _flags_a(t, role, "${PLUGIN}"))
+        )
+    return (
+        PLUGIN_PREFLIGHT
+        + _fill(IB_GUARD, role=role, gpus=gpus)
+        + ULIMIT
+        + _exec("dynamo.vllm", _flags_b(t, role, "${PLUGIN}"), "inline-first")
+    )
 
 
 def _worker(t: Target, name: str, kind: str, role: str | None, replicas: int) -> dict:
@@ -467,14 +586,30 @@ def _worker(t: Target, name: str, kind: str, role: str | None, replicas: int) ->
     extra = {"agg-blackwell": ("dshm",), "disagg-ib": ("dshm", "flashinfer-cubins")}.get(layout, ("flashinfer-cubins",))
     fabric = {"infiniband": {"rdma/ib": str(gpus)}, "gke-rdma": GKE_RDMA}.get(t.fabric, {})
     return Component(
-        name, kind, t.image, ("/bin/bash", "-lc"), (_worker_script(t, role),), _transfer_env(t, role) if role else (),
-        replicas=replicas, gpus=gpus, devices=fabric, requests={"memory": "750Gi", "ephemeral-storage": "20Gi"}, shm=shm_size,
-        cache=_cache(t), cache_read_only=True, volumes=_volumes(t, *extra, shm_size=shm_size), working_dir="/workspace",
+        name,
+        kind,
+        t.image,
+        ("/bin/bash", "-lc"),
+        (_worker_script(t, role),),
+        _transfer_env(t, role) if role else (),
+        replicas=replicas,
+        gpus=gpus,
+        devices=fabric,
+        requests={"memory": "750Gi", "ephemeral-storage": "20Gi"},
+        shm=shm_size,
+        cache=_cache(t),
+        cache_read_only=True,
+        volumes=_volumes(t, *extra, shm_size=shm_size),
+        working_dir="/workspace",
         env_from_secret=k8s.HF_SECRET if layout == "day0" else None,
         security={"runAsUser": 0} if layout == "agg-blackwell" else CAPS,
-        startup_probe=None if (layout == "day0" and role) else k8s.http_probe("/live", 9090, 60, 20, 60 if layout == "agg-blackwell" else 30),
-        pull_secrets=False, pod_labels=_pod_labels(t, role or "aggregate-worker"),
-        pod_annotations=GKE_ANNOTATIONS if layout == "disagg-gke" else None, **_placement(t),
+        startup_probe=None
+        if (layout == "day0" and role)
+        else k8s.http_probe("/live", 9090, 60, 20, 60 if layout == "agg-blackwell" else 30),
+        pull_secrets=False,
+        pod_labels=_pod_labels(t, role or "aggregate-worker"),
+        pod_annotations=GKE_ANNOTATIONS if layout == "disagg-gke" else None,
+        **_placement(t),
     ).build()
 
 
@@ -483,9 +618,12 @@ def _dgd(t: Target, workers: list[dict]) -> dict:
     md = doc["metadata"]
     if t.profile == "refresh" and t.topology == "disagg":
         r = LABEL
-        md["annotations"] = {f"{r}/mtp": "disabled", f"{r}/prefix-caching": "enabled",
-                             **({f"{r}/transport": "ucx-rdma-gke-extended-resources"} if t.fabric == "gke-rdma" else {}),
-                             f"{r}/async-scheduling": "enabled"}
+        md["annotations"] = {
+            f"{r}/mtp": "disabled",
+            f"{r}/prefix-caching": "enabled",
+            **({f"{r}/transport": "ucx-rdma-gke-extended-resources"} if t.fabric == "gke-rdma" else {}),
+            f"{r}/async-scheduling": "enabled",
+        }
     md["labels"] = _labels(t)
     return doc
 
@@ -495,8 +633,10 @@ def _dgd(t: Target, workers: list[dict]) -> dict:
 # Component names: Dynamo 1.6.0 renamed the vLLM services (breaking change "vLLM worker services renamed": the
 # v1.6.0 ledger https://docs.nvidia.com/dynamo/v1.6.0/reference/releases/deprecations, quoted in
 # ../shared/reference/dynamo-next/INDEX.md); the deprecated Day-0 targets keep the names of their frozen files.
-COMPONENTS = {"final": {"agg": "worker", "prefill": "prefill", "decode": "decode"},
-              "pre-1.6": {"agg": "VllmWorker", "prefill": "VllmPrefillWorker", "decode": "VllmDecodeWorker"}}
+COMPONENTS = {
+    "final": {"agg": "worker", "prefill": "prefill", "decode": "decode"},
+    "pre-1.6": {"agg": "VllmWorker", "prefill": "VllmPrefillWorker", "decode": "VllmDecodeWorker"},
+}
 
 
 def _names(t: Target) -> dict[str, str]:
@@ -513,7 +653,9 @@ def vllm_disagg(t: Target) -> list[dict]:
     """1PnD: one prefill worker (publishes KV events for the router) and n decode workers."""
     assert t.shape is not None, f"{t.id}: a disaggregated target names its shape"
     decode, names = int(t.shape[2]), _names(t)
-    return [_dgd(t, [_worker(t, names["prefill"], "prefill", "prefill", 1), _worker(t, names["decode"], "decode", "decode", decode)])]
+    return [
+        _dgd(t, [_worker(t, names["prefill"], "prefill", "prefill", 1), _worker(t, names["decode"], "decode", "decode", decode)])
+    ]
 
 
 # --------------------------------------------------------------------------- catalog entries
@@ -537,7 +679,9 @@ C3D74133 = "3d741331e55038cee2f24f4a0d3e3592cd89bbd3"
 CHECKED_AGAINST = f"{AI_DYNAMO}@7a1734c5395eb0b3782a0d0bfe687ddb3f53716f"
 
 
-def _refresh(dirname: str, gpu: str, topology: str, context: str, source: tuple[str, str], ops: tuple[Op, ...] = (), **params) -> Target:
+def _refresh(
+    dirname: str, gpu: str, topology: str, context: str, source: tuple[str, str], ops: tuple[Op, ...] = (), **params
+) -> Target:
     """One of the 12 Refresh profiles under their final (Dynamo 1.6) names: MTP 5 at 256K aggregated only, 256 sequences.
     ``source``: (repo, commit) of the upstream file the target follows."""
     spec = "mtp" if topology == "agg" and context == "256k" else "none"
@@ -547,9 +691,29 @@ def _refresh(dirname: str, gpu: str, topology: str, context: str, source: tuple[
     g = REFRESH_GPU[gpu]
     repo, commit = source
     fork = repo == FORK
-    t = _target(dirname, gpu, topology, spec, "kv", fabric, dgd, "refresh", context, "agentic", shape, ops,
-                {"spec_tokens": 5, "max_num_seqs": 256, "batched": g["batched"][context], "util": g["util"],
-                 "append_prefill_env": fork, **params}, "ultra-vllm-refresh")
+    t = _target(
+        dirname,
+        gpu,
+        topology,
+        spec,
+        "kv",
+        fabric,
+        dgd,
+        "refresh",
+        context,
+        "agentic",
+        shape,
+        ops,
+        {
+            "spec_tokens": 5,
+            "max_num_seqs": 256,
+            "batched": g["batched"][context],
+            "util": g["util"],
+            "append_prefill_env": fork,
+            **params,
+        },
+        "ultra-vllm-refresh",
+    )
     src = f"{repo} recipes/{t.upstream} @ {commit}" + (f" (fork; checked against {CHECKED_AGAINST})" if fork else "")
     return replace(t, reference="dynamo-next", source=src)
 
@@ -557,8 +721,20 @@ def _refresh(dirname: str, gpu: str, topology: str, context: str, source: tuple[
 DAY0_PERF = "nemotron-3-ultra/README.md@bd126e06"
 
 
-def _day0(dirname: str, gpu: str, topology: str, workload: str, spec: str, max_num_seqs: int, batched: int = 32768,
-          ops: tuple[Op, ...] = (), perf: tuple | None = None, *, successor: str, **params) -> Target:
+def _day0(
+    dirname: str,
+    gpu: str,
+    topology: str,
+    workload: str,
+    spec: str,
+    max_num_seqs: int,
+    batched: int = 32768,
+    ops: tuple[Op, ...] = (),
+    perf: tuple | None = None,
+    *,
+    successor: str,
+    **params,
+) -> Target:
     """A Day-0 256K profile (first published layout, kept upstream with explicit 256k ids).
 
     Deprecated: the final Ultra docs (v1.5.0-v1.6.1) and the fork tree no longer list the Day-0 profiles
@@ -569,20 +745,58 @@ def _day0(dirname: str, gpu: str, topology: str, workload: str, spec: str, max_n
     else:
         dgd, routing, fabric, shape = f"ultra-disagg-{gpu}-1p1d-{workload}-nomtp", "kv", "infiniband", "1P1D"
     # The README's Day-0 table names these recipes without "-256k" (renamed since) and has no TTFT column.
-    row = Perf(perf[0], None, perf[2], perf[1], DAY0_PERF, recipe=f"vllm/{dirname.replace('-256k', '')}/deploy.yaml") if perf else None
-    t = _target(dirname, gpu, topology, spec, routing, fabric, dgd, "day0", "256k", workload, shape, ops,
-                {"spec_tokens": 1, "max_num_seqs": max_num_seqs, "batched": batched, "util": DAY0_UTIL[gpu], **params},
-                "ultra-vllm-day0", perf=row)
-    return replace(t, successor=f"ultra-vllm-{successor}", source=f"frozen snapshot ../shared/reference/dynamo-recipes ({AI_DYNAMO} main 2a6da14c)")
+    row = (
+        Perf(perf[0], None, perf[2], perf[1], DAY0_PERF, recipe=f"vllm/{dirname.replace('-256k', '')}/deploy.yaml")
+        if perf
+        else None
+    )
+    t = _target(
+        dirname,
+        gpu,
+        topology,
+        spec,
+        routing,
+        fabric,
+        dgd,
+        "day0",
+        "256k",
+        workload,
+        shape,
+        ops,
+        {"spec_tokens": 1, "max_num_seqs": max_num_seqs, "batched": batched, "util": DAY0_UTIL[gpu], **params},
+        "ultra-vllm-day0",
+        perf=row,
+    )
+    return replace(
+        t,
+        successor=f"ultra-vllm-{successor}",
+        source=f"frozen snapshot ../shared/reference/dynamo-recipes ({AI_DYNAMO} main 2a6da14c)",
+    )
 
 
-def _target(dirname, gpu, topology, spec, routing, fabric, dgd, profile, context, workload, shape, ops, params, image_key, perf=None) -> Target:
+def _target(
+    dirname, gpu, topology, spec, routing, fabric, dgd, profile, context, workload, shape, ops, params, image_key, perf=None
+) -> Target:
     return Target(
         id=f"ultra-vllm-{dirname}",
         upstream=f"{MODEL}/vllm/{dirname}/deploy.yaml",
-        model=MODEL, runtime="vllm", gpu=gpu, topology=topology, spec=spec, routing=routing, precision="nvfp4", fabric=fabric,
-        dgd_name=dgd, family=f"vllm-{topology}", params=params, ops=ops, shape=shape, context=context, workload=workload,
-        profile=profile, cache_jobs=("nemotron-ultra-model-download", "nemotron-ultra-model-validate"),
+        model=MODEL,
+        runtime="vllm",
+        gpu=gpu,
+        topology=topology,
+        spec=spec,
+        routing=routing,
+        precision="nvfp4",
+        fabric=fabric,
+        dgd_name=dgd,
+        family=f"vllm-{topology}",
+        params=params,
+        ops=ops,
+        shape=shape,
+        context=context,
+        workload=workload,
+        profile=profile,
+        cache_jobs=("nemotron-ultra-model-download", "nemotron-ultra-model-validate"),
         image=versions.image(image_key),
         perf=perf,
     )
@@ -613,23 +827,108 @@ TARGETS = (
     _refresh("disagg-b200-agentic-1M", "b200", "disagg", "1m", (FORK, C3D74133)),
     _refresh("disagg-gb200-agentic-256K", "gb200", "disagg", "256k", (AI_DYNAMO, C9089F56)),
     _refresh("disagg-gb200-agentic-1M", "gb200", "disagg", "1m", (AI_DYNAMO, CBFF57C2), **KV_PRODUCER_CONSUMER),
-    _refresh("disagg-h200-agentic-256K", "h200", "disagg", "256k", (AI_DYNAMO, CBFF57C2), ops=NO_SOCKET_IFNAME, **KV_PRODUCER_CONSUMER),
+    _refresh(
+        "disagg-h200-agentic-256K", "h200", "disagg", "256k", (AI_DYNAMO, CBFF57C2), ops=NO_SOCKET_IFNAME, **KV_PRODUCER_CONSUMER
+    ),
     _refresh("disagg-h200-agentic-1M", "h200", "disagg", "1m", (AI_DYNAMO, C9089F56), ops=NO_SOCKET_IFNAME),
     # Day-0 (256K), deprecated (dropped upstream): one aggregated worker per profile, and the B200 1P1D
-    _day0("agg-b200-agentic-256k-mtp", "b200", "agg", "agentic", "mtp", 24, perf=(20, 80.6, 310.8), successor="agg-b200-agentic-256K-kv-router"),
-    _day0("agg-b200-agentic-256k-nomtp", "b200", "agg", "agentic", "none", 32, batched=65536, perf=(8, 99.5, 175.9),
-          successor="agg-b200-agentic-256K-kv-router"),
-    _day0("agg-b200-chat-256k-mtp", "b200", "agg", "chat", "mtp", 64, perf=(18, 52.0, 201.4), successor="agg-b200-agentic-256K-kv-router"),
-    _day0("agg-b200-chat-256k-nomtp", "b200", "agg", "chat", "none", 40, block=32, perf=(16, 51.0, 181.3),
-          successor="agg-b200-agentic-256K-kv-router"),
-    _day0("agg-h200-agentic-256k-mtp", "h200", "agg", "agentic", "mtp", 32, ops=DAY0_H200_MTP_TOPOLOGY, perf=(8, 53.2, 27.4),
-          successor="agg-h200-agentic-256K-kv-router"),
-    _day0("agg-h200-agentic-256k-nomtp", "h200", "agg", "agentic", "none", 32, perf=(8, 52.3, 26.5), successor="agg-h200-agentic-256K-kv-router"),
-    _day0("agg-h200-chat-256k-mtp", "h200", "agg", "chat", "mtp", 16, ops=DAY0_H200_MTP_TOPOLOGY, perf=(10, 58.7, 46.8),
-          successor="agg-h200-agentic-256K-kv-router"),
-    _day0("agg-h200-chat-256k-nomtp", "h200", "agg", "chat", "none", 32, perf=(8, 54.2, 43.0), successor="agg-h200-agentic-256K-kv-router"),
-    replace(_day0("disagg-b200-agentic-256k", "b200", "disagg", "agentic", "none", 32, perf=(32, 61.6, 231.1),
-                  successor="disagg-b200-agentic-256K"), id=f"ultra-vllm-{DAY0_B200_1P1D}"),
+    _day0(
+        "agg-b200-agentic-256k-mtp",
+        "b200",
+        "agg",
+        "agentic",
+        "mtp",
+        24,
+        perf=(20, 80.6, 310.8),
+        successor="agg-b200-agentic-256K-kv-router",
+    ),
+    _day0(
+        "agg-b200-agentic-256k-nomtp",
+        "b200",
+        "agg",
+        "agentic",
+        "none",
+        32,
+        batched=65536,
+        perf=(8, 99.5, 175.9),
+        successor="agg-b200-agentic-256K-kv-router",
+    ),
+    _day0(
+        "agg-b200-chat-256k-mtp",
+        "b200",
+        "agg",
+        "chat",
+        "mtp",
+        64,
+        perf=(18, 52.0, 201.4),
+        successor="agg-b200-agentic-256K-kv-router",
+    ),
+    _day0(
+        "agg-b200-chat-256k-nomtp",
+        "b200",
+        "agg",
+        "chat",
+        "none",
+        40,
+        block=32,
+        perf=(16, 51.0, 181.3),
+        successor="agg-b200-agentic-256K-kv-router",
+    ),
+    _day0(
+        "agg-h200-agentic-256k-mtp",
+        "h200",
+        "agg",
+        "agentic",
+        "mtp",
+        32,
+        ops=DAY0_H200_MTP_TOPOLOGY,
+        perf=(8, 53.2, 27.4),
+        successor="agg-h200-agentic-256K-kv-router",
+    ),
+    _day0(
+        "agg-h200-agentic-256k-nomtp",
+        "h200",
+        "agg",
+        "agentic",
+        "none",
+        32,
+        perf=(8, 52.3, 26.5),
+        successor="agg-h200-agentic-256K-kv-router",
+    ),
+    _day0(
+        "agg-h200-chat-256k-mtp",
+        "h200",
+        "agg",
+        "chat",
+        "mtp",
+        16,
+        ops=DAY0_H200_MTP_TOPOLOGY,
+        perf=(10, 58.7, 46.8),
+        successor="agg-h200-agentic-256K-kv-router",
+    ),
+    _day0(
+        "agg-h200-chat-256k-nomtp",
+        "h200",
+        "agg",
+        "chat",
+        "none",
+        32,
+        perf=(8, 54.2, 43.0),
+        successor="agg-h200-agentic-256K-kv-router",
+    ),
+    replace(
+        _day0(
+            "disagg-b200-agentic-256k",
+            "b200",
+            "disagg",
+            "agentic",
+            "none",
+            32,
+            perf=(32, 61.6, 231.1),
+            successor="disagg-b200-agentic-256K",
+        ),
+        id=f"ultra-vllm-{DAY0_B200_1P1D}",
+    ),
 )
 
 # Renamed upstream (Dynamo 1.6 final names; same topology and engine, new directory, DGD and component names):
@@ -719,15 +1018,33 @@ PY
 
 CACHE_JOB_LABELS = {"app.kubernetes.io/part-of": "nemotron-ultra"}
 # No-GPU Jobs on the shared cache: download (needs the HF token, writes) and validate (read-only).
-DOWNLOAD_JOB = DownloadJob("nemotron-ultra-model-download", versions.image("ultra-model-cache"), DOWNLOAD_SCRIPT, CACHE, ("/bin/bash", "-lc"),
-                           container="download", backoff_limit=1, image_pull_policy="IfNotPresent",
-                           labels={"app.kubernetes.io/name": "nemotron-ultra-model-download", **CACHE_JOB_LABELS},
-                           # upstream's script reads MODEL_REVISION (default main) and downloads into a local_dir the workers
-                           # load by path: dynamo:modelRevision only sets the variable
-                           revision=RevisionPin())
-VALIDATE_JOB = DownloadJob("nemotron-ultra-model-validate", versions.image("ultra-model-cache"), VALIDATE_SCRIPT, CACHE, ("/bin/bash", "-lc"),
-                           container="validate", hf_token=False, read_only=True, backoff_limit=0, image_pull_policy="IfNotPresent",
-                           labels={"app.kubernetes.io/name": "nemotron-ultra-model-validate", **CACHE_JOB_LABELS})
+DOWNLOAD_JOB = DownloadJob(
+    "nemotron-ultra-model-download",
+    versions.image("ultra-model-cache"),
+    DOWNLOAD_SCRIPT,
+    CACHE,
+    ("/bin/bash", "-lc"),
+    container="download",
+    backoff_limit=1,
+    image_pull_policy="IfNotPresent",
+    labels={"app.kubernetes.io/name": "nemotron-ultra-model-download", **CACHE_JOB_LABELS},
+    # upstream's script reads MODEL_REVISION (default main) and downloads into a local_dir the workers
+    # load by path: dynamo:modelRevision only sets the variable
+    revision=RevisionPin(),
+)
+VALIDATE_JOB = DownloadJob(
+    "nemotron-ultra-model-validate",
+    versions.image("ultra-model-cache"),
+    VALIDATE_SCRIPT,
+    CACHE,
+    ("/bin/bash", "-lc"),
+    container="validate",
+    hf_token=False,
+    read_only=True,
+    backoff_limit=0,
+    image_pull_policy="IfNotPresent",
+    labels={"app.kubernetes.io/name": "nemotron-ultra-model-validate", **CACHE_JOB_LABELS},
+)
 
 
 FAMILY = ModelFamily(
@@ -738,7 +1055,15 @@ FAMILY = ModelFamily(
     builders={"vllm-agg": vllm_agg, "vllm-disagg": vllm_disagg},
     cache_job_builders={DOWNLOAD_JOB.name: DOWNLOAD_JOB, VALIDATE_JOB.name: VALIDATE_JOB},
     # model + gpu + topology alone picks the Refresh 256K agentic profile (MTP and KV routing when aggregated).
-    defaults={"runtime": "vllm", "topology": "agg", "profile": "refresh", "context": "256k", "workload": "agentic", "spec": "mtp", "routing": "kv"},
+    defaults={
+        "runtime": "vllm",
+        "topology": "agg",
+        "profile": "refresh",
+        "context": "256k",
+        "workload": "agentic",
+        "spec": "mtp",
+        "routing": "kv",
+    },
     targets=TARGETS,
     renamed=RENAMED,
     renamed_paths=RENAMED_PATHS,

@@ -1,5 +1,6 @@
 """What ``dynamo-stacks targets`` shows for each target: its axes, the GPUs and nodes it needs on the default
 instance of its GPU, and the published perf row it was qualified with (the CLI adds the $/h of those nodes)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -36,10 +37,19 @@ def row(t: Target) -> dict[str, Any]:
     instance, nodes = nodes_on(t, dgd)
     out: dict[str, Any] = {"id": t.id, "upstream": t.upstream}
     out.update({axis: t.axis(axis) for axis in SELECT_ORDER})
-    out.update(gpus=gpus_needed(dgd), nodes=nodes, instance_type=instance, dgd=t.dgd_name, image=t.image,
-               experimental=t.experimental, perf=asdict(t.perf) if t.perf else None,
-               reference=t.reference, source=t.source, successor=t.successor,
-               renamed_from=sorted(old for old, new in _renamed().items() if new == t.id))
+    out.update(
+        gpus=gpus_needed(dgd),
+        nodes=nodes,
+        instance_type=instance,
+        dgd=t.dgd_name,
+        image=t.image,
+        experimental=t.experimental,
+        perf=asdict(t.perf) if t.perf else None,
+        reference=t.reference,
+        source=t.source,
+        successor=t.successor,
+        renamed_from=sorted(old for old, new in _renamed().items() if new == t.id),
+    )
     return out
 
 
@@ -65,12 +75,23 @@ def _usd(r: dict) -> str:
 
 
 # A table's columns: (header, cell of a ``row`` dict). ``usd_per_hour`` is added by the CLI, which reads the prices.
-SHORT = (("ID", lambda r: r["id"]), ("GPUS", lambda r: str(r["gpus"])),
-         ("NODES", lambda r: "-" if r["nodes"] is None else str(r["nodes"])),
-         ("INSTANCE", lambda r: r["instance_type"] or "-"), ("$/H", _usd))
-LONG = (SHORT[0], ("MODEL", lambda r: r["model"]), ("GPU", lambda r: r["gpu"]), ("TOPOLOGY", topology),
-        ("RUNTIME", lambda r: r["runtime"]), ("SPEC", lambda r: r["spec"]), *SHORT[1:],
-        ("PUBLISHED PERF", lambda r: perf_text(r["perf"])))
+SHORT = (
+    ("ID", lambda r: r["id"]),
+    ("GPUS", lambda r: str(r["gpus"])),
+    ("NODES", lambda r: "-" if r["nodes"] is None else str(r["nodes"])),
+    ("INSTANCE", lambda r: r["instance_type"] or "-"),
+    ("$/H", _usd),
+)
+LONG = (
+    SHORT[0],
+    ("MODEL", lambda r: r["model"]),
+    ("GPU", lambda r: r["gpu"]),
+    ("TOPOLOGY", topology),
+    ("RUNTIME", lambda r: r["runtime"]),
+    ("SPEC", lambda r: r["spec"]),
+    *SHORT[1:],
+    ("PUBLISHED PERF", lambda r: perf_text(r["perf"])),
+)
 
 
 def table(rows: list[dict], columns=LONG) -> str:

@@ -34,6 +34,7 @@ Then it computes each figure the way the row's family defines it (``stacks.servi
 Exit code 0 when every compared figure passes (or the target has no published row: no verdict), 1 when one fails or
 the run is incomplete, 2 when the run is not the published workload, or on a usage or config error.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from stacks.serving.benchmark import (LENGTH_TOLERANCE, MANIFEST_BEGIN, MANIFEST_END, PER_GPU_FROM_USER, RESULT_BEGIN,
-                                      RESULT_END)
+from stacks.serving.benchmark import LENGTH_TOLERANCE, MANIFEST_BEGIN, MANIFEST_END, PER_GPU_FROM_USER, RESULT_BEGIN, RESULT_END
 from stacks.config.keys import ConfigError
 
 _TIME_TO_MS = {"ms": 1.0, "s": 1000.0, "sec": 1000.0, "us": 0.001, "ns": 1e-6}
@@ -142,12 +142,18 @@ def parse_export(data: Any) -> Measured:
     return Measured(
         ttft_p50_ms=ttft_ms,
         output_tok_s=float(out["avg"]) if out and out.get("avg") is not None else None,
-        tok_s_per_user=user_val, tok_s_per_user_stat=user_stat,
+        tok_s_per_user=user_val,
+        tok_s_per_user_stat=user_stat,
         requests=float(reqs["avg"]) if reqs and reqs.get("avg") is not None else None,
         errors=float(errs["avg"]) if errs and errs.get("avg") is not None else 0.0,
-        complete=complete, aiperf_version=data.get("aiperf_version"), schema_version=data.get("schema_version"),
+        complete=complete,
+        aiperf_version=data.get("aiperf_version"),
+        schema_version=data.get("schema_version"),
         note=str(data.get("incomplete_reason") or ""),
-        concurrency=wl.concurrency, model=_model(data), workload=wl, lengths=lengths,
+        concurrency=wl.concurrency,
+        model=_model(data),
+        workload=wl,
+        lengths=lengths,
     )
 
 
@@ -160,9 +166,11 @@ def parse_workload(cfg: dict) -> Workload:
     endpoint = cfg.get("endpoint") or {}
     extra = endpoint.get("extra") or {}
     return Workload(
-        dataset_type=ds.get("type"), dataset_format=ds.get("format"),
+        dataset_type=ds.get("type"),
+        dataset_format=ds.get("format"),
         trace_file=os.path.basename(ds["path"]) if ds.get("path") else None,
-        isl=(prompts.get("isl") or {}).get("mean"), osl=(prompts.get("osl") or {}).get("mean"),
+        isl=(prompts.get("isl") or {}).get("mean"),
+        osl=(prompts.get("osl") or {}).get("mean"),
         block_size=ds.get("block_size"),
         requests=phase.get("requests") if isinstance(phase.get("requests"), int) else None,
         concurrency=phase.get("concurrency") if isinstance(phase.get("concurrency"), int) else None,
@@ -182,38 +190,54 @@ def workload_problems(m: Measured, bench: Any, manifest: Optional[dict] = None) 
     perf, tr, wl = bench.perf, bench.trace, m.workload
     out = []
     if wl.dataset_format != "mooncake_trace":
-        shape = (f"synthetic prompts of {wl.isl:g} input / {wl.osl:g} output tokens" if wl.isl is not None and wl.osl is not None
-                 else f"dataset {wl.dataset_type or '?'} {wl.dataset_format or ''}".rstrip())
-        out.append(f"input/output length: the run sent {shape}; the row replays the Mooncake trace {tr.file} "
-                   f"({tr.isl // 1000}k input / {tr.osl} output tokens)")
+        shape = (
+            f"synthetic prompts of {wl.isl:g} input / {wl.osl:g} output tokens"
+            if wl.isl is not None and wl.osl is not None
+            else f"dataset {wl.dataset_type or '?'} {wl.dataset_format or ''}".rstrip()
+        )
+        out.append(
+            f"input/output length: the run sent {shape}; the row replays the Mooncake trace {tr.file} "
+            f"({tr.isl // 1000}k input / {tr.osl} output tokens)"
+        )
     elif wl.trace_file not in tr.names:
         out.append(f"trace: the run replayed {wl.trace_file}; the row replays {tr.file}")
     if manifest is not None and manifest.get("trace_sha256") != tr.sha256:
-        out.append(f"trace: the replayed file has sha256 {manifest.get('trace_sha256')} ({manifest.get('trace_rows')} rows), "
-                   f"not the published {tr.file} (sha256 {tr.sha256}, {tr.rows} rows)")
+        out.append(
+            f"trace: the replayed file has sha256 {manifest.get('trace_sha256')} ({manifest.get('trace_rows')} rows), "
+            f"not the published {tr.file} (sha256 {tr.sha256}, {tr.rows} rows)"
+        )
     if perf is not None:
         if wl.concurrency != perf.concurrency:
-            out.append(f"concurrency: the run used {wl.concurrency if wl.concurrency is not None else '?'}, "
-                       f"the row {perf.concurrency}")
+            out.append(
+                f"concurrency: the run used {wl.concurrency if wl.concurrency is not None else '?'}, the row {perf.concurrency}"
+            )
         if wl.requests != bench.published_requests:
-            out.append(f"request count: the run replayed {wl.requests if wl.requests is not None else '?'} requests, "
-                       f"the row {bench.published_requests}")
+            out.append(
+                f"request count: the run replayed {wl.requests if wl.requests is not None else '?'} requests, "
+                f"the row {bench.published_requests}"
+            )
         elif m.complete and m.requests is not None and m.requests + m.errors != wl.requests:
             # A complete AIPerf run accounts for every request it sent: valid (request_count) plus failed
             # (error_request_count), as the published rows do (e.g. 3,411 valid + 130 errors = 3,541).
-            out.append(f"request count: the run was set to {wl.requests} requests but its export counts "
-                       f"{m.requests:g} valid and {m.errors:g} failed")
+            out.append(
+                f"request count: the run was set to {wl.requests} requests but its export counts "
+                f"{m.requests:g} valid and {m.errors:g} failed"
+            )
     if wl.ignore_eos is not True:
         out.append("output length: the run did not set ignore_eos, so outputs end at EOS instead of the trace's output lengths")
     if wl.server_token_count is not True:
         out.append("token counts: the run counted tokens client-side; the row uses --use-server-token-count")
     if bench.method.block_size and wl.dataset_format == "mooncake_trace" and wl.block_size not in (None, bench.method.block_size):
-        out.append(f"block size: the run synthesised prompts from {wl.block_size}-token blocks, the row from {bench.method.block_size}")
+        out.append(
+            f"block size: the run synthesised prompts from {wl.block_size}-token blocks, the row from {bench.method.block_size}"
+        )
     if bench.row_speculative and bench.speculative != bench.row_speculative:
-        out.append(f"speculative decoding: the row was measured with {bench.row_speculative} acceptance (the recipe's "
-                   f"speculative-config-synthetic / TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS for benchmarking), "
-                   f"this DGD serves with {bench.speculative or 'none'} acceptance: set "
-                   f"`dynamo:benchmark.syntheticAcceptance: true` in the stack for the benchmark run (and back after)")
+        out.append(
+            f"speculative decoding: the row was measured with {bench.row_speculative} acceptance (the recipe's "
+            f"speculative-config-synthetic / TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS for benchmarking), "
+            f"this DGD serves with {bench.speculative or 'none'} acceptance: set "
+            f"`dynamo:benchmark.syntheticAcceptance: true` in the stack for the benchmark run (and back after)"
+        )
     out += length_problems(m, bench, manifest)
     return out
 
@@ -228,8 +252,12 @@ def expected_lengths(bench: Any, manifest: Optional[dict] = None) -> dict[str, t
     for side in ("input", "output"):
         value = replayed.get(f"replayed_{side}_mean") if replayed is not None else None
         if replayed is not None and value is not None:
-            out[side] = ("mean", float(value), f"mean {side}_length of the {replayed.get('request_count')} rows the Job "
-                                               f"replayed from {tr.file}, from its run manifest")
+            out[side] = (
+                "mean",
+                float(value),
+                f"mean {side}_length of the {replayed.get('request_count')} rows the Job "
+                f"replayed from {tr.file}, from its run manifest",
+            )
         elif side in bench.lengths:
             st = bench.lengths[side]
             rows = bench.published_requests or bench.request_count
@@ -238,19 +266,22 @@ def expected_lengths(bench: Any, manifest: Optional[dict] = None) -> dict[str, t
     return out
 
 
-def length_problems(m: Measured, bench: Any, manifest: Optional[dict] = None,
-                    tolerance: float = LENGTH_TOLERANCE) -> list[str]:
+def length_problems(m: Measured, bench: Any, manifest: Optional[dict] = None, tolerance: float = LENGTH_TOLERANCE) -> list[str]:
     """A measured input/output length more than ``tolerance`` (relative) from the row's workload, or not measured."""
     out = []
     for side, (stat, want, source) in expected_lengths(bench, manifest).items():
         got = (m.lengths.get(side) or {}).get(stat)
         label = "average" if stat == "mean" else "median"
         if got is None:
-            out.append(f"{side} length: the export has no {side}_sequence_length {label}; the row's workload has "
-                       f"{want:,.0f} tokens ({source})")
+            out.append(
+                f"{side} length: the export has no {side}_sequence_length {label}; the row's workload has "
+                f"{want:,.0f} tokens ({source})"
+            )
         elif abs(got - want) > tolerance * want:
-            out.append(f"{side} length: the run's requests have a measured {label} of {got:,.0f} {side} tokens, the row's "
-                       f"workload {want:,.0f} ({source}); more than {tolerance:.0%} apart")
+            out.append(
+                f"{side} length: the run's requests have a measured {label} of {got:,.0f} {side} tokens, the row's "
+                f"workload {want:,.0f} ({source}); more than {tolerance:.0%} apart"
+            )
     return out
 
 
@@ -302,42 +333,62 @@ def _fmt(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:,.2f}"
 
 
-def format_report(target: str, m: Measured, rows: list[Row], perf: Any, gpus: int, tolerance: float,
-                  parameters: Optional[dict] = None, problems: Optional[list[str]] = None,
-                  definition: str = PER_GPU_FROM_USER) -> tuple[int, str]:
+def format_report(
+    target: str,
+    m: Measured,
+    rows: list[Row],
+    perf: Any,
+    gpus: int,
+    tolerance: float,
+    parameters: Optional[dict] = None,
+    problems: Optional[list[str]] = None,
+    definition: str = PER_GPU_FROM_USER,
+) -> tuple[int, str]:
     code, text = verdict(m, rows, perf is not None, problems)
-    lines = [f"bench-report: target {target}, {gpus} GPU(s), tolerance {tolerance:.0%}, "
-             f"aiperf {m.aiperf_version or '?'} (export schema {m.schema_version or '?'})"]
+    lines = [
+        f"bench-report: target {target}, {gpus} GPU(s), tolerance {tolerance:.0%}, "
+        f"aiperf {m.aiperf_version or '?'} (export schema {m.schema_version or '?'})"
+    ]
     if parameters:
         lines.append("benchmark Job of this stack: " + ", ".join(f"{k}={v}" for k, v in parameters.items()))
     wl = m.workload
-    replayed = (f"trace {wl.trace_file}" if wl.dataset_format == "mooncake_trace" else
-                f"{wl.dataset_type or '?'} prompts" + (f" {wl.isl:g}/{wl.osl:g} tokens" if wl.isl is not None and wl.osl is not None else ""))
-    lines.append(f"measured run: model {m.model or '?'}, {replayed}, concurrency {m.concurrency or '?'}, "
-                 f"{'-' if m.requests is None else int(m.requests)} valid requests, {int(m.errors)} errors")
+    replayed = (
+        f"trace {wl.trace_file}"
+        if wl.dataset_format == "mooncake_trace"
+        else f"{wl.dataset_type or '?'} prompts"
+        + (f" {wl.isl:g}/{wl.osl:g} tokens" if wl.isl is not None and wl.osl is not None else "")
+    )
+    lines.append(
+        f"measured run: model {m.model or '?'}, {replayed}, concurrency {m.concurrency or '?'}, "
+        f"{'-' if m.requests is None else int(m.requests)} valid requests, {int(m.errors)} errors"
+    )
     lines.append(f"  {'metric':<22} {'measured':>12} {'published':>12} {'limit':>12}  result")
     for r in rows:
         res = "-" if r.ok is None or code == 2 else ("ok" if r.ok else "FAIL")
         bound = "" if r.limit is None else ("<=" if r.better == "lower" else ">=")
         lines.append(f"  {r.metric:<22} {_fmt(r.measured):>12} {_fmt(r.published):>12} {bound:>2}{_fmt(r.limit):>10}  {res}")
     if perf is not None:
-        lines.append(f"published: {getattr(perf, 'source', '?')} (concurrency {getattr(perf, 'concurrency', '?')}); "
-                     f"output tok/s/GPU = {definition}")
+        lines.append(
+            f"published: {getattr(perf, 'source', '?')} (concurrency {getattr(perf, 'concurrency', '?')}); "
+            f"output tok/s/GPU = {definition}"
+        )
     lines.append(text)
     return code, "\n".join(lines)
 
 
 def _between(text: str, begin: str, end: str) -> Optional[str]:
     start, stop = text.rfind(begin), text.rfind(end)
-    return None if start < 0 or stop < start else text[start + len(begin):stop]
+    return None if start < 0 or stop < start else text[start + len(begin) : stop]
 
 
 def extract_from_log(text: str) -> dict:
     """The JSON document the benchmark Job printed between the markers."""
     body = _between(text, RESULT_BEGIN, RESULT_END)
     if body is None:
-        raise ReportError(f"no AIPerf result in the Job log (markers {RESULT_BEGIN!r} ... {RESULT_END!r}); "
-                          "is the Job still running or did it fail? see `kubectl logs` of the Job")
+        raise ReportError(
+            f"no AIPerf result in the Job log (markers {RESULT_BEGIN!r} ... {RESULT_END!r}); "
+            "is the Job still running or did it fail? see `kubectl logs` of the Job"
+        )
     try:
         return json.loads(body)
     except json.JSONDecodeError as e:
@@ -367,11 +418,14 @@ def _kubeconfig(program: Any, stack: str) -> tuple[list[str], Optional[str]]:
         if cluster.context:
             args += ["--context", cluster.context]
     elif where == "stack output":
-        r = subprocess.run(["pulumi", "stack", "output", "kubeconfig", "--show-secrets", "--stack", stack],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["pulumi", "stack", "output", "kubeconfig", "--show-secrets", "--stack", stack], capture_output=True, text=True
+        )
         if r.returncode != 0:
-            raise ConfigError(f"--stack {stack}: cannot read its kubeconfig output ({r.stderr.strip()[:200]}); "
-                              "run from the project directory after `pulumi up`, or pass --file")
+            raise ConfigError(
+                f"--stack {stack}: cannot read its kubeconfig output ({r.stderr.strip()[:200]}); "
+                "run from the project directory after `pulumi up`, or pass --file"
+            )
         fd, tmp = tempfile.mkstemp(prefix="kubeconfig-")
         with os.fdopen(fd, "w") as f:
             f.write(r.stdout)
@@ -397,14 +451,21 @@ def cmd(args) -> int:
         else:
             kargs, tmp = _kubeconfig(program, args.stack)
             try:
-                r = subprocess.run(["kubectl", *kargs, "-n", bench.namespace, "logs", f"job/{bench.job_name}"],
-                                   capture_output=True, text=True, timeout=120)
+                r = subprocess.run(
+                    ["kubectl", *kargs, "-n", bench.namespace, "logs", f"job/{bench.job_name}"],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
             finally:
                 if tmp:
                     os.unlink(tmp)
             if r.returncode != 0:
-                print(f"error: kubectl logs job/{bench.job_name} -n {bench.namespace}: {r.stderr.strip()[:300]} "
-                      f"(is dynamo:benchmark.enabled true and the Job created?)", file=sys.stderr)
+                print(
+                    f"error: kubectl logs job/{bench.job_name} -n {bench.namespace}: {r.stderr.strip()[:300]} "
+                    f"(is dynamo:benchmark.enabled true and the Job created?)",
+                    file=sys.stderr,
+                )
                 return 2
             data = extract_from_log(r.stdout)
             manifest = extract_manifest(r.stdout)
@@ -421,8 +482,9 @@ def cmd(args) -> int:
     definition = bench.method.per_gpu
     problems = workload_problems(measured, bench, manifest)
     rows = compare(measured, plan.target.perf, gpus, tolerance, definition)
-    code, text = format_report(plan.target.id, measured, rows, plan.target.perf, gpus, tolerance, bench.parameters(),
-                               problems, definition)
+    code, text = format_report(
+        plan.target.id, measured, rows, plan.target.perf, gpus, tolerance, bench.parameters(), problems, definition
+    )
     print(text)
     return code
 
@@ -430,12 +492,19 @@ def cmd(args) -> int:
 def add_subparser(sub) -> None:
     from stacks.cli.shell import existing_file
 
-    p = sub.add_parser("bench-report", help="the in-cluster AIPerf result against the target's published perf row",
-                       description="Compare the stack's in-cluster AIPerf benchmark (the Job's log, or --file) with the "
-                                   "published perf row of its target. Exit 0 within tolerance, 1 on a miss, 2 when the "
-                                   "run is not the published workload or cannot be read.")
+    p = sub.add_parser(
+        "bench-report",
+        help="the in-cluster AIPerf result against the target's published perf row",
+        description="Compare the stack's in-cluster AIPerf benchmark (the Job's log, or --file) with the "
+        "published perf row of its target. Exit 0 within tolerance, 1 on a miss, 2 when the "
+        "run is not the published workload or cannot be read.",
+    )
     p.add_argument("--stack", required=True, metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
-    p.add_argument("--file", metavar="JSON", type=existing_file("an AIPerf profile_export_aiperf.json"),
-                   help="a profile_export_aiperf.json to read instead of the Job's log")
+    p.add_argument(
+        "--file",
+        metavar="JSON",
+        type=existing_file("an AIPerf profile_export_aiperf.json"),
+        help="a profile_export_aiperf.json to read instead of the Job's log",
+    )
     p.add_argument("--tolerance", type=float, help="relative tolerance (default dynamo:benchmark.tolerance, 0.10)")
     p.set_defaults(fn=cmd)

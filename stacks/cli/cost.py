@@ -17,6 +17,7 @@ stack with ``paused: true`` on every entry (``stacks.serving.autoscaling``). Per
   price here.
 Not priced: system nodes, storage (per GB-month), per-GB NAT processing and transfer.
 """
+
 from __future__ import annotations
 
 import copy
@@ -107,20 +108,45 @@ def pool_costs(program, paused_program, prices: dict) -> list[PoolCost]:
         price = ec2_price(prices, p.shape.instance_type, cp.region)
         if getattr(p, "capacity", "node-group") == "karpenter":
             comps = [c for e in program.entries if e.plan.target.gpu == p.gpu for c in at_min_dgd(e.plan)["spec"]["components"]]
-            top = [c for e in program.entries if e.plan.target.gpu == p.gpu
-                   for c in at_max(e.plan.dgd, e.plan.autoscaling)["spec"]["components"]]
+            top = [
+                c
+                for e in program.entries
+                if e.plan.target.gpu == p.gpu
+                for c in at_max(e.plan.dgd, e.plan.autoscaling)["spec"]["components"]
+            ]
             pcomps = [c for e in paused_program.entries if e.plan.target.gpu == p.gpu for c in e.plan.dgd["spec"]["components"]]
-            out.append(PoolCost(pool=p.name, gpu=p.gpu, instance_type=p.shape.instance_type, capacity=f"karpenter {_capacity(p)}",
-                                nodes_min=pack({"spec": {"components": comps}}, p.node_shape.capacity)[0],
-                                nodes_max=min(int(p.karpenter["max_nodes"]), max(pack({"spec": {"components": top}}, p.node_shape.capacity)[0], 1)
-                                              if any(e.plan.target.gpu == p.gpu for e in program.entries) else int(p.karpenter["max_nodes"])),
-                                nodes_paused=pack({"spec": {"components": pcomps}}, p.node_shape.capacity)[0], price=price))
+            out.append(
+                PoolCost(
+                    pool=p.name,
+                    gpu=p.gpu,
+                    instance_type=p.shape.instance_type,
+                    capacity=f"karpenter {_capacity(p)}",
+                    nodes_min=pack({"spec": {"components": comps}}, p.node_shape.capacity)[0],
+                    nodes_max=min(
+                        int(p.karpenter["max_nodes"]),
+                        max(pack({"spec": {"components": top}}, p.node_shape.capacity)[0], 1)
+                        if any(e.plan.target.gpu == p.gpu for e in program.entries)
+                        else int(p.karpenter["max_nodes"]),
+                    ),
+                    nodes_paused=pack({"spec": {"components": pcomps}}, p.node_shape.capacity)[0],
+                    price=price,
+                )
+            )
             continue
         sc = p.nodegroup["scaling_config"]
         psc = paused_by_name[p.name].nodegroup["scaling_config"] if p.name in paused_by_name else sc
-        out.append(PoolCost(pool=p.name, gpu=p.gpu, instance_type=p.shape.instance_type, capacity=_capacity(p),
-                            nodes_min=int(sc["desired_size"]), nodes_max=int(sc["max_size"]),
-                            nodes_paused=int(psc["desired_size"]), price=price))
+        out.append(
+            PoolCost(
+                pool=p.name,
+                gpu=p.gpu,
+                instance_type=p.shape.instance_type,
+                capacity=_capacity(p),
+                nodes_min=int(sc["desired_size"]),
+                nodes_max=int(sc["max_size"]),
+                nodes_paused=int(psc["desired_size"]),
+                price=price,
+            )
+        )
     return out
 
 
@@ -135,17 +161,33 @@ def fixed_costs(program, prices: dict) -> list[tuple[str, float, str]]:
     cpl = prices["eks"]["control_plane"]
     ends = standard_support_ends().get(str(cp.kubernetes_version))
     extended = (cp.control_plane or {}).get("upgrade_policy") == "EXTENDED" and ends is not None and datetime.date.today() > ends
-    out = [("EKS control plane (extended support)" if extended else "EKS control plane",
-            float(cpl["extended_usd_per_hour"] if extended else cpl["usd_per_hour"]), f"{cpl['source']}, read {cpl['read']}")]
+    out = [
+        (
+            "EKS control plane (extended support)" if extended else "EKS control plane",
+            float(cpl["extended_usd_per_hour"] if extended else cpl["usd_per_hour"]),
+            f"{cpl['source']}, read {cpl['read']}",
+        )
+    ]
     net = cp.network or {}
     nats = len(net.get("nat_zones") or [])
     if nats:
-        out.append((f"NAT gateway x {nats}", round(nats * NAT_USD_PER_HOUR, 4), "stacks/cluster/network.py NAT_USD_PER_HOUR (aws.amazon.com/vpc/pricing)"))
+        out.append(
+            (
+                f"NAT gateway x {nats}",
+                round(nats * NAT_USD_PER_HOUR, 4),
+                "stacks/cluster/network.py NAT_USD_PER_HOUR (aws.amazon.com/vpc/pricing)",
+            )
+        )
     eps = len(net.get("interface_endpoints") or [])
     if eps:
         zones = len(cp.private_subnets)
-        out.append((f"interface endpoints {', '.join(ECR_ENDPOINT_SERVICES)} x {zones} zones", round(eps * zones * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, 4),
-                    "stacks/cluster/network.py INTERFACE_ENDPOINT_USD_PER_AZ_HOUR (aws.amazon.com/privatelink/pricing)"))
+        out.append(
+            (
+                f"interface endpoints {', '.join(ECR_ENDPOINT_SERVICES)} x {zones} zones",
+                round(eps * zones * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, 4),
+                "stacks/cluster/network.py INTERFACE_ENDPOINT_USD_PER_AZ_HOUR (aws.amazon.com/privatelink/pricing)",
+            )
+        )
     return out
 
 
@@ -158,15 +200,31 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
-def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str, float, str]], warnings: tuple[str, ...] = (),
-           system: Optional[dict] = None) -> str:
+def report(
+    stack: str,
+    region: str,
+    pools: list[PoolCost],
+    fixed: list[tuple[str, float, str]],
+    warnings: tuple[str, ...] = (),
+    system: Optional[dict] = None,
+) -> str:
     rows = [["pool", "gpu", "instance", "capacity", "nodes min/max/paused", "per node", "at min", "at max", "paused"]]
     for c in pools:
         why = "block" if c.capacity.endswith("capacity-block") else "unpriced"
         node = None if c.capacity.endswith("capacity-block") or c.price is None else float(c.price["usd_per_hour"])
-        rows.append([c.pool, c.gpu, c.instance_type, c.capacity, f"{c.nodes_min}/{c.nodes_max}/{c.nodes_paused}",
-                     _money(node, why), _money(c.usd(c.nodes_min), why), _money(c.usd(c.nodes_max), why),
-                     _money(c.usd(c.nodes_paused, paused=True), why)])
+        rows.append(
+            [
+                c.pool,
+                c.gpu,
+                c.instance_type,
+                c.capacity,
+                f"{c.nodes_min}/{c.nodes_max}/{c.nodes_paused}",
+                _money(node, why),
+                _money(c.usd(c.nodes_min), why),
+                _money(c.usd(c.nodes_max), why),
+                _money(c.usd(c.nodes_paused, paused=True), why),
+            ]
+        )
     table = [f"stack {stack} ({region}), USD per hour, prices from stacks/registry/prices.yaml"] + _table(rows)
     lines = [f"fixed: {what} {usd:,.3f}" for what, usd, _ in fixed] + [f"warning: {w}" for w in warnings]
     lines.append("sources:")
@@ -174,23 +232,32 @@ def report(stack: str, region: str, pools: list[PoolCost], fixed: list[tuple[str
     for c in pools:
         if c.price is not None and (c.instance_type, region) not in seen:
             seen.add((c.instance_type, region))
-            lines.append(f"  {c.instance_type} {region} ${c.price['usd_per_hour']}/h: {c.price['source']}, read {c.price['read']}")
+            lines.append(
+                f"  {c.instance_type} {region} ${c.price['usd_per_hour']}/h: {c.price['source']}, read {c.price['read']}"
+            )
         elif c.price is None and not c.capacity.endswith("capacity-block"):
-            lines.append(f"  {c.instance_type} {region}: no price in stacks/registry/prices.yaml (add one with its source and date)")
+            lines.append(
+                f"  {c.instance_type} {region}: no price in stacks/registry/prices.yaml (add one with its source and date)"
+            )
         if c.capacity.endswith("reservation"):
-            lines.append(f"  pool {c.pool}: an On-Demand Capacity Reservation is billed whether used or not, so paused costs as much")
+            lines.append(
+                f"  pool {c.pool}: an On-Demand Capacity Reservation is billed whether used or not, so paused costs as much"
+            )
         if c.capacity.endswith("capacity-block"):
             lines.append(f"  pool {c.pool}: a Capacity Block is charged up front for its whole duration (no hourly price)")
     for what, _, src in fixed:
         lines.append(f"  {what}: {src}")
     if system is not None:
-        lines.append(f"  system nodes: {system['nodes']} x {system['instance_type']}, {system['disk_gib']} GiB root disk each "
-                     f"(sized for the runtime images they pull; {NS}:cluster.systemDiskGib)")
+        lines.append(
+            f"  system nodes: {system['nodes']} x {system['instance_type']}, {system['disk_gib']} GiB root disk each "
+            f"(sized for the runtime images they pull; {NS}:cluster.systemDiskGib)"
+        )
     lines.append("  not priced: system nodes, cache storage (per GB-month), NAT per-GB processing, data transfer")
     # within 100 columns: a long source continues on indented lines
     return "".join(f"{line}\n" for line in table) + "".join(
         textwrap.fill(line, WIDTH, subsequent_indent="    ", break_on_hyphens=False, break_long_words=False) + "\n"
-        for line in lines)
+        for line in lines
+    )
 
 
 def _programs(plain: dict[str, Any], name: str, secret: frozenset, region: Optional[str]):
@@ -199,13 +266,16 @@ def _programs(plain: dict[str, Any], name: str, secret: frozenset, region: Optio
 
     program = build_program(plain, name, secret, aws_region=region)
     if not program.mode.creates_cluster:
-        raise ConfigError(f"{NS}:cluster.mode: {program.cluster.mode!r}: stack {name!r} creates no AWS capacity of its own; "
-                          f"cost applies to cluster.mode eks stacks (for cluster.mode stack, run it on the cluster stack)")
+        raise ConfigError(
+            f"{NS}:cluster.mode: {program.cluster.mode!r}: stack {name!r} creates no AWS capacity of its own; "
+            f"cost applies to cluster.mode eks stacks (for cluster.mode stack, run it on the cluster stack)"
+        )
     return program, build_program(paused_raw(plain), name, secret, aws_region=region)
 
 
-def config_cost(plain: dict[str, Any], name: str, secret: frozenset = frozenset(), region: Optional[str] = None,
-                prices: Optional[dict] = None) -> tuple[str, list[PoolCost], list[tuple[str, float, str]]]:
+def config_cost(
+    plain: dict[str, Any], name: str, secret: frozenset = frozenset(), region: Optional[str] = None, prices: Optional[dict] = None
+) -> tuple[str, list[PoolCost], list[tuple[str, float, str]]]:
     """(region, pool costs, fixed costs) of a stack's plain ``dynamo:`` config."""
     prices = prices if prices is not None else load_prices()
     program, paused = _programs(plain, name, secret, region)
@@ -220,8 +290,14 @@ def stack_cost(name: str, prices: Optional[dict] = None) -> str:
     prices = prices if prices is not None else load_prices()
     program, paused = _programs(plain, name, secret, stack_aws_region(name))
     warnings = tuple((program.cluster_plan.control_plane or {}).get("support_warnings") or ())
-    return report(name, program.cluster_plan.region, pool_costs(program, paused, prices), fixed_costs(program, prices), warnings,
-                  system_nodes(program.cluster_plan))
+    return report(
+        name,
+        program.cluster_plan.region,
+        pool_costs(program, paused, prices),
+        fixed_costs(program, prices),
+        warnings,
+        system_nodes(program.cluster_plan),
+    )
 
 
 def system_nodes(plan) -> dict:
@@ -240,11 +316,14 @@ def cmd_cost(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    p = sub.add_parser("cost", help="$/h per GPU pool of an EKS stack at its minimum, its maximum and while paused "
-                                    "(stacks/registry/prices.yaml, with sources)",
-                       description="USD per hour of each GPU pool of an EKS stack: at its minimum and maximum node count, "
-                                   "and with every entry paused (paused: true), from stacks/registry/prices.yaml (each price with "
-                                   "its source and date), plus the EKS control plane and NAT gateways. Exit 2 on a stack "
-                                   "that is not cluster.mode eks or does not exist.")
+    p = sub.add_parser(
+        "cost",
+        help="$/h per GPU pool of an EKS stack at its minimum, its maximum and while paused "
+        "(stacks/registry/prices.yaml, with sources)",
+        description="USD per hour of each GPU pool of an EKS stack: at its minimum and maximum node count, "
+        "and with every entry paused (paused: true), from stacks/registry/prices.yaml (each price with "
+        "its source and date), plus the EKS control plane and NAT gateways. Exit 2 on a stack "
+        "that is not cluster.mode eks or does not exist.",
+    )
     p.add_argument("--stack", required=True, metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
     p.set_defaults(fn=cmd_cost)

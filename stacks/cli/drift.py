@@ -19,6 +19,7 @@ targets the catalog marks legacy whose file DIR lacks (``Target.legacy``: a layo
 purpose), and upstream paths the catalog marks renamed (``ModelFamily.renamed_paths``: the old id already resolves to
 the new target). Exit 0 when nothing drifted, 1 when anything did, 2 when DIR is missing or holds no catalog model.
 """
+
 from __future__ import annotations
 
 import re
@@ -60,16 +61,23 @@ class Drift:
             out.append(f"RENAMED upstream: target {tid}: {old} -> {new}; {len(fields)} field(s) differ" + _fields(fields, shown))
         for tid, (path, fields) in self.changed.items():
             out.append(f"CHANGED {tid} ({path}): {len(fields)} field(s) differ" + _fields(fields, shown))
-        out += [f"UNSURE: target {tid} follows {p}, which {self.upstream} lacks; same-folder file(s) {', '.join(c)} differ in GPU, "
-                f"topology, speculative method or context, so none is taken for its rename" for tid, p, c in self.unsure]
-        out += [f"deprecated (not drift): {tid}: upstream dropped it{'' if present else ' (file gone)'}; successor {succ}"
-                for tid, succ, present in self.deprecated]
+        out += [
+            f"UNSURE: target {tid} follows {p}, which {self.upstream} lacks; same-folder file(s) {', '.join(c)} differ in GPU, "
+            f"topology, speculative method or context, so none is taken for its rename"
+            for tid, p, c in self.unsure
+        ]
+        out += [
+            f"deprecated (not drift): {tid}: upstream dropped it{'' if present else ' (file gone)'}; successor {succ}"
+            for tid, succ, present in self.deprecated
+        ]
         out += [f"legacy (not drift): {tid}: {p} is gone upstream; the target {why}" for tid, p, why in self.legacy]
         out += [f"renamed, already followed (not drift): {old} -> {new}" for old, new in self.known_renames]
         verdict = "drifted" if self.drifted else "no drift"
-        out.append(f"drift: {verdict}: {len(self.added)} added, {len(self.removed)} removed, {len(self.renamed)} renamed, "
-                   f"{len(self.changed)} changed, {len(self.unsure)} unsure, {len(self.exact)} exact; {len(self.deprecated)} "
-                   f"deprecated, {len(self.legacy)} legacy and {len(self.known_renames)} known renames listed (not drift)")
+        out.append(
+            f"drift: {verdict}: {len(self.added)} added, {len(self.removed)} removed, {len(self.renamed)} renamed, "
+            f"{len(self.changed)} changed, {len(self.unsure)} unsure, {len(self.exact)} exact; {len(self.deprecated)} "
+            f"deprecated, {len(self.legacy)} legacy and {len(self.known_renames)} known renames listed (not drift)"
+        )
         return out
 
 
@@ -92,7 +100,11 @@ def field_paths(diffs: list[str]) -> list[str]:
 
 def _shape(docs: list[dict]) -> list[list]:
     """The DGDs' component types in order: a renamed recipe keeps its topology (Frontend + worker, or prefill + decode)."""
-    return [[c.get("type") for c in (d.get("spec") or {}).get("components") or []] for d in docs if d.get("kind") == "DynamoGraphDeployment"]
+    return [
+        [c.get("type") for c in (d.get("spec") or {}).get("components") or []]
+        for d in docs
+        if d.get("kind") == "DynamoGraphDeployment"
+    ]
 
 
 def _strings(x) -> list[str]:
@@ -142,8 +154,11 @@ def _align(upstream_docs: list[dict], rendered: list[dict]) -> tuple[list[dict],
         kind, name = fidelity.obj_key(d)
         if (kind, name) in keys:
             continue
-        same = [i for i, r in enumerate(out) if r.get("kind") == kind and fidelity.obj_key(r) not in
-                {fidelity.obj_key(u) for u in upstream_docs}]
+        same = [
+            i
+            for i, r in enumerate(out)
+            if r.get("kind") == kind and fidelity.obj_key(r) not in {fidelity.obj_key(u) for u in upstream_docs}
+        ]
         if len(same) == 1:
             r = copy.deepcopy(out[same[0]])
             r["metadata"]["name"] = name
@@ -160,14 +175,17 @@ def compare(upstream: Path, render_target: Callable[[str], list[dict]]) -> Drift
     ours = {t.upstream.split("/")[0] for t in cat.values() if t.upstream}
     models = sorted(d.name for d in upstream.iterdir() if d.is_dir() and d.name in ours)
     if not models:
-        raise fidelity.ReferenceMissing(f"--upstream {upstream} holds none of the catalog's model folders ({', '.join(sorted(ours))})")
+        raise fidelity.ReferenceMissing(
+            f"--upstream {upstream} holds none of the catalog's model folders ({', '.join(sorted(ours))})"
+        )
     report = Drift(upstream, models)
     renamed_paths = fidelity.renamed_paths()
     files = [p for p in fidelity.in_scope_files(upstream) if p.split("/")[0] in models]
     mine = [t for t in cat.values() if t.upstream and t.upstream.split("/")[0] in models]
     followed = {t.upstream for t in mine}
-    report.known_renames = [(old, new) for old, new in sorted(renamed_paths.items())
-                            if old.split("/")[0] in models and (upstream / old).is_file()]
+    report.known_renames = [
+        (old, new) for old, new in sorted(renamed_paths.items()) if old.split("/")[0] in models and (upstream / old).is_file()
+    ]
     rendered: dict[str, list[dict]] = {}
 
     def diffs(t, path: str) -> list[str]:
@@ -231,11 +249,18 @@ def cmd_drift(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    d = sub.add_parser("drift", help="compare the catalog with a directory of upstream recipes",
-                       description="Compare the catalog with the recipes/ directory of a Dynamo checkout (only the model "
-                                   "folders it holds). Exit 0 when nothing drifted, 1 when something did, 2 when the "
-                                   "directory is missing or holds none of the catalog's models.")
-    d.add_argument("--upstream", required=True, metavar="DIR",
-                   help="a Dynamo checkout's recipes/ directory (only the model folders it holds are compared)")
+    d = sub.add_parser(
+        "drift",
+        help="compare the catalog with a directory of upstream recipes",
+        description="Compare the catalog with the recipes/ directory of a Dynamo checkout (only the model "
+        "folders it holds). Exit 0 when nothing drifted, 1 when something did, 2 when the "
+        "directory is missing or holds none of the catalog's models.",
+    )
+    d.add_argument(
+        "--upstream",
+        required=True,
+        metavar="DIR",
+        help="a Dynamo checkout's recipes/ directory (only the model folders it holds are compared)",
+    )
     d.add_argument("-v", "--verbose", action="store_true", help="list every differing field")
     d.set_defaults(fn=cmd_drift)

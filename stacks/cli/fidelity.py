@@ -25,6 +25,7 @@ revision pin of each download Job that takes one (``builders.RevisionPin`` on it
 env var and the listed script edits). Without a revision the Jobs are upstream's; ``check`` with ``render_pinned``
 also compares each pinned download Job and names the ones that carry the pin (``Report.pinned_exact``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -87,9 +88,11 @@ class ReferenceMissing(RuntimeError):
 def require_reference(ref: Path | None = None) -> Path:
     """The upstream recipe tree, or ``ReferenceMissing`` saying where it was looked for and how to point at it."""
     ref = ref or recipes_dir()
-    how = ("set DYNAMO_REFERENCE=/path/to/reference (with dynamo-recipes/ and dynamo-next/), or DYNAMO_RECIPES_DIR=/path/to/dynamo/recipes "
-           f"and DYNAMO_NEXT_DIR; looked in {ref} (DYNAMO_RECIPES_DIR={os.environ.get('DYNAMO_RECIPES_DIR', '')!r}, "
-           f"DYNAMO_NEXT_DIR={os.environ.get('DYNAMO_NEXT_DIR', '')!r}, DYNAMO_REFERENCE={os.environ.get('DYNAMO_REFERENCE', '')!r})")
+    how = (
+        "set DYNAMO_REFERENCE=/path/to/reference (with dynamo-recipes/ and dynamo-next/), or DYNAMO_RECIPES_DIR=/path/to/dynamo/recipes "
+        f"and DYNAMO_NEXT_DIR; looked in {ref} (DYNAMO_RECIPES_DIR={os.environ.get('DYNAMO_RECIPES_DIR', '')!r}, "
+        f"DYNAMO_NEXT_DIR={os.environ.get('DYNAMO_NEXT_DIR', '')!r}, DYNAMO_REFERENCE={os.environ.get('DYNAMO_REFERENCE', '')!r})"
+    )
     if not ref.is_dir():
         raise ReferenceMissing(f"no upstream recipe tree at {ref}: nothing to compare; {how}")
     if not in_scope_files(ref):
@@ -193,7 +196,9 @@ def differences(expected: Any, got: Any, where: str = "") -> list[str]:
         return out
     if isinstance(expected, list):
         if len(expected) != len(got):
-            return [f"{where}: list length {len(expected)} != {len(got)}: upstream {str(expected)[:300]} vs rendered {str(got)[:300]}"]
+            return [
+                f"{where}: list length {len(expected)} != {len(got)}: upstream {str(expected)[:300]} vs rendered {str(got)[:300]}"
+            ]
         for i, (a, b) in enumerate(zip(expected, got)):
             out += differences(a, b, f"{where}[{i}]")
         return out
@@ -236,8 +241,11 @@ def without_compile_cache(rendered: dict, upstream: dict, objects: list[dict]) -
     named = set(re.findall(rf"/{compile_cache.SUBDIR}/([^/\"']+)/", repr(rendered)))
     cat = targets()
     candidates = [(t.id, t.runtime, t.gpu, family_of(t).cache.mount) for t in cat.values() if t.dgd_name == name or t.id in named]
-    configmaps = {cm_name: d.get("data") for d in objects
-                  if d.get("kind") == "ConfigMap" and (cm_name := (d.get("metadata") or {}).get("name")) is not None}
+    configmaps = {
+        cm_name: d.get("data")
+        for d in objects
+        if d.get("kind") == "ConfigMap" and (cm_name := (d.get("metadata") or {}).get("name")) is not None
+    }
     return compile_cache.without_compile_cache(rendered, upstream, candidates, configmaps)
 
 
@@ -247,8 +255,15 @@ def without_fast_startup_probe(rendered: dict, upstream: dict) -> tuple[dict, in
     return startup_probe.without_fast_startup_probe(rendered, upstream)
 
 
-def compare_file(upstream: list[dict], rendered: list[dict], *, storage_class: str | None, pull_secrets: Iterable[str],
-                 compiled: Optional[dict[str, int]] = None, probed: Optional[dict[str, int]] = None) -> list[str]:
+def compare_file(
+    upstream: list[dict],
+    rendered: list[dict],
+    *,
+    storage_class: str | None,
+    pull_secrets: Iterable[str],
+    compiled: Optional[dict[str, int]] = None,
+    probed: Optional[dict[str, int]] = None,
+) -> list[str]:
     """Differences between the upstream objects of one file and the rendered objects (extra rendered objects are fine).
     ``compiled``: filled with ``Kind/name`` -> the containers the compile-cache additions were taken out of; ``probed``:
     likewise for the fast startup probes."""
@@ -281,8 +296,9 @@ def storage_class_placeholders() -> set[str]:
     return {k8s.PLACEHOLDER_STORAGE_CLASS} | {f.cache.storage_class for f in families().values() if f.cache.storage_class}
 
 
-def compare_model_cache(ref: Path, render_target, storage_class: str | None = None, pull_secrets: Iterable[str] = (),
-                        snapshot: str = "dynamo-recipes") -> dict[str, dict[str, list[str]]]:
+def compare_model_cache(
+    ref: Path, render_target, storage_class: str | None = None, pull_secrets: Iterable[str] = (), snapshot: str = "dynamo-recipes"
+) -> dict[str, dict[str, list[str]]]:
     """Per model, per ``model-cache/*.yaml``: differences against the union of that model's renders (targets following ``snapshot``)."""
     from stacks.catalog import targets
 
@@ -295,11 +311,14 @@ def compare_model_cache(ref: Path, render_target, storage_class: str | None = No
                 rendered += render_target(t.id)
         out[model] = {}
         for f in sorted((ref / model / "model-cache").glob("*.yaml")):
-            out[model][f"{model}/model-cache/{f.name}"] = compare_file(load_docs(f), rendered, storage_class=storage_class, pull_secrets=pull_secrets)
+            out[model][f"{model}/model-cache/{f.name}"] = compare_file(
+                load_docs(f), rendered, storage_class=storage_class, pull_secrets=pull_secrets
+            )
     return out
 
 
 # --------------------------------------------------------------------------- the whole check (python -m stacks fidelity)
+
 
 @dataclass
 class Report:
@@ -336,32 +355,51 @@ class Report:
         containers that carry them, the revision pin with the Jobs that carry it (None when none was found)."""
         lines = []
         if self.compile_cache:
-            lines.append(f"compile caches on the model-cache volume: {sum(self.compile_cache.values())} vLLM worker container(s) "
-                         f"in {len(self.compile_cache)} upstream file(s) exact but for {compile_cache.VLLM_VAR} and "
-                         f"{compile_cache.TRITON_VAR} (and, where the cache is mounted read-only, its {compile_cache.SUBDIR} "
-                         f"mount) of stacks.serving.compile_cache")
+            lines.append(
+                f"compile caches on the model-cache volume: {sum(self.compile_cache.values())} vLLM worker container(s) "
+                f"in {len(self.compile_cache)} upstream file(s) exact but for {compile_cache.VLLM_VAR} and "
+                f"{compile_cache.TRITON_VAR} (and, where the cache is mounted read-only, its {compile_cache.SUBDIR} "
+                f"mount) of stacks.serving.compile_cache"
+            )
         if self.startup_probe:
-            lines.append(f"fast startup probes: {sum(self.startup_probe.values())} GPU worker container(s) in "
-                         f"{len(self.startup_probe)} upstream file(s) exact but for startupProbe periodSeconds "
-                         f"{startup_probe.FAST_PERIOD_SECONDS}, timeoutSeconds at most {startup_probe.FAST_PERIOD_SECONDS} and "
-                         f"upstream's periodSeconds x failureThreshold (stacks.serving.startup_probe)")
+            lines.append(
+                f"fast startup probes: {sum(self.startup_probe.values())} GPU worker container(s) in "
+                f"{len(self.startup_probe)} upstream file(s) exact but for startupProbe periodSeconds "
+                f"{startup_probe.FAST_PERIOD_SECONDS}, timeoutSeconds at most {startup_probe.FAST_PERIOD_SECONDS} and "
+                f"upstream's periodSeconds x failureThreshold (stacks.serving.startup_probe)"
+            )
         if self.pinned_exact:
-            lines.append(f"with dynamo:modelRevision: {len(self.pinned_exact)} download Job(s) exact but for the recorded revision pin "
-                         f"(MODEL_REVISION and the script edits of builders.RevisionPin): {', '.join(self.pinned_exact)}")
+            lines.append(
+                f"with dynamo:modelRevision: {len(self.pinned_exact)} download Job(s) exact but for the recorded revision pin "
+                f"(MODEL_REVISION and the script edits of builders.RevisionPin): {', '.join(self.pinned_exact)}"
+            )
         return "\n".join(lines) or None
 
     def summary(self) -> str:
         cache = len(self.cache_exact) + len(self.cache_different)
         who = f" ({self.only})" if self.only else ""
         who += f" vs {self.snapshot}" if self.snapshot != "dynamo-recipes" else ""
-        skipped = f"; skipped {len(self.skipped)} target(s) without an upstream file: {', '.join(self.skipped)}" if self.skipped else "; skipped: none"
-        return (f"fidelity{who}: {len(self.exact)}/{self.files} upstream deploy files exact, "
-                f"{len(self.cache_exact)}/{cache} model-cache objects exact{skipped}")
+        skipped = (
+            f"; skipped {len(self.skipped)} target(s) without an upstream file: {', '.join(self.skipped)}"
+            if self.skipped
+            else "; skipped: none"
+        )
+        return (
+            f"fidelity{who}: {len(self.exact)}/{self.files} upstream deploy files exact, "
+            f"{len(self.cache_exact)}/{cache} model-cache objects exact{skipped}"
+        )
 
 
-def check(render_target, ref: Path | None = None, only: Optional[str] = None, *, storage_class: Optional[str] = None,
-          pull_secrets: Iterable[str] = (), snapshot: str = "dynamo-recipes",
-          render_pinned: Optional[Callable[[str], list[dict]]] = None) -> Report:
+def check(
+    render_target,
+    ref: Path | None = None,
+    only: Optional[str] = None,
+    *,
+    storage_class: Optional[str] = None,
+    pull_secrets: Iterable[str] = (),
+    snapshot: str = "dynamo-recipes",
+    render_pinned: Optional[Callable[[str], list[dict]]] = None,
+) -> Report:
     """Compare every target (or only target ``only``) with its upstream file, and the model-cache objects.
 
     Raises ``ReferenceMissing`` when there is no upstream tree. A target whose upstream file is missing
@@ -397,8 +435,14 @@ def check(render_target, ref: Path | None = None, only: Optional[str] = None, *,
             continue
         compiled: dict[str, int] = {}
         probed: dict[str, int] = {}
-        diffs = compare_file(load_docs(ref / path), render(target.id), storage_class=storage_class, pull_secrets=pull_secrets,
-                             compiled=compiled, probed=probed)
+        diffs = compare_file(
+            load_docs(ref / path),
+            render(target.id),
+            storage_class=storage_class,
+            pull_secrets=pull_secrets,
+            compiled=compiled,
+            probed=probed,
+        )
         if diffs:
             report.different[path] = (target.id, diffs)
         else:

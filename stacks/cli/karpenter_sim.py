@@ -20,6 +20,7 @@ and its default stages make them Ready. Karpenter's own metrics and health endpo
 pkg/operator/operator.go formats ``":%d"``, no address flag); free ports are chosen and only the health port is read,
 on 127.0.0.1. Every wait ends at its timeout with what it saw last.
 """
+
 from __future__ import annotations
 
 import json
@@ -145,8 +146,10 @@ class KarpenterSim:
             out = {}
             for n in names:
                 crd = self.api.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
-                out[n] = any(c.get("type") == "Established" and c.get("status") == "True"
-                             for c in (crd.get("status") or {}).get("conditions") or [])
+                out[n] = any(
+                    c.get("type") == "Established" and c.get("status") == "True"
+                    for c in (crd.get("status") or {}).get("conditions") or []
+                )
             return all(out.values()) and out or None
 
         wait_until("Karpenter CRDs Established", timeout, established)
@@ -154,8 +157,9 @@ class KarpenterSim:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "ab")
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
         log.close()
         self.procs[name] = p
         self.started[name] = time.monotonic()
@@ -168,20 +172,40 @@ class KarpenterSim:
     def start_node_lifecycle(self) -> None:
         """The real node lifecycle controller (see the module docstring)."""
         kcm = kube_controller_manager()
-        self._spawn("node-lifecycle", [
-            str(kcm), f"--kubeconfig={self.kubeconfig}", f"--authentication-kubeconfig={self.kubeconfig}",
-            f"--authorization-kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1", "--secure-port=0",
-            "--leader-elect=false", "--controllers=nodelifecycle", "--v=1"], dict(os.environ))
+        self._spawn(
+            "node-lifecycle",
+            [
+                str(kcm),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--leader-elect=false",
+                "--controllers=nodelifecycle",
+                "--v=1",
+            ],
+            dict(os.environ),
+        )
 
     def start(self, binary: Path, timeout: float = 90) -> float:
         """Start Karpenter (after the CRDs); returns seconds until its /readyz answered."""
         types_file = self.workdir / "instance-types.json"
         types_file.write_text(json.dumps(kwok_instance_types(self.zones, self.instance_types, prices=self.prices), indent=1))
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "INSTANCE_TYPES_FILE_PATH": str(types_file),
-               "DISABLE_LEADER_ELECTION": "true", "METRICS_PORT": str(free_port()),
-               "HEALTH_PROBE_PORT": str(self.health_port), "BATCH_IDLE_DURATION": self.batch_idle,
-               "BATCH_MAX_DURATION": self.batch_max, "LOG_LEVEL": "debug", "KUBE_CLIENT_QPS": "200",
-               "MEMORY_LIMIT": str(1 << 30), "CPU_REQUESTS": "1000"}
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "INSTANCE_TYPES_FILE_PATH": str(types_file),
+            "DISABLE_LEADER_ELECTION": "true",
+            "METRICS_PORT": str(free_port()),
+            "HEALTH_PROBE_PORT": str(self.health_port),
+            "BATCH_IDLE_DURATION": self.batch_idle,
+            "BATCH_MAX_DURATION": self.batch_max,
+            "LOG_LEVEL": "debug",
+            "KUBE_CLIENT_QPS": "200",
+            "MEMORY_LIMIT": str(1 << 30),
+            "CPU_REQUESTS": "1000",
+        }
         t0 = time.monotonic()
         p = self._spawn("karpenter", [str(binary)], env)
 
@@ -223,7 +247,9 @@ class KarpenterSim:
     def node_claims(self, node_pool: str) -> list[dict]:
         return self.api.request("GET", f"{NODECLAIMS}?labelSelector={quote(f'{NODEPOOL_LABEL}={node_pool}')}").get("items", [])
 
-    def wait_nodes(self, node_pool: str, count: int, timeout: float, pods: Optional[Callable[[], list[dict]]] = None) -> list[dict]:
+    def wait_nodes(
+        self, node_pool: str, count: int, timeout: float, pods: Optional[Callable[[], list[dict]]] = None
+    ) -> list[dict]:
         """Until the pool has exactly ``count`` live nodes (none being deleted) and ``count`` NodeClaims, and, when
         ``pods`` is given, every one of those pods is bound. Karpenter removes a node before the NodeClaim's
         termination finalizer lets the claim go, so counting nodes alone ends a scale-in wait early."""
@@ -233,8 +259,13 @@ class KarpenterSim:
             live = [n for n in self.nodes(node_pool) if not n["metadata"].get("deletionTimestamp")]
             everything = self.nodes(node_pool)
             ps = pods() if pods is not None else []
-            last.update(nodes=len(everything), live=len(live), claims=len(self.node_claims(node_pool)),
-                        bound=sum(map(_pod_bound, ps)), pods=len(ps))
+            last.update(
+                nodes=len(everything),
+                live=len(live),
+                claims=len(self.node_claims(node_pool)),
+                bound=sum(map(_pod_bound, ps)),
+                pods=len(ps),
+            )
             settled = len(everything) == count and len(live) == count and last["claims"] == count
             if settled and (pods is None or last["bound"] == last["pods"]):
                 return everything or True

@@ -17,6 +17,7 @@ provider adds ``pods: 110`` when absent, marks every offering available, derives
 10Mi memory per node (``newInstanceType``). Note: kwok/examples/instance_types.json in the same module uses
 ``capacityType``/``zone``/``price`` keys that this struct does not read; the embedded file's form is the one parsed.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Mapping, Optional
@@ -35,14 +36,22 @@ def instance_resources(instance_type: str) -> dict[str, str]:
     """What an instance offers the scheduler, from stacks.registry.gpus (INSTANCES and HOSTS): CPU, memory, pods, instance
     store (when counted), ``nvidia.com/gpu`` and ``vpc.amazonaws.com/efa`` (one device per EFA network card)."""
     if instance_type not in INSTANCES:
-        raise ValueError(f"instance type {instance_type!r} is not in the GPU catalog (stacks/registry/gpus.py INSTANCES); "
-                         f"known: {', '.join(sorted(INSTANCES))}")
+        raise ValueError(
+            f"instance type {instance_type!r} is not in the GPU catalog (stacks/registry/gpus.py INSTANCES); "
+            f"known: {', '.join(sorted(INSTANCES))}"
+        )
     if instance_type not in HOSTS:
-        raise ValueError(f"instance type {instance_type!r} has no host resources in stacks/registry/gpus.py HOSTS; "
-                         f"known: {', '.join(sorted(HOSTS))}")
+        raise ValueError(
+            f"instance type {instance_type!r} has no host resources in stacks/registry/gpus.py HOSTS; "
+            f"known: {', '.join(sorted(HOSTS))}"
+        )
     shape, host = INSTANCES[instance_type], HOSTS[instance_type]
-    out = {"cpu": str(host.vcpus), "memory": f"{host.memory_gib}Gi", "pods": str(host.max_pods),
-           "nvidia.com/gpu": str(shape.gpus_per_node)}
+    out = {
+        "cpu": str(host.vcpus),
+        "memory": f"{host.memory_gib}Gi",
+        "pods": str(host.max_pods),
+        "nvidia.com/gpu": str(shape.gpus_per_node),
+    }
     if host.local_nvme_gb:
         out["ephemeral-storage"] = f"{host.local_nvme_gb * 10**9 // 2**30}Gi"
     if shape.efa_interfaces:
@@ -50,9 +59,12 @@ def instance_resources(instance_type: str) -> dict[str, str]:
     return out
 
 
-def kwok_instance_types(zones: Iterable[str], instance_types: Optional[Iterable[str]] = None,
-                        capacity_types: Iterable[str] = ("on-demand",),
-                        prices: Optional[Mapping[str, float]] = None) -> list[dict]:
+def kwok_instance_types(
+    zones: Iterable[str],
+    instance_types: Optional[Iterable[str]] = None,
+    capacity_types: Iterable[str] = ("on-demand",),
+    prices: Optional[Mapping[str, float]] = None,
+) -> list[dict]:
     """The KWOK provider's instance-types file (a JSON-serialisable list) for the GPU instances of stacks.registry.gpus (all of
     them unless ``instance_types`` names some), offered in ``zones`` for each capacity type. ``prices``: $/h per
     instance type (missing ones are offered at 0, which only matters when a NodePool allows several types)."""
@@ -68,19 +80,38 @@ def kwok_instance_types(zones: Iterable[str], instance_types: Optional[Iterable[
     out = []
     for name in names:
         resources = instance_resources(name)
-        offerings = [{"Price": float(prices.get(name, 0.0)), "Available": True,
-                      "Requirements": [{"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": [cap]},
-                                       {"key": ZONE_LABEL, "operator": "In", "values": [zone]}]}
-                     for cap in caps for zone in zones]
-        out.append({"name": name, "offerings": offerings, "architecture": INSTANCES[name].kubernetes_arch,
-                    "operatingSystems": ["linux"], "resources": resources})
+        offerings = [
+            {
+                "Price": float(prices.get(name, 0.0)),
+                "Available": True,
+                "Requirements": [
+                    {"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": [cap]},
+                    {"key": ZONE_LABEL, "operator": "In", "values": [zone]},
+                ],
+            }
+            for cap in caps
+            for zone in zones
+        ]
+        out.append(
+            {
+                "name": name,
+                "offerings": offerings,
+                "architecture": INSTANCES[name].kubernetes_arch,
+                "operatingSystems": ["linux"],
+                "resources": resources,
+            }
+        )
     return out
 
 
 def kwok_node_class(name: str, registration_delay: str = "0s") -> dict:
     """A KWOKNodeClass: its ``nodeRegistrationDelay`` models the time an instance takes to boot and join."""
-    return {"apiVersion": f"{KWOK_NODE_CLASS_GROUP}/v1alpha1", "kind": KWOK_NODE_CLASS_KIND, "metadata": {"name": name},
-            "spec": {"nodeRegistrationDelay": registration_delay}}
+    return {
+        "apiVersion": f"{KWOK_NODE_CLASS_GROUP}/v1alpha1",
+        "kind": KWOK_NODE_CLASS_KIND,
+        "metadata": {"name": name},
+        "spec": {"nodeRegistrationDelay": registration_delay},
+    }
 
 
 def kwok_node_pool(node_pool: Mapping, node_class: str, consolidate_after: Optional[str] = None) -> dict:

@@ -22,6 +22,7 @@ Without AWS credentials it prints one line and exits non-zero.
 Every failure names the ``dynamo:`` config key to change and a value to put there.
 ``run_checks`` is pure apart from the injected boto3 clients, so tests run it under moto.
 """
+
 from __future__ import annotations
 
 import re
@@ -49,8 +50,11 @@ G_INSTANCE_QUOTA = "L-DB2E81BA"  # Running On-Demand G and VT instances (vCPUs)
 # --service-code ec2 --quota-code ...` returns it, e.g. in public account read-outs collected with the search tool;
 # Service Quotas docs: the EC2 On-Demand quotas count vCPUs, cf. L-1216C47A "Running On-Demand Standard ... instances"
 # in the AWS CLI's get-aws-default-service-quota example).
-FAMILY_QUOTAS = {"p": (P_INSTANCE_QUOTA, "Running On-Demand P instances"), "g": (G_INSTANCE_QUOTA, "Running On-Demand G and VT instances"),
-                 "vt": (G_INSTANCE_QUOTA, "Running On-Demand G and VT instances")}
+FAMILY_QUOTAS = {
+    "p": (P_INSTANCE_QUOTA, "Running On-Demand P instances"),
+    "g": (G_INSTANCE_QUOTA, "Running On-Demand G and VT instances"),
+    "vt": (G_INSTANCE_QUOTA, "Running On-Demand G and VT instances"),
+}
 _AZ = re.compile(r"[a-z]{2}(?:-gov)?-[a-z]+-\d[a-z]")
 
 
@@ -58,6 +62,8 @@ def family_quota(instance_type: str) -> Optional[tuple[str, str]]:
     """(quota code, quota name) of the instance type's On-Demand family, or None (not a P/G/VT instance)."""
     m = re.match(r"([a-z]+)\d", instance_type)
     return FAMILY_QUOTAS.get(m[1]) if m else None
+
+
 CAPACITY_BLOCK = "capacity-block"
 
 PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
@@ -107,10 +113,17 @@ def _config_error(msg: str):
 
 
 def _pool_request(cc, key: str, pool) -> PreflightRequest:
-    return PreflightRequest(region=cc.region, availability_zone=pool.nodegroup["availability_zone"], instance_type=pool.shape.instance_type,
-                            nodes=int(pool.nodegroup["scaling_config"]["desired_size"]), efa=pool.efa,
-                            capacity_reservation_id=cc.capacity_reservation_id, market_type=cc.market_type,
-                            zone_pinned=cc.gpu_availability_zone is not None, key=key)
+    return PreflightRequest(
+        region=cc.region,
+        availability_zone=pool.nodegroup["availability_zone"],
+        instance_type=pool.shape.instance_type,
+        nodes=int(pool.nodegroup["scaling_config"]["desired_size"]),
+        efa=pool.efa,
+        capacity_reservation_id=cc.capacity_reservation_id,
+        market_type=cc.market_type,
+        zone_pinned=cc.gpu_availability_zone is not None,
+        key=key,
+    )
 
 
 def requests_from_stack(name: str, root: Optional[Path] = None) -> list[PreflightRequest]:
@@ -143,7 +156,15 @@ def requests_from_stack(name: str, root: Optional[Path] = None) -> list[Prefligh
             cc, key = program.cluster.pool_for(pool.gpu)
             out.append(_pool_request(cc, key, pool))
         return out
-    cc, plan, _ = plan_eks(name, parse(raw), cluster_as(cluster_config(raw), EksCluster), raw, frozenset(), aws_region=top.get("aws:region"), require_secrets=False)
+    cc, plan, _ = plan_eks(
+        name,
+        parse(raw),
+        cluster_as(cluster_config(raw), EksCluster),
+        raw,
+        frozenset(),
+        aws_region=top.get("aws:region"),
+        require_secrets=False,
+    )
     first = plan.gpu_pools[0]
     pcc, key = cc.pool_for(first.gpu)
     out = [_pool_request(pcc, key, first)]
@@ -152,8 +173,15 @@ def requests_from_stack(name: str, root: Optional[Path] = None) -> list[Prefligh
         if p.gpu == first.gpu:
             continue
         pcc, key = cc.pool_for(p.gpu)
-        pool = build_gpu_pool(pcc, p.gpu, None, f"pool {p.gpu}", {"key": GPU_TAINT_KEY, "value": "true", "effect": "NO_SCHEDULE"},
-                              key, pool_name(p.gpu, False))
+        pool = build_gpu_pool(
+            pcc,
+            p.gpu,
+            None,
+            f"pool {p.gpu}",
+            {"key": GPU_TAINT_KEY, "value": "true", "effect": "NO_SCHEDULE"},
+            key,
+            pool_name(p.gpu, False),
+        )
         out.append(_pool_request(pcc, key, pool))
     return out
 
@@ -195,22 +223,29 @@ def check_offering(req: PreflightRequest, ec2) -> CheckResult:
     if not zones:
         alts = ", ".join(_same_gpu_types(req.instance_type)) or "another region"
         return CheckResult(
-            name, FAIL,
+            name,
+            FAIL,
             f"{req.instance_type} is not offered in any zone of {req.region}; set {KEY_REGION} to a region that offers it, "
             f"or {req.k('instanceType')} to one of: {alts}",
         )
     if not req.availability_zone:
         return CheckResult(
-            name, WARN,
+            name,
+            WARN,
             f"{req.instance_type} is offered in {req.region} zones {', '.join(zones)}, but {req.k('gpuAvailabilityZone')} is not set; "
             f"pin it, e.g. {req.k('gpuAvailabilityZone')}: {zones[0]}",
         )
     if req.availability_zone in zones:
-        how = "" if req.zone_pinned else f" (the first zone, used because {req.k('gpuAvailabilityZone')} is not set; pin it to keep it)"
+        how = (
+            ""
+            if req.zone_pinned
+            else f" (the first zone, used because {req.k('gpuAvailabilityZone')} is not set; pin it to keep it)"
+        )
         return CheckResult(name, PASS, f"{req.instance_type} is offered in {req.availability_zone}{how}")
     where = "" if req.availability_zone.startswith(req.region) else f" (that zone is not in region {req.region})"
     return CheckResult(
-        name, FAIL,
+        name,
+        FAIL,
         f"{req.instance_type} is not offered in {req.availability_zone}{where}; set {req.k('gpuAvailabilityZone')} to one of: {', '.join(zones)}",
     )
 
@@ -225,19 +260,33 @@ def check_efa(req: PreflightRequest, info: Optional[dict], info_error: Optional[
         return CheckResult(name, SKIP, f"EFA is off ({req.k('efa')}: false and the target's fabric is not aws-efa)")
     if info is None:
         if info_error and ("InvalidInstanceType" in info_error or "IndexError" in info_error):
-            return CheckResult(name, FAIL, f"describe_instance_types {req.instance_type} failed ({info_error}); check {req.k('instanceType')}")
+            return CheckResult(
+                name, FAIL, f"describe_instance_types {req.instance_type} failed ({info_error}); check {req.k('instanceType')}"
+            )
         return CheckResult(name, FAIL, f"describe_instance_types {req.instance_type} failed ({info_error})")
     net = info.get("NetworkInfo") or {}
     if not net.get("EfaSupported"):
         alts = _same_gpu_types(req.instance_type, lambda s: s.efa_interfaces > 0)
-        hint = f"set {req.k('instanceType')} to one of: {', '.join(alts)}" if alts else f"choose an EFA instance type for {req.k('instanceType')}"
-        return CheckResult(name, FAIL, f"{req.instance_type} does not support EFA; {hint}, or set {req.k('efa')}: false with a target whose fabric is not aws-efa")
+        hint = (
+            f"set {req.k('instanceType')} to one of: {', '.join(alts)}"
+            if alts
+            else f"choose an EFA instance type for {req.k('instanceType')}"
+        )
+        return CheckResult(
+            name,
+            FAIL,
+            f"{req.instance_type} does not support EFA; {hint}, or set {req.k('efa')}: false with a target whose fabric is not aws-efa",
+        )
     max_efa = int((net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0))
     cards = len(net.get("NetworkCards") or []) or int(net.get("MaximumNetworkCards", 0))
     shape = INSTANCES.get(req.instance_type)
     if shape is None:
-        return CheckResult(name, WARN, f"{req.instance_type} supports {max_efa} EFA interfaces on {cards} network cards, but is not in stacks/registry/gpus.py; "
-                                       f"set {req.k('instanceType')} to one of: {', '.join(sorted(INSTANCES))}")
+        return CheckResult(
+            name,
+            WARN,
+            f"{req.instance_type} supports {max_efa} EFA interfaces on {cards} network cards, but is not in stacks/registry/gpus.py; "
+            f"set {req.k('instanceType')} to one of: {', '.join(sorted(INSTANCES))}",
+        )
     problems = []
     if max_efa < shape.efa_interfaces:
         problems.append(f"allows {max_efa} EFA interfaces but the launch template attaches {shape.efa_interfaces}")
@@ -245,14 +294,31 @@ def check_efa(req: PreflightRequest, info: Optional[dict], info_error: Optional[
         problems.append(f"has {cards} network cards but the catalog expects {shape.network_cards}")
     if problems:
         alts = _same_gpu_types(req.instance_type)
-        hint = f"set {req.k('instanceType')} to one of: {', '.join(alts)}, " if alts else f"set {NS}:gpu to another GPU (no other {shape.gpu} type in stacks/registry/gpus.py), "
-        return CheckResult(name, FAIL, f"{req.instance_type} " + " and ".join(problems)
-                           + f"; {hint}or correct {req.instance_type} efa_interfaces/network_cards in stacks/registry/gpus.py")
+        hint = (
+            f"set {req.k('instanceType')} to one of: {', '.join(alts)}, "
+            if alts
+            else f"set {NS}:gpu to another GPU (no other {shape.gpu} type in stacks/registry/gpus.py), "
+        )
+        return CheckResult(
+            name,
+            FAIL,
+            f"{req.instance_type} "
+            + " and ".join(problems)
+            + f"; {hint}or correct {req.instance_type} efa_interfaces/network_cards in stacks/registry/gpus.py",
+        )
     if not shape.verified:
-        return CheckResult(name, WARN, f"{req.instance_type} supports EFA: {max_efa} interfaces, {cards} network cards; the catalog attaches "
-                                       f"{shape.efa_interfaces} EFA on network cards {list(shape.efa_cards)}, a layout not confirmed by AWS documentation: "
-                                       f"compare with `aws ec2 describe-instance-types --instance-types {req.instance_type} --query 'InstanceTypes[0].NetworkInfo'`")
-    return CheckResult(name, PASS, f"{req.instance_type} supports EFA: {max_efa} interfaces, {cards} network cards (catalog attaches {shape.efa_interfaces})")
+        return CheckResult(
+            name,
+            WARN,
+            f"{req.instance_type} supports EFA: {max_efa} interfaces, {cards} network cards; the catalog attaches "
+            f"{shape.efa_interfaces} EFA on network cards {list(shape.efa_cards)}, a layout not confirmed by AWS documentation: "
+            f"compare with `aws ec2 describe-instance-types --instance-types {req.instance_type} --query 'InstanceTypes[0].NetworkInfo'`",
+        )
+    return CheckResult(
+        name,
+        PASS,
+        f"{req.instance_type} supports EFA: {max_efa} interfaces, {cards} network cards (catalog attaches {shape.efa_interfaces})",
+    )
 
 
 def check_reservation(req: PreflightRequest, ec2) -> tuple[CheckResult, Optional[dict]]:
@@ -263,20 +329,34 @@ def check_reservation(req: PreflightRequest, ec2) -> tuple[CheckResult, Optional
     try:
         found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
     except _api_errors() as e:
-        return CheckResult(name, FAIL, f"{rid} not found in {req.region} ({_err(e)}); set {req.k('capacityReservationId')} to a reservation id of that region (cr-...) or remove it"), None
+        return CheckResult(
+            name,
+            FAIL,
+            f"{rid} not found in {req.region} ({_err(e)}); set {req.k('capacityReservationId')} to a reservation id of that region (cr-...) or remove it",
+        ), None
     if not found:
-        return CheckResult(name, FAIL, f"{rid} not found in {req.region}; set {req.k('capacityReservationId')} to a reservation id of that region (cr-...) or remove it"), None
+        return CheckResult(
+            name,
+            FAIL,
+            f"{rid} not found in {req.region}; set {req.k('capacityReservationId')} to a reservation id of that region (cr-...) or remove it",
+        ), None
     cr = found[0]
     problems, warnings = [], []
     state = cr.get("State")
     block = cr.get("ReservationType") == CAPACITY_BLOCK or req.market_type == CAPACITY_BLOCK
     if state in ("scheduled", "payment-pending", "pending") and block:
         # A Capacity Block bought for later: the node group is created now and its nodes launch when the block starts.
-        warnings.append(f"Capacity Block is {state}, starts {cr.get('StartDate')}: GPU nodes launch then, "
-                        "and `pulumi up` waits for them (set wait.dgdTimeout past the start, or run up after it)")
+        warnings.append(
+            f"Capacity Block is {state}, starts {cr.get('StartDate')}: GPU nodes launch then, "
+            "and `pulumi up` waits for them (set wait.dgdTimeout past the start, or run up after it)"
+        )
     elif state != "active":
-        when = f", starts {cr['StartDate']}" if cr.get("StartDate") and state in ("scheduled", "payment-pending", "pending") else ""
-        problems.append(f"state is {state}{when}, not active (wait for it, or set {req.k('capacityReservationId')} to an active reservation)")
+        when = (
+            f", starts {cr['StartDate']}" if cr.get("StartDate") and state in ("scheduled", "payment-pending", "pending") else ""
+        )
+        problems.append(
+            f"state is {state}{when}, not active (wait for it, or set {req.k('capacityReservationId')} to an active reservation)"
+        )
     end = cr.get("EndDate")
     if end is not None:
         import datetime as _dt
@@ -284,14 +364,22 @@ def check_reservation(req: PreflightRequest, ec2) -> tuple[CheckResult, Optional
         now = _dt.datetime.now(_dt.timezone.utc)
         end_utc = end if end.tzinfo else end.replace(tzinfo=_dt.timezone.utc)
         if end_utc <= now:
-            problems.append(f"it ended {end_utc:%Y-%m-%d %H:%M} UTC; set {req.k('capacityReservationId')} to a current reservation")
+            problems.append(
+                f"it ended {end_utc:%Y-%m-%d %H:%M} UTC; set {req.k('capacityReservationId')} to a current reservation"
+            )
         elif end_utc - now < _dt.timedelta(hours=2):
-            warnings.append(f"it ends {end_utc:%Y-%m-%d %H:%M} UTC, in under 2 h (EKS drains Capacity Block nodes before the end)")
+            warnings.append(
+                f"it ends {end_utc:%Y-%m-%d %H:%M} UTC, in under 2 h (EKS drains Capacity Block nodes before the end)"
+            )
     if cr.get("InstanceType") != req.instance_type:
-        problems.append(f"it reserves {cr.get('InstanceType')}, not {req.instance_type}; set {req.k('instanceType')}: {cr.get('InstanceType')}")
+        problems.append(
+            f"it reserves {cr.get('InstanceType')}, not {req.instance_type}; set {req.k('instanceType')}: {cr.get('InstanceType')}"
+        )
     if cr.get("AvailabilityZone") != req.availability_zone:
         unpinned = "" if req.zone_pinned else f" (the default first zone, {req.k('gpuAvailabilityZone')} is not set)"
-        problems.append(f"it is in {cr.get('AvailabilityZone')}, not {req.availability_zone}{unpinned}; pin {req.k('gpuAvailabilityZone')}: {cr.get('AvailabilityZone')}")
+        problems.append(
+            f"it is in {cr.get('AvailabilityZone')}, not {req.availability_zone}{unpinned}; pin {req.k('gpuAvailabilityZone')}: {cr.get('AvailabilityZone')}"
+        )
     # A scheduled block has no available instances yet: its size is TotalInstanceCount.
     avail = int(cr.get("TotalInstanceCount" if warnings and state != "active" else "AvailableInstanceCount", 0))
     if avail < req.nodes:
@@ -305,7 +393,11 @@ def check_reservation(req: PreflightRequest, ec2) -> tuple[CheckResult, Optional
     kind = cr.get("ReservationType") or "default"
     if warnings:
         return CheckResult(name, WARN, f"{rid} ({kind}): " + "; ".join(warnings)), cr
-    return CheckResult(name, PASS, f"{rid} ({kind}) is active: {avail} x {req.instance_type} available in {req.availability_zone}, {req.nodes} needed"), cr
+    return CheckResult(
+        name,
+        PASS,
+        f"{rid} ({kind}) is active: {avail} x {req.instance_type} available in {req.availability_zone}, {req.nodes} needed",
+    ), cr
 
 
 def _running_family_vcpus(ec2, family: str = "p") -> int:
@@ -314,7 +406,9 @@ def _running_family_vcpus(ec2, family: str = "p") -> int:
     supports neither)."""
     families = ("g", "vt") if family in ("g", "vt") else (family,)
     used, defaults = 0, {}
-    pages = ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    )
     for page in pages:
         for r in page["Reservations"]:
             for i in r["Instances"]:
@@ -336,15 +430,23 @@ def _running_p_vcpus(ec2) -> int:
     return _running_family_vcpus(ec2, "p")
 
 
-def check_quota(req: PreflightRequest, ec2, quotas, info: Optional[dict], reservation: Optional[dict], others: int = 0) -> CheckResult:
+def check_quota(
+    req: PreflightRequest, ec2, quotas, info: Optional[dict], reservation: Optional[dict], others: int = 0
+) -> CheckResult:
     """The On-Demand vCPU quota of the instance's family. ``others``: vCPUs of the same quota that the stack's other
     on-demand GPU pools, checked before this one, need (the pools draw on one quota)."""
     name = "quota"
     fq = family_quota(req.instance_type)
     if req.market_type == CAPACITY_BLOCK or (reservation or {}).get("ReservationType") == CAPACITY_BLOCK:
-        return CheckResult(name, WARN, f"skipped: capacity blocks do not draw on the On-Demand instance quotas ({req.k('marketType')}: {CAPACITY_BLOCK})")
+        return CheckResult(
+            name,
+            WARN,
+            f"skipped: capacity blocks do not draw on the On-Demand instance quotas ({req.k('marketType')}: {CAPACITY_BLOCK})",
+        )
     if fq is None:
-        return CheckResult(name, SKIP, f"{req.instance_type} is not a P or G instance; quotas {P_INSTANCE_QUOTA}/{G_INSTANCE_QUOTA} do not apply")
+        return CheckResult(
+            name, SKIP, f"{req.instance_type} is not a P or G instance; quotas {P_INSTANCE_QUOTA}/{G_INSTANCE_QUOTA} do not apply"
+        )
     code, qname = fq
     if info is None:
         return CheckResult(name, WARN, f"skipped: vCPUs of {req.instance_type} unknown (describe_instance_types failed)")
@@ -368,13 +470,16 @@ def check_quota(req: PreflightRequest, ec2, quotas, info: Optional[dict], reserv
     if needed > headroom:
         fit = max(0, headroom // vcpus)
         return CheckResult(
-            name, FAIL,
+            name,
+            FAIL,
             f"quota {code} ({qname}) is {int(value)} vCPUs{used_note}; "
             f"{req.nodes} x {req.instance_type} need {needed}. Set {req.k('gpuNodes')}: {fit}, or {req.k('marketType')}: {CAPACITY_BLOCK}, or request "
             f"{used + others + needed}: aws service-quotas request-service-quota-increase --region {req.region} --service-code ec2 "
             f"--quota-code {code} --desired-value {used + others + needed}",
         )
-    return CheckResult(name, PASS, f"quota {code} ({qname}) is {int(value)} vCPUs{used_note}; {req.nodes} x {req.instance_type} need {needed}")
+    return CheckResult(
+        name, PASS, f"quota {code} ({qname}) is {int(value)} vCPUs{used_note}; {req.nodes} x {req.instance_type} need {needed}"
+    )
 
 
 def check_local_zone(req: PreflightRequest, ec2) -> CheckResult:
@@ -390,18 +495,28 @@ def check_local_zone(req: PreflightRequest, ec2) -> CheckResult:
     try:
         zs = ec2.describe_availability_zones(AllAvailabilityZones=True, ZoneNames=[zone])["AvailabilityZones"]
     except _api_errors() as e:
-        return CheckResult(name, FAIL, f"describe_availability_zones {zone} failed ({_err(e)}); check {req.k('gpuAvailabilityZone')}")
+        return CheckResult(
+            name, FAIL, f"describe_availability_zones {zone} failed ({_err(e)}); check {req.k('gpuAvailabilityZone')}"
+        )
     if not zs:
-        return CheckResult(name, FAIL, f"{zone} is not a zone of {req.region}; set {req.k('gpuAvailabilityZone')} to a Local Zone of that region "
-                                       f"(`aws ec2 describe-availability-zones --region {req.region} --all-availability-zones "
-                                       f"--filters Name=zone-type,Values=local-zone`)")
+        return CheckResult(
+            name,
+            FAIL,
+            f"{zone} is not a zone of {req.region}; set {req.k('gpuAvailabilityZone')} to a Local Zone of that region "
+            f"(`aws ec2 describe-availability-zones --region {req.region} --all-availability-zones "
+            f"--filters Name=zone-type,Values=local-zone`)",
+        )
     z = zs[0]
     status, group = z.get("OptInStatus"), z.get("GroupName") or zone[:-1]
     if status in ("opted-in", "opt-in-not-required"):
         return CheckResult(name, PASS, f"{zone} ({group}) is {status}")
-    return CheckResult(name, FAIL, f"{zone} is {status or 'not opted in'}: the account is not opted in to Local Zone group {group}, so no "
-                                   f"instance launches there; run `aws ec2 modify-availability-zone-group --region {req.region} --group-name {group} "
-                                   f"--opt-in-status opted-in`, or set {req.k('gpuAvailabilityZone')} to an Availability Zone")
+    return CheckResult(
+        name,
+        FAIL,
+        f"{zone} is {status or 'not opted in'}: the account is not opted in to Local Zone group {group}, so no "
+        f"instance launches there; run `aws ec2 modify-availability-zone-group --region {req.region} --group-name {group} "
+        f"--opt-in-status opted-in`, or set {req.k('gpuAvailabilityZone')} to an Availability Zone",
+    )
 
 
 def check_capacity(req: PreflightRequest) -> CheckResult:
@@ -413,7 +528,8 @@ def check_capacity(req: PreflightRequest) -> CheckResult:
     if not req.instance_type.startswith("p"):
         return CheckResult(name, SKIP, f"{req.instance_type} is not a P instance")
     return CheckResult(
-        name, WARN,
+        name,
+        WARN,
         f"on-demand {req.instance_type} can fail with InsufficientInstanceCapacity (the GPU node group then ends CREATE_FAILED); "
         f"for a reliable launch buy a Capacity Block ({req.k('marketType')}: {CAPACITY_BLOCK} + {req.k('capacityReservationId')}) or use an "
         f"On-Demand Capacity Reservation ({req.k('capacityReservationId')})",
@@ -427,7 +543,13 @@ def _credentials_problem(e: Exception) -> Optional[str]:
     if isinstance(e, (NoCredentialsError, PartialCredentialsError, TokenRetrievalError)):
         return "no AWS credentials: set AWS_PROFILE (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), or run `aws sso login`; nothing was checked"
     if isinstance(e, ClientError) and e.response.get("Error", {}).get("Code") in (
-            "AuthFailure", "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException", "RequestExpired"):
+        "AuthFailure",
+        "UnrecognizedClientException",
+        "InvalidClientTokenId",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "RequestExpired",
+    ):
         return f"AWS rejected the credentials ({e.response['Error']['Code']}): refresh them (`aws sso login`) and run preflight again; nothing was checked"
     return None
 
@@ -436,7 +558,9 @@ class CredentialsError(RuntimeError):
     pass
 
 
-def run_checks(req: PreflightRequest, ec2_client, quotas_client, others: int = 0, needs: Optional[dict] = None) -> list[CheckResult]:
+def run_checks(
+    req: PreflightRequest, ec2_client, quotas_client, others: int = 0, needs: Optional[dict] = None
+) -> list[CheckResult]:
     """All checks, in order; clients are injected (moto, Stubber or real boto3). Raises ``CredentialsError``
     (one line) when the first call shows there are no usable credentials."""
     try:
@@ -476,9 +600,12 @@ def run_stack_checks(reqs: list[PreflightRequest], ec2_client, quotas_client) ->
 
 
 def format_results(req: PreflightRequest, results: list[CheckResult]) -> str:
-    head = (f"preflight {req.key}: {req.instance_type} x {req.nodes} in {req.availability_zone or req.region} "
-            f"(efa={'on' if req.efa else 'off'}, market={req.market_type}"
-            + (f", reservation={req.capacity_reservation_id}" if req.capacity_reservation_id else "") + ")")
+    head = (
+        f"preflight {req.key}: {req.instance_type} x {req.nodes} in {req.availability_zone or req.region} "
+        f"(efa={'on' if req.efa else 'off'}, market={req.market_type}"
+        + (f", reservation={req.capacity_reservation_id}" if req.capacity_reservation_id else "")
+        + ")"
+    )
     return "\n".join([head] + [r.line() for r in results])
 
 
@@ -490,7 +617,9 @@ def cmd(args) -> int:
 
     reqs = requests_from_stack(args.stack)  # a bad stack is a ConfigError: one line, exit 2 (stacks.__main__)
     if not reqs:
-        print(f"SKIP  preflight    stack {args.stack} creates no AWS resources (dynamo:cluster.mode is not eks); nothing to check")
+        print(
+            f"SKIP  preflight    stack {args.stack} creates no AWS resources (dynamo:cluster.mode is not eks); nothing to check"
+        )
         return 0
     try:
         session = boto3.session.Session(region_name=reqs[0].region)
@@ -505,9 +634,12 @@ def cmd(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    p = sub.add_parser("preflight", help="check that AWS can give an EKS stack its GPU nodes (read-only)",
-                       description="Check, with read-only AWS calls (boto3, your AWS credentials), every GPU pool of an "
-                                   "EKS stack: instance offered in the zone, EFA, capacity reservation, P/G-instance "
-                                   "quota, Local Zone opt-in. Exit 0 when all pass (WARN included), 1 on a FAIL.")
+    p = sub.add_parser(
+        "preflight",
+        help="check that AWS can give an EKS stack its GPU nodes (read-only)",
+        description="Check, with read-only AWS calls (boto3, your AWS credentials), every GPU pool of an "
+        "EKS stack: instance offered in the zone, EFA, capacity reservation, P/G-instance "
+        "quota, Local Zone opt-in. Exit 0 when all pass (WARN included), 1 on a FAIL.",
+    )
     p.add_argument("--stack", required=True, metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
     p.set_defaults(fn=cmd)

@@ -19,6 +19,7 @@ Hand-written on purpose, after measuring the library against it: a ruamel.yaml r
 2 lines (``_chunks`` stays for redaction) but left the comment above a removed release key behind (24 of 240 pairs of
 committed stacks), as ruamel attaches a comment to the key before it.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -34,19 +35,47 @@ from stacks.config.keys import NS, SECRET_KEYS, ConfigError, image_problem, revi
 from stacks.registry import yaml_text
 
 # Keys that belong to an environment and are never copied.
-ENV_KEYS = frozenset({"namespace", "createNamespace", "cluster", "replicas", "storage", "hfTokenSecretName",
-                      "imagePullSecrets", "kubeconfig", "hfToken", "wait", "observability", "benchmark",
-                      # capacity of an environment (stacks/serving/autoscaling.py): staging may be paused while prod serves
-                      "paused", "autoscaling",
-                      # which namespaces may reach the frontend and scrape it differs per environment
-                      "networkPolicy",
-                      # where the workers' compile caches live is the environment's storage (stacks/serving/compile_cache.py)
-                      "compileCache"})
+ENV_KEYS = frozenset(
+    {
+        "namespace",
+        "createNamespace",
+        "cluster",
+        "replicas",
+        "storage",
+        "hfTokenSecretName",
+        "imagePullSecrets",
+        "kubeconfig",
+        "hfToken",
+        "wait",
+        "observability",
+        "benchmark",
+        # capacity of an environment (stacks/serving/autoscaling.py): staging may be paused while prod serves
+        "paused",
+        "autoscaling",
+        # which namespaces may reach the frontend and scrape it differs per environment
+        "networkPolicy",
+        # where the workers' compile caches live is the environment's storage (stacks/serving/compile_cache.py)
+        "compileCache",
+    }
+)
 # Keys a release pins and promotion copies: what selects and shapes the DGD. Every StackConfig key is
 # either here or in ENV_KEYS (a test keeps it so), and nothing else is copied: a key the program does
 # not know would make the destination fail.
-SELECTION_KEYS = ("target", "model", "runtime", "gpu", "topology", "shape", "spec", "routing", "precision",
-                  "context", "workload", "fabric", "profile")
+SELECTION_KEYS = (
+    "target",
+    "model",
+    "runtime",
+    "gpu",
+    "topology",
+    "shape",
+    "spec",
+    "routing",
+    "precision",
+    "context",
+    "workload",
+    "fabric",
+    "profile",
+)
 # fastStartupProbe and modelLoader shape the DGD's workers as the recipe keys do: staging and prod run the probes and the
 # loader they were promoted with.
 RELEASE_KEYS = frozenset(SELECTION_KEYS + ("fabricProfile", "images", "modelRevision", "fastStartupProbe", "modelLoader"))
@@ -162,7 +191,7 @@ def floating_values(cfg: dict[str, Any]) -> list[str]:
             bad.append(f"{NS}:images.{comp} = {img!r}: {why}; pin a fixed tag or a digest (@sha256:...)")
     rev = cfg.get("modelRevision")
     if rev is not None:
-        for k, v in (rev.items() if isinstance(rev, dict) else [(None, rev)]):
+        for k, v in rev.items() if isinstance(rev, dict) else [(None, rev)]:
             why = revision_floating(v)
             if why:
                 key = f"{NS}:modelRevision" + (f".{k}" if k is not None else "")
@@ -176,9 +205,11 @@ def floating_values(cfg: dict[str, Any]) -> list[str]:
 
 def _digest_fix(key: str, ref: str) -> str:
     name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
-    return (f"set {key}: {name}@sha256:<64 hex> (or {name}:{tag}@sha256:<64 hex>); promote cannot resolve a tag "
-            f"to its digest (it has no registry access): read it where the registry is reachable, e.g. "
-            f"`crane digest {ref}` or `docker buildx imagetools inspect {ref}`")
+    return (
+        f"set {key}: {name}@sha256:<64 hex> (or {name}:{tag}@sha256:<64 hex>); promote cannot resolve a tag "
+        f"to its digest (it has no registry access): read it where the registry is reachable, e.g. "
+        f"`crane digest {ref}` or `docker buildx imagetools inspect {ref}`"
+    )
 
 
 def _entry_key_prefix(e) -> str:
@@ -196,13 +227,17 @@ def unguarded_release(program, env: str) -> list[str]:
     for e in program.entries:
         if not e.cfg.network_policy.enabled:
             prefix = _entry_key_prefix(e)
-            bad.append(f"{prefix}networkPolicy.enabled is not true: a {env} stack restricts what each Dynamo pod may reach; "
-                       f"set {prefix}networkPolicy: {{enabled: true}}")
+            bad.append(
+                f"{prefix}networkPolicy.enabled is not true: a {env} stack restricts what each Dynamo pod may reach; "
+                f"set {prefix}networkPolicy: {{enabled: true}}"
+            )
     cluster = program.cluster
     if cluster.endpoint_access == "public" and "0.0.0.0/0" in cluster.public_access_cidrs:
-        bad.append(f"{NS}:cluster.publicAccessCidrs is {list(cluster.public_access_cidrs)}: a {env} stack's Kubernetes API "
-                   f"endpoint accepts connections from any address; list your networks and the deploy runners' egress "
-                   f"(e.g. [203.0.113.0/24]) or set {NS}:cluster.endpointAccess: private")
+        bad.append(
+            f"{NS}:cluster.publicAccessCidrs is {list(cluster.public_access_cidrs)}: a {env} stack's Kubernetes API "
+            f"endpoint accepts connections from any address; list your networks and the deploy runners' egress "
+            f"(e.g. [203.0.113.0/24]) or set {NS}:cluster.endpointAccess: private"
+        )
     return bad
 
 
@@ -223,19 +258,24 @@ def unpinned_release(program, env: str, entries: Optional[set] = None) -> list[s
                     continue
                 set_by = comp["name"] if comp["name"] in images else "*" if "*" in images else None
                 key = f"{prefix}images.{set_by or comp['name']}"
-                what = f"{key} = {ref!r} is a tag without a digest" if set_by else \
-                    f"{key} is not set, so {comp['name']} runs the catalog's {ref!r}, a tag without a digest"
+                what = (
+                    f"{key} = {ref!r} is a tag without a digest"
+                    if set_by
+                    else f"{key} is not set, so {comp['name']} runs the catalog's {ref!r}, a tag without a digest"
+                )
                 msg = f"{what}: a {env} stack records image digests; {_digest_fix(key, ref)}"
                 if msg not in bad:
                     bad.append(msg)
         if not e.cfg.model_revision:
-            bad.append(f"{prefix}modelRevision is not set: the download Job fetches the model's default branch, which moves; "
-                       f"a {env} stack records the checkpoint: set it to a 40-hex commit (or a version tag)")
+            bad.append(
+                f"{prefix}modelRevision is not set: the download Job fetches the model's default branch, which moves; "
+                f"a {env} stack records the checkpoint: set it to a 40-hex commit (or a version tag)"
+            )
     return bad
 
 
 def _key_of(full: str) -> Optional[str]:
-    return full[len(NS) + 1:] if full.startswith(NS + ":") else None
+    return full[len(NS) + 1 :] if full.startswith(NS + ":") else None
 
 
 def _chunks(text: str) -> tuple[list[str], list[tuple[Optional[str], str]], list[str]]:
@@ -246,7 +286,7 @@ def _chunks(text: str) -> tuple[list[str], list[tuple[Optional[str], str]], list
     if start is None:
         return lines, [], []
     end = next((i for i in range(start + 1, len(lines)) if re.match(r"[^\s#]", lines[i])), len(lines))
-    head, body, tail = lines[: start + 1], lines[start + 1: end], lines[end:]
+    head, body, tail = lines[: start + 1], lines[start + 1 : end], lines[end:]
     entries: list[tuple[Optional[str], str]] = []
     pending = ""
     for ln in body:
@@ -290,13 +330,15 @@ def _config(text: str, name: str = "stack file") -> dict[str, Any]:
     if cfg is None:
         return {}
     if not isinstance(cfg, dict):
-        raise PromotionError(f"{name}: {'config' if isinstance(data, dict) else 'the file'} is a {type(cfg).__name__}, "
-                             f"not a mapping of {NS}:<key> entries")
+        raise PromotionError(
+            f"{name}: {'config' if isinstance(data, dict) else 'the file'} is a {type(cfg).__name__}, "
+            f"not a mapping of {NS}:<key> entries"
+        )
     return cfg
 
 
 def _dynamo(cfg: dict[str, Any]) -> dict[str, Any]:
-    return {k[len(NS) + 1:]: v for k, v in cfg.items() if isinstance(k, str) and k.startswith(NS + ":")}
+    return {k[len(NS) + 1 :]: v for k, v in cfg.items() if isinstance(k, str) and k.startswith(NS + ":")}
 
 
 def plan_promotion(src: str, dst: str, root: Path = REPO_ROOT) -> tuple[str, str]:
@@ -368,9 +410,11 @@ def promoted_ami_release(src: str, dst: str, src_cfg: dict[str, Any], dst_cfg: d
     if ami is None:
         return None  # the source's own config is refused with its reason when it runs
     if not str(ami).startswith(dst_k8s + "."):
-        raise PromotionError(f"refusing to promote {src} -> {dst}: {src}'s AMI release {ami} is for Kubernetes {src_k8s}, and {dst} "
-                             f"runs {dst_k8s} ({NS}:cluster.kubernetesVersion); bring {dst} to {src_k8s} first (docs/deploy-aws.md, "
-                             f"\"Upgrading Kubernetes\")")
+        raise PromotionError(
+            f"refusing to promote {src} -> {dst}: {src}'s AMI release {ami} is for Kubernetes {src_k8s}, and {dst} "
+            f"runs {dst_k8s} ({NS}:cluster.kubernetesVersion); bring {dst} to {src_k8s} first (docs/deploy-aws.md, "
+            f'"Upgrading Kubernetes")'
+        )
     return str(ami)
 
 
@@ -408,7 +452,9 @@ def promoted_serve(src: str, dst: str, src_cfg: dict[str, Any], dst_cfg: dict[st
     for name, cfg in ((src, src_cfg), (dst, dst_cfg)):
         serve = cfg.get("serve")
         if not isinstance(serve, list):
-            raise PromotionError(f"stack {name!r} has no {NS}:serve list; both stacks of a promotion must use {NS}:serve, or neither")
+            raise PromotionError(
+                f"stack {name!r} has no {NS}:serve list; both stacks of a promotion must use {NS}:serve, or neither"
+            )
         for i, e in enumerate(serve):
             if not isinstance(e, dict) or not e.get("name"):
                 raise PromotionError(f"stack {name!r}: {NS}:serve[{i}] has no name; promotion matches entries by name")
@@ -416,8 +462,10 @@ def promoted_serve(src: str, dst: str, src_cfg: dict[str, Any], dst_cfg: dict[st
     by_name = {e["name"]: e for e in entries[src]}
     missing = sorted(set(by_name) - {e["name"] for e in entries[dst]})
     if missing:
-        raise PromotionError(f"{NS}:serve entries {', '.join(missing)} of {src!r} are not in {dst!r}: add them there first "
-                             f"with their namespace (and replicas), then promote")
+        raise PromotionError(
+            f"{NS}:serve entries {', '.join(missing)} of {src!r} are not in {dst!r}: add them there first "
+            f"with their namespace (and replicas), then promote"
+        )
     out = []
     for e in entries[dst]:
         s = by_name.get(e["name"])
@@ -480,7 +528,9 @@ def cmd_promote(args) -> int:
         return 0
     print(f"## {path.name}\n```diff")
     old_shown, new_shown = redact_text(old_text), redact_text(new_text)
-    sys.stdout.writelines(difflib.unified_diff(old_shown.splitlines(True), new_shown.splitlines(True), f"a/{path.name}", f"b/{path.name}"))
+    sys.stdout.writelines(
+        difflib.unified_diff(old_shown.splitlines(True), new_shown.splitlines(True), f"a/{path.name}", f"b/{path.name}")
+    )
     print("```\n")
     try:
         before = _render_raw(_dynamo(_config(old_text)), args.dst)
@@ -499,10 +549,13 @@ def cmd_promote(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    p = sub.add_parser("promote", help="copy release-pinned config (selection, images, revisions) from one stack to another",
-                       description="Copy the release-pinned keys (target selection, images, model revision) from one "
-                                   "committed stack file to another, keeping the destination's environment keys; "
-                                   "prints the file and rendered-object diff (a dry run unless --yes).")
+    p = sub.add_parser(
+        "promote",
+        help="copy release-pinned config (selection, images, revisions) from one stack to another",
+        description="Copy the release-pinned keys (target selection, images, model revision) from one "
+        "committed stack file to another, keeping the destination's environment keys; "
+        "prints the file and rendered-object diff (a dry run unless --yes).",
+    )
     p.add_argument("--from", dest="src", required=True, metavar="STACK", help="the stack whose release to copy, e.g. staging")
     p.add_argument("--to", dest="dst", required=True, metavar="STACK", help="the stack file to update, e.g. prod")
     p.add_argument("--yes", action="store_true", help="write the destination stack file (default: dry run)")

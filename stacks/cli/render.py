@@ -1,5 +1,6 @@
 """``dynamo-stacks render`` (the Kubernetes objects a target or a committed stack creates, as YAML) and
 ``dynamo-stacks fidelity`` (every target against the upstream recipe files it follows)."""
+
 from __future__ import annotations
 
 import sys
@@ -34,8 +35,11 @@ def cmd_render(args) -> int:
         if others or charts:
             what = "serving layer" + "".join(f" and {t}" for t in shown) + (" objects" if shown else " only")
             also = others + ([f"the Helm charts {', '.join(charts)}"] if charts else [])
-            print(f"note: {what}; `pulumi up --stack {args.stack}` also creates: {', '.join(also)} "
-                  f"(see `pulumi preview --stack {args.stack}`)", file=sys.stderr)
+            print(
+                f"note: {what}; `pulumi up --stack {args.stack}` also creates: {', '.join(also)} "
+                f"(see `pulumi preview --stack {args.stack}`)",
+                file=sys.stderr,
+            )
         for note in skipped_checks(args.stack, program):
             print(f"note: not checked by render (met at `pulumi up`): {note}", file=sys.stderr)
         for e in program.entries or ():
@@ -66,8 +70,11 @@ def cmd_fidelity(args) -> int:
         raise ConfigError(unknown_target(args.target))
     # Each target is compared with the reference snapshot it follows (Target.reference); every snapshot some
     # target follows must be there.
-    snapshots = [catalog.targets()[args.target].reference] if args.target else \
-        [s for s in fidelity.SNAPSHOTS if any(t.reference == s for t in catalog.targets().values())]
+    snapshots = (
+        [catalog.targets()[args.target].reference]
+        if args.target
+        else [s for s in fidelity.SNAPSHOTS if any(t.reference == s for t in catalog.targets().values())]
+    )
     try:
         pinned = lambda tid: render_config({"target": tid, "modelRevision": fidelity.PROBE_REVISION})  # noqa: E731
         reports = [fidelity.check(render_target, only=args.target, snapshot=s, render_pinned=pinned) for s in snapshots]
@@ -108,20 +115,30 @@ def unknown_target(tid: str) -> str:
 
 
 def add_subparsers(sub) -> None:
-    r = sub.add_parser("render", help="print the Kubernetes objects a target or a committed stack creates (YAML)",
-                       description="Print, as YAML, the Kubernetes objects the serving layer of a catalog target or of "
-                                   "a committed stack (Pulumi.<stack>.yaml) creates; no cluster or cloud account needed.")
+    r = sub.add_parser(
+        "render",
+        help="print the Kubernetes objects a target or a committed stack creates (YAML)",
+        description="Print, as YAML, the Kubernetes objects the serving layer of a catalog target or of "
+        "a committed stack (Pulumi.<stack>.yaml) creates; no cluster or cloud account needed.",
+    )
     g = r.add_mutually_exclusive_group(required=True)
     g.add_argument("--target", metavar="ID", help="a catalog target id (list them: dynamo-stacks targets)")
     g.add_argument("--stack", metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
     g.add_argument("--all", action="store_true", help="every catalog target, one ID.yaml each in --out DIR")
-    r.add_argument("--out", metavar="PATH", type=output_path,
-                   help="write to this file (a directory with --all) instead of stdout; its parent must exist")
+    r.add_argument(
+        "--out",
+        metavar="PATH",
+        type=output_path,
+        help="write to this file (a directory with --all) instead of stdout; its parent must exist",
+    )
     r.set_defaults(fn=cmd_render)
-    f = sub.add_parser("fidelity", help="compare every target with the upstream recipe files it follows",
-                       description="Compare every catalog target's rendered objects with the upstream Dynamo recipe "
-                                   "files it follows (../shared/reference). Exit 0 when all are exact, 1 on any "
-                                   "difference, 2 when the upstream files are missing.")
+    f = sub.add_parser(
+        "fidelity",
+        help="compare every target with the upstream recipe files it follows",
+        description="Compare every catalog target's rendered objects with the upstream Dynamo recipe "
+        "files it follows (../shared/reference). Exit 0 when all are exact, 1 on any "
+        "difference, 2 when the upstream files are missing.",
+    )
     f.add_argument("--target", metavar="ID", help="compare only this target (and the model-cache objects it renders)")
     f.add_argument("-v", "--verbose", action="store_true", help="list every differing field, not the first five")
     f.set_defaults(fn=cmd_fidelity)

@@ -12,6 +12,7 @@ DGDs, not a removal and an addition.
 Hand-written rather than a diff library's output: a reviewer reads the changes in document order, and a general
 diff library (DeepDiff) groups them by kind of change.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -181,8 +182,15 @@ def _object_body(before: list[dict], after: list[dict], moves: Moves, dgd_target
         for ak in new:
             if ak in taken or b[ak].get("kind") != "DynamoGraphDeployment":
                 continue
-            hit = next(((x, y) for x in sorted(dgd_targets.get(_name(a[rk]), ()))
-                        for y in sorted(dgd_targets.get(_name(b[ak]), ())) if _moved(x, y, moves)), None)
+            hit = next(
+                (
+                    (x, y)
+                    for x in sorted(dgd_targets.get(_name(a[rk]), ()))
+                    for y in sorted(dgd_targets.get(_name(b[ak]), ()))
+                    if _moved(x, y, moves)
+                ),
+                None,
+            )
             if hit:
                 pairs[rk] = (ak, *hit)
                 taken.add(ak)
@@ -205,8 +213,12 @@ def _object_body(before: list[dict], after: list[dict], moves: Moves, dgd_target
     return body
 
 
-def diff_objects(old: dict[str, list[dict]], new: dict[str, list[dict]],
-                 moves: Optional[Moves] = None, dgd_targets: Optional[dict[str, set[str]]] = None) -> list[str]:
+def diff_objects(
+    old: dict[str, list[dict]],
+    new: dict[str, list[dict]],
+    moves: Optional[Moves] = None,
+    dgd_targets: Optional[dict[str, set[str]]] = None,
+) -> list[str]:
     """Markdown lines: per group (``stack <name>`` / ``target <id>``, sorted), per ``Kind/name``,
     added / removed objects and ``path: old -> new`` for changed fields. Empty when equal.
 
@@ -217,15 +229,15 @@ def diff_objects(old: dict[str, list[dict]], new: dict[str, list[dict]],
     entry with the field differences between them."""
     moves, dgd_targets = moves or {}, dgd_targets or {}
     groups: dict[str, tuple[Optional[list[dict]], Optional[list[dict]]]] = {}
-    only_old = {g[len("target "):] for g in old if g.startswith("target ") and g not in new}
-    only_new = {g[len("target "):] for g in new if g.startswith("target ") and g not in old}
+    only_old = {g[len("target ") :] for g in old if g.startswith("target ") and g not in new}
+    only_new = {g[len("target ") :] for g in new if g.startswith("target ") and g not in old}
     paired: set[str] = set()
     for x in sorted(only_old):
         y = next((y for y in sorted(only_new) if y not in paired and _moved(x, y, moves)), None)
         if y is not None:
             paired.add(y)
             groups[f"target {x} -> {y}"] = (old[f"target {x}"], new[f"target {y}"])
-    skip = {f"target {g.split(' -> ')[0][len('target '):]}" for g in groups} | {f"target {y}" for y in paired}
+    skip = {f"target {g.split(' -> ')[0][len('target ') :]}" for g in groups} | {f"target {y}" for y in paired}
     for group in set(old) | set(new):
         if group not in skip:
             groups[group] = (old.get(group), new.get(group))
@@ -236,7 +248,7 @@ def diff_objects(old: dict[str, list[dict]], new: dict[str, list[dict]],
             continue
         body: list[str] = []
         if " -> " in group and group.startswith("target "):
-            x, y = group[len("target "):].split(" -> ")
+            x, y = group[len("target ") :].split(" -> ")
             body.append(f"- **renamed** target `{x}` -> `{y}`{_why(x, y, moves)}")
         elif before is None:
             body.append("group added")
@@ -252,6 +264,7 @@ def diff_objects(old: dict[str, list[dict]], new: dict[str, list[dict]],
 
 # --------------------------------------------------------------------------- rendering at a git ref
 
+
 def _git(repo: Path, *args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, **kw)
 
@@ -266,7 +279,7 @@ def export_ref(repo: Path, ref: str, dest: Path) -> Path:
 
 
 def stack_names(root: Path) -> list[str]:
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
 def _run_render(src: Path, args: list[str]) -> subprocess.CompletedProcess:
@@ -388,7 +401,7 @@ def diff_refs(repo: Path, base: str, head: Optional[str] = None) -> list[str]:
         for g, objs in side.items():
             if g.startswith("target "):
                 for name in _dgd_names(objs):
-                    dgd_targets.setdefault(name, set()).add(g[len("target "):])
+                    dgd_targets.setdefault(name, set()).add(g[len("target ") :])
     return lines + diff_objects(old, new, moves, dgd_targets)
 
 
@@ -397,7 +410,10 @@ def cmd_diff(args) -> int:
     try:
         lines = diff_refs(repo, args.base, args.head)
     except subprocess.CalledProcessError as e:
-        print(f"error: {' '.join(map(str, e.cmd))}: {(e.stderr or b'').decode() if isinstance(e.stderr, bytes) else e.stderr}".strip(), file=sys.stderr)
+        print(
+            f"error: {' '.join(map(str, e.cmd))}: {(e.stderr or b'').decode() if isinstance(e.stderr, bytes) else e.stderr}".strip(),
+            file=sys.stderr,
+        )
         return 2
     if lines:
         sys.stdout.write("\n".join(lines).rstrip("\n") + "\n")
@@ -407,9 +423,12 @@ def cmd_diff(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    d = sub.add_parser("diff", help="per-object diff of every stack and target between two git refs (markdown)",
-                       description="Render every committed stack and catalog target at two git refs, each with that "
-                                   "ref's own code, and print what changes per Kubernetes object (markdown).")
+    d = sub.add_parser(
+        "diff",
+        help="per-object diff of every stack and target between two git refs (markdown)",
+        description="Render every committed stack and catalog target at two git refs, each with that "
+        "ref's own code, and print what changes per Kubernetes object (markdown).",
+    )
     d.add_argument("--base", required=True, help="git ref to compare against, e.g. origin/main")
     d.add_argument("--head", default=None, help="git ref (default: the working tree)")
     d.add_argument("--repo", default=None, help="git repository (default: this checkout)")

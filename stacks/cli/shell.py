@@ -1,6 +1,7 @@
 """The command line's shell around every subcommand: argument parsing whose every error is one line (exit 2, with
 a hint), arguments naming files checked when parsed, and progress lines on stderr for steps that can take long.
 ``stacks.__main__`` builds the parser with it."""
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,10 @@ def check_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
         return
     cmds = subcommands(parser)
     if words[0] not in cmds:
-        raise CliError(f"{parser.prog}: unknown command {words[0]!r}{did_you_mean(words[0], cmds)} "
-                       f"(commands: {', '.join(cmds)}; see `{parser.prog} --help`)")
+        raise CliError(
+            f"{parser.prog}: unknown command {words[0]!r}{did_you_mean(words[0], cmds)} "
+            f"(commands: {', '.join(cmds)}; see `{parser.prog} --help`)"
+        )
 
 
 def unknown_options(parser: argparse.ArgumentParser, command: Optional[str], extras: list[str]) -> CliError:
@@ -71,6 +74,7 @@ def unknown_options(parser: argparse.ArgumentParser, command: Optional[str], ext
 
 def existing_file(what: str):
     """An argparse ``type`` for a file that must exist; ``what`` says where to get one."""
+
     def check(value: str) -> Path:
         p = Path(value)
         if p.is_dir():
@@ -78,16 +82,19 @@ def existing_file(what: str):
         if not p.is_file():
             raise argparse.ArgumentTypeError(f"{value}: no such file ({what})")
         return p
+
     return check
 
 
 def existing_dir(what: str):
     """An argparse ``type`` for a directory that must exist; ``what`` says which one."""
+
     def check(value: str) -> Path:
         p = Path(value)
         if not p.is_dir():
             raise argparse.ArgumentTypeError(f"{value}: no such directory ({what})")
         return p
+
     return check
 
 
@@ -123,8 +130,9 @@ def git_commit(repo, ref: str) -> bool:
     """Whether ``ref`` names a commit in the git repository ``repo``."""
     import subprocess
 
-    r = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], capture_output=True, text=True
+    )
     return r.returncode == 0
 
 

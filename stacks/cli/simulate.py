@@ -28,6 +28,7 @@ Pieces, each a pure function except ``Simulator``:
   pods, waits for the scheduler, reads placements, cleans up. It refuses any server other than the
   loopback one that ``tools/kube-local.sh`` runs: it creates fake nodes.
 """
+
 from __future__ import annotations
 
 import base64
@@ -109,8 +110,10 @@ def _host(instance_type: str) -> HostResources:
     try:
         return HOSTS[instance_type]
     except KeyError:
-        raise ConfigError(f"{NS}:cluster: instance type {instance_type!r} has no host resources in stacks/registry/gpus.py HOSTS; "
-                          f"known: {', '.join(sorted(HOSTS))}") from None
+        raise ConfigError(
+            f"{NS}:cluster: instance type {instance_type!r} has no host resources in stacks/registry/gpus.py HOSTS; "
+            f"known: {', '.join(sorted(HOSTS))}"
+        ) from None
 
 
 def eks_groups(plan) -> list[NodeGroup]:
@@ -118,9 +121,12 @@ def eks_groups(plan) -> list[NodeGroup]:
     sys_ng = plan.system_nodegroup
     sys_type = sys_ng["instance_types"][0]
     system = NodeGroup(
-        "system", sys_ng["scaling_config"]["desired_size"],
+        "system",
+        sys_ng["scaling_config"]["desired_size"],
         {**sys_ng["labels"], "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": sys_type},
-        [], eks_allocatable(_host(sys_type), SYSTEM_ROOT_GIB))
+        [],
+        eks_allocatable(_host(sys_type), SYSTEM_ROOT_GIB),
+    )
     shape = plan.gpu_shape
     alloc = eks_allocatable(_host(plan.shape.instance_type), GPU_ROOT_GIB)
     alloc.update({k: str(v) for k, v in shape.capacity.items()})
@@ -173,7 +179,9 @@ def default_groups(t: Target) -> tuple[list[NodeGroup], set[str]]:
         plan = build_cluster_plan("simulate", default_eks_config(t), t)
         return eks_groups(plan), {"nvidia"}
     if t.fabric not in EXISTING_FABRICS:
-        raise ConfigError(f"{NS}:fabric: no default cluster shape for fabric {t.fabric!r}; known: aws-efa, {', '.join(EXISTING_FABRICS)}")
+        raise ConfigError(
+            f"{NS}:fabric: no default cluster shape for fabric {t.fabric!r}; known: aws-efa, {', '.join(EXISTING_FABRICS)}"
+        )
     per_node, arch, extra = EXISTING_FABRICS[t.fabric]
     extended = _fabric_resources(t.fabric)
     host_type = host_type_for(t.gpu)
@@ -183,11 +191,21 @@ def default_groups(t: Target) -> tuple[list[NodeGroup], set[str]]:
     labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.present": "true", "kubernetes.io/arch": arch, **extra}
     alloc = eks_allocatable(_host(host_type), GPU_ROOT_GIB)
     alloc.update({"nvidia.com/gpu": str(per_node), **{k: str(v) for k, v in extended.items()}})
-    gpu = NodeGroup("gpu", max(1, -(-gpus // per_node)), labels,
-                    [{"key": taint["key"], "value": taint["value"], "effect": "NoSchedule"}], alloc,
-                    note=f"existing {t.fabric} cluster (CPU/memory of {host_type})")
-    system = NodeGroup("system", 2, {POOL_LABEL: "system", "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "m7i.2xlarge"},
-                       [], eks_allocatable(_host("m7i.2xlarge"), SYSTEM_ROOT_GIB))
+    gpu = NodeGroup(
+        "gpu",
+        max(1, -(-gpus // per_node)),
+        labels,
+        [{"key": taint["key"], "value": taint["value"], "effect": "NoSchedule"}],
+        alloc,
+        note=f"existing {t.fabric} cluster (CPU/memory of {host_type})",
+    )
+    system = NodeGroup(
+        "system",
+        2,
+        {POOL_LABEL: "system", "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "m7i.2xlarge"},
+        [],
+        eks_allocatable(_host("m7i.2xlarge"), SYSTEM_ROOT_GIB),
+    )
     return [system, gpu], {"nvidia"}
 
 
@@ -198,7 +216,13 @@ def inventory_nodes(text: str) -> list[dict]:
         doc = yaml_text.load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"--nodes: not YAML ({e})") from None
-    items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else [doc] if isinstance(doc, dict) and doc.get("kind") == "Node" else None
+    items = (
+        doc.get("items")
+        if isinstance(doc, dict) and doc.get("kind") == "List"
+        else [doc]
+        if isinstance(doc, dict) and doc.get("kind") == "Node"
+        else None
+    )
     if not items:
         raise ConfigError("--nodes: expected the output of `kubectl get nodes -o yaml` (kind: List of Nodes, or one Node)")
     out = []
@@ -207,14 +231,16 @@ def inventory_nodes(text: str) -> list[dict]:
             raise ConfigError(f"--nodes: every item must be a Node with metadata.name; got {str(n)[:80]!r}")
         st = n.get("status") or {}
         spec = n.get("spec") or {}
-        out.append({
-            "name": n["metadata"]["name"],
-            "labels": dict(n["metadata"].get("labels") or {}),
-            "taints": [{k: v for k, v in t.items() if k in ("key", "value", "effect")} for t in spec.get("taints") or []],
-            "unschedulable": bool(spec.get("unschedulable")),
-            "allocatable": dict(st.get("allocatable") or st.get("capacity") or {}),
-            "capacity": dict(st.get("capacity") or st.get("allocatable") or {}),
-        })
+        out.append(
+            {
+                "name": n["metadata"]["name"],
+                "labels": dict(n["metadata"].get("labels") or {}),
+                "taints": [{k: v for k, v in t.items() if k in ("key", "value", "effect")} for t in spec.get("taints") or []],
+                "unschedulable": bool(spec.get("unschedulable")),
+                "allocatable": dict(st.get("allocatable") or st.get("capacity") or {}),
+                "capacity": dict(st.get("capacity") or st.get("allocatable") or {}),
+            }
+        )
     return out
 
 
@@ -238,7 +264,8 @@ def _node(name, labels, taints, allocatable, capacity, run, unschedulable=False)
     if unschedulable:
         spec["unschedulable"] = True
     return {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {"name": name, "labels": labels, "annotations": {KWOK_ANNOTATION: "fake"}},
         "spec": spec,
         "status": {"allocatable": dict(allocatable), "capacity": dict(capacity)},
@@ -255,8 +282,16 @@ class PodIntent:
     pod: dict
 
 
-SCHEDULING_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "priorityClassName",
-                     "topologySpreadConstraints", "hostNetwork", "schedulerName")
+SCHEDULING_FIELDS = (
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "runtimeClassName",
+    "priorityClassName",
+    "topologySpreadConstraints",
+    "hostNetwork",
+    "schedulerName",
+)
 
 
 def _dns(s: str) -> str:
@@ -270,8 +305,13 @@ def _pod(name: str, spec: dict, labels: dict, shm: Optional[str] = None) -> dict
     out["automountServiceAccountToken"] = False
     containers = []
     for c in spec["containers"]:
-        containers.append({"name": c["name"], "image": c.get("image") or "registry.invalid/none:0",
-                           **({"resources": c["resources"]} if c.get("resources") else {})})
+        containers.append(
+            {
+                "name": c["name"],
+                "image": c.get("image") or "registry.invalid/none:0",
+                **({"resources": c["resources"]} if c.get("resources") else {}),
+            }
+        )
     if shm:
         out["volumes"] = [{"name": "shared-memory", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}]
         containers[0]["volumeMounts"] = [{"name": "shared-memory", "mountPath": "/dev/shm"}]
@@ -309,7 +349,11 @@ def job_pods(objs: Iterable[dict]) -> list[PodIntent]:
     for o in objs:
         if o["kind"] == "Job":
             spec = o["spec"]["template"]["spec"]
-            out.append(PodIntent(f"Job/{o['metadata']['name']}", 0, _pod(f"job-{_dns(o['metadata']['name'])}", spec, {"component": "job"})))
+            out.append(
+                PodIntent(
+                    f"Job/{o['metadata']['name']}", 0, _pod(f"job-{_dns(o['metadata']['name'])}", spec, {"component": "job"})
+                )
+            )
     return out
 
 
@@ -332,8 +376,10 @@ class Simulator:
         user = next(u["user"] for u in cfg["users"] if u["name"] == ctx["user"])
         url = urlparse(cluster["server"])
         if url.hostname not in ("127.0.0.1", "localhost", "::1"):
-            raise ConfigError(f"simulate creates fake nodes, so it only talks to the local control plane "
-                              f"(tools/kube-local.sh); {kubeconfig} points at {cluster['server']}")
+            raise ConfigError(
+                f"simulate creates fake nodes, so it only talks to the local control plane "
+                f"(tools/kube-local.sh); {kubeconfig} points at {cluster['server']}"
+            )
         self.host, self.port = url.hostname, url.port or 443
         self.namespace = namespace
         self._tmp = tempfile.TemporaryDirectory(prefix="simulate-")
@@ -360,7 +406,9 @@ class Simulator:
             if self.conn is None:
                 self.conn = self._http.HTTPSConnection(self.host, self.port, context=self.ssl, timeout=30)
             try:
-                self.conn.request(method, path, body=data, headers={"Content-Type": "application/json", "Accept": "application/json"})
+                self.conn.request(
+                    method, path, body=data, headers={"Content-Type": "application/json", "Accept": "application/json"}
+                )
                 resp = self.conn.getresponse()
                 raw = resp.read()
                 break
@@ -382,14 +430,18 @@ class Simulator:
     # ---- objects
     def ensure_namespace(self) -> None:
         try:
-            self.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
+            self.request(
+                "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+            )
         except KubeError as e:
             if e.status != 409:
                 raise
         deadline = time.monotonic() + 60  # pods need the namespace's default ServiceAccount (serviceaccount controller)
         while not self.request("GET", f"/api/v1/namespaces/{self.namespace}/serviceaccounts/default", ok_missing=True):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"no ServiceAccount default in namespace {self.namespace} after 60s (is kube-controller-manager running?)")
+                raise RuntimeError(
+                    f"no ServiceAccount default in namespace {self.namespace} after 60s (is kube-controller-manager running?)"
+                )
             time.sleep(0.1)
 
     def create_nodes(self, nodes: list[dict], run: Optional[str] = None) -> None:
@@ -411,7 +463,9 @@ class Simulator:
         data = json.dumps(body).encode()
         if self.conn is None:
             self.conn = self._http.HTTPSConnection(self.host, self.port, context=self.ssl, timeout=30)
-        self.conn.request("PATCH", path, body=data, headers={"Content-Type": "application/merge-patch+json", "Accept": "application/json"})
+        self.conn.request(
+            "PATCH", path, body=data, headers={"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
+        )
         resp = self.conn.getresponse()
         raw = resp.read()
         if resp.status >= 400:
@@ -425,8 +479,16 @@ class Simulator:
         for n in have - names:
             self.request("DELETE", f"{path}/{n}", ok_missing=True)
         for n in names - have:
-            self.request("POST", path, {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": n,
-                                        "metadata": {"name": n, "labels": {RUN_LABEL: run}}})
+            self.request(
+                "POST",
+                path,
+                {
+                    "apiVersion": "node.k8s.io/v1",
+                    "kind": "RuntimeClass",
+                    "handler": n,
+                    "metadata": {"name": n, "labels": {RUN_LABEL: run}},
+                },
+            )
         # The RuntimeClass admission plugin reads from an informer: wait until it agrees (a dry-run pod).
         for n in names ^ have:
             deadline = time.monotonic() + 30
@@ -436,9 +498,16 @@ class Simulator:
                 time.sleep(0.1)
 
     def _runtime_class_admitted(self, name: str) -> bool:
-        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "runtime-class-probe"},
-                 "spec": {"runtimeClassName": name, "automountServiceAccountToken": False,
-                          "containers": [{"name": "c", "image": "registry.invalid/none:0"}]}}
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "runtime-class-probe"},
+            "spec": {
+                "runtimeClassName": name,
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "c", "image": "registry.invalid/none:0"}],
+            },
+        }
         try:
             self.request("POST", f"/api/v1/namespaces/{self.namespace}/pods?dryRun=All", probe)
             return True
@@ -458,7 +527,9 @@ class Simulator:
             except KubeError as e:
                 if e.status not in (400, 403, 422):
                     raise
-                refused[pod["metadata"]["name"]] = f"refused at admission: {e.body.get('message') if isinstance(e.body, dict) else e.body}"
+                refused[pod["metadata"]["name"]] = (
+                    f"refused at admission: {e.body.get('message') if isinstance(e.body, dict) else e.body}"
+                )
         return refused
 
     def pods(self, run: str) -> list[dict]:
@@ -482,7 +553,9 @@ class Simulator:
         """Delete the simulation's pods (at once: no kubelet drains them) and nodes; the RuntimeClasses stay
         until the next ``set_runtime_classes``."""
         sel = quote(f"{RUN_LABEL}={run}" if run else RUN_LABEL)
-        self.request("DELETE", f"/api/v1/namespaces/{self.namespace}/pods?labelSelector={sel}&gracePeriodSeconds=0", ok_missing=True)
+        self.request(
+            "DELETE", f"/api/v1/namespaces/{self.namespace}/pods?labelSelector={sel}&gracePeriodSeconds=0", ok_missing=True
+        )
         self.request("DELETE", f"/api/v1/nodes?labelSelector={sel}", ok_missing=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -501,10 +574,13 @@ class Simulator:
 def _decided(pod: dict, nodes: int) -> bool:
     if (pod.get("spec") or {}).get("nodeName"):
         return True
-    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
-               and (c.get("message") or "").startswith(f"0/{nodes} nodes are available")
-               and "node.kubernetes.io/not-ready" not in c.get("message", "")
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "PodScheduled"
+        and c.get("status") == "False"
+        and (c.get("message") or "").startswith(f"0/{nodes} nodes are available")
+        and "node.kubernetes.io/not-ready" not in c.get("message", "")
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 # ---------------------------------------------------------------------------------------------- placement
@@ -536,8 +612,15 @@ class Result:
         return [p for p in self.placements if not p.placed]
 
 
-def run(sim: Simulator, nodes: list[dict], intents: list[PodIntent], runtime_classes: set[str], run_id: str,
-        timeout: float = 60, keep: bool = False) -> Result:
+def run(
+    sim: Simulator,
+    nodes: list[dict],
+    intents: list[PodIntent],
+    runtime_classes: set[str],
+    run_id: str,
+    timeout: float = 60,
+    keep: bool = False,
+) -> Result:
     """Create the nodes, then the pods; read back every placement; remove pods and nodes unless ``keep``."""
     sim.ensure_namespace()
     sim.cleanup(run_id)
@@ -547,8 +630,10 @@ def run(sim: Simulator, nodes: list[dict], intents: list[PodIntent], runtime_cla
         total = len(sim.request("GET", "/api/v1/nodes").get("items", []))
         refused = sim.submit(intents, run_id)
         pods = {p["metadata"]["name"]: p for p in sim.wait_decided(run_id, len(intents) - len(refused), total, timeout)}
-        pools = {n["metadata"]["name"]: n["metadata"]["labels"].get(POOL_LABEL) or n["metadata"]["labels"].get(GROUP_LABEL)
-                 for n in nodes}
+        pools = {
+            n["metadata"]["name"]: n["metadata"]["labels"].get(POOL_LABEL) or n["metadata"]["labels"].get(GROUP_LABEL)
+            for n in nodes
+        }
         out = Result(nodes=len(nodes))
         for it in intents:
             name = it.pod["metadata"]["name"]
@@ -561,7 +646,9 @@ def run(sim: Simulator, nodes: list[dict], intents: list[PodIntent], runtime_cla
                 if pl.node:
                     pl.pool = pools.get(pl.node)
                 else:
-                    cond: dict = next((c for c in (p.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+                    cond: dict = next(
+                        (c for c in (p.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+                    )
                     pl.reason = cond.get("message") or f"not scheduled within {timeout:.0f}s"
             out.placements.append(pl)
         return out
@@ -582,14 +669,21 @@ class Scenario:
     notes: list[str] = field(default_factory=list)
 
 
-def target_scenario(t: Target, run_id: str = "sim", dgd: Optional[dict] = None, groups: Optional[list[NodeGroup]] = None,
-                    runtime_classes: Optional[set[str]] = None) -> Scenario:
+def target_scenario(
+    t: Target,
+    run_id: str = "sim",
+    dgd: Optional[dict] = None,
+    groups: Optional[list[NodeGroup]] = None,
+    runtime_classes: Optional[set[str]] = None,
+) -> Scenario:
     """A catalog target (or a configured DGD of it) on its default cluster shape, or on ``groups``."""
     objs = catalog.recipe_objects(t)
     dgd = dgd or _dgd(objs)
     default, rcs = default_groups(t)
     groups = groups if groups is not None else default
-    return Scenario(t.id, node_objects(groups, run_id), operator_pod_intents(dgd), rcs if runtime_classes is None else runtime_classes)
+    return Scenario(
+        t.id, node_objects(groups, run_id), operator_pod_intents(dgd), rcs if runtime_classes is None else runtime_classes
+    )
 
 
 def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "sim") -> Scenario:
@@ -601,8 +695,10 @@ def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "s
 
     program = program_for_stack(stack)
     if not program.entries:
-        raise CliError(f"stack {stack} is a cluster-only stack ({NS}:serve: []): it runs no serving pods to place; simulate a "
-                       f"stack that serves on it (cluster.mode: stack naming it)")
+        raise CliError(
+            f"stack {stack} is a cluster-only stack ({NS}:serve: []): it runs no serving pods to place; simulate a "
+            f"stack that serves on it (cluster.mode: stack naming it)"
+        )
     plans = [e.plan for e in program.entries]
     cluster, notes = program.cluster, []
     rcs: set[str] = set()
@@ -625,14 +721,18 @@ def stack_scenario(stack: str, inventory: Optional[str] = None, run_id: str = "s
                 groups.append(g if len(seen) == 1 or g.name == "system" else replace(g, name=f"{g.name}-{p.target.gpu}"))
         if not inventory:
             shapes = ", ".join(f"{gpu}/{fabric}" for gpu, fabric in seen)
-            notes.append(f"{stack} runs on an existing cluster ({cluster.mode}): simulated on the default {shapes} shape; "
-                         f"pass --nodes with `kubectl get nodes -o yaml` of your cluster to check it instead")
+            notes.append(
+                f"{stack} runs on an existing cluster ({cluster.mode}): simulated on the default {shapes} shape; "
+                f"pass --nodes with `kubectl get nodes -o yaml` of your cluster to check it instead"
+            )
     intents = [it for p in plans for it in job_pods(p.jobs) + operator_pod_intents(p.dgd)]
     if inventory:
         nodes = inventory_objects(inventory_nodes(inventory), run_id)
         rcs = {it.pod["spec"]["runtimeClassName"] for it in intents if it.pod["spec"].get("runtimeClassName")}
         if rcs:
-            notes.append(f"RuntimeClasses {sorted(rcs)} are assumed to exist on the inventory's cluster (not in `kubectl get nodes`)")
+            notes.append(
+                f"RuntimeClasses {sorted(rcs)} are assumed to exist on the inventory's cluster (not in `kubectl get nodes`)"
+            )
     else:
         nodes = node_objects(groups, run_id)
     title = ", ".join(p.target.id for p in plans)
@@ -646,15 +746,23 @@ def simulation_state() -> Path:
 
 
 def control_plane_running(state: Path) -> bool:
-    r = subprocess.run([str(KUBE_LOCAL), "status"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       env={**os.environ, "KUBE_LOCAL_DIR": str(state)})
+    r = subprocess.run(
+        [str(KUBE_LOCAL), "status"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "KUBE_LOCAL_DIR": str(state)},
+    )
     return r.returncode == 0
 
 
 def stop_control_plane(state: Path) -> None:
     """Stop the five processes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok; about 750 MB)."""
-    subprocess.run([str(KUBE_LOCAL), "stop"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "KUBE_LOCAL_DIR": str(state)})
+    subprocess.run(
+        [str(KUBE_LOCAL), "stop"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "KUBE_LOCAL_DIR": str(state)},
+    )
 
 
 def local_kubeconfig(start: bool = True, kept: bool = True) -> Path:
@@ -666,8 +774,13 @@ def local_kubeconfig(start: bool = True, kept: bool = True) -> Path:
 
         # A no-op when it runs already; else minutes the first time (it builds the control plane from source).
         with progress(f"simulate: starting the local control plane in {state} (the first run builds it)"):
-            r = subprocess.run([str(KUBE_LOCAL), "start"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "KUBE_LOCAL_DIR": str(state)})
+            r = subprocess.run(
+                [str(KUBE_LOCAL), "start"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "KUBE_LOCAL_DIR": str(state)},
+            )
         if r.returncode:
             log = state / "kube-local-start.log"
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -675,8 +788,10 @@ def local_kubeconfig(start: bool = True, kept: bool = True) -> Path:
             last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise CliError(f"tools/kube-local.sh start failed: {last} (its output: {log})")
         if kept:
-            print(f"(local control plane in {state} kept running; stop it with: KUBE_LOCAL_DIR={state} tools/kube-local.sh stop)",
-                  file=sys.stderr)
+            print(
+                f"(local control plane in {state} kept running; stop it with: KUBE_LOCAL_DIR={state} tools/kube-local.sh stop)",
+                file=sys.stderr,
+            )
     return state / "kubeconfig"
 
 
@@ -700,8 +815,10 @@ def cmd(args) -> int:
         if not t:
             from stacks.registry import did_you_mean
 
-            raise ConfigError(f"--target {args.target!r} is not a catalog target{did_you_mean(args.target, catalog.targets())}; "
-                              "list them: dynamo-stacks targets")
+            raise ConfigError(
+                f"--target {args.target!r} is not a catalog target{did_you_mean(args.target, catalog.targets())}; "
+                "list them: dynamo-stacks targets"
+            )
         sc = target_scenario(t)
         if inventory:
             sc.nodes = inventory_objects(inventory_nodes(inventory), "cli")
@@ -734,21 +851,36 @@ def cmd(args) -> int:
 def add_subparser(sub) -> None:
     from stacks.cli.shell import existing_file
 
-    p = sub.add_parser("simulate", help="place a stack's pods with the real kube-scheduler on simulated nodes",
-                       description="Place the pods of a committed stack (or a catalog target) with the real "
-                                   "kube-scheduler on KWOK nodes shaped like its cluster, on a local control plane "
-                                   "(started, and built the first time, by tools/kube-local.sh). Exit 0 when every pod "
-                                   "is placed, 1 when some stay pending.")
+    p = sub.add_parser(
+        "simulate",
+        help="place a stack's pods with the real kube-scheduler on simulated nodes",
+        description="Place the pods of a committed stack (or a catalog target) with the real "
+        "kube-scheduler on KWOK nodes shaped like its cluster, on a local control plane "
+        "(started, and built the first time, by tools/kube-local.sh). Exit 0 when every pod "
+        "is placed, 1 when some stay pending.",
+    )
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--stack", metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
     g.add_argument("--target", metavar="ID", help="a catalog target, on the default cluster shape of its GPU")
-    p.add_argument("--nodes", metavar="YAML", type=existing_file("save one with `kubectl get nodes -o yaml > nodes.yaml`"),
-                   help="node inventory: `kubectl get nodes -o yaml` of an existing cluster, saved to a file")
-    p.add_argument("--kubeconfig", metavar="FILE", type=existing_file("the kubeconfig of a local control plane"),
-                   help="a local control plane's kubeconfig (default: start tools/kube-local.sh in .tools/kube-simulate)")
+    p.add_argument(
+        "--nodes",
+        metavar="YAML",
+        type=existing_file("save one with `kubectl get nodes -o yaml > nodes.yaml`"),
+        help="node inventory: `kubectl get nodes -o yaml` of an existing cluster, saved to a file",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        type=existing_file("the kubeconfig of a local control plane"),
+        help="a local control plane's kubeconfig (default: start tools/kube-local.sh in .tools/kube-simulate)",
+    )
     p.add_argument("--timeout", type=float, default=60, metavar="SECONDS", help="seconds to wait for the scheduler (default 60)")
-    p.add_argument("--keep", action="store_true", help="leave the nodes and pods in place for inspection (and the control plane running)")
-    p.add_argument("--keep-control-plane", action="store_true",
-                   help="leave the local control plane this run starts running for the next run (default: stopped after the run)")
+    p.add_argument(
+        "--keep", action="store_true", help="leave the nodes and pods in place for inspection (and the control plane running)"
+    )
+    p.add_argument(
+        "--keep-control-plane",
+        action="store_true",
+        help="leave the local control plane this run starts running for the next run (default: stopped after the run)",
+    )
     p.set_defaults(fn=cmd)
-

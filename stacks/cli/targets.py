@@ -6,6 +6,7 @@ with its source and the date it was read). Piped or redirected, the default is `
 scripts (and the fidelity hook) read; ``--tsv`` and ``--table`` force either. The same convention as CockroachDB's
 CLI, which prints tab-separated values "when the command is not used from an interactive terminal" and a table
 otherwise (cockroachdb/cockroach#7268). ``--long`` shows every column, ``--json`` the same as data."""
+
 from __future__ import annotations
 
 import json
@@ -65,16 +66,39 @@ def cmd(args) -> int:
 
 def add_subparser(sub) -> None:
     p = sub.add_parser(
-        "targets", help="list the catalog targets with the GPUs, nodes and $/h each needs",
+        "targets",
+        help="list the catalog targets with the GPUs, nodes and $/h each needs",
         description="List the catalog targets. On a terminal: a table of id, GPUs, nodes, instance type and $/h "
-                    "(stacks/registry/prices.yaml). Piped or redirected: ID<TAB>UPSTREAM per line, the form scripts read.")
+        "(stacks/registry/prices.yaml). Piped or redirected: ID<TAB>UPSTREAM per line, the form scripts read.",
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--table", dest="format", action="store_const", const="table",
-                   help="the table (id, GPUs, nodes, instance, $/h) even when stdout is not a terminal")
-    g.add_argument("--tsv", dest="format", action="store_const", const="tsv",
-                   help="ID<TAB>UPSTREAM per line (upstream recipe path below recipes/, '-' for none), even on a terminal")
-    g.add_argument("-l", "--long", dest="format", action="store_const", const="long",
-                   help="every column: model, GPU, topology, runtime, spec, GPUs, nodes, instance, $/h, published perf")
-    g.add_argument("--json", dest="format", action="store_const", const="json",
-                   help="every target with all its fields (and its price entry) as JSON")
+    g.add_argument(
+        "--table",
+        dest="format",
+        action="store_const",
+        const="table",
+        help="the table (id, GPUs, nodes, instance, $/h) even when stdout is not a terminal",
+    )
+    g.add_argument(
+        "--tsv",
+        dest="format",
+        action="store_const",
+        const="tsv",
+        help="ID<TAB>UPSTREAM per line (upstream recipe path below recipes/, '-' for none), even on a terminal",
+    )
+    g.add_argument(
+        "-l",
+        "--long",
+        dest="format",
+        action="store_const",
+        const="long",
+        help="every column: model, GPU, topology, runtime, spec, GPUs, nodes, instance, $/h, published perf",
+    )
+    g.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        help="every target with all its fields (and its price entry) as JSON",
+    )
     p.set_defaults(fn=cmd, format=None)

@@ -22,6 +22,7 @@ fill for, minutes before the DGD exists; the workers bind beside them), and a pa
 nodes go ``consolidateAfter`` plus Karpenter's disruption polling and emptiness validation after its last GPU pod (measured with the real Karpenter by tests/test_karpenter_engine.py, figures in
 stacks/registry/durations.yaml ``karpenter``). The report shows both paths side by side.
 """
+
 from __future__ import annotations
 
 import re
@@ -127,8 +128,13 @@ def checkpoint_gb(model: str, precision: Optional[str], cache_size: Optional[str
     raise ValueError(f"no checkpoint size for {model}/{precision}: add it to {DURATIONS.name} checkpoints")
 
 
-def download_step(model: str, precision: Optional[str], cache_size: Optional[str], after: tuple[str, ...],
-                  storage_gb_s: Optional[tuple[float, str]] = None) -> Step:
+def download_step(
+    model: str,
+    precision: Optional[str],
+    cache_size: Optional[str],
+    after: tuple[str, ...],
+    storage_gb_s: Optional[tuple[float, str]] = None,
+) -> Step:
     """``storage_gb_s``: (GB/s, why) when the cache file system writes slower than the download stream."""
     d = durations()["download"]
     gb, how = checkpoint_gb(model, precision, cache_size)
@@ -136,18 +142,27 @@ def download_step(model: str, precision: Optional[str], cache_size: Optional[str
     if storage_gb_s and storage_gb_s[0] < rate:
         rate, why = storage_gb_s[0], storage_gb_s[1]
     minutes = d["overhead_minutes"] + gb / rate / 60
-    src = (f"{gb:.1f} GB ({how}) / {rate:.2f} GB/s ({why}) + {d['overhead_minutes']} min pod start; "
-           f"{d['source']}")
+    src = f"{gb:.1f} GB ({how}) / {rate:.2f} GB/s ({why}) + {d['overhead_minutes']} min pod start; {d['source']}"
     return Step("model-download", round(minutes, 2), src, after, d["basis"])
 
 
 CAPACITIES = ("node-group", "karpenter")
 
 
-def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: Optional[str], cache_storage: str = "efs",
-                device_plugins: bool = False, platform: bool = False, sequential: bool = False,
-                overrides: Optional[dict[str, float]] = None, storage_gb_s: Optional[tuple[float, str]] = None,
-                capacity: str = "node-group") -> dict[str, Step]:
+def build_steps(
+    *,
+    mode: str,
+    model: str,
+    precision: Optional[str],
+    cache_size: Optional[str],
+    cache_storage: str = "efs",
+    device_plugins: bool = False,
+    platform: bool = False,
+    sequential: bool = False,
+    overrides: Optional[dict[str, float]] = None,
+    storage_gb_s: Optional[tuple[float, str]] = None,
+    capacity: str = "node-group",
+) -> dict[str, Step]:
     """The step graph of one ``up`` (see the module docstring). ``sequential``: the recipe runbook's
     order instead (download after the GPU nodes, plugins and platform). ``overrides``: minutes by step.
     ``capacity``: the GPU pools on managed node groups, or on Karpenter (GPU nodes launched once the NodePool exists,
@@ -168,9 +183,15 @@ def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: 
     if creates:
         fs = "fsx-lustre" if cache_storage == "fsx-lustre" else "efs"
         gpu = step("karpenter", ("system-node-group",)) if karpenter else step("gpu-node-group", ("eks-control-plane",))
-        steps += [step("vpc", ()), step("eks-control-plane", ("vpc",)), step("system-node-group", ("eks-control-plane",)),
-                  gpu, step("eks-addons", ("system-node-group",)),
-                  step("cache-file-system", ("vpc",), fs), step("storage-class", ("eks-addons", "cache-file-system"))]
+        steps += [
+            step("vpc", ()),
+            step("eks-control-plane", ("vpc",)),
+            step("system-node-group", ("eks-control-plane",)),
+            gpu,
+            step("eks-addons", ("system-node-group",)),
+            step("cache-file-system", ("vpc",), fs),
+            step("storage-class", ("eks-addons", "cache-file-system")),
+        ]
         cache_deps: tuple[str, ...] = ("storage-class", "system-node-group")
         graph_deps: tuple[str, ...] = (gpu.name,)
         device_plugins = True
@@ -191,7 +212,15 @@ def build_steps(*, mode: str, model: str, precision: Optional[str], cache_size: 
     serving_after = tuple(dict.fromkeys(cache_deps + (graph_deps if sequential else ())))
     steps.append(step("serving-objects", serving_after))
     steps.append(download_step(model, precision, cache_size, ("serving-objects",), storage_gb_s))
-    steps.append(Step("dgd", 0.0, "the DynamoGraphDeployment object; its pods start once it exists", ("model-download",) + graph_deps, "documented"))
+    steps.append(
+        Step(
+            "dgd",
+            0.0,
+            "the DynamoGraphDeployment object; its pods start once it exists",
+            ("model-download",) + graph_deps,
+            "documented",
+        )
+    )
     pull_after: tuple[str, ...] = ("dgd",)
     if karpenter:
         # The pool's capacity placeholder Job comes with its NodePool (components/cluster.py): Karpenter launches the
@@ -229,14 +258,19 @@ def gpu_capacity(cluster: Any) -> tuple[str, Optional[float]]:
     on = [p for p in pools if getattr(p, "capacity", "node-group") == "karpenter"]
     if not on:
         return "node-group", duration_seconds(DEFAULT_CONSOLIDATE_AFTER)
-    after = [duration_seconds(getattr(p, "consolidate_after", None) or getattr(cluster, "consolidate_after", None)
-                              or DEFAULT_CONSOLIDATE_AFTER) for p in on]
+    after = [
+        duration_seconds(
+            getattr(p, "consolidate_after", None) or getattr(cluster, "consolidate_after", None) or DEFAULT_CONSOLIDATE_AFTER
+        )
+        for p in on
+    ]
     known = [a for a in after if a is not None]
     return "karpenter", min(known) if known else None
 
 
-def timeline_for_program(program: Any, *, sequential: bool = False, overrides: Optional[dict[str, float]] = None,
-                         capacity: Optional[str] = None) -> Timeline:
+def timeline_for_program(
+    program: Any, *, sequential: bool = False, overrides: Optional[dict[str, float]] = None, capacity: Optional[str] = None
+) -> Timeline:
     """The timeline of a ``stacks.program.ProgramPlan`` (``capacity``: the stack's own unless named)."""
     cluster, plan, mode = program.cluster, program.serving, program.mode
     t = plan.target
@@ -245,15 +279,24 @@ def timeline_for_program(program: Any, *, sequential: bool = False, overrides: O
     if mode.creates_cluster and getattr(cluster, "cache_storage", "efs") == "fsx-lustre":
         # PERSISTENT_2 throughput is per TiB of storage (FSx for Lustre user guide; FACTS.md)
         tib = cluster.fsx_storage_capacity_gib / 1024
-        storage = (tib * cluster.fsx_throughput_per_tib / 1000, f"FSx {cluster.fsx_storage_capacity_gib} GiB x "
-                                                                f"{cluster.fsx_throughput_per_tib} MB/s/TiB")
+        storage = (
+            tib * cluster.fsx_throughput_per_tib / 1000,
+            f"FSx {cluster.fsx_storage_capacity_gib} GiB x {cluster.fsx_throughput_per_tib} MB/s/TiB",
+        )
     own, after_s = gpu_capacity(cluster) if mode.creates_cluster else ("node-group", None)
     cap = capacity or own
     steps = build_steps(
-        storage_gb_s=storage, mode=cluster.mode, model=t.model, precision=t.precision, cache_size=size,
+        storage_gb_s=storage,
+        mode=cluster.mode,
+        model=t.model,
+        precision=t.precision,
+        cache_size=size,
         cache_storage=getattr(cluster, "cache_storage", "efs"),
-        device_plugins=mode.installs_device_plugins(cluster), platform=mode.installs_platform(cluster),
-        sequential=sequential, overrides=overrides, capacity=cap,
+        device_plugins=mode.installs_device_plugins(cluster),
+        platform=mode.installs_platform(cluster),
+        sequential=sequential,
+        overrides=overrides,
+        capacity=cap,
     )
     finish, critical = schedule(steps)
     return Timeline(program.stack, t.id, cluster.mode, steps, finish, critical, cap, after_s)
@@ -266,10 +309,14 @@ def _oneline(text: str) -> str:
 def report(tl: Timeline, seq: Timeline, other: Optional[Timeline] = None) -> str:
     """``other``: the same stack on the other GPU capacity path (EKS), shown side by side."""
     cap = f", GPU capacity {tl.capacity}" if tl.creates_cluster else ""
-    lines = [f"timeline: stack {tl.stack} (cluster.mode {tl.mode}{cap})",
-             f"target {tl.target}; minutes, from an empty "
-             f"{'account' if tl.creates_cluster else 'namespace on the existing cluster'} to a Ready DGD",
-             "", "critical path:", f"  {'start':>6} {'end':>6} {'min':>6}  {'step':<20} basis/source"]
+    lines = [
+        f"timeline: stack {tl.stack} (cluster.mode {tl.mode}{cap})",
+        f"target {tl.target}; minutes, from an empty "
+        f"{'account' if tl.creates_cluster else 'namespace on the existing cluster'} to a Ready DGD",
+        "",
+        "critical path:",
+        f"  {'start':>6} {'end':>6} {'min':>6}  {'step':<20} basis/source",
+    ]
     for n in tl.critical:
         s = tl.steps[n]
         row = f"  {tl.start(n):6.1f} {tl.finish[n]:6.1f} {s.minutes:6.1f}  {n:<20} "
@@ -283,8 +330,11 @@ def report(tl: Timeline, seq: Timeline, other: Optional[Timeline] = None) -> str
             lines.append(f"  {n:<20} {s.minutes:6.1f} min, ends {tl.finish[n]:6.1f}, slack {tl.slack(n):6.1f}")
             lines.append(wrap(f"      {s.basis}: {_oneline(s.source)}", hang=6))
     saved = seq.total - tl.total
-    lines += ["", f"sequential recipe runbook (download after the GPU nodes, device plugins and platform): {seq.total:.1f} min; "
-                  f"running the download in parallel saves {saved:.1f} min"]
+    lines += [
+        "",
+        f"sequential recipe runbook (download after the GPU nodes, device plugins and platform): {seq.total:.1f} min; "
+        f"running the download in parallel saves {saved:.1f} min",
+    ]
     if other is not None:
         lines += ["", *capacity_report(tl, other)]
     # within 100 columns (the table rows are wrapped under their last column already)
@@ -317,26 +367,33 @@ def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
     after = kp.consolidate_after_s
     pause = pause_seconds(after)
     mine = lambda t: " (this stack)" if t is tl else ""  # noqa: E731
-    out = ["GPU capacity, managed node group vs Karpenter (minutes from the start of `up`):",
-           f"  {'path':<24} {'Ready':>6} {'GPU nodes from':>15}  GPU nodes billed before Ready",
-           f"  {'node group' + mine(ng):<24} {ng.total:6.1f} {ng_from:15.1f}  {ng.total - ng_from:5.1f} min ({ng_step} runs beside the download)",
-           f"  {'karpenter' + mine(kp):<24} {kp.total:6.1f} {kp_from:15.1f}  {kp.total - kp_from:5.1f} min ({kp_step}: nodes launch when the "
-           f"NodePool exists, for its capacity placeholder)",
-           f"  capacity placeholder: Karpenter's GPU nodes launch {kp.finish['dgd'] - kp_from:.1f} min before the DGD exists; "
-           f"if no worker comes (the DGD fails or is never applied), they are held until the placeholder Job's "
-           f"activeDeadlineSeconds ({PLACEHOLDER_DEADLINE_S / 60:.0f} min) and go consolidateAfter"
-           + (f" ({after:.0f} s)" if after is not None else " (Never: not at all)") + " later",
-           # The node group's half is stacks/serving/autoscaling.py pause_pools (what `stacks cost` prices as paused).
-           "  pause (every entry on the pool paused, or at replicas: 0): the node group goes to 0 nodes at the `up` "
-           "that pauses it (desired and min size 0, max kept for the resume; a capacity reservation stays billed); "
-           "Karpenter deletes its nodes "
-           + (f"within {pause:.0f} s of the last GPU pod (consolidateAfter {after:.0f} s + {k['disruption_polling_s']} s polling + "
-              f"{k['emptiness_validation_s']} s validation)" if pause is not None else "never (consolidateAfter: Never)")
-           + f"; measured with the real Karpenter in the simulated cluster: {max(m['pause_to_zero_nodes_s']):.1f} s at "
-             f"consolidateAfter {m['consolidate_after_s']} s, pending pods bound within {max(m['pending_to_bound_s'])} s "
-             f"(tests/test_karpenter_engine.py)",
-           f"  resume on Karpenter: node launch + device plugins' pods + image pull + worker start-up = {resume:.1f} min (the model cache stays; "
-           f"no download)"]
+    out = [
+        "GPU capacity, managed node group vs Karpenter (minutes from the start of `up`):",
+        f"  {'path':<24} {'Ready':>6} {'GPU nodes from':>15}  GPU nodes billed before Ready",
+        f"  {'node group' + mine(ng):<24} {ng.total:6.1f} {ng_from:15.1f}  {ng.total - ng_from:5.1f} min ({ng_step} runs beside the download)",
+        f"  {'karpenter' + mine(kp):<24} {kp.total:6.1f} {kp_from:15.1f}  {kp.total - kp_from:5.1f} min ({kp_step}: nodes launch when the "
+        f"NodePool exists, for its capacity placeholder)",
+        f"  capacity placeholder: Karpenter's GPU nodes launch {kp.finish['dgd'] - kp_from:.1f} min before the DGD exists; "
+        f"if no worker comes (the DGD fails or is never applied), they are held until the placeholder Job's "
+        f"activeDeadlineSeconds ({PLACEHOLDER_DEADLINE_S / 60:.0f} min) and go consolidateAfter"
+        + (f" ({after:.0f} s)" if after is not None else " (Never: not at all)")
+        + " later",
+        # The node group's half is stacks/serving/autoscaling.py pause_pools (what `stacks cost` prices as paused).
+        "  pause (every entry on the pool paused, or at replicas: 0): the node group goes to 0 nodes at the `up` "
+        "that pauses it (desired and min size 0, max kept for the resume; a capacity reservation stays billed); "
+        "Karpenter deletes its nodes "
+        + (
+            f"within {pause:.0f} s of the last GPU pod (consolidateAfter {after:.0f} s + {k['disruption_polling_s']} s polling + "
+            f"{k['emptiness_validation_s']} s validation)"
+            if pause is not None
+            else "never (consolidateAfter: Never)"
+        )
+        + f"; measured with the real Karpenter in the simulated cluster: {max(m['pause_to_zero_nodes_s']):.1f} s at "
+        f"consolidateAfter {m['consolidate_after_s']} s, pending pods bound within {max(m['pending_to_bound_s'])} s "
+        f"(tests/test_karpenter_engine.py)",
+        f"  resume on Karpenter: node launch + device plugins' pods + image pull + worker start-up = {resume:.1f} min (the model cache stays; "
+        f"no download)",
+    ]
     return out
 
 
@@ -373,12 +430,25 @@ def serving_paths(own: Timeline, node_group: Timeline, karpenter: Timeline) -> l
     return [
         ServingPath("empty account, node group", tuple(node_group.critical), *ng, t_empty.get("cold"), t_empty.get("warm")),
         ServingPath("empty account, Karpenter", tuple(karpenter.critical), *kp, t_empty.get("cold"), t_empty.get("warm")),
-        ServingPath(f"resume a paused entry ({own.capacity})", (*node, "worker-startup"), minutes(node) + cold,
-                    minutes(node) + warm, t_resume.get("cold"), t_resume.get("warm")),
-        ServingPath("scale-out on a running node", ("image-cached", "worker-startup"), minutes(["image-cached"]) + cold,
-                    minutes(["image-cached"]) + warm, t_same.get("cold"), t_same.get("warm")),
-        ServingPath(f"scale-out on a new node ({own.capacity})", (*node, "worker-startup"), minutes(node) + cold,
-                    minutes(node) + warm),
+        ServingPath(
+            f"resume a paused entry ({own.capacity})",
+            (*node, "worker-startup"),
+            minutes(node) + cold,
+            minutes(node) + warm,
+            t_resume.get("cold"),
+            t_resume.get("warm"),
+        ),
+        ServingPath(
+            "scale-out on a running node",
+            ("image-cached", "worker-startup"),
+            minutes(["image-cached"]) + cold,
+            minutes(["image-cached"]) + warm,
+            t_same.get("cold"),
+            t_same.get("warm"),
+        ),
+        ServingPath(
+            f"scale-out on a new node ({own.capacity})", (*node, "worker-startup"), minutes(node) + cold, minutes(node) + warm
+        ),
     ]
 
 
@@ -391,13 +461,17 @@ def _against(value: float, target: Optional[float]) -> str:
 def paths_report(paths: list[ServingPath]) -> list[str]:
     """The five paths, cold and warm compile cache, each against its target; the steps each one sums."""
     table = durations()["steps"]
-    out = ["paths to a serving replica (minutes; cold = the workers compile, warm = the compile-cache entry is on the "
-           "volume already; worker-startup-warm: " + _oneline(table["worker-startup-warm"]["source"]) + "):"]
+    out = [
+        "paths to a serving replica (minutes; cold = the workers compile, warm = the compile-cache entry is on the "
+        "volume already; worker-startup-warm: " + _oneline(table["worker-startup-warm"]["source"]) + "):"
+    ]
     for p in paths:
         # A target on the cold path is the bar for both (a warm start must not be slower than a cold target).
         warm_target = p.target_warm if p.target_warm is not None else p.target_cold
-        out.append(f"  {p.name:<36} cold {p.cold:5.1f}{_against(p.cold, p.target_cold)}, warm {p.warm:5.1f}"
-                   f"{_against(p.warm, warm_target)}")
+        out.append(
+            f"  {p.name:<36} cold {p.cold:5.1f}{_against(p.cold, p.target_cold)}, warm {p.warm:5.1f}"
+            f"{_against(p.warm, warm_target)}"
+        )
         out.append(f"      {' + '.join(p.steps)}")
     return out
 
@@ -408,8 +482,10 @@ def cmd(args) -> int:
 
     program = program_for_stack(args.stack)
     if program.serving is None:  # a cluster-only stack (dynamo:serve: []): nothing reaches a Ready DGD
-        raise ConfigError(f"timeline: stack {args.stack} serves nothing (a cluster-only stack, dynamo:serve: []); "
-                          "run it on a serving stack that uses this cluster (cluster.mode: stack)")
+        raise ConfigError(
+            f"timeline: stack {args.stack} serves nothing (a cluster-only stack, dynamo:serve: []); "
+            "run it on a serving stack that uses this cluster (cluster.mode: stack)"
+        )
     tl = timeline_for_program(program)
     other = None
     if tl.creates_cluster:
@@ -423,10 +499,13 @@ def cmd(args) -> int:
 
 
 def add_subparser(sub) -> None:
-    p = sub.add_parser("timeline", help="critical path of `pulumi up` to a Ready DGD, with a duration per step",
-                       description="The critical path of `pulumi up` of a committed stack to a Ready "
-                                   "DynamoGraphDeployment: each step with its expected duration and the source of that "
-                                   "figure (stacks/registry/durations.yaml).")
+    p = sub.add_parser(
+        "timeline",
+        help="critical path of `pulumi up` to a Ready DGD, with a duration per step",
+        description="The critical path of `pulumi up` of a committed stack to a Ready "
+        "DynamoGraphDeployment: each step with its expected duration and the source of that "
+        "figure (stacks/registry/durations.yaml).",
+    )
     p.add_argument("--stack", required=True, metavar="NAME", help="a committed stack: Pulumi.NAME.yaml in the repository")
     p.set_defaults(fn=cmd)
 

@@ -1,6 +1,7 @@
 """Who may use the cluster and how its control plane is kept: EKS access entries and their policies
 (``access_plan``), envelope encryption of Kubernetes Secrets with a KMS key and control-plane logs
 (``control_plane_plan``)."""
+
 from __future__ import annotations
 
 import datetime
@@ -57,20 +58,41 @@ def access_plan(cfg: EksConfig) -> dict[str, Any]:
 
     ``entries``: one access entry and one policy association per principal; ``adminPrincipalArns`` keep their resource
     names (``admin-<i>``), ``accessEntries`` are named by principal (``access-<account>-<role|user>-<name>``)."""
-    entries = [{"name": f"admin-{i}", "principal_arn": arn, "policy": "cluster-admin",
-                "policy_arn": ACCESS_POLICIES["cluster-admin"], "access_scope": {"type": "cluster"}}
-               for i, arn in enumerate(cfg.admin_principal_arns)]
+    entries = [
+        {
+            "name": f"admin-{i}",
+            "principal_arn": arn,
+            "policy": "cluster-admin",
+            "policy_arn": ACCESS_POLICIES["cluster-admin"],
+            "access_scope": {"type": "cluster"},
+        }
+        for i, arn in enumerate(cfg.admin_principal_arns)
+    ]
     for e in cfg.access_entries:
         scope = {"type": "namespace", "namespaces": list(e.namespaces)} if e.namespaces else {"type": "cluster"}
-        entries.append({"name": f"access-{_principal_slug(e.principal_arn)}", "principal_arn": e.principal_arn, "policy": e.policy,
-                        "policy_arn": ACCESS_POLICIES[e.policy], "access_scope": scope})
+        entries.append(
+            {
+                "name": f"access-{_principal_slug(e.principal_arn)}",
+                "principal_arn": e.principal_arn,
+                "policy": e.policy,
+                "policy_arn": ACCESS_POLICIES[e.policy],
+                "access_scope": scope,
+            }
+        )
     warnings = []
     if not cfg.access_entries:
-        warnings.append(f"{NS}:cluster.accessEntries is not set: a new cluster makes whoever runs its first `up` cluster-admin "
-                        "implicitly (EKS bootstrapClusterCreatorAdminPermissions); name the deploy role and your admins there, "
-                        "e.g. [{principalArn: arn:aws:iam::<account>:role/<deploy role>, policy: cluster-admin}] "
-                        "(docs/deploy-aws.md, \"Cluster access\")")
-    return {"authentication_mode": "API", "bootstrap_creator_admin": not cfg.access_entries, "entries": entries, "warnings": warnings}
+        warnings.append(
+            f"{NS}:cluster.accessEntries is not set: a new cluster makes whoever runs its first `up` cluster-admin "
+            "implicitly (EKS bootstrapClusterCreatorAdminPermissions); name the deploy role and your admins there, "
+            "e.g. [{principalArn: arn:aws:iam::<account>:role/<deploy role>, policy: cluster-admin}] "
+            '(docs/deploy-aws.md, "Cluster access")'
+        )
+    return {
+        "authentication_mode": "API",
+        "bootstrap_creator_admin": not cfg.access_entries,
+        "entries": entries,
+        "warnings": warnings,
+    }
 
 
 def control_plane_plan(name: str, cfg: EksConfig) -> dict[str, Any]:
@@ -93,12 +115,21 @@ def control_plane_plan(name: str, cfg: EksConfig) -> dict[str, Any]:
     cluster role's inline policy; terraform-aws-modules/terraform-aws-eks#920)."""
     logs = None
     if cfg.control_plane_logs:
-        logs = {"types": list(cfg.control_plane_logs), "log_group": f"/aws/eks/{name}/cluster",
-                "retention_in_days": cfg.control_plane_log_retention_days,
-                "cluster_role_policy": {"Version": "2012-10-17", "Statement": [
-                    {"Effect": "Deny", "Action": ["logs:CreateLogGroup"], "Resource": "*"}]}}
-    return {"secrets_encryption": cfg.secrets_encryption, "logs": logs, "upgrade_policy": cfg.upgrade_policy,
-            "support_warnings": support_warnings(cfg.kubernetes_version, cfg.upgrade_policy, datetime.date.today())}
+        logs = {
+            "types": list(cfg.control_plane_logs),
+            "log_group": f"/aws/eks/{name}/cluster",
+            "retention_in_days": cfg.control_plane_log_retention_days,
+            "cluster_role_policy": {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Deny", "Action": ["logs:CreateLogGroup"], "Resource": "*"}],
+            },
+        }
+    return {
+        "secrets_encryption": cfg.secrets_encryption,
+        "logs": logs,
+        "upgrade_policy": cfg.upgrade_policy,
+        "support_warnings": support_warnings(cfg.kubernetes_version, cfg.upgrade_policy, datetime.date.today()),
+    }
 
 
 SUPPORT_WARNING_DAYS = 90
@@ -120,12 +151,22 @@ def support_warnings(version: str, policy: str, today: datetime.date) -> list[st
     days = (end - today).days
     if days > SUPPORT_WARNING_DAYS:
         return []
-    when = (f"ends {end.isoformat()} (in {days} days)" if days > 0 else
-            f"ends today ({end.isoformat()})" if days == 0 else f"ended {end.isoformat()} ({-days} days ago)")
-    then = ("EKS then upgrades the control plane by itself, outside this stack (upgradePolicy STANDARD)" if policy == "STANDARD"
-            else "the cluster then enters extended support, billed at the extended-support hourly price (upgradePolicy EXTENDED)")
-    return [f"{NS}:cluster.kubernetesVersion: EKS standard support for Kubernetes {version} {when}; {then}. Move one minor "
-            f"version with kubernetesVersion before then (docs/deploy-aws.md, \"Upgrading Kubernetes\")"]
+    when = (
+        f"ends {end.isoformat()} (in {days} days)"
+        if days > 0
+        else f"ends today ({end.isoformat()})"
+        if days == 0
+        else f"ended {end.isoformat()} ({-days} days ago)"
+    )
+    then = (
+        "EKS then upgrades the control plane by itself, outside this stack (upgradePolicy STANDARD)"
+        if policy == "STANDARD"
+        else "the cluster then enters extended support, billed at the extended-support hourly price (upgradePolicy EXTENDED)"
+    )
+    return [
+        f"{NS}:cluster.kubernetesVersion: EKS standard support for Kubernetes {version} {when}; {then}. Move one minor "
+        f'version with kubernetesVersion before then (docs/deploy-aws.md, "Upgrading Kubernetes")'
+    ]
 
 
 def check_upgrade_policy(running: "str | None", policy: str, today: datetime.date, cluster: str) -> None:
@@ -136,8 +177,10 @@ def check_upgrade_policy(running: "str | None", policy: str, today: datetime.dat
     end = standard_support_ends().get(str(running)) if running is not None else None
     if end is None or policy != "STANDARD" or today <= end:
         return
-    raise ValueError(f"{NS}:cluster.upgradePolicy: 'STANDARD', but EKS cluster {cluster!r} runs Kubernetes {running}, whose standard "
-                     f"support ended {end.isoformat()}: the cluster is in extended support (billed at the extended-support price), "
-                     f"which it cannot leave by policy. Set {NS}:cluster.upgradePolicy: EXTENDED and step "
-                     f"{NS}:cluster.kubernetesVersion one minor version up; once it runs a version in standard support, set "
-                     f"STANDARD again (docs/deploy-aws.md, \"Upgrading Kubernetes\")")
+    raise ValueError(
+        f"{NS}:cluster.upgradePolicy: 'STANDARD', but EKS cluster {cluster!r} runs Kubernetes {running}, whose standard "
+        f"support ended {end.isoformat()}: the cluster is in extended support (billed at the extended-support price), "
+        f"which it cannot leave by policy. Set {NS}:cluster.upgradePolicy: EXTENDED and step "
+        f"{NS}:cluster.kubernetesVersion one minor version up; once it runs a version in standard support, set "
+        f'STANDARD again (docs/deploy-aws.md, "Upgrading Kubernetes")'
+    )

@@ -1,5 +1,6 @@
 """EKS add-ons: the pinned add-on versions for a control-plane version (the add-ons themselves are listed by
 ``stacks.cluster.plan.assemble_plan``)."""
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -24,7 +25,9 @@ def addon_versions(kubernetes_version: str, addons: Iterable[str] = ()) -> dict[
     unpinned = unpinned_addons()
     missing = [a for a in addons if a not in pins and a not in unpinned]
     if missing:
-        raise ConfigError(f"{NS}:cluster.kubernetesVersion: {kubernetes_version!r} has no pinned EKS add-on version for "
-                          f"{', '.join(missing)} ({MANIFEST} eks.addons[\"{kubernetes_version}\"]); choose a Kubernetes "
-                          f"version whose add-ons are pinned there, or pin them with their source")
+        raise ConfigError(
+            f"{NS}:cluster.kubernetesVersion: {kubernetes_version!r} has no pinned EKS add-on version for "
+            f'{", ".join(missing)} ({MANIFEST} eks.addons["{kubernetes_version}"]); choose a Kubernetes '
+            f"version whose add-ons are pinned there, or pin them with their source"
+        )
     return {a: pins[a] for a in addons if a in pins}

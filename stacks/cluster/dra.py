@@ -1,5 +1,6 @@
 """GB200 NVLink domains: the NVIDIA DRA driver release and its values on EKS, and the ComputeDomain the workers of a
 disaggregated target claim when they span nodes."""
+
 from __future__ import annotations
 
 from stacks.cluster.pools import POOL_LABEL, pod_requests
@@ -34,13 +35,25 @@ def dra_driver_values() -> dict:
         "resources": {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}},
         "controller": {
             "nodeSelector": dict(system),
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": ["system"]}]}]}}},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": ["system"]}]}]
+                    }
+                }
+            },
             "tolerations": [dict(CRITICAL_ADDONS_TOLERATION)],
         },
         "kubeletPlugin": {
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}
+                        ]
+                    }
+                }
+            },
             "tolerations": [dict(GPU_TOLERATION)],
         },
     }
@@ -56,8 +69,14 @@ def dra_driver_spec():
     from stacks.registry.charts import HelmSpec, chart_pin
 
     pin = chart_pin("nvidia-dra-driver-gpu")
-    return HelmSpec(name="nvidia-dra-driver-gpu", chart=pin["chart"], version=str(pin["version"]), repo=pin["repo"],
-                    namespace="nvidia-dra-driver-gpu", values=dra_driver_values())
+    return HelmSpec(
+        name="nvidia-dra-driver-gpu",
+        chart=pin["chart"],
+        version=str(pin["version"]),
+        repo=pin["repo"],
+        namespace="nvidia-dra-driver-gpu",
+        values=dra_driver_values(),
+    )
 
 
 COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"

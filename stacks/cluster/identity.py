@@ -32,9 +32,12 @@ service (IMDS) options of every GPU launch template and EC2NodeClass, and the ad
   add-on"; VPC CNI >= 1.14, the pinned add-on is 1.21). Without it the NetworkPolicies ``dynamo:networkPolicy`` and
   the front door render change nothing on EKS. Pods no policy selects keep all traffic.
 """
+
 from __future__ import annotations
 
-CLUSTER_POLICY = "AmazonEKSClusterPolicy"  # the EKS cluster role's one managed policy (EKS user guide, "Amazon EKS cluster IAM role")
+CLUSTER_POLICY = (
+    "AmazonEKSClusterPolicy"  # the EKS cluster role's one managed policy (EKS user guide, "Amazon EKS cluster IAM role")
+)
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")
 SSM_POLICY = "AmazonSSMManagedInstanceCore"
 CNI_POLICY = "AmazonEKS_CNI_Policy"

@@ -100,6 +100,7 @@ Facts, with their sources:
   @1698d22d) and website/content/en/v1.13/upgrading/upgrade-guide.md @28cad44c. tests/test_karpenter.py holds that
   action list and checks it against the AWS calls of github.com/aws/karpenter-provider-aws@v1.13.1 pkg/aws/sdk.go.
 """
+
 from __future__ import annotations
 
 import json
@@ -241,8 +242,15 @@ def karpenter_network_interfaces(efa_cards: Iterable[int]) -> list[dict]:
     return out
 
 
-def ec2nodeclass(name: str, cluster_name: str, role: str, capacity_reservation_id: Optional[str],
-                 ami_alias: str, tags: Optional[dict] = None, efa_cards: Iterable[int] = ()) -> dict:
+def ec2nodeclass(
+    name: str,
+    cluster_name: str,
+    role: str,
+    capacity_reservation_id: Optional[str],
+    ami_alias: str,
+    tags: Optional[dict] = None,
+    efa_cards: Iterable[int] = (),
+) -> dict:
     """The pool's EC2NodeClass: the AL2023 alias, subnets and security groups by the cluster's discovery tag, the node
     role (Karpenter makes the instance profile from it), the reservation or Capacity Block when there is one, the
     same 500 GiB gp3 root volume, IMDSv2 and instance-store RAID0 as the node groups' launch template."""
@@ -255,8 +263,9 @@ def ec2nodeclass(name: str, cluster_name: str, role: str, capacity_reservation_i
         "metadataOptions": nodeclass_metadata(),  # IMDSv2, hop limit 1 (stacks/cluster/identity.py)
         # FastImagePull (parallel image pull), merged by Karpenter with the NodeConfig it generates (stacks/cluster/pools.py)
         "userData": node_user_data(raid0=False),
-        "blockDeviceMappings": [{"deviceName": "/dev/xvda",
-                                 "ebs": {"volumeSize": "500Gi", "volumeType": "gp3", "deleteOnTermination": True}}],
+        "blockDeviceMappings": [
+            {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "500Gi", "volumeType": "gp3", "deleteOnTermination": True}}
+        ],
         "tags": dict(tags or {}),
     }
     if interfaces := karpenter_network_interfaces(efa_cards):
@@ -266,9 +275,20 @@ def ec2nodeclass(name: str, cluster_name: str, role: str, capacity_reservation_i
     return {"apiVersion": NODECLASS_API, "kind": "EC2NodeClass", "metadata": {"name": name}, "spec": spec}
 
 
-def nodepool(name: str, nodeclass: str, instance_type: str, capacity_type: str, labels: dict, taint: dict,
-             max_nodes: int, gpus_per_node: int, zone: str, reservation_type: Optional[str] = None,
-             arch: str = "amd64", consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER) -> dict:
+def nodepool(
+    name: str,
+    nodeclass: str,
+    instance_type: str,
+    capacity_type: str,
+    labels: dict,
+    taint: dict,
+    max_nodes: int,
+    gpus_per_node: int,
+    zone: str,
+    reservation_type: Optional[str] = None,
+    arch: str = "amd64",
+    consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER,
+) -> dict:
     """The pool's NodePool: one instance type, one capacity type (and reservation type), one zone; the node groups'
     labels and GPU taint; GPU and node limits; empty nodes consolidated after ``consolidate_after`` (all at once:
     nothing runs there), other disruptions one node at a time; no expiry (a serving node is replaced by drift or by
@@ -301,8 +321,7 @@ def nodepool(name: str, nodeclass: str, instance_type: str, capacity_type: str, 
             "disruption": {
                 "consolidationPolicy": "WhenEmpty",
                 "consolidateAfter": consolidate_after,
-                "budgets": [{"nodes": "100%", "reasons": ["Empty"]},
-                            {"nodes": "1", "reasons": ["Drifted", "Underutilized"]}],
+                "budgets": [{"nodes": "100%", "reasons": ["Empty"]}, {"nodes": "1", "reasons": ["Drifted", "Underutilized"]}],
             },
         },
     }
@@ -331,72 +350,203 @@ def controller_policy(cluster_name: str, region: str, reserved: bool) -> dict:
     p = "arn:aws"
     owned = {f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned"}
     res_owned = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
-    created = [f"{p}:ec2:{region}:*:{r}/*" for r in ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")]
+    created = [
+        f"{p}:ec2:{region}:*:{r}/*"
+        for r in ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")
+    ]
     profile = f"{p}:iam::<account-id>:instance-profile/*"
     read = (["ec2:DescribeCapacityReservations"] if reserved else []) + [
-        "ec2:DescribeImages", "ec2:DescribeInstances", "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypeOfferings",
-        "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory",
-        "ec2:DescribeSubnets"]
-    return {"Version": "2012-10-17", "Statement": [
-        {"Sid": "AllowScopedEC2InstanceAccessActions", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
-         "Resource": [f"{p}:ec2:{region}::image/*", f"{p}:ec2:{region}::snapshot/*", f"{p}:ec2:{region}:*:security-group/*",
-                      f"{p}:ec2:{region}:*:subnet/*", f"{p}:ec2:{region}:*:capacity-reservation/*"]},
-        {"Sid": "AllowScopedEC2LaunchTemplateAccessActions", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
-         "Resource": f"{p}:ec2:{region}:*:launch-template/*",
-         "Condition": {"StringEquals": res_owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}}},
-        {"Sid": "AllowScopedEC2InstanceActionsWithTags", "Effect": "Allow",
-         "Action": ["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"], "Resource": created,
-         "Condition": {"StringEquals": {**owned, "aws:RequestTag/eks:eks-cluster-name": cluster_name},
-                       "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}}},
-        {"Sid": "AllowScopedResourceCreationTagging", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": created,
-         "Condition": {"StringEquals": {**owned, "aws:RequestTag/eks:eks-cluster-name": cluster_name,
-                                        "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"]},
-                       "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}}},
-        {"Sid": "AllowScopedResourceTagging", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": f"{p}:ec2:{region}:*:instance/*",
-         "Condition": {"StringEquals": res_owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
-                       "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster_name},
-                       "ForAllValues:StringEquals": {"aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]}}},
-        {"Sid": "AllowScopedDeletion", "Effect": "Allow", "Action": ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
-         "Resource": [f"{p}:ec2:{region}:*:instance/*", f"{p}:ec2:{region}:*:launch-template/*"],
-         "Condition": {"StringEquals": res_owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}}},
-        {"Sid": "AllowRegionalReadActions", "Effect": "Allow", "Action": read, "Resource": "*",
-         "Condition": {"StringEquals": {"aws:RequestedRegion": region}}},
-        {"Sid": "AllowSSMReadActions", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": f"{p}:ssm:{region}::parameter/aws/service/*"},
-        {"Sid": "AllowPricingReadActions", "Effect": "Allow", "Action": "pricing:GetProducts", "Resource": "*"},
-        {"Sid": "AllowInterruptionQueueActions", "Effect": "Allow",
-         "Action": ["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"], "Resource": "<queue-arn>"},
-        {"Sid": "AllowPassingInstanceRole", "Effect": "Allow", "Action": "iam:PassRole", "Resource": "<node-role-arn>",
-         "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
-        {"Sid": "AllowScopedInstanceProfileCreationActions", "Effect": "Allow", "Action": "iam:CreateInstanceProfile", "Resource": profile,
-         "Condition": {"StringEquals": {**owned, "aws:RequestTag/eks:eks-cluster-name": cluster_name,
-                                        "aws:RequestTag/topology.kubernetes.io/region": region},
-                       "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"}}},
-        {"Sid": "AllowScopedInstanceProfileTagActions", "Effect": "Allow", "Action": "iam:TagInstanceProfile", "Resource": profile,
-         "Condition": {"StringEquals": {**res_owned, "aws:ResourceTag/topology.kubernetes.io/region": region, **owned,
-                                        "aws:RequestTag/eks:eks-cluster-name": cluster_name,
-                                        "aws:RequestTag/topology.kubernetes.io/region": region},
-                       "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
-                                      "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"}}},
-        {"Sid": "AllowScopedInstanceProfileActions", "Effect": "Allow",
-         "Action": ["iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"], "Resource": profile,
-         "Condition": {"StringEquals": {**res_owned, "aws:ResourceTag/topology.kubernetes.io/region": region},
-                       "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"}}},
-        {"Sid": "AllowUnscopedInstanceProfileListAction", "Effect": "Allow", "Action": "iam:ListInstanceProfiles", "Resource": "*"},
-        {"Sid": "AllowInstanceProfileReadActions", "Effect": "Allow", "Action": "iam:GetInstanceProfile", "Resource": profile},
-        {"Sid": "AllowAPIServerEndpointDiscovery", "Effect": "Allow", "Action": "eks:DescribeCluster",
-         "Resource": f"{p}:eks:{region}:<account-id>:cluster/{cluster_name}"},
-    ]}
+        "ec2:DescribeImages",
+        "ec2:DescribeInstances",
+        "ec2:DescribeInstanceStatus",
+        "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeLaunchTemplates",
+        "ec2:DescribeSecurityGroups",
+        "ec2:DescribeSpotPriceHistory",
+        "ec2:DescribeSubnets",
+    ]
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "AllowScopedEC2InstanceAccessActions",
+                "Effect": "Allow",
+                "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
+                "Resource": [
+                    f"{p}:ec2:{region}::image/*",
+                    f"{p}:ec2:{region}::snapshot/*",
+                    f"{p}:ec2:{region}:*:security-group/*",
+                    f"{p}:ec2:{region}:*:subnet/*",
+                    f"{p}:ec2:{region}:*:capacity-reservation/*",
+                ],
+            },
+            {
+                "Sid": "AllowScopedEC2LaunchTemplateAccessActions",
+                "Effect": "Allow",
+                "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
+                "Resource": f"{p}:ec2:{region}:*:launch-template/*",
+                "Condition": {"StringEquals": res_owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
+            },
+            {
+                "Sid": "AllowScopedEC2InstanceActionsWithTags",
+                "Effect": "Allow",
+                "Action": ["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"],
+                "Resource": created,
+                "Condition": {
+                    "StringEquals": {**owned, "aws:RequestTag/eks:eks-cluster-name": cluster_name},
+                    "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
+                },
+            },
+            {
+                "Sid": "AllowScopedResourceCreationTagging",
+                "Effect": "Allow",
+                "Action": "ec2:CreateTags",
+                "Resource": created,
+                "Condition": {
+                    "StringEquals": {
+                        **owned,
+                        "aws:RequestTag/eks:eks-cluster-name": cluster_name,
+                        "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"],
+                    },
+                    "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
+                },
+            },
+            {
+                "Sid": "AllowScopedResourceTagging",
+                "Effect": "Allow",
+                "Action": "ec2:CreateTags",
+                "Resource": f"{p}:ec2:{region}:*:instance/*",
+                "Condition": {
+                    "StringEquals": res_owned,
+                    "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
+                    "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster_name},
+                    "ForAllValues:StringEquals": {"aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]},
+                },
+            },
+            {
+                "Sid": "AllowScopedDeletion",
+                "Effect": "Allow",
+                "Action": ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
+                "Resource": [f"{p}:ec2:{region}:*:instance/*", f"{p}:ec2:{region}:*:launch-template/*"],
+                "Condition": {"StringEquals": res_owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
+            },
+            {
+                "Sid": "AllowRegionalReadActions",
+                "Effect": "Allow",
+                "Action": read,
+                "Resource": "*",
+                "Condition": {"StringEquals": {"aws:RequestedRegion": region}},
+            },
+            {
+                "Sid": "AllowSSMReadActions",
+                "Effect": "Allow",
+                "Action": "ssm:GetParameter",
+                "Resource": f"{p}:ssm:{region}::parameter/aws/service/*",
+            },
+            {"Sid": "AllowPricingReadActions", "Effect": "Allow", "Action": "pricing:GetProducts", "Resource": "*"},
+            {
+                "Sid": "AllowInterruptionQueueActions",
+                "Effect": "Allow",
+                "Action": ["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"],
+                "Resource": "<queue-arn>",
+            },
+            {
+                "Sid": "AllowPassingInstanceRole",
+                "Effect": "Allow",
+                "Action": "iam:PassRole",
+                "Resource": "<node-role-arn>",
+                "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+            },
+            {
+                "Sid": "AllowScopedInstanceProfileCreationActions",
+                "Effect": "Allow",
+                "Action": "iam:CreateInstanceProfile",
+                "Resource": profile,
+                "Condition": {
+                    "StringEquals": {
+                        **owned,
+                        "aws:RequestTag/eks:eks-cluster-name": cluster_name,
+                        "aws:RequestTag/topology.kubernetes.io/region": region,
+                    },
+                    "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+                },
+            },
+            {
+                "Sid": "AllowScopedInstanceProfileTagActions",
+                "Effect": "Allow",
+                "Action": "iam:TagInstanceProfile",
+                "Resource": profile,
+                "Condition": {
+                    "StringEquals": {
+                        **res_owned,
+                        "aws:ResourceTag/topology.kubernetes.io/region": region,
+                        **owned,
+                        "aws:RequestTag/eks:eks-cluster-name": cluster_name,
+                        "aws:RequestTag/topology.kubernetes.io/region": region,
+                    },
+                    "StringLike": {
+                        "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                        "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                    },
+                },
+            },
+            {
+                "Sid": "AllowScopedInstanceProfileActions",
+                "Effect": "Allow",
+                "Action": ["iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"],
+                "Resource": profile,
+                "Condition": {
+                    "StringEquals": {**res_owned, "aws:ResourceTag/topology.kubernetes.io/region": region},
+                    "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+                },
+            },
+            {
+                "Sid": "AllowUnscopedInstanceProfileListAction",
+                "Effect": "Allow",
+                "Action": "iam:ListInstanceProfiles",
+                "Resource": "*",
+            },
+            {
+                "Sid": "AllowInstanceProfileReadActions",
+                "Effect": "Allow",
+                "Action": "iam:GetInstanceProfile",
+                "Resource": profile,
+            },
+            {
+                "Sid": "AllowAPIServerEndpointDiscovery",
+                "Effect": "Allow",
+                "Action": "eks:DescribeCluster",
+                "Resource": f"{p}:eks:{region}:<account-id>:cluster/{cluster_name}",
+            },
+        ],
+    }
 
 
 def queue_policy() -> dict:
     """The interruption queue's policy: EventBridge (and SQS) may send to it, and nothing reaches it without TLS (the
     getting-started CloudFormation's KarpenterInterruptionQueuePolicy: its statement and ``DenyHTTP``, Deny ``sqs:*``
     when ``aws:SecureTransport`` is false; karpenter.sh docs, "CloudFormation"); ``<queue-arn>`` filled by the wiring."""
-    return {"Version": "2012-10-17", "Id": "EC2InterruptionPolicy", "Statement": [
-        {"Effect": "Allow", "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
-         "Action": "sqs:SendMessage", "Resource": "<queue-arn>"},
-        {"Sid": "DenyHTTP", "Effect": "Deny", "Principal": "*", "Action": "sqs:*", "Resource": "<queue-arn>",
-         "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}
+    return {
+        "Version": "2012-10-17",
+        "Id": "EC2InterruptionPolicy",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
+                "Action": "sqs:SendMessage",
+                "Resource": "<queue-arn>",
+            },
+            {
+                "Sid": "DenyHTTP",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "sqs:*",
+                "Resource": "<queue-arn>",
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            },
+        ],
+    }
 
 
 def helm_values(cluster_name: str, queue_name: str, reserved: bool, system_selector: dict, replicas: int, region: str) -> dict:
@@ -415,21 +565,30 @@ def helm_values(cluster_name: str, queue_name: str, reserved: bool, system_selec
         "serviceAccount": {"name": SERVICE_ACCOUNT},
         "nodeSelector": {"kubernetes.io/os": "linux", **system_selector},
         "replicas": max(1, min(2, replicas)),
-        "controller": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-                       "env": [{"name": "AWS_REGION", "value": region}]},
+        "controller": {
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+            "env": [{"name": "AWS_REGION", "value": region}],
+        },
     }
 
 
 def placeholder_priority_class() -> dict:
     """The placeholders' PriorityClass: below every workload, never preempting anything itself."""
-    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": PLACEHOLDER_PRIORITY_CLASS},
-            "value": PLACEHOLDER_PRIORITY, "globalDefault": False, "preemptionPolicy": "Never",
-            "description": "Dynamo capacity placeholders: have Karpenter launch a GPU pool's nodes when its NodePool exists; "
-                           "every workload outranks them"}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": PLACEHOLDER_PRIORITY_CLASS},
+        "value": PLACEHOLDER_PRIORITY,
+        "globalDefault": False,
+        "preemptionPolicy": "Never",
+        "description": "Dynamo capacity placeholders: have Karpenter launch a GPU pool's nodes when its NodePool exists; "
+        "every workload outranks them",
+    }
 
 
-def capacity_placeholder(pool_name: str, taint: dict, nodes: int, image: Optional[str] = None,
-                         deadline_s: int = PLACEHOLDER_DEADLINE_S) -> Optional[dict]:
+def capacity_placeholder(
+    pool_name: str, taint: dict, nodes: int, image: Optional[str] = None, deadline_s: int = PLACEHOLDER_DEADLINE_S
+) -> Optional[dict]:
     """The pool's capacity placeholder Job (module docstring): ``nodes`` pause pods, one per node of the pool's
     NodePool (its ``karpenter.sh/nodepool`` label, its GPU taint tolerated, apart by hostname anti-affinity), each
     requesting a sliver of CPU and memory so the workers fit beside it, at the placeholders' negative priority; never
@@ -442,51 +601,130 @@ def capacity_placeholder(pool_name: str, taint: dict, nodes: int, image: Optiona
         image = pinned("capacity-placeholder")
     given = taint.get("effect")  # EKS spells NoSchedule NO_SCHEDULE
     effect = "NoSchedule" if given == "NO_SCHEDULE" else given or "NoSchedule"
-    labels = {"app.kubernetes.io/name": "capacity-placeholder", "app.kubernetes.io/part-of": "dynamo", PLACEHOLDER_LABEL: pool_name}
+    labels = {
+        "app.kubernetes.io/name": "capacity-placeholder",
+        "app.kubernetes.io/part-of": "dynamo",
+        PLACEHOLDER_LABEL: pool_name,
+    }
     pod = {
         "priorityClassName": PLACEHOLDER_PRIORITY_CLASS,
         "restartPolicy": "Never",
         "nodeSelector": {NODEPOOL_LABEL: pool_name},
         "tolerations": [{"key": taint["key"], "operator": "Equal", "value": str(taint["value"]), "effect": effect}],
-        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {PLACEHOLDER_LABEL: pool_name}}, "topologyKey": "kubernetes.io/hostname"}]}},
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {PLACEHOLDER_LABEL: pool_name}}, "topologyKey": "kubernetes.io/hostname"}
+                ]
+            }
+        },
         "automountServiceAccountToken": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "runAsGroup": 65535,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"name": "pause", "image": image, "imagePullPolicy": "IfNotPresent",
-                        "resources": {"requests": dict(PLACEHOLDER_REQUESTS), "limits": dict(PLACEHOLDER_REQUESTS)},
-                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}}}],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65535,
+            "runAsGroup": 65535,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "pause",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "resources": {"requests": dict(PLACEHOLDER_REQUESTS), "limits": dict(PLACEHOLDER_REQUESTS)},
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }
+        ],
     }
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": f"capacity-placeholder-{pool_name}", "namespace": NAMESPACE, "labels": dict(labels),
-                     "annotations": {SKIP_AWAIT: "true"}},
-        "spec": {"parallelism": nodes, "completions": nodes, "backoffLimit": 0, "activeDeadlineSeconds": deadline_s,
-                 "template": {"metadata": {"labels": labels}, "spec": pod}},
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"capacity-placeholder-{pool_name}",
+            "namespace": NAMESPACE,
+            "labels": dict(labels),
+            "annotations": {SKIP_AWAIT: "true"},
+        },
+        "spec": {
+            "parallelism": nodes,
+            "completions": nodes,
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline_s,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
     }
 
 
-def pool_objects(cluster_name: str, pool_name: str, node_role: str, instance_type: str, arch: str, gpus_per_node: int,
-                 zone: str, labels: dict, taint: dict, max_nodes: int, *, ami_alias: str, market_type: str = "on-demand",
-                 capacity_reservation_id: Optional[str] = None,
-                 consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER, gpu: str = "", nodes_needed: int = 0,
-                 efa_cards: Iterable[int] = (), placeholder_nodes: int = 0) -> KarpenterPool:
+def pool_objects(
+    cluster_name: str,
+    pool_name: str,
+    node_role: str,
+    instance_type: str,
+    arch: str,
+    gpus_per_node: int,
+    zone: str,
+    labels: dict,
+    taint: dict,
+    max_nodes: int,
+    *,
+    ami_alias: str,
+    market_type: str = "on-demand",
+    capacity_reservation_id: Optional[str] = None,
+    consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER,
+    gpu: str = "",
+    nodes_needed: int = 0,
+    efa_cards: Iterable[int] = (),
+    placeholder_nodes: int = 0,
+) -> KarpenterPool:
     """One pool's EC2NodeClass and NodePool (both named ``<pool name>``); ``efa_cards``: the instance's EFA network
     cards when the pool's workers use EFA (empty: no interfaces named); ``placeholder_nodes``: the nodes its unpaused
     entries fill as planned, launched as soon as the NodePool exists (``capacity_placeholder``; 0: none)."""
     ctype, rtype = capacity_type_for(market_type, capacity_reservation_id)
-    nc = ec2nodeclass(pool_name, cluster_name, node_role, capacity_reservation_id, ami_alias,
-                      tags={"dynamo.nvidia.com/cluster": cluster_name}, efa_cards=efa_cards)
-    np = nodepool(pool_name, pool_name, instance_type, ctype, labels, taint, max_nodes, gpus_per_node, zone, rtype,
-                  arch=arch, consolidate_after=consolidate_after)
-    return KarpenterPool(name=pool_name, gpu=gpu, instance_type=instance_type, capacity_type=ctype, reservation_type=rtype,
-                         zone=zone, max_nodes=max_nodes, gpus_per_node=gpus_per_node, nodes_needed=nodes_needed,
-                         ec2nodeclass=nc, nodepool=np, placeholder=capacity_placeholder(pool_name, taint, min(placeholder_nodes, max_nodes)))
+    nc = ec2nodeclass(
+        pool_name,
+        cluster_name,
+        node_role,
+        capacity_reservation_id,
+        ami_alias,
+        tags={"dynamo.nvidia.com/cluster": cluster_name},
+        efa_cards=efa_cards,
+    )
+    np = nodepool(
+        pool_name,
+        pool_name,
+        instance_type,
+        ctype,
+        labels,
+        taint,
+        max_nodes,
+        gpus_per_node,
+        zone,
+        rtype,
+        arch=arch,
+        consolidate_after=consolidate_after,
+    )
+    return KarpenterPool(
+        name=pool_name,
+        gpu=gpu,
+        instance_type=instance_type,
+        capacity_type=ctype,
+        reservation_type=rtype,
+        zone=zone,
+        max_nodes=max_nodes,
+        gpus_per_node=gpus_per_node,
+        nodes_needed=nodes_needed,
+        ec2nodeclass=nc,
+        nodepool=np,
+        placeholder=capacity_placeholder(pool_name, taint, min(placeholder_nodes, max_nodes)),
+    )
 
 
-def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[KarpenterPool], system_nodes: int = 2,
-                         system_selector: Optional[dict] = None) -> Optional[KarpenterPlan]:
+def build_karpenter_plan(
+    cluster_name: str, region: str, pools: Iterable[KarpenterPool], system_nodes: int = 2, system_selector: Optional[dict] = None
+) -> Optional[KarpenterPlan]:
     """The Karpenter install for the cluster's Karpenter pools (None when it has none): controller IAM (Pod Identity),
     node role, interruption queue and rules, the pinned chart and the pools' objects."""
     from stacks.registry.charts import HelmSpec
@@ -500,28 +738,47 @@ def build_karpenter_plan(cluster_name: str, region: str, pools: Iterable[Karpent
         from stacks.config.keys import ConfigError
 
         room = MAX_AWS_NAME - max(len(n) - len(cluster_name) for n in names)
-        raise ConfigError(f"stack name: the Karpenter EventBridge rule names of cluster {cluster_name!r} ({', '.join(too_long)}) "
-                          f"would be longer than AWS's {MAX_AWS_NAME} characters; with Karpenter pools the cluster name may have at most "
-                          f"{room} characters: use a stack name {len(cluster_name) - room} characters shorter")
+        raise ConfigError(
+            f"stack name: the Karpenter EventBridge rule names of cluster {cluster_name!r} ({', '.join(too_long)}) "
+            f"would be longer than AWS's {MAX_AWS_NAME} characters; with Karpenter pools the cluster name may have at most "
+            f"{room} characters: use a stack name {len(cluster_name) - room} characters shorter"
+        )
     reserved = any(p.capacity_type == "reserved" for p in pools)
     pin = chart_pin()
-    helm = HelmSpec(name="karpenter", chart=pin["chart"], version=str(pin["version"]), repo=pin["repo"], namespace=NAMESPACE,
-                    values=helm_values(cluster_name, cluster_name, reserved, system_selector or {}, system_nodes, region))
+    helm = HelmSpec(
+        name="karpenter",
+        chart=pin["chart"],
+        version=str(pin["version"]),
+        repo=pin["repo"],
+        namespace=NAMESPACE,
+        values=helm_values(cluster_name, cluster_name, reserved, system_selector or {}, system_nodes, region),
+    )
     # The release script publishes karpenter-crd beside karpenter, same version (hack/release/common.sh @v1.13.1:
     # publishHelmChart ... "karpenter-crd"); its CRDs sit in templates/ (charts/karpenter-crd/templates).
-    crd_helm = HelmSpec(name="karpenter-crd", chart="karpenter-crd", version=str(pin["version"]), repo=pin["repo"], namespace=NAMESPACE)
+    crd_helm = HelmSpec(
+        name="karpenter-crd", chart="karpenter-crd", version=str(pin["version"]), repo=pin["repo"], namespace=NAMESPACE
+    )
     return KarpenterPlan(
-        cluster_name=cluster_name, region=region, queue_name=cluster_name,
-        node_role_name=node_role_name(cluster_name, region), controller_role_name=role_name(cluster_name, region, "karpenter"),
-        helm=helm, crd_helm=crd_helm, controller_policy=controller_policy(cluster_name, region, reserved),
+        cluster_name=cluster_name,
+        region=region,
+        queue_name=cluster_name,
+        node_role_name=node_role_name(cluster_name, region),
+        controller_role_name=role_name(cluster_name, region, "karpenter"),
+        helm=helm,
+        crd_helm=crd_helm,
+        controller_policy=controller_policy(cluster_name, region, reserved),
         # The CloudFormation's queue: messages kept 300 s, SSE with SQS-managed keys.
         queue={"name": cluster_name, "message_retention_seconds": 300, "sqs_managed_sse_enabled": True},
         queue_policy=queue_policy(),
         # EventBridge rule names: up to 64 characters (EventBridge PutRule Name).
-        rules=[{"name": n, "rule_name": f"{cluster_name}-{n}", "event_pattern": json.dumps({"source": [src], "detail-type": [dt]})}
-               for n, src, dt in INTERRUPTION_RULES],
-        pools=pools, reserved=reserved,
-        priority_class=placeholder_priority_class() if any(p.placeholder for p in pools) else None)
+        rules=[
+            {"name": n, "rule_name": f"{cluster_name}-{n}", "event_pattern": json.dumps({"source": [src], "detail-type": [dt]})}
+            for n, src, dt in INTERRUPTION_RULES
+        ],
+        pools=pools,
+        reserved=reserved,
+        priority_class=placeholder_priority_class() if any(p.placeholder for p in pools) else None,
+    )
 
 
 def node_role_name(cluster_name: str, region: str) -> str:

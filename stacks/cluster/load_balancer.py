@@ -9,6 +9,7 @@ the eks-pod-identity-agent add-on), and ``region`` and ``vpcId`` set in the valu
 node's instance metadata. The public and private subnets carry the discovery tags it selects on
 (``kubernetes.io/role/elb``, ``kubernetes.io/role/internal-elb``: components/cluster.py).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,14 +39,18 @@ def controller_policy() -> dict:
     want = chart_pin("aws-load-balancer-controller")["iam-policy-sha256"]
     got = hashlib.sha256(raw).hexdigest()
     if got != want:
-        raise ValueError(f"{POLICY_FILE.name}: sha256 {got} is not the pinned upstream policy's {want} "
-                         f"(stacks/registry/versions.yaml charts.aws-load-balancer-controller)")
+        raise ValueError(
+            f"{POLICY_FILE.name}: sha256 {got} is not the pinned upstream policy's {want} "
+            f"(stacks/registry/versions.yaml charts.aws-load-balancer-controller)"
+        )
     return json.loads(raw)
 
 
 def plan_load_balancer_controller(cluster_name: str, region: str) -> LoadBalancerControllerPlan:
-    values = {"clusterName": cluster_name, "region": region,
-              "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT}}
-    return LoadBalancerControllerPlan(helm=_helm("aws-load-balancer-controller", "aws-load-balancer-controller", NAMESPACE, values),
-                                      service_account=SERVICE_ACCOUNT, policy=controller_policy(),
-                                      role_name=role_name(cluster_name, region, "lb-controller"))
+    values = {"clusterName": cluster_name, "region": region, "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT}}
+    return LoadBalancerControllerPlan(
+        helm=_helm("aws-load-balancer-controller", "aws-load-balancer-controller", NAMESPACE, values),
+        service_account=SERVICE_ACCOUNT,
+        policy=controller_policy(),
+        role_name=role_name(cluster_name, region, "lb-controller"),
+    )

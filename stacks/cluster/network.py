@@ -1,5 +1,6 @@
 """The cluster's network: the VPC's subnets, NAT gateways, the S3 gateway and ECR interface endpoints (with their
 prices), the public API endpoint's CIDRs, and the fabric EKS offers (EFA only)."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -36,8 +37,9 @@ def _zone_slot(i: int) -> int:
     return i if i < LOCAL_ZONE_SLOT else i + 1
 
 
-def _subnets(cidr: str, zones: tuple[str, ...], local_zone: Optional[str] = None,
-             layout: str = "fixed-slots") -> tuple[list[dict], list[dict], Optional[dict]]:
+def _subnets(
+    cidr: str, zones: tuple[str, ...], local_zone: Optional[str] = None, layout: str = "fixed-slots"
+) -> tuple[list[dict], list[dict], Optional[dict]]:
     """Split the VPC in two: private subnets (big, for pods: one per zone, plus one for a GPU Local Zone) in the
     first half (and, past the third zone, in the second), small public ones in the second half. ``fixed-slots``: each
     subnet's block depends only on its zone's position (2 to 6 zones, and the Local Zone); ``by-zone-count``: sizes
@@ -48,7 +50,7 @@ def _subnets(cidr: str, zones: tuple[str, ...], local_zone: Optional[str] = None
     if layout == "by-zone-count":
         n_private = len(zones) + (1 if local_zone else 0)
         private = list(halves[0].subnets(prefixlen_diff=max(2, math.ceil(math.log2(n_private)))))
-        zone_blocks, lz_block = private[:len(zones)], private[len(zones)] if local_zone else None
+        zone_blocks, lz_block = private[: len(zones)], private[len(zones)] if local_zone else None
     else:
         slots = _private_slots(cidr)
         zone_blocks, lz_block = [slots[_zone_slot(i)] for i in range(len(zones))], slots[LOCAL_ZONE_SLOT]
@@ -122,28 +124,45 @@ def cache_security_group(cfg: EksConfig) -> dict[str, list[dict]]:
     """The rules of the model cache's security group (its mount targets or its FSx interfaces): the file system's ports
     from the VPC, all egress."""
     lo, hi = LUSTRE_SERVER_PORTS if cfg.cache_storage == "fsx-lustre" else (NFS_PORT, NFS_PORT)
-    return {"ingress": [{"protocol": "tcp", "from_port": lo, "to_port": hi, "cidr_blocks": [cfg.vpc_cidr]}], "egress": [dict(ALL_EGRESS)]}
+    return {
+        "ingress": [{"protocol": "tcp", "from_port": lo, "to_port": hi, "cidr_blocks": [cfg.vpc_cidr]}],
+        "egress": [dict(ALL_EGRESS)],
+    }
 
 
 def endpoint_security_group(cfg: EksConfig) -> dict[str, list[dict]]:
     """The rules of the interface endpoints' security group: HTTPS from the VPC, all egress."""
-    return {"ingress": [{"protocol": "tcp", "from_port": 443, "to_port": 443, "cidr_blocks": [cfg.vpc_cidr]}], "egress": [dict(ALL_EGRESS)]}
+    return {
+        "ingress": [{"protocol": "tcp", "from_port": 443, "to_port": 443, "cidr_blocks": [cfg.vpc_cidr]}],
+        "egress": [dict(ALL_EGRESS)],
+    }
 
 
 def api_endpoint(public: bool, public_access_cidrs: list[str]) -> dict[str, Any]:
     """The EKS cluster's ``vpc_config`` besides its subnets: a private endpoint always, a public one when asked. A
     private-only endpoint sends no ``public_access_cidrs`` (the provider keeps the computed value; sending [] would
     diff forever)."""
-    return {"endpoint_public_access": public, "endpoint_private_access": True,
-            **({"public_access_cidrs": public_access_cidrs} if public else {})}
+    return {
+        "endpoint_public_access": public,
+        "endpoint_private_access": True,
+        **({"public_access_cidrs": public_access_cidrs} if public else {}),
+    }
 
 
 def api_ingress(private_access_cidrs: tuple[str, ...]) -> list[dict[str, Any]]:
     """The cluster security group's rules that admit the networks reaching a private endpoint on 443, each with the
     resource-name part its CIDR gives it (``api-from-10-1-0-0-16``)."""
-    return [{"name": f"api-from-{cidr.replace('.', '-').replace('/', '-')}", "cidr_ipv4": cidr, "ip_protocol": "tcp",
-             "from_port": 443, "to_port": 443, "description": "Kubernetes API (private endpoint) from a connected network"}
-            for cidr in private_access_cidrs]
+    return [
+        {
+            "name": f"api-from-{cidr.replace('.', '-').replace('/', '-')}",
+            "cidr_ipv4": cidr,
+            "ip_protocol": "tcp",
+            "from_port": 443,
+            "to_port": 443,
+            "description": "Kubernetes API (private endpoint) from a connected network",
+        }
+        for cidr in private_access_cidrs
+    ]
 
 
 def network_plan(cfg: EksConfig) -> dict[str, Any]:
@@ -157,15 +176,21 @@ def network_plan(cfg: EksConfig) -> dict[str, Any]:
     warnings = []
     public = cfg.endpoint_access == "public"
     if not public:
-        warnings.append(f"{NS}:cluster.endpointAccess is private: once this cluster exists, `pulumi up`, kubectl and CI reach its "
-                        f"Kubernetes API only from {', '.join(cfg.private_access_cidrs)} through the VPC (a runner inside it, a VPN, "
-                        "peering or Direct Connect); run `up` from there")
+        warnings.append(
+            f"{NS}:cluster.endpointAccess is private: once this cluster exists, `pulumi up`, kubectl and CI reach its "
+            f"Kubernetes API only from {', '.join(cfg.private_access_cidrs)} through the VPC (a runner inside it, a VPN, "
+            "peering or Direct Connect); run `up` from there"
+        )
     if public and "0.0.0.0/0" in cfg.public_access_cidrs:
-        warnings.append(f"{NS}:cluster.publicAccessCidrs includes 0.0.0.0/0 (the default, as EKS's): the Kubernetes API endpoint "
-                        "accepts connections from any address (authentication still applies); list your networks there, e.g. "
-                        "[203.0.113.0/24]")
+        warnings.append(
+            f"{NS}:cluster.publicAccessCidrs includes 0.0.0.0/0 (the default, as EKS's): the Kubernetes API endpoint "
+            "accepts connections from any address (authentication still applies); list your networks there, e.g. "
+            "[203.0.113.0/24]"
+        )
     if cfg.ecr_endpoints and not cfg.s3_gateway_endpoint:
-        warnings.append(f"{NS}:cluster.ecrEndpoints without s3GatewayEndpoint: ECR image layers still come from S3 through the NAT gateway")
+        warnings.append(
+            f"{NS}:cluster.ecrEndpoints without s3GatewayEndpoint: ECR image layers still come from S3 through the NAT gateway"
+        )
     return {
         "nat_zones": list(zones) if cfg.nat_gateways == "per-zone" else [zones[0]],
         "s3_gateway_endpoint": cfg.s3_gateway_endpoint,

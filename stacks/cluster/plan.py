@@ -2,6 +2,7 @@
 Karpenter, access and control plane around the GPU node groups), ``build_cluster_plan`` (one target),
 ``build_cluster_only_plan`` (a cluster-only stack), ``build_pools_plan`` (several GPU node groups) and ``plan_eks``
 (everything an EKS stack checks and plans before any resource)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,8 +17,20 @@ from stacks.cluster.addons import addon_versions
 from stacks.cluster import identity
 from stacks.cluster.dra import apply_compute_domain, compute_domain
 from stacks.cluster.network import _subnets, check_fabric_on_eks, network_plan
-from stacks.cluster.pools import (GPU_TAINT_KEY, POOL_LABEL, GpuPool, NodeShape, _dgd, _key, _untolerated, build_gpu_pool,
-                                  combined_dgd, gpu_taint_for, pin_gpu_product, pool_name)
+from stacks.cluster.pools import (
+    GPU_TAINT_KEY,
+    POOL_LABEL,
+    GpuPool,
+    NodeShape,
+    _dgd,
+    _key,
+    _untolerated,
+    build_gpu_pool,
+    combined_dgd,
+    gpu_taint_for,
+    pin_gpu_product,
+    pool_name,
+)
 from stacks.cluster.pull_secrets import check_secrets_on_new_cluster, pull_secret
 from stacks.cluster.storage import _fsx_static_pv, _gib, _storage_class, cache_class_name, efs_class_parameters
 
@@ -51,7 +64,9 @@ class ClusterPlan:
     fsx_mbps: Optional[float] = None  # FSx for Lustre: the file system's throughput (MB/s), None on EFS
     # The image pull Secrets this stack creates in its serving namespaces (set by plan_eks / stacks.program).
     pull_secrets: list[dict] = field(default_factory=list)
-    addon_versions: dict[str, str] = field(default_factory=dict)  # add-on -> pinned version (stacks/registry/versions.yaml eks.addons)
+    addon_versions: dict[str, str] = field(
+        default_factory=dict
+    )  # add-on -> pinned version (stacks/registry/versions.yaml eks.addons)
     # Who holds which AWS credentials (stacks/cluster/identity.py): the node roles' managed policies; add-on ->
     # (service account, policy) of its own Pod Identity role; add-on -> its configuration values; the add-ons created
     # before any node group.
@@ -149,8 +164,12 @@ def system_images(dgds: list[dict]) -> set[str]:
     runs there, and each entry's download Job (one more image: a small Python image or the runtime image)."""
     from stacks.catalog.fit import pod_requests
 
-    out = {c["podTemplate"]["spec"]["containers"][0].get("image", "") for d in dgds for c in d["spec"]["components"]
-           if not pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu")}
+    out = {
+        c["podTemplate"]["spec"]["containers"][0].get("image", "")
+        for d in dgds
+        for c in d["spec"]["components"]
+        if not pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu")
+    }
     return out | {f"download:{i}" for i in range(len(dgds))}
 
 
@@ -162,8 +181,14 @@ def system_disk_gib(images: Optional[int]) -> int:
     return int(-(-need // 10) * 10)
 
 
-def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cache: bool = True,
-                  compute_domain_for: Optional[tuple[Target, dict]] = None, dgds: Optional[list[dict]] = None) -> ClusterPlan:
+def assemble_plan(
+    stack: str,
+    cfg: EksConfig,
+    pools: list[GpuPool],
+    protect_cache: bool = True,
+    compute_domain_for: Optional[tuple[Target, dict]] = None,
+    dgds: Optional[list[dict]] = None,
+) -> ClusterPlan:
     """The cluster around its GPU node groups: VPC, system nodes, add-ons, cache storage. ``pools[0]`` is the
     first GPU group (today's resource names); ``compute_domain_for``: (target, dgd) of a GB200 target whose
     workers span nodes of one NVLink domain; ``dgds``: the DGDs the cluster serves (None: a cluster stack's), whose
@@ -187,7 +212,12 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
     static_pv = None
     sc = None
     if cfg.cache_storage == "efs":
-        storage: dict[str, Any] = {"kind": "efs", "throughput_mode": cfg.efs_throughput_mode, "performance_mode": "generalPurpose", "encrypted": True}
+        storage: dict[str, Any] = {
+            "kind": "efs",
+            "throughput_mode": cfg.efs_throughput_mode,
+            "performance_mode": "generalPurpose",
+            "encrypted": True,
+        }
         if cfg.efs_provisioned_throughput_mibps is not None:
             storage["provisioned_throughput_in_mibps"] = cfg.efs_provisioned_throughput_mibps
         class_name = "efs-model-cache"
@@ -195,9 +225,14 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
         csi = "aws-efs-csi-driver"
     else:
         # FSx for Lustre is an Availability Zone service: in the GPU zone, or the first zone when the GPUs are in a Local Zone.
-        storage = {"kind": "fsx-lustre", "deployment_type": "PERSISTENT_2", "storage_capacity": cfg.fsx_storage_capacity_gib,
-                   "per_unit_storage_throughput": cfg.fsx_throughput_per_tib, "data_compression_type": "LZ4",
-                   "availability_zone": cfg.cache_availability_zone or (zones[0] if local_zone else gpu_zone)}
+        storage = {
+            "kind": "fsx-lustre",
+            "deployment_type": "PERSISTENT_2",
+            "storage_capacity": cfg.fsx_storage_capacity_gib,
+            "per_unit_storage_throughput": cfg.fsx_throughput_per_tib,
+            "data_compression_type": "LZ4",
+            "availability_zone": cfg.cache_availability_zone or (zones[0] if local_zone else gpu_zone),
+        }
         class_name = "fsx-model-cache"
         static_pv = _fsx_static_pv(f"{name}-model-cache", class_name, cfg.fsx_storage_capacity_gib)
         csi = "aws-fsx-csi-driver"
@@ -214,13 +249,36 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
     from stacks.cluster.karpenter import build_karpenter_plan, node_role_name, pool_objects
 
     # One NodePool per Karpenter pool (capacity "karpenter": the pools with karpenter settings).
-    karpenter = build_karpenter_plan(name, cfg.region, [
-        pool_objects(name, p.name, node_role_name(name, cfg.region), p.shape.instance_type, p.shape.kubernetes_arch, p.shape.gpus_per_node,
-                     p.karpenter["zone"], p.nodegroup["labels"], p.nodegroup["taints"][0], p.karpenter["max_nodes"],
-                     market_type=p.karpenter["market_type"], capacity_reservation_id=p.karpenter["capacity_reservation_id"],
-                     ami_alias=p.karpenter["ami_alias"], consolidate_after=p.karpenter["consolidate_after"], gpu=p.gpu,
-                     nodes_needed=p.nodes_needed, efa_cards=p.shape.efa_cards if p.efa else (), placeholder_nodes=p.nodes_running)
-        for p in pools if p.karpenter is not None], system_nodes=cfg.system_nodes, system_selector={POOL_LABEL: "system"})
+    karpenter = build_karpenter_plan(
+        name,
+        cfg.region,
+        [
+            pool_objects(
+                name,
+                p.name,
+                node_role_name(name, cfg.region),
+                p.shape.instance_type,
+                p.shape.kubernetes_arch,
+                p.shape.gpus_per_node,
+                p.karpenter["zone"],
+                p.nodegroup["labels"],
+                p.nodegroup["taints"][0],
+                p.karpenter["max_nodes"],
+                market_type=p.karpenter["market_type"],
+                capacity_reservation_id=p.karpenter["capacity_reservation_id"],
+                ami_alias=p.karpenter["ami_alias"],
+                consolidate_after=p.karpenter["consolidate_after"],
+                gpu=p.gpu,
+                nodes_needed=p.nodes_needed,
+                efa_cards=p.shape.efa_cards if p.efa else (),
+                placeholder_nodes=p.nodes_running,
+            )
+            for p in pools
+            if p.karpenter is not None
+        ],
+        system_nodes=cfg.system_nodes,
+        system_selector={POOL_LABEL: "system"},
+    )
     return ClusterPlan(
         name=name,
         region=cfg.region,
@@ -261,8 +319,9 @@ def assemble_plan(stack: str, cfg: EksConfig, pools: list[GpuPool], protect_cach
     )
 
 
-def build_cluster_plan(stack: str, cfg: EksConfig, target: Target, dgd: Optional[dict] = None, protect_cache: bool = True,
-                       key: str = f"{NS}:cluster") -> ClusterPlan:
+def build_cluster_plan(
+    stack: str, cfg: EksConfig, target: Target, dgd: Optional[dict] = None, protect_cache: bool = True, key: str = f"{NS}:cluster"
+) -> ClusterPlan:
     """``dgd``: the final DGD (after ``replicas``, images and the fabric profile); node counts, EFA and the
     GB200 ComputeDomain follow it. Defaults to the catalog's DGD for the target. One GPU node group."""
     dgd = dgd or _dgd(target)
@@ -275,8 +334,10 @@ def build_cluster_only_plan(stack: str, cfg: EksConfig) -> ClusterPlan:
     its ``nodes``; serving stacks add their objects later (``cluster.mode: stack``)."""
     k = f"{NS}:cluster"
     if not cfg.gpu_pools:
-        raise ConfigError(f"{k}.gpuPools: not set; a cluster-only stack ({NS}:serve: []) names its GPU node groups, "
-                          f"e.g. gpuPools: [{{gpu: h100, nodes: 2}}]")
+        raise ConfigError(
+            f"{k}.gpuPools: not set; a cluster-only stack ({NS}:serve: []) names its GPU node groups, "
+            f"e.g. gpuPools: [{{gpu: h100, nodes: 2}}]"
+        )
     pools = []
     for i, p in enumerate(cfg.gpu_pools):
         pcfg, key = cfg.pool_for(p.gpu)
@@ -288,16 +349,34 @@ def build_cluster_only_plan(stack: str, cfg: EksConfig) -> ClusterPlan:
 def node_pools(plan: ClusterPlan) -> list[dict]:
     """What a cluster stack exports as ``nodePools`` (and a serving stack checks its entries against): per GPU node
     group its GPU, instance type, node count, per-node allocatable GPUs and EFA devices, labels and taint."""
-    return [{"name": p.name, "gpu": p.gpu, "instanceType": p.shape.instance_type, "count": p.node_shape.count,
-             "allocatable": dict(p.node_shape.capacity), "labels": dict(p.node_shape.labels),
-             "taint": {k: v for k, v in p.node_shape.taints[0].items()},
-             **({"capacity": "karpenter"} if p.capacity == "karpenter" else {})} for p in plan.gpu_pools]
+    return [
+        {
+            "name": p.name,
+            "gpu": p.gpu,
+            "instanceType": p.shape.instance_type,
+            "count": p.node_shape.count,
+            "allocatable": dict(p.node_shape.capacity),
+            "labels": dict(p.node_shape.labels),
+            "taint": {k: v for k, v in p.node_shape.taints[0].items()},
+            **({"capacity": "karpenter"} if p.capacity == "karpenter" else {}),
+        }
+        for p in plan.gpu_pools
+    ]
 
 
 # --------------------------------------------------------------------------- the EKS part of the program, as data
 
-def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_region: Optional[str] = None,
-             require_secrets: bool = True, door: Optional[dict] = None):
+
+def plan_eks(
+    stack: str,
+    cfg,
+    cluster: EksConfig,
+    raw: dict,
+    secret_keys,
+    aws_region: Optional[str] = None,
+    require_secrets: bool = True,
+    door: Optional[dict] = None,
+):
     """Everything an EKS stack needs before any resource: region agreement with ``aws:region``, the fabric,
     the Secrets only this stack can create, the serving objects (EFA per GPU of the cluster's instance), the
     cluster plan sized from the final DGD, the GB200 ComputeDomain claims, the FSx claim binding and the
@@ -310,7 +389,9 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
     cluster = resolve_region(cluster, (raw or {}).get("cluster") or {}, aws_region)
     target = select_target(cfg)
     check_fabric_on_eks(target, cfg.fabric_profile)
-    check_secrets_on_new_cluster(cfg.hf_token_secret_name, cfg.image_pull_secrets if require_secrets else (), raw, set(secret_keys))
+    check_secrets_on_new_cluster(
+        cfg.hf_token_secret_name, cfg.image_pull_secrets if require_secrets else (), raw, set(secret_keys)
+    )
     pool_cfg, pool_key = cluster.pool_for(target.gpu, f"{NS}:gpu")
     try:
         shape = shape_for(target.gpu, pool_cfg.instance_type)
@@ -318,12 +399,19 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
         raise ConfigError(f"{_key(pool_key, 'instanceType')}: {e}") from None
     own_class = cache_class_name(cluster)
     if cfg.storage.class_name and cfg.storage.class_name != own_class and not cfg.storage.existing_claim:
-        raise ConfigError(f"{NS}:storage.className: {cfg.storage.class_name!r} does not exist on the EKS cluster this `pulumi up` creates, "
-                          f"so the cache claim would stay Pending; remove it (the stack's class is {own_class!r}, "
-                          f"from {NS}:cluster.cacheStorage: {cluster.cache_storage}) or set it to {own_class!r}")
-    serving = build_plan(cfg, default_storage_class=cache_class_name(cluster), job_node_selector={POOL_LABEL: "system"},
-                         efa_per_gpu=shape.efa_per_gpu, api_server_cidrs=eks_api_server_cidrs(cluster.vpc_cidr),
-                         **(door or {}))
+        raise ConfigError(
+            f"{NS}:storage.className: {cfg.storage.class_name!r} does not exist on the EKS cluster this `pulumi up` creates, "
+            f"so the cache claim would stay Pending; remove it (the stack's class is {own_class!r}, "
+            f"from {NS}:cluster.cacheStorage: {cluster.cache_storage}) or set it to {own_class!r}"
+        )
+    serving = build_plan(
+        cfg,
+        default_storage_class=cache_class_name(cluster),
+        job_node_selector={POOL_LABEL: "system"},
+        efa_per_gpu=shape.efa_per_gpu,
+        api_server_cidrs=eks_api_server_cidrs(cluster.vpc_cidr),
+        **(door or {}),
+    )
     cp = build_cluster_plan(stack, pool_cfg, target, dgd=serving.dgd, protect_cache=cfg.storage.protect, key=pool_key)
     if cp.gpu_pools[0].capacity == "karpenter":  # consolidation never takes a node from under a serving worker
         from stacks.cluster.karpenter import add_do_not_disrupt
@@ -338,16 +426,20 @@ def plan_eks(stack: str, cfg, cluster: EksConfig, raw: dict, secret_keys, aws_re
         if serving.cache_pvc:
             want = serving.cache_pvc["spec"]["resources"]["requests"]["storage"]
             if _gib(want) > cluster.fsx_storage_capacity_gib:
-                raise ConfigError(f"{NS}:storage.size: {want} is larger than the FSx file system ({NS}:cluster.fsxStorageCapacityGib: "
-                                  f"{cluster.fsx_storage_capacity_gib}); raise fsxStorageCapacityGib (1200, 2400 or a multiple of 2400)")
+                raise ConfigError(
+                    f"{NS}:storage.size: {want} is larger than the FSx file system ({NS}:cluster.fsxStorageCapacityGib: "
+                    f"{cluster.fsx_storage_capacity_gib}); raise fsxStorageCapacityGib (1200, 2400 or a multiple of 2400)"
+                )
     cp.pull_secrets = [pull_secret(n, ns) for n in cfg.image_pull_secrets]
     return cluster, cp, serving
 
 
 # --------------------------------------------------------------------------- several GPU node groups (cluster.gpuPools)
 
-def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, list[tuple[str, str, dict]], dict]],
-                     protect_cache: bool = True) -> ClusterPlan:
+
+def build_pools_plan(
+    stack: str, cluster: EksConfig, groups: list[tuple[str, list[tuple[str, str, dict]], dict]], protect_cache: bool = True
+) -> ClusterPlan:
     """One GPU node group per GPU of the stack's entries, each sized from the sum of its entries' DGDs (after replicas
     and overrides), plus the ``gpuPools`` no entry uses. ``groups``: ``(gpu, [(entry key, entry name, dgd)], taint)``
     in the order of the entries."""
@@ -359,13 +451,17 @@ def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, lis
             # Without gpuPools the entries' order would name the node groups, and removing the first entry would
             # rename (replace) another GPU's node group: the pools' order must be stated.
             gpus = [g for g, _, _ in groups]
-            raise ConfigError(f"{NS}:cluster.gpuPools: not set, but the entries run on {', '.join(gpus)}; list those GPUs "
-                              f"there (e.g. gpuPools: [{', '.join('{gpu: ' + g + '}' for g in gpus)}]): the pools' order names "
-                              f"the node groups, so adding or removing an entry never replaces another GPU's node group")
+            raise ConfigError(
+                f"{NS}:cluster.gpuPools: not set, but the entries run on {', '.join(gpus)}; list those GPUs "
+                f"there (e.g. gpuPools: [{', '.join('{gpu: ' + g + '}' for g in gpus)}]): the pools' order names "
+                f"the node groups, so adding or removing an entry never replaces another GPU's node group"
+            )
         if set_keys:
-            raise ConfigError(f"{NS}:cluster.{_camel(set_keys[0])}: applies to one GPU node group, but the entries run on "
-                              f"{', '.join(g for g, _, _ in groups)}; set it per GPU in {NS}:cluster.gpuPools "
-                              f"(e.g. gpuPools: [{{gpu: {groups[0][0]}, ...}}, {{gpu: {groups[1][0]}}}])")
+            raise ConfigError(
+                f"{NS}:cluster.{_camel(set_keys[0])}: applies to one GPU node group, but the entries run on "
+                f"{', '.join(g for g, _, _ in groups)}; set it per GPU in {NS}:cluster.gpuPools "
+                f"(e.g. gpuPools: [{{gpu: {groups[0][0]}, ...}}, {{gpu: {groups[1][0]}}}])"
+            )
     by_gpu = {gpu: (members, taint) for gpu, members, taint in groups}
     for gpu, (members, _) in by_gpu.items():
         cluster.pool_for(gpu, f"{members[0][0]}.gpu")  # every entry's GPU has a pool (when gpuPools is set)
@@ -377,14 +473,20 @@ def build_pools_plan(stack: str, cluster: EksConfig, groups: list[tuple[str, lis
         pcfg, key = cluster.pool_for(gpu)
         name = pool_name(gpu, not pools)
         if gpu not in by_gpu:
-            pools.append(build_gpu_pool(pcfg, gpu, None, f"pool {gpu}", {"key": GPU_TAINT_KEY, "value": "true", "effect": "NO_SCHEDULE"}, key, name))
+            pools.append(
+                build_gpu_pool(
+                    pcfg, gpu, None, f"pool {gpu}", {"key": GPU_TAINT_KEY, "value": "true", "effect": "NO_SCHEDULE"}, key, name
+                )
+            )
             continue
         members, taint = by_gpu[gpu]
         parts = [(n, dgd) for _, n, dgd in members]
         bad = _untolerated(parts, taint)
         if bad:
-            raise ConfigError(f"{members[0][0]}: the {gpu} node group is tainted {taint['key']}={taint['value']}, which "
-                              f"{', '.join(bad)} do not tolerate; entries of one GPU share its node group")
+            raise ConfigError(
+                f"{members[0][0]}: the {gpu} node group is tainted {taint['key']}={taint['value']}, which "
+                f"{', '.join(bad)} do not tolerate; entries of one GPU share its node group"
+            )
         pools.append(build_gpu_pool(pcfg, gpu, combined_dgd(parts), ", ".join(k for k, _, _ in members), taint, key, name))
     if len(pools) > 1:  # a worker that does not select its GPU could land on another GPU's nodes
         for pool in pools:

@@ -9,6 +9,7 @@ target only requests resources its fabric's plugin exposes.
 
 Pins come from ``stacks/registry/versions.yaml`` (``charts:`` and ``plugins:``).
 """
+
 from __future__ import annotations
 
 import json
@@ -54,6 +55,7 @@ NVIDIA_KINDS: tuple[str, ...] = ("device-plugin", "gpu-operator")
 
 # --------------------------------------------------------------------------- pins and Helm specs: stacks/registry/charts.py
 
+
 def nvidia_runtime_class(node_selector: Optional[Mapping[str, str]] = None) -> dict:
     """RuntimeClass ``nvidia`` for clusters whose NVIDIA stack is the device plugin (the GPU Operator creates
     its own). Recipes such as Nemotron-3-Ultra's name ``runtimeClassName: nvidia``; without the object the
@@ -66,14 +68,27 @@ def nvidia_runtime_class(node_selector: Optional[Mapping[str, str]] = None) -> d
     every pod that names the class at admission, so such a pod can only land where the ``nvidia`` runtime exists
     (Kubernetes API node.k8s.io/v1 Scheduling; "Runtime Class", Scheduling). Without it, a pod naming the class that
     lands on a system node fails to start its sandbox (no such handler)."""
-    rc: dict[str, Any] = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
+    rc: dict[str, Any] = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "nvidia"},
+        "handler": "nvidia",
+    }
     if node_selector:
         rc["scheduling"] = {"nodeSelector": dict(node_selector)}
     return rc
 
 
-def nvidia_gpu_stack(kind: str, *, driver: bool = False, toolkit: bool = False, gdrcopy: bool = False, host_mofed: bool = False,
-                     nfd: bool = True, gfd: bool = False) -> HelmSpec:
+def nvidia_gpu_stack(
+    kind: str,
+    *,
+    driver: bool = False,
+    toolkit: bool = False,
+    gdrcopy: bool = False,
+    host_mofed: bool = False,
+    nfd: bool = True,
+    gfd: bool = False,
+) -> HelmSpec:
     """Exactly one NVIDIA GPU stack: the k8s-device-plugin chart or the GPU Operator.
 
     Both advertise ``nvidia.com/gpu``; the GPU Operator deploys the same device plugin
@@ -111,8 +126,9 @@ def nvidia_gpu_stack(kind: str, *, driver: bool = False, toolkit: bool = False, 
     raise ValueError(f"NVIDIA GPU stack kind must be one of {', '.join(NVIDIA_KINDS)}, not {kind!r}")
 
 
-def dynamo_platform(version: Optional[str] = None, *, grove: bool = False, kai_scheduler: bool = False,
-                    prometheus_endpoint: Optional[str] = None) -> HelmSpec:
+def dynamo_platform(
+    version: Optional[str] = None, *, grove: bool = False, kai_scheduler: bool = False, prometheus_endpoint: Optional[str] = None
+) -> HelmSpec:
     """The ``dynamo-platform`` chart (NGC) in ``dynamo-system``: one cluster-wide operator that
     applies its own CRDs (``upgradeCRD``), Kubernetes-API discovery, no bundled etcd/NATS.
 
@@ -147,6 +163,7 @@ def dynamo_platform(version: Optional[str] = None, *, grove: bool = False, kai_s
 
 # --------------------------------------------------------------------------- fabric device plugins
 
+
 def _host_path(name: str, path: str, type_: Optional[str] = None) -> dict:
     hp: dict[str, Any] = {"path": path}
     if type_:
@@ -155,17 +172,25 @@ def _host_path(name: str, path: str, type_: Optional[str] = None) -> dict:
 
 
 def _labels(name: str, version: str) -> dict:
-    return {"app.kubernetes.io/name": name, "app.kubernetes.io/version": version,
-            "app.kubernetes.io/part-of": "dynamo-platform", "app.kubernetes.io/managed-by": "pulumi"}
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/version": version,
+        "app.kubernetes.io/part-of": "dynamo-platform",
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
 
 
 def _tag(image: str) -> str:
     return image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else "latest"
 
 
-def efa_device_plugin(image: Optional[str] = None, *, namespace: str = PLUGIN_NAMESPACE,
-                      node_selector: Optional[Mapping[str, str]] = None,
-                      extra_tolerations: tuple[dict, ...] = ()) -> list[dict]:
+def efa_device_plugin(
+    image: Optional[str] = None,
+    *,
+    namespace: str = PLUGIN_NAMESPACE,
+    node_selector: Optional[Mapping[str, str]] = None,
+    extra_tolerations: tuple[dict, ...] = (),
+) -> list[dict]:
     """The AWS EFA device plugin (eks-charts aws-efa-k8s-device-plugin) as a plain DaemonSet.
 
     Follows the upstream chart template (host network, system-node-critical, privileged,
@@ -179,64 +204,101 @@ def efa_device_plugin(image: Optional[str] = None, *, namespace: str = PLUGIN_NA
     labels = _labels(name, _tag(image))
     pod_labels = {"name": name}
     selector = dict(node_selector) if node_selector is not None else dict(EFA_NODE_LABELS)
-    return [{
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "selector": {"matchLabels": pod_labels},
-            "updateStrategy": {"type": "RollingUpdate"},
-            "template": {
-                "metadata": {"labels": {**pod_labels, **labels}},
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "tolerations": [dict(CRITICAL_ADDONS_TOLERATION), dict(GPU_TOLERATION), *map(dict, extra_tolerations)],
-                    "priorityClassName": "system-node-critical",
-                    "nodeSelector": selector,
-                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["auto"]}]},
-                    ]}}},
-                    "hostNetwork": True,
-                    "containers": [{
-                        "name": name,
-                        "image": image,
-                        "securityContext": {"allowPrivilegeEscalation": True, "privileged": True,
-                                            "runAsNonRoot": False, "runAsUser": 0},
-                        "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
-                        "volumeMounts": [
-                            {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
-                            {"name": "infiniband-volume", "mountPath": "/dev/infiniband/"},
-                            {"name": "neuron-tools", "mountPath": "/opt/aws/neuron/"},
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {
+                "selector": {"matchLabels": pod_labels},
+                "updateStrategy": {"type": "RollingUpdate"},
+                "template": {
+                    "metadata": {"labels": {**pod_labels, **labels}},
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "tolerations": [dict(CRITICAL_ADDONS_TOLERATION), dict(GPU_TOLERATION), *map(dict, extra_tolerations)],
+                        "priorityClassName": "system-node-critical",
+                        "nodeSelector": selector,
+                        "affinity": {
+                            "nodeAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [
+                                        {
+                                            "matchExpressions": [
+                                                {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["auto"]}
+                                            ]
+                                        },
+                                    ]
+                                }
+                            }
+                        },
+                        "hostNetwork": True,
+                        "containers": [
+                            {
+                                "name": name,
+                                "image": image,
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": True,
+                                    "privileged": True,
+                                    "runAsNonRoot": False,
+                                    "runAsUser": 0,
+                                },
+                                "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
+                                "volumeMounts": [
+                                    {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
+                                    {"name": "infiniband-volume", "mountPath": "/dev/infiniband/"},
+                                    {"name": "neuron-tools", "mountPath": "/opt/aws/neuron/"},
+                                ],
+                            }
                         ],
-                    }],
-                    "volumes": [
-                        _host_path("device-plugin", "/var/lib/kubelet/device-plugins"),
-                        _host_path("infiniband-volume", "/dev/infiniband/"),
-                        _host_path("neuron-tools", "/opt/aws/neuron/", "DirectoryOrCreate"),
-                    ],
+                        "volumes": [
+                            _host_path("device-plugin", "/var/lib/kubelet/device-plugins"),
+                            _host_path("infiniband-volume", "/dev/infiniband/"),
+                            _host_path("neuron-tools", "/opt/aws/neuron/", "DirectoryOrCreate"),
+                        ],
+                    },
                 },
             },
-        },
-    }]
+        }
+    ]
 
 
 RDMA_CONFIGMAP = "rdma-devices"
 RDMA_DAEMONSET = "rdma-shared-dp-ds"
 
 
-def rdma_config(resource_name: str = IB_RESOURCE_NAME, *, rdma_hca_max: int = 1000,
-                vendors: tuple[str, ...] = ("15b3",), link_types: tuple[str, ...] = ("infiniband",)) -> dict:
+def rdma_config(
+    resource_name: str = IB_RESOURCE_NAME,
+    *,
+    rdma_hca_max: int = 1000,
+    vendors: tuple[str, ...] = ("15b3",),
+    link_types: tuple[str, ...] = ("infiniband",),
+) -> dict:
     """The shared plugin's ``config.json``: one ``rdma/<resource_name>`` resource over the Mellanox
     (vendor 15b3) devices whose link type is InfiniBand. ``rdmaHcaMax`` caps the units per node
     (the Ultra IB recipes request one per GPU, the others one per pod)."""
-    return {"periodicUpdateInterval": 300,
-            "configList": [{"resourceName": resource_name, "resourcePrefix": RDMA_PREFIX, "rdmaHcaMax": rdma_hca_max,
-                            "selectors": {"vendors": list(vendors), "linkTypes": list(link_types)}}]}
+    return {
+        "periodicUpdateInterval": 300,
+        "configList": [
+            {
+                "resourceName": resource_name,
+                "resourcePrefix": RDMA_PREFIX,
+                "rdmaHcaMax": rdma_hca_max,
+                "selectors": {"vendors": list(vendors), "linkTypes": list(link_types)},
+            }
+        ],
+    }
 
 
-def rdma_shared_device_plugin(resource_name: str = IB_RESOURCE_NAME, image: Optional[str] = None, *,
-                              namespace: str = PLUGIN_NAMESPACE, node_selector: Optional[Mapping[str, str]] = None,
-                              rdma_hca_max: int = 1000, extra_tolerations: tuple[dict, ...] = ()) -> list[dict]:
+def rdma_shared_device_plugin(
+    resource_name: str = IB_RESOURCE_NAME,
+    image: Optional[str] = None,
+    *,
+    namespace: str = PLUGIN_NAMESPACE,
+    node_selector: Optional[Mapping[str, str]] = None,
+    rdma_hca_max: int = 1000,
+    extra_tolerations: tuple[dict, ...] = (),
+) -> list[dict]:
     """Mellanox k8s-rdma-shared-dev-plugin: ConfigMap ``rdma-devices`` and DaemonSet ``rdma-shared-dp-ds``
     (upstream's kustomize base, image pinned), exposing ``rdma/<resource_name>``.
 
@@ -261,18 +323,20 @@ def rdma_shared_device_plugin(resource_name: str = IB_RESOURCE_NAME, image: Opti
     if node_selector:
         pod_spec["nodeSelector"] = dict(node_selector)
     pod_spec |= {
-        "containers": [{
-            "name": "k8s-rdma-shared-dp-ds",
-            "image": image,
-            "imagePullPolicy": "IfNotPresent",
-            "securityContext": {"privileged": True},
-            "volumeMounts": [
-                {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins", "readOnly": False},
-                {"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry", "readOnly": False},
-                {"name": "config", "mountPath": "/k8s-rdma-shared-dev-plugin"},
-                {"name": "devs", "mountPath": "/dev/"},
-            ],
-        }],
+        "containers": [
+            {
+                "name": "k8s-rdma-shared-dp-ds",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "securityContext": {"privileged": True},
+                "volumeMounts": [
+                    {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins", "readOnly": False},
+                    {"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry", "readOnly": False},
+                    {"name": "config", "mountPath": "/k8s-rdma-shared-dev-plugin"},
+                    {"name": "devs", "mountPath": "/dev/"},
+                ],
+            }
+        ],
         "volumes": [
             _host_path("device-plugin", "/var/lib/kubelet/device-plugins"),
             _host_path("plugins-registry", "/var/lib/kubelet/plugins_registry"),
@@ -298,13 +362,15 @@ def rdma_shared_device_plugin(resource_name: str = IB_RESOURCE_NAME, image: Opti
 # Which plugin(s) each fabric needs installed. gke-rdma: GKE's multi-network (GKENetworkParamSet /
 # Network objects, set up with the cluster) provides the networking.gke.io.networks/* resources;
 # there is no device plugin of ours to install.
-_FABRIC_PLUGINS: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "aws-efa": (EFA_PLUGIN,),
-    "infiniband": (RDMA_PLUGIN,),
-    "nscale": (RDMA_PLUGIN,),
-    "gke-rdma": (),
-    "none": (),
-})
+_FABRIC_PLUGINS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "aws-efa": (EFA_PLUGIN,),
+        "infiniband": (RDMA_PLUGIN,),
+        "nscale": (RDMA_PLUGIN,),
+        "gke-rdma": (),
+        "none": (),
+    }
+)
 
 # The rdma-shared plugin's resourceName per fabric. Nscale's own recipe layer (Motif-3
 # components/nscale) requests rdma/shared_ib, which is what Nscale clusters name it.
@@ -350,7 +416,6 @@ def fabric_objects(fabric: str, *, node_selector: Optional[Mapping[str, str]] = 
     return objs
 
 
-
 def fabrics_objects(fabrics: Sequence[str], *, node_selector: Optional[Mapping[str, str]] = None) -> list[dict]:
     """The objects of every plugin that any of ``fabrics`` needs (a cluster serving targets on several fabrics), each
     once, in apply order. Two fabrics that configure one plugin differently (the RDMA shared device plugin names one
@@ -360,15 +425,31 @@ def fabrics_objects(fabrics: Sequence[str], *, node_selector: Optional[Mapping[s
         for obj in fabric_objects(fabric, node_selector=node_selector):
             key = (obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
             if key in out and out[key][1] != obj:
-                raise ValueError(f"fabrics {out[key][0]!r} and {fabric!r} both configure {key[0]} {key[2]} of their device "
-                                 f"plugin, differently; one cluster runs one such plugin configuration")
+                raise ValueError(
+                    f"fabrics {out[key][0]!r} and {fabric!r} both configure {key[0]} {key[2]} of their device "
+                    f"plugin, differently; one cluster runs one such plugin configuration"
+                )
             out.setdefault(key, (fabric, obj))
     return [obj for _, obj in out.values()]
 
+
 __all__ = [
     "fabrics_objects",
-    "EFA_NODE_LABEL", "EFA_NODE_LABEL_VALUE", "EFA_NODE_LABELS", "GPU_PRESENT_LABELS", "GPU_TAINT",
-    "FABRICS", "NVIDIA_KINDS", "efa_device_plugin", "rdma_shared_device_plugin",
-    "rdma_config", "nvidia_gpu_stack", "nvidia_runtime_class", "dynamo_platform", "exposed_resources", "fabric_plugins", "fabric_objects",
+    "EFA_NODE_LABEL",
+    "EFA_NODE_LABEL_VALUE",
+    "EFA_NODE_LABELS",
+    "GPU_PRESENT_LABELS",
+    "GPU_TAINT",
+    "FABRICS",
+    "NVIDIA_KINDS",
+    "efa_device_plugin",
+    "rdma_shared_device_plugin",
+    "rdma_config",
+    "nvidia_gpu_stack",
+    "nvidia_runtime_class",
+    "dynamo_platform",
+    "exposed_resources",
+    "fabric_plugins",
+    "fabric_objects",
     "gke_rdma_resources",
 ]

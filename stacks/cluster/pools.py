@@ -2,6 +2,7 @@
 reservations and Capacity Blocks), scaling, what one node offers the scheduler (``NodeShape``), packing a DGD's
 workers onto nodes (``pack``), ``build_gpu_pool``, and the helpers for several GPU pools on one cluster (tolerations,
 pinning a worker to its GPU product, combined DGDs)."""
+
 from __future__ import annotations
 
 import base64
@@ -120,9 +121,11 @@ def node_user_data(raid0: bool) -> str:
     A change of this text is a new launch template version (every GPU node of the group is replaced, one at a time:
     ``GPU_UPDATE_CONFIG``) or an EC2NodeClass drift (Karpenter replaces the nodes; serving pods carry do-not-disrupt)."""
     storage = "  instance:\n    localStorage:\n      strategy: RAID0\n" if raid0 else ""
-    return ("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"BOUNDARY\"\n\n--BOUNDARY\n"
-            "Content-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n"
-            f"{storage}  featureGates:\n    FastImagePull: true\n\n--BOUNDARY--\n")
+    return (
+        'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="BOUNDARY"\n\n--BOUNDARY\n'
+        "Content-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n"
+        f"{storage}  featureGates:\n    FastImagePull: true\n\n--BOUNDARY--\n"
+    )
 
 
 NODEADM_USER_DATA = node_user_data(raid0=True)  # the GPU node groups' launch templates
@@ -160,8 +163,9 @@ def _key(prefix: str, name: str) -> str:
     return f"{prefix}.{name}"
 
 
-def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, taint: dict, key: str = f"{NS}:cluster",
-                   name: str = "gpu") -> GpuPool:
+def build_gpu_pool(
+    cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, taint: dict, key: str = f"{NS}:cluster", name: str = "gpu"
+) -> GpuPool:
     """One GPU node group: ``cfg`` carries its settings (``EksConfig.pool_for``), ``dgd`` the GPU and EFA requests it
     must hold (the sum of the entries of this GPU; None: a cluster-only pool, sized by its ``nodes``), ``what`` names
     them in errors, ``key`` is where its settings live (``dynamo:cluster`` or ``dynamo:cluster.gpuPools[i]``)."""
@@ -178,33 +182,46 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
     # serving stacks that come later.
     efa = (shape.efa_interfaces > 0 and (dgd is None or bool(efa_workers))) if cfg.efa is None else cfg.efa
     if efa_workers and not efa:
-        raise ConfigError(f"{_key(key, 'efa')}: false, but {', '.join(efa_workers)} of {what} request vpc.amazonaws.com/efa (KV transfer over EFA); "
-                          f"remove {_key(key, 'efa')} (EFA is on by default for {shape.instance_type}) or choose an aggregated target")
+        raise ConfigError(
+            f"{_key(key, 'efa')}: false, but {', '.join(efa_workers)} of {what} request vpc.amazonaws.com/efa (KV transfer over EFA); "
+            f"remove {_key(key, 'efa')} (EFA is on by default for {shape.instance_type}) or choose an aggregated target"
+        )
     if shape.ultraserver and cfg.market_type != "capacity-block":
-        raise ConfigError(f"{_key(key, 'marketType')}: {cfg.market_type!r}: {shape.instance_type} is sold only in UltraServer Capacity Blocks "
-                          f"(u-p6e-gb200x36, u-p6e-gb200x72); set {_key(key, 'marketType')}: capacity-block and {_key(key, 'capacityReservationId')} "
-                          "(EKS user guide, ml-eks-nvidia-ultraserver)")
+        raise ConfigError(
+            f"{_key(key, 'marketType')}: {cfg.market_type!r}: {shape.instance_type} is sold only in UltraServer Capacity Blocks "
+            f"(u-p6e-gb200x36, u-p6e-gb200x72); set {_key(key, 'marketType')}: capacity-block and {_key(key, 'capacityReservationId')} "
+            "(EKS user guide, ml-eks-nvidia-ultraserver)"
+        )
     capacity = {"nvidia.com/gpu": shape.gpus_per_node}
     if efa:
         capacity["vpc.amazonaws.com/efa"] = shape.efa_interfaces
     karpenter = cfg.capacity == "karpenter"
     if karpenter and shape.ultraserver:
-        raise ConfigError(f"{_key(key, 'capacity')}: karpenter: {shape.instance_type} is sold only in UltraServer Capacity Blocks, "
-                          "which this project builds as managed node groups (with the DRA driver and ComputeDomain); use capacity: node-group")
+        raise ConfigError(
+            f"{_key(key, 'capacity')}: karpenter: {shape.instance_type} is sold only in UltraServer Capacity Blocks, "
+            "which this project builds as managed node groups (with the DRA driver and ComputeDomain); use capacity: node-group"
+        )
     if dgd is None:
         needed, gpus, running = 0, 0, 0
         if karpenter:
             if cfg.max_nodes is None:
-                raise ConfigError(f"{_key(key, 'maxNodes')}: not set; a Karpenter pool that no serving entry of this stack sizes needs "
-                                  f"its node limit (1-{MAX_KARPENTER_NODES})")
+                raise ConfigError(
+                    f"{_key(key, 'maxNodes')}: not set; a Karpenter pool that no serving entry of this stack sizes needs "
+                    f"its node limit (1-{MAX_KARPENTER_NODES})"
+                )
         elif cfg.gpu_nodes is None:
-            raise ConfigError(f"{_key(key, 'gpuNodes')}: not set; a pool that no serving entry of this stack sizes needs its node count "
-                              f"(1-{MAX_NODES_PER_NODEGROUP})")
+            raise ConfigError(
+                f"{_key(key, 'gpuNodes')}: not set; a pool that no serving entry of this stack sizes needs its node count "
+                f"(1-{MAX_NODES_PER_NODEGROUP})"
+            )
     else:
         needed, too_big = pack(dgd, capacity)
         if too_big:
-            raise ConfigError(f"{_key(key, 'instanceType')}: {shape.instance_type}: no single node holds " + "; ".join(too_big)
-                              + f" ({what}); choose a larger instance type of {gpu} or fewer GPUs per worker")
+            raise ConfigError(
+                f"{_key(key, 'instanceType')}: {shape.instance_type}: no single node holds "
+                + "; ".join(too_big)
+                + f" ({what}); choose a larger instance type of {gpu} or fewer GPUs per worker"
+            )
         running, needed = needed, max(needed, 1)
         gpus = catalog.gpus_needed(dgd)
     count = cfg.gpu_nodes or needed
@@ -212,13 +229,19 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
         # The NodePool's node limit: maxNodes, default what the DGDs need now (an autoscaled entry raises it).
         count = cfg.max_nodes or needed
         if count < needed:
-            raise ConfigError(f"{_key(key, 'maxNodes')}: {count} x {shape.instance_type} cannot hold {what} as configured "
-                              f"({gpus} GPUs, EFA {shape.efa_per_gpu}/GPU, replicas included); use at least {needed}")
+            raise ConfigError(
+                f"{_key(key, 'maxNodes')}: {count} x {shape.instance_type} cannot hold {what} as configured "
+                f"({gpus} GPUs, EFA {shape.efa_per_gpu}/GPU, replicas included); use at least {needed}"
+            )
     if count < needed:
-        raise ConfigError(f"{_key(key, 'gpuNodes')}: {count} x {shape.instance_type} cannot hold {what} as configured "
-                          f"({gpus} GPUs, EFA {shape.efa_per_gpu}/GPU, replicas included); use at least {needed}")
+        raise ConfigError(
+            f"{_key(key, 'gpuNodes')}: {count} x {shape.instance_type} cannot hold {what} as configured "
+            f"({gpus} GPUs, EFA {shape.efa_per_gpu}/GPU, replicas included); use at least {needed}"
+        )
     if shape.ultraserver and count > 18:
-        raise ConfigError(f"{_key(key, 'gpuNodes')}: {count}: an UltraServer holds at most 18 {shape.instance_type} (u-p6e-gb200x72)")
+        raise ConfigError(
+            f"{_key(key, 'gpuNodes')}: {count}: an UltraServer holds at most 18 {shape.instance_type} (u-p6e-gb200x72)"
+        )
     labels = {
         POOL_LABEL: name,
         "nvidia.com/gpu.product": shape.product,
@@ -230,7 +253,9 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
         "network_interfaces": network_interfaces(shape, efa),
         "user_data": base64.b64encode(NODEADM_USER_DATA.encode()).decode(),
         "metadata_options": launch_template_metadata(),  # IMDSv2, hop limit 1: no pod reads the node role (stacks/cluster/identity.py)
-        "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": {"volume_size": 500, "volume_type": "gp3", "delete_on_termination": "true"}}],
+        "block_device_mappings": [
+            {"device_name": "/dev/xvda", "ebs": {"volume_size": 500, "volume_type": "gp3", "delete_on_termination": "true"}}
+        ],
     }
     capacity_block = cfg.market_type == "capacity-block"
     # Capacity Blocks are already co-located and a targeted reservation launches where it was made: no placement group then.
@@ -238,7 +263,9 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
     wants_pg = cfg.placement_group if cfg.placement_group is not None else efa
     placement_group = {"strategy": "cluster"} if (wants_pg and not cfg.capacity_reservation_id and not karpenter) else None
     if cfg.capacity_reservation_id:
-        lt["capacity_reservation_specification"] = {"capacity_reservation_target": {"capacity_reservation_id": cfg.capacity_reservation_id}}
+        lt["capacity_reservation_specification"] = {
+            "capacity_reservation_target": {"capacity_reservation_id": cfg.capacity_reservation_id}
+        }
     if capacity_block:
         # EKS "Create a managed node group with Capacity Blocks for ML": the launch template names the instance type,
         # the capacity-block market and the reservation; the node group sets no instanceTypes.
@@ -279,12 +306,29 @@ def build_gpu_pool(cfg: EksConfig, gpu: str, dgd: Optional[dict], what: str, tai
     if karpenter:
         from stacks.config.eks import DEFAULT_CONSOLIDATE_AFTER, karpenter_ami_alias
 
-        kp = {"max_nodes": count, "consolidate_after": cfg.consolidate_after or DEFAULT_CONSOLIDATE_AFTER,
-              "ami_alias": cfg.ami_alias or karpenter_ami_alias(cfg.ami_release()), "market_type": cfg.market_type,
-              "capacity_reservation_id": cfg.capacity_reservation_id, "zone": cfg.gpu_zone()}
-    return GpuPool(name=name, gpu=gpu, nodegroup=gpu_ng, launch_template=lt, placement_group=placement_group, shape=shape,
-                   node_shape=node_shape, efa=efa, nodes_needed=needed, gpus=gpus, nodes_running=running,
-                   capacity="karpenter" if karpenter else "node-group", karpenter=kp)
+        kp = {
+            "max_nodes": count,
+            "consolidate_after": cfg.consolidate_after or DEFAULT_CONSOLIDATE_AFTER,
+            "ami_alias": cfg.ami_alias or karpenter_ami_alias(cfg.ami_release()),
+            "market_type": cfg.market_type,
+            "capacity_reservation_id": cfg.capacity_reservation_id,
+            "zone": cfg.gpu_zone(),
+        }
+    return GpuPool(
+        name=name,
+        gpu=gpu,
+        nodegroup=gpu_ng,
+        launch_template=lt,
+        placement_group=placement_group,
+        shape=shape,
+        node_shape=node_shape,
+        efa=efa,
+        nodes_needed=needed,
+        gpus=gpus,
+        nodes_running=running,
+        capacity="karpenter" if karpenter else "node-group",
+        karpenter=kp,
+    )
 
 
 def pool_name(gpu: str, first: bool) -> str:
@@ -295,8 +339,12 @@ def pool_name(gpu: str, first: bool) -> str:
 def _pins_gpu_product(pod: dict) -> bool:
     if "nvidia.com/gpu.product" in (pod.get("nodeSelector") or {}):
         return True
-    terms = (((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
-    return bool(terms) and all(any(e.get("key") == "nvidia.com/gpu.product" for e in t.get("matchExpressions") or []) for t in terms)
+    terms = (
+        ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    ).get("nodeSelectorTerms") or []
+    return bool(terms) and all(
+        any(e.get("key") == "nvidia.com/gpu.product" for e in t.get("matchExpressions") or []) for t in terms
+    )
 
 
 def pin_gpu_product(dgd: dict, product: str) -> list[str]:
@@ -320,7 +368,11 @@ def tolerates(pod: dict, taint: dict) -> bool:
             continue
         if t.get("operator") == "Exists" and t.get("key") in (None, "", taint["key"]):
             return True
-        if t.get("operator", "Equal") == "Equal" and t.get("key") == taint["key"] and str(t.get("value", "")) == str(taint["value"]):
+        if (
+            t.get("operator", "Equal") == "Equal"
+            and t.get("key") == taint["key"]
+            and str(t.get("value", "")) == str(taint["value"])
+        ):
             return True
     return False
 
@@ -333,5 +385,9 @@ def combined_dgd(parts: list[tuple[str, dict]]) -> dict:
 
 
 def _untolerated(parts: list[tuple[str, dict]], taint: dict) -> list[str]:
-    return [f"{name}/{c['name']}" for name, d in parts for c in d["spec"]["components"]
-            if pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu") and not tolerates(c["podTemplate"]["spec"], taint)]
+    return [
+        f"{name}/{c['name']}"
+        for name, d in parts
+        for c in d["spec"]["components"]
+        if pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu") and not tolerates(c["podTemplate"]["spec"], taint)
+    ]

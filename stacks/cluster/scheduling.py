@@ -1,6 +1,7 @@
 """Would the target's pods schedule on its cluster shape? A small, pure model of the scheduler's
 filters that matter here: node selectors, required node affinity, taints/tolerations and
 extended-resource capacity (GPUs, EFA, RDMA), with first-fit packing of GPU pods onto nodes."""
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -18,8 +19,12 @@ EXTENDED_SKIP = {"cpu", "memory", "ephemeral-storage", "hugepages-2Mi"}
 # registered without instance data (with instance data, "none" and "aws-efa" run on the EKS plan).
 EXISTING_FABRICS: dict[str, tuple[int, str, dict[str, int], dict[str, str]]] = {
     "infiniband": (8, "amd64", {"rdma/ib": 1000}, {}),
-    "gke-rdma": (4, "arm64", {f"networking.gke.io.networks/rdma-{i}{s}": 1 for i in range(4) for s in ("", ".IP")},
-                 {"cloud.google.com/gke-accelerator": "nvidia-gb200"}),
+    "gke-rdma": (
+        4,
+        "arm64",
+        {f"networking.gke.io.networks/rdma-{i}{s}": 1 for i in range(4) for s in ("", ".IP")},
+        {"cloud.google.com/gke-accelerator": "nvidia-gb200"},
+    ),
     "nscale": (8, "amd64", {"rdma/shared_ib": 1000}, {"node.kubernetes.io/instance-type": "g.192.b200.8"}),
     "none": (8, "amd64", {}, {}),
 }
@@ -44,9 +49,19 @@ def on_eks_by_default(t: Target) -> bool:
 def _existing_gpu_shape(t: Target, gpus: int) -> NodeShape:
     per_node, arch, capacity, extra_labels = EXISTING_FABRICS[t.fabric]
     taint = gpu_taint_for(t)
-    labels = {"nvidia.com/gpu.product": registry.label(t.gpu), "nvidia.com/gpu.present": "true", "kubernetes.io/arch": arch, **extra_labels}
-    return NodeShape("gpu", labels, [{"key": taint["key"], "value": taint["value"], "effect": "NoSchedule"}],
-                     {"nvidia.com/gpu": per_node, **capacity}, max(1, -(-gpus // per_node)))
+    labels = {
+        "nvidia.com/gpu.product": registry.label(t.gpu),
+        "nvidia.com/gpu.present": "true",
+        "kubernetes.io/arch": arch,
+        **extra_labels,
+    }
+    return NodeShape(
+        "gpu",
+        labels,
+        [{"key": taint["key"], "value": taint["value"], "effect": "NoSchedule"}],
+        {"nvidia.com/gpu": per_node, **capacity},
+        max(1, -(-gpus // per_node)),
+    )
 
 
 def default_shapes(t: Target) -> list[NodeShape]:
@@ -55,7 +70,9 @@ def default_shapes(t: Target) -> list[NodeShape]:
     if on_eks_by_default(t):
         return [SYSTEM, build_cluster_plan("check", default_eks_config(t), t).gpu_shape]
     if t.fabric not in EXISTING_FABRICS:
-        raise ValueError(f"{t.id}: no default cluster shape for fabric {t.fabric!r}; known: aws-efa, {', '.join(EXISTING_FABRICS)}")
+        raise ValueError(
+            f"{t.id}: no default cluster shape for fabric {t.fabric!r}; known: aws-efa, {', '.join(EXISTING_FABRICS)}"
+        )
     return [SYSTEM, _existing_gpu_shape(t, catalog.gpus_needed(_dgd(t)))]
 
 
@@ -104,7 +121,9 @@ def misfits(t: Target, pod: dict, node: NodeShape) -> list[str]:
     for k, v in (pod.get("nodeSelector") or {}).items():
         if node.labels.get(k) != v:
             why.append(f"nodeSelector {k}={v} (node has {node.labels.get(k)!r})")
-    terms = (((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    terms = (
+        ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    ).get("nodeSelectorTerms")
     if terms and not any(all(_match_expr(node.labels, e) for e in term.get("matchExpressions", [])) for term in terms):
         why.append(f"affinity {terms} (node labels {node.labels})")
     for taint in node.taints:
@@ -136,7 +155,9 @@ def check_target(t: Target, shapes: list[NodeShape] | None = None, dgd: dict | N
         for r in range(int(comp.get("replicas", 1))):
             node = next((n for n in free[shape.name] if all(n.get(k, 0) >= v for k, v in req.items())), None)
             if node is None:
-                problems.append(f"{t.id} {comp['name']}: replica {r + 1} does not fit on {shape.count} {shape.name} node(s) (requests {req})")
+                problems.append(
+                    f"{t.id} {comp['name']}: replica {r + 1} does not fit on {shape.count} {shape.name} node(s) (requests {req})"
+                )
                 break
             for k, v in req.items():
                 node[k] -= v

@@ -1,12 +1,12 @@
 """The model cache's storage: EFS and FSx for Lustre throughput facts, the cache StorageClass, the FSx static
 PersistentVolume, the cache class name of a cluster and storage quantities in GiB."""
+
 from __future__ import annotations
 
 import re
 from typing import Any
 
 from stacks.config.eks import EksConfig
-
 
 
 # EFS Elastic throughput: about 1.5 GiB/s read per client (EFS user guide, "Amazon EFS performance"); the FSx default
@@ -38,7 +38,11 @@ def efs_class_parameters(file_system_id: str) -> dict[str, str]:
 def fsx_volume_source(file_system_id: str, dns_name: str, mount_name: str) -> dict[str, Any]:
     """The ``csi`` source of the FSx static PersistentVolume (kubernetes-sigs/aws-fsx-csi-driver static provisioning):
     the file system's id, DNS name and mount name."""
-    return {"driver": "fsx.csi.aws.com", "volumeHandle": file_system_id, "volumeAttributes": {"dnsname": dns_name, "mountname": mount_name}}
+    return {
+        "driver": "fsx.csi.aws.com",
+        "volumeHandle": file_system_id,
+        "volumeAttributes": {"dnsname": dns_name, "mountname": mount_name},
+    }
 
 
 def _fsx_static_pv(name: str, class_name: str, capacity_gib: int) -> dict:
@@ -72,11 +76,26 @@ def efs_file_system_policy(file_system_arn: str) -> dict:
     return {
         "Version": "2012-10-17",
         "Statement": [
-            {"Sid": "ClientsThroughAMountTarget", "Effect": "Allow", "Principal": {"AWS": "*"}, "Resource": file_system_arn,
-             "Action": ["elasticfilesystem:ClientRootAccess", "elasticfilesystem:ClientWrite", "elasticfilesystem:ClientMount"],
-             "Condition": {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}}},
-            {"Sid": "NonSecureTransport", "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "*", "Resource": file_system_arn,
-             "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
+            {
+                "Sid": "ClientsThroughAMountTarget",
+                "Effect": "Allow",
+                "Principal": {"AWS": "*"},
+                "Resource": file_system_arn,
+                "Action": [
+                    "elasticfilesystem:ClientRootAccess",
+                    "elasticfilesystem:ClientWrite",
+                    "elasticfilesystem:ClientMount",
+                ],
+                "Condition": {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}},
+            },
+            {
+                "Sid": "NonSecureTransport",
+                "Effect": "Deny",
+                "Principal": {"AWS": "*"},
+                "Action": "*",
+                "Resource": file_system_arn,
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            },
         ],
     }
 

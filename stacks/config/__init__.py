@@ -25,6 +25,7 @@ The names above are defined in ``stacks.config.stack`` and read from this packag
 parse_spec``), which loads that module on first use: so importing ``stacks.config.keys`` alone, as ``render --target``
 and ``render --all`` do, loads neither it nor the EKS keys.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

@@ -6,6 +6,7 @@ per-identity rate limit without an identity; a zero request timeout (Gateway API
 ``timeouts.request`` as "no timeout": a hung stream would hold its connection for ever). The API keys themselves
 are the Pulumi secret ``dynamo:frontDoorApiKeys`` (a mapping client id -> key), never a plain key here.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -66,10 +67,15 @@ class TlsConfig(_Model):
     @model_validator(mode="after")
     def _check(self):
         if self.mode == "certManager" and self.issuer is None:
-            raise _key_error("issuer", "required with tls.mode certManager: the cert-manager issuer that signs the certificate, "
-                                       "e.g. {kind: ClusterIssuer, name: letsencrypt-prod}")
+            raise _key_error(
+                "issuer",
+                "required with tls.mode certManager: the cert-manager issuer that signs the certificate, "
+                "e.g. {kind: ClusterIssuer, name: letsencrypt-prod}",
+            )
         if self.mode == "secret" and not self.secret_name:
-            raise _key_error("secretName", "required with tls.mode secret: an existing kubernetes.io/tls Secret in the gateway's namespace")
+            raise _key_error(
+                "secretName", "required with tls.mode secret: an existing kubernetes.io/tls Secret in the gateway's namespace"
+            )
         if self.mode != "certManager" and self.issuer is not None:
             raise _key_error("issuer", f"has no effect with tls.mode {self.mode!r}; it applies to mode 'certManager'")
         if self.mode != "secret" and self.secret_name:
@@ -90,8 +96,10 @@ class JwtConfig(_Model):
     def _https(cls, v):
         why = url_problem(v)
         if why or not str(v).startswith("https://"):
-            raise ValueError(f"{_short(v)} {why or 'is not an https URL'}; the issuer and its JWKS are fetched over TLS, "
-                             f"e.g. https://login.example.com/.well-known/jwks.json")
+            raise ValueError(
+                f"{_short(v)} {why or 'is not an https URL'}; the issuer and its JWKS are fetched over TLS, "
+                f"e.g. https://login.example.com/.well-known/jwks.json"
+            )
         return v
 
 
@@ -164,9 +172,11 @@ class FrontDoorConfig(_Model):
     @classmethod
     def _timeout(cls, v):
         if v is not None and not isinstance(v, bool) and str(v).strip() in ("0", "0.0"):
-            raise ValueError("0 means no timeout at all to Gateway API and Envoy: a hung stream would hold its connection and "
-                             "its worker for ever; set the longest request you serve in seconds (e.g. 3600), or leave it "
-                             "unset for the target's default")
+            raise ValueError(
+                "0 means no timeout at all to Gateway API and Envoy: a hung stream would hold its connection and "
+                "its worker for ever; set the longest request you serve in seconds (e.g. 3600), or leave it "
+                "unset for the target's default"
+            )
         return v
 
     @field_validator("request_timeout")
@@ -191,40 +201,69 @@ class FrontDoorConfig(_Model):
             return self
         if self.gateway == "existing":
             if self.existing_gateway is None:
-                raise _key_error("existingGateway", "required with gateway: existing: the Gateway the routes attach to, "
-                                                    "{namespace: <its namespace>, name: <its name>}")
+                raise _key_error(
+                    "existingGateway",
+                    "required with gateway: existing: the Gateway the routes attach to, "
+                    "{namespace: <its namespace>, name: <its name>}",
+                )
             managed_only = {"exposure", "source_ranges", "tls", "namespace", "install_controllers"} & self.model_fields_set
             if managed_only:
                 first = sorted(managed_only)[0]
                 key = type(self).model_fields[first].alias or first
-                raise _key_error(key, "has no effect with gateway: existing (that Gateway's listeners, certificates and load "
-                                      "balancer are its own); set it on the existing Gateway, or use gateway: managed")
+                raise _key_error(
+                    key,
+                    "has no effect with gateway: existing (that Gateway's listeners, certificates and load "
+                    "balancer are its own); set it on the existing Gateway, or use gateway: managed",
+                )
             if self.existing_gateway.implementation != "envoy-gateway" and (self.auth.mode != "none" or self.rate_limit):
-                raise _key_error("auth.mode" if self.auth.mode != "none" else "rateLimit",
-                                 f"needs existingGateway.implementation: envoy-gateway (this program writes Envoy Gateway "
-                                 f"SecurityPolicy and BackendTrafficPolicy objects); on Istio, agentgateway or kgateway "
-                                 f"configure authentication on that gateway and leave {NS}:frontDoor.auth unset")
+                raise _key_error(
+                    "auth.mode" if self.auth.mode != "none" else "rateLimit",
+                    f"needs existingGateway.implementation: envoy-gateway (this program writes Envoy Gateway "
+                    f"SecurityPolicy and BackendTrafficPolicy objects); on Istio, agentgateway or kgateway "
+                    f"configure authentication on that gateway and leave {NS}:frontDoor.auth unset",
+                )
         elif self.existing_gateway is not None:
             raise _key_error("existingGateway", "has no effect with gateway: managed; set gateway: existing or remove it")
         if self.exposure == "internet":
-            missing = [k for k, off in (("auth.mode", self.auth.mode == "none"), ("tls.mode", self.tls.mode == "none"),
-                                        ("sourceRanges", not self.source_ranges)) if off]
+            missing = [
+                k
+                for k, off in (
+                    ("auth.mode", self.auth.mode == "none"),
+                    ("tls.mode", self.tls.mode == "none"),
+                    ("sourceRanges", not self.source_ranges),
+                )
+                if off
+            ]
             if missing:
-                raise _key_error("exposure", (
-                    f"'internet' needs authentication, TLS and the allowed source ranges; not set: {', '.join(missing)}. "
-                    f"Set auth.mode: apiKeys (keys in the secret {NS}:{API_KEYS_SECRET}) or jwt, tls.mode: certManager "
-                    f"(with tls.issuer) or secret, and sourceRanges: [<CIDR>, ...] (0.0.0.0/0 only if every address "
-                    f"may try); or keep exposure: cluster (default) or vpc"))
+                raise _key_error(
+                    "exposure",
+                    (
+                        f"'internet' needs authentication, TLS and the allowed source ranges; not set: {', '.join(missing)}. "
+                        f"Set auth.mode: apiKeys (keys in the secret {NS}:{API_KEYS_SECRET}) or jwt, tls.mode: certManager "
+                        f"(with tls.issuer) or secret, and sourceRanges: [<CIDR>, ...] (0.0.0.0/0 only if every address "
+                        f"may try); or keep exposure: cluster (default) or vpc"
+                    ),
+                )
         if self.exposure != "cluster" and self.auth.mode != "none" and self.tls.mode == "none":
-            raise _key_error("tls.mode", f"'none' with auth.mode {self.auth.mode!r} and exposure {self.exposure!r}: the keys or tokens "
-                                         "would cross the network in clear text; set tls.mode: certManager or secret")
+            raise _key_error(
+                "tls.mode",
+                f"'none' with auth.mode {self.auth.mode!r} and exposure {self.exposure!r}: the keys or tokens "
+                "would cross the network in clear text; set tls.mode: certManager or secret",
+            )
         if self.exposure == "cluster" and self.source_ranges:
-            raise _key_error("sourceRanges", "has no effect with exposure: cluster (no load balancer); set exposure: vpc or internet")
+            raise _key_error(
+                "sourceRanges", "has no effect with exposure: cluster (no load balancer); set exposure: vpc or internet"
+            )
         if self.tls.mode != "none" and not self.hostname:
-            raise _key_error("hostname", f"required with tls.mode {self.tls.mode!r}: the name clients use and the certificate "
-                                         "covers, e.g. models.example.com")
+            raise _key_error(
+                "hostname",
+                f"required with tls.mode {self.tls.mode!r}: the name clients use and the certificate "
+                "covers, e.g. models.example.com",
+            )
         if self.rate_limit is not None and self.auth.mode == "none":
-            raise _key_error("rateLimit", "limits each authenticated caller, and auth.mode is 'none'; set auth.mode: apiKeys or jwt")
+            raise _key_error(
+                "rateLimit", "limits each authenticated caller, and auth.mode is 'none'; set auth.mode: apiKeys or jwt"
+            )
         return self
 
 
@@ -232,18 +271,24 @@ def api_key_problems(value: object) -> list[str]:
     """What is wrong with the secret ``dynamo:frontDoorApiKeys`` (never the keys themselves): a mapping of client ids
     (the tenant each key stands for) to keys of at least ``MIN_API_KEY_LENGTH`` characters, each key once."""
     key = f"{NS}:{API_KEYS_SECRET}"
-    fix = (f"set it as a mapping of client id to key: `pulumi config set --secret --path '{key}.team-a' \"$(openssl rand -hex 32)\"`")
+    fix = (
+        f"set it as a mapping of client id to key: `pulumi config set --secret --path '{key}.team-a' \"$(openssl rand -hex 32)\"`"
+    )
     if not isinstance(value, dict) or not value:
         return [f"{key}: the secret is not a non-empty mapping of client id to API key (value not shown); {fix}"]
     out = []
     for i, (client, api_key) in enumerate(value.items()):
         # Entries are named by position: a client id that fails a check may be a key pasted in its place.
         if not _CLIENT_ID.fullmatch(str(client)):
-            out.append(f"{key}: entry {i + 1} has a name that is not a client id (letters, digits, '-', '_', '.', at most 63; "
-                       f"name not shown: it may be a key); {fix}")
+            out.append(
+                f"{key}: entry {i + 1} has a name that is not a client id (letters, digits, '-', '_', '.', at most 63; "
+                f"name not shown: it may be a key); {fix}"
+            )
         elif not isinstance(api_key, str) or len(api_key) < MIN_API_KEY_LENGTH or any(c.isspace() for c in api_key):
-            out.append(f"{key}: entry {i + 1}'s key is shorter than {MIN_API_KEY_LENGTH} characters or has whitespace "
-                       f"(values not shown); {fix}")
+            out.append(
+                f"{key}: entry {i + 1}'s key is shorter than {MIN_API_KEY_LENGTH} characters or has whitespace "
+                f"(values not shown); {fix}"
+            )
     keys = [v for v in value.values() if isinstance(v, str)]
     if len(set(keys)) != len(keys):
         out.append(f"{key}: two clients share one key (values not shown); each client needs its own key to be told apart")

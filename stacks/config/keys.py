@@ -24,6 +24,7 @@ Value rules (each a pure function here, shared with ``stacks.cli.promote``):
   ``//``, no space, ``~^:?*[\\`` or control characters, no ``@{``, no trailing ``/``, ``.`` or
   ``.lock``). Digits are accepted (``20250101``). Promotion additionally refuses branches.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -58,8 +59,9 @@ def _number_field(annotation: Any) -> bool:
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) is Literal:
         return bool(args) and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
-    return typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and \
-        any(_number_field(a) for a in args if a is not type(None))
+    return typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and any(
+        _number_field(a) for a in args if a is not type(None)
+    )
 
 
 def number_problem(v: Any) -> Optional[str]:
@@ -77,8 +79,9 @@ class _Model(BaseModel):
     # value Pulumi passes as the string "123": accept both alike. Stack files spell keys in camelCase only
     # (``parse`` validates with ``by_name=False``, so ``job_timeout`` is an unknown key there); Python code may
     # still build a model by field name.
-    model_config = ConfigDict(extra="forbid", alias_generator=_camel, populate_by_name=True, frozen=True, defer_build=True,
-                              coerce_numbers_to_str=True)
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=_camel, populate_by_name=True, frozen=True, defer_build=True, coerce_numbers_to_str=True
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -92,8 +95,12 @@ class _Model(BaseModel):
                 if key not in data:
                     continue
                 why = number_problem(data[key]) if _number_field(f.annotation) else None
-                if why is None and f.annotation in (bool, Optional[bool]) and not isinstance(data[key], bool) \
-                        and not (data[key] is None and f.annotation == Optional[bool]):
+                if (
+                    why is None
+                    and f.annotation in (bool, Optional[bool])
+                    and not isinstance(data[key], bool)
+                    and not (data[key] is None and f.annotation == Optional[bool])
+                ):
                     why = f"{_short(data[key])} is not a boolean; use true or false"
                 if why:
                     raise _key_error(key, why)
@@ -128,8 +135,10 @@ def reserved_namespace(v: Any) -> bool:
 
 def owned_namespace_problem(v: Any, key: str, create_key: str) -> Optional[str]:
     if reserved_namespace(v):
-        return (f"{v!r} belongs to the cluster (default and kube-* are Kubernetes' own namespaces), so this stack must "
-                f"not create or delete it: choose a namespace of its own, or set {create_key}: false to use it as is")
+        return (
+            f"{v!r} belongs to the cluster (default and kube-* are Kubernetes' own namespaces), so this stack must "
+            f"not create or delete it: choose a namespace of its own, or set {create_key}: false to use it as is"
+        )
     return None
 
 
@@ -145,15 +154,25 @@ def dns_subdomain_problem(v: Any) -> Optional[str]:
     if not isinstance(v, str):
         return f"{v!r} is not a name"
     if not v or len(v) > 253 or not all(_DNS_LABEL.fullmatch(p) for p in v.split(".")):
-        return (f"{v!r} is not a valid DNS-1123 subdomain (up to 253 lowercase letters, digits, '-' and '.', "
-                "each part starting and ending with a letter or digit)")
+        return (
+            f"{v!r} is not a valid DNS-1123 subdomain (up to 253 lowercase letters, digits, '-' and '.', "
+            "each part starting and ending with a letter or digit)"
+        )
     return None
 
 
 _QUANTITY = re.compile(r"([+-]?)(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[mkMGTPE]?)")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"m": Decimal("0.001"), "": Decimal(1), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
-            "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18}
+_DECIMAL = {
+    "m": Decimal("0.001"),
+    "": Decimal(1),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+}
 
 
 def quantity_bytes(text: Any) -> Decimal:
@@ -185,7 +204,7 @@ def url_problem(v: Any) -> Optional[str]:
     such as U+202E, which make a URL display as something else), a host, and a TCP port 1-65535 (RFC 793)."""
     if not isinstance(v, str):
         return "is not a URL"
-    if any(not (0x21 <= ord(c) <= 0x7e) for c in v):
+    if any(not (0x21 <= ord(c) <= 0x7E) for c in v):
         return "contains a control, space or non-ASCII character"
     m = re.fullmatch(r"https?://([^\s/:?#@]+)(?::([0-9]+))?(/\S*)?", v, re.ASCII)
     if not m:
@@ -310,8 +329,11 @@ class StorageConfig(_Model):
         if self.existing_claim:
             ignored = sorted(_camel(f) for f in self.model_fields_set & {"class_name", "size", "access_mode", "protect"})
             if ignored:
-                raise _key_error(ignored[0], f"has no effect with storage.existingClaim {self.existing_claim!r} "
-                                             "(the stack does not own that claim); remove it")
+                raise _key_error(
+                    ignored[0],
+                    f"has no effect with storage.existingClaim {self.existing_claim!r} "
+                    "(the stack does not own that claim); remove it",
+                )
         return self
 
 
@@ -335,8 +357,11 @@ class WaitConfig(_Model):
     def _unused(self):
         for wait, timeout in (("job", "job_timeout"), ("dgd", "dgd_timeout")):
             if timeout in self.model_fields_set and not (self.enabled and getattr(self, wait)):
-                raise _key_error(_camel(timeout), f"{getattr(self, timeout)!r} has no effect: the {wait} wait is off "
-                                                  f"(wait.enabled={self.enabled}, wait.{wait}={getattr(self, wait)})")
+                raise _key_error(
+                    _camel(timeout),
+                    f"{getattr(self, timeout)!r} has no effect: the {wait} wait is off "
+                    f"(wait.enabled={self.enabled}, wait.{wait}={getattr(self, wait)})",
+                )
         return self
 
 
@@ -397,7 +422,9 @@ class ObservabilityConfig(_Model):
         for key, value in v.items():
             prefix, _, name = key.rpartition("/")
             if (prefix and dns_subdomain_problem(prefix)) or not re.fullmatch(part, name):
-                raise _key_error(key, "is not a valid Kubernetes label key ([prefix/]name, name up to 63 alphanumerics, '-', '_', '.')")
+                raise _key_error(
+                    key, "is not a valid Kubernetes label key ([prefix/]name, name up to 63 alphanumerics, '-', '_', '.')"
+                )
             if not re.fullmatch(f"{part}?", value):
                 raise _key_error(key, f"{value!r} is not a valid Kubernetes label value (up to 63 alphanumerics, '-', '_', '.')")
         return v
@@ -414,15 +441,25 @@ class ObservabilityConfig(_Model):
     @model_validator(mode="after")
     def _check(self):
         _off_keys_unused(self, "observability")
-        why = owned_namespace_problem(self.namespace, "namespace", "observability.createNamespace") if self.create_namespace else None
+        why = (
+            owned_namespace_problem(self.namespace, "namespace", "observability.createNamespace")
+            if self.create_namespace
+            else None
+        )
         if why:
             raise _key_error("namespace", why)
         if self.enabled and self.prometheus == "existing" and not self.prometheus_endpoint:
-            raise _key_error("prometheusEndpoint", "required with prometheus: existing (the URL of your Prometheus, "
-                                                   "e.g. http://prometheus-operated.monitoring.svc:9090)")
+            raise _key_error(
+                "prometheusEndpoint",
+                "required with prometheus: existing (the URL of your Prometheus, "
+                "e.g. http://prometheus-operated.monitoring.svc:9090)",
+            )
         if self.prometheus == "install" and self.prometheus_endpoint:
-            raise _key_error("prometheusEndpoint", f"{self.prometheus_endpoint!r} has no effect with prometheus: install "
-                                                   "(the stack's own Prometheus is used); set prometheus: existing")
+            raise _key_error(
+                "prometheusEndpoint",
+                f"{self.prometheus_endpoint!r} has no effect with prometheus: install "
+                "(the stack's own Prometheus is used); set prometheus: existing",
+            )
         return self
 
 
@@ -508,8 +545,9 @@ class ModelLoaderConfig(_Model):
         if self.format == "default":
             extra = sorted(_camel(f) for f in self.model_fields_set - {"format"})
             if extra:
-                raise _key_error(extra[0], "has no effect with format: default (vLLM's own loader); set format: runai-streamer "
-                                           "or remove it")
+                raise _key_error(
+                    extra[0], "has no effect with format: default (vLLM's own loader); set format: runai-streamer or remove it"
+                )
         return self
 
 
@@ -550,7 +588,9 @@ class StackConfig(_Model):
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)  # optional, off by default
     network_policy: NetworkPolicyConfig = Field(default_factory=NetworkPolicyConfig)  # optional, off by default
     compile_cache: CompileCacheConfig = Field(default_factory=CompileCacheConfig)  # on by default; enabled: false opts out
-    fast_startup_probe: FastStartupProbeConfig = Field(default_factory=FastStartupProbeConfig)  # off by default; enabled: true opts in
+    fast_startup_probe: FastStartupProbeConfig = Field(
+        default_factory=FastStartupProbeConfig
+    )  # off by default; enabled: true opts in
     model_loader: ModelLoaderConfig = Field(default_factory=ModelLoaderConfig)  # vLLM's own loader by default
     # Pause: every GPU worker component at 0 replicas (frontend and cache kept); stacks/serving/autoscaling.py.
     paused: bool = False
@@ -595,8 +635,11 @@ class StackConfig(_Model):
                 raise ValueError(f"component {comp!r} is empty; use a component name or '*' for every container")
             why = image_problem(ref)
             if why:
-                raise _key_error(comp, f"{ref!r}: {why}; use a pinned image such as "
-                                       "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0 or one with @sha256:<digest>")
+                raise _key_error(
+                    comp,
+                    f"{ref!r}: {why}; use a pinned image such as "
+                    "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0 or one with @sha256:<digest>",
+                )
         return v
 
     @field_validator("replicas")
@@ -629,9 +672,12 @@ class StackConfig(_Model):
         if why:
             raise _key_error("namespace", why)
         if self.storage.access_mode == "ReadOnlyMany" and not self.storage.existing_claim:
-            raise _key_error("storage.accessMode", "'ReadOnlyMany': the download Job writes the model into the stack's own claim; "
-                                        "choose ReadWriteMany (default), ReadWriteOnce or ReadWriteOncePod, or point "
-                                        "storage.existingClaim at a filled read-only claim")
+            raise _key_error(
+                "storage.accessMode",
+                "'ReadOnlyMany': the download Job writes the model into the stack's own claim; "
+                "choose ReadWriteMany (default), ReadWriteOnce or ReadWriteOncePod, or point "
+                "storage.existingClaim at a filled read-only claim",
+            )
         return self
 
 
@@ -649,8 +695,11 @@ def check_secret_keys(secret_keys) -> None:
     plain key stored with ``--secret``) would be ignored silently: refuse it, naming the key (never the value)."""
     for key in sorted(set(secret_keys) - SECRET_KEYS):
         plain = key in {(f.alias or n) for n, f in StackConfig.model_fields.items()} | CLUSTER_KEYS
-        why = (f"is not a secret setting; set it without --secret (`pulumi config set {NS}:{key} ...`)" if plain
-               else f"is not a setting{_did_you_mean(key, sorted(SECRET_KEYS))}")
+        why = (
+            f"is not a secret setting; set it without --secret (`pulumi config set {NS}:{key} ...`)"
+            if plain
+            else f"is not a setting{_did_you_mean(key, sorted(SECRET_KEYS))}"
+        )
         raise ConfigError(f"{NS}:{key}: set as a Pulumi secret, but {why}; secret settings: {', '.join(sorted(SECRET_KEYS))}")
 
 
@@ -685,7 +734,7 @@ def _error_text(err: dict, root: Optional[type[BaseModel]] = None, skip: int = 0
     loc = tuple(err["loc"])
     msg = err["msg"]
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     m = re.match(r"@([^@]*)@(.*)", msg, re.S)
     if m:  # a model validator naming one of its keys
         loc, msg = loc + (m.group(1),), m.group(2)
@@ -722,7 +771,7 @@ def combined_error(errors: list[ConfigError]) -> ConfigError:
     stack-wide sections), a line each, so one ``up`` or ``render`` names them all."""
     if len(errors) == 1:
         return errors[0]
-    lines = [line for e in errors for line in (str(e)[len(INVALID):].split("\n  ") if str(e).startswith(INVALID) else [str(e)])]
+    lines = [line for e in errors for line in (str(e)[len(INVALID) :].split("\n  ") if str(e).startswith(INVALID) else [str(e)])]
     return ConfigError(INVALID + "\n  ".join(lines))
 
 
@@ -755,14 +804,18 @@ def select_target(cfg: StackConfig) -> Target:
     if cfg.target:
         # An id upstream renamed finds its successor (stacks.catalog.Catalog); deprecation_warnings says so at `up`.
         if cfg.target not in cat:
-            raise ConfigError(f"{NS}:target: {cfg.target!r} is not in the catalog{_did_you_mean(cfg.target, cat).replace(';', ' -', 1)}; "
-                              f"choose one of: {', '.join(sorted(cat))}")
+            raise ConfigError(
+                f"{NS}:target: {cfg.target!r} is not in the catalog{_did_you_mean(cfg.target, cat).replace(';', ' -', 1)}; "
+                f"choose one of: {', '.join(sorted(cat))}"
+            )
         t = cat[cfg.target]
         for axis in SELECT_ORDER:
             v = getattr(cfg, axis)
             if v is not None and (axis != "model" or "model" in cfg.model_fields_set) and t.axis(axis) != v:
-                raise ConfigError(f"{NS}:{axis}: {v!r} contradicts {NS}:target {t.id} ({axis}={t.axis(axis)}); "
-                                  f"remove {NS}:{axis} or the target (valid choice with this target: {t.axis(axis)!r})")
+                raise ConfigError(
+                    f"{NS}:{axis}: {v!r} contradicts {NS}:target {t.id} ({axis}={t.axis(axis)}); "
+                    f"remove {NS}:{axis} or the target (valid choice with this target: {t.axis(axis)!r})"
+                )
         return t
     fam = next(f for f in families().values() if f.id == cfg.model)
     explicit = {a: getattr(cfg, a) for a in SELECT_ORDER[1:] if getattr(cfg, a) is not None}
@@ -795,7 +848,9 @@ def select_target(cfg: StackConfig) -> Target:
                 chosen[axis] = options[0]
     if len(pool) != 1:
         ids = ", ".join(sorted(t.id for t in pool))
-        raise ConfigError(f"{NS}: config matches {len(pool)} targets ({ids}); set more of {', '.join(SELECT_ORDER)} or dynamo:target")
+        raise ConfigError(
+            f"{NS}: config matches {len(pool)} targets ({ids}); set more of {', '.join(SELECT_ORDER)} or dynamo:target"
+        )
     return pool[0]
 
 
@@ -812,9 +867,11 @@ def deprecation_warnings(cfg: StackConfig) -> list[str]:
         return [f"{NS}: {resolve(t.id)[1]} (selected by the config's axes)"]
     old = sorted(o for o, n in renamed().items() if n == t.id)
     if old:
-        return [f"{NS}: the config selects {t.id} (DynamoGraphDeployment {t.dgd_name!r}), upstream's Dynamo 1.6 name of {old[0]}; "
-                f"a stack created before deployed that target's DGD and replaces it now (the model cache is kept; "
-                f"see README 'Upgrading Dynamo'); set {NS}:target: {t.id} to silence this warning"]
+        return [
+            f"{NS}: the config selects {t.id} (DynamoGraphDeployment {t.dgd_name!r}), upstream's Dynamo 1.6 name of {old[0]}; "
+            f"a stack created before deployed that target's DGD and replaces it now (the model cache is kept; "
+            f"see README 'Upgrading Dynamo'); set {NS}:target: {t.id} to silence this warning"
+        ]
     return []
 
 
@@ -840,15 +897,27 @@ def _hint(axis: str, chosen: dict, values: list[str]) -> str:
 # update in a before_update resource hook (also on preview) with ``cache_migration_error``.
 
 CACHE_SPEC_ANNOTATION = "dynamo.nvidia.com/cache-claim-spec"
-IMMUTABLE_CLAIM_FIELDS = ("storageClassName", "accessModes", "volumeMode", "volumeName", "selector", "dataSource", "dataSourceRef")
-_CLAIM_KEYS = {"storageClassName": "storage.className", "accessModes": "storage.accessMode",
-               "resources.requests.storage": "storage.size"}
+IMMUTABLE_CLAIM_FIELDS = (
+    "storageClassName",
+    "accessModes",
+    "volumeMode",
+    "volumeName",
+    "selector",
+    "dataSource",
+    "dataSourceRef",
+)
+_CLAIM_KEYS = {
+    "storageClassName": "storage.className",
+    "accessModes": "storage.accessMode",
+    "resources.requests.storage": "storage.size",
+}
 
 
 def claim_spec_summary(spec: dict) -> str:
     """The immutable part of a claim spec as stable text (the annotation's value)."""
-    return json.dumps({k: spec.get(k) for k in IMMUTABLE_CLAIM_FIELDS if spec.get(k) is not None}, sort_keys=True,
-                      separators=(",", ":"))
+    return json.dumps(
+        {k: spec.get(k) for k in IMMUTABLE_CLAIM_FIELDS if spec.get(k) is not None}, sort_keys=True, separators=(",", ":")
+    )
 
 
 def _size_of(spec: Any) -> Optional[Decimal]:
@@ -866,14 +935,21 @@ def cache_claim_changes(old_spec: Optional[dict], new_spec: dict) -> list[tuple[
     out = [(f, old_spec.get(f), new_spec.get(f)) for f in IMMUTABLE_CLAIM_FIELDS if old_spec.get(f) != new_spec.get(f)]
     old_size, new_size = _size_of(old_spec), _size_of(new_spec)
     if old_size is not None and new_size is not None and new_size < old_size:
-        out.append(("resources.requests.storage", old_spec["resources"]["requests"]["storage"],
-                    new_spec["resources"]["requests"]["storage"]))
+        out.append(
+            (
+                "resources.requests.storage",
+                old_spec["resources"]["requests"]["storage"],
+                new_spec["resources"]["requests"]["storage"],
+            )
+        )
     return out
 
 
 def cache_migration_error(changes: list[tuple[str, Any, Any]], claim: str, namespace: str) -> str:
     """What to do instead of changing the protected cache's claim in place."""
-    what = "; ".join(f"{NS}:{_CLAIM_KEYS.get(f, 'storage (claim spec.' + f + ')')}: {old!r} -> {new!r}" for f, old, new in changes)
+    what = "; ".join(
+        f"{NS}:{_CLAIM_KEYS.get(f, 'storage (claim spec.' + f + ')')}: {old!r} -> {new!r}" for f, old, new in changes
+    )
     return (
         f"{what}: the protected model-cache claim {namespace}/{claim} exists, and Kubernetes cannot change this on an "
         "existing claim (its class, access modes and volume are fixed, and it can only grow). Nothing was changed. "
@@ -901,8 +977,10 @@ def check_no_empty_values(raw: dict) -> None:
     the plain keys without the namespace, as ``parse_spec`` takes them."""
     empty = sorted(k for k, v in raw.items() if isinstance(k, str) and (v is None or v == ""))
     if empty:
-        raise ConfigError("; ".join(f"{NS}:{k}: the value is empty, which would silently take the default" for k in empty)
-                          + f"; remove the key to take the default (`pulumi config rm {NS}:{empty[0]}`) or give it a value")
+        raise ConfigError(
+            "; ".join(f"{NS}:{k}: the value is empty, which would silently take the default" for k in empty)
+            + f"; remove the key to take the default (`pulumi config rm {NS}:{empty[0]}`) or give it a value"
+        )
 
 
 def check_config_namespaces(keys) -> None:
@@ -913,5 +991,7 @@ def check_config_namespaces(keys) -> None:
         if not sep or ns == NS or ns in KNOWN_NAMESPACES:
             continue
         if difflib.get_close_matches(ns.lower(), [NS], n=1, cutoff=0.6) or ns.lower() == NS:
-            raise ConfigError(f"{key}: {ns!r} is not this project's config namespace, so the program would never read "
-                              f"this key; did you mean '{NS}:{rest}'? (the project is {NS!r}; its keys are {NS}:<key>)")
+            raise ConfigError(
+                f"{key}: {ns!r} is not this project's config namespace, so the program would never read "
+                f"this key; did you mean '{NS}:{rest}'? (the project is {NS!r}; its keys are {NS}:<key>)"
+            )

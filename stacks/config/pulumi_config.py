@@ -3,6 +3,7 @@
 Secret keys are left out: they are only read through ``pulumi.Config.get_secret``
 so they stay Pulumi secrets.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,7 +33,7 @@ def raw_config() -> dict[str, Any]:
         if not key.startswith(NS + ":") or rc.is_config_secret(key) or key in rc.get_config_secret_keys_env():
             continue
         # Objects, lists and booleans arrive JSON-encoded; the rest stays text (stacks.config.values.program_value).
-        out[key[len(NS) + 1:]] = program_value(value) if isinstance(value, str) else value
+        out[key[len(NS) + 1 :]] = program_value(value) if isinstance(value, str) else value
     return out
 
 
@@ -43,5 +44,5 @@ def secret_config_keys() -> frozenset[str]:
     merged = _all_config()
     secret = set(rc.get_config_secret_keys_env())
     keys = [k for k in merged if k.startswith(NS + ":") and (rc.is_config_secret(k) or k in secret)]
-    check_secret_values({k[len(NS) + 1:]: merged[k] for k in keys})
-    return frozenset(k[len(NS) + 1:] for k in keys)
+    check_secret_values({k[len(NS) + 1 :]: merged[k] for k in keys})
+    return frozenset(k[len(NS) + 1 :] for k in keys)

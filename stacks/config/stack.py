@@ -4,6 +4,7 @@ stack-wide sections, and ``parse_spec``, which reads them all in one pass. It is
 use, because it reads the EKS keys (``stacks.config.eks``): ``stacks.config.keys`` (all that ``render --target``
 and ``render --all`` parse) is then imported without them.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,25 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from stacks.config.eks import EksConfig, NvidiaStack, apply_aws_region, resolve_region
 from stacks.config.front_door import API_KEYS_SECRET, FrontDoorConfig
-from stacks.config.keys import (FRONT_DOOR, NS, SECRET_KEYS, BenchmarkConfig, ConfigError, ObservabilityConfig, StackConfig, _key_error,
-                                INVALID, _Model, _short,
-                                check_no_empty_values, combined_error,
-                     check_secret_keys, parse, quantity_bytes, validation_error)
+from stacks.config.keys import (
+    FRONT_DOOR,
+    NS,
+    SECRET_KEYS,
+    BenchmarkConfig,
+    ConfigError,
+    ObservabilityConfig,
+    StackConfig,
+    _key_error,
+    INVALID,
+    _Model,
+    _short,
+    check_no_empty_values,
+    combined_error,
+    check_secret_keys,
+    parse,
+    quantity_bytes,
+    validation_error,
+)
 from stacks.config.secret_values import check_secret_values
 
 # --------------------------------------------------------------------------- the cluster source (dynamo:cluster)
@@ -87,8 +103,11 @@ class KubeconfigCluster(ClusterVariant, _Model):
     @model_validator(mode="after")
     def _plugins(self):
         if "nvidia_stack" in self.model_fields_set and not self.install_device_plugins:
-            raise _key_error("nvidiaStack", f"{self.nvidia_stack!r} has no effect without installDevicePlugins: true (the "
-                                            "cluster's own NVIDIA stack is used); set installDevicePlugins: true or remove it")
+            raise _key_error(
+                "nvidiaStack",
+                f"{self.nvidia_stack!r} has no effect without installDevicePlugins: true (the "
+                "cluster's own NVIDIA stack is used); set installDevicePlugins: true or remove it",
+            )
         return self
 
 
@@ -105,17 +124,26 @@ class StackCluster(ClusterVariant, _Model):
         """``stack``: set, and a stack name as StackReference takes it."""
         stack = self.stack
         if not stack:
-            raise _key_error("stack", "not set; cluster.mode stack serves on the cluster of a cluster-only stack: "
-                                      "set cluster.stack to its name, e.g. org/dynamo/h100-cluster")
+            raise _key_error(
+                "stack",
+                "not set; cluster.mode stack serves on the cluster of a cluster-only stack: "
+                "set cluster.stack to its name, e.g. org/dynamo/h100-cluster",
+            )
         if not _STACK_REF.fullmatch(stack):
-            raise _key_error("stack", f"{stack!r} is not a stack name org/project/stack (e.g. org/dynamo/h100-cluster; "
-                                      "a DIY backend's org is 'organization') or a bare stack name (legacy DIY backends)")
+            raise _key_error(
+                "stack",
+                f"{stack!r} is not a stack name org/project/stack (e.g. org/dynamo/h100-cluster; "
+                "a DIY backend's org is 'organization') or a bare stack name (legacy DIY backends)",
+            )
         # Pulumi limits stack (and project) names to 100 characters (pulumi/pulumi pkg/backend/diy store.go:
         # "stack names are limited to 100 characters and may only contain alphanumeric, hyphens, underscores, or periods").
         long = [p for p in stack.split("/") if len(p) > 100]
         if long:
-            raise _key_error("stack", f"{stack[:40]!r}... has a name part of {len(long[0])} characters; Pulumi stack and "
-                                      "project names are at most 100 characters (org/project/stack)")
+            raise _key_error(
+                "stack",
+                f"{stack[:40]!r}... has a name part of {len(long[0])} characters; Pulumi stack and "
+                "project names are at most 100 characters (org/project/stack)",
+            )
         return self
 
 
@@ -155,8 +183,10 @@ def cluster_config(raw: dict[str, Any]) -> ClusterConfig:
     if value is None:
         value = {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{NS}:cluster: {value!r} is not a mapping; set cluster.mode to one of {', '.join(repr(m) for m in MODES)} "
-                          "with its keys, e.g. {mode: render, renderDir: rendered}")
+        raise ConfigError(
+            f"{NS}:cluster: {value!r} is not a mapping; set cluster.mode to one of {', '.join(repr(m) for m in MODES)} "
+            "with its keys, e.g. {mode: render, renderDir: rendered}"
+        )
     try:
         mode = _Mode.model_validate(value, by_name=False).mode
     except ValidationError as e:
@@ -168,8 +198,12 @@ def cluster_config(raw: dict[str, Any]) -> ClusterConfig:
         if key == "mode" or key in variant.keys() or not readers:
             own[key] = v  # its own keys, and unknown ones (refused below, with the mode's valid keys)
         else:
-            errors.append(ConfigError(f"{INVALID}{NS}:cluster.{key}: {_short(v)} has no effect with cluster.mode {mode!r}; it applies to "
-                                      f"mode {' or '.join(repr(m) for m in readers)}"))
+            errors.append(
+                ConfigError(
+                    f"{INVALID}{NS}:cluster.{key}: {_short(v)} has no effect with cluster.mode {mode!r}; it applies to "
+                    f"mode {' or '.join(repr(m) for m in readers)}"
+                )
+            )
     try:
         checked = variant.model_validate(own, by_name=False)  # camelCase keys only, as in the stack file
     except ValidationError as e:
@@ -183,8 +217,20 @@ def cluster_config(raw: dict[str, Any]) -> ClusterConfig:
 
 SERVE = "serve"
 # Keys that belong to the stack, not to an entry.
-STACK_KEYS = frozenset({"cluster", "kubeconfig", "hfToken", "ngcApiKey", "imagePullSecret", SERVE, "observability", "benchmark",
-                        FRONT_DOOR, API_KEYS_SECRET})
+STACK_KEYS = frozenset(
+    {
+        "cluster",
+        "kubeconfig",
+        "hfToken",
+        "ngcApiKey",
+        "imagePullSecret",
+        SERVE,
+        "observability",
+        "benchmark",
+        FRONT_DOOR,
+        API_KEYS_SECRET,
+    }
+)
 ENTRY_ONLY = frozenset({"name", "overrides"})
 _NOT_PER_ENTRY = ("cluster", "hfToken", "kubeconfig", "ngcApiKey", "imagePullSecret", SERVE, FRONT_DOOR, API_KEYS_SECRET)
 
@@ -231,8 +277,10 @@ class ResourcesOverride(_Strict):
             # (kubernetes/kubernetes pkg/apis/core/helper/helpers.go IsIntegerResourceName: every extended resource;
             # pkg/apis/core/validation ValidateResourceQuantityValue: "must be an integer").
             if "/" in str(k) and not str(k).startswith("kubernetes.io/") and n != n.to_integral_value():
-                raise ValueError(f"{k}: {q!r} is not a whole number; {k} is an extended resource, counted in whole units "
-                                 f"(a GPU cannot be split by a request); use 0, 1, 2...")
+                raise ValueError(
+                    f"{k}: {q!r} is not a whole number; {k} is an extended resource, counted in whole units "
+                    f"(a GPU cannot be split by a request); use 0, 1, 2..."
+                )
         return v
 
 
@@ -274,8 +322,10 @@ def entry_configs(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """``(error key, entry config)`` per entry: the stack's top-level serving keys are the defaults."""
     entries = raw.get(SERVE)
     if "name" in raw:  # an entry's name; at the top level it would name nothing (or every entry alike)
-        raise ConfigError(f"{NS}:name: {raw['name']!r} names a {NS}:serve entry and has no effect at the top level; "
-                          f"set it inside an entry ({NS}:serve[0].name), or remove it (a single-target stack is named by its stack)")
+        raise ConfigError(
+            f"{NS}:name: {raw['name']!r} names a {NS}:serve entry and has no effect at the top level; "
+            f"set it inside an entry ({NS}:serve[0].name), or remove it (a single-target stack is named by its stack)"
+        )
     defaults = {k: v for k, v in raw.items() if k not in STACK_KEYS}
     if entries is None:
         return [(NS, dict(raw))]
@@ -283,8 +333,10 @@ def entry_configs(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     if entries == [] and mode in MODES and cluster_variant(mode).CLUSTER_ONLY:
         return []  # a cluster-only stack (parse_spec checks it sets nothing to serve)
     if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{NS}:{SERVE}: {entries!r} is not a non-empty list of serving entries (each a mapping with target or axes); "
-                          f"an empty list is a cluster-only stack, which needs {NS}:cluster.mode: eks")
+        raise ConfigError(
+            f"{NS}:{SERVE}: {entries!r} is not a non-empty list of serving entries (each a mapping with target or axes); "
+            f"an empty list is a cluster-only stack, which needs {NS}:cluster.mode: eks"
+        )
     out = []
     for i, e in enumerate(entries):
         key = f"{NS}:{SERVE}[{i}]"
@@ -309,7 +361,14 @@ def serve_entries(raw: dict[str, Any], check=None) -> list[ServeEntry]:
     for key, cfg_raw in entry_configs(raw):
         body = {k: v for k, v in cfg_raw.items() if k not in ENTRY_ONLY}
         try:
-            entry = ServeEntry(key=key, config=parse(body), name=cfg_raw.get("name"), named="name" in cfg_raw, overrides=cfg_raw.get("overrides"), raw=body)
+            entry = ServeEntry(
+                key=key,
+                config=parse(body),
+                name=cfg_raw.get("name"),
+                named="name" in cfg_raw,
+                overrides=cfg_raw.get("overrides"),
+                raw=body,
+            )
             if check is not None:
                 check(entry)
         except ConfigError as e:
@@ -322,6 +381,7 @@ def serve_entries(raw: dict[str, Any], check=None) -> list[ServeEntry]:
 
 
 # --------------------------------------------------------------------------- secrets (names only; values never needed)
+
 
 def check_plain_secrets(raw: dict[str, Any]) -> None:
     """Secret keys must be Pulumi secrets: a plain value is refused (its text is never repeated)."""
@@ -357,17 +417,23 @@ def check_unused_secrets(secret_keys: frozenset[str], mode: str) -> None:
     creates the ``imagePullSecrets``; one with no ``imagePullSecrets`` yet may keep the key for a later entry)."""
     pull = {"ngcApiKey", "imagePullSecret"} & secret_keys
     if len(pull) == 2:
-        raise ConfigError(f"{NS}:ngcApiKey and {NS}:imagePullSecret: both are set, and both fill the same image pull "
-                          f"Secret (one would be ignored); keep one: {NS}:ngcApiKey (nvcr.io) or {NS}:imagePullSecret "
-                          f"(a whole .dockerconfigjson, any registry)")
+        raise ConfigError(
+            f"{NS}:ngcApiKey and {NS}:imagePullSecret: both are set, and both fill the same image pull "
+            f"Secret (one would be ignored); keep one: {NS}:ngcApiKey (nvcr.io) or {NS}:imagePullSecret "
+            f"(a whole .dockerconfigjson, any registry)"
+        )
     if "kubeconfig" in secret_keys and not cluster_variant(mode).READS_KUBECONFIG:
-        raise ConfigError(f"{NS}:kubeconfig: set as a secret, but cluster.mode is {mode!r}, which never reads it "
-                          f"(only cluster.mode 'kubeconfig' does); remove it: `pulumi config rm {NS}:kubeconfig`")
+        raise ConfigError(
+            f"{NS}:kubeconfig: set as a secret, but cluster.mode is {mode!r}, which never reads it "
+            f"(only cluster.mode 'kubeconfig' does); remove it: `pulumi config rm {NS}:kubeconfig`"
+        )
     if pull and not cluster_variant(mode).CREATES_PULL_SECRETS:
         key = sorted(pull)[0]
-        raise ConfigError(f"{NS}:{key}: set as a secret, but this stack never creates an image pull Secret (cluster.mode is "
-                          f"{mode!r}: the cluster's own Secrets are named by {NS}:imagePullSecrets); remove it "
-                          f"(`pulumi config rm {NS}:{key}`); only an EKS or cluster-stack stack creates pull Secrets from it")
+        raise ConfigError(
+            f"{NS}:{key}: set as a secret, but this stack never creates an image pull Secret (cluster.mode is "
+            f"{mode!r}: the cluster's own Secrets are named by {NS}:imagePullSecrets); remove it "
+            f"(`pulumi config rm {NS}:{key}`); only an EKS or cluster-stack stack creates pull Secrets from it"
+        )
 
 
 def check_front_door_secrets(door: FrontDoorConfig, secret_keys: frozenset[str], require_present: bool = True) -> None:
@@ -376,11 +442,15 @@ def check_front_door_secrets(door: FrontDoorConfig, secret_keys: frozenset[str],
     key = f"{NS}:{API_KEYS_SECRET}"
     wants = door.enabled and door.auth.mode == "apiKeys"
     if API_KEYS_SECRET in secret_keys and not wants:
-        raise ConfigError(f"{key}: set as a secret, but {NS}:frontDoor.auth.mode is not 'apiKeys' (or the front door is off), "
-                          f"so nothing reads it; set frontDoor.auth.mode: apiKeys, or `pulumi config rm {key}`")
+        raise ConfigError(
+            f"{key}: set as a secret, but {NS}:frontDoor.auth.mode is not 'apiKeys' (or the front door is off), "
+            f"so nothing reads it; set frontDoor.auth.mode: apiKeys, or `pulumi config rm {key}`"
+        )
     if wants and require_present and API_KEYS_SECRET not in secret_keys:
-        raise ConfigError(f"{key} is not set: {NS}:frontDoor.auth.mode apiKeys needs one key per client, e.g. "
-                          f"`pulumi config set --secret --path '{key}.team-a' \"$(openssl rand -hex 32)\"`")
+        raise ConfigError(
+            f"{key} is not set: {NS}:frontDoor.auth.mode apiKeys needs one key per client, e.g. "
+            f"`pulumi config set --secret --path '{key}.team-a' \"$(openssl rand -hex 32)\"`"
+        )
 
 
 def kubeconfig_path(cluster: ClusterConfig, secret_keys: frozenset[str], env: Optional[dict[str, str]]) -> Optional[str]:
@@ -404,6 +474,7 @@ def kubeconfig_path(cluster: ClusterConfig, secret_keys: frozenset[str], env: Op
 
 
 # --------------------------------------------------------------------------- the whole spec
+
 
 class ProgramSpec(BaseModel):
     """One stack's configuration, every key checked: what the planning layers read (and nothing else)."""
@@ -432,7 +503,6 @@ class ProgramSpec(BaseModel):
         return not self.single
 
 
-
 def _stack_section(model: Any, raw: dict[str, Any], key: str) -> Any:
     """A stack-wide section of a ``dynamo:serve`` stack, validated like a single-target stack's."""
     try:
@@ -441,9 +511,14 @@ def _stack_section(model: Any, raw: dict[str, Any], key: str) -> Any:
         raise validation_error(e, (key,), model) from None
 
 
-def parse_spec(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = frozenset(),
-               env: Optional[dict[str, str]] = None, aws_region: Optional[str] = None,
-               secret_values: Optional[dict[str, Any]] = None) -> ProgramSpec:
+def parse_spec(
+    raw: dict[str, Any],
+    stack: str,
+    secret_keys: frozenset[str] = frozenset(),
+    env: Optional[dict[str, str]] = None,
+    aws_region: Optional[str] = None,
+    secret_values: Optional[dict[str, Any]] = None,
+) -> ProgramSpec:
     """Validate everything a stack sets, in one pass, before any plan: secrets (names; values where known, never
     printed), the cluster source, every serving entry, the stack-wide sections.
 
@@ -477,13 +552,21 @@ def parse_spec(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = fr
         )
     kubeconfig_file = kubeconfig_path(cluster, secret_keys, env) if cluster.READS_KUBECONFIG else None
     single = SERVE not in raw
-    common = dict(stack=stack, single=single, secret_keys=secret_keys, require_secrets=env is not None,
-                  kubeconfig_file=kubeconfig_file, aws_region=aws_region)
+    common = dict(
+        stack=stack,
+        single=single,
+        secret_keys=secret_keys,
+        require_secrets=env is not None,
+        kubeconfig_file=kubeconfig_file,
+        aws_region=aws_region,
+    )
     if raw.get(SERVE) == [] and cluster.CLUSTER_ONLY:  # a cluster-only stack
         for key in sorted(raw):
             if key not in STACK_KEYS or key in ("observability", "benchmark", FRONT_DOOR):
-                raise ConfigError(f"{NS}:{key}: has no effect in a cluster-only stack ({NS}:serve: []), which serves nothing; "
-                                  f"set it on a serving stack (cluster.mode: stack) or add entries to {NS}:serve")
+                raise ConfigError(
+                    f"{NS}:{key}: has no effect in a cluster-only stack ({NS}:serve: []), which serves nothing; "
+                    f"set it on a serving stack (cluster.mode: stack) or add entries to {NS}:serve"
+                )
         assert isinstance(cluster, EksCluster), "only the eks variant builds a cluster alone (CLUSTER_ONLY)"
         cluster = resolve_region(cluster, raw.get("cluster") or {}, aws_region)
         check_front_door_secrets(FrontDoorConfig(), secret_keys)  # a cluster-only stack has no door: its keys are unused
@@ -498,5 +581,6 @@ def parse_spec(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = fr
     front_door = _stack_section(FrontDoorConfig, raw, FRONT_DOOR)
     check_front_door_secrets(front_door, secret_keys, require_present=env is not None)
     check_unused_secrets(secret_keys, cluster.mode)
-    return ProgramSpec(cluster=cluster, entries=entries, observability=observability, benchmark=benchmark,
-                       front_door=front_door, **common)
+    return ProgramSpec(
+        cluster=cluster, entries=entries, observability=observability, benchmark=benchmark, front_door=front_door, **common
+    )

@@ -8,6 +8,7 @@ text (``namespace: "123"`` and a numeric ``modelRevision`` are names, and the sc
 it wants one). ``stacks.config.pulumi_config.raw_config`` applies it to what the engine hands over;
 ``stacks.program.stack_yaml`` to the text the Pulumi CLI would have handed over for a stack file.
 """
+
 from __future__ import annotations
 
 import json

@@ -15,6 +15,7 @@ platform layer (``platform.py``: the device plugins and the Dynamo platform, whi
 AIPerf Job), which the program plans with the serving plans because KEDA reads the first's Prometheus and the second
 may change the DGD; then those of ``LAYER_PLANNERS``, the front door (``front_door.py``) first.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -7,6 +7,7 @@ follow commands and ``bench-report`` read it. The Job waits for the DGD (``after
 Pulumi creates it only once the DGD is Ready) and carries ``pulumi.com/skipAwait``, so ``up`` does not wait for the
 run to finish. Its resource name is ``benchmark-<job name>`` (its URN's, so it never changes).
 """
+
 from __future__ import annotations
 
 from stacks.layers import LayerPlan
@@ -17,5 +18,11 @@ KEY = "benchmark"
 
 def benchmark_layer(bench: BenchmarkPlan) -> LayerPlan:
     """The LayerPlan of a ``BenchmarkPlan``: its Job (the plan's own dict) after the DGD."""
-    return LayerPlan(key=KEY, kind="Benchmark", title=f"benchmark (AIPerf Job {bench.job_name})", objects=[bench.job],
-                     names={0: f"{KEY}-{bench.job_name}"}, after="graphs")
+    return LayerPlan(
+        key=KEY,
+        kind="Benchmark",
+        title=f"benchmark (AIPerf Job {bench.job_name})",
+        objects=[bench.job],
+        names={0: f"{KEY}-{bench.job_name}"},
+        after="graphs",
+    )

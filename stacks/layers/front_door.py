@@ -40,6 +40,7 @@ EKS the Service is an NLB in TCP mode (TLS ends at the gateway, because a TLS li
 its listener idle timeout raised to the route timeout (60-6000 s; AWS ListenerAttribute ``tcp.idle_timeout.seconds``,
 set by the AWS Load Balancer Controller's ``aws-load-balancer-listener-attributes.TCP-<port>`` Service annotation).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Sequence
@@ -57,16 +58,23 @@ if TYPE_CHECKING:
 
 # Request headers of the Dynamo 1.6.1 frontend that choose where or how a request runs (see the module docstring).
 ROUTING_HEADERS = (
-    "x-worker-instance-id", "x-dynamo-worker-instance-id",
-    "x-prefill-instance-id", "x-dynamo-prefill-instance-id",
-    "x-dp-rank", "x-dynamo-dp-rank", "x-data-parallel-rank",
-    "x-prefill-dp-rank", "x-dynamo-prefill-dp-rank",
-    "x-dynamo-request-priority", "x-dynamo-request-strict-priority",
+    "x-worker-instance-id",
+    "x-dynamo-worker-instance-id",
+    "x-prefill-instance-id",
+    "x-dynamo-prefill-instance-id",
+    "x-dp-rank",
+    "x-dynamo-dp-rank",
+    "x-data-parallel-rank",
+    "x-prefill-dp-rank",
+    "x-dynamo-prefill-dp-rank",
+    "x-dynamo-request-priority",
+    "x-dynamo-request-strict-priority",
     "x-bypass-remote-prefill",
     # Also in that binary, meaning not documented: removed because a client could otherwise choose them. The first
     # sits beside the frontend's response strings, the second in lib/kv-router's selection service
     # (services/selection/affinity.rs), which picks a worker.
-    "x-bypass-remote-backend", "x-dynamo-meta-policy-class",
+    "x-bypass-remote-backend",
+    "x-dynamo-meta-policy-class",
 )
 TENANT_HEADER = "x-tenant-id"
 DYNAMO_CLIENT_HEADERS = ROUTING_HEADERS + (TENANT_HEADER,)
@@ -85,8 +93,18 @@ EG_API = "gateway.envoyproxy.io/v1alpha1"
 HTTP_PORT, HTTPS_PORT = 80, 443
 LB = "service.beta.kubernetes.io/aws-load-balancer-"  # AWS Load Balancer Controller Service annotations
 # Kinds whose CRDs the Envoy Gateway chart (Gateway API and its own) and cert-manager's chart install.
-CHART_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", "EnvoyProxy", "SecurityPolicy", "ClientTrafficPolicy",
-                         "BackendTrafficPolicy", "Certificate"})
+CHART_KINDS = frozenset(
+    {
+        "GatewayClass",
+        "Gateway",
+        "HTTPRoute",
+        "EnvoyProxy",
+        "SecurityPolicy",
+        "ClientTrafficPolicy",
+        "BackendTrafficPolicy",
+        "Certificate",
+    }
+)
 
 
 def needs_load_balancer(door: FrontDoorConfig) -> bool:
@@ -154,19 +172,26 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: "Cluste
     if not door.enabled:
         return None
     if needs_load_balancer(door) and mode.lacks_load_balancer_controller:
-        raise ConfigError(f"{NS}:frontDoor.exposure: {door.exposure!r} needs a load balancer controller, and this stack serves on a "
-                          f"cluster stack's cluster (cluster.mode stack), which installs none; use exposure: cluster, or "
-                          f"gateway: existing with a Gateway the cluster already exposes")
+        raise ConfigError(
+            f"{NS}:frontDoor.exposure: {door.exposure!r} needs a load balancer controller, and this stack serves on a "
+            f"cluster stack's cluster (cluster.mode stack), which installs none; use exposure: cluster, or "
+            f"gateway: existing with a Gateway the cluster already exposes"
+        )
     if door.exposure == "vpc" and not mode.internal_load_balancer:
-        raise ConfigError(f"{NS}:frontDoor.exposure: 'vpc' makes an internal AWS NLB, which needs cluster.mode eks (this stack's "
-                          f"is {mode.name!r}); use exposure: internet with sourceRanges, or cluster, or gateway: existing")
+        raise ConfigError(
+            f"{NS}:frontDoor.exposure: 'vpc' makes an internal AWS NLB, which needs cluster.mode eks (this stack's "
+            f"is {mode.name!r}); use exposure: internet with sourceRanges, or cluster, or gateway: existing"
+        )
     timeout = request_timeout(door, [e.plan.target for e in entries])
     idle = min(max(timeout, NLB_IDLE_TIMEOUT_RANGE[0]), NLB_IDLE_TIMEOUT_RANGE[1])
-    plan = LayerPlan(key="frontDoor", kind="FrontDoor", title=f"front door ({door.gateway} gateway, {door.exposure})",
-                     after_charts=CHART_KINDS)
+    plan = LayerPlan(
+        key="frontDoor", kind="FrontDoor", title=f"front door ({door.gateway} gateway, {door.exposure})", after_charts=CHART_KINDS
+    )
     if door.exposure != "cluster" and timeout > NLB_IDLE_TIMEOUT_RANGE[1] and mode.installs_load_balancer_controller:
-        plan.warnings.append(f"{NS}:frontDoor.requestTimeout: {timeout}s is longer than an NLB TCP listener may stay idle "
-                             f"({NLB_IDLE_TIMEOUT_RANGE[1]}s); a request silent for longer is cut by the load balancer")
+        plan.warnings.append(
+            f"{NS}:frontDoor.requestTimeout: {timeout}s is longer than an NLB TCP listener may stay idle "
+            f"({NLB_IDLE_TIMEOUT_RANGE[1]}s); a request silent for longer is cut by the load balancer"
+        )
     namespaces = list(dict.fromkeys(e.plan.dgd["metadata"]["namespace"] for e in entries))
     tls = door.tls.mode != "none"
     managed_tenant = door.gateway == "managed" and door.auth.mode != "none"
@@ -174,8 +199,10 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: "Cluste
     if door.gateway == "managed":
         gw_ns, gw_name = door.namespace, GATEWAY_NAME
         if door.namespace in namespaces:
-            raise ConfigError(f"{NS}:frontDoor.namespace: {door.namespace!r} is a serving namespace; the gateway gets a namespace "
-                              f"of its own (default dynamo-gateway), so only it is admitted to the frontends")
+            raise ConfigError(
+                f"{NS}:frontDoor.namespace: {door.namespace!r} is a serving namespace; the gateway gets a namespace "
+                f"of its own (default dynamo-gateway), so only it is admitted to the frontends"
+            )
         _managed_gateway(plan, door, mode, namespaces, idle, timeout, remove)
         section: Optional[str] = "https" if tls else "http"
     else:
@@ -183,8 +210,10 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: "Cluste
         assert eg is not None, "gateway: existing requires existingGateway (FrontDoorConfig checks it)"
         gw_ns, gw_name, section = eg.namespace, eg.name, eg.section_name
     if door.allow_namespaces and not any(e.cfg.network_policy.enabled for e in entries):
-        raise ConfigError(f"{NS}:frontDoor.allowNamespaces: {list(door.allow_namespaces)} has no effect without NetworkPolicies "
-                          f"(every pod may reach the frontends); set {NS}:networkPolicy.enabled: true or remove it")
+        raise ConfigError(
+            f"{NS}:frontDoor.allowNamespaces: {list(door.allow_namespaces)} has no effect without NetworkPolicies "
+            f"(every pod may reach the frontends); set {NS}:networkPolicy.enabled: true or remove it"
+        )
     multi = len(entries) > 1 or entries[0].key != NS
     urls = {}
     for e in entries:
@@ -198,21 +227,36 @@ def plan_front_door(door: FrontDoorConfig, entries: Sequence[Any], mode: "Cluste
             parent["sectionName"] = section
         filters: list[dict] = [_header_removal(remove)]
         if prefix != API_PREFIX:
-            filters.append({"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": API_PREFIX}}})
-        route = {"apiVersion": GATEWAY_API, "kind": "HTTPRoute", "metadata": _meta(route_name, ns),
-                 "spec": {"parentRefs": [parent],
-                          **({"hostnames": [door.hostname]} if door.hostname else {}),
-                          "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": prefix}}], "filters": filters,
-                                     "backendRefs": [{"name": svc, "port": port}],
-                                     "timeouts": {"request": f"{timeout}s"}}]}}
+            filters.append(
+                {"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": API_PREFIX}}}
+            )
+        route = {
+            "apiVersion": GATEWAY_API,
+            "kind": "HTTPRoute",
+            "metadata": _meta(route_name, ns),
+            "spec": {
+                "parentRefs": [parent],
+                **({"hostnames": [door.hostname]} if door.hostname else {}),
+                "rules": [
+                    {
+                        "matches": [{"path": {"type": "PathPrefix", "value": prefix}}],
+                        "filters": filters,
+                        "backendRefs": [{"name": svc, "port": port}],
+                        "timeouts": {"request": f"{timeout}s"},
+                    }
+                ],
+            },
+        }
         plan.objects.append(route)
         _auth_objects(plan, door, route_name, ns)
         if e.cfg.network_policy.enabled:
             # the gateway's namespace (and frontDoor.allowNamespaces) may reach the frontend's HTTP port, nothing more
             plan.objects.append(front_door_ingress(dgd, [*proxy_namespaces(door), *door.allow_namespaces]))
         urls[e.name] = _url(door, gw_name, gw_ns, f"/{e.name}" if multi else "")
-    plan.outputs = {"frontDoorUrl": urls if multi else next(iter(urls.values())),
-                    "frontDoorSmokeTest": smoke_test(door, urls, [e.plan for e in entries], stack)}
+    plan.outputs = {
+        "frontDoorUrl": urls if multi else next(iter(urls.values())),
+        "frontDoorSmokeTest": smoke_test(door, urls, [e.plan for e in entries], stack),
+    }
     return plan
 
 
@@ -227,15 +271,34 @@ def proxy_namespaces(door: FrontDoorConfig) -> list[str]:
     return [door.namespace] if door.install_controllers else [door.namespace, EG_NAMESPACE]
 
 
-def _managed_gateway(plan: LayerPlan, door: FrontDoorConfig, mode: "ClusterMode", serving_namespaces: list[str], idle: int,
-                     timeout: int, remove: list[str]) -> None:
+def _managed_gateway(
+    plan: LayerPlan,
+    door: FrontDoorConfig,
+    mode: "ClusterMode",
+    serving_namespaces: list[str],
+    idle: int,
+    timeout: int,
+    remove: list[str],
+) -> None:
     """The pinned Envoy Gateway (and cert-manager), its GatewayClass, EnvoyProxy, Gateway, TLS and header policy."""
     ns = door.namespace
     if door.install_controllers and mode.installs_charts:
         # The proxies run in the Gateway's own namespace (not the controller's, Envoy Gateway's default): the
         # NetworkPolicy admits exactly that namespace (EnvoyGatewayKubernetesProvider.deploy.type GatewayNamespace).
-        plan.charts.append(_helm("envoy-gateway", "eg", EG_NAMESPACE, {"config": {"envoyGateway": {
-            "provider": {"type": "Kubernetes", "kubernetes": {"deploy": {"type": "GatewayNamespace"}}}}}}))
+        plan.charts.append(
+            _helm(
+                "envoy-gateway",
+                "eg",
+                EG_NAMESPACE,
+                {
+                    "config": {
+                        "envoyGateway": {
+                            "provider": {"type": "Kubernetes", "kubernetes": {"deploy": {"type": "GatewayNamespace"}}}
+                        }
+                    }
+                },
+            )
+        )
         if door.tls.mode == "certManager":
             plan.charts.append(_helm("cert-manager", "cert-manager", CERT_MANAGER_NAMESPACE, {"crds": {"enabled": True}}))
     # Pod Security (stacks.serving.pod_security_labels): warn and audit at restricted, no enforce label. The pods here
@@ -245,47 +308,106 @@ def _managed_gateway(plan: LayerPlan, door: FrontDoorConfig, mode: "ClusterMode"
     ns_meta = _meta(ns)
     ns_meta["labels"].update(pod_security_labels(None))
     plan.objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": ns_meta})
-    plan.objects.append({"apiVersion": EG_API, "kind": "EnvoyProxy", "metadata": _meta(GATEWAY_NAME, ns),
-                         "spec": {"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": _service_spec(door, mode, idle)}}}})
-    plan.objects.append({"apiVersion": GATEWAY_API, "kind": "GatewayClass", "metadata": _meta(GATEWAY_NAME),
-                         "spec": {"controllerName": CONTROLLER_NAME,
-                                  "parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy",
-                                                    "name": GATEWAY_NAME, "namespace": ns}}})
-    admitted = {"namespaces": {"from": "Selector", "selector": {"matchExpressions": [
-        {"key": NS_NAME_LABEL, "operator": "In", "values": sorted(serving_namespaces)}]}}}
+    plan.objects.append(
+        {
+            "apiVersion": EG_API,
+            "kind": "EnvoyProxy",
+            "metadata": _meta(GATEWAY_NAME, ns),
+            "spec": {"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": _service_spec(door, mode, idle)}}},
+        }
+    )
+    plan.objects.append(
+        {
+            "apiVersion": GATEWAY_API,
+            "kind": "GatewayClass",
+            "metadata": _meta(GATEWAY_NAME),
+            "spec": {
+                "controllerName": CONTROLLER_NAME,
+                "parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy", "name": GATEWAY_NAME, "namespace": ns},
+            },
+        }
+    )
+    admitted = {
+        "namespaces": {
+            "from": "Selector",
+            "selector": {"matchExpressions": [{"key": NS_NAME_LABEL, "operator": "In", "values": sorted(serving_namespaces)}]},
+        }
+    }
     host = {"hostname": door.hostname} if door.hostname else {}
     if door.tls.mode != "none":
         cert_secret = door.tls.secret_name or f"{GATEWAY_NAME}-tls"
         listeners = [
-            {"name": "https", "protocol": "HTTPS", "port": HTTPS_PORT, **host, "allowedRoutes": admitted,
-             "tls": {"mode": "Terminate", "certificateRefs": [{"kind": "Secret", "name": cert_secret}]}},
+            {
+                "name": "https",
+                "protocol": "HTTPS",
+                "port": HTTPS_PORT,
+                **host,
+                "allowedRoutes": admitted,
+                "tls": {"mode": "Terminate", "certificateRefs": [{"kind": "Secret", "name": cert_secret}]},
+            },
             # Plain HTTP only redirects (the route below, in the gateway's namespace): no model is served over it.
             {"name": "http", "protocol": "HTTP", "port": HTTP_PORT, **host, "allowedRoutes": {"namespaces": {"from": "Same"}}},
         ]
     else:
         listeners = [{"name": "http", "protocol": "HTTP", "port": HTTP_PORT, **host, "allowedRoutes": admitted}]
-    plan.objects.append({"apiVersion": GATEWAY_API, "kind": "Gateway", "metadata": _meta(GATEWAY_NAME, ns),
-                         "spec": {"gatewayClassName": GATEWAY_NAME, "listeners": listeners}})
+    plan.objects.append(
+        {
+            "apiVersion": GATEWAY_API,
+            "kind": "Gateway",
+            "metadata": _meta(GATEWAY_NAME, ns),
+            "spec": {"gatewayClassName": GATEWAY_NAME, "listeners": listeners},
+        }
+    )
     if door.tls.mode == "certManager":
         issuer = door.tls.issuer
         assert issuer is not None, "tls.mode certManager requires tls.issuer (the config checks it)"
-        plan.objects.append({"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": _meta(f"{GATEWAY_NAME}-tls", ns),
-                             "spec": {"secretName": f"{GATEWAY_NAME}-tls", "dnsNames": [door.hostname],
-                                      "issuerRef": {"group": "cert-manager.io", "kind": issuer.kind, "name": issuer.name}}})
+        plan.objects.append(
+            {
+                "apiVersion": "cert-manager.io/v1",
+                "kind": "Certificate",
+                "metadata": _meta(f"{GATEWAY_NAME}-tls", ns),
+                "spec": {
+                    "secretName": f"{GATEWAY_NAME}-tls",
+                    "dnsNames": [door.hostname],
+                    "issuerRef": {"group": "cert-manager.io", "kind": issuer.kind, "name": issuer.name},
+                },
+            }
+        )
     if door.tls.mode != "none":
-        plan.objects.append({"apiVersion": GATEWAY_API, "kind": "HTTPRoute", "metadata": _meta(f"{GATEWAY_NAME}-https-redirect", ns),
-                             "spec": {"parentRefs": [{"name": GATEWAY_NAME, "sectionName": "http"}],
-                                      # the same header removals and timeout as every route (the rule forwards
-                                      # nothing, but no route of the door is without them)
-                                      "rules": [{"filters": [_header_removal(remove),
-                                                             {"type": "RequestRedirect",
-                                                              "requestRedirect": {"scheme": "https", "statusCode": 301}}],
-                                                 "timeouts": {"request": f"{timeout}s"}}]}})
+        plan.objects.append(
+            {
+                "apiVersion": GATEWAY_API,
+                "kind": "HTTPRoute",
+                "metadata": _meta(f"{GATEWAY_NAME}-https-redirect", ns),
+                "spec": {
+                    "parentRefs": [{"name": GATEWAY_NAME, "sectionName": "http"}],
+                    # the same header removals and timeout as every route (the rule forwards
+                    # nothing, but no route of the door is without them)
+                    "rules": [
+                        {
+                            "filters": [
+                                _header_removal(remove),
+                                {"type": "RequestRedirect", "requestRedirect": {"scheme": "https", "statusCode": 301}},
+                            ],
+                            "timeouts": {"request": f"{timeout}s"},
+                        }
+                    ],
+                },
+            }
+        )
     # Before routing and before authentication: a client's tenant and routing headers never reach the filters that set
     # them from its identity (Envoy Gateway ClientTrafficPolicy headers.earlyRequestHeaders).
-    plan.objects.append({"apiVersion": EG_API, "kind": "ClientTrafficPolicy", "metadata": _meta(GATEWAY_NAME, ns),
-                         "spec": {"targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY_NAME}],
-                                  "headers": {"earlyRequestHeaders": {"remove": list(DYNAMO_CLIENT_HEADERS)}}}})
+    plan.objects.append(
+        {
+            "apiVersion": EG_API,
+            "kind": "ClientTrafficPolicy",
+            "metadata": _meta(GATEWAY_NAME, ns),
+            "spec": {
+                "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY_NAME}],
+                "headers": {"earlyRequestHeaders": {"remove": list(DYNAMO_CLIENT_HEADERS)}},
+            },
+        }
+    )
 
 
 def _auth_objects(plan: LayerPlan, door: FrontDoorConfig, route: str, ns: str) -> None:
@@ -304,10 +426,14 @@ def _auth_objects(plan: LayerPlan, door: FrontDoorConfig, route: str, ns: str) -
         # frontend (sanitize); the client id becomes the tenant header, which the rate limit keys on. On an existing
         # gateway the route's header filter (applied by the router, after the rate limit) still drops it before the
         # frontend: tenant isolation needs the managed door, which removes a client's copy before authentication.
-        auth = {"apiKeyAuth": {"credentialRefs": [{"group": "", "kind": "Secret", "name": secret}],
-                               "extractFrom": [{"headers": ["Authorization"]}],
-                               "forwardClientIDHeader": TENANT_HEADER,
-                               "sanitize": True}}
+        auth = {
+            "apiKeyAuth": {
+                "credentialRefs": [{"group": "", "kind": "Secret", "name": secret}],
+                "extractFrom": [{"headers": ["Authorization"]}],
+                "forwardClientIDHeader": TENANT_HEADER,
+                "sanitize": True,
+            }
+        }
     else:
         jwt = door.auth.jwt
         assert jwt is not None, "auth.mode jwt requires auth.jwt (the config checks it)"
@@ -316,13 +442,31 @@ def _auth_objects(plan: LayerPlan, door: FrontDoorConfig, route: str, ns: str) -
             provider["audiences"] = list(jwt.audiences)
         provider["claimToHeaders"] = [{"header": TENANT_HEADER, "claim": jwt.tenant_claim}]
         auth = {"jwt": {"providers": [provider]}}
-    plan.objects.append({"apiVersion": EG_API, "kind": "SecurityPolicy", "metadata": _meta(route, ns),
-                         "spec": {"targetRefs": target, **auth}})
+    plan.objects.append(
+        {"apiVersion": EG_API, "kind": "SecurityPolicy", "metadata": _meta(route, ns), "spec": {"targetRefs": target, **auth}}
+    )
     if door.rate_limit is not None:
-        plan.objects.append({"apiVersion": EG_API, "kind": "BackendTrafficPolicy", "metadata": _meta(route, ns),
-                             "spec": {"targetRefs": target, "rateLimit": {"type": "Local", "local": {"rules": [{
-                                 "clientSelectors": [{"headers": [{"name": TENANT_HEADER, "type": "Distinct"}]}],
-                                 "limit": {"requests": door.rate_limit.requests_per_minute, "unit": "Minute"}}]}}}})
+        plan.objects.append(
+            {
+                "apiVersion": EG_API,
+                "kind": "BackendTrafficPolicy",
+                "metadata": _meta(route, ns),
+                "spec": {
+                    "targetRefs": target,
+                    "rateLimit": {
+                        "type": "Local",
+                        "local": {
+                            "rules": [
+                                {
+                                    "clientSelectors": [{"headers": [{"name": TENANT_HEADER, "type": "Distinct"}]}],
+                                    "limit": {"requests": door.rate_limit.requests_per_minute, "unit": "Minute"},
+                                }
+                            ]
+                        },
+                    },
+                },
+            }
+        )
 
 
 def _url(door: FrontDoorConfig, gw_name: str, gw_ns: str, path: str) -> str:
@@ -350,12 +494,16 @@ def smoke_test(door: FrontDoorConfig, urls: dict[str, str], plans: Sequence[Any]
     nvext = ', "nvext": {"extra_fields": ["worker_id"]}' if door.client_nvext else ""
     # ignore_eos (root level; the frontend refuses it inside nvext) makes the answer exactly max_tokens long, so the
     # stream outlives 60 s at any decode speed below ~270 tokens/s per request.
-    body = ('{"model": "%s", "messages": [{"role": "user", "content": "Count slowly to 20000."}], "max_tokens": %d, '
-            '"ignore_eos": true, "stream": true%s}' % (model, SMOKE_TEST_TOKENS, nvext))
+    body = (
+        '{"model": "%s", "messages": [{"role": "user", "content": "Count slowly to 20000."}], "max_tokens": %d, '
+        '"ignore_eos": true, "stream": true%s}' % (model, SMOKE_TEST_TOKENS, nvext)
+    )
     auth = ""
     if door.auth.mode == "apiKeys":
-        auth = (f"KEY=$(pulumi config get --stack {stack} --path '{NS}:{API_KEYS_SECRET}' | python3 -c "
-                f"'import json,sys; print(next(iter(json.load(sys.stdin).values())))'); ")
+        auth = (
+            f"KEY=$(pulumi config get --stack {stack} --path '{NS}:{API_KEYS_SECRET}' | python3 -c "
+            f"'import json,sys; print(next(iter(json.load(sys.stdin).values())))'); "
+        )
         header = '-H "Authorization: Bearer $KEY"'
     elif door.auth.mode == "jwt":
         auth = "KEY=<a token from your issuer>; "
@@ -370,6 +518,10 @@ def smoke_test(door: FrontDoorConfig, urls: dict[str, str], plans: Sequence[Any]
     if door.client_nvext:
         steps.append((stream + "| grep -o '\"worker_id\":[^}]*}' | sort | uniq -c").replace("  ", " "))
     else:
-        steps.append((stream + "| grep -c '^data:' | sed 's/$/ streamed chunks (worker ids: hidden from clients, "
-                      "frontDoor.clientNvext false)/'").replace("  ", " "))
+        steps.append(
+            (
+                stream + "| grep -c '^data:' | sed 's/$/ streamed chunks (worker ids: hidden from clients, "
+                "frontDoor.clientNvext false)/'"
+            ).replace("  ", " ")
+        )
     return " && ".join(steps)

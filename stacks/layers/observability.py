@@ -16,6 +16,7 @@ its Prometheus URL. Here only the order and the names are decided:
 - resource names as ``observability-<what>`` (``names``): ``-namespace``, ``-<kind>-<name>`` for the Role,
   RoleBinding and monitors, ``-<name>`` for the dashboards; they are the resources' URNs, so they never change.
 """
+
 from __future__ import annotations
 
 from stacks.layers import LayerPlan
@@ -42,8 +43,17 @@ def observability_layer(obs: ObservabilityPlan) -> LayerPlan:
         add(cm, cm["metadata"]["name"])
     for m in obs.monitors:
         add(m, f"{m['kind'].lower()}-{m['metadata']['name']}")
-    return LayerPlan(key=KEY, kind="Observability", title=f"observability (namespace {obs.namespace}, DCGM {obs.dcgm})",
-                     charts=list(obs.charts), objects=objects, names=names,
-                     before_charts=frozenset({"Namespace", *(o["kind"] for o in obs.rbac)}),
-                     after_charts=frozenset(m["kind"] for m in obs.monitors), crds_from=frozenset({KPS_RELEASE}),
-                     chart_namespaces=False, after="cluster", warnings=list(obs.warnings))
+    return LayerPlan(
+        key=KEY,
+        kind="Observability",
+        title=f"observability (namespace {obs.namespace}, DCGM {obs.dcgm})",
+        charts=list(obs.charts),
+        objects=objects,
+        names=names,
+        before_charts=frozenset({"Namespace", *(o["kind"] for o in obs.rbac)}),
+        after_charts=frozenset(m["kind"] for m in obs.monitors),
+        crds_from=frozenset({KPS_RELEASE}),
+        chart_namespaces=False,
+        after="cluster",
+        warnings=list(obs.warnings),
+    )

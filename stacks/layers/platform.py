@@ -7,12 +7,19 @@ Each keeps the URNs its own component had: type ``dynamo:platform:DevicePlugins`
 the component waiting for the nodes or storage and its children for nothing more (``wait_on_component``), and the
 outputs it registered (``registered``). The objects come from stacks/cluster/platform.py.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from stacks.cluster.platform import (dynamo_platform, exposed_resources, fabric_plugins, fabrics_objects,
-                                     nvidia_gpu_stack, nvidia_runtime_class)
+from stacks.cluster.platform import (
+    dynamo_platform,
+    exposed_resources,
+    fabric_plugins,
+    fabrics_objects,
+    nvidia_gpu_stack,
+    nvidia_runtime_class,
+)
 from stacks.layers import LayerPlan
 from stacks.registry.charts import PLATFORM_NAMESPACE
 
@@ -20,9 +27,12 @@ DEVICE_PLUGINS = "device-plugins"  # the component's resource name, the prefix o
 DYNAMO_PLATFORM = "dynamo-platform"
 
 
-def plan_device_plugins(fabrics: Sequence[str], nvidia: Optional[str] = "device-plugin",
-                        runtime_class_node_selector: Optional[Mapping[str, str]] = None,
-                        fabric_node_selector: Optional[Mapping[str, str]] = None) -> LayerPlan:
+def plan_device_plugins(
+    fabrics: Sequence[str],
+    nvidia: Optional[str] = "device-plugin",
+    runtime_class_node_selector: Optional[Mapping[str, str]] = None,
+    fabric_node_selector: Optional[Mapping[str, str]] = None,
+) -> LayerPlan:
     """One NVIDIA GPU stack (``nvidia``: ``device-plugin`` | ``gpu-operator`` | None when the cluster has one), the
     RuntimeClass ``nvidia`` beside the device plugin (the GPU Operator brings its own), and the objects of every plugin
     the ``fabrics`` need, each once (``fabrics_objects``). Installed beside the GPU nodes, not after them (``after``
@@ -50,11 +60,23 @@ def plan_device_plugins(fabrics: Sequence[str], nvidia: Optional[str] = "device-
         "plugins": list(dict.fromkeys(p for f in fabrics for p in fabric_plugins(f))),
         "resources": sorted(set().union(*(exposed_resources(f) for f in fabrics))),
     }
-    return LayerPlan(key="devicePlugins", kind="DevicePlugins", title="device plugins", module="platform",
-                     component=DEVICE_PLUGINS, charts=[spec] if spec else [],
-                     chart_names={0: f"{DEVICE_PLUGINS}-{spec.name}"} if spec else {}, objects=objects, names=names,
-                     waits=waits, after="nodes", wait_on_component=True,
-                     ready_kinds=frozenset({"RuntimeClass", "DaemonSet"}), gates="graphs", registered=registered)
+    return LayerPlan(
+        key="devicePlugins",
+        kind="DevicePlugins",
+        title="device plugins",
+        module="platform",
+        component=DEVICE_PLUGINS,
+        charts=[spec] if spec else [],
+        chart_names={0: f"{DEVICE_PLUGINS}-{spec.name}"} if spec else {},
+        objects=objects,
+        names=names,
+        waits=waits,
+        after="nodes",
+        wait_on_component=True,
+        ready_kinds=frozenset({"RuntimeClass", "DaemonSet"}),
+        gates="graphs",
+        registered=registered,
+    )
 
 
 def plan_dynamo_platform(install: bool = True, prometheus_endpoint: Optional[str] = None) -> LayerPlan:
@@ -63,11 +85,26 @@ def plan_dynamo_platform(install: bool = True, prometheus_endpoint: Optional[str
     ``install`` (the cluster runs its own operator, the stack installs only device plugins) the component stays, empty,
     with its outputs. Ready (what the DGDs wait for): the release."""
     spec = dynamo_platform(prometheus_endpoint=prometheus_endpoint)
-    namespace = {"apiVersion": "v1", "kind": "Namespace",
-                 "metadata": {"name": spec.namespace, "labels": {"app.kubernetes.io/part-of": "dynamo-platform"}}}
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": spec.namespace, "labels": {"app.kubernetes.io/part-of": "dynamo-platform"}},
+    }
     registered = {"namespace": spec.namespace or PLATFORM_NAMESPACE, "releaseName": spec.name, "version": spec.version}
-    return LayerPlan(key="dynamoPlatform", kind="DynamoPlatform", title="Dynamo platform", module="platform",
-                     component=DYNAMO_PLATFORM, charts=[spec] if install else [], objects=[namespace] if install else [],
-                     names={0: f"{DYNAMO_PLATFORM}-namespace"}, chart_names={0: f"{DYNAMO_PLATFORM}-release"},
-                     before_charts=frozenset({"Namespace"}), chart_namespaces=False, after="storage",
-                     wait_on_component=True, gates="graphs", registered=registered)
+    return LayerPlan(
+        key="dynamoPlatform",
+        kind="DynamoPlatform",
+        title="Dynamo platform",
+        module="platform",
+        component=DYNAMO_PLATFORM,
+        charts=[spec] if install else [],
+        objects=[namespace] if install else [],
+        names={0: f"{DYNAMO_PLATFORM}-namespace"},
+        chart_names={0: f"{DYNAMO_PLATFORM}-release"},
+        before_charts=frozenset({"Namespace"}),
+        chart_namespaces=False,
+        after="storage",
+        wait_on_component=True,
+        gates="graphs",
+        registered=registered,
+    )

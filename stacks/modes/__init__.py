@@ -15,6 +15,7 @@ the registry (``stacks.modes.registry.CLUSTER_MODES``); the Pulumi shell picks i
 The mode modules import this module (the interface and the shapes it passes); it imports none of them, so the
 registry lives in stacks/modes/registry.py.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -56,8 +57,9 @@ class ClusterPart(NamedTuple):
 
 
 # What `render --stack` cannot check on a cluster it does not reach (kubeconfig and stack modes).
-LIVE_CLUSTER_NOTE = ("the live cluster: that the cache claim's storage class exists (or that a default class does), "
-                     "and that the GPU nodes exist")
+LIVE_CLUSTER_NOTE = (
+    "the live cluster: that the cache claim's storage class exists (or that a default class does), and that the GPU nodes exist"
+)
 
 
 def entry_fabrics(entries: list["Entry"]) -> list[str]:

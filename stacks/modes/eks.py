@@ -3,6 +3,7 @@ and placed for the cluster's instances (region, fabric, EFA per GPU of the insta
 DGD, GB200 ComputeDomain claims, FSx claim binding: stacks/cluster/plan.py ``plan_eks``); the stack installs the device
 plugins, the NVIDIA stack, the Dynamo platform (by default) and, for a front door with a load balancer, the AWS Load
 Balancer Controller; its node pools are known before any resource, so pause and the autoscaling bounds apply there."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
@@ -23,8 +24,12 @@ def eks_layers(plan: Any) -> list[str]:
     """The layers of the EKS cluster: the cluster and its node groups, the model-cache storage, the DRA driver and
     Karpenter where planned (the device plugins are a layer of the program: stacks/layers/platform.py)."""
     storage = "StorageClass" if plan.storage_class else "PersistentVolume"
-    return ["EKS cluster and node groups", f"model-cache file system and {storage}",
-            "NVIDIA DRA driver" if plan.dra_driver else "", _karpenter_layer(plan)]
+    return [
+        "EKS cluster and node groups",
+        f"model-cache file system and {storage}",
+        "NVIDIA DRA driver" if plan.dra_driver else "",
+        _karpenter_layer(plan),
+    ]
 
 
 def _karpenter_layer(cluster_plan: Any) -> str:
@@ -38,19 +43,30 @@ def combined_cluster_plan(stack: str, cluster: "ClusterConfig", entries: list["E
     requests (after replicas and overrides; stacks.cluster.build_pools_plan); pull secrets in every serving namespace."""
     for e, cp in zip(entries, plans):
         if cp.compute_domain:
-            raise ConfigError(f"{e.key}: {e.plan.target.id} spans GPU nodes of one NVLink domain (a ComputeDomain); "
-                              f"serve it from a stack of its own")
+            raise ConfigError(
+                f"{e.key}: {e.plan.target.id} spans GPU nodes of one NVLink domain (a ComputeDomain); "
+                f"serve it from a stack of its own"
+            )
     owners = [e for e in entries if e.plan.cache_pvc is not None]
     if plans[0].static_pv and len(owners) > 1:
-        raise ConfigError(f"{owners[1].key}: FSx for Lustre binds the stack's file system to one cache claim; entries with "
-                          f"different checkpoints need {NS}:cluster.cacheStorage: efs")
+        raise ConfigError(
+            f"{owners[1].key}: FSx for Lustre binds the stack's file system to one cache claim; entries with "
+            f"different checkpoints need {NS}:cluster.cacheStorage: efs"
+        )
     groups: dict[str, tuple] = {}
     for e, cp in zip(entries, plans):
-        groups.setdefault(e.plan.target.gpu, (e.plan.target.gpu, [], cp.gpu_nodegroup["taints"][0]))[1].append((e.key, e.name, e.plan.dgd))
-    merged = build_pools_plan(stack, cluster_as(cluster, EksCluster), list(groups.values()), protect_cache=all(e.cfg.storage.protect for e in entries))
+        groups.setdefault(e.plan.target.gpu, (e.plan.target.gpu, [], cp.gpu_nodegroup["taints"][0]))[1].append(
+            (e.key, e.name, e.plan.dgd)
+        )
+    merged = build_pools_plan(
+        stack, cluster_as(cluster, EksCluster), list(groups.values()), protect_cache=all(e.cfg.storage.protect for e in entries)
+    )
     # no entry's workers span nodes (checked above); the sum spanning nodes needs no ComputeDomain
     if merged.static_pv and owners:
-        merged.static_pv["spec"]["claimRef"] = {"namespace": owners[0].plan.dgd["metadata"]["namespace"], "name": owners[0].plan.claim_name}
+        merged.static_pv["spec"]["claimRef"] = {
+            "namespace": owners[0].plan.dgd["metadata"]["namespace"],
+            "name": owners[0].plan.claim_name,
+        }
     seen, pulls = set(), []
     for cp in plans:
         for obj in cp.pull_secrets:
@@ -84,8 +100,16 @@ class EksMode(ClusterMode):
     def plan_entry(self, spec: "ProgramSpec", entry: "ServeEntry", door: dict[str, Any]) -> EntryPlan:
         """Sized and placed for the cluster's instances; the cluster config comes back with the region resolved (from
         ``aws:region`` where the cluster sets none)."""
-        resolved, cluster_plan, serving = plan_eks(spec.stack, entry.config, cluster_as(spec.cluster, EksCluster), entry.raw, spec.secret_keys,
-                                                   aws_region=spec.aws_region, require_secrets=spec.require_secrets, door=door)
+        resolved, cluster_plan, serving = plan_eks(
+            spec.stack,
+            entry.config,
+            cluster_as(spec.cluster, EksCluster),
+            entry.raw,
+            spec.secret_keys,
+            aws_region=spec.aws_region,
+            require_secrets=spec.require_secrets,
+            door=door,
+        )
         return EntryPlan(resolved, cluster_plan, serving)
 
     def plan_cluster(self, spec: "ProgramSpec", entries: list["Entry"], planned: list[EntryPlan]) -> ClusterPart:
@@ -93,8 +117,11 @@ class EksMode(ClusterMode):
         (``combined_cluster_plan``; also when the cluster has more pools than the entry uses: they are all built)."""
         cluster = cluster_as(planned[0].cluster, EksCluster)  # may carry the region from aws:region
         one_group = spec.single and len(cluster.gpu_pools) <= 1
-        cluster_plan = planned[0].cluster_plan if one_group else combined_cluster_plan(
-            spec.stack, cluster, entries, [p.cluster_plan for p in planned])
+        cluster_plan = (
+            planned[0].cluster_plan
+            if one_group
+            else combined_cluster_plan(spec.stack, cluster, entries, [p.cluster_plan for p in planned])
+        )
         return ClusterPart(cluster, cluster_plan, eks_layers(cluster_plan))
 
     def plan_cluster_only(self, spec: "ProgramSpec") -> ClusterPart:
@@ -142,12 +169,24 @@ class EksMode(ClusterMode):
         for i, p in enumerate(cp.gpu_pools):
             if getattr(p, "capacity", "node-group") == "karpenter":  # the NodePool's node (and GPU) limit
                 n = int(p.karpenter["max_nodes"])
-                pools[p.gpu] = PoolUse(p.gpu, _pool_key(cluster, i, "maxNodes"), n * p.shape.gpus_per_node,
-                                       f"NodePool limit {n} x {p.shape.instance_type}", n, p.node_shape.capacity)
+                pools[p.gpu] = PoolUse(
+                    p.gpu,
+                    _pool_key(cluster, i, "maxNodes"),
+                    n * p.shape.gpus_per_node,
+                    f"NodePool limit {n} x {p.shape.instance_type}",
+                    n,
+                    p.node_shape.capacity,
+                )
             elif (p.nodegroup or {}).get("scaling_config"):
                 n = int(p.nodegroup["scaling_config"]["max_size"])
-                pools[p.gpu] = PoolUse(p.gpu, _pool_key(cluster, i), n * p.shape.gpus_per_node, f"{n} x {p.shape.instance_type}",
-                                       n, p.node_shape.capacity)
+                pools[p.gpu] = PoolUse(
+                    p.gpu,
+                    _pool_key(cluster, i),
+                    n * p.shape.gpus_per_node,
+                    f"{n} x {p.shape.instance_type}",
+                    n,
+                    p.node_shape.capacity,
+                )
         return pools
 
     def autoscaling_shortfall(self, cluster: "ClusterConfig", entries: list["Entry"], node_pools: Any) -> Optional[str]:
@@ -162,24 +201,46 @@ class EksMode(ClusterMode):
         kind = (cp.storage or {}).get("kind", "efs")
         tag = f"tag Name={cp.name}-model-cache"  # components/cluster.py tags the file system so
         if kind == "fsx-lustre":
-            out.append({"kind": "FSx for Lustre file system", "name": f"{cp.name}-model-cache",
-                        "why": "it holds the model cache the claim binds to (storage.protect: true)",
-                        "delete": f"aws fsx describe-file-systems --region {cp.region} (the one with {tag}), then "
-                                  f"aws fsx delete-file-system --file-system-id <id> --region {cp.region}",
-                        "adopt": "not re-adopted by a new cluster of this stack (it creates its own); copy the model out first"})
-            out.append({"kind": "VPC, subnet and security group of the file system", "name": cp.name,
-                        "why": "the file system's network interfaces hold them, so destroy could not delete them",
-                        "delete": f"after the file system: aws ec2 describe-vpcs --filters Name=tag:Name,Values={cp.name} "
-                                  f"--region {cp.region}, then delete its security groups, subnets and the VPC",
-                        "adopt": "not re-adopted"})
+            out.append(
+                {
+                    "kind": "FSx for Lustre file system",
+                    "name": f"{cp.name}-model-cache",
+                    "why": "it holds the model cache the claim binds to (storage.protect: true)",
+                    "delete": f"aws fsx describe-file-systems --region {cp.region} (the one with {tag}), then "
+                    f"aws fsx delete-file-system --file-system-id <id> --region {cp.region}",
+                    "adopt": "not re-adopted by a new cluster of this stack (it creates its own); copy the model out first",
+                }
+            )
+            out.append(
+                {
+                    "kind": "VPC, subnet and security group of the file system",
+                    "name": cp.name,
+                    "why": "the file system's network interfaces hold them, so destroy could not delete them",
+                    "delete": f"after the file system: aws ec2 describe-vpcs --filters Name=tag:Name,Values={cp.name} "
+                    f"--region {cp.region}, then delete its security groups, subnets and the VPC",
+                    "adopt": "not re-adopted",
+                }
+            )
             if cp.static_pv:
                 pv = cp.static_pv["metadata"]["name"]
-                out.append({"kind": "PersistentVolume", "name": pv, "why": "it points at the kept file system",
-                            "delete": f"deleted with the cluster (kubectl delete pv {pv} if the cluster stays)", "adopt": "not re-adopted"})
+                out.append(
+                    {
+                        "kind": "PersistentVolume",
+                        "name": pv,
+                        "why": "it points at the kept file system",
+                        "delete": f"deleted with the cluster (kubectl delete pv {pv} if the cluster stays)",
+                        "adopt": "not re-adopted",
+                    }
+                )
         else:
-            out.append({"kind": "EFS file system", "name": f"{cp.name}-model-cache",
-                        "why": "it holds the model cache (storage.protect: true)",
-                        "delete": f"aws efs describe-file-systems --region {cp.region} (the one with {tag}), delete its "
-                                  f"access points, then aws efs delete-file-system --file-system-id <id> --region {cp.region}",
-                        "adopt": "not re-adopted by a new cluster of this stack (it creates its own)"})
+            out.append(
+                {
+                    "kind": "EFS file system",
+                    "name": f"{cp.name}-model-cache",
+                    "why": "it holds the model cache (storage.protect: true)",
+                    "delete": f"aws efs describe-file-systems --region {cp.region} (the one with {tag}), delete its "
+                    f"access points, then aws efs delete-file-system --file-system-id <id> --region {cp.region}",
+                    "adopt": "not re-adopted by a new cluster of this stack (it creates its own)",
+                }
+            )
         return out

@@ -2,6 +2,7 @@
 or KUBECONFIG, and ``cluster.context``). The stack installs the device plugins of its entries' fabrics and the NVIDIA
 stack only with ``installDevicePlugins``, and the Dynamo platform only with ``installPlatform`` (such clusters usually
 have it)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
@@ -28,8 +29,10 @@ class KubeconfigMode(ClusterMode):
     lacks_load_balancer_controller = False  # the cluster's own controller serves a LoadBalancer Service
     internal_load_balancer = False
     kubeconfig_for_tools = "file"
-    unchecked_by_render = ("the kubeconfig file (cluster.kubeconfigPath or KUBECONFIG belongs to the machine that runs `up`)",
-                           LIVE_CLUSTER_NOTE)
+    unchecked_by_render = (
+        "the kubeconfig file (cluster.kubeconfigPath or KUBECONFIG belongs to the machine that runs `up`)",
+        LIVE_CLUSTER_NOTE,
+    )
 
     def plan_entry(self, spec: "ProgramSpec", entry: "ServeEntry", door: dict[str, Any]) -> EntryPlan:
         return EntryPlan(spec.cluster, None, build_plan(entry.config, **door))
@@ -43,9 +46,11 @@ class KubeconfigMode(ClusterMode):
         try:
             fabrics_objects(entry_fabrics(entries))
         except ValueError as err:
-            raise ConfigError(f"{NS}:cluster.installDevicePlugins: {err} (entries: "
-                              f"{', '.join(f'{e.key} on {e.cfg.fabric_profile or e.plan.target.fabric}' for e in entries)}); "
-                              f"serve them from separate clusters, or install the plugins yourself (installDevicePlugins: false)") from None
+            raise ConfigError(
+                f"{NS}:cluster.installDevicePlugins: {err} (entries: "
+                f"{', '.join(f'{e.key} on {e.cfg.fabric_profile or e.plan.target.fabric}' for e in entries)}); "
+                f"serve them from separate clusters, or install the plugins yourself (installDevicePlugins: false)"
+            ) from None
         return ClusterPart(cluster, None, [])  # the device plugins: a layer (stacks/layers/platform.py)
 
     def plan_cluster_only(self, spec: "ProgramSpec") -> ClusterPart:

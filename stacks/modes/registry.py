@@ -1,6 +1,7 @@
 """The one table of cluster modes: ``dynamo:cluster.mode`` -> its ``ClusterMode`` (stacks/modes/__init__.py). The
 program and the shells look a stack's mode up here (``cluster_mode``) and ask it; nothing else chooses by mode name
 (tests/test_layout.py refuses comparisons of a mode with a mode name outside stacks/modes/)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -1,5 +1,6 @@
 """``cluster.mode: render``: the manifests written to ``cluster.renderDir``. No cluster, no credentials, so no Helm
 chart (the render provider writes YAML and installs nothing) and no Secret value on disk."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional

@@ -2,6 +2,7 @@
 StackReference at ``up``. The cluster stack installs the device plugins, the platform and no load balancer
 controller; this stack checks its entries against the pools the cluster stack exports (``nodePools``, an Output) and
 creates its pull Secrets."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
@@ -32,8 +33,9 @@ class StackMode(ClusterMode):
 
     def plan_entry(self, spec: "ProgramSpec", entry: "ServeEntry", door: dict[str, Any]) -> EntryPlan:
         """Checked against the cluster stack's pools at ``up`` (stacks/cluster/cluster_stack.py)."""
-        ref_plan, serving = plan_on_cluster_stack(entry.config, spec.cluster, entry.raw, spec.secret_keys,
-                                                  require_secrets=spec.require_secrets, door=door)
+        ref_plan, serving = plan_on_cluster_stack(
+            entry.config, spec.cluster, entry.raw, spec.secret_keys, require_secrets=spec.require_secrets, door=door
+        )
         return EntryPlan(spec.cluster, ref_plan, serving)
 
     def plan_cluster(self, spec: "ProgramSpec", entries: list["Entry"], planned: list[EntryPlan]) -> ClusterPart:

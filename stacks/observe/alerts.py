@@ -27,6 +27,7 @@ counters (NVIDIA/dcgm-exporter etc/default-counters.csv: ``DCGM_FI_DEV_XID_ERROR
 ``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS``, ``DCGM_FI_DEV_ROW_REMAP_FAILURE``; its ECC counters are commented out
 there). Series are selected by the scrape job the project's PodMonitors give them (``<namespace>/<monitor name>``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,48 +67,105 @@ def ttft_bound(published_p50_ms: Optional[float], override_seconds: Optional[flo
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, summary: str, labels: Optional[dict] = None) -> dict:
-    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity, **(labels or {})},
-            "annotations": {"summary": summary}}
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
+        "labels": {"severity": severity, **(labels or {})},
+        "annotations": {"summary": summary},
+    }
 
 
 def graph_rules(g: ServedGraph, error_ratio: float, queued: int) -> dict:
     m, fe, wk = DYNAMO_METRICS, f'job="{g.frontend_job}"', f'job="{g.worker_job}"'
     where = {"namespace": g.namespace, "dynamo_graph": g.name}
-    return {"name": f"dynamo-{g.name}", "rules": [
-        _alert("DynamoFrontendDown", f"sum(up{{{fe}}}) == 0 or absent(up{{{fe}}})", "2m", "critical",
-               f"{g.namespace}/{g.name}: the frontend is not scraped as up: no request is served", where),
-        _alert("DynamoFrontendErrors",
-               f"sum(rate({m['requests']}{{{fe},{STATUS_ERROR}}}[5m])) / sum(rate({m['requests']}{{{fe}}}[5m])) > {error_ratio}",
-               "5m", "critical", f"{g.namespace}/{g.name}: more than {error_ratio:.0%} of requests fail", where),
-        _alert("DynamoNoReadyWorkers", f"max({MODEL_READY}{{{fe}}}) < 1 or sum(up{{{wk}}}) == 0 or absent(up{{{wk}}})", "2m", "critical",
-               f"{g.namespace}/{g.name}: the frontend has no worker it can route to", where),
-        _alert("DynamoTimeToFirstTokenHigh",
-               f"histogram_quantile(0.99, sum by (le) (rate({m['ttft']}_bucket{{{fe}}}[10m]))) > {g.ttft_p99_seconds}",
-               "10m", "warning", f"{g.namespace}/{g.name}: time to first token p99 above {g.ttft_p99_seconds} s", where),
-        _alert("DynamoRequestsQueued", f"sum({m['queued']}{{{fe}}}) > {queued}", "5m", "warning",
-               f"{g.namespace}/{g.name}: more than {queued} requests wait in the frontend's queue", where),
-        _alert("DynamoKvCacheSaturated",
-               f"max by (pod) ({m['kv_cache_usage']}{{{wk}}}) > {KV_CACHE_SATURATED} "
-               f"or max by (pod) ({{__name__=\"{VLLM_KV_CACHE_USAGE}\",{wk}}}) > {KV_CACHE_SATURATED}",
-               "10m", "warning", f"{g.namespace}/{g.name}: a worker's KV cache is above {KV_CACHE_SATURATED:.0%}", where),
-    ]}
+    return {
+        "name": f"dynamo-{g.name}",
+        "rules": [
+            _alert(
+                "DynamoFrontendDown",
+                f"sum(up{{{fe}}}) == 0 or absent(up{{{fe}}})",
+                "2m",
+                "critical",
+                f"{g.namespace}/{g.name}: the frontend is not scraped as up: no request is served",
+                where,
+            ),
+            _alert(
+                "DynamoFrontendErrors",
+                f"sum(rate({m['requests']}{{{fe},{STATUS_ERROR}}}[5m])) / sum(rate({m['requests']}{{{fe}}}[5m])) > {error_ratio}",
+                "5m",
+                "critical",
+                f"{g.namespace}/{g.name}: more than {error_ratio:.0%} of requests fail",
+                where,
+            ),
+            _alert(
+                "DynamoNoReadyWorkers",
+                f"max({MODEL_READY}{{{fe}}}) < 1 or sum(up{{{wk}}}) == 0 or absent(up{{{wk}}})",
+                "2m",
+                "critical",
+                f"{g.namespace}/{g.name}: the frontend has no worker it can route to",
+                where,
+            ),
+            _alert(
+                "DynamoTimeToFirstTokenHigh",
+                f"histogram_quantile(0.99, sum by (le) (rate({m['ttft']}_bucket{{{fe}}}[10m]))) > {g.ttft_p99_seconds}",
+                "10m",
+                "warning",
+                f"{g.namespace}/{g.name}: time to first token p99 above {g.ttft_p99_seconds} s",
+                where,
+            ),
+            _alert(
+                "DynamoRequestsQueued",
+                f"sum({m['queued']}{{{fe}}}) > {queued}",
+                "5m",
+                "warning",
+                f"{g.namespace}/{g.name}: more than {queued} requests wait in the frontend's queue",
+                where,
+            ),
+            _alert(
+                "DynamoKvCacheSaturated",
+                f"max by (pod) ({m['kv_cache_usage']}{{{wk}}}) > {KV_CACHE_SATURATED} "
+                f'or max by (pod) ({{__name__="{VLLM_KV_CACHE_USAGE}",{wk}}}) > {KV_CACHE_SATURATED}',
+                "10m",
+                "warning",
+                f"{g.namespace}/{g.name}: a worker's KV cache is above {KV_CACHE_SATURATED:.0%}",
+                where,
+            ),
+        ],
+    }
 
 
 def gpu_rules() -> dict:
-    return {"name": "dynamo-gpus", "rules": [
-        _alert("GpuXidError", f"max by (Hostname, gpu) ({DCGM_XID}) > 0", "0m", "critical",
-               "a GPU reported an XID error (DCGM_FI_DEV_XID_ERRORS holds the last one's code)"),
-        _alert("GpuUncorrectableMemoryErrors",
-               f"max by (Hostname, gpu) (increase({DCGM_REMAPPED_UNCORRECTABLE}[15m])) > 0 "
-               f"or max by (Hostname, gpu) ({DCGM_REMAP_FAILURE}) > 0",
-               "0m", "critical", "a GPU remapped memory rows for uncorrectable errors, or failed to: drain the node"),
-    ]}
+    return {
+        "name": "dynamo-gpus",
+        "rules": [
+            _alert(
+                "GpuXidError",
+                f"max by (Hostname, gpu) ({DCGM_XID}) > 0",
+                "0m",
+                "critical",
+                "a GPU reported an XID error (DCGM_FI_DEV_XID_ERRORS holds the last one's code)",
+            ),
+            _alert(
+                "GpuUncorrectableMemoryErrors",
+                f"max by (Hostname, gpu) (increase({DCGM_REMAPPED_UNCORRECTABLE}[15m])) > 0 "
+                f"or max by (Hostname, gpu) ({DCGM_REMAP_FAILURE}) > 0",
+                "0m",
+                "critical",
+                "a GPU remapped memory rows for uncorrectable errors, or failed to: drain the node",
+            ),
+        ],
+    }
 
 
-def prometheus_rule(namespace: str, labels: dict, graphs: Iterable[ServedGraph], gpus: bool, error_ratio: float = 0.05,
-                    queued: int = 32) -> dict:
+def prometheus_rule(
+    namespace: str, labels: dict, graphs: Iterable[ServedGraph], gpus: bool, error_ratio: float = 0.05, queued: int = 32
+) -> dict:
     """The stack's PrometheusRule, labelled as its Prometheus selects rules (kube-prometheus-stack: the release label)."""
     groups = [graph_rules(g, error_ratio, queued) for g in graphs] + ([gpu_rules()] if gpus else [])
-    return {"apiVersion": MONITORING_API, "kind": "PrometheusRule",
-            "metadata": {"name": "dynamo-alerts", "namespace": namespace, "labels": dict(labels)},
-            "spec": {"groups": groups}}
+    return {
+        "apiVersion": MONITORING_API,
+        "kind": "PrometheusRule",
+        "metadata": {"name": "dynamo-alerts", "namespace": namespace, "labels": dict(labels)},
+        "spec": {"groups": groups},
+    }

@@ -48,6 +48,7 @@ What it builds, and why each choice:
   says where each comes from); tests/test_prometheus.py evaluates every query through a real
   Prometheus scraping the real Dynamo frontend and mocker workers, so a rename upstream fails a test.
 """
+
 from __future__ import annotations
 
 import json
@@ -127,10 +128,19 @@ def alertmanager_values(alerts: Any) -> dict:
     if ref is not None:
         receiver["webhook_configs"] = [{"url_file": f"{ALERTMANAGER_SECRETS}/{ref.name}/{ref.key}", "send_resolved": True}]
         spec["secrets"] = [ref.name]
-    out = {"enabled": True, "config": {
-        "route": {"receiver": ALERT_RECEIVER, "group_by": ["alertname", "namespace", "dynamo_graph"],
-                  "group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"},
-        "receivers": [{"name": "null"}, receiver]}}
+    out = {
+        "enabled": True,
+        "config": {
+            "route": {
+                "receiver": ALERT_RECEIVER,
+                "group_by": ["alertname", "namespace", "dynamo_graph"],
+                "group_wait": "30s",
+                "group_interval": "5m",
+                "repeat_interval": "4h",
+            },
+            "receivers": [{"name": "null"}, receiver],
+        },
+    }
     if spec:
         out["alertmanagerSpec"] = spec
     return out
@@ -143,13 +153,15 @@ def kube_prometheus_stack(namespace: str, alerts: Any = None) -> HelmSpec:
     selector_ns: dict = {}
     values = {
         "alertmanager": alertmanager_values(alerts),
-        "prometheus": {"prometheusSpec": {
-            "podMonitorSelectorNilUsesHelmValues": True,
-            "serviceMonitorSelectorNilUsesHelmValues": True,
-            "podMonitorNamespaceSelector": selector_ns,
-            "serviceMonitorNamespaceSelector": dict(selector_ns),
-            "retention": "15d",
-        }},
+        "prometheus": {
+            "prometheusSpec": {
+                "podMonitorSelectorNilUsesHelmValues": True,
+                "serviceMonitorSelectorNilUsesHelmValues": True,
+                "podMonitorNamespaceSelector": selector_ns,
+                "serviceMonitorNamespaceSelector": dict(selector_ns),
+                "retention": "15d",
+            }
+        },
         # The Grafana chart's own RBAC grants its sidecars get/watch/list on every ConfigMap *and Secret*, cluster-wide
         # unless ``rbac.namespaced`` (grafana/helm-charts charts/grafana/templates/clusterrole.yaml and role.yaml: the
         # rule ``resources: ["configmaps", "secrets"]`` whenever a sidecar is on). Our dashboards live in this namespace,
@@ -160,8 +172,13 @@ def kube_prometheus_stack(namespace: str, alerts: Any = None) -> HelmSpec:
             "rbac": {"create": False},
             "serviceAccount": {"create": True, "name": GRAFANA_SERVICE_ACCOUNT},
             "sidecar": {
-                "dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": DASHBOARD_LABEL_VALUE,
-                               "searchNamespace": namespace, "resource": "configmap"},
+                "dashboards": {
+                    "enabled": True,
+                    "label": DASHBOARD_LABEL,
+                    "labelValue": DASHBOARD_LABEL_VALUE,
+                    "searchNamespace": namespace,
+                    "resource": "configmap",
+                },
                 "datasources": {"resource": "configmap"},
             },
         },
@@ -172,13 +189,24 @@ def kube_prometheus_stack(namespace: str, alerts: Any = None) -> HelmSpec:
 def grafana_sidecar_rbac(namespace: str) -> list[dict]:
     """A Role reading ConfigMaps (nothing else) in the observability namespace, bound to Grafana's service account:
     all the dashboard and datasource sidecars need, where the chart's own rules would let Grafana read every Secret."""
-    meta = {"name": GRAFANA_SIDECAR_ROLE, "namespace": namespace,
-            "labels": {"app.kubernetes.io/part-of": "dynamo-observability", "app.kubernetes.io/managed-by": "pulumi"}}
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta),
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "watch", "list"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(meta),
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": GRAFANA_SIDECAR_ROLE},
-               "subjects": [{"kind": "ServiceAccount", "name": GRAFANA_SERVICE_ACCOUNT, "namespace": namespace}]}
+    meta = {
+        "name": GRAFANA_SIDECAR_ROLE,
+        "namespace": namespace,
+        "labels": {"app.kubernetes.io/part-of": "dynamo-observability", "app.kubernetes.io/managed-by": "pulumi"},
+    }
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": dict(meta),
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "watch", "list"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": dict(meta),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": GRAFANA_SIDECAR_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": GRAFANA_SERVICE_ACCOUNT, "namespace": namespace}],
+    }
     return [role, binding]
 
 
@@ -198,8 +226,11 @@ def dcgm_exporter_chart(namespace: str, monitor_labels: dict) -> HelmSpec:
 
 
 def _meta(name: str, namespace: str, labels: dict) -> dict:
-    return {"name": name, "namespace": namespace,
-            "labels": {"app.kubernetes.io/part-of": "dynamo-observability", "app.kubernetes.io/managed-by": "pulumi", **labels}}
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {"app.kubernetes.io/part-of": "dynamo-observability", "app.kubernetes.io/managed-by": "pulumi", **labels},
+    }
 
 
 def dynamo_pod_monitors(serving_namespace: str, dgd_name: str, monitor_labels: dict) -> list[dict]:
@@ -209,20 +240,32 @@ def dynamo_pod_monitors(serving_namespace: str, dgd_name: str, monitor_labels: d
     base = {METRICS_ENABLED_LABEL: "true", DGD_NAME_LABEL: dgd_name}
     ns_sel = {"matchNames": [serving_namespace]}
     frontend = {
-        "apiVersion": MONITORING_API, "kind": "PodMonitor",
+        "apiVersion": MONITORING_API,
+        "kind": "PodMonitor",
         "metadata": _meta(f"{dgd_name}-frontend", serving_namespace, monitor_labels),
         "spec": {
             "namespaceSelector": ns_sel,
             "selector": {"matchLabels": {**base, COMPONENT_TYPE_LABEL: "frontend"}},
-            "podMetricsEndpoints": [{
-                "interval": SCRAPE_INTERVAL, "path": "/metrics", "port": "http", "honorLabels": True,
-                "relabelings": [{"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_label_nvidia_com_dynamo_namespace"],
-                                 "targetLabel": "dynamo_namespace"}],
-            }],
+            "podMetricsEndpoints": [
+                {
+                    "interval": SCRAPE_INTERVAL,
+                    "path": "/metrics",
+                    "port": "http",
+                    "honorLabels": True,
+                    "relabelings": [
+                        {
+                            "action": "replace",
+                            "sourceLabels": ["__meta_kubernetes_pod_label_nvidia_com_dynamo_namespace"],
+                            "targetLabel": "dynamo_namespace",
+                        }
+                    ],
+                }
+            ],
         },
     }
     worker = {
-        "apiVersion": MONITORING_API, "kind": "PodMonitor",
+        "apiVersion": MONITORING_API,
+        "kind": "PodMonitor",
         "metadata": _meta(f"{dgd_name}-worker", serving_namespace, monitor_labels),
         "spec": {
             "namespaceSelector": dict(ns_sel),
@@ -234,11 +277,20 @@ def dynamo_pod_monitors(serving_namespace: str, dgd_name: str, monitor_labels: d
                     {"key": METRICS_ENABLED_LABEL, "operator": "In", "values": ["true"]},
                 ],
             },
-            "podMetricsEndpoints": [{
-                "interval": SCRAPE_INTERVAL, "path": "/metrics", "port": "system",
-                "relabelings": [{"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type"],
-                                 "targetLabel": "dynamo_component_type"}],
-            }],
+            "podMetricsEndpoints": [
+                {
+                    "interval": SCRAPE_INTERVAL,
+                    "path": "/metrics",
+                    "port": "system",
+                    "relabelings": [
+                        {
+                            "action": "replace",
+                            "sourceLabels": ["__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type"],
+                            "targetLabel": "dynamo_component_type",
+                        }
+                    ],
+                }
+            ],
         },
     }
     return [frontend, worker]
@@ -248,7 +300,8 @@ def gpu_operator_dcgm_monitor(namespace: str, monitor_labels: dict) -> dict:
     """A ServiceMonitor for the GPU Operator's own DCGM exporter Service (its chart's monitor has no
     ``release`` label, so the chart's Prometheus would not select it)."""
     return {
-        "apiVersion": MONITORING_API, "kind": "ServiceMonitor",
+        "apiVersion": MONITORING_API,
+        "kind": "ServiceMonitor",
         "metadata": _meta("gpu-operator-dcgm-exporter", namespace, monitor_labels),
         "spec": {
             "namespaceSelector": {"matchNames": [GPU_OPERATOR_NAMESPACE]},
@@ -260,9 +313,13 @@ def gpu_operator_dcgm_monitor(namespace: str, monitor_labels: dict) -> dict:
 
 # --------------------------------------------------------------------------- dashboards
 
+
 def _panel(pid: int, title: str, exprs: list[tuple[str, str]], unit: str, x: int, y: int) -> dict:
     return {
-        "id": pid, "type": "timeseries", "title": title, "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "id": pid,
+        "type": "timeseries",
+        "title": title,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
         "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
         "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
         "targets": [{"refId": chr(65 + i), "expr": e, "legendFormat": legend} for i, (e, legend) in enumerate(exprs)],
@@ -271,15 +328,23 @@ def _panel(pid: int, title: str, exprs: list[tuple[str, str]], unit: str, x: int
 
 def _dashboard(uid: str, title: str, panels: list[tuple[str, list[tuple[str, str]], str]], extra_vars: list[dict]) -> dict:
     return {
-        "uid": uid, "title": title, "schemaVersion": 39, "version": 1, "editable": True, "refresh": "10s",
-        "time": {"from": "now-1h", "to": "now"}, "tags": ["dynamo"],
-        "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"}] + extra_vars},
+        "uid": uid,
+        "title": title,
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "tags": ["dynamo"],
+        "templating": {
+            "list": [{"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"}] + extra_vars
+        },
         "panels": [_panel(i + 1, t, e, u, 12 * (i % 2), 8 * (i // 2)) for i, (t, e, u) in enumerate(panels)],
     }
 
 
 def _q(metric: str, sel: str) -> str:
-    return f'histogram_quantile({{q}}, sum by (le) (rate({metric}_bucket{{{{{sel}}}}}[1m])))'
+    return f"histogram_quantile({{q}}, sum by (le) (rate({metric}_bucket{{{{{sel}}}}}[1m])))"
 
 
 # Who exports the KV-cache gauge (ai-dynamo 1.5.0 wheel): the vLLM and SGLang workers set
@@ -303,12 +368,19 @@ def serving_dashboard(serving_namespace: str) -> dict:
         ("Time to first token", [(ttft.format(q="0.50"), "p50"), (ttft.format(q="0.95"), "p95")], "s"),
         ("Inter-token latency", [(itl.format(q="0.50"), "p50"), (itl.format(q="0.95"), "p95")], "s"),
         ("Output tokens/s", [(f"sum(rate({m['output_tokens']}{{{sel}}}[1m]))", "tok/s")], "short"),
-        ("KV-cache usage", [(f"max by (pod) ({m['kv_cache_usage']}{{{sel}}}) or max by (pod) ({VLLM_KV_CACHE_USAGE}{{{sel}}})",
-                             "{{pod}}")], "percentunit"),
-        ("Queue depth", [(f"sum({m['queued']}{{{sel}}})", "queued"),
-                         (f"sum({m['inflight']}{{{sel}}})", "in flight")], "short"),
+        (
+            "KV-cache usage",
+            [(f"max by (pod) ({m['kv_cache_usage']}{{{sel}}}) or max by (pod) ({VLLM_KV_CACHE_USAGE}{{{sel}}})", "{{pod}}")],
+            "percentunit",
+        ),
+        ("Queue depth", [(f"sum({m['queued']}{{{sel}}})", "queued"), (f"sum({m['inflight']}{{{sel}}})", "in flight")], "short"),
     ]
-    ns_var = {"name": "namespace", "type": "custom", "query": serving_namespace, "current": {"text": serving_namespace, "value": serving_namespace}}
+    ns_var = {
+        "name": "namespace",
+        "type": "custom",
+        "query": serving_namespace,
+        "current": {"text": serving_namespace, "value": serving_namespace},
+    }
     return _dashboard("dynamo-serving", "Dynamo serving", panels, [ns_var])
 
 
@@ -326,7 +398,8 @@ def gpu_dashboard() -> dict:
 
 def dashboard_configmap(name: str, namespace: str, dashboard: dict) -> dict:
     return {
-        "apiVersion": "v1", "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
         "metadata": _meta(name, namespace, {DASHBOARD_LABEL: DASHBOARD_LABEL_VALUE}),
         "data": {f"{dashboard['uid']}.json": json.dumps(dashboard, indent=1, sort_keys=True)},
     }
@@ -367,8 +440,15 @@ def _sanitize(name: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", name)  # the operator's sanitizeLabelName
 
 
-_RELABEL_KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label", "separator": "separator",
-                 "regex": "regex", "modulus": "modulus", "replacement": "replacement", "action": "action"}
+_RELABEL_KEYS = {
+    "sourceLabels": "source_labels",
+    "targetLabel": "target_label",
+    "separator": "separator",
+    "regex": "regex",
+    "modulus": "modulus",
+    "replacement": "replacement",
+    "action": "action",
+}
 
 
 def _relabel(r: dict) -> dict:
@@ -382,8 +462,9 @@ def _relabel(r: dict) -> dict:
     return out
 
 
-def pod_monitor_scrape_configs(monitors: Iterable[dict], pods: Iterable[Any], namespace: str, *,
-                               host: str = "127.0.0.1", interval: Optional[str] = None) -> list[dict]:
+def pod_monitor_scrape_configs(
+    monitors: Iterable[dict], pods: Iterable[Any], namespace: str, *, host: str = "127.0.0.1", interval: Optional[str] = None
+) -> list[dict]:
     """Prometheus ``scrape_configs`` for ``monitors`` (PodMonitors) over ``pods`` in ``namespace`` (objects with
     ``name``, ``labels`` and ``ports`` = container port name -> port on ``host``).
 
@@ -410,46 +491,73 @@ def pod_monitor_scrape_configs(monitors: Iterable[dict], pods: Iterable[Any], na
             continue
         selector = spec.get("selector") or {}
         selected = [p for p in pods if selector_matches(selector, p.labels)]
-        keep = [{"action": "keep", "source_labels": [f"__meta_kubernetes_pod_label_{_sanitize(k)}",
-                                                      f"__meta_kubernetes_pod_labelpresent_{_sanitize(k)}"],
-                 "regex": f"({v});true"} for k, v in sorted((selector.get("matchLabels") or {}).items())]
+        keep = [
+            {
+                "action": "keep",
+                "source_labels": [
+                    f"__meta_kubernetes_pod_label_{_sanitize(k)}",
+                    f"__meta_kubernetes_pod_labelpresent_{_sanitize(k)}",
+                ],
+                "regex": f"({v});true",
+            }
+            for k, v in sorted((selector.get("matchLabels") or {}).items())
+        ]
         for e in selector.get("matchExpressions") or []:
             k, op = _sanitize(e["key"]), e["operator"]
             if op in ("In", "NotIn"):
-                keep.append({"action": "keep" if op == "In" else "drop",
-                             "source_labels": [f"__meta_kubernetes_pod_label_{k}", f"__meta_kubernetes_pod_labelpresent_{k}"],
-                             "regex": f"({'|'.join(e.get('values') or [])});true"})
+                keep.append(
+                    {
+                        "action": "keep" if op == "In" else "drop",
+                        "source_labels": [f"__meta_kubernetes_pod_label_{k}", f"__meta_kubernetes_pod_labelpresent_{k}"],
+                        "regex": f"({'|'.join(e.get('values') or [])});true",
+                    }
+                )
             else:
-                keep.append({"action": "keep" if op == "Exists" else "drop",
-                             "source_labels": [f"__meta_kubernetes_pod_labelpresent_{k}"], "regex": "true"})
+                keep.append(
+                    {
+                        "action": "keep" if op == "Exists" else "drop",
+                        "source_labels": [f"__meta_kubernetes_pod_labelpresent_{k}"],
+                        "regex": "true",
+                    }
+                )
         for i, ep in enumerate(spec.get("podMetricsEndpoints") or []):
             port = ep["port"]
             groups = []
             for p in selected:
                 if port not in p.ports:
                     continue
-                labels = {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_pod_name": p.name,
-                          "__meta_kubernetes_pod_container_port_name": port}
+                labels = {
+                    "__meta_kubernetes_namespace": namespace,
+                    "__meta_kubernetes_pod_name": p.name,
+                    "__meta_kubernetes_pod_container_port_name": port,
+                }
                 for k, v in p.labels.items():
                     labels[f"__meta_kubernetes_pod_label_{_sanitize(k)}"] = v
                     labels[f"__meta_kubernetes_pod_labelpresent_{_sanitize(k)}"] = "true"
                 groups.append({"targets": [f"{host}:{p.ports[port]}"], "labels": labels})
-            relabel = ([{"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"}] + keep + [
-                {"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": port},
-                {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-                {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
-                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-                {"target_label": "job", "replacement": f"{meta['namespace']}/{meta['name']}"},
-                {"target_label": "endpoint", "replacement": port},
-            ] + [_relabel(r) for r in ep.get("relabelings") or []])
-            out.append({
-                "job_name": f"podMonitor/{meta['namespace']}/{meta['name']}/{i}",
-                "honor_labels": bool(ep.get("honorLabels", False)),
-                "scrape_interval": interval or ep.get("interval") or SCRAPE_INTERVAL,
-                "metrics_path": ep.get("path") or "/metrics",
-                "static_configs": groups,
-                "relabel_configs": relabel,
-            })
+            relabel = (
+                [{"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"}]
+                + keep
+                + [
+                    {"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": port},
+                    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                    {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+                    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+                    {"target_label": "job", "replacement": f"{meta['namespace']}/{meta['name']}"},
+                    {"target_label": "endpoint", "replacement": port},
+                ]
+                + [_relabel(r) for r in ep.get("relabelings") or []]
+            )
+            out.append(
+                {
+                    "job_name": f"podMonitor/{meta['namespace']}/{meta['name']}/{i}",
+                    "honor_labels": bool(ep.get("honorLabels", False)),
+                    "scrape_interval": interval or ep.get("interval") or SCRAPE_INTERVAL,
+                    "metrics_path": ep.get("path") or "/metrics",
+                    "static_configs": groups,
+                    "relabel_configs": relabel,
+                }
+            )
     return out
 
 
@@ -462,6 +570,7 @@ def grafana_interpolate(expr: str, variables: dict[str, str]) -> str:
     """``expr`` with every Grafana variable reference replaced by its value in ``variables`` (single values:
     what the Prometheus data source sends for a single-valued custom variable is the value itself; a value
     that would need escaping, or an unknown variable, is an error rather than a silently wrong query)."""
+
     def sub(m: re.Match) -> str:
         name = m.group(1) or m.group(2) or m.group(4)
         if name not in variables:
@@ -470,6 +579,7 @@ def grafana_interpolate(expr: str, variables: dict[str, str]) -> str:
         if re.search(r"[\\'\"|.*+?()\[\]{}^$]", value):
             raise ValueError(f"Grafana variable ${name} = {value!r} would need escaping")
         return value
+
     return _GRAFANA_VARIABLE.sub(sub, expr)
 
 
@@ -497,6 +607,7 @@ def dashboard_queries(configmap: dict) -> list[tuple[str, str, str, str]]:
 
 
 # --------------------------------------------------------------------------- the plan
+
 
 def observability_pod_security(charts: list[HelmSpec]) -> str:
     """The Pod Security level the observability namespace enforces (stacks.serving.pod_security_labels; warn and audit
@@ -530,15 +641,34 @@ def build_observability(obs: Any, *, serving_namespace: str, dgd_name: str, nvid
             dashboards.append(dashboard_configmap("dynamo-gpu-dashboard", ns, gpu_dashboard()))
     ns_obj = None
     if obs.create_namespace and ns != serving_namespace:
-        ns_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
-            "app.kubernetes.io/part-of": "dynamo-observability", **pod_security_labels(observability_pod_security(charts))}}}
+        ns_obj = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": ns,
+                "labels": {
+                    "app.kubernetes.io/part-of": "dynamo-observability",
+                    **pod_security_labels(observability_pod_security(charts)),
+                },
+            },
+        }
     warnings = []
     alerts = getattr(obs, "alerts", None)
     if install and alerts is not None and alerts.enabled and alerts.webhook_url_secret is None:
-        warnings.append(f"dynamo:observability.alerts: no webhookUrlSecret, so alerts are held in Alertmanager and sent nowhere: see "
-                        f"them with `kubectl -n {ns} port-forward svc/{KPS_RELEASE}-alertmanager 9093`, or name the Secret "
-                        f"holding your webhook URL (docs/operating.md, \"Metrics, benchmark and time to serving\")")
-    return ObservabilityPlan(namespace=ns, monitor_labels=labels, prometheus_endpoint=obs.prometheus_endpoint or prometheus_url(ns),
-                             charts=charts, monitors=monitors, dashboards=dashboards, namespace_object=ns_obj, dcgm=dcgm,
-                             rbac=grafana_sidecar_rbac(ns) if install else [],
-                             warnings=warnings)
+        warnings.append(
+            f"dynamo:observability.alerts: no webhookUrlSecret, so alerts are held in Alertmanager and sent nowhere: see "
+            f"them with `kubectl -n {ns} port-forward svc/{KPS_RELEASE}-alertmanager 9093`, or name the Secret "
+            f'holding your webhook URL (docs/operating.md, "Metrics, benchmark and time to serving")'
+        )
+    return ObservabilityPlan(
+        namespace=ns,
+        monitor_labels=labels,
+        prometheus_endpoint=obs.prometheus_endpoint or prometheus_url(ns),
+        charts=charts,
+        monitors=monitors,
+        dashboards=dashboards,
+        namespace_object=ns_obj,
+        dcgm=dcgm,
+        rbac=grafana_sidecar_rbac(ns) if install else [],
+        warnings=warnings,
+    )

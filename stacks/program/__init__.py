@@ -14,6 +14,7 @@ each in stacks/modes/: ``plan_program`` looks the mode up in the one registry (`
 afterwards ``ProgramPlan.mode``) and asks it how each entry is planned, how the entries' cluster plans combine, which layers,
 device plugins and charts it installs, the Pod Security version, pause and the pools autoscaling must fit.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,7 @@ from stacks.layers.platform import plan_device_plugins, plan_dynamo_platform
 from stacks.cluster.platform import GPU_PRESENT_LABELS
 from stacks.layers.observability import observability_layer
 from stacks.serving.serve import Entry, build_entries
-from stacks.serving import (PSS_PREFIX, REDACTED, ServingPlan, least_strict, plan_pods, pod_security_labels,
-                            pod_security_level)
+from stacks.serving import PSS_PREFIX, REDACTED, ServingPlan, least_strict, plan_pods, pod_security_labels, pod_security_level
 from stacks.config import ClusterConfig, ProgramSpec, ServeEntry, kubeconfig_path, parse_spec  # noqa: F401  (kubeconfig_path: re-export)
 
 
@@ -109,7 +109,11 @@ class ProgramPlan:
     def objects(self) -> list[dict]:
         """The Kubernetes objects ``up`` registers (secrets redacted): the cluster layer's objects in the
         serving namespaces, every entry's serving objects (those entries share appear once), every optional layer's (``layers``)."""
-        serving = [o for e in self.entries for o in e.plan.objects()] if self.entries or self.serving is None else self.serving.objects()
+        serving = (
+            [o for e in self.entries for o in e.plan.objects()]
+            if self.entries or self.serving is None
+            else self.serving.objects()
+        )
         return self.cluster_objects() + serving + [o for layer in self.layers for o in layer.objects]
 
     def layer_outputs(self) -> dict[str, Any]:
@@ -117,9 +121,14 @@ class ProgramPlan:
         return {k: v for layer in self.layers for k, v in layer.outputs.items()}
 
 
-def build_program(raw: dict[str, Any], stack: str, secret_keys: frozenset[str] = frozenset(),
-                  env: Optional[dict[str, str]] = None, aws_region: Optional[str] = None,
-                  secret_values: Optional[dict[str, Any]] = None) -> ProgramPlan:
+def build_program(
+    raw: dict[str, Any],
+    stack: str,
+    secret_keys: frozenset[str] = frozenset(),
+    env: Optional[dict[str, str]] = None,
+    aws_region: Optional[str] = None,
+    secret_values: Optional[dict[str, Any]] = None,
+) -> ProgramPlan:
     """Parse the stack config once (``stacks.config.parse_spec``: every key, the secrets' names and, where known,
     their values' shape) and plan from the result. Arguments as ``parse_spec`` takes them."""
     return plan_program(parse_spec(raw, stack, secret_keys, env=env, aws_region=aws_region, secret_values=secret_values))
@@ -137,8 +146,16 @@ def plan_program(spec: ProgramSpec) -> ProgramPlan:
     planned: list[EntryPlan] = []  # each entry's plan on the mode, in the entries' order
     entries = build_entries(spec.entries, partial(_entry_plan, spec, mode, planned))
     part = mode.plan_cluster(spec, entries, planned)
-    program = ProgramPlan(spec.stack, entries[0].cfg, part.cluster, entries[0].plan, part.cluster_plan, [x for x in part.layers if x],
-                          entries=entries, spec=spec)
+    program = ProgramPlan(
+        spec.stack,
+        entries[0].cfg,
+        part.cluster,
+        entries[0].plan,
+        part.cluster_plan,
+        [x for x in part.layers if x],
+        entries=entries,
+        spec=spec,
+    )
     cluster_layers = len(program.other_layers)
     program = optional_layers(program)  # the platform reads observability's Prometheus URL
     return pod_security(planned_layers(demand_layers(platform_layers(program, cluster_layers))))
@@ -194,7 +211,8 @@ def pod_security(program: ProgramPlan) -> ProgramPlan:
     if program.benchmark is not None:
         tmpl = program.benchmark.job["spec"]["template"]
         levels.setdefault(program.benchmark.namespace, []).append(
-            pod_security_level(tmpl["spec"], (tmpl.get("metadata") or {}).get("annotations")))
+            pod_security_level(tmpl["spec"], (tmpl.get("metadata") or {}).get("annotations"))
+        )
     for e in program.entries:
         if e.plan.namespace is not None:
             md = e.plan.namespace["metadata"]
@@ -223,7 +241,9 @@ def cluster_only_program(spec: ProgramSpec) -> ProgramPlan:
     stacks reference it (``cluster.mode: stack``)."""
     mode = cluster_mode(spec.cluster)
     part = mode.plan_cluster_only(spec)
-    program = ProgramPlan(spec.stack, None, part.cluster, None, part.cluster_plan, [x for x in part.layers if x], entries=[], spec=spec)
+    program = ProgramPlan(
+        spec.stack, None, part.cluster, None, part.cluster_plan, [x for x in part.layers if x], entries=[], spec=spec
+    )
     return platform_layers(program, len(program.other_layers))
 
 
@@ -242,8 +262,13 @@ def platform_layers(program: ProgramPlan, at: int) -> ProgramPlan:
     if plugins:
         # the config's nvidiaStack (kubeconfig, eks); a mode whose config has none installs no NVIDIA stack
         nvidia: Optional[str] = getattr(cluster, "nvidia_stack", None)
-        layers.append(plan_device_plugins(program.device_plugin_fabrics(), nvidia,
-                                          runtime_class_node_selector=GPU_PRESENT_LABELS if mode.labels_gpu_nodes else None))
+        layers.append(
+            plan_device_plugins(
+                program.device_plugin_fabrics(),
+                nvidia,
+                runtime_class_node_selector=GPU_PRESENT_LABELS if mode.labels_gpu_nodes else None,
+            )
+        )
     endpoint = program.observability.prometheus_endpoint if program.observability else None
     layers.append(plan_dynamo_platform(install=platform, prometheus_endpoint=endpoint))
     program.layers[:0] = layers
@@ -265,8 +290,12 @@ def optional_layers(program: ProgramPlan) -> ProgramPlan:
     spec, cluster, serving = program.spec, program.cluster, program.serving
     assert serving is not None, "a single-target stack serves its target's plan"
     if spec.observability.enabled:
-        obs = build_observability(spec.observability, serving_namespace=serving.dgd["metadata"]["namespace"],
-                                  dgd_name=serving.dgd["metadata"]["name"], nvidia_stack=_our_nvidia_stack(cluster))
+        obs = build_observability(
+            spec.observability,
+            serving_namespace=serving.dgd["metadata"]["namespace"],
+            dgd_name=serving.dgd["metadata"]["name"],
+            nvidia_stack=_our_nvidia_stack(cluster),
+        )
         _place_observability(program, obs)
     if spec.benchmark.enabled:
         if spec.benchmark.synthetic_acceptance:  # the DGD that up creates serves what the published rows measured
@@ -306,9 +335,19 @@ def _alert_rules(program: ProgramPlan, obs: ObservabilityPlan) -> None:
             name, ns = md["name"][: -len("-frontend")], md["namespace"]
             t = served.get((ns, name))
             p50 = t.perf.ttft_p50_ms if t is not None and t.perf is not None else None
-            graphs.append(ServedGraph(name, ns, f"{ns}/{name}-frontend", f"{ns}/{name}-worker", ttft_bound(p50, cfg.ttft_p99_seconds)))
-    obs.monitors.append(prometheus_rule(obs.namespace, obs.monitor_labels, graphs, gpus=obs.dcgm != "none",
-                                        error_ratio=cfg.error_ratio, queued=cfg.queued_requests))
+            graphs.append(
+                ServedGraph(name, ns, f"{ns}/{name}-frontend", f"{ns}/{name}-worker", ttft_bound(p50, cfg.ttft_p99_seconds))
+            )
+    obs.monitors.append(
+        prometheus_rule(
+            obs.namespace,
+            obs.monitor_labels,
+            graphs,
+            gpus=obs.dcgm != "none",
+            error_ratio=cfg.error_ratio,
+            queued=cfg.queued_requests,
+        )
+    )
 
 
 def _place_observability(program: ProgramPlan, obs: ObservabilityPlan) -> None:
@@ -338,23 +377,28 @@ def serve_optional_layers(program: ProgramPlan) -> ProgramPlan:
             f"{NS}:benchmark.enabled: True is not built for {NS}:serve stacks (entries: "
             f"{', '.join(e.name for e in program.entries)}): its AIPerf Job measures one target's frontend against that "
             f"target's published row; benchmark one target from a single-target stack (its {NS}:target and "
-            f"{NS}:benchmark), or remove {NS}:benchmark here")
+            f"{NS}:benchmark), or remove {NS}:benchmark here"
+        )
     if not obs_cfg.enabled:
         return program
     first = program.entries[0]
     namespaces = list(dict.fromkeys(e.plan.dgd["metadata"]["namespace"] for e in program.entries))
-    obs = build_observability(obs_cfg, serving_namespace=namespaces[0], dgd_name=first.plan.dgd["metadata"]["name"],
-                              nvidia_stack=_our_nvidia_stack(program.cluster))
+    obs = build_observability(
+        obs_cfg,
+        serving_namespace=namespaces[0],
+        dgd_name=first.plan.dgd["metadata"]["name"],
+        nvidia_stack=_our_nvidia_stack(program.cluster),
+    )
     if obs.namespace_object is not None and obs.namespace in namespaces:
         obs.namespace_object = None  # a serving entry creates it
     entry_monitors = []
     for e in program.entries:
         md = e.plan.dgd["metadata"]
         for m in dynamo_pod_monitors(md["namespace"], md["name"], obs.monitor_labels):
-            m["metadata"]["name"] = e.name + m["metadata"]["name"][len(md["name"]):]
+            m["metadata"]["name"] = e.name + m["metadata"]["name"][len(md["name"]) :]
             entry_monitors.append(m)
     first_monitors = dynamo_pod_monitors(namespaces[0], first.plan.dgd["metadata"]["name"], obs.monitor_labels)
-    obs.monitors = entry_monitors + obs.monitors[len(first_monitors):]
+    obs.monitors = entry_monitors + obs.monitors[len(first_monitors) :]
     for cm in obs.dashboards:
         for key, text in list(cm["data"].items()):
             board = json.loads(text)
@@ -390,16 +434,20 @@ def demand_layers(program: ProgramPlan) -> ProgramPlan:
         obs = program.spec.observability
         where = f"{NS}:autoscaling" if keda[0].key == NS else f"{keda[0].key}.autoscaling"
         if not obs.enabled:
-            raise ConfigError(f"{where}: needs {NS}:observability.enabled: true (the Prometheus its "
-                              f"ScaledObjects query for {', '.join(sorted(keda_specs(keda[0].plan.autoscaling)))})")
+            raise ConfigError(
+                f"{where}: needs {NS}:observability.enabled: true (the Prometheus its "
+                f"ScaledObjects query for {', '.join(sorted(keda_specs(keda[0].plan.autoscaling)))})"
+            )
         url = obs.prometheus_endpoint or prometheus_url(obs.namespace)
     pools = mode.autoscaling_pools(program.cluster, cp)
     if pools is not None:
         check_bounds(program.entries, pools)
     for e in keda:
         assert url is not None  # set above whenever an entry scales with KEDA
-        e.plan.autoscalers = [scaled_object(e.plan.dgd, name, spec, url, paused=bool(e.cfg.paused))
-                              for name, spec in keda_specs(e.plan.autoscaling).items()]
+        e.plan.autoscalers = [
+            scaled_object(e.plan.dgd, name, spec, url, paused=bool(e.cfg.paused))
+            for name, spec in keda_specs(e.plan.autoscaling).items()
+        ]
     if keda and mode.installs_charts:  # one KEDA per stack, after the layers the graphs wait for
         layer = plan_keda()
         program.layers.insert(sum(1 for x in program.layers if x.gates == "graphs"), layer)

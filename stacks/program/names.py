@@ -25,6 +25,7 @@ so a stack of an earlier version takes one ``up`` with its config unchanged befo
 (docs/operating.md, "Changing a live stack").
 Pure: the program plan in, names out.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

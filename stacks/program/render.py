@@ -1,6 +1,7 @@
 """What ``render`` prints: a committed stack's objects (``render --stack``: ``Pulumi.<stack>.yaml`` read as the Pulumi
 CLI reads it, through the same ``build_program`` as ``up``), a target's (``render_target``), as multi-document YAML
 for people (``to_yaml``: key order kept, multi-line strings as block literals)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,6 +11,7 @@ import yaml
 
 from stacks.config.keys import NS, ConfigError
 from stacks.program import stack_yaml
+
 # Re-exported (their callers read them here): the YAML writer is the registry's, the target renders the serving layer's,
 # so `render --target` and `render --all` load neither this module nor the program package around it.
 from stacks.registry.yaml_text import to_yaml  # noqa: F401
@@ -32,7 +34,7 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
     """The ``dynamo:`` keys of a committed stack, namespace stripped; secure values left encrypted."""
     path = stack_file(name, root)
     if not path.is_file():
-        stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+        stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
         from stacks.registry import did_you_mean
 
         raise ConfigError(f"stack {name!r} has no {path.name}{did_you_mean(name, stacks)}; committed stacks: {', '.join(stacks)}")
@@ -44,15 +46,17 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
     if cfg is None:
         cfg = {}
     if not isinstance(cfg, dict):
-        raise ConfigError(f"{path.name}: {'config' if isinstance(data, dict) else 'the file'} is a {type(cfg).__name__}, not a mapping; "
-                          f"write `config:` followed by `  {NS}:<key>: <value>` lines")
+        raise ConfigError(
+            f"{path.name}: {'config' if isinstance(data, dict) else 'the file'} is a {type(cfg).__name__}, not a mapping; "
+            f"write `config:` followed by `  {NS}:<key>: <value>` lines"
+        )
     from stacks.config.keys import check_config_namespaces
 
     check_config_namespaces(cfg)  # a misspelt project prefix (dyanmo:gpu) would be ignored silently
     out = {}
     for k, v in cfg.items():
         if isinstance(k, str) and k.startswith(NS + ":"):
-            out[k[len(NS) + 1:]] = stack_yaml.config_value(v)  # the value up's program reads (text, or decoded JSON)
+            out[k[len(NS) + 1 :]] = stack_yaml.config_value(v)  # the value up's program reads (text, or decoded JSON)
     return out
 
 

@@ -17,6 +17,7 @@ the cluster or account while the destroy summary counts it as deleted
 
 Items are dicts with ``kind``, ``name``, ``why``, ``delete``, ``adopt``; they name objects only, never a secret value.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Optional
@@ -32,27 +33,38 @@ if TYPE_CHECKING:  # stacks.program imports this module (and re-exports its func
 # same way: pulumi/pulumi#18751, "custom resources ... becoming same steps"), so the teardown says so itself: with
 # this variable set to 1 the program skips the Job-failure check (components/serving.py); `make local-down` sets it.
 TEARDOWN_ENV = "DYNAMO_DESTROY"
-TEARDOWN_HINT = (f"to destroy the stack instead: {TEARDOWN_ENV}=1 pulumi destroy --run-program "
-                 f"(it skips this check and says what it keeps)")
+TEARDOWN_HINT = (
+    f"to destroy the stack instead: {TEARDOWN_ENV}=1 pulumi destroy --run-program (it skips this check and says what it keeps)"
+)
+
 
 def adopt_claim(ns: str) -> str:
-    return (f"a `pulumi up` whose config serves this model in namespace {ns} finds the claim and keeps its cached model (the "
-            f"protected claim is applied onto, never recreated); or point another stack at it with {NS}:storage.existingClaim")
+    return (
+        f"a `pulumi up` whose config serves this model in namespace {ns} finds the claim and keeps its cached model (the "
+        f"protected claim is applied onto, never recreated); or point another stack at it with {NS}:storage.existingClaim"
+    )
 
 
 def namespace_item(ns: str) -> dict[str, str]:
     """The namespace of a protected model cache (deleting a namespace deletes its claims)."""
-    return {"kind": "Namespace", "name": ns,
-            "why": f"it holds the protected model cache (deleting a namespace deletes its claims); {NS}:storage.protect is true",
-            "delete": f"kubectl delete namespace {ns}   (deletes the claim and the cached model with it)",
-            "adopt": f"a `pulumi up` whose config serves namespace {ns} applies onto it"}
+    return {
+        "kind": "Namespace",
+        "name": ns,
+        "why": f"it holds the protected model cache (deleting a namespace deletes its claims); {NS}:storage.protect is true",
+        "delete": f"kubectl delete namespace {ns}   (deletes the claim and the cached model with it)",
+        "adopt": f"a `pulumi up` whose config serves namespace {ns} applies onto it",
+    }
 
 
 def claim_item(ns: str, claim: str) -> dict[str, str]:
     """The protected model-cache claim."""
-    return {"kind": "PersistentVolumeClaim", "name": f"{ns}/{claim}",
-            "why": f"the downloaded model is kept for the next `up` ({NS}:storage.protect: true)",
-            "delete": f"kubectl delete pvc {claim} -n {ns}", "adopt": adopt_claim(ns)}
+    return {
+        "kind": "PersistentVolumeClaim",
+        "name": f"{ns}/{claim}",
+        "why": f"the downloaded model is kept for the next `up` ({NS}:storage.protect: true)",
+        "delete": f"kubectl delete pvc {claim} -n {ns}",
+        "adopt": adopt_claim(ns),
+    }
 
 
 def kept_item(obj: Mapping[str, Any]) -> Optional[dict[str, str]]:
@@ -73,9 +85,11 @@ def kept_item(obj: Mapping[str, Any]) -> Optional[dict[str, str]]:
 
 def kept_message(item: dict[str, str]) -> str:
     """What the program logs when the engine drops a kept object from the state (the after_delete hook)."""
-    return (f"kept {item['kind']} {item['name']} (retainOnDelete: it left the stack's state, the summary counts it as deleted, "
-            f"it is still in the cluster)\n"
-            f"    why:    {item['why']}\n    delete: {item['delete']}\n    adopt:  {item['adopt']}")
+    return (
+        f"kept {item['kind']} {item['name']} (retainOnDelete: it left the stack's state, the summary counts it as deleted, "
+        f"it is still in the cluster)\n"
+        f"    why:    {item['why']}\n    delete: {item['delete']}\n    adopt:  {item['adopt']}"
+    )
 
 
 def retained_after_destroy(program: "ProgramPlan") -> list[dict[str, str]]:
@@ -97,16 +111,26 @@ def retained_after_destroy(program: "ProgramPlan") -> list[dict[str, str]]:
 def retained_report(program: "ProgramPlan") -> str:
     items = retained_after_destroy(program)
     if not items:
-        return (f"`pulumi destroy` of stack {program.stack} keeps nothing: {NS}:storage.protect is false, so the namespace, "
-                f"the model cache and any file system are deleted")
-    lines = [f"`pulumi destroy` of stack {program.stack} deletes everything else, and keeps (retainOnDelete; the summary counts "
-             f"them as deleted because they leave the stack's state):"]
+        return (
+            f"`pulumi destroy` of stack {program.stack} keeps nothing: {NS}:storage.protect is false, so the namespace, "
+            f"the model cache and any file system are deleted"
+        )
+    lines = [
+        f"`pulumi destroy` of stack {program.stack} deletes everything else, and keeps (retainOnDelete; the summary counts "
+        f"them as deleted because they leave the stack's state):"
+    ]
     for it in items:
-        lines += [f"- {it['kind']} {it['name']}", f"    why:    {it['why']}", f"    delete: {it['delete']}", f"    adopt:  {it['adopt']}"]
+        lines += [
+            f"- {it['kind']} {it['name']}",
+            f"    why:    {it['why']}",
+            f"    delete: {it['delete']}",
+            f"    adopt:  {it['adopt']}",
+        ]
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- deletes of an object the config still asks for
+
 
 def object_identity(api_version: Any, kind: Any, metadata: Mapping[str, Any]) -> Optional[tuple[str, str, str, str]]:
     """What identifies a Kubernetes object in the cluster: (API group, kind, namespace, name); the version is left out
@@ -126,6 +150,8 @@ def delete_refusal(urn: str, identity: tuple[str, str, str, str], declared_as: s
     object: drop the old name from the state only, then the next `up` manages it under the new name."""
     group, kind, ns, name = identity
     where = f"{ns}/{name}" if ns else name
-    return (f"refusing to delete {kind} {where}{' (' + group + ')' if group else ''}: this `up` still declares it, as "
-            f"resource {declared_as!r}, and deleting the old resource {urn} would delete the live object in the cluster. "
-            f"Keep it: `pulumi state delete '{urn}' --yes` (removes the old name from the state only), then `pulumi up` again")
+    return (
+        f"refusing to delete {kind} {where}{' (' + group + ')' if group else ''}: this `up` still declares it, as "
+        f"resource {declared_as!r}, and deleting the old resource {urn} would delete the live object in the cluster. "
+        f"Keep it: `pulumi state delete '{urn}' --yes` (removes the old name from the state only), then `pulumi up` again"
+    )

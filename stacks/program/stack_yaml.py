@@ -26,6 +26,7 @@ stops before the program. A timestamp with a numeric offset prints as ``+0200 +0
 CLI is on UTC (Go's ``time.Parse`` keeps the local zone's name when the offset matches it); stack files in this
 project have none.
 """
+
 from __future__ import annotations
 
 import calendar
@@ -56,8 +57,10 @@ class _Composer(yaml.SafeLoader):
 
 # resolve.go resolveMap: the plain scalars looked up before anything else.
 _MAP: dict[str, Any] = {
-    **dict.fromkeys(("true", "True", "TRUE"), True), **dict.fromkeys(("false", "False", "FALSE"), False),
-    **dict.fromkeys(("", "~", "null", "Null", "NULL"), None), **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan),
+    **dict.fromkeys(("true", "True", "TRUE"), True),
+    **dict.fromkeys(("false", "False", "FALSE"), False),
+    **dict.fromkeys(("", "~", "null", "Null", "NULL"), None),
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan),
     **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), math.inf),
     **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf),
 }
@@ -67,9 +70,11 @@ _FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")  # r
 # strconv.ParseInt(s, 0, 64): an optional sign, then 0x/0o/0b with digits, a leading 0 (octal), or decimal.
 _INT = re.compile(r"([-+]?)(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)")
 # resolve.go allowedTimestampFormats: 2006-1-2T15:4:5.999999999Z07:00 (T or t), 2006-1-2 15:4:5.999999999, 2006-1-2.
-_TIMESTAMP = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})"
-                        r"(?:(?P<t>[Tt])(\d{1,2}):(\d{1,2}):(\d{1,2})(?:[.,](\d{1,9}))?(?P<zone>Z|[+-]\d{2}:\d{2})"
-                        r"| (\d{1,2}):(\d{1,2}):(\d{1,2})(?:[.,](\d{1,9}))?)?")
+_TIMESTAMP = re.compile(
+    r"(\d{4})-(\d{1,2})-(\d{1,2})"
+    r"(?:(?P<t>[Tt])(\d{1,2}):(\d{1,2}):(\d{1,2})(?:[.,](\d{1,9}))?(?P<zone>Z|[+-]\d{2}:\d{2})"
+    r"| (\d{1,2}):(\d{1,2}):(\d{1,2})(?:[.,](\d{1,9}))?)?"
+)
 
 
 class GoTime(str):
@@ -113,8 +118,7 @@ def _timestamp(text: str) -> Optional[GoTime]:
     else:
         offset = zone[0] + zone[1:3] + zone[4:6]
         where = f"{offset} {offset}"  # a fixed zone without a name prints its offset as the name
-    return GoTime(f"{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}"
-                  f"{'.' + nanos if nanos else ''} {where}")
+    return GoTime(f"{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}{'.' + nanos if nanos else ''} {where}")
 
 
 def _go_int(plain: str) -> Optional[int]:
@@ -130,7 +134,7 @@ def _go_int(plain: str) -> Optional[int]:
     else:
         value = int(body)
     value = -value if sign == "-" else value
-    if -(2 ** 63) <= value < 2 ** 63 or (not sign and value < 2 ** 64):
+    if -(2**63) <= value < 2**63 or (not sign and value < 2**64):
         return value
     return None
 
@@ -176,8 +180,11 @@ def go_json(value: Any) -> str:
         if abs(value) < 1e-6 or abs(value) >= 1e21:
             text = repr(value)
             mantissa, _, exponent = text.partition("e")
-            return f"{mantissa.removesuffix('.0')}e{exponent[0]}{int(exponent[1:])}" if exponent[0] == "-" \
+            return (
+                f"{mantissa.removesuffix('.0')}e{exponent[0]}{int(exponent[1:])}"
+                if exponent[0] == "-"
                 else f"{mantissa.removesuffix('.0')}e{exponent[0]}{int(exponent[1:]):02d}"
+            )
         text = format(Decimal(repr(value)), "f")
         return text.rstrip("0").rstrip(".") if "." in text else text
     if isinstance(value, dict):
@@ -191,7 +198,7 @@ def _nested_json(value: Any) -> str:
     """An integer inside a list or mapping that only fits Go's uint64 (2**63 and up) reaches the program as a float64
     prints (measured with the pinned CLI: 2**63 in a mapping arrives as 9223372036854776000, at the top level as
     written; 2**53 + 1, an int64, arrives exact)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 2 ** 63:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 2**63:
         return go_json(float(value))
     return go_json(value)
 
@@ -224,8 +231,12 @@ def _decoded(node: yaml.Node, path: str = "") -> Any:
             name = _key_text(_decoded(key_node, path))
             if name in out:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"mapping key {name!r} is given twice (line {lines[name] + 1} and line "
-                                f"{key_node.start_mark.line + 1}); the Pulumi CLI refuses such a file: keep one", key_node.start_mark)
+                    None,
+                    None,
+                    f"mapping key {name!r} is given twice (line {lines[name] + 1} and line "
+                    f"{key_node.start_mark.line + 1}); the Pulumi CLI refuses such a file: keep one",
+                    key_node.start_mark,
+                )
             lines[name] = key_node.start_mark.line
             out[name] = _decoded(value_node, f"{path}.{name}" if path else name)
         return {**merged, **out}
@@ -235,8 +246,10 @@ def _decoded(node: yaml.Node, path: str = "") -> Any:
         return node.value  # quoted, a block literal, or tagged: the text (an explicit !!str keeps it a string)
     value = resolve_plain(node.value)
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        raise ConfigError(f"{path.removeprefix('config.')}: {node.value!r} (line {node.start_mark.line + 1}) is not a number the Pulumi CLI can hand "
-                          f"to a program (JSON has no NaN or infinity); quote it if it is text")
+        raise ConfigError(
+            f"{path.removeprefix('config.')}: {node.value!r} (line {node.start_mark.line + 1}) is not a number the Pulumi CLI can hand "
+            f"to a program (JSON has no NaN or infinity); quote it if it is text"
+        )
     return value
 
 

@@ -23,6 +23,7 @@ data module. Every step: docs/adding-a-model-or-gpu.md.
 
 This module imports nothing from the project, so every other module may import it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -78,16 +79,37 @@ GPUS: dict[str, Gpu] = {
 # The other axes: value -> what it means (the README table and `targets --json` show these).
 RUNTIMES = {"vllm": "vLLM", "trtllm": "TensorRT-LLM (aggregated-only)"}
 TOPOLOGIES = {"agg": "aggregated", "disagg": "disaggregated prefill/decode"}
-SHAPES = {"1P1D": "1 prefill, 1 decode", "1P2D": "1 prefill, 2 decode", "2P1D": "2 prefill, 1 decode", "3P1D": "3 prefill, 1 decode"}
-SPEC_METHODS = {"mtp": "multi-token prediction", "dflash": "DFlash draft model", "dspark": "DSpark draft model", "none": "no speculative decoding"}
+SHAPES = {
+    "1P1D": "1 prefill, 1 decode",
+    "1P2D": "1 prefill, 2 decode",
+    "2P1D": "2 prefill, 1 decode",
+    "3P1D": "3 prefill, 1 decode",
+}
+SPEC_METHODS = {
+    "mtp": "multi-token prediction",
+    "dflash": "DFlash draft model",
+    "dspark": "DSpark draft model",
+    "none": "no speculative decoding",
+}
 ROUTING = {"single": "one worker or the default router", "kv": "KV-cache-aware routing", "round-robin": "round robin"}
 PRECISIONS = {"nvfp4": "NVFP4 checkpoint", "bf16": "BF16 checkpoint"}
 CONTEXTS = {"256k": "256K tokens", "1m": "1M tokens"}
 WORKLOADS = {"agentic": "agentic traces", "chat": "chat traces"}
-FABRICS = {"aws-efa": "AWS EFA (libfabric)", "infiniband": "InfiniBand (UCX, rdma/ib)", "gke-rdma": "GKE RDMA networks",
-           "nscale": "Nscale shared InfiniBand (rdma/shared_ib)", "none": "no KV-transfer fabric"}
-PROFILES = {"refresh": "Ultra, Dynamo 1.4.0 Refresh", "day0": "Ultra, Day-0 256K", "generic": "Motif-3, any cluster",
-            "nscale": "Motif-3, Nscale cluster", "current": "Lightning, upstream main", "legacy": "Lightning, first published layout"}
+FABRICS = {
+    "aws-efa": "AWS EFA (libfabric)",
+    "infiniband": "InfiniBand (UCX, rdma/ib)",
+    "gke-rdma": "GKE RDMA networks",
+    "nscale": "Nscale shared InfiniBand (rdma/shared_ib)",
+    "none": "no KV-transfer fabric",
+}
+PROFILES = {
+    "refresh": "Ultra, Dynamo 1.4.0 Refresh",
+    "day0": "Ultra, Day-0 256K",
+    "generic": "Motif-3, any cluster",
+    "nscale": "Motif-3, Nscale cluster",
+    "current": "Lightning, upstream main",
+    "legacy": "Lightning, first published layout",
+}
 
 
 def axes() -> dict[str, tuple[str, ...]]:

@@ -1,6 +1,7 @@
 """The pinned charts and plugin images of ``versions.yaml`` as the plans use them: ``chart_pin``, ``plugin_image`` and
 ``HelmSpec`` (one Helm release: chart, version, namespace, values), plus the names several layers share (the platform's
 namespace, the toleration of every GPU node taint). Data only: every plan layer reads it, none is read back."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -52,5 +53,11 @@ class HelmSpec:
 def helm_spec(key: str, name: str, namespace: str, values: dict, version: Optional[str] = None) -> HelmSpec:
     """The release ``name`` of the chart pinned as ``charts.<key>`` (``version`` overrides the pin), in ``namespace``."""
     pin = chart_pin(key)
-    return HelmSpec(name=name, chart=pin["chart"], version=str(version or pin["version"]), repo=pin["repo"],
-                    namespace=namespace, values=values)
+    return HelmSpec(
+        name=name,
+        chart=pin["chart"],
+        version=str(version or pin["version"]),
+        repo=pin["repo"],
+        namespace=namespace,
+        values=values,
+    )

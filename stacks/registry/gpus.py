@@ -15,6 +15,7 @@ p6e-gb200.36xlarge was available): the layout follows aws-parallelcluster PR #69
 network cards, EFA on the odd cards 1..15 = 8 devices, 400 Gb/s each) and is checked at
 run time by ``python -m stacks preflight`` against ``NetworkInfo.NetworkCards``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,8 +61,19 @@ INSTANCES: dict[str, InstanceShape] = {
         InstanceShape("p5en.48xlarge", "h200", 8, tuple(range(16)), 16, "x86_64", "NVIDIA-H200", 141, 192),
         InstanceShape("p6-b200.48xlarge", "b200", 8, tuple(range(8)), 8, "x86_64", "NVIDIA-B200", 179, 192),
         # GB200: p6e-gb200 UltraServers (9 or 18 of these instances); see the module docstring (unverified layout).
-        InstanceShape("p6e-gb200.36xlarge", "gb200", 4, tuple(range(1, 17, 2)), 17, "arm64", "NVIDIA-GB200", 185, 144,
-                      verified=False, ultraserver=True),
+        InstanceShape(
+            "p6e-gb200.36xlarge",
+            "gb200",
+            4,
+            tuple(range(1, 17, 2)),
+            17,
+            "arm64",
+            "NVIDIA-GB200",
+            185,
+            144,
+            verified=False,
+            ultraserver=True,
+        ),
     )
 }
 
@@ -70,10 +82,12 @@ INSTANCES: dict[str, InstanceShape] = {
 DEFAULT_INSTANCE = {g.id: g.instance for g in registry.GPUS.values() if g.instance}
 
 # What a GPU registered without instance data lacks, for every error that refuses it on an EKS cluster.
-MISSING_INSTANCE_DATA = ("no EC2 instance data: its stacks/registry/__init__.py GPUS entry names no instance and no stacks/registry/gpus.py "
-                         "INSTANCES entry carries it, so it runs on existing clusters only (dynamo:cluster.mode kubeconfig, "
-                         "or render); to build an EKS cluster for it, add its instance type to stacks/registry/gpus.py INSTANCES and "
-                         "HOSTS and name it as the instance of its registry entry (docs/adding-a-model-or-gpu.md)")
+MISSING_INSTANCE_DATA = (
+    "no EC2 instance data: its stacks/registry/__init__.py GPUS entry names no instance and no stacks/registry/gpus.py "
+    "INSTANCES entry carries it, so it runs on existing clusters only (dynamo:cluster.mode kubeconfig, "
+    "or render); to build an EKS cluster for it, add its instance type to stacks/registry/gpus.py INSTANCES and "
+    "HOSTS and name it as the instance of its registry entry (docs/adding-a-model-or-gpu.md)"
+)
 
 
 def default_shape(gpu: str) -> Optional[InstanceShape]:
@@ -91,15 +105,19 @@ def shape_for(gpu: str, instance_type: str | None = None) -> InstanceShape:
         carriers = sorted(k for k, v in INSTANCES.items() if v.gpu == gpu)
         if not carriers:
             raise ValueError(f"GPU {gpu!r} has {MISSING_INSTANCE_DATA}")
-        raise ValueError(f"GPU {gpu!r} has no default instance type (stacks/registry/__init__.py GPUS); name an instance type that "
-                         f"carries it: {', '.join(carriers)}")
+        raise ValueError(
+            f"GPU {gpu!r} has no default instance type (stacks/registry/__init__.py GPUS); name an instance type that "
+            f"carries it: {', '.join(carriers)}"
+        )
     if it not in INSTANCES:
         raise ValueError(f"instance type {it!r} is not in the GPU catalog; known: {', '.join(sorted(INSTANCES))}")
     shape = INSTANCES[it]
     if shape.gpu != gpu:
         choices = ", ".join(sorted(k for k, v in INSTANCES.items() if v.gpu == gpu))
-        raise ValueError(f"instance type {it!r} carries {shape.gpu}, not {gpu}; choose one of: "
-                         f"{choices or 'none (' + gpu + ' has ' + MISSING_INSTANCE_DATA + ')'}")
+        raise ValueError(
+            f"instance type {it!r} carries {shape.gpu}, not {gpu}; choose one of: "
+            f"{choices or 'none (' + gpu + ' has ' + MISSING_INSTANCE_DATA + ')'}"
+        )
     return shape
 
 
@@ -129,8 +147,10 @@ class HostResources:
 # only). max_pods: the VPC CNI formula ENIs x (IPv4 addresses per ENI - 1) + 2 for m7i.2xlarge (4 x 14 + 2);
 # the kubelet default 110 for the GPU instances (nodeadm derives theirs from the ENI limits at boot).
 HOSTS: dict[str, HostResources] = {
-    **{it: HostResources(INSTANCES[it].vcpus, 2048, 8 * 3840, 110)
-       for it in ("p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge")},
+    **{
+        it: HostResources(INSTANCES[it].vcpus, 2048, 8 * 3840, 110)
+        for it in ("p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge")
+    },
     "p6e-gb200.36xlarge": HostResources(INSTANCES["p6e-gb200.36xlarge"].vcpus, 960, 0, 110),
     "m7i.2xlarge": HostResources(8, 32, 0, 58),
 }

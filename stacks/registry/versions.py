@@ -1,4 +1,5 @@
 """Loads the single versions manifest (stacks/registry/versions.yaml)."""
+
 from __future__ import annotations
 
 from functools import lru_cache

@@ -7,6 +7,7 @@ fidelity check, ``drift``, ``diff`` and the simulators, and the pure Python pars
 (measured on this machine: about half of a run of the fidelity, drift and operator tests). Other writers stay with
 ``yaml.safe_dump``, whose output the goldens and reviews compare.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
@@ -58,8 +59,9 @@ class _Dumper(_DumperBase):
             if node is not None:
                 return node
             value: list = []
-            node = seen[id(data)] = (_Mapping if kind is dict else _Sequence)(_MAP if kind is dict else _SEQ, value,
-                                                                              flow_style=self.default_flow_style)
+            node = seen[id(data)] = (_Mapping if kind is dict else _Sequence)(
+                _MAP if kind is dict else _SEQ, value, flow_style=self.default_flow_style
+            )
             if kind is dict:
                 value.extend((self._node(k, seen), self._node(v, seen)) for k, v in data.items())
             else:

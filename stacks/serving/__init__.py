@@ -6,6 +6,7 @@ Pure builder for the serving layer: config in, Kubernetes objects out.
 The Pulumi components (components/serving.py) and ``python -m stacks render``
 both call ``build_plan``, so what the command shows is what ``pulumi up`` creates.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -130,9 +131,16 @@ def set_frontend_env(dgd: dict, entries: list[dict]) -> None:
                 c["env"] = [e for e in c.get("env") or [] if e.get("name") not in names] + [dict(e) for e in entries]
 
 
-def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None, job_node_selector: Optional[dict] = None,
-               efa_per_gpu: Optional[int] = None, api_server_cidrs: tuple[str, ...] = (),
-               behind_door: bool = False, client_nvext: bool = True) -> ServingPlan:
+def build_plan(
+    cfg: StackConfig,
+    *,
+    default_storage_class: Optional[str] = None,
+    job_node_selector: Optional[dict] = None,
+    efa_per_gpu: Optional[int] = None,
+    api_server_cidrs: tuple[str, ...] = (),
+    behind_door: bool = False,
+    client_nvext: bool = True,
+) -> ServingPlan:
     """``default_storage_class``: the class the cluster layer created (used when storage.className is unset);
     ``behind_door``: other teams' clients reach the frontend (``frontDoor.enabled``): its admin API is off
     (``NO_ADMIN_API``); ``client_nvext``: false when those clients may not send ``nvext`` (``frontDoor.clientNvext``
@@ -163,8 +171,10 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
     for section, keys in (("images", list(cfg.images)), ("replicas", list(cfg.replicas))):
         for key in keys:
             if key not in names and not (key == "*" and section == "images"):
-                raise ConfigError(f"{NS}:{section}.{key}: component {key!r} is not in {t.id}; components: {', '.join(names)}"
-                                  + (" (or '*' for every container)" if section == "images" else ""))
+                raise ConfigError(
+                    f"{NS}:{section}.{key}: component {key!r} is not in {t.id}; components: {', '.join(names)}"
+                    + (" (or '*' for every container)" if section == "images" else "")
+                )
     for comp in dgd["spec"]["components"]:
         image = cfg.images.get(comp["name"], cfg.images.get("*"))
         if image:
@@ -190,8 +200,10 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
             if job["metadata"]["name"] in pins:
                 pins[job["metadata"]["name"]].apply(job, cfg.model_revision)
         if not pins:
-            raise ConfigError(f"{NS}:modelRevision: {cfg.model_revision!r} cannot be applied: the {t.model} download Job takes no revision "
-                              f"(supported: {', '.join(catalog.revision_models())})")
+            raise ConfigError(
+                f"{NS}:modelRevision: {cfg.model_revision!r} cannot be applied: the {t.model} download Job takes no revision "
+                f"(supported: {', '.join(catalog.revision_models())})"
+            )
     if cfg.fabric_profile:
         from stacks.serving.fabric import apply_profile
         from stacks.registry.gpus import efa_per_gpu as _efa_per_gpu
@@ -233,8 +245,14 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         # run. vLLM's and Triton's caches on the model-cache volume, keyed (stacks/serving/compile_cache.py).
         from stacks.serving.compile_cache import apply_compile_cache
 
-        apply_compile_cache(dgd, t.id, t.runtime, t.gpu, catalog.family_of(t).cache.mount,
-                            {cm["metadata"]["name"]: cm.get("data") for cm in configmaps})
+        apply_compile_cache(
+            dgd,
+            t.id,
+            t.runtime,
+            t.gpu,
+            catalog.family_of(t).cache.mount,
+            {cm["metadata"]["name"]: cm.get("data") for cm in configmaps},
+        )
     if cfg.model_loader.format != "default":
         # The vLLM workers read the checkpoint with the Run:ai Model Streamer (stacks/serving/model_loader.py).
         from stacks.serving.model_loader import apply_model_loader
@@ -255,19 +273,24 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
             "type": "Opaque",
             "stringData": {HF_TOKEN_KEY: REDACTED},
         }
-    namespace: Optional[dict[str, Any]] = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} if cfg.create_namespace else None
+    namespace: Optional[dict[str, Any]] = (
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} if cfg.create_namespace else None
+    )
     policies, warnings = [], []
     if cfg.network_policy.enabled:
         from stacks.serving.network_policy import benchmark_job_name, network_policies
 
         job_names = [j["metadata"]["name"] for j in jobs] + ([benchmark_job_name(dgd)] if cfg.benchmark.enabled else [])
         api_cidrs = cfg.network_policy.api_server_cidrs or api_server_cidrs
-        policies = network_policies(dgd, job_names, cfg.network_policy.ingress_namespaces,
-                                    cfg.network_policy.monitoring_namespaces, api_cidrs)
+        policies = network_policies(
+            dgd, job_names, cfg.network_policy.ingress_namespaces, cfg.network_policy.monitoring_namespaces, api_cidrs
+        )
         if not api_cidrs:
-            warnings.append(f"{NS}:networkPolicy.apiServerCidrs is unset, so the pods of {dgd['metadata']['name']} in {ns} may reach any "
-                            f"address on TCP 443/6443 (the Kubernetes API server's ports); list the networks of this cluster's "
-                            f"API server (`kubectl get endpoints kubernetes -n default` and the `kubernetes` Service's ClusterIP)")
+            warnings.append(
+                f"{NS}:networkPolicy.apiServerCidrs is unset, so the pods of {dgd['metadata']['name']} in {ns} may reach any "
+                f"address on TCP 443/6443 (the Kubernetes API server's ports); list the networks of this cluster's "
+                f"API server (`kubectl get endpoints kubernetes -n default` and the `kubernetes` Service's ClusterIP)"
+            )
     plan = ServingPlan(
         target=t,
         namespace=namespace,
@@ -284,7 +307,9 @@ def build_plan(cfg: StackConfig, *, default_storage_class: Optional[str] = None,
         warnings=warnings,
     )
     if namespace is not None:  # this plan's own pods; stacks.program.pod_security unions a namespace's entries and the benchmark
-        namespace["metadata"]["labels"] = pod_security_labels(least_strict(pod_security_level(s, a) for _, s, a in plan_pods(plan)))
+        namespace["metadata"]["labels"] = pod_security_labels(
+            least_strict(pod_security_level(s, a) for _, s, a in plan_pods(plan))
+        )
     return plan
 
 
@@ -314,18 +339,46 @@ PSS_PREFIX = "pod-security.kubernetes.io/"
 PSS_LEVELS = ("privileged", "baseline", "restricted")  # least to most strict; each admits every pod the next admits
 PSS_WARN_AUDIT = "restricted"
 # Baseline "Capabilities": adding any capability outside this list is refused (IPC_LOCK, SYS_RESOURCE, SYS_PTRACE are not in it).
-BASELINE_CAPABILITIES = frozenset({"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-                                   "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"})
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
 # Baseline "Sysctls": the safe set (the 1.32+ list; the admission's own code, k8s.io/pod-security-admission
 # policy/check_sysctls.go, grows it by version, and every list and rule here is that package's at v0.33).
-BASELINE_SYSCTLS = frozenset({"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
-                              "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-                              "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-                              "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"})
+BASELINE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+        "net.ipv4.tcp_rmem",
+        "net.ipv4.tcp_wmem",
+    }
+)
 BASELINE_SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
 # Restricted "Volume Types": only these.
-RESTRICTED_VOLUMES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim",
-                                "projected", "secret"})
+RESTRICTED_VOLUMES = frozenset(
+    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim", "projected", "secret"}
+)
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 
 

@@ -138,6 +138,7 @@ the component stays at 0 until Prometheus answers. ``minReplicas`` is at least 1
 back to at least ``minReplicas``; the KEDA pause is on the ScaledObject only, so pausing and resuming change no
 resource but the DGD (its non-autoscaled GPU components' replicas), the ScaledObject's annotations and the node counts.
 """
+
 from __future__ import annotations
 
 import copy
@@ -170,8 +171,7 @@ PLANNER_COMPONENT = "Planner"
 PLANNER_TYPE = "planner"
 PLANNER_TARGETS = ("throughput", "latency")  # load-based; "sla" needs profiling data, "load" thresholds
 PLANNER_BACKENDS = ("vllm", "sglang", "trtllm", "mocker")  # PlannerConfig.backend
-KEDA_ONLY = {"metric": "metric", "target": "target", "polling_interval": "pollingInterval",
-             "cooldown_period": "cooldownPeriod"}
+KEDA_ONLY = {"metric": "metric", "target": "target", "polling_interval": "pollingInterval", "cooldown_period": "cooldownPeriod"}
 
 
 def adapter_name(dgd_name: str, component: str) -> str:
@@ -198,6 +198,7 @@ def gpu_components(dgd: dict) -> list[str]:
 
 # --------------------------------------------------------------------------- config
 
+
 class ComponentAutoscaling(BaseModel):
     """``autoscaling.<component>``: ``via`` is ``keda`` (the default) or ``planner`` (the Dynamo Planner, load-based).
     KEDA: ``metric`` is ``queue-depth`` (requests waiting in the frontend's queue, summed over the DGD's frontends),
@@ -218,37 +219,49 @@ class ComponentAutoscaling(BaseModel):
     @model_validator(mode="after")
     def _bounds(self):
         if self.min_replicas < 1:
-            raise ValueError(f"@minReplicas@{self.min_replicas} is not allowed: with no worker the frontend drops the model "
-                             "(HTTP 404) and no demand signal can scale it back (Dynamo autoscaling guide, Scale-to-Zero "
-                             f"Limitation); valid range 1-{self.max_replicas}; to stop the GPUs set paused: true")
+            raise ValueError(
+                f"@minReplicas@{self.min_replicas} is not allowed: with no worker the frontend drops the model "
+                "(HTTP 404) and no demand signal can scale it back (Dynamo autoscaling guide, Scale-to-Zero "
+                f"Limitation); valid range 1-{self.max_replicas}; to stop the GPUs set paused: true"
+            )
         if not 1 <= self.max_replicas <= MAX_REPLICAS:
             raise ValueError(f"@maxReplicas@{self.max_replicas} is outside the valid range 1-{MAX_REPLICAS}")
         if self.min_replicas > self.max_replicas:
-            raise ValueError(f"@minReplicas@{self.min_replicas} is above maxReplicas {self.max_replicas}; "
-                             f"valid range 1-{self.max_replicas}")
+            raise ValueError(
+                f"@minReplicas@{self.min_replicas} is above maxReplicas {self.max_replicas}; valid range 1-{self.max_replicas}"
+            )
         if self.via == "keda":
             for field in ("metric", "target"):
                 if getattr(self, field) is None:
                     raise ValueError(f"@{field}@required")
             if self.optimization_target is not None:
-                raise ValueError(f"@optimizationTarget@{self.optimization_target!r} is a Dynamo Planner setting; it needs "
-                                 "via: planner (KEDA scales on metric and target)")
+                raise ValueError(
+                    f"@optimizationTarget@{self.optimization_target!r} is a Dynamo Planner setting; it needs "
+                    "via: planner (KEDA scales on metric and target)"
+                )
             return self
         # via: planner (module docstring): load-based only, the Planner's own signals
         for field, key in KEDA_ONLY.items():
             if field in self.model_fields_set:
-                raise ValueError(f"@{key}@{getattr(self, field)!r} is a KEDA setting; with via: planner the Dynamo "
-                                 "Planner scales on its own load signals (forward-pass metrics: queue depth, KV cache "
-                                 f"utilization); remove {key}, or choose via: keda")
+                raise ValueError(
+                    f"@{key}@{getattr(self, field)!r} is a KEDA setting; with via: planner the Dynamo "
+                    "Planner scales on its own load signals (forward-pass metrics: queue depth, KV cache "
+                    f"utilization); remove {key}, or choose via: keda"
+                )
         ot = self.optimization_target or PLANNER_TARGETS[0]
         if ot == "sla":
-            raise ValueError("@via@'planner' in the Planner's SLA mode (optimizationTarget: 'sla') is not available: SLA "
-                             "scaling needs profiling data (an AIConfigurator perf model or the profiler's sweep, Dynamo "
-                             "Planner Guide) that the catalog's recipes do not carry; valid optimizationTarget with "
-                             f"via: planner: {', '.join(PLANNER_TARGETS)} (load-based, no profiling), or via: keda")
+            raise ValueError(
+                "@via@'planner' in the Planner's SLA mode (optimizationTarget: 'sla') is not available: SLA "
+                "scaling needs profiling data (an AIConfigurator perf model or the profiler's sweep, Dynamo "
+                "Planner Guide) that the catalog's recipes do not carry; valid optimizationTarget with "
+                f"via: planner: {', '.join(PLANNER_TARGETS)} (load-based, no profiling), or via: keda"
+            )
         if ot not in PLANNER_TARGETS:
-            why = (" needs the Planner's prefill queue-token and decode KV-utilization thresholds, which this stack does "
-                   "not take" if ot == "load" else " is not a Planner optimization target")
+            why = (
+                " needs the Planner's prefill queue-token and decode KV-utilization thresholds, which this stack does not take"
+                if ot == "load"
+                else " is not a Planner optimization target"
+            )
             raise ValueError(f"@optimizationTarget@{ot!r}{why}; valid choices: {', '.join(PLANNER_TARGETS)}")
         return self
 
@@ -267,8 +280,9 @@ def parse_autoscaling(raw: Any, components: list[str], gpu_comps: list[str], key
     if not raw:
         return {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{_akey(key)}: {raw!r} is not a mapping of component name to "
-                          "{minReplicas, maxReplicas, metric, target}")
+        raise ConfigError(
+            f"{_akey(key)}: {raw!r} is not a mapping of component name to {{minReplicas, maxReplicas, metric, target}}"
+        )
     out = {}
     for comp, body in raw.items():
         where = f"{_akey(key)}.{comp}"
@@ -286,8 +300,10 @@ def parse_autoscaling(raw: Any, components: list[str], gpu_comps: list[str], key
                 sub, _, msg = msg[1:].partition("@")
                 raise ConfigError(f"{where}.{sub}: {msg}") from None
             if err["type"] == "extra_forbidden":
-                msg = ("unknown key; valid keys: minReplicas, maxReplicas, metric, target, via, pollingInterval, "
-                       "cooldownPeriod, optimizationTarget")
+                msg = (
+                    "unknown key; valid keys: minReplicas, maxReplicas, metric, target, via, pollingInterval, "
+                    "cooldownPeriod, optimizationTarget"
+                )
             elif err["type"] == "literal_error":
                 msg = f"{err.get('input')!r} is not valid; choose one of {err['ctx']['expected']}"
             elif err["type"] == "missing":
@@ -299,6 +315,7 @@ def parse_autoscaling(raw: Any, components: list[str], gpu_comps: list[str], key
 
 
 # --------------------------------------------------------------------------- the DGD (pure, in place)
+
 
 def keda_specs(specs: Optional[dict]) -> dict[str, ComponentAutoscaling]:
     """The components KEDA drives (a ScaledObject each); the others are the Planner's."""
@@ -328,8 +345,10 @@ def planner_roles(dgd: dict) -> tuple[dict[str, str], str]:
     if len(workers) == 1 and not by_type.get("decode") and not by_type.get("prefill"):
         roles[workers[0]] = "agg"
     elif workers:
-        notes.append(f"type worker component{'s' if len(workers) > 1 else ''} {', '.join(workers)} "
-                     "(the Planner takes one type worker component, aggregated, and only without prefill/decode types)")
+        notes.append(
+            f"type worker component{'s' if len(workers) > 1 else ''} {', '.join(workers)} "
+            "(the Planner takes one type worker component, aggregated, and only without prefill/decode types)"
+        )
     return roles, "; ".join(notes)
 
 
@@ -361,7 +380,7 @@ def planner_config(dgd: dict, specs: dict[str, ComponentAutoscaling], roles: dic
     rules of the pinned 1.6.1 wheel's ``config/planner_config.py``)."""
     comps = {c["name"]: c for c in dgd["spec"]["components"]}
     mine = {roles[n]: s for n, s in specs.items()}
-    mode = ("agg" if "agg" in mine else "disagg" if {"prefill", "decode"} <= set(mine) else next(iter(mine)))
+    mode = "agg" if "agg" in mine else "disagg" if {"prefill", "decode"} <= set(mine) else next(iter(mine))
     cfg: dict[str, Any] = {
         "environment": "kubernetes",
         "backend": backend,
@@ -387,13 +406,19 @@ def planner_component(config: dict) -> dict:
         "name": PLANNER_COMPONENT,
         "type": PLANNER_TYPE,
         "replicas": 1,
-        "podTemplate": {"spec": {"containers": [{
-            "name": "main",
-            "image": PLANNER_IMAGE,
-            "command": ["python3", "-m", "dynamo.planner"],
-            "args": ["--config", json.dumps(config, sort_keys=True, separators=(",", ":"))],
-            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
-        }]}},
+        "podTemplate": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": PLANNER_IMAGE,
+                        "command": ["python3", "-m", "dynamo.planner"],
+                        "args": ["--config", json.dumps(config, sort_keys=True, separators=(",", ":"))],
+                        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
+                    }
+                ]
+            }
+        },
     }
 
 
@@ -405,26 +430,38 @@ def _check_planner(dgd: dict, paused: bool, specs: dict[str, ComponentAutoscalin
     eligible = planner_targets()
     if t is None or t.dgd_name not in eligible:
         same = sorted(e.id for e in eligible.values() if t is not None and e.model == t.model)
-        why = ("it is not a catalog target" if t is None else
-               f"its routing is {t.routing!r} and the Planner's load-based scaling needs the KV Router's per-worker load "
-               "(Dynamo Planner overview, 'Requires the KV Router')" if t.routing != "kv" else
-               f"the Planner finds no role among its GPU components ({planner_roles(dgd)[1]})")
+        why = (
+            "it is not a catalog target"
+            if t is None
+            else f"its routing is {t.routing!r} and the Planner's load-based scaling needs the KV Router's per-worker load "
+            "(Dynamo Planner overview, 'Requires the KV Router')"
+            if t.routing != "kv"
+            else f"the Planner finds no role among its GPU components ({planner_roles(dgd)[1]})"
+        )
         alt = f"; KV-routed targets of {t.model} it can drive: {', '.join(same)}" if same else ""
-        raise ConfigError(f"{where}: 'planner' is not available for {t.id if t else dgd['metadata']['name']}: {why}; "
-                          f"valid choices here: keda{alt}")
+        raise ConfigError(
+            f"{where}: 'planner' is not available for {t.id if t else dgd['metadata']['name']}: {why}; "
+            f"valid choices here: keda{alt}"
+        )
     roles, note = planner_roles(dgd)
     for name in specs:
         if name not in roles:
-            raise ConfigError(f"{NS}:autoscaling.{name}.via: 'planner' cannot drive {name!r}: {note or 'no Planner role'}; "
-                              f"valid choices: keda, or via: planner on {', '.join(sorted(set(roles) & set(gpu_components(dgd))))}")
+            raise ConfigError(
+                f"{NS}:autoscaling.{name}.via: 'planner' cannot drive {name!r}: {note or 'no Planner role'}; "
+                f"valid choices: keda, or via: planner on {', '.join(sorted(set(roles) & set(gpu_components(dgd))))}"
+            )
     targets = {s.planner_target for s in specs.values()}
     if len(targets) > 1:
-        raise ConfigError(f"{NS}:autoscaling.{first}.optimizationTarget: one Planner drives {', '.join(specs)}, so they "
-                          f"take one optimizationTarget; got {', '.join(sorted(targets))}")
+        raise ConfigError(
+            f"{NS}:autoscaling.{first}.optimizationTarget: one Planner drives {', '.join(specs)}, so they "
+            f"take one optimizationTarget; got {', '.join(sorted(targets))}"
+        )
     if paused:
-        raise ConfigError(f"{where}: 'planner' with paused: true is not possible: the Planner would scale the paused "
-                          "components back up (it has no pause; KEDA's holds a component at 0 through its adapter); "
-                          "valid choices for a paused entry: keda")
+        raise ConfigError(
+            f"{where}: 'planner' with paused: true is not possible: the Planner would scale the paused "
+            "components back up (it has no pause; KEDA's holds a component at 0 through its adapter); "
+            "valid choices for a paused entry: keda"
+        )
     if any(c["name"] == PLANNER_COMPONENT for c in dgd["spec"]["components"]):
         raise ConfigError(f"{where}: 'planner': the target already has a {PLANNER_COMPONENT!r} component")
     return roles, t.runtime
@@ -490,8 +527,11 @@ def scaled_object(dgd: dict, component: str, spec: ComponentAutoscaling, prometh
     assert spec.metric is not None, "via: keda requires metric (ComponentAutoscaling checks it)"
     md = dgd["metadata"]
     target = adapter_name(md["name"], component)
-    meta = {"name": target, "namespace": md["namespace"],
-            "labels": {"app.kubernetes.io/part-of": "dynamo", LABEL_DGD_NAME: md["name"]}}
+    meta = {
+        "name": target,
+        "namespace": md["namespace"],
+        "labels": {"app.kubernetes.io/part-of": "dynamo", LABEL_DGD_NAME: md["name"]},
+    }
     if paused:
         meta["annotations"] = {PAUSED_REPLICAS: "0"}
     return {
@@ -504,14 +544,16 @@ def scaled_object(dgd: dict, component: str, spec: ComponentAutoscaling, prometh
             "maxReplicaCount": spec.max_replicas,
             "pollingInterval": spec.polling_interval,
             "cooldownPeriod": spec.cooldown_period,
-            "triggers": [{
-                "type": "prometheus",
-                "metadata": {
-                    "serverAddress": prometheus_url,
-                    "query": metric_query(spec.metric, md["namespace"], dynamo_namespace(dgd)),
-                    "threshold": f"{spec.target:g}",
-                },
-            }],
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metadata": {
+                        "serverAddress": prometheus_url,
+                        "query": metric_query(spec.metric, md["namespace"], dynamo_namespace(dgd)),
+                        "threshold": f"{spec.target:g}",
+                    },
+                }
+            ],
         },
     }
 
@@ -524,6 +566,7 @@ def keda_chart():
 
 
 # --------------------------------------------------------------------------- pools
+
 
 @dataclass
 class PoolUse:
@@ -553,11 +596,17 @@ def check_bounds(entries: list, pools: dict[str, PoolUse]) -> None:
         pool = pools.get(gpu)
         if pool is None:
             continue
-        fixed = sum(gpus_per_replica(c) * int(c.get("replicas", 1))
-                    for e in members for c in _resumed(e.plan)["spec"]["components"]
-                    if c["name"] not in e.plan.autoscaling)
-        scaled = [(e, name, spec, gpus_per_replica(next(c for c in e.plan.dgd["spec"]["components"] if c["name"] == name)))
-                  for e in members for name, spec in e.plan.autoscaling.items()]
+        fixed = sum(
+            gpus_per_replica(c) * int(c.get("replicas", 1))
+            for e in members
+            for c in _resumed(e.plan)["spec"]["components"]
+            if c["name"] not in e.plan.autoscaling
+        )
+        scaled = [
+            (e, name, spec, gpus_per_replica(next(c for c in e.plan.dgd["spec"]["components"] if c["name"] == name)))
+            for e in members
+            for name, spec in e.plan.autoscaling.items()
+        ]
         total = fixed + sum(per * spec.max_replicas for _, _, spec, per in scaled)
         if not scaled:
             continue
@@ -569,8 +618,10 @@ def check_bounds(entries: list, pools: dict[str, PoolUse]) -> None:
         hi = (pool.capacity - others) // per
         raise ConfigError(
             f"{_akey(e.key)}.{name}.maxReplicas: {spec.max_replicas} x {per} GPUs"
-            + (f" plus the pool's other {others} GPUs" if others else "") + f" need {total} {gpu} GPUs; the pool ({pool.key}) holds {pool.capacity} ({pool.what}); valid range "
-            f"{spec.min_replicas}-{max(hi, 0)}" + (f", or raise {pool.key}" if hi < spec.max_replicas else ""))
+            + (f" plus the pool's other {others} GPUs" if others else "")
+            + f" need {total} {gpu} GPUs; the pool ({pool.key}) holds {pool.capacity} ({pool.what}); valid range "
+            f"{spec.min_replicas}-{max(hi, 0)}" + (f", or raise {pool.key}" if hi < spec.max_replicas else "")
+        )
 
 
 def _check_packing(members: list, pool: PoolUse, e: Any, name: str, spec: ComponentAutoscaling) -> None:
@@ -598,9 +649,11 @@ def _check_packing(members: list, pool: PoolUse, e: Any, name: str, spec: Compon
     if need <= pool.nodes:
         return
     hi = max((n for n in range(spec.min_replicas, spec.max_replicas) if nodes_at(n) <= pool.nodes), default=0)
-    raise ConfigError(f"{_akey(e.key)}.{name}.maxReplicas: {spec.max_replicas}: the pool's replicas at their maximum need {need} "
-                      f"nodes (GPUs and EFA devices per node); the pool ({pool.key}) holds {pool.what}; valid range "
-                      f"{spec.min_replicas}-{hi}, or raise {pool.key}")
+    raise ConfigError(
+        f"{_akey(e.key)}.{name}.maxReplicas: {spec.max_replicas}: the pool's replicas at their maximum need {need} "
+        f"nodes (GPUs and EFA devices per node); the pool ({pool.key}) holds {pool.what}; valid range "
+        f"{spec.min_replicas}-{hi}, or raise {pool.key}"
+    )
 
 
 def cluster_stack_pools(node_pools: list[dict], stack: str) -> dict[str, PoolUse]:
@@ -618,8 +671,9 @@ def cluster_stack_pools(node_pools: list[dict], stack: str) -> dict[str, PoolUse
         n, itype = int(p.get("count") or 0), p.get("instanceType")
         karpenter = p.get("capacity") == "karpenter"
         key = f"{NS}:cluster.gpuPools[{i}].{'maxNodes' if karpenter else 'nodes'} of {stack}"
-        out[gpu] = PoolUse(gpu, key, n * alloc.get(GPU, 0), f"NodePool limit {n} x {itype}" if karpenter else f"{n} x {itype}",
-                           n, alloc)
+        out[gpu] = PoolUse(
+            gpu, key, n * alloc.get(GPU, 0), f"NodePool limit {n} x {itype}" if karpenter else f"{n} x {itype}", n, alloc
+        )
     return out
 
 
@@ -641,8 +695,9 @@ def pause_pools(cluster_plan: Any, entries: list) -> list[str]:
             continue  # a Karpenter pool registers no node group: consolidation removes its empty nodes
         if any(gpus_per_replica(c) * int(c.get("replicas", 1)) for e in members for c in e.plan.dgd["spec"]["components"]):
             continue
-        resumed = {"spec": {"components": [c for e in members for c in
-                                           unpaused_dgd(e.plan.dgd, e.plan.paused)["spec"]["components"]]}}
+        resumed = {
+            "spec": {"components": [c for e in members for c in unpaused_dgd(e.plan.dgd, e.plan.paused)["spec"]["components"]]}
+        }
         need, _ = pack(resumed, pool.node_shape.capacity)
         sc.update({"desired_size": 0, "min_size": 0, "max_size": max(int(sc["max_size"]), need, 1)})
         pool.node_shape.count = 0

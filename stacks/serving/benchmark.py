@@ -59,6 +59,7 @@ job/<name>`` (no RBAC, no extra pod). It first waits for the frontend to list th
 it after the DGD (its layer in the one layer shape, stacks/layers/benchmark.py) and does not wait for it to finish
 (``skipAwait``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -141,10 +142,18 @@ TRACE_LENGTHS: dict[str, dict[str, LengthStat]] = {
     # ignore_eos: 1,767 successful requests (38 beyond the context limit rejected) with 50,854,753 prompt tokens and
     # 1,768,554 output tokens. Means over the successful rows, prompt tokens as Motif-3's chat template counts them.
     "b1221bca72b69f842897f339624306a84857f1b55ea0d866525f94d9ceb9b871": {
-        "input": LengthStat("mean", 50854753 / 1767, "50,854,753 prompt tokens / 1,767 successful requests of a full replay "
-                                                     "(recipes/motif-3/perf/results/disagg-round-robin-b200-2026-10-08/comparison.csv)"),
-        "output": LengthStat("mean", 1768554 / 1767, "1,768,554 output tokens / 1,767 successful requests of a full replay "
-                                                     "(recipes/motif-3/perf/results/disagg-round-robin-b200-2026-10-08/comparison.csv)"),
+        "input": LengthStat(
+            "mean",
+            50854753 / 1767,
+            "50,854,753 prompt tokens / 1,767 successful requests of a full replay "
+            "(recipes/motif-3/perf/results/disagg-round-robin-b200-2026-10-08/comparison.csv)",
+        ),
+        "output": LengthStat(
+            "mean",
+            1768554 / 1767,
+            "1,768,554 output tokens / 1,767 successful requests of a full replay "
+            "(recipes/motif-3/perf/results/disagg-round-robin-b200-2026-10-08/comparison.csv)",
+        ),
     },
 }
 # How far a run's measured length may be from the row's workload before bench-report refuses it (relative). The
@@ -157,7 +166,9 @@ LENGTH_TOLERANCE = 0.25
 
 def trace(workload: str) -> Trace:
     t = versions()["traces"][workload]
-    return Trace(workload, t["file"], t["url"], t["sha256"], int(t["rows"]), int(t["isl"]), int(t["osl"]), tuple(t.get("aliases") or ()))
+    return Trace(
+        workload, t["file"], t["url"], t["sha256"], int(t["rows"]), int(t["isl"]), int(t["osl"]), tuple(t.get("aliases") or ())
+    )
 
 
 @dataclass(frozen=True)
@@ -191,20 +202,36 @@ METHODS = {
     # Lightning's output tok/s/GPU = concurrency x tok/s/user / GPUs: every row of its perf README satisfies it
     # (tests/test_bench_report.py derives it from the catalog's rows).
     "nemotron-3.5-lightning": Method(
-        "nemotron-3.5-lightning", "recipes/nemotron-3.5-lightning/perf/README.md (warm-up: recipes/kimi-k2.6/perf/perf.yaml)",
-        KIMI_WARMUP, request_timeout=1200, per_gpu=PER_GPU_FROM_USER),
+        "nemotron-3.5-lightning",
+        "recipes/nemotron-3.5-lightning/perf/README.md (warm-up: recipes/kimi-k2.6/perf/perf.yaml)",
+        KIMI_WARMUP,
+        request_timeout=1200,
+        per_gpu=PER_GPU_FROM_USER,
+    ),
     # Ultra's "System output tok/s/GPU" = TPS/GPU (nemotron-3-ultra/README.md Day-0 table notes; the runner computes
     # tps_per_gpu = output_token_throughput / GPU_COUNT, recipes/nemotron-3-ultra/perf/runner.configmap.yaml).
     "nemotron-3-ultra": Method(
-        "nemotron-3-ultra", "recipes/nemotron-3-ultra/perf/perf.yaml (Day-0 raw trace replay)",
-        KIMI_WARMUP, request_timeout=1200, per_gpu=PER_GPU_FROM_THROUGHPUT, block_size=512, workers_max=True,
-        trust_remote_code=True),
+        "nemotron-3-ultra",
+        "recipes/nemotron-3-ultra/perf/perf.yaml (Day-0 raw trace replay)",
+        KIMI_WARMUP,
+        request_timeout=1200,
+        per_gpu=PER_GPU_FROM_THROUGHPUT,
+        block_size=512,
+        workers_max=True,
+        trust_remote_code=True,
+    ),
     # Motif-3: "Per-GPU system throughput divides by all ... participating GPUs" (motif-3/vllm/disagg-b200-chat/README.md);
     # its results table: Output tok/s/GPU = Output tok/s / GPUs.
     "motif-3": Method(
-        "motif-3", "recipes/motif-3/perf/perf.yaml", Warmup(requests=6, concurrency=6, separate=False),
-        request_timeout=7200, per_gpu=PER_GPU_FROM_THROUGHPUT, trust_remote_code=True, synthesis_max=(262144, 12000),
-        default_workload="chat"),
+        "motif-3",
+        "recipes/motif-3/perf/perf.yaml",
+        Warmup(requests=6, concurrency=6, separate=False),
+        request_timeout=7200,
+        per_gpu=PER_GPU_FROM_THROUGHPUT,
+        trust_remote_code=True,
+        synthesis_max=(262144, 12000),
+        default_workload="chat",
+    ),
 }
 
 # Rows whose published run replayed fewer than the whole trace (the perf tables' "Requests" column; every other
@@ -227,8 +254,9 @@ def method_of(target: Any) -> Method:
     try:
         return METHODS[target.model]
     except KeyError:
-        raise ConfigError(f"dynamo:benchmark: no published benchmark method for model {target.model!r}; "
-                          f"known: {', '.join(sorted(METHODS))}") from None
+        raise ConfigError(
+            f"dynamo:benchmark: no published benchmark method for model {target.model!r}; known: {', '.join(sorted(METHODS))}"
+        ) from None
 
 
 def workload_of(target: Any) -> Trace:
@@ -249,6 +277,7 @@ def published_requests(target: Any) -> int:
 
 
 # --- speculative decoding: which acceptance the DGD serves with ------------------------------------------------
+
 
 def _worker_containers(dgd: dict):
     for c in dgd["spec"]["components"]:
@@ -305,21 +334,50 @@ def synthetic_speculative_dgd(dgd: dict, target: Any) -> dict:
 
 # --- the aiperf commands (one function for the Job and the exported command) -----------------------------------
 
-def profile_args(method: Method, *, model: str, tokenizer: str, url: str, trace_file: str, requests: str, concurrency: str,
-                 artifact_dir: str) -> list[str]:
+
+def profile_args(
+    method: Method, *, model: str, tokenizer: str, url: str, trace_file: str, requests: str, concurrency: str, artifact_dir: str
+) -> list[str]:
     """``aiperf profile`` arguments of the trace replay (values are literals or shell references like ``"$MODEL"``)."""
-    args = ["aiperf", "profile", "--model", model, "--tokenizer", tokenizer, "--url", url, "--endpoint-type", "chat",
-            "--streaming", "--input-file", trace_file, "--custom-dataset-type", "mooncake_trace",
-            "--dataset-sampling-strategy", "sequential", "--no-fixed-schedule",
-            "--request-count", requests, "--concurrency", concurrency]
+    args = [
+        "aiperf",
+        "profile",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--url",
+        url,
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--input-file",
+        trace_file,
+        "--custom-dataset-type",
+        "mooncake_trace",
+        "--dataset-sampling-strategy",
+        "sequential",
+        "--no-fixed-schedule",
+        "--request-count",
+        requests,
+        "--concurrency",
+        concurrency,
+    ]
     if method.warmup and not method.warmup.separate:
         args += ["--warmup-request-count", str(method.warmup.requests), "--warmup-concurrency", str(method.warmup.concurrency)]
     if method.block_size:
         args += ["--prompt-input-tokens-block-size", str(method.block_size)]
     if method.synthesis_max:
         args += ["--synthesis-max-isl", str(method.synthesis_max[0]), "--synthesis-max-osl", str(method.synthesis_max[1])]
-    args += ["--use-server-token-count", "--extra-inputs", "ignore_eos:true", "--random-seed", "42",
-             "--request-timeout-seconds", str(method.request_timeout)]
+    args += [
+        "--use-server-token-count",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--random-seed",
+        "42",
+        "--request-timeout-seconds",
+        str(method.request_timeout),
+    ]
     if method.workers_max:
         args += ["--workers-max", concurrency]
     if method.trust_remote_code:
@@ -332,9 +390,29 @@ def warmup_args(method: Method, *, model: str, tokenizer: str, url: str, artifac
     w = method.warmup
     if w is None or not w.separate:
         return None
-    args = ["aiperf", "profile", "--model", model, "--tokenizer", tokenizer, "--url", url, "--endpoint-type", "chat",
-            "--streaming", "--isl", str(w.isl), "--osl", str(w.osl), "--concurrency", str(w.concurrency),
-            "--request-count", str(w.requests), "--random-seed", "42"]
+    args = [
+        "aiperf",
+        "profile",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--url",
+        url,
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--isl",
+        str(w.isl),
+        "--osl",
+        str(w.osl),
+        "--concurrency",
+        str(w.concurrency),
+        "--request-count",
+        str(w.requests),
+        "--random-seed",
+        "42",
+    ]
     if method.trust_remote_code:
         args += ["--tokenizer-trust-remote-code"]
     return args + ["--ui-type", "none", "--artifact-dir", artifact_dir]
@@ -353,12 +431,22 @@ def local_steps(target: Any, dgd: dict, url: str = "http://localhost:8000") -> l
     model = served_model(dgd)
     name = dgd["metadata"]["name"]
     c = target.perf.concurrency if target.perf else 1
-    main = profile_args(m, model=model, tokenizer=model, url=url, trace_file=tr.file, requests=str(published_requests(target)),
-                        concurrency=str(c), artifact_dir=f"aiperf-{name}")
+    main = profile_args(
+        m,
+        model=model,
+        tokenizer=model,
+        url=url,
+        trace_file=tr.file,
+        requests=str(published_requests(target)),
+        concurrency=str(c),
+        artifact_dir=f"aiperf-{name}",
+    )
     warm = warmup_args(m, model=model, tokenizer=model, url=url, artifact_dir=f"aiperf-{name}/warmup")
     part = shlex.quote(tr.file + ".part")
-    fetch = (f"{{ test -f {shlex.quote(tr.file)} || {{ curl -fL -o {part} {shlex.quote(tr.url)} && "
-             f"echo '{tr.sha256}  {tr.file}.part' | sha256sum -c - && mv {part} {shlex.quote(tr.file)}; }}; }}")
+    fetch = (
+        f"{{ test -f {shlex.quote(tr.file)} || {{ curl -fL -o {part} {shlex.quote(tr.url)} && "
+        f"echo '{tr.sha256}  {tr.file}.part' | sha256sum -c - && mv {part} {shlex.quote(tr.file)}; }}; }}"
+    )
     return [fetch] + ([shell(warm)] if warm else []) + [shell(main)]
 
 
@@ -437,8 +525,15 @@ for attempt in range(720):
 sys.exit(f"{model} is not served at {url} after 60 min")
 """
 
-ENV_REFS = {"model": '"$MODEL"', "tokenizer": '"$TOKENIZER"', "url": '"$FRONTEND_URL"', "trace_file": '"$TRACE_FILE"',
-            "requests": '"$REQUEST_COUNT"', "concurrency": '"$CONCURRENCY"', "artifact_dir": '"$ARTIFACT_DIR"'}
+ENV_REFS = {
+    "model": '"$MODEL"',
+    "tokenizer": '"$TOKENIZER"',
+    "url": '"$FRONTEND_URL"',
+    "trace_file": '"$TRACE_FILE"',
+    "requests": '"$REQUEST_COUNT"',
+    "concurrency": '"$CONCURRENCY"',
+    "artifact_dir": '"$ARTIFACT_DIR"',
+}
 
 
 def job_script(method: Method) -> str:
@@ -448,9 +543,17 @@ def job_script(method: Method) -> str:
     lines = ["set -euo pipefail", "python3 - <<'PY'", WAIT_STEP.rstrip(), "PY", "python3 - <<'PY'", TRACE_STEP.rstrip(), "PY"]
     if warm:
         lines += ['echo "warm-up: $WARMUP"', shell(warm)]
-    lines += [shell(main),
-              'echo "$MANIFEST_BEGIN"', 'cat "$ARTIFACT_DIR/$MANIFEST_FILE"', "echo", 'echo "$MANIFEST_END"',
-              'echo "$RESULT_BEGIN"', 'cat "$ARTIFACT_DIR/$RESULT_FILE"', "echo", 'echo "$RESULT_END"']
+    lines += [
+        shell(main),
+        'echo "$MANIFEST_BEGIN"',
+        'cat "$ARTIFACT_DIR/$MANIFEST_FILE"',
+        "echo",
+        'echo "$MANIFEST_END"',
+        'echo "$RESULT_BEGIN"',
+        'cat "$ARTIFACT_DIR/$RESULT_FILE"',
+        "echo",
+        'echo "$RESULT_END"',
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -481,8 +584,15 @@ class BenchmarkPlan:
         return TRACE_LENGTHS.get(self.trace.sha256, {})
 
     def parameters(self) -> dict:
-        return {"concurrency": self.concurrency, "requestCount": self.request_count, "trace": self.trace.file,
-                "isl": self.trace.isl, "osl": self.trace.osl, "model": self.model, "url": self.frontend_url}
+        return {
+            "concurrency": self.concurrency,
+            "requestCount": self.request_count,
+            "trace": self.trace.file,
+            "isl": self.trace.isl,
+            "osl": self.trace.osl,
+            "model": self.model,
+            "url": self.frontend_url,
+        }
 
 
 def served_model(dgd: dict) -> str:
@@ -514,15 +624,19 @@ def build_benchmark(serving: Any, cfg: Any) -> BenchmarkPlan:
     published = published_requests(t)
     requests = cfg.request_count or published
     if requests > tr.rows:
-        raise ConfigError(f"dynamo:benchmark.requestCount: {requests} is more than the {tr.rows} rows of the {tr.workload} "
-                          f"trace {tr.file}; choose 1..{tr.rows} (default {published}, the published run)")
+        raise ConfigError(
+            f"dynamo:benchmark.requestCount: {requests} is more than the {tr.rows} rows of the {tr.workload} "
+            f"trace {tr.file}; choose 1..{tr.rows} (default {published}, the published run)"
+        )
     model = served_model(dgd)
     url = f"http://{dgd_name}-frontend.{ns}.svc.cluster.local:8000"
     job_name = f"aiperf-{dgd_name}"[:63].rstrip("-")
     # Run where the download Jobs run (the system nodes on EKS), with the cache volume they fill.
     dl = serving.jobs[0]["spec"]["template"]["spec"] if serving.jobs else {}
     dl_ctr = (dl.get("containers") or [{}])[0]
-    mount = next((m["mountPath"] for m in dl_ctr.get("volumeMounts") or [] if m.get("name") == "shared-model-cache"), "/model-cache")
+    mount = next(
+        (m["mountPath"] for m in dl_ctr.get("volumeMounts") or [] if m.get("name") == "shared-model-cache"), "/model-cache"
+    )
     spec_mode = speculative_mode(dgd, serving.configmaps)
     warm = method.warmup
     env = [
@@ -538,9 +652,16 @@ def build_benchmark(serving: Any, cfg: Any) -> BenchmarkPlan:
         {"name": "TRACE_SHA256", "value": tr.sha256},
         {"name": "ARTIFACT_DIR", "value": f"{mount}/aiperf/{dgd_name}"},
         {"name": "METHOD", "value": method.source},
-        {"name": "WARMUP", "value": "none" if warm is None else (
-            f"{warm.requests} synthetic {warm.isl}/{warm.osl}-token requests at concurrency {warm.concurrency}" if warm.separate
-            else f"{warm.requests} trace requests at concurrency {warm.concurrency} (warm-up phase)")},
+        {
+            "name": "WARMUP",
+            "value": "none"
+            if warm is None
+            else (
+                f"{warm.requests} synthetic {warm.isl}/{warm.osl}-token requests at concurrency {warm.concurrency}"
+                if warm.separate
+                else f"{warm.requests} trace requests at concurrency {warm.concurrency} (warm-up phase)"
+            ),
+        },
         {"name": "SPECULATIVE", "value": spec_mode or "none"},
         {"name": "MANIFEST_FILE", "value": MANIFEST_FILE},
         {"name": "MANIFEST_BEGIN", "value": MANIFEST_BEGIN},
@@ -553,13 +674,18 @@ def build_benchmark(serving: Any, cfg: Any) -> BenchmarkPlan:
     ]
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
-        "containers": [{
-            "name": "aiperf", "image": image("aiperf"), "imagePullPolicy": "IfNotPresent",
-            "command": ["/bin/bash", "-c", job_script(method)], "env": env,
-            "envFrom": [{"secretRef": {"name": serving.hf_secret_name}}],  # gated tokenizers need the token
-            "volumeMounts": [{"name": "shared-model-cache", "mountPath": mount}],
-            "resources": {"requests": {"cpu": "4", "memory": "8Gi"}},
-        }],
+        "containers": [
+            {
+                "name": "aiperf",
+                "image": image("aiperf"),
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/bin/bash", "-c", job_script(method)],
+                "env": env,
+                "envFrom": [{"secretRef": {"name": serving.hf_secret_name}}],  # gated tokenizers need the token
+                "volumeMounts": [{"name": "shared-model-cache", "mountPath": mount}],
+                "resources": {"requests": {"cpu": "4", "memory": "8Gi"}},
+            }
+        ],
         "volumes": [{"name": "shared-model-cache", "persistentVolumeClaim": {"claimName": serving.claim_name}}],
     }
     for key in ("nodeSelector", "tolerations", "imagePullSecrets"):
@@ -571,19 +697,44 @@ def build_benchmark(serving: Any, cfg: Any) -> BenchmarkPlan:
 
     harden_pod(pod)
     job = {
-        "apiVersion": "batch/v1", "kind": "Job",
+        "apiVersion": "batch/v1",
+        "kind": "Job",
         "metadata": {
-            "name": job_name, "namespace": ns,
-            "labels": {"app.kubernetes.io/name": "aiperf", "app.kubernetes.io/part-of": "dynamo-benchmark",
-                       LABEL_DGD_NAME: dgd_name},
-            "annotations": {SKIP_AWAIT: "true", "dynamo.nvidia.com/target": t.id,
-                            "dynamo.nvidia.com/perf-source": perf.source if perf else "none"},
+            "name": job_name,
+            "namespace": ns,
+            "labels": {
+                "app.kubernetes.io/name": "aiperf",
+                "app.kubernetes.io/part-of": "dynamo-benchmark",
+                LABEL_DGD_NAME: dgd_name,
+            },
+            "annotations": {
+                SKIP_AWAIT: "true",
+                "dynamo.nvidia.com/target": t.id,
+                "dynamo.nvidia.com/perf-source": perf.source if perf else "none",
+            },
         },
-        "spec": {"backoffLimit": 0, "activeDeadlineSeconds": DEADLINE_SECONDS, "template": {
-            "metadata": {"labels": {"app.kubernetes.io/name": "aiperf", "app.kubernetes.io/part-of": "dynamo-benchmark"}},
-            "spec": pod}},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": DEADLINE_SECONDS,
+            "template": {
+                "metadata": {"labels": {"app.kubernetes.io/name": "aiperf", "app.kubernetes.io/part-of": "dynamo-benchmark"}},
+                "spec": pod,
+            },
+        },
     }
-    return BenchmarkPlan(job=job, job_name=job_name, namespace=ns, model=model, frontend_url=url, concurrency=concurrency,
-                         request_count=requests, trace=tr, method=method, tolerance=cfg.tolerance, perf=perf,
-                         published_requests=published if perf else None, speculative=spec_mode,
-                         row_speculative=row_speculative_mode(t))
+    return BenchmarkPlan(
+        job=job,
+        job_name=job_name,
+        namespace=ns,
+        model=model,
+        frontend_url=url,
+        concurrency=concurrency,
+        request_count=requests,
+        trace=tr,
+        method=method,
+        tolerance=cfg.tolerance,
+        perf=perf,
+        published_requests=published if perf else None,
+        speculative=spec_mode,
+        row_speculative=row_speculative_mode(t),
+    )

@@ -59,6 +59,7 @@ used: it takes a PVC of its own, keys nothing by image or arguments, and leaves 
 Opt out per stack entry: ``dynamo:compileCache: {enabled: false}`` (the recipe's values are kept). ``stacks.cli.fidelity``
 takes exactly these additions back out (``without_compile_cache``) and lists the containers that carry them.
 """
+
 from __future__ import annotations
 
 import copy
@@ -88,8 +89,11 @@ def container_gpus(container: dict) -> int:
 
 
 def _configmap_names(container: dict, pod: dict) -> list[str]:
-    names = {e["valueFrom"]["configMapKeyRef"]["name"] for e in container.get("env") or []
-             if isinstance(e.get("valueFrom"), dict) and "configMapKeyRef" in e["valueFrom"]}
+    names = {
+        e["valueFrom"]["configMapKeyRef"]["name"]
+        for e in container.get("env") or []
+        if isinstance(e.get("valueFrom"), dict) and "configMapKeyRef" in e["valueFrom"]
+    }
     names |= {s["configMapRef"]["name"] for s in container.get("envFrom") or [] if "configMapRef" in s}
     mounted = {m.get("name") for m in container.get("volumeMounts") or []}
     names |= {v["configMap"]["name"] for v in pod.get("volumes") or [] if "configMap" in v and v.get("name") in mounted}
@@ -98,14 +102,20 @@ def _configmap_names(container: dict, pod: dict) -> list[str]:
 
 def cache_key(container: dict, pod: dict, spec_env: Iterable[dict], gpu: str, configmaps: Mapping[str, Optional[dict]]) -> str:
     """The short hash of what decides a container's compiled artifacts (the two cache variables left out)."""
+
     def env(entries):
         return [e for e in entries or [] if e.get("name") not in VARS]
 
     facts = {
-        "image": container.get("image"), "command": container.get("command"), "args": container.get("args"),
-        "env": env(container.get("env")), "envFrom": container.get("envFrom"), "specEnv": env(spec_env),
+        "image": container.get("image"),
+        "command": container.get("command"),
+        "args": container.get("args"),
+        "env": env(container.get("env")),
+        "envFrom": container.get("envFrom"),
+        "specEnv": env(spec_env),
         "configMaps": {n: configmaps.get(n) for n in _configmap_names(container, pod)},
-        "gpu": gpu, "gpus": container_gpus(container),
+        "gpu": gpu,
+        "gpus": container_gpus(container),
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:KEY_LENGTH]
 
@@ -173,7 +183,9 @@ def model_read_only(container: dict, spec_env: Iterable[dict], mount: str) -> bo
     return not _under(modules, mount)
 
 
-def expected(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, configmaps: Mapping[str, Optional[dict]]) -> dict[tuple[str, str], dict]:
+def expected(
+    dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, configmaps: Mapping[str, Optional[dict]]
+) -> dict[tuple[str, str], dict]:
     """(component, container) -> the env values, the mount (or None) and whether the model-cache mount is made read-only,
     as the step sets them, computed from the DGD as it is (the key leaves the two variables out, so the DGD before or
     after the step gives the same)."""
@@ -191,8 +203,9 @@ def expected(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, conf
     return out
 
 
-def apply_compile_cache(dgd: dict, target_id: str, runtime: str, gpu: str, mount: str,
-                        configmaps: Mapping[str, Optional[dict]]) -> list[str]:
+def apply_compile_cache(
+    dgd: dict, target_id: str, runtime: str, gpu: str, mount: str, configmaps: Mapping[str, Optional[dict]]
+) -> list[str]:
     """Point every vLLM worker container's compile caches at the model-cache volume (in place); the
     ``component/container`` names changed, in order."""
     plan = expected(dgd, target_id, runtime, gpu, mount, configmaps)
@@ -215,16 +228,20 @@ def apply_compile_cache(dgd: dict, target_id: str, runtime: str, gpu: str, mount
     return changed
 
 
-def without_compile_cache(rendered: dict, upstream: dict, candidates: Iterable[tuple[str, str, str, str]],
-                          configmaps: Mapping[str, Optional[dict]]) -> tuple[dict, int]:
+def without_compile_cache(
+    rendered: dict, upstream: dict, candidates: Iterable[tuple[str, str, str, str]], configmaps: Mapping[str, Optional[dict]]
+) -> tuple[dict, int]:
     """A rendered DGD with exactly the step's additions taken back out where upstream lacks them, and the number of
     containers they were taken from. ``candidates``: ``(target id, runtime, gpu, mount)`` of the catalog targets that
     render this DGD; the additions must be those of one of them (the same paths, the same key), or nothing is taken
     out. A replaced entry gets upstream's entry back; anything else stays and shows as a difference."""
     if rendered.get("kind") != "DynamoGraphDeployment" or upstream.get("kind") != "DynamoGraphDeployment":
         return rendered, 0
-    up_containers = {(comp.get("name"), c.get("name")): c for comp in (upstream.get("spec") or {}).get("components") or []
-                     for c in ((comp.get("podTemplate") or {}).get("spec") or {}).get("containers") or []}
+    up_containers = {
+        (comp.get("name"), c.get("name")): c
+        for comp in (upstream.get("spec") or {}).get("components") or []
+        for c in ((comp.get("podTemplate") or {}).get("spec") or {}).get("containers") or []
+    }
     for tid, runtime, gpu, mount in candidates:
         out = copy.deepcopy(rendered)
         want = expected(out, tid, runtime, gpu, mount, configmaps)

@@ -13,6 +13,7 @@
 A script whose last command is not ``exec`` of a Python module cannot take arguments this way: ``append_engine_args``
 raises ``ValueError`` saying so, and the caller names its config key.
 """
+
 from __future__ import annotations
 
 import re
@@ -54,7 +55,8 @@ def append_engine_args(container: dict, tokens: list[str]) -> None:
     args = list(container["args"])
     script = str(args[at])
     if not _EXEC.match(last_command(script)):
-        raise ValueError("the component's script does not end with `exec python3 -m <engine> ...`, so there is no command "
-                         "line to add flags to")
+        raise ValueError(
+            "the component's script does not end with `exec python3 -m <engine> ...`, so there is no command line to add flags to"
+        )
     args[at] = script.rstrip("\n") + " \\\n  " + " ".join(shlex.quote(str(t)) for t in tokens) + "\n"
     container["args"] = args

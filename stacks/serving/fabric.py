@@ -6,6 +6,7 @@ a non-default NIXL backend (LIBFABRIC), an EFA device count derived from the wor
 count, and privileges for registering GPU memory. Used when a target's native fabric
 (InfiniBand, GKE RDMA, Nscale) is not what the cluster has, e.g. an H200 recipe on EKS.
 """
+
 from __future__ import annotations
 
 import json
@@ -116,5 +117,11 @@ def apply_profile(dgd: dict, profile_name: str, target_id: str, devices_per_gpu:
         env = main.setdefault("env", [])
         wanted = {**profile.env, **profile.engine_env.get(framework, {})}
         env[:] = [e for e in env if e.get("name") not in wanted] + [{"name": k, "value": v} for k, v in wanted.items()]
-        if framework == "vllm" and not _select_backend(main.setdefault("args", []), profile.kv_backend) and not _select_backend(main.get("command") or [], profile.kv_backend):
-            raise FabricError(f"{target_id} {comp['name']}: no --kv-transfer-config argument to select the {profile.kv_backend} backend in")
+        if (
+            framework == "vllm"
+            and not _select_backend(main.setdefault("args", []), profile.kv_backend)
+            and not _select_backend(main.get("command") or [], profile.kv_backend)
+        ):
+            raise FabricError(
+                f"{target_id} {comp['name']}: no --kv-transfer-config argument to select the {profile.kv_backend} backend in"
+            )

@@ -20,6 +20,7 @@ The DGD's workers keep exactly what upstream sets (fidelity), but for their comp
 ``stacks.cli.fidelity`` allows exactly the additions listed here and, with ``dynamo:modelRevision``, the revision pin
 each download Job records (``stacks.catalog.builders.RevisionPin``), nothing else.
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,11 +28,16 @@ from typing import Any
 
 UID = 1000
 POD_SECURITY_CONTEXT: dict[str, Any] = {
-    "runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
+    "runAsNonRoot": True,
+    "runAsUser": UID,
+    "runAsGroup": UID,
+    "fsGroup": UID,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
-    "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
 }
 SCRATCH_VOLUME = {"name": "tmp", "emptyDir": {}}
 SCRATCH_MOUNT = {"name": "tmp", "mountPath": "/tmp"}

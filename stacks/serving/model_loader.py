@@ -20,6 +20,7 @@ engine's command line (stacks/serving/engine_args.py: also where a worker starts
 loader changes how weights are read, not what is served: the rendered DGD differs from upstream's only by these flags,
 and only on a stack that asks for them.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,10 @@ def loader_args(cfg: Any) -> list[str]:
 def apply_model_loader(dgd: dict, cfg: Any, target_id: str, runtime: str) -> None:
     """Add the loader's flags to every GPU container of ``dgd``, in place; a target of another runtime is refused."""
     if runtime != RUNTIME:
-        raise ConfigError(f"{NS}:modelLoader.format: 'runai-streamer' is vLLM's loader, and {target_id} runs {runtime}; "
-                          f"remove {NS}:modelLoader or choose a vllm target")
+        raise ConfigError(
+            f"{NS}:modelLoader.format: 'runai-streamer' is vLLM's loader, and {target_id} runs {runtime}; "
+            f"remove {NS}:modelLoader or choose a vllm target"
+        )
     flags = loader_args(cfg)
     for comp in dgd["spec"]["components"]:
         for container in comp["podTemplate"]["spec"]["containers"]:

@@ -27,6 +27,7 @@ Pods are selected by the labels the Dynamo operator puts on them (stacks/operato
 Job controller adds (``batch.kubernetes.io/job-name``, Kubernetes >= 1.27: "Job: ... the job-name label",
 https://kubernetes.io/docs/reference/labels-annotations-taints/#batchkubernetesiojob-name).
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -83,8 +84,13 @@ def _api_server_rule(cidrs: Iterable[str]) -> dict:
     return {**rule, "ports": _tcp(*API_SERVER_PORTS)}
 
 
-def network_policies(dgd: dict, job_names: Iterable[str], ingress_namespaces: Iterable[str] = (),
-                     monitoring_namespaces: Iterable[str] = (), api_server_cidrs: Iterable[str] = ()) -> list[dict]:
+def network_policies(
+    dgd: dict,
+    job_names: Iterable[str],
+    ingress_namespaces: Iterable[str] = (),
+    monitoring_namespaces: Iterable[str] = (),
+    api_server_cidrs: Iterable[str] = (),
+) -> list[dict]:
     """The NetworkPolicies of one serving namespace holding ``dgd`` and the Jobs ``job_names``; ``api_server_cidrs``:
     the networks the API server is reached at (empty: any address)."""
     ns = dgd["metadata"]["namespace"]
@@ -96,28 +102,75 @@ def network_policies(dgd: dict, job_names: Iterable[str], ingress_namespaces: It
     jobs = sorted(set(job_names))
     out = [
         _policy(f"{name}-default-deny", ns, {}, ["Ingress", "Egress"]),
-        _policy(f"{name}-dns", ns, {}, ["Egress"], egress=[{
-            "to": [{"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: "kube-system"}},
-                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]),
-        _policy(f"{name}-graph", ns, {"matchLabels": dict(graph)}, ["Ingress", "Egress"],
-                ingress=[{"from": [{"podSelector": {"matchLabels": dict(graph)}}]}],
-                egress=[{"to": [{"podSelector": {"matchLabels": dict(graph)}}]},
-                        {"to": [{"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: PLATFORM_NAMESPACE}}}],
-                         "ports": _tcp(NATS_PORT, ETCD_PORT)},
-                        _api_server_rule(api_server_cidrs)]),
+        _policy(
+            f"{name}-dns",
+            ns,
+            {},
+            ["Egress"],
+            egress=[
+                {
+                    "to": [
+                        {
+                            "namespaceSelector": {"matchLabels": {NS_NAME_LABEL: "kube-system"}},
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ],
+                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                }
+            ],
+        ),
+        _policy(
+            f"{name}-graph",
+            ns,
+            {"matchLabels": dict(graph)},
+            ["Ingress", "Egress"],
+            ingress=[{"from": [{"podSelector": {"matchLabels": dict(graph)}}]}],
+            egress=[
+                {"to": [{"podSelector": {"matchLabels": dict(graph)}}]},
+                {
+                    "to": [{"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: PLATFORM_NAMESPACE}}}],
+                    "ports": _tcp(NATS_PORT, ETCD_PORT),
+                },
+                _api_server_rule(api_server_cidrs),
+            ],
+        ),
     ]
     if fe_ports:
-        out.append(_policy(f"{name}-frontend-ingress", ns, {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}}, ["Ingress"],
-                           ingress=[{"from": [_namespaces([ns, *ingress_namespaces])], "ports": _tcp(*fe_ports)}]))
+        out.append(
+            _policy(
+                f"{name}-frontend-ingress",
+                ns,
+                {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}},
+                ["Ingress"],
+                ingress=[{"from": [_namespaces([ns, *ingress_namespaces])], "ports": _tcp(*fe_ports)}],
+            )
+        )
     if list(monitoring_namespaces):
-        out.append(_policy(f"{name}-monitoring", ns, {"matchLabels": dict(graph)}, ["Ingress"],
-                           ingress=[{"from": [_namespaces(monitoring_namespaces)], "ports": _tcp(*all_ports)}]))
+        out.append(
+            _policy(
+                f"{name}-monitoring",
+                ns,
+                {"matchLabels": dict(graph)},
+                ["Ingress"],
+                ingress=[{"from": [_namespaces(monitoring_namespaces)], "ports": _tcp(*all_ports)}],
+            )
+        )
     if jobs:
-        out.append(_policy(f"{name}-jobs-egress", ns, {"matchExpressions": [{"key": JOB_NAME_LABEL, "operator": "In", "values": jobs}]},
-                           ["Egress"], egress=[{"ports": _tcp(HTTPS)},
-                                               {"to": [{"podSelector": {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}}}],
-                                                "ports": _tcp(*fe_ports)}]))
+        out.append(
+            _policy(
+                f"{name}-jobs-egress",
+                ns,
+                {"matchExpressions": [{"key": JOB_NAME_LABEL, "operator": "In", "values": jobs}]},
+                ["Egress"],
+                egress=[
+                    {"ports": _tcp(HTTPS)},
+                    {
+                        "to": [{"podSelector": {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}}}],
+                        "ports": _tcp(*fe_ports),
+                    },
+                ],
+            )
+        )
     return out
 
 
@@ -126,6 +179,13 @@ def front_door_ingress(dgd: dict, namespaces: Iterable[str]) -> dict:
     user lists), nothing else; it adds to ``network_policies`` (NetworkPolicies are additive)."""
     ns, name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
     graph = {LABEL_DGD_NAME: name}
-    fe_ports = sorted({p for c in dgd["spec"]["components"] if component_type(c) == "frontend" for p in container_ports(c).values()})
-    return _policy(f"{name}-front-door-ingress", ns, {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}}, ["Ingress"],
-                   ingress=[{"from": [_namespaces(namespaces)], "ports": _tcp(*fe_ports)}])
+    fe_ports = sorted(
+        {p for c in dgd["spec"]["components"] if component_type(c) == "frontend" for p in container_ports(c).values()}
+    )
+    return _policy(
+        f"{name}-front-door-ingress",
+        ns,
+        {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}},
+        ["Ingress"],
+        ingress=[{"from": [_namespaces(namespaces)], "ports": _tcp(*fe_ports)}],
+    )

@@ -54,6 +54,7 @@ shape; the ReplicaSet's ``pod-template-hash`` and the pod's 5-character suffix a
 ReplicaSet controllers' (random/hash values; stand-ins of the same alphabet here). Labels and ports are
 verified as listed per line.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -144,10 +145,17 @@ def worker_hash(dgd: dict) -> str:
     stripped = {}
     for c in dgd["spec"]["components"]:
         if component_type(c) in WORKER_TYPES:
-            stripped[c["name"]] = {k: v for k, v in c.items()
-                                   if k not in ("name", "type", "replicas", "scalingAdapter", "modelRef", "eppConfig", "topologyConstraint")}
-    data = {"version": "dgd-worker-rollout-v2", "backendFramework": dgd["spec"].get("backendFramework"),
-            "env": dgd["spec"].get("env"), "workers": stripped}
+            stripped[c["name"]] = {
+                k: v
+                for k, v in c.items()
+                if k not in ("name", "type", "replicas", "scalingAdapter", "modelRef", "eppConfig", "topologyConstraint")
+            }
+    data = {
+        "version": "dgd-worker-rollout-v2",
+        "backendFramework": dgd["spec"].get("backendFramework"),
+        "env": dgd["spec"].get("env"),
+        "workers": stripped,
+    }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
 
 
@@ -167,7 +175,7 @@ def service_name(dgd: dict, comp: dict) -> str:
 
 def _metrics_enabled(dgd: dict) -> bool:
     # R: the label is set unless the (DGD-propagated) annotation nvidia.com/enable-metrics is "false".
-    return ((dgd["metadata"].get("annotations") or {}).get(ANNOTATION_ENABLE_METRICS) != "false")
+    return (dgd["metadata"].get("annotations") or {}).get(ANNOTATION_ENABLE_METRICS) != "false"
 
 
 def pod_labels(dgd: dict, comp: dict, workload: str, whash: str) -> dict[str, str]:
@@ -240,16 +248,33 @@ def operator_pods(dgd: dict) -> list[OperatorPod]:
             template_hash = _k8s_token(f"{workload}/template", 10)
             for r in range(replicas):
                 name = f"{workload}-{template_hash}-{_k8s_token(f'{workload}/{r}', 5)}"
-                out.append(OperatorPod(comp["name"], ctype, r, name, {**labels, LABEL_POD_TEMPLATE_HASH: template_hash},
-                                       dict(ports), workload))
+                out.append(
+                    OperatorPod(
+                        comp["name"], ctype, r, name, {**labels, LABEL_POD_TEMPLATE_HASH: template_hash}, dict(ports), workload
+                    )
+                )
             continue
         for r in range(replicas):
             lws = f"{workload}-{r}"
             lws_labels = {k: v for k, v in labels.items() if k != LABEL_SELECTOR}  # T: LWS templates carry no selector label
-            out.append(OperatorPod(comp["name"], ctype, r, f"{lws}-0", {**lws_labels, LABEL_LWS_ROLE: "leader"}, dict(ports), lws, "leader"))
+            out.append(
+                OperatorPod(
+                    comp["name"], ctype, r, f"{lws}-0", {**lws_labels, LABEL_LWS_ROLE: "leader"}, dict(ports), lws, "leader"
+                )
+            )
             for k in range(1, nodes):
-                out.append(OperatorPod(comp["name"], ctype, r, f"{lws}-0-{k}", {**lws_labels, LABEL_LWS_ROLE: "worker"},
-                                       dict(ports), lws, "worker"))
+                out.append(
+                    OperatorPod(
+                        comp["name"],
+                        ctype,
+                        r,
+                        f"{lws}-0-{k}",
+                        {**lws_labels, LABEL_LWS_ROLE: "worker"},
+                        dict(ports),
+                        lws,
+                        "worker",
+                    )
+                )
     return out
 
 
@@ -267,19 +292,30 @@ def operator_services(dgd: dict) -> list[dict]:
         if ctype == FRONTEND:
             port = {"name": HTTP_PORT[0], "port": HTTP_PORT[1], "targetPort": HTTP_PORT[0], "protocol": "TCP"}
         elif ctype == EPP:
-            port = {"name": EPP_GRPC_PORT[0], "port": EPP_GRPC_PORT[1], "targetPort": EPP_GRPC_PORT[1], "protocol": "TCP",
-                    "appProtocol": "http2"}
+            port = {
+                "name": EPP_GRPC_PORT[0],
+                "port": EPP_GRPC_PORT[1],
+                "targetPort": EPP_GRPC_PORT[1],
+                "protocol": "TCP",
+                "appProtocol": "http2",
+            }
         else:
             port = {"name": SYSTEM_PORT[0], "port": SYSTEM_PORT[1], "targetPort": SYSTEM_PORT[0], "protocol": "TCP"}
         selector = {LABEL_COMPONENT_TYPE: ctype, LABEL_NAMESPACE: dynamo_namespace(dgd), LABEL_COMPONENT: comp["name"]}
         if _node_count(comp) > 1:
             selector[LABEL_LWS_ROLE] = "leader"
-        out.append({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": service_name(dgd, comp), "namespace": dgd["metadata"].get("namespace") or "default",
-                         "labels": {LABEL_DISCOVERY_BACKEND: "kubernetes", LABEL_DISCOVERY_ENABLED: "true"}},
-            "spec": {"selector": selector, "ports": [port]},
-        })
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": service_name(dgd, comp),
+                    "namespace": dgd["metadata"].get("namespace") or "default",
+                    "labels": {LABEL_DISCOVERY_BACKEND: "kubernetes", LABEL_DISCOVERY_ENABLED: "true"},
+                },
+                "spec": {"selector": selector, "ports": [port]},
+            }
+        )
     return out
 
 

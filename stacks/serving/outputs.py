@@ -1,4 +1,5 @@
 """Stack outputs that tell the user what to do next (pure, from the serving plan)."""
+
 from __future__ import annotations
 
 from stacks import catalog
@@ -21,7 +22,7 @@ def next_steps(plan: ServingPlan) -> dict:
         "portForward": f"kubectl -n {ns} port-forward svc/{svc} 8000:8000",
         "smokeTest": (
             "curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' "
-            f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}], \"max_tokens\": 64}}'"
+            f'-d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}], "max_tokens": 64}}\''
         ),
         # The benchmark Job's own steps (stacks/serving/benchmark.py builds both from the same functions), against the
         # port-forward: fetch the published trace if absent, warm up, replay it at the published concurrency.

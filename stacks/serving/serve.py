@@ -17,6 +17,7 @@ namespaced, and the recipes name every model's cache claim and download Job alik
 
 All pure: config in, serving plans out.
 """
+
 from __future__ import annotations
 
 import copy
@@ -31,8 +32,18 @@ from pydantic import ValidationError
 from stacks.config.keys import NS, ConfigError
 from stacks.serving import ServingPlan, build_plan
 from stacks.serving.engine_args import SHELL_FLAGS, append_engine_args
-from stacks.config import (ENTRY_ONLY, SERVE, STACK_KEYS, ArgsOverride, ComponentOverride, ResourcesOverride, ServeEntry,  # noqa: F401
-                   entry_configs, entry_prefix, serve_entries)
+from stacks.config import (
+    ENTRY_ONLY,  # noqa: F401  (re-exported)
+    SERVE,  # noqa: F401  (re-exported)
+    STACK_KEYS,  # noqa: F401  (re-exported)
+    ArgsOverride,  # noqa: F401  (re-exported)
+    ComponentOverride,
+    ResourcesOverride,  # noqa: F401  (re-exported)
+    ServeEntry,  # noqa: F401
+    entry_configs,  # noqa: F401  (re-exported)
+    entry_prefix,
+    serve_entries,
+)
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
 
@@ -71,14 +82,18 @@ def _parse_override(raw: Any, key: str, components: list[str]) -> dict[str, Comp
     for comp, body in raw.items():
         new = RENAMED_COMPONENTS.get(comp)
         if comp not in components and new in components:
-            raise ConfigError(f"{key}.overrides.{comp}: component {comp!r} was renamed {new!r} in Dynamo 1.6 (this target's recipe uses "
-                              f"the new names); key the override {new!r}; components: {', '.join(components)}")
+            raise ConfigError(
+                f"{key}.overrides.{comp}: component {comp!r} was renamed {new!r} in Dynamo 1.6 (this target's recipe uses "
+                f"the new names); key the override {new!r}; components: {', '.join(components)}"
+            )
         if comp not in components:
             from difflib import get_close_matches
 
             near = get_close_matches(str(comp), components, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ConfigError(f"{key}.overrides.{comp}: component {comp!r} is not in this target{hint}; components: {', '.join(components)}")
+            raise ConfigError(
+                f"{key}.overrides.{comp}: component {comp!r} is not in this target{hint}; components: {', '.join(components)}"
+            )
         try:
             out[comp] = ComponentOverride.model_validate(body or {})
         except ValidationError as e:
@@ -87,8 +102,11 @@ def _parse_override(raw: Any, key: str, components: list[str]) -> dict[str, Comp
                 where = ".".join(str(p) for p in err["loc"])
                 msg = err["msg"].removeprefix("Value error, ")
                 if err["type"] == "extra_forbidden":
-                    msg = "unknown key; valid keys: " + {"": "args, env, resources", "args": "set, append, remove",
-                                                        "resources": "limits, requests"}.get(".".join(str(p) for p in err["loc"][:-1]), "")
+                    msg = "unknown key; valid keys: " + {
+                        "": "args, env, resources",
+                        "args": "set, append, remove",
+                        "resources": "limits, requests",
+                    }.get(".".join(str(p) for p in err["loc"][:-1]), "")
                 lines.append(f"{key}.overrides.{comp}.{where}: {msg} (got {err.get('input')!r})")
             raise ConfigError("invalid stack config:\n  " + "\n  ".join(lines)) from None
     return out
@@ -117,7 +135,9 @@ def apply_overrides(dgd: dict, overrides: dict[str, ComponentOverride], key: str
         c = next((x for x in containers if x.get("name") == "main"), containers[0])
         args = list(c.get("args") or [])
         if (ov.args.set or ov.args.remove) and any(a in SHELL_FLAGS for a in (c.get("command") or []) + args[:1]):
-            raise ConfigError(f"{where}.args: the component runs a shell script, so flags cannot be set or removed; use args.append")
+            raise ConfigError(
+                f"{where}.args: the component runs a shell script, so flags cannot be set or removed; use args.append"
+            )
         for flag, value in ov.args.set.items():
             i = _flag_index(args, flag)
             if i is None:
@@ -132,7 +152,7 @@ def apply_overrides(dgd: dict, overrides: dict[str, ComponentOverride], key: str
             i = _flag_index(args, flag)
             if i is None:
                 raise ConfigError(f"{where}.args.remove: {flag!r} is not among the component's arguments")
-            del args[i:i + (2 if _takes_value(args, i) else 1)]
+            del args[i : i + (2 if _takes_value(args, i) else 1)]
         if ov.args.set or ov.args.remove:
             c["args"] = args
         try:  # at the end of the engine's command line, also where it is the last command of a script
@@ -206,8 +226,10 @@ def _share(entries: list[Entry]) -> None:
         ns = p.dgd["metadata"]["namespace"]
         other = dgds.get((ns, p.dgd["metadata"]["name"]))
         if other:
-            raise ConfigError(f"{e.key}: its DynamoGraphDeployment {p.dgd['metadata']['name']!r} is also {other.key}'s in namespace {ns!r}; "
-                              f"give one of them its own namespace")
+            raise ConfigError(
+                f"{e.key}: its DynamoGraphDeployment {p.dgd['metadata']['name']!r} is also {other.key}'s in namespace {ns!r}; "
+                f"give one of them its own namespace"
+            )
         dgds[(ns, p.dgd["metadata"]["name"])] = e
         first = seen_ns.get(ns)
         if first:
@@ -217,8 +239,10 @@ def _share(entries: list[Entry]) -> None:
             p.namespace = None
             p.hf_secret = None
             if p.hf_secret_name != first.plan.hf_secret_name:
-                raise ConfigError(f"{e.key}.hfTokenSecretName: {p.hf_secret_name!r} differs from {first.key}'s "
-                                  f"{first.plan.hf_secret_name!r} in namespace {ns!r}; entries of one namespace share its HF token Secret")
+                raise ConfigError(
+                    f"{e.key}.hfTokenSecretName: {p.hf_secret_name!r} differs from {first.key}'s "
+                    f"{first.plan.hf_secret_name!r} in namespace {ns!r}; entries of one namespace share its HF token Secret"
+                )
         else:
             seen_ns[ns] = e
         if p.cache_pvc is None and not p.jobs:
@@ -227,8 +251,10 @@ def _share(entries: list[Entry]) -> None:
         owner = caches.get(e.cache_key)
         if owner:
             if owner.plan.cache_pvc != p.cache_pvc:
-                raise ConfigError(f"{e.key}.storage: shares {owner.key}'s model cache ({p.claim_name!r} in {ns!r}) but asks for "
-                                  f"different storage settings; set storage once for both (top level) or give one its own namespace")
+                raise ConfigError(
+                    f"{e.key}.storage: shares {owner.key}'s model cache ({p.claim_name!r} in {ns!r}) but asks for "
+                    f"different storage settings; set storage once for both (top level) or give one its own namespace"
+                )
             e.owns_cache = False
             e.cache_owner = owner.name
             p.cache_pvc = None

@@ -40,6 +40,7 @@ Opt in per stack entry: ``dynamo:fastStartupProbe: {enabled: true}``; off, upstr
 ``stacks.cli.fidelity`` takes exactly this change back out (``without_fast_startup_probe``: where the rendered probe
 is ``fast_probe`` of upstream's, upstream's comes back) and counts the containers that carry it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -99,8 +100,11 @@ def without_fast_startup_probe(rendered: dict, upstream: dict) -> tuple[dict, in
     upstream's, and the number of such containers; any other probe stays and shows as a difference."""
     if rendered.get("kind") != "DynamoGraphDeployment" or upstream.get("kind") != "DynamoGraphDeployment":
         return rendered, 0
-    up = {(comp.get("name"), c.get("name")): c for comp in (upstream.get("spec") or {}).get("components") or []
-          for c in ((comp.get("podTemplate") or {}).get("spec") or {}).get("containers") or []}
+    up = {
+        (comp.get("name"), c.get("name")): c
+        for comp in (upstream.get("spec") or {}).get("components") or []
+        for c in ((comp.get("podTemplate") or {}).get("spec") or {}).get("containers") or []
+    }
     out = copy.deepcopy(rendered)
     count = 0
     for comp, c in worker_containers(out):

@@ -22,6 +22,7 @@ await (pulumi-kubernetes 4.25.0, ``provider/pkg/await``):
 Annotations: https://www.pulumi.com/docs/iac/clouds/kubernetes/guides/await-logic/ (``pulumi.com/waitFor``,
 ``pulumi.com/timeoutSeconds``, ``pulumi.com/skipAwait``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -84,8 +85,10 @@ class Wait:
 
     def announce(self) -> str:
         """Printed when the program runs, before any wait: a cancelled or stuck `up` has the command on screen."""
-        return (f"when it creates or updates {self.kind} {self.namespace}/{self.name}, `up` waits up to "
-                f"{human(self.timeout_seconds)} ({self.key}) for it {self.goal}; to look meanwhile: {self.describe}")
+        return (
+            f"when it creates or updates {self.kind} {self.namespace}/{self.name}, `up` waits up to "
+            f"{human(self.timeout_seconds)} ({self.key}) for it {self.goal}; to look meanwhile: {self.describe}"
+        )
 
     def failed(self, errors: Iterable[str], seen: Optional[str] = None) -> str:
         """The message when the wait (or the create/update under it) failed; ``errors`` newest first."""
@@ -119,8 +122,9 @@ def _provider_reason(text: str) -> str:
 
     marker = "failed to fully initialize or become live: "
     lines = [ln.strip().removeprefix("* ").strip() for ln in text.splitlines()]
-    lines = [ln.split(marker, 1)[1] if marker in ln else ln for ln in lines
-             if ln and not re.fullmatch(r"\d+ errors? occurred:", ln)]
+    lines = [
+        ln.split(marker, 1)[1] if marker in ln else ln for ln in lines if ln and not re.fullmatch(r"\d+ errors? occurred:", ln)
+    ]
     return "; ".join(lines) or text.strip()
 
 
@@ -131,21 +135,36 @@ def waits_of(plan: Any) -> dict[tuple[str, str], Wait]:
         ann = job["metadata"].get("annotations") or {}
         if ann.get(SKIP_AWAIT) != "true":
             md = job["metadata"]
-            out[("Job", md["name"])] = Wait("Job", md["name"], md["namespace"], "to finish (condition Complete or Failed)",
-                                          int(ann[TIMEOUT]), f"{NS}:wait.jobTimeout")
+            out[("Job", md["name"])] = Wait(
+                "Job",
+                md["name"],
+                md["namespace"],
+                "to finish (condition Complete or Failed)",
+                int(ann[TIMEOUT]),
+                f"{NS}:wait.jobTimeout",
+            )
     dgd_md = plan.dgd["metadata"]
     ann = dgd_md.get("annotations") or {}
     if ann.get(SKIP_AWAIT) != "true":
-        out[("DynamoGraphDeployment", dgd_md["name"])] = Wait("DynamoGraphDeployment", dgd_md["name"], dgd_md["namespace"],
-                                                             "to be Ready (condition Ready=True)", int(ann[TIMEOUT]),
-                                                             f"{NS}:wait.dgdTimeout")
+        out[("DynamoGraphDeployment", dgd_md["name"])] = Wait(
+            "DynamoGraphDeployment",
+            dgd_md["name"],
+            dgd_md["namespace"],
+            "to be Ready (condition Ready=True)",
+            int(ann[TIMEOUT]),
+            f"{NS}:wait.dgdTimeout",
+        )
     pvc = plan.cache_pvc
     if pvc is not None and (pvc["metadata"].get("annotations") or {}).get(SKIP_AWAIT) != "true":
         md = pvc["metadata"]
         out[("PersistentVolumeClaim", md["name"])] = Wait(
-            "PersistentVolumeClaim", md["name"], md["namespace"],
-            "to be Bound (Pending is enough on a WaitForFirstConsumer class)", PVC_TIMEOUT_SECONDS,
-            "fixed by pulumi-kubernetes; dynamo:wait.enabled: false skips it")
+            "PersistentVolumeClaim",
+            md["name"],
+            md["namespace"],
+            "to be Bound (Pending is enough on a WaitForFirstConsumer class)",
+            PVC_TIMEOUT_SECONDS,
+            "fixed by pulumi-kubernetes; dynamo:wait.enabled: false skips it",
+        )
     return out
 
 
@@ -180,10 +199,12 @@ def job_failure(wait: Optional[Wait], name: str, namespace: str, status: Any, ur
         if _get(c, "type") == "Failed" and str(_get(c, "status")) == "True":
             describe = wait.describe if wait else f"kubectl describe job/{name} -n {namespace}"
             retry = f"pulumi up --replace '{urn}'" if urn else "pulumi up --replace <the Job's URN>"
-            return (f"download Job {namespace}/{name} failed: {job_seen(status)}.\n"
-                    f"  look: {describe}\n"
-                    f"        kubectl logs job/{name} -n {namespace}\n"
-                    f"  after fixing the cause (token, model access, storage), run the download again: {retry}")
+            return (
+                f"download Job {namespace}/{name} failed: {job_seen(status)}.\n"
+                f"  look: {describe}\n"
+                f"        kubectl logs job/{name} -n {namespace}\n"
+                f"  after fixing the cause (token, model access, storage), run the download again: {retry}"
+            )
     return None
 
 
@@ -200,8 +221,10 @@ def seen_from_object(kind: str, obj: Mapping[str, Any]) -> str:
         # The live claim names no class: the DefaultStorageClass admission plugin writes the cluster's default class into
         # a claim that names none, so none here means the cluster had no default class when the claim was created, and
         # the claim waits for a PersistentVolume without a class (https://kubernetes.io/docs/concepts/storage/persistent-volumes/#class-1).
-        return (f"phase {phase}, no storage class: the cluster has no default StorageClass, so nothing provisions this claim; "
-                f"set {NS}:storage.className to a class of the cluster (kubectl get storageclass), or mark one default "
-                f"(annotation storageclass.kubernetes.io/is-default-class: \"true\") and replace the claim")
+        return (
+            f"phase {phase}, no storage class: the cluster has no default StorageClass, so nothing provisions this claim; "
+            f"set {NS}:storage.className to a class of the cluster (kubectl get storageclass), or mark one default "
+            f'(annotation storageclass.kubernetes.io/is-default-class: "true") and replace the claim'
+        )
     state = status.get("state")
     return (f"state {state}; " if state else "") + conditions_text(status)

@@ -12,6 +12,7 @@ This package holds the machinery, the resource types and the helpers several are
 per group of areas (capacity, dra, network, storage, nodes, access, karpenter, load_balancer, updates), and every name
 those modules define is re-exported here, so ``import aws_rules as R; R.<rule>`` reaches any of them.
 """
+
 from __future__ import annotations
 
 import re
@@ -90,9 +91,18 @@ class Graph:
 
     def __init__(self, resources: Iterable[Any]):
         self.resources = [
-            r if isinstance(r, Res) else Res(r.type, r.name, r.inputs, bool(getattr(r, "retain_on_delete", False)),
-                                             tuple(getattr(r, "ignore_changes", ()) or ()), tuple(getattr(r, "dependencies", ()) or ()),
-                                             getattr(r, "urn", ""), bool(getattr(r, "delete_before_replace", False)))
+            r
+            if isinstance(r, Res)
+            else Res(
+                r.type,
+                r.name,
+                r.inputs,
+                bool(getattr(r, "retain_on_delete", False)),
+                tuple(getattr(r, "ignore_changes", ()) or ()),
+                tuple(getattr(r, "dependencies", ()) or ()),
+                getattr(r, "urn", ""),
+                bool(getattr(r, "delete_before_replace", False)),
+            )
             for r in resources
         ]
 
@@ -130,10 +140,26 @@ AREA_LOAD_BALANCER = "the front door's NLB and the AWS Load Balancer Controller"
 AREA_UPDATES = "updates in place: GPU node replacement, immutable specs"
 AREA_NODE_CREDENTIALS = "node credentials: instance metadata, node role policies, add-on identities, NetworkPolicy enforcement"
 AREA_CACHE_ACCESS = "who reaches the model cache: the EFS file-system policy and encryption at rest"
-AREAS = (AREA_CAPACITY_BLOCKS, AREA_PLACEMENT_GROUPS, AREA_ULTRASERVERS_AND_ZONES, AREA_NETWORK, AREA_GPU_NODE_SOFTWARE,
-         AREA_FSX_LUSTRE, AREA_EFA, AREA_NODE_COUNT, AREA_NODE_GROUP_SIZES, AREA_RETENTION, AREA_KUBERNETES_VERSION,
-         AREA_SECRETS, AREA_EFS_THROUGHPUT, AREA_CLUSTER_ACCESS, AREA_NODE_CREDENTIALS, AREA_UPDATES, AREA_LOAD_BALANCER,
-         AREA_CACHE_ACCESS)
+AREAS = (
+    AREA_CAPACITY_BLOCKS,
+    AREA_PLACEMENT_GROUPS,
+    AREA_ULTRASERVERS_AND_ZONES,
+    AREA_NETWORK,
+    AREA_GPU_NODE_SOFTWARE,
+    AREA_FSX_LUSTRE,
+    AREA_EFA,
+    AREA_NODE_COUNT,
+    AREA_NODE_GROUP_SIZES,
+    AREA_RETENTION,
+    AREA_KUBERNETES_VERSION,
+    AREA_SECRETS,
+    AREA_EFS_THROUGHPUT,
+    AREA_CLUSTER_ACCESS,
+    AREA_NODE_CREDENTIALS,
+    AREA_UPDATES,
+    AREA_LOAD_BALANCER,
+    AREA_CACHE_ACCESS,
+)
 RULES: dict[Rule, tuple[str, ...]] = {}
 
 
@@ -145,6 +171,7 @@ def rule(*areas: str):
     def deco(fn: Rule) -> Rule:
         RULES[fn] = areas
         return fn
+
     return deco
 
 
@@ -171,6 +198,7 @@ def update_rule(*areas: str):
     def deco(fn: UpdateRule) -> UpdateRule:
         UPDATE_RULES[fn] = areas
         return fn
+
     return deco
 
 
@@ -217,8 +245,11 @@ def _gpu_nodegroups(g: Graph) -> list[Res]:
 def _node_labels(g: Graph, ng: Res) -> dict:
     """The labels a node of the group carries: the node group's, and the well-known ones the kubelet sets."""
     it = _instance_type(g, ng)
-    return {**(ng.inputs.get("labels") or {}), "node.kubernetes.io/instance-type": it,
-            "kubernetes.io/arch": INSTANCES[it].kubernetes_arch if it in INSTANCES else None}
+    return {
+        **(ng.inputs.get("labels") or {}),
+        "node.kubernetes.io/instance-type": it,
+        "kubernetes.io/arch": INSTANCES[it].kubernetes_arch if it in INSTANCES else None,
+    }
 
 
 def _selects(pod: dict, labels: dict) -> bool:
@@ -230,8 +261,13 @@ def _selects(pod: dict, labels: dict) -> bool:
 
     def match(e):
         v, op = labels.get(e.get("key")), e.get("operator")
-        return {"In": v in (e.get("values") or []), "NotIn": v not in (e.get("values") or []),
-                "Exists": v is not None, "DoesNotExist": v is None}.get(op, True)
+        return {
+            "In": v in (e.get("values") or []),
+            "NotIn": v not in (e.get("values") or []),
+            "Exists": v is not None,
+            "DoesNotExist": v is None,
+        }.get(op, True)
+
     return not terms or any(all(match(e) for e in t.get("matchExpressions") or []) for t in terms)
 
 
@@ -265,7 +301,9 @@ def _assigned(g: Graph) -> tuple[dict[str, list[dict]], list[str]]:
             if not fits and groups and not any(_selects(pod, _nodepool_labels(np)) for np in g.of(NODEPOOL)):
                 problems.append(f"{dgd.name}/{comp['name']}: no GPU node group admits it (nodeSelector/affinity)")
             elif len(fits) > 1:
-                problems.append(f"{dgd.name}/{comp['name']}: may land on any of {[ng.name for ng in fits]} (select nvidia.com/gpu.product)")
+                problems.append(
+                    f"{dgd.name}/{comp['name']}: may land on any of {[ng.name for ng in fits]} (select nvidia.com/gpu.product)"
+                )
             for ng in fits[:1]:
                 out[ng.name].append(comp)
     return out, problems
@@ -277,8 +315,10 @@ def _efa_devices(lt: Optional[Res]) -> int:
 
 
 def pod_requests_efa(comp: dict) -> bool:
-    return any("vpc.amazonaws.com/efa" in ((c.get("resources") or {}).get("limits") or {})
-               for c in comp["podTemplate"]["spec"].get("containers", []))
+    return any(
+        "vpc.amazonaws.com/efa" in ((c.get("resources") or {}).get("limits") or {})
+        for c in comp["podTemplate"]["spec"].get("containers", [])
+    )
 
 
 def _attached(g: Graph, role: Res) -> list[str]:

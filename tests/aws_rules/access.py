@@ -1,14 +1,30 @@
 """Cluster access and Secrets (``AREA_CLUSTER_ACCESS``, ``AREA_SECRETS``): access entries, the cluster's administrators,
 Secrets envelope encryption, control-plane logs, ARNs in the Region's partition, and the Secrets the pods reference on
 a new cluster."""
+
 from __future__ import annotations
 
 import re
 from typing import Any, Iterable
 
 from . import (
-    ACCESS_ENTRY, ACCESS_POLICY_ASSOCIATION, AREA_CLUSTER_ACCESS, AREA_NODE_CREDENTIALS, AREA_SECRETS, DGD, EKS,
-    IAM_ROLE, IAM_ROLE_POLICY, JOB, KMS_KEY, LOG_GROUP, SECRET, Graph, Res, _get, rule,
+    ACCESS_ENTRY,
+    ACCESS_POLICY_ASSOCIATION,
+    AREA_CLUSTER_ACCESS,
+    AREA_NODE_CREDENTIALS,
+    AREA_SECRETS,
+    DGD,
+    EKS,
+    IAM_ROLE,
+    IAM_ROLE_POLICY,
+    JOB,
+    KMS_KEY,
+    LOG_GROUP,
+    SECRET,
+    Graph,
+    Res,
+    _get,
+    rule,
 )
 
 
@@ -35,17 +51,20 @@ def access_entries_are_complete(g: Graph) -> list[str]:
         seen[key] = e.name
         if e.inputs.get("type") not in (None, "STANDARD"):
             continue
-        assoc = [a for a in g.of(ACCESS_POLICY_ASSOCIATION)
-                 if (a.inputs.get("clusterName"), a.inputs.get("principalArn")) == key]
+        assoc = [a for a in g.of(ACCESS_POLICY_ASSOCIATION) if (a.inputs.get("clusterName"), a.inputs.get("principalArn")) == key]
         if not assoc:
-            out.append(f"{e.name}: access entry for {key[1]} without an access policy association (it authenticates, but may do nothing)")
+            out.append(
+                f"{e.name}: access entry for {key[1]} without an access policy association (it authenticates, but may do nothing)"
+            )
         for a in assoc:
             if e.urn and e.urn not in a.dependencies:
                 out.append(f"{a.name}: associated without waiting for access entry {e.name}")
             if not str(a.inputs.get("policyArn", "")).startswith("arn:aws:eks::aws:cluster-access-policy/"):
                 out.append(f"{a.name}: policyArn {a.inputs.get('policyArn')!r} is not an EKS access policy")
             scope = a.inputs.get("accessScope") or {}
-            if scope.get("type") not in ("cluster", "namespace") or (scope.get("type") == "namespace") != bool(scope.get("namespaces")):
+            if scope.get("type") not in ("cluster", "namespace") or (scope.get("type") == "namespace") != bool(
+                scope.get("namespaces")
+            ):
                 out.append(f"{a.name}: accessScope {scope} is neither cluster nor namespace with namespaces")
     return out
 
@@ -68,11 +87,20 @@ def cluster_is_administered_without_the_creator(g: Graph) -> list[str]:
         if ac.get("bootstrapClusterCreatorAdminPermissions", True):
             continue
         if mode == "CONFIG_MAP":
-            out.append(f"{c.name}: bootstrapClusterCreatorAdminPermissions false with authenticationMode CONFIG_MAP (EKS refuses it)")
-        admins = [a for a in g.of(ACCESS_POLICY_ASSOCIATION) if a.inputs.get("clusterName") == c.inputs.get("name")
-                  and a.inputs.get("policyArn") == CLUSTER_ADMIN_POLICY and (a.inputs.get("accessScope") or {}).get("type") == "cluster"]
+            out.append(
+                f"{c.name}: bootstrapClusterCreatorAdminPermissions false with authenticationMode CONFIG_MAP (EKS refuses it)"
+            )
+        admins = [
+            a
+            for a in g.of(ACCESS_POLICY_ASSOCIATION)
+            if a.inputs.get("clusterName") == c.inputs.get("name")
+            and a.inputs.get("policyArn") == CLUSTER_ADMIN_POLICY
+            and (a.inputs.get("accessScope") or {}).get("type") == "cluster"
+        ]
         if not admins:
-            out.append(f"{c.name}: created without the creator's admin and no cluster-admin access entry: nobody can administer it")
+            out.append(
+                f"{c.name}: created without the creator's admin and no cluster-admin access entry: nobody can administer it"
+            )
             continue
         admin_urns = {a.urn for a in admins}
         for p in g.of("pulumi:providers:kubernetes"):
@@ -104,16 +132,23 @@ def secrets_are_envelope_encrypted_with_a_rotating_key(g: Graph) -> list[str]:
                 out.append(f"{k.name}: KMS key for {c.name}'s Secrets without enableKeyRotation")
             if k.inputs.get("customerMasterKeySpec", k.inputs.get("keySpec", "SYMMETRIC_DEFAULT")) != "SYMMETRIC_DEFAULT":
                 out.append(f"{k.name}: not a symmetric key (EKS envelope encryption needs SYMMETRIC_DEFAULT)")
-            uses = [p for p in g.of(IAM_ROLE_POLICY) if k.urn in p.dependencies and p.urn in c.dependencies
-                    and str(p.inputs.get("role")) == _role_id_of(g, c)]
-            if not uses or not all(a in str(uses[0].inputs.get("policy")) for a in ("kms:Encrypt", "kms:Decrypt", "kms:DescribeKey")):
+            uses = [
+                p
+                for p in g.of(IAM_ROLE_POLICY)
+                if k.urn in p.dependencies and p.urn in c.dependencies and str(p.inputs.get("role")) == _role_id_of(g, c)
+            ]
+            if not uses or not all(
+                a in str(uses[0].inputs.get("policy")) for a in ("kms:Encrypt", "kms:Decrypt", "kms:DescribeKey")
+            ):
                 out.append(f"{c.name}: its role has no policy on KMS key {k.name} that the cluster waits for")
     return out
 
 
 def _role_id_of(g: Graph, c: Res) -> str:
     """The mock id of the cluster's IAM role (its roleArn ends with the role's name under the mocks)."""
-    role = next((r for r in g.of(IAM_ROLE) if str(c.inputs.get("roleArn", "")).endswith("/" + str(r.inputs.get("name") or r.name))), None)
+    role = next(
+        (r for r in g.of(IAM_ROLE) if str(c.inputs.get("roleArn", "")).endswith("/" + str(r.inputs.get("name") or r.name))), None
+    )
     return role.id if role else ""
 
 
@@ -149,11 +184,19 @@ def control_plane_logs_have_their_log_group_first(g: Graph) -> list[str]:
             if int(lg.inputs.get("retentionInDays") or 0) not in LOG_RETENTION_DAYS:
                 out.append(f"{lg.name}: retentionInDays {lg.inputs.get('retentionInDays')} is not a CloudWatch Logs retention")
         role = _role_id_of(g, c)
-        denies = [p for p in g.of(IAM_ROLE_POLICY) if str(p.inputs.get("role")) == role and '"Deny"' in str(p.inputs.get("policy"))
-                  and "logs:CreateLogGroup" in str(p.inputs.get("policy"))]
+        denies = [
+            p
+            for p in g.of(IAM_ROLE_POLICY)
+            if str(p.inputs.get("role")) == role
+            and '"Deny"' in str(p.inputs.get("policy"))
+            and "logs:CreateLogGroup" in str(p.inputs.get("policy"))
+        ]
         if not denies:
-            out.append(f"{c.name}: its role may create log groups, so logs delivered during destroy re-create {want} outside the stack")
+            out.append(
+                f"{c.name}: its role may create log groups, so logs delivered during destroy re-create {want} outside the stack"
+            )
     return out
+
 
 # --------------------------------------------------------------------------- ARNs in the Region's partition
 
@@ -191,8 +234,11 @@ def arns_are_in_the_regions_partition(g: Graph) -> list[str]:
         for r in g.resources:
             bad = sorted({m for text in _strings(r.inputs) for m in _ARN.findall(text) if m != want})
             if bad:
-                out.append(f"{r.name}: ARNs in partition {', '.join(bad)}, but the provider deploys to {region} (partition {want})")
+                out.append(
+                    f"{r.name}: ARNs in partition {', '.join(bad)}, but the provider deploys to {region} (partition {want})"
+                )
     return out
+
 
 # --------------------------------------------------------------------------- Secrets on a new cluster
 

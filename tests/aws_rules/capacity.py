@@ -1,14 +1,29 @@
 """Capacity Blocks, cluster placement groups, GB200 UltraServers, Local Zones and Availability Zones
 (``AREA_CAPACITY_BLOCKS``, ``AREA_PLACEMENT_GROUPS``, ``AREA_ULTRASERVERS_AND_ZONES``): how a GPU node group gets its
 instances and where they run."""
+
 from __future__ import annotations
 
 from stacks.registry.gpus import INSTANCES
 
 from . import (
-    AREA_CAPACITY_BLOCKS, AREA_PLACEMENT_GROUPS, AREA_ULTRASERVERS_AND_ZONES, AZ, EFS, EKS, LAUNCH_TEMPLATE,
-    NODEGROUP, PLACEMENT_GROUP, SUBNET, Graph, _efa_devices, _get, _gpu_nodegroups, _instance_type,
-    _launch_template, rule,
+    AREA_CAPACITY_BLOCKS,
+    AREA_PLACEMENT_GROUPS,
+    AREA_ULTRASERVERS_AND_ZONES,
+    AZ,
+    EFS,
+    EKS,
+    LAUNCH_TEMPLATE,
+    NODEGROUP,
+    PLACEMENT_GROUP,
+    SUBNET,
+    Graph,
+    _efa_devices,
+    _get,
+    _gpu_nodegroups,
+    _instance_type,
+    _launch_template,
+    rule,
 )
 
 
@@ -28,7 +43,9 @@ def capacity_block_launch_template(g: Graph) -> list[str]:
         cb_ng = ng.inputs.get("capacityType") == "CAPACITY_BLOCK"
         cb_lt = bool(lt) and _get(lt.inputs, "instanceMarketOptions", "marketType") == "capacity-block"
         if cb_lt and not cb_ng:
-            out.append(f"{ng.name}: launch template {lt.name} is capacity-block but capacityType is {ng.inputs.get('capacityType')!r}")
+            out.append(
+                f"{ng.name}: launch template {lt.name} is capacity-block but capacityType is {ng.inputs.get('capacityType')!r}"
+            )
         if not cb_ng:
             continue
         if lt is None:
@@ -41,7 +58,9 @@ def capacity_block_launch_template(g: Graph) -> list[str]:
         if not _get(lt.inputs, "capacityReservationSpecification", "capacityReservationTarget", "capacityReservationId"):
             out.append(f"{ng.name}: launch template {lt.name} targets no capacity reservation")
         if ng.inputs.get("instanceTypes"):
-            out.append(f"{ng.name}: CAPACITY_BLOCK node group names instanceTypes {ng.inputs['instanceTypes']} (must be on the launch template only)")
+            out.append(
+                f"{ng.name}: CAPACITY_BLOCK node group names instanceTypes {ng.inputs['instanceTypes']} (must be on the launch template only)"
+            )
     return out
 
 
@@ -58,6 +77,7 @@ def instance_type_in_one_place(g: Graph) -> list[str]:
             out.append(f"{ng.name}: no instance type in the node group or its launch template")
     return out
 
+
 # --------------------------------------------------------------------------- placement groups
 
 
@@ -70,8 +90,12 @@ def no_placement_group_with_reservation(g: Graph) -> list[str]:
     "Capacity Reservations for cluster placement groups"."""
     out = []
     for lt in g.of(LAUNCH_TEMPLATE):
-        if _get(lt.inputs, "capacityReservationSpecification", "capacityReservationTarget") and _get(lt.inputs, "placement", "groupName"):
-            out.append(f"{lt.name}: targets a capacity reservation and places instances in placement group {_get(lt.inputs, 'placement', 'groupName')}")
+        if _get(lt.inputs, "capacityReservationSpecification", "capacityReservationTarget") and _get(
+            lt.inputs, "placement", "groupName"
+        ):
+            out.append(
+                f"{lt.name}: targets a capacity reservation and places instances in placement group {_get(lt.inputs, 'placement', 'groupName')}"
+            )
     return out
 
 
@@ -85,9 +109,12 @@ def on_demand_efa_in_cluster_placement_group(g: Graph) -> list[str]:
         lt = _launch_template(g, ng)
         if _efa_devices(lt) and not _get(lt.inputs, "capacityReservationSpecification", "capacityReservationTarget"):
             group = _get(lt.inputs, "placement", "groupName")
-            if not group or not any(pg.inputs.get("strategy") == "cluster" and pg.inputs.get("name", pg.name) == group for pg in g.of(PLACEMENT_GROUP)):
+            if not group or not any(
+                pg.inputs.get("strategy") == "cluster" and pg.inputs.get("name", pg.name) == group for pg in g.of(PLACEMENT_GROUP)
+            ):
                 out.append(f"{ng.name}: on-demand EFA node group without a cluster placement group")
     return out
+
 
 # --------------------------------------------------------------------------- GB200 UltraServers, zones
 
@@ -119,7 +146,10 @@ def capacity_block_in_one_zone(g: Graph) -> list[str]:
     for ng in g.of(NODEGROUP):
         if ng.inputs.get("capacityType") != "CAPACITY_BLOCK":
             continue
-        zones = {(_s.inputs.get("availabilityZone") if (_s := g.by_id(sid, SUBNET)) else None) for sid in ng.inputs.get("subnetIds") or []}
+        zones = {
+            (_s.inputs.get("availabilityZone") if (_s := g.by_id(sid, SUBNET)) else None)
+            for sid in ng.inputs.get("subnetIds") or []
+        }
         if len(zones) != 1 or None in zones:
             out.append(f"{ng.name}: CAPACITY_BLOCK node group subnets span zones {sorted(map(str, zones))}")
     return out
@@ -143,6 +173,7 @@ def eks_cluster_subnets_in_two_availability_zones(g: Graph) -> list[str]:
             out.append(f"{c.name}: subnets in {sorted({str(z) for z in zones})}: EKS needs two or more Availability Zones")
     return out
 
+
 # --------------------------------------------------------------------------- Local Zone GPU groups and the model cache
 
 
@@ -160,5 +191,7 @@ def local_zone_nodes_do_not_mount_efs(g: Graph) -> list[str]:
             sn = g.by_id(sid, SUBNET)
             zone = sn.inputs.get("availabilityZone") if sn else None
             if zone and not AZ.fullmatch(zone):
-                out.append(f"{ng.name}: GPU nodes in Local Zone {zone} with an EFS model cache they cannot mount (use FSx for Lustre)")
+                out.append(
+                    f"{ng.name}: GPU nodes in Local Zone {zone} with an EFS model cache they cannot mount (use FSx for Lustre)"
+                )
     return out

@@ -1,6 +1,7 @@
 """The NVIDIA DRA driver and ComputeDomains a GB200 NVLink domain needs on EKS (``AREA_ULTRASERVERS_AND_ZONES``), with
 the chart defaults the driver's release values are merged onto (``dra_pod_specs``, which tests/test_dra_simulate.py
 also schedules with)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -9,8 +10,19 @@ from stacks.cluster import DRA_CHARTS, tolerates
 from stacks.registry.gpus import INSTANCES
 
 from . import (
-    AREA_ULTRASERVERS_AND_ZONES, COMPUTE_DOMAIN, DGD, HELM, NODEGROUP, Graph, Res, _get, _gpu_nodegroups,
-    _instance_type, _node_labels, rule, _selects,
+    AREA_ULTRASERVERS_AND_ZONES,
+    COMPUTE_DOMAIN,
+    DGD,
+    HELM,
+    NODEGROUP,
+    Graph,
+    Res,
+    _get,
+    _gpu_nodegroups,
+    _instance_type,
+    _node_labels,
+    rule,
+    _selects,
 )
 
 
@@ -33,11 +45,14 @@ def gb200_nvlink_domain_has_dra_and_compute_domain(g: Graph) -> list[str]:
         for dgd in g.of(DGD):
             for comp in _get(dgd.inputs, "spec", "components", default=[]):
                 pod = comp["podTemplate"]["spec"]
-                if not any("nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers", [])):
+                if not any(
+                    "nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers", [])
+                ):
                     continue
                 if not any(c.get("resourceClaimTemplateName") == template for c in pod.get("resourceClaims") or []):
                     out.append(f"{comp['name']}: no claim on ComputeDomain channel {template}")
     return out
+
 
 # --------------------------------------------------------------------------- GB200 DRA driver placement on EKS
 
@@ -70,24 +85,60 @@ _GPU_PRESENT_TERMS = [
 DRA_CHART_DEFAULTS = {
     "nvidia-dra-driver-gpu": {
         "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": True}},
-        "controller": {"nodeSelector": {}, "priorityClassName": "system-node-critical",
-                       "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
-                       "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                           {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}]}}}},
-        "kubeletPlugin": {"nodeSelector": {}, "priorityClassName": "system-node-critical", "tolerations": [],
-                          "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": _GPU_PRESENT_TERMS}}}},
+        "controller": {
+            "nodeSelector": {},
+            "priorityClassName": "system-node-critical",
+            "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}
+                        ]
+                    }
+                }
+            },
+        },
+        "kubeletPlugin": {
+            "nodeSelector": {},
+            "priorityClassName": "system-node-critical",
+            "tolerations": [],
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": _GPU_PRESENT_TERMS}}
+            },
+        },
     },
     "dra-driver-nvidia-gpu": {
         "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": True}},
-        "controller": {"nodeSelector": {}, "priorityClassName": "system-node-critical",
-                       "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
-                                       {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"},
-                                       {"key": "CriticalAddonsOnly", "operator": "Exists"}],
-                       "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                           {"weight": 100, "preference": {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}}]}}},
-        "kubeletPlugin": {"nodeSelector": {}, "priorityClassName": "system-node-critical",
-                          "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                          "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": _GPU_PRESENT_TERMS}}}},
+        "controller": {
+            "nodeSelector": {},
+            "priorityClassName": "system-node-critical",
+            "tolerations": [
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "CriticalAddonsOnly", "operator": "Exists"},
+            ],
+            "affinity": {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 100,
+                            "preference": {
+                                "matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+        "kubeletPlugin": {
+            "nodeSelector": {},
+            "priorityClassName": "system-node-critical",
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": _GPU_PRESENT_TERMS}}
+            },
+        },
     },
 }
 
@@ -109,6 +160,7 @@ def dra_pod_specs(release_values: dict, chart: str) -> tuple[dict, dict, dict]:
     def pod(part: str) -> dict:
         v = eff.get(part) or {}
         return {k: v[k] for k in ("nodeSelector", "affinity", "tolerations") if v.get(k)}
+
     return eff, pod("controller"), pod("kubeletPlugin")
 
 
@@ -141,6 +193,8 @@ def dra_driver_values_follow_the_eks_guide(g: Graph) -> list[str]:
             out.append(f"{rel.name}: the controller schedules on no node group ({controller}); EKS has no control-plane nodes")
         for ng in gb200:
             if not _admits(plugin, g, ng):
-                out.append(f"{rel.name}: the kubelet plugin is not admitted by GB200 node group {ng.name} "
-                           f"(labels {ng.inputs.get('labels')}, taints {ng.inputs.get('taints')}; plugin {plugin})")
+                out.append(
+                    f"{rel.name}: the kubelet plugin is not admitted by GB200 node group {ng.name} "
+                    f"(labels {ng.inputs.get('labels')}, taints {ng.inputs.get('taints')}; plugin {plugin})"
+                )
     return out

@@ -3,6 +3,7 @@ registers: the NodePool and EC2NodeClass custom resources, the Karpenter release
 queue and rules. The source of each constraint is in the rule's docstring; the constants come from
 stacks/cluster/karpenter.py (sigs.k8s.io/karpenter@v1.13.0). tests/test_karpenter.py runs every ``karpenter_*`` rule
 on a failing graph."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -11,9 +12,35 @@ from stacks.cluster import pack, tolerates
 from stacks.registry.gpus import INSTANCES
 
 from . import (
-    ACCESS_ENTRY, AREA_EFA, AREA_NODE_CREDENTIALS, DGD, EC2_TAG, EC2NODECLASS, EKS, EVENT_RULE, EVENT_TARGET, HELM,
-    IAM_POLICY, IAM_ROLE, NODEPOOL, POD_IDENTITY, SECURITY_GROUP, SQS_QUEUE, SQS_QUEUE_POLICY, SUBNET, Graph, Res,
-    _addon, _get, _gpu_nodegroups, _node_labels, _nodepool_labels, pod_requests_efa, _requirements, rule, _selects,
+    ACCESS_ENTRY,
+    AREA_EFA,
+    AREA_NODE_CREDENTIALS,
+    DGD,
+    EC2_TAG,
+    EC2NODECLASS,
+    EKS,
+    EVENT_RULE,
+    EVENT_TARGET,
+    HELM,
+    IAM_POLICY,
+    IAM_ROLE,
+    NODEPOOL,
+    POD_IDENTITY,
+    SECURITY_GROUP,
+    SQS_QUEUE,
+    SQS_QUEUE_POLICY,
+    SUBNET,
+    Graph,
+    Res,
+    _addon,
+    _get,
+    _gpu_nodegroups,
+    _node_labels,
+    _nodepool_labels,
+    pod_requests_efa,
+    _requirements,
+    rule,
+    _selects,
 )
 
 
@@ -55,8 +82,15 @@ def _resources(st: dict) -> list[str]:
 
 
 def _gpu_components(g: Graph) -> list[tuple[Res, dict]]:
-    return [(dgd, comp) for dgd in g.of(DGD) for comp in _get(dgd.inputs, "spec", "components", default=[])
-            if any("nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {}) for c in comp["podTemplate"]["spec"].get("containers", []))]
+    return [
+        (dgd, comp)
+        for dgd in g.of(DGD)
+        for comp in _get(dgd.inputs, "spec", "components", default=[])
+        if any(
+            "nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {})
+            for c in comp["podTemplate"]["spec"].get("containers", [])
+        )
+    ]
 
 
 def _on_nodepool(g: Graph, np: Res) -> list[tuple[Res, dict]]:
@@ -64,8 +98,11 @@ def _on_nodepool(g: Graph, np: Res) -> list[tuple[Res, dict]]:
     and tolerating its taints."""
     labels = _nodepool_labels(np)
     taints = _get(np.inputs, "spec", "template", "spec", "taints", default=[]) or []
-    return [(d, c) for d, c in _gpu_components(g) if _selects(c["podTemplate"]["spec"], labels)
-            and all(tolerates(c["podTemplate"]["spec"], t) for t in taints)]
+    return [
+        (d, c)
+        for d, c in _gpu_components(g)
+        if _selects(c["podTemplate"]["spec"], labels) and all(tolerates(c["podTemplate"]["spec"], t) for t in taints)
+    ]
 
 
 @rule()
@@ -77,7 +114,13 @@ def karpenter_nodepool_requirements_are_valid(g: Graph) -> list[str]:
     effects NoSchedule, PreferNoSchedule or NoExecute. Source: sigs.k8s.io/karpenter@v1.13.0
     pkg/apis/crds/karpenter.sh_nodepools.yaml (requirements, taints) and pkg/apis/v1/labels.go (capacity types);
     aws/karpenter-provider-aws designs/capacity-block-support.md (capacity-reservation-type)."""
-    from stacks.cluster.karpenter import CAPACITY_TYPE_LABEL, CAPACITY_TYPES, REQUIREMENT_OPERATORS, RESERVATION_TYPE_LABEL, RESERVATION_TYPES
+    from stacks.cluster.karpenter import (
+        CAPACITY_TYPE_LABEL,
+        CAPACITY_TYPES,
+        REQUIREMENT_OPERATORS,
+        RESERVATION_TYPE_LABEL,
+        RESERVATION_TYPES,
+    )
 
     out = []
     for np in g.of(NODEPOOL):
@@ -99,12 +142,16 @@ def karpenter_nodepool_requirements_are_valid(g: Graph) -> list[str]:
         if [v for v in rtypes if v not in RESERVATION_TYPES]:
             out.append(f"{np.name}: {RESERVATION_TYPE_LABEL} values {rtypes} not in {list(RESERVATION_TYPES)}")
         if rtypes and ctypes != ["reserved"]:
-            out.append(f"{np.name}: {RESERVATION_TYPE_LABEL} {rtypes} with capacity types {ctypes} (reservation types exist only for reserved)")
+            out.append(
+                f"{np.name}: {RESERVATION_TYPE_LABEL} {rtypes} with capacity types {ctypes} (reservation types exist only for reserved)"
+            )
         its = _req_values(np, "node.kubernetes.io/instance-type")
         if not its or [t for t in its if t not in INSTANCES]:
             out.append(f"{np.name}: instance types {its} are not GPU instances of the catalog ({', '.join(sorted(INSTANCES))})")
         if _nodeclass_of(g, np) is None:
-            out.append(f"{np.name}: nodeClassRef {_get(np.inputs, 'spec', 'template', 'spec', 'nodeClassRef')} names no registered EC2NodeClass")
+            out.append(
+                f"{np.name}: nodeClassRef {_get(np.inputs, 'spec', 'template', 'spec', 'nodeClassRef')} names no registered EC2NodeClass"
+            )
         for t in _get(np.inputs, "spec", "template", "spec", "taints", default=[]) or []:
             if t.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
                 out.append(f"{np.name}: taint {t.get('key')} effect {t.get('effect')!r}")
@@ -134,7 +181,9 @@ def karpenter_reservation_selector_exactly_for_reserved(g: Graph) -> list[str]:
         if wants and not terms:
             out.append(f"{np.name}: capacity type reserved but EC2NodeClass {nc.name} selects no capacity reservation")
         if terms and not wants:
-            out.append(f"{np.name}: EC2NodeClass {nc.name} selects reservations {terms} but the NodePool does not ask for reserved capacity")
+            out.append(
+                f"{np.name}: EC2NodeClass {nc.name} selects reservations {terms} but the NodePool does not ask for reserved capacity"
+            )
         if any(not (t.get("id") or t.get("tags")) for t in terms):
             out.append(f"{nc.name}: capacityReservationSelectorTerms {terms} name neither an id nor tags")
         if "capacity-block" in _req_values(np, RESERVATION_TYPE_LABEL) and not terms:
@@ -146,7 +195,9 @@ def karpenter_reservation_selector_exactly_for_reserved(g: Graph) -> list[str]:
         sts = _policy_statements(g)
         if not any("ec2:DescribeCapacityReservations" in _actions(st) for st in sts):
             out.append("reserved NodePools but no controller policy allows ec2:DescribeCapacityReservations")
-        if not any("ec2:RunInstances" in _actions(st) and any(":capacity-reservation/" in r for r in _resources(st)) for st in sts):
+        if not any(
+            "ec2:RunInstances" in _actions(st) and any(":capacity-reservation/" in r for r in _resources(st)) for st in sts
+        ):
             out.append("reserved NodePools but no controller policy allows ec2:RunInstances on capacity-reservation/*")
     return out
 
@@ -173,8 +224,10 @@ def karpenter_nodeclass_role_joins_the_cluster(g: Graph) -> list[str]:
         trust = json.loads(trust) if isinstance(trust, str) else trust or {}
         if not any("ec2.amazonaws.com" in json.dumps(st.get("Principal")) for st in trust.get("Statement") or []):
             out.append(f"{nc.name}: role {role} is not trusted by ec2.amazonaws.com")
-        if not any(e.inputs.get("type") == "EC2_LINUX" and str(e.inputs.get("principalArn", "")).endswith(f":role/{role}")
-                   for e in g.of(ACCESS_ENTRY)):
+        if not any(
+            e.inputs.get("type") == "EC2_LINUX" and str(e.inputs.get("principalArn", "")).endswith(f":role/{role}")
+            for e in g.of(ACCESS_ENTRY)
+        ):
             out.append(f"{nc.name}: role {role} has no EC2_LINUX access entry (its nodes cannot join the cluster)")
         if not any(str(p).endswith(f":role/{role}") for p in passable):
             out.append(f"{nc.name}: the controller may not iam:PassRole {role}")
@@ -202,8 +255,10 @@ def karpenter_efa_pools_name_their_interfaces(g: Graph) -> list[str]:
         nc = classes.get(ref)
         nis = (_get(nc.inputs, "spec", "networkInterfaces", default=None) or []) if nc is not None else []
         if not nis:
-            out.append(f"{np.name}: EFA workers, but EC2NodeClass {ref!r} names no networkInterfaces (an ENA+EFA "
-                       f"interface on every card)")
+            out.append(
+                f"{np.name}: EFA workers, but EC2NodeClass {ref!r} names no networkInterfaces (an ENA+EFA "
+                f"interface on every card)"
+            )
             continue
         primary = [n for n in nis if (n.get("networkCardIndex"), n.get("deviceIndex")) == (0, 0)]
         if [n.get("interfaceType") for n in primary] != ["interface"]:
@@ -215,7 +270,9 @@ def karpenter_efa_pools_name_their_interfaces(g: Graph) -> list[str]:
         if len(efa_cards) != len(set(efa_cards)):
             out.append(f"{ref}: more than one efa-only interface on a card")
         if sorted(efa_cards) != sorted(shape.efa_cards):
-            out.append(f"{ref}: efa-only on cards {sorted(efa_cards)}, {shape.instance_type} has EFA on {sorted(shape.efa_cards)}")
+            out.append(
+                f"{ref}: efa-only on cards {sorted(efa_cards)}, {shape.instance_type} has EFA on {sorted(shape.efa_cards)}"
+            )
     return out
 
 
@@ -246,7 +303,9 @@ def karpenter_node_limits_hold_the_dgds(g: Graph) -> list[str]:
         if needed > nodes:
             out.append(f"{np.name}: limits.nodes {nodes} < {needed} {shape.instance_type} the DGDs need")
         if needed * shape.gpus_per_node > gpus and needed:
-            out.append(f"{np.name}: limits nvidia.com/gpu {gpus} < {needed * shape.gpus_per_node} on the {needed} nodes the DGDs need")
+            out.append(
+                f"{np.name}: limits nvidia.com/gpu {gpus} < {needed * shape.gpus_per_node} on the {needed} nodes the DGDs need"
+            )
     if nodepools:
         groups = _gpu_nodegroups(g)
         for d, c in _gpu_components(g):
@@ -254,7 +313,9 @@ def karpenter_node_limits_hold_the_dgds(g: Graph) -> list[str]:
             n = sum(1 for np in nodepools if (d, c) in [(x, y) for x, y in _on_nodepool(g, np)])
             n += sum(1 for ng in groups if _selects(pod, _node_labels(g, ng)))
             if n != 1:
-                out.append(f"{d.name}/{c['name']}: lands on {n} GPU pools (select nvidia.com/gpu.product and tolerate its pool's taint)")
+                out.append(
+                    f"{d.name}/{c['name']}: lands on {n} GPU pools (select nvidia.com/gpu.product and tolerate its pool's taint)"
+                )
     return out
 
 
@@ -293,8 +354,12 @@ def karpenter_discovery_tags_match_the_selectors(g: Graph) -> list[str]:
             selected |= hit
         if selected and not selected & cluster_sgs:
             out.append(f"{nc.name}: the selected security groups do not include the cluster security group")
-        for term in (_get(nc.inputs, "spec", "subnetSelectorTerms", default=[]) or []) + (_get(nc.inputs, "spec", "securityGroupSelectorTerms", default=[]) or []):
-            if DISCOVERY_TAG in (term.get("tags") or {}) and term["tags"][DISCOVERY_TAG] not in {c.inputs.get("name") for c in g.of(EKS)}:
+        for term in (_get(nc.inputs, "spec", "subnetSelectorTerms", default=[]) or []) + (
+            _get(nc.inputs, "spec", "securityGroupSelectorTerms", default=[]) or []
+        ):
+            if DISCOVERY_TAG in (term.get("tags") or {}) and term["tags"][DISCOVERY_TAG] not in {
+                c.inputs.get("name") for c in g.of(EKS)
+            }:
                 out.append(f"{nc.name}: {DISCOVERY_TAG}={term['tags'][DISCOVERY_TAG]} names no cluster of this stack")
     return out
 
@@ -323,23 +388,48 @@ def karpenter_interruption_queue_is_wired(g: Graph) -> list[str]:
         return [f"{rel.name}: settings.interruptionQueue {name!r} names no SQS queue of this stack"]
     arn = f":{name}"
     if int(queue.inputs.get("messageRetentionSeconds", 0)) != 300 or not queue.inputs.get("sqsManagedSseEnabled"):
-        out.append(f"{queue.name}: messageRetentionSeconds {queue.inputs.get('messageRetentionSeconds')}, sqsManagedSseEnabled "
-                   f"{queue.inputs.get('sqsManagedSseEnabled')} (want 300, true)")
+        out.append(
+            f"{queue.name}: messageRetentionSeconds {queue.inputs.get('messageRetentionSeconds')}, sqsManagedSseEnabled "
+            f"{queue.inputs.get('sqsManagedSseEnabled')} (want 300, true)"
+        )
     pols = [json.loads(p.inputs["policy"]) for p in g.of(SQS_QUEUE_POLICY) if isinstance(p.inputs.get("policy"), str)]
-    if not any("events.amazonaws.com" in json.dumps(st.get("Principal")) and "sqs:SendMessage" in _actions(st)
-               and any(r.endswith(arn) for r in _resources(st)) for p in pols for st in p.get("Statement") or []):
+    if not any(
+        "events.amazonaws.com" in json.dumps(st.get("Principal"))
+        and "sqs:SendMessage" in _actions(st)
+        and any(r.endswith(arn) for r in _resources(st))
+        for p in pols
+        for st in p.get("Statement") or []
+    ):
         out.append(f"{queue.name}: no queue policy lets events.amazonaws.com send to it")
-    if not any(st.get("Effect") == "Deny" and "sqs:*" in _actions(st) and any(r.endswith(arn) for r in _resources(st))
-               and str(_get(st, "Condition", "Bool", "aws:SecureTransport")).lower() == "false"
-               for p in pols for st in p.get("Statement") or []):
-        out.append(f"{queue.name}: its policy does not deny requests without TLS (DenyHTTP: sqs:* when aws:SecureTransport is false)")
+    if not any(
+        st.get("Effect") == "Deny"
+        and "sqs:*" in _actions(st)
+        and any(r.endswith(arn) for r in _resources(st))
+        and str(_get(st, "Condition", "Bool", "aws:SecureTransport")).lower() == "false"
+        for p in pols
+        for st in p.get("Statement") or []
+    ):
+        out.append(
+            f"{queue.name}: its policy does not deny requests without TLS (DenyHTTP: sqs:* when aws:SecureTransport is false)"
+        )
     targets = [t for t in g.of(EVENT_TARGET) if str(t.inputs.get("arn", "")).endswith(arn)]
     for _, src, detail in INTERRUPTION_RULES:
-        rules = [r for r in g.of(EVENT_RULE) if json.loads(r.inputs.get("eventPattern") or "{}") == {"source": [src], "detail-type": [detail]}]
-        if not any(t.inputs.get("rule") in {r.inputs.get("name", r.name) for r in rules} | {r.name for r in rules} for t in targets) or not rules:
+        rules = [
+            r
+            for r in g.of(EVENT_RULE)
+            if json.loads(r.inputs.get("eventPattern") or "{}") == {"source": [src], "detail-type": [detail]}
+        ]
+        if (
+            not any(
+                t.inputs.get("rule") in {r.inputs.get("name", r.name) for r in rules} | {r.name for r in rules} for t in targets
+            )
+            or not rules
+        ):
             out.append(f"no EventBridge rule for {src} {detail!r} targets the interruption queue {name}")
-    if not any({"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= set(_actions(st)) and any(r.endswith(arn) for r in _resources(st))
-               for st in _policy_statements(g)):
+    if not any(
+        {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= set(_actions(st)) and any(r.endswith(arn) for r in _resources(st))
+        for st in _policy_statements(g)
+    ):
         out.append(f"the controller policy does not allow sqs:ReceiveMessage and sqs:DeleteMessage on {name}")
     return out
 
@@ -365,9 +455,14 @@ def karpenter_controller_has_its_identity(g: Graph) -> list[str]:
     for a in assoc:
         role = roles.get(str(a.inputs.get("roleArn", "")).rsplit("/", 1)[-1])
         trust = json.loads(role.inputs.get("assumeRolePolicy") or "{}") if role else {}
-        if not any("pods.eks.amazonaws.com" in json.dumps(st.get("Principal")) and {"sts:AssumeRole", "sts:TagSession"} <= set(_actions(st))
-                   for st in trust.get("Statement") or []):
-            out.append(f"{a.name}: role {a.inputs.get('roleArn')} is not trusted by pods.eks.amazonaws.com with sts:AssumeRole and sts:TagSession")
+        if not any(
+            "pods.eks.amazonaws.com" in json.dumps(st.get("Principal"))
+            and {"sts:AssumeRole", "sts:TagSession"} <= set(_actions(st))
+            for st in trust.get("Statement") or []
+        ):
+            out.append(
+                f"{a.name}: role {a.inputs.get('roleArn')} is not trusted by pods.eks.amazonaws.com with sts:AssumeRole and sts:TagSession"
+            )
     if _addon(g, "eks-pod-identity-agent") is None:
         out.append("no eks-pod-identity-agent add-on: the Pod Identity association gives the controller no credentials")
     return out
@@ -386,8 +481,10 @@ def karpenter_controller_knows_its_region(g: Graph) -> list[str]:
         return []
     env = {e.get("name"): e.get("value") for e in _get(rel.inputs, "values", "controller", "env", default=[]) or []}
     if not env.get("AWS_REGION"):
-        return [f"{rel.name}: values.controller.env has no AWS_REGION: the controller would ask the instance metadata service, "
-                "which hop count 1 keeps from its pod, and exit"]
+        return [
+            f"{rel.name}: values.controller.env has no AWS_REGION: the controller would ask the instance metadata service, "
+            "which hop count 1 keeps from its pod, and exit"
+        ]
     return []
 
 
@@ -408,22 +505,29 @@ def karpenter_serving_workers_are_not_disrupted(g: Graph) -> list[str]:
     out = []
     for np in g.of(NODEPOOL):
         if _get(np.inputs, "spec", "disruption", "consolidationPolicy") != "WhenEmpty":
-            out.append(f"{np.name}: consolidationPolicy {_get(np.inputs, 'spec', 'disruption', 'consolidationPolicy')!r}, not WhenEmpty")
+            out.append(
+                f"{np.name}: consolidationPolicy {_get(np.inputs, 'spec', 'disruption', 'consolidationPolicy')!r}, not WhenEmpty"
+            )
         budgets = _get(np.inputs, "spec", "disruption", "budgets")
         if not budgets:
-            out.append(f"{np.name}: no disruption budgets: Karpenter defaults to 10% of the pool's nodes at once for every reason")
+            out.append(
+                f"{np.name}: no disruption budgets: Karpenter defaults to 10% of the pool's nodes at once for every reason"
+            )
             budgets = []
         for reason in DISRUPTION_REASONS:
             if reason == "Empty":
                 continue
             # always-active budgets that apply to this reason; the most restrictive one wins
-            counts = [str(b.get("nodes")) for b in budgets if not b.get("schedule")
-                      and (not b.get("reasons") or reason in b["reasons"])]
+            counts = [
+                str(b.get("nodes")) for b in budgets if not b.get("schedule") and (not b.get("reasons") or reason in b["reasons"])
+            ]
             fixed = [int(c) for c in counts if c.isdigit()]
             if not fixed or min(fixed) > 1:
-                out.append(f"{np.name}: disruption budgets {counts or 'none'} for {reason}: more than one GPU node may be "
-                           f"taken at once; add {{nodes: \"1\", reasons: [{reason}]}}")
+                out.append(
+                    f"{np.name}: disruption budgets {counts or 'none'} for {reason}: more than one GPU node may be "
+                    f'taken at once; add {{nodes: "1", reasons: [{reason}]}}'
+                )
         for d, c in _on_nodepool(g, np):
             if str(_get(c, "podTemplate", "metadata", "annotations", DO_NOT_DISRUPT)) != "true":
-                out.append(f"{d.name}/{c['name']}: on NodePool {np.name} without {DO_NOT_DISRUPT}: \"true\"")
+                out.append(f'{d.name}/{c["name"]}: on NodePool {np.name} without {DO_NOT_DISRUPT}: "true"')
     return out

@@ -1,12 +1,25 @@
 """The front door's NLB and the AWS Load Balancer Controller that builds it (``AREA_LOAD_BALANCER``)."""
+
 from __future__ import annotations
 
 import re
 from typing import Any, Optional
 
 from . import (
-    AREA_LOAD_BALANCER, EKS, ENVOY_PROXY, HELM, HTTP_ROUTE, IAM_POLICY, IAM_ROLE, POD_IDENTITY, SUBNET, Graph, Res,
-    _attached, _get, rule,
+    AREA_LOAD_BALANCER,
+    EKS,
+    ENVOY_PROXY,
+    HELM,
+    HTTP_ROUTE,
+    IAM_POLICY,
+    IAM_ROLE,
+    POD_IDENTITY,
+    SUBNET,
+    Graph,
+    Res,
+    _attached,
+    _get,
+    rule,
 )
 
 
@@ -50,8 +63,10 @@ def front_door_nlb_is_built_by_a_controller_that_can(g: Graph) -> list[str]:
     eks = next(iter(g.of(EKS)), None)
     releases = [h for h in g.of(HELM) if h.inputs.get("chart") == LBC_CHART]
     if not releases:
-        return [f"{ep.name}: its Service is annotated for the AWS Load Balancer Controller, which the stack does not install"
-                for ep, _ in nlbs]
+        return [
+            f"{ep.name}: its Service is annotated for the AWS Load Balancer Controller, which the stack does not install"
+            for ep, _ in nlbs
+        ]
     rel = releases[0]
     values = rel.inputs.get("values") or {}
     for key in ("clusterName", "region", "vpcId"):
@@ -60,19 +75,36 @@ def front_door_nlb_is_built_by_a_controller_that_can(g: Graph) -> list[str]:
     if eks is not None and values.get("clusterName") != eks.inputs.get("name"):
         out.append(f"{rel.name}: values.clusterName {values.get('clusterName')!r} is not the cluster {eks.inputs.get('name')!r}")
     sa = (values.get("serviceAccount") or {}).get("name")
-    assoc = [a for a in g.of(POD_IDENTITY) if a.inputs.get("serviceAccount") == sa and a.inputs.get("namespace") == rel.inputs.get("namespace")]
+    assoc = [
+        a
+        for a in g.of(POD_IDENTITY)
+        if a.inputs.get("serviceAccount") == sa and a.inputs.get("namespace") == rel.inputs.get("namespace")
+    ]
     if not assoc:
         out.append(f"{rel.name}: no Pod Identity association for {rel.inputs.get('namespace')}/{sa}")
     for a in assoc:
-        role = next((r for r in g.of(IAM_ROLE) if str(a.inputs.get("roleArn", "")).endswith("/" + str(r.inputs.get("name") or r.name))), None)
-        policies = [pol for pol in g.of(IAM_POLICY) if role is not None and
-                    any(arn == f"arn:aws:iam::123456789012:policy/{pol.inputs.get('name') or pol.name}" for arn in _attached(g, role))]
+        role = next(
+            (r for r in g.of(IAM_ROLE) if str(a.inputs.get("roleArn", "")).endswith("/" + str(r.inputs.get("name") or r.name))),
+            None,
+        )
+        policies = [
+            pol
+            for pol in g.of(IAM_POLICY)
+            if role is not None
+            and any(arn == f"arn:aws:iam::123456789012:policy/{pol.inputs.get('name') or pol.name}" for arn in _attached(g, role))
+        ]
         if not any("elasticloadbalancing:CreateLoadBalancer" in str(pol.inputs.get("policy")) for pol in policies):
-            out.append(f"{a.name}: the controller's role {a.inputs.get('roleArn')} holds no policy allowing elasticloadbalancing:CreateLoadBalancer")
+            out.append(
+                f"{a.name}: the controller's role {a.inputs.get('roleArn')} holds no policy allowing elasticloadbalancing:CreateLoadBalancer"
+            )
         if a.urn not in rel.dependencies:
             out.append(f"{rel.name}: installed without waiting for its Pod Identity association {a.name}")
-    routes = [t for r in g.of(HTTP_ROUTE) for rule_ in (_get(r.inputs, "spec", "rules", default=[]) or [])
-              if (t := _seconds(_get(rule_, "timeouts", "request"))) is not None]
+    routes = [
+        t
+        for r in g.of(HTTP_ROUTE)
+        for rule_ in (_get(r.inputs, "spec", "rules", default=[]) or [])
+        if (t := _seconds(_get(rule_, "timeouts", "request"))) is not None
+    ]
     longest = max(routes, default=0)
     for ep, svc in nlbs:
         ann = svc.get("annotations") or {}
@@ -83,7 +115,9 @@ def front_door_nlb_is_built_by_a_controller_that_can(g: Graph) -> list[str]:
         if scheme == "internet-facing" and not svc.get("loadBalancerSourceRanges"):
             out.append(f"{ep.name}: an internet-facing NLB without loadBalancerSourceRanges admits every address")
         if ann.get(f"{LB_ANNOTATION}nlb-target-type") != "ip":
-            out.append(f"{ep.name}: nlb-target-type {ann.get(f'{LB_ANNOTATION}nlb-target-type')!r}: the gateway's pods are IP targets (ip)")
+            out.append(
+                f"{ep.name}: nlb-target-type {ann.get(f'{LB_ANNOTATION}nlb-target-type')!r}: the gateway's pods are IP targets (ip)"
+            )
         idles = {k.rsplit("-", 1)[-1]: v for k, v in ann.items() if k.startswith(f"{LB_ANNOTATION}listener-attributes.TCP-")}
         if not idles:
             out.append(f"{ep.name}: no listener idle timeout: the NLB's 350 s default cuts routes of up to {longest} s")
@@ -91,7 +125,9 @@ def front_door_nlb_is_built_by_a_controller_that_can(g: Graph) -> list[str]:
             m = re.fullmatch(r"tcp\.idle_timeout\.seconds=(\d+)", str(v))
             idle = int(m[1]) if m else None
             if idle is None or not NLB_IDLE_TIMEOUT[0] <= idle <= NLB_IDLE_TIMEOUT[1]:
-                out.append(f"{ep.name}: TCP-{port} {v!r}: tcp.idle_timeout.seconds must be {NLB_IDLE_TIMEOUT[0]}-{NLB_IDLE_TIMEOUT[1]}")
+                out.append(
+                    f"{ep.name}: TCP-{port} {v!r}: tcp.idle_timeout.seconds must be {NLB_IDLE_TIMEOUT[0]}-{NLB_IDLE_TIMEOUT[1]}"
+                )
             elif idle < min(longest, NLB_IDLE_TIMEOUT[1]):
                 out.append(f"{ep.name}: TCP-{port} idles out after {idle} s, before the longest route timeout ({longest} s)")
     return out

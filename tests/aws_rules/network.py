@@ -1,9 +1,22 @@
 """Network cost (NAT gateways, the S3 gateway and ECR interface endpoints) and the Kubernetes API endpoint
 (``AREA_NETWORK``)."""
+
 from __future__ import annotations
 
 from . import (
-    AREA_NETWORK, AZ, EKS, NAT, NODEGROUP, ROUTE_TABLE, RTA, SG_INGRESS_RULE, SUBNET, VPC_ENDPOINT, Graph, Res, rule,
+    AREA_NETWORK,
+    AZ,
+    EKS,
+    NAT,
+    NODEGROUP,
+    ROUTE_TABLE,
+    RTA,
+    SG_INGRESS_RULE,
+    SUBNET,
+    VPC_ENDPOINT,
+    Graph,
+    Res,
+    rule,
 )
 
 
@@ -19,7 +32,11 @@ def private_route_tables_reach_s3_through_a_gateway_endpoint(g: Graph) -> list[s
     processed; gateway endpoints free); PrivateLink guide "Gateway endpoints for Amazon S3"; ECR API
     ``GetDownloadUrlForLayer`` (layers are S3 downloads)."""
     out = []
-    s3 = [e for e in g.of(VPC_ENDPOINT) if str(e.inputs.get("serviceName", "")).endswith(".s3") and e.inputs.get("vpcEndpointType") == "Gateway"]
+    s3 = [
+        e
+        for e in g.of(VPC_ENDPOINT)
+        if str(e.inputs.get("serviceName", "")).endswith(".s3") and e.inputs.get("vpcEndpointType") == "Gateway"
+    ]
     for rt in _nat_route_tables(g):
         if not any(rt.id in (e.inputs.get("routeTableIds") or []) for e in s3):
             out.append(f"{rt.name}: routes to a NAT gateway without the S3 gateway endpoint (S3 bytes pay NAT per-GB charges)")
@@ -46,7 +63,9 @@ def private_subnet_uses_its_zones_nat(g: Graph) -> list[str]:
         nats = [r.get("natGatewayId") for r in rt.inputs.get("routes") or [] if r.get("natGatewayId")]
         zone = sn.inputs.get("availabilityZone")
         if nats and zone in zones_with_nat and not any(nat_zone.get(n) == zone for n in nats):
-            out.append(f"{sn.name} ({zone}) routes through a NAT gateway in {[nat_zone.get(n) for n in nats]}, not its own zone's")
+            out.append(
+                f"{sn.name} ({zone}) routes through a NAT gateway in {[nat_zone.get(n) for n in nats]}, not its own zone's"
+            )
     return out
 
 
@@ -57,8 +76,11 @@ def ecr_interface_endpoints_are_complete(g: Graph) -> list[str]:
     user guide "Amazon ECR interface VPC endpoints (AWS PrivateLink)" (both endpoints; 443 from the VPC; private DNS);
     ECR API ``GetDownloadUrlForLayer``; PrivateLink pricing (billed per endpoint per Availability Zone-hour)."""
     out = []
-    ecr = {str(e.inputs.get("serviceName", "")).rsplit(".", 2)[-2] + "." + str(e.inputs.get("serviceName", "")).rsplit(".", 1)[-1]: e
-           for e in g.of(VPC_ENDPOINT) if ".ecr." in str(e.inputs.get("serviceName", ""))}
+    ecr = {
+        str(e.inputs.get("serviceName", "")).rsplit(".", 2)[-2] + "." + str(e.inputs.get("serviceName", "")).rsplit(".", 1)[-1]: e
+        for e in g.of(VPC_ENDPOINT)
+        if ".ecr." in str(e.inputs.get("serviceName", ""))
+    }
     if not ecr:
         return out
     missing = {"ecr.api", "ecr.dkr"} - set(ecr)
@@ -73,7 +95,10 @@ def ecr_interface_endpoints_are_complete(g: Graph) -> list[str]:
     for svc, e in ecr.items():
         if not e.inputs.get("privateDnsEnabled"):
             out.append(f"{e.name}: {svc} without private DNS (clients would still resolve the public ECR endpoint)")
-        zones = {(_s.inputs.get("availabilityZone") if (_s := g.by_id(sid, SUBNET)) else None) for sid in e.inputs.get("subnetIds") or []}
+        zones = {
+            (_s.inputs.get("availabilityZone") if (_s := g.by_id(sid, SUBNET)) else None)
+            for sid in e.inputs.get("subnetIds") or []
+        }
         if node_zones - zones:
             out.append(f"{e.name}: no endpoint subnet in {sorted(node_zones - zones)} where nodes run")
     if not any(str(e.inputs.get("serviceName", "")).endswith(".s3") for e in g.of(VPC_ENDPOINT)):
@@ -110,9 +135,17 @@ def eks_endpoint_is_reachable(g: Graph) -> list[str]:
         if not public and not private:
             out.append(f"{c.name}: neither the public nor the private API endpoint is on (EKS refuses it)")
         elif not public:
-            rules = [r for r in g.of(SG_INGRESS_RULE) if r.inputs.get("fromPort") == 443 and r.inputs.get("toPort") == 443
-                     and r.inputs.get("ipProtocol") == "tcp" and r.inputs.get("cidrIpv4")]
+            rules = [
+                r
+                for r in g.of(SG_INGRESS_RULE)
+                if r.inputs.get("fromPort") == 443
+                and r.inputs.get("toPort") == 443
+                and r.inputs.get("ipProtocol") == "tcp"
+                and r.inputs.get("cidrIpv4")
+            ]
             if not rules:
-                out.append(f"{c.name}: private-only API endpoint, and no rule admits any network to the cluster security group "
-                           "on 443: nothing outside the cluster reaches the API")
+                out.append(
+                    f"{c.name}: private-only API endpoint, and no rule admits any network to the cluster security group "
+                    "on 443: nothing outside the cluster reaches the API"
+                )
     return out

@@ -1,6 +1,7 @@
 """The nodes: GPU node software on the EKS NVIDIA AMI (``AREA_GPU_NODE_SOFTWARE``), EFA interfaces (``AREA_EFA``),
 GPU node count and node group sizes (``AREA_NODE_COUNT``, ``AREA_NODE_GROUP_SIZES``), Kubernetes and AMI versions
 (``AREA_KUBERNETES_VERSION``), and what a pod can reach of the node's AWS credentials (``AREA_NODE_CREDENTIALS``)."""
+
 from __future__ import annotations
 
 import re
@@ -9,10 +10,38 @@ from stacks.cluster import kubernetes_versions, pack
 from stacks.registry.gpus import INSTANCES
 
 from . import (
-    AREA_EFA, AREA_GPU_NODE_SOFTWARE, AREA_KUBERNETES_VERSION, AREA_NODE_COUNT, AREA_NODE_CREDENTIALS,
-    AREA_NODE_GROUP_SIZES, AREA_UPDATES, DGD, EC2NODECLASS, EKS, FSX, HELM, IAM_ROLE, JOB, LAUNCH_TEMPLATE,
-    NETWORK_POLICY, NODEGROUP, RUNTIME_CLASS, SECURITY_GROUP, Graph, Res, _addon, _assigned, _attached,
-    _efa_devices, _get, _gpu_nodegroups, _instance_type, _launch_template, _node_labels, pod_requests_efa, rule,
+    AREA_EFA,
+    AREA_GPU_NODE_SOFTWARE,
+    AREA_KUBERNETES_VERSION,
+    AREA_NODE_COUNT,
+    AREA_NODE_CREDENTIALS,
+    AREA_NODE_GROUP_SIZES,
+    AREA_UPDATES,
+    DGD,
+    EC2NODECLASS,
+    EKS,
+    FSX,
+    HELM,
+    IAM_ROLE,
+    JOB,
+    LAUNCH_TEMPLATE,
+    NETWORK_POLICY,
+    NODEGROUP,
+    RUNTIME_CLASS,
+    SECURITY_GROUP,
+    Graph,
+    Res,
+    _addon,
+    _assigned,
+    _attached,
+    _efa_devices,
+    _get,
+    _gpu_nodegroups,
+    _instance_type,
+    _launch_template,
+    _node_labels,
+    pod_requests_efa,
+    rule,
     _selects,
 )
 
@@ -42,7 +71,11 @@ def gpu_operator_leaves_driver_and_toolkit_to_the_ami(g: Graph) -> list[str]:
 
 def _pods_naming(g: Graph, runtime_class: str) -> list[tuple[str, dict]]:
     """(``dgd/component`` or Job name, pod spec) of every DGD component and Job pod that names ``runtime_class``."""
-    out = [(f"{d.name}/{c['name']}", c["podTemplate"]["spec"]) for d in g.of(DGD) for c in _get(d.inputs, "spec", "components", default=[])]
+    out = [
+        (f"{d.name}/{c['name']}", c["podTemplate"]["spec"])
+        for d in g.of(DGD)
+        for c in _get(d.inputs, "spec", "components", default=[])
+    ]
     out += [(j.name, _get(j.inputs, "spec", "template", "spec", default={}) or {}) for j in g.of(JOB)]
     return [(n, p) for n, p in out if p.get("runtimeClassName") == runtime_class]
 
@@ -70,7 +103,9 @@ def nvidia_runtime_class_selects_gpu_nodes(g: Graph) -> list[str]:
             continue
         sel = _get(rc.inputs, "scheduling", "nodeSelector") or {}
         if not sel:
-            out.append(f"{rc.name}: RuntimeClass nvidia without scheduling.nodeSelector (its pods may land on nodes without the nvidia runtime)")
+            out.append(
+                f"{rc.name}: RuntimeClass nvidia without scheduling.nodeSelector (its pods may land on nodes without the nvidia runtime)"
+            )
             continue
         for ng in g.of(NODEGROUP):
             labels = _node_labels(g, ng)
@@ -88,14 +123,20 @@ def nvidia_runtime_class_selects_gpu_nodes(g: Graph) -> list[str]:
         if name in registered:
             continue
         for who, pod in _pods_naming(g, name):
-            if any("nvidia.com/gpu" in {**((c.get("resources") or {}).get("requests") or {}), **((c.get("resources") or {}).get("limits") or {})}
-                   for c in pod.get("containers") or []):
+            if any(
+                "nvidia.com/gpu"
+                in {**((c.get("resources") or {}).get("requests") or {}), **((c.get("resources") or {}).get("limits") or {})}
+                for c in pod.get("containers") or []
+            ):
                 continue
             elsewhere = [ng.name for ng in g.of(NODEGROUP) if ng not in gpu_groups and _selects(pod, _node_labels(g, ng))]
             if elsewhere:
-                out.append(f"{who}: names RuntimeClass {name}, which the GPU Operator ({rel.name}) creates without "
-                           f"scheduling.nodeSelector, requests no nvidia.com/gpu and may land on non-GPU node group(s) {elsewhere}")
+                out.append(
+                    f"{who}: names RuntimeClass {name}, which the GPU Operator ({rel.name}) creates without "
+                    f"scheduling.nodeSelector, requests no nvidia.com/gpu and may land on non-GPU node group(s) {elsewhere}"
+                )
     return out
+
 
 # --------------------------------------------------------------------------- EFA per GPU, the launch template's interfaces
 
@@ -121,7 +162,9 @@ def efa_requests_follow_the_instance(g: Graph) -> list[str]:
         lt = _launch_template(g, ng)
         devices = _efa_devices(lt)
         if devices and devices != shape.efa_interfaces:
-            out.append(f"{ng.name}: launch template attaches {devices} EFA interfaces, {shape.instance_type} has {shape.efa_interfaces}")
+            out.append(
+                f"{ng.name}: launch template attaches {devices} EFA interfaces, {shape.instance_type} has {shape.efa_interfaces}"
+            )
         mine = {id(c) for c in _assigned(g)[0][ng.name]}
         for comp, lim in _gpu_workers(g):
             if id(comp) not in mine:
@@ -129,8 +172,10 @@ def efa_requests_follow_the_instance(g: Graph) -> list[str]:
             if "vpc.amazonaws.com/efa" in lim:
                 want = int(lim["nvidia.com/gpu"]) * devices // shape.gpus_per_node
                 if int(lim["vpc.amazonaws.com/efa"]) != want:
-                    out.append(f"{comp['name']}: requests {lim['vpc.amazonaws.com/efa']} EFA for {lim['nvidia.com/gpu']} GPU(s); "
-                               f"{shape.instance_type} gives {devices // shape.gpus_per_node} per GPU ({want})")
+                    out.append(
+                        f"{comp['name']}: requests {lim['vpc.amazonaws.com/efa']} EFA for {lim['nvidia.com/gpu']} GPU(s); "
+                        f"{shape.instance_type} gives {devices // shape.gpus_per_node} per GPU ({want})"
+                    )
     return out
 
 
@@ -172,6 +217,7 @@ def single_node_without_efa_workers_gets_no_efa(g: Graph) -> list[str]:
         if lt is not None and _get(lt.inputs, "placement", "groupName"):
             out.append(f"{ng.name}: one node in placement group {_get(lt.inputs, 'placement', 'groupName')}")
     return out
+
 
 # --------------------------------------------------------------------------- node count, node group sizes
 
@@ -221,8 +267,11 @@ def desired_size_sent_on_every_update(g: Graph) -> list[str]:
     Capacity Block group (min 0) accepts the new maximum and adds no node. Source: terraform-provider-aws
     internal/service/eks/node_group.go (update: ``expandNodegroupScalingConfig`` of the whole block);
     terraform-aws-eks issues 748, 2030 and 3683 (the error with ``ignore_changes = [scaling_config[0].desired_size]``)."""
-    return [f"{ng.name}: scalingConfig.desiredSize is in ignoreChanges: a resize sends the old desired size with the new bounds"
-            for ng in _gpu_nodegroups(g) if any(k in ("scalingConfig", "scalingConfig.desiredSize") for k in ng.ignore_changes)]
+    return [
+        f"{ng.name}: scalingConfig.desiredSize is in ignoreChanges: a resize sends the old desired size with the new bounds"
+        for ng in _gpu_nodegroups(g)
+        if any(k in ("scalingConfig", "scalingConfig.desiredSize") for k in ng.ignore_changes)
+    ]
 
 
 # A Dynamo runtime image (vllm-runtime 12.2 GB in ai-dynamo/dynamo#1058, 2025), 1.5x on disk (compressed layers and the
@@ -243,9 +292,12 @@ def system_nodes_hold_a_runtime_image(g: Graph) -> list[str]:
             continue  # the launch template's block device mapping sizes the disk (500 GiB on the GPU groups)
         size = ng.inputs.get("diskSize")
         if size is None or float(size) < MIN_RUNTIME_NODE_DISK_GIB:
-            out.append(f"{ng.name}: diskSize {size if size is not None else 'unset (EKS default 20 GiB)'}: its pods pull a Dynamo "
-                       f"runtime image, which needs at least {MIN_RUNTIME_NODE_DISK_GIB:.0f} GiB")
+            out.append(
+                f"{ng.name}: diskSize {size if size is not None else 'unset (EKS default 20 GiB)'}: its pods pull a Dynamo "
+                f"runtime image, which needs at least {MIN_RUNTIME_NODE_DISK_GIB:.0f} GiB"
+            )
     return out
+
 
 # --------------------------------------------------------------------------- Kubernetes version, AMI release
 
@@ -276,8 +328,10 @@ def upgrade_policy_is_sent(g: Graph) -> list[str]:
     for c in g.of(EKS):
         st = _get(c.inputs, "upgradePolicy", "supportType")
         if st not in ("STANDARD", "EXTENDED"):
-            out.append(f"{c.name}: upgradePolicy.supportType {st!r} is not sent (STANDARD or EXTENDED): EKS takes EXTENDED for an "
-                       "API-created cluster, billed at the extended-support price once the version leaves standard support")
+            out.append(
+                f"{c.name}: upgradePolicy.supportType {st!r} is not sent (STANDARD or EXTENDED): EKS takes EXTENDED for an "
+                "API-created cluster, billed at the extended-support price once the version leaves standard support"
+            )
     return out
 
 
@@ -295,8 +349,10 @@ def node_groups_follow_the_control_plane_version(g: Graph) -> list[str]:
     for ng in g.of(NODEGROUP):
         v = ng.inputs.get("version")
         if not v:
-            out.append(f"{ng.name}: no version: the group stays behind when the control plane moves, and EKS refuses the "
-                       f"next control-plane step while it is behind; set version to the cluster's ({', '.join(sorted(versions)) or '?'})")
+            out.append(
+                f"{ng.name}: no version: the group stays behind when the control plane moves, and EKS refuses the "
+                f"next control-plane step while it is behind; set version to the cluster's ({', '.join(sorted(versions)) or '?'})"
+            )
         elif versions and str(v) not in versions:
             out.append(f"{ng.name}: version {v} is not the cluster's ({', '.join(sorted(versions))})")
     return out
@@ -321,16 +377,21 @@ def nodes_run_a_pinned_ami_release(g: Graph) -> list[str]:
         rel, version = ng.inputs.get("releaseVersion"), ng.inputs.get("version")
         m = _RELEASE_VERSION.fullmatch(str(rel or ""))
         if not m:
-            out.append(f"{ng.name}: releaseVersion {rel!r}: the group takes EKS's newest AMI on every update; pin a release like 1.35.6-20260714")
+            out.append(
+                f"{ng.name}: releaseVersion {rel!r}: the group takes EKS's newest AMI on every update; pin a release like 1.35.6-20260714"
+            )
         elif version is not None and m[1] != str(version):
             out.append(f"{ng.name}: releaseVersion {rel} is an AMI release of Kubernetes {m[1]}, the group runs {version}")
     for nc in g.of(EC2NODECLASS):
         for term in _get(nc.inputs, "spec", "amiSelectorTerms", default=[]) or []:
             alias = str(term.get("alias") or "")
             if alias and not re.fullmatch(r"al2023@v\d{8}", alias):
-                out.append(f"{nc.name}: amiSelectorTerms alias {alias!r}: Karpenter drifts every node on each AMI release; "
-                           "pin al2023@vYYYYMMDD")
+                out.append(
+                    f"{nc.name}: amiSelectorTerms alias {alias!r}: Karpenter drifts every node on each AMI release; "
+                    "pin al2023@vYYYYMMDD"
+                )
     return out
+
 
 # --------------------------------------------------------------------------- what a pod can reach of AWS credentials
 
@@ -361,16 +422,22 @@ def named_iam_roles_carry_their_region(g: Graph) -> list[str]:
     # The Region the controllers that hold these roles are told (the load balancer controller's ``region``, Karpenter's
     # ``AWS_REGION``): the cluster's.
     regions = {str(_get(r.inputs, "values", "region")) for r in g.of(HELM) if _get(r.inputs, "values", "region")}
-    regions |= {str(e.get("value")) for r in g.of(HELM) for e in (_get(r.inputs, "values", "controller", "env") or [])
-                if isinstance(e, dict) and e.get("name") == "AWS_REGION"}
+    regions |= {
+        str(e.get("value"))
+        for r in g.of(HELM)
+        for e in (_get(r.inputs, "values", "controller", "env") or [])
+        if isinstance(e, dict) and e.get("name") == "AWS_REGION"
+    }
     out = []
     for r in _named_roles(g):
         name = str(r.inputs["name"])
         if len(name) > 64:
             out.append(f"{r.name}: role name {name!r} is longer than IAM's 64 characters")
         elif regions and not any(reg in name for reg in regions) and not re.search(r"-[0-9a-f]{6}$", name):
-            out.append(f"{r.name}: role name {name!r} does not carry the cluster's Region ({', '.join(sorted(regions))}): a stack "
-                       "with the same cluster name in another Region would claim the same role")
+            out.append(
+                f"{r.name}: role name {name!r} does not carry the cluster's Region ({', '.join(sorted(regions))}): a stack "
+                "with the same cluster name in another Region would claim the same role"
+            )
     return out
 
 
@@ -392,10 +459,14 @@ def pods_cannot_reach_the_node_role(g: Graph) -> list[str]:
 
     out = []
     for ng in g.of(NODEGROUP):
-        if not ng.inputs.get("launchTemplate") and not str(ng.inputs.get("amiType") or "").startswith(EKS_DEFAULT_IMDS_HOP_1_AMI_PREFIX):
-            out.append(f"{ng.name}: no launch template of ours and amiType {ng.inputs.get('amiType')!r}: EKS's own launch "
-                       f"template gives IMDSv2 with hop limit 1 only to {EKS_DEFAULT_IMDS_HOP_1_AMI_PREFIX}* AMI types, so a pod "
-                       "could take the node role")
+        if not ng.inputs.get("launchTemplate") and not str(ng.inputs.get("amiType") or "").startswith(
+            EKS_DEFAULT_IMDS_HOP_1_AMI_PREFIX
+        ):
+            out.append(
+                f"{ng.name}: no launch template of ours and amiType {ng.inputs.get('amiType')!r}: EKS's own launch "
+                f"template gives IMDSv2 with hop limit 1 only to {EKS_DEFAULT_IMDS_HOP_1_AMI_PREFIX}* AMI types, so a pod "
+                "could take the node role"
+            )
     for lt in g.of(LAUNCH_TEMPLATE):
         md = lt.inputs.get("metadataOptions") or {}
         if md.get("httpTokens") != "required" or md.get("httpPutResponseHopLimit") != 1:
@@ -408,7 +479,9 @@ def pods_cannot_reach_the_node_role(g: Graph) -> list[str]:
     for role in _node_roles(g):
         for arn in _attached(g, role):
             if arn.endswith("/" + CNI_POLICY):
-                out.append(f"{role.name}: node role holds {CNI_POLICY} (any ENI in the account); it belongs to the vpc-cni add-on's own role")
+                out.append(
+                    f"{role.name}: node role holds {CNI_POLICY} (any ENI in the account); it belongs to the vpc-cni add-on's own role"
+                )
             elif arn not in allowed:
                 out.append(f"{role.name}: node role holds {arn}, beyond what a kubelet needs ({sorted(allowed)})")
     return out
@@ -429,15 +502,19 @@ def vpc_cni_has_its_own_identity_before_the_nodes(g: Graph) -> list[str]:
         return []
     cni, agent = _addon(g, "vpc-cni"), _addon(g, "eks-pod-identity-agent")
     if cni is None or agent is None:
-        return [f"the cluster's nodes need the vpc-cni and eks-pod-identity-agent add-ons (found: vpc-cni {cni is not None}, "
-                f"eks-pod-identity-agent {agent is not None})"]
+        return [
+            f"the cluster's nodes need the vpc-cni and eks-pod-identity-agent add-ons (found: vpc-cni {cni is not None}, "
+            f"eks-pod-identity-agent {agent is not None})"
+        ]
     out = []
     assocs = cni.inputs.get("podIdentityAssociations") or []
     ours = [a for a in assocs if a.get("serviceAccount") == "aws-node"]
     if not ours:
         out.append(f"{cni.name}: no Pod Identity association for aws-node: the CNI would need the node role's {CNI_POLICY}")
     for a in ours:
-        role = next((r for r in g.of(IAM_ROLE) if str(a.get("roleArn", "")).endswith("/" + str(r.inputs.get("name") or r.name))), None)
+        role = next(
+            (r for r in g.of(IAM_ROLE) if str(a.get("roleArn", "")).endswith("/" + str(r.inputs.get("name") or r.name))), None
+        )
         if role is None or not any(arn.endswith("/" + CNI_POLICY) for arn in _attached(g, role)):
             out.append(f"{cni.name}: aws-node's Pod Identity role {a.get('roleArn')} does not hold {CNI_POLICY}")
     for ng in g.of(NODEGROUP):
@@ -462,19 +539,32 @@ def network_policies_are_enforced(g: Graph) -> list[str]:
     raw = (cni.inputs.get("configurationValues") if cni else None) or "{}"
     if str(json.loads(raw).get("enableNetworkPolicy")) != "true":
         names = sorted({str(_get(p.inputs, "metadata", "name")) for p in policies})
-        return [f"{len(names)} NetworkPolicies ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) are not enforced: "
-                f"the vpc-cni add-on's configurationValues {raw} lack enableNetworkPolicy: \"true\""]
+        return [
+            f"{len(names)} NetworkPolicies ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) are not enforced: "
+            f'the vpc-cni add-on\'s configurationValues {raw} lack enableNetworkPolicy: "true"'
+        ]
     return []
 
 
 def _node_security_groups(g: Graph) -> list[Res]:
     """The security groups the stack puts on GPU nodes besides EKS's cluster group: those the launch templates' network
     interfaces name, and those an EC2NodeClass selects by tag."""
-    ids = {sid for lt in g.of(LAUNCH_TEMPLATE) for ni in (lt.inputs.get("networkInterfaces") or [])
-           for sid in (ni.get("securityGroups") or [])}
-    terms = [t.get("tags") or {} for nc in g.of(EC2NODECLASS) for t in (_get(nc.inputs, "spec", "securityGroupSelectorTerms", default=[]) or [])]
-    return [sg for sg in g.of(SECURITY_GROUP)
-            if sg.id in ids or any(t and all((sg.inputs.get("tags") or {}).get(k) == v for k, v in t.items()) for t in terms)]
+    ids = {
+        sid
+        for lt in g.of(LAUNCH_TEMPLATE)
+        for ni in (lt.inputs.get("networkInterfaces") or [])
+        for sid in (ni.get("securityGroups") or [])
+    }
+    terms = [
+        t.get("tags") or {}
+        for nc in g.of(EC2NODECLASS)
+        for t in (_get(nc.inputs, "spec", "securityGroupSelectorTerms", default=[]) or [])
+    ]
+    return [
+        sg
+        for sg in g.of(SECURITY_GROUP)
+        if sg.id in ids or any(t and all((sg.inputs.get("tags") or {}).get(k) == v for k, v in t.items()) for t in terms)
+    ]
 
 
 @rule(AREA_NODE_CREDENTIALS)
@@ -494,11 +584,22 @@ def gpu_node_security_group_admits_only_itself(g: Graph) -> list[str]:
             continue  # EKS's own cluster security group (not registered by the stack, listed for completeness)
         for direction in ("ingress", "egress"):
             for r in sg.inputs.get(direction) or []:
-                lustre = (direction == "ingress" and r.get("protocol") == "tcp"
-                          and (r.get("fromPort"), r.get("toPort")) in LUSTRE_CLIENT_PORTS
-                          and set(r.get("securityGroups") or []) <= cache_sgs and r.get("securityGroups"))
-                only_self = r.get("self") is True and not r.get("cidrBlocks") and not r.get("ipv6CidrBlocks") and not r.get("securityGroups")
+                lustre = (
+                    direction == "ingress"
+                    and r.get("protocol") == "tcp"
+                    and (r.get("fromPort"), r.get("toPort")) in LUSTRE_CLIENT_PORTS
+                    and set(r.get("securityGroups") or []) <= cache_sgs
+                    and r.get("securityGroups")
+                )
+                only_self = (
+                    r.get("self") is True
+                    and not r.get("cidrBlocks")
+                    and not r.get("ipv6CidrBlocks")
+                    and not r.get("securityGroups")
+                )
                 if not (only_self or lustre):
-                    out.append(f"{sg.name}: {direction} rule {r}: the GPU nodes' EFA group admits only itself (and Lustre's client "
-                               "ports from the cache's group); other traffic goes through the cluster security group")
+                    out.append(
+                        f"{sg.name}: {direction} rule {r}: the GPU nodes' EFA group admits only itself (and Lustre's client "
+                        "ports from the cache's group); other traffic goes through the cluster security group"
+                    )
     return out

@@ -1,5 +1,6 @@
 """The model cache: FSx for Lustre (``AREA_FSX_LUSTRE``), EFS throughput (``AREA_EFS_THROUGHPUT``), who reaches the
 cache (``AREA_CACHE_ACCESS``), and retention and destroy of the cache and its network (``AREA_RETENTION``)."""
+
 from __future__ import annotations
 
 import inspect
@@ -9,8 +10,22 @@ from functools import lru_cache
 from stacks.cluster import EFS_CLIENT_MBPS, EFS_PROVISIONED_MIBPS
 
 from . import (
-    AREA_CACHE_ACCESS, AREA_EFS_THROUGHPUT, AREA_FSX_LUSTRE, AREA_RETENTION, EFS, EFS_POLICY, FSX, PV, PVC,
-    SECURITY_GROUP, STORAGE_CLASS, SUBNET, VPC, Graph, _get, rule,
+    AREA_CACHE_ACCESS,
+    AREA_EFS_THROUGHPUT,
+    AREA_FSX_LUSTRE,
+    AREA_RETENTION,
+    EFS,
+    EFS_POLICY,
+    FSX,
+    PV,
+    PVC,
+    SECURITY_GROUP,
+    STORAGE_CLASS,
+    SUBNET,
+    VPC,
+    Graph,
+    _get,
+    rule,
 )
 
 
@@ -67,7 +82,9 @@ def fsx_cache_is_bound_statically(g: Graph) -> list[str]:
     out = []
     for sc in g.of(STORAGE_CLASS):
         if sc.inputs.get("provisioner") == "fsx.csi.aws.com" and "fileSystemId" in (sc.inputs.get("parameters") or {}):
-            out.append(f"{sc.name}: fsx.csi.aws.com StorageClass with a fileSystemId parameter (the driver ignores it and creates a new file system)")
+            out.append(
+                f"{sc.name}: fsx.csi.aws.com StorageClass with a fileSystemId parameter (the driver ignores it and creates a new file system)"
+            )
     for fs in g.of(FSX):
         pvs = [pv for pv in g.of(PV) if _get(pv.inputs, "spec", "csi", "volumeHandle") == fs.id]
         if not pvs:
@@ -82,8 +99,10 @@ def fsx_cache_is_bound_statically(g: Graph) -> list[str]:
             if claim is None:
                 out.append(f"{pv.name}: claimRef {ref} names no registered claim")
             elif _get(claim.inputs, "spec", "storageClassName") != _get(pv.inputs, "spec", "storageClassName"):
-                out.append(f"{pv.name}: claim {ref.get('name')} asks for class {_get(claim.inputs, 'spec', 'storageClassName')!r}, "
-                           f"the volume has {_get(pv.inputs, 'spec', 'storageClassName')!r}")
+                out.append(
+                    f"{pv.name}: claim {ref.get('name')} asks for class {_get(claim.inputs, 'spec', 'storageClassName')!r}, "
+                    f"the volume has {_get(pv.inputs, 'spec', 'storageClassName')!r}"
+                )
     return out
 
 
@@ -102,8 +121,11 @@ def fsx_capacity_and_throughput(g: Graph) -> list[str]:
         if fs.inputs.get("deploymentType") == "PERSISTENT_2" and per not in (125, 250, 500, 1000):
             out.append(f"{fs.name}: perUnitStorageThroughput {per} is not one of 125, 250, 500, 1000")
         if cap / 1024 * per < EFS_CLIENT_MBPS:
-            out.append(f"{fs.name}: {cap} GiB x {per} MB/s/TiB = {cap / 1024 * per:.0f} MB/s, slower than one EFS client ({EFS_CLIENT_MBPS:.0f} MB/s)")
+            out.append(
+                f"{fs.name}: {cap} GiB x {per} MB/s/TiB = {cap / 1024 * per:.0f} MB/s, slower than one EFS client ({EFS_CLIENT_MBPS:.0f} MB/s)"
+            )
     return out
+
 
 # --------------------------------------------------------------------------- EFS throughput
 
@@ -114,9 +136,12 @@ def efs_provisioned_throughput_in_the_api_range(g: Graph) -> list[str]:
     depending on Region" (AWS Support raises it). Source: EFS API reference ``CreateFileSystem`` /
     ``UpdateFileSystem`` ProvisionedThroughputInMibps."""
     lo, hi = EFS_PROVISIONED_MIBPS
-    return [f"{fs.name}: provisionedThroughputInMibps {fs.inputs['provisionedThroughputInMibps']} is outside {lo}-{hi}"
-            for fs in g.of(EFS) if fs.inputs.get("provisionedThroughputInMibps") is not None
-            and not lo <= float(fs.inputs["provisionedThroughputInMibps"]) <= hi]
+    return [
+        f"{fs.name}: provisionedThroughputInMibps {fs.inputs['provisionedThroughputInMibps']} is outside {lo}-{hi}"
+        for fs in g.of(EFS)
+        if fs.inputs.get("provisionedThroughputInMibps") is not None
+        and not lo <= float(fs.inputs["provisionedThroughputInMibps"]) <= hi
+    ]
 
 
 @rule(AREA_EFS_THROUGHPUT)
@@ -129,6 +154,7 @@ def efs_provisioned_throughput_has_its_value(g: Graph) -> list[str]:
         if fs.inputs.get("throughputMode") == "provisioned" and not fs.inputs.get("provisionedThroughputInMibps"):
             out.append(f"{fs.name}: throughputMode provisioned without provisionedThroughputInMibps")
     return out
+
 
 # --------------------------------------------------------------------------- who reaches the model cache
 
@@ -152,15 +178,26 @@ def efs_cache_refuses_clients_without_tls(g: Graph) -> list[str]:
             continue
         doc = json.loads(pols[0].inputs.get("policy") or "{}")
         sts = doc.get("Statement") or []
-        deny = any(st.get("Effect") == "Deny" and st.get("Action") == "*"
-                   and _get(st, "Condition", "Bool", "aws:SecureTransport") == "false" for st in sts)
-        mount = any(st.get("Effect") == "Allow" and "elasticfilesystem:ClientMount" in (st.get("Action") or [])
-                    and _get(st, "Condition", "Bool", "elasticfilesystem:AccessedViaMountTarget") == "true" for st in sts)
+        deny = any(
+            st.get("Effect") == "Deny"
+            and st.get("Action") == "*"
+            and _get(st, "Condition", "Bool", "aws:SecureTransport") == "false"
+            for st in sts
+        )
+        mount = any(
+            st.get("Effect") == "Allow"
+            and "elasticfilesystem:ClientMount" in (st.get("Action") or [])
+            and _get(st, "Condition", "Bool", "elasticfilesystem:AccessedViaMountTarget") == "true"
+            for st in sts
+        )
         if not deny:
             out.append(f"{pols[0].name}: the policy does not deny requests without TLS (aws:SecureTransport false)")
         if not mount:
-            out.append(f"{pols[0].name}: the policy grants no ClientMount through a mount target: the nodes cannot mount the cache")
+            out.append(
+                f"{pols[0].name}: the policy grants no ClientMount through a mount target: the nodes cannot mount the cache"
+            )
     return out
+
 
 # --------------------------------------------------------------------------- retention and destroy
 
@@ -179,7 +216,13 @@ def cache_file_system_follows_the_claim(g: Graph) -> list[str]:
     return out
 
 
-_REFS = {"subnetId": SUBNET, "subnetIds": SUBNET, "securityGroupIds": SECURITY_GROUP, "securityGroups": SECURITY_GROUP, "vpcId": VPC}
+_REFS = {
+    "subnetId": SUBNET,
+    "subnetIds": SUBNET,
+    "securityGroupIds": SECURITY_GROUP,
+    "securityGroups": SECURITY_GROUP,
+    "vpcId": VPC,
+}
 
 
 @rule(AREA_RETENTION)

@@ -2,6 +2,7 @@
 resources both hold (same name): the request the provider sends to AWS for the change, checked against what the AWS
 API accepts on update. Each guards the area of the resource it updates; with them, the one-graph rule that a GPU node
 group replaces its nodes without spare GPUs (``AREA_UPDATES``)."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -12,11 +13,38 @@ from stacks.cluster import pack
 from stacks.registry.gpus import INSTANCES
 
 from . import (
-    ACCESS_POLICY_ASSOCIATION, AREA_CAPACITY_BLOCKS, AREA_CLUSTER_ACCESS, AREA_FSX_LUSTRE, AREA_KUBERNETES_VERSION,
-    AREA_LOAD_BALANCER, AREA_NODE_COUNT, AREA_NODE_CREDENTIALS, AREA_NODE_GROUP_SIZES, AREA_RETENTION,
-    AREA_ULTRASERVERS_AND_ZONES, AREA_UPDATES, COMPUTE_DOMAIN, EKS, ENVOY_PROXY, FSX, HELM, HTTP_ROUTE, IAM_ROLE,
-    NODEGROUP, SUBNET, Graph, Res, _assigned, _efa_devices, _get, _ignored, _instance_type, _launch_template,
-    _pairs, rule, update_rule,
+    ACCESS_POLICY_ASSOCIATION,
+    AREA_CAPACITY_BLOCKS,
+    AREA_CLUSTER_ACCESS,
+    AREA_FSX_LUSTRE,
+    AREA_KUBERNETES_VERSION,
+    AREA_LOAD_BALANCER,
+    AREA_NODE_COUNT,
+    AREA_NODE_CREDENTIALS,
+    AREA_NODE_GROUP_SIZES,
+    AREA_RETENTION,
+    AREA_ULTRASERVERS_AND_ZONES,
+    AREA_UPDATES,
+    COMPUTE_DOMAIN,
+    EKS,
+    ENVOY_PROXY,
+    FSX,
+    HELM,
+    HTTP_ROUTE,
+    IAM_ROLE,
+    NODEGROUP,
+    SUBNET,
+    Graph,
+    Res,
+    _assigned,
+    _efa_devices,
+    _get,
+    _ignored,
+    _instance_type,
+    _launch_template,
+    _pairs,
+    rule,
+    update_rule,
 )
 from .load_balancer import LBC_CHART, _nlb_services
 
@@ -99,6 +127,7 @@ def node_group_update_reaches_the_nodes_the_dgds_need(before: Graph, after: Grap
             out.append(f"{new.name}: keeps {runs} node(s) after the update, the DGDs need {needed} {shape.instance_type}")
     return out
 
+
 # --------------------------------------------------------------------------- node versions: GPU node replacement, Capacity Blocks, AMI releases
 
 
@@ -151,12 +180,17 @@ def capacity_block_group_updates_its_version_at_zero_nodes(before: Graph, after:
         running = _scaling(old)[1]
         changes = _version_changes(before, after, old, new)
         if changes and running > 0:
-            then = (" (this update also pauses it, but the version update goes out first)"
-                    if (sent_scaling(old, new) or _scaling(old))[1] == 0 else "")
-            out.append(f"{new.name}: {'; '.join(changes)} while the Capacity Block group runs {running} node(s){then}: EKS updates "
-                       "a Capacity Block group's version only at desired size 0. First pause it (dynamo:paused: true, or paused: "
-                       "true on every dynamo:serve entry of this pool) and run `pulumi up`; then make this change and `pulumi up`; "
-                       "then resume (docs/deploy-aws.md, \"Capacity Block groups: pause, update, resume\")")
+            then = (
+                " (this update also pauses it, but the version update goes out first)"
+                if (sent_scaling(old, new) or _scaling(old))[1] == 0
+                else ""
+            )
+            out.append(
+                f"{new.name}: {'; '.join(changes)} while the Capacity Block group runs {running} node(s){then}: EKS updates "
+                "a Capacity Block group's version only at desired size 0. First pause it (dynamo:paused: true, or paused: "
+                "true on every dynamo:serve entry of this pool) and run `pulumi up`; then make this change and `pulumi up`; "
+                'then resume (docs/deploy-aws.md, "Capacity Block groups: pause, update, resume")'
+            )
     return out
 
 
@@ -167,9 +201,11 @@ def _gpu_group(ng: Res) -> bool:
 def _strategy_problem(ng: Res) -> Optional[str]:
     cfg = ng.inputs.get("updateConfig") or {}
     if cfg.get("updateStrategy") != "MINIMAL" or int(cfg.get("maxUnavailable") or 0) < 1:
-        return (f"updateConfig {cfg}: a launch template or version change replaces every GPU node with EKS's DEFAULT "
-                "strategy, which first launches up to twice the zones' count of new nodes (GPUs a reservation sized to the "
-                "group does not have); use updateStrategy MINIMAL with maxUnavailable 1")
+        return (
+            f"updateConfig {cfg}: a launch template or version change replaces every GPU node with EKS's DEFAULT "
+            "strategy, which first launches up to twice the zones' count of new nodes (GPUs a reservation sized to the "
+            "group does not have); use updateStrategy MINIMAL with maxUnavailable 1"
+        )
     return None
 
 
@@ -200,9 +236,13 @@ def gpu_launch_template_change_needs_no_spare_gpus(before: Graph, after: Graph) 
         # The provider sends UpdateNodegroupVersion before UpdateNodegroupConfig: the replacement runs with the strategy
         # the group had before this update (set MINIMAL in an `up` of its own first, or with `aws eks
         # update-nodegroup-config --update-config updateStrategy=MINIMAL,maxUnavailable=1`).
-        problem = _strategy_problem(new) or (_strategy_problem(old) and (
-            "the group gets MINIMAL in this same update, but the provider sends the version update first, so the nodes are "
-            "replaced under the old strategy: " + _strategy_problem(old)))
+        problem = _strategy_problem(new) or (
+            _strategy_problem(old)
+            and (
+                "the group gets MINIMAL in this same update, but the provider sends the version update first, so the nodes are "
+                "replaced under the old strategy: " + _strategy_problem(old)
+            )
+        )
         if changes and problem:
             out.append(f"{new.name}: {'; '.join(changes)} replaces every node: {problem}")
     return out
@@ -221,6 +261,7 @@ def ami_release_never_moves_back(before: Graph, after: Graph) -> list[str]:
         if a and b and _release_order(b) < _release_order(a) and not _ignored(new, "releaseVersion"):
             out.append(f"{new.name}: releaseVersion {a} -> {b} rolls the group back to an earlier AMI, which EKS refuses")
     return out
+
 
 # --------------------------------------------------------------------------- the cluster: access, Secrets encryption, version, IAM role names
 
@@ -254,8 +295,10 @@ def eks_update_keeps_the_creator_bootstrap(before: Graph, after: Graph) -> list[
     for old, new in _pairs(before, after, EKS):
         sent = _bootstrap(old) if _ignored(new, "accessConfig.bootstrapClusterCreatorAdminPermissions") else _bootstrap(new)
         if sent != _bootstrap(old):
-            out.append(f"{new.name}: bootstrapClusterCreatorAdminPermissions {_bootstrap(old)} -> {sent} replaces the cluster "
-                       "(create-only); keep it in ignoreChanges so an existing cluster keeps its value")
+            out.append(
+                f"{new.name}: bootstrapClusterCreatorAdminPermissions {_bootstrap(old)} -> {sent} replaces the cluster "
+                "(create-only); keep it in ignoreChanges so an existing cluster keeps its value"
+            )
     return out
 
 
@@ -274,10 +317,14 @@ def eks_update_never_removes_secrets_encryption(before: Graph, after: Graph) -> 
         if _ignored(new, "encryptionConfig"):
             has = had
         if had and not has:
-            out.append(f"{new.name}: Secrets envelope encryption (key {had}) removed from an existing cluster: EKS cannot disable it "
-                       "and the provider replaces the cluster; keep dynamo:cluster.secretsEncryption: true on this stack")
+            out.append(
+                f"{new.name}: Secrets envelope encryption (key {had}) removed from an existing cluster: EKS cannot disable it "
+                "and the provider replaces the cluster; keep dynamo:cluster.secretsEncryption: true on this stack"
+            )
         elif had and has and had != has:
-            out.append(f"{new.name}: Secrets key {had} -> {has}: EKS keeps the key a cluster was given, and {had} would be deleted")
+            out.append(
+                f"{new.name}: Secrets key {had} -> {has}: EKS keeps the key a cluster was given, and {had} would be deleted"
+            )
     return out
 
 
@@ -309,10 +356,14 @@ def eks_update_moves_one_minor_version(before: Graph, after: Graph) -> list[str]
         if not a or not b:
             continue
         if int(b[1]) < int(a[1]):
-            out.append(f"{new.name}: version {old.inputs.get('version')} -> {new.inputs.get('version')}: EKS cannot downgrade a cluster")
+            out.append(
+                f"{new.name}: version {old.inputs.get('version')} -> {new.inputs.get('version')}: EKS cannot downgrade a cluster"
+            )
         elif int(b[1]) - int(a[1]) > 1:
-            out.append(f"{new.name}: version {old.inputs.get('version')} -> {new.inputs.get('version')}: EKS upgrades one minor "
-                       f"version per UpdateClusterVersion")
+            out.append(
+                f"{new.name}: version {old.inputs.get('version')} -> {new.inputs.get('version')}: EKS upgrades one minor "
+                f"version per UpdateClusterVersion"
+            )
     return out
 
 
@@ -330,9 +381,11 @@ def access_policy_association_is_replaced_delete_first(before: Graph, after: Gra
         keys = ("accessScope",)  # a new principal or policy is another (principal, policy) pair: create-first is safe
         changed = [k for k in keys if old.inputs.get(k) != new.inputs.get(k)]
         if changed and not new.delete_before_replace:
-            out.append(f"{new.name}: {', '.join(changed)} change replaces the association create-first; the delete of the old one then "
-                       f"disassociates the same (principal, policy) pair and leaves {new.inputs.get('principalArn')} without "
-                       f"{new.inputs.get('policyArn')}: replace it with deleteBeforeReplace")
+            out.append(
+                f"{new.name}: {', '.join(changed)} change replaces the association create-first; the delete of the old one then "
+                f"disassociates the same (principal, policy) pair and leaves {new.inputs.get('principalArn')} without "
+                f"{new.inputs.get('policyArn')}: replace it with deleteBeforeReplace"
+            )
     return out
 
 
@@ -347,8 +400,11 @@ def named_iam_roles_keep_their_names(before: Graph, after: Graph) -> list[str]:
     for old, new in _pairs(before, after, IAM_ROLE):
         a, b = old.inputs.get("name"), new.inputs.get("name")
         if a and b and a != b and not _ignored(new, "name"):
-            out.append(f"{new.name}: role name {a} -> {b} replaces the role (IAM cannot rename one); keep the name (ignoreChanges: name)")
+            out.append(
+                f"{new.name}: role name {a} -> {b} replaces the role (IAM cannot rename one); keep the name (ignoreChanges: name)"
+            )
     return out
+
 
 # --------------------------------------------------------------------------- replace-only objects: immutable specs, subnets, the FSx cache's subnet
 
@@ -368,8 +424,10 @@ def immutable_specs_never_change_in_place(before: Graph, after: Graph) -> list[s
     for typ in IMMUTABLE_SPEC_KINDS:
         for old, new in _pairs(before, after, typ):
             if old.inputs.get("spec") != new.inputs.get("spec") and not _ignored(new, "spec"):
-                out.append(f"{new.name}: spec {old.inputs.get('spec')} -> {new.inputs.get('spec')}: the API server refuses it "
-                           f"({typ.rsplit(':', 1)[-1]}.spec is immutable)")
+                out.append(
+                    f"{new.name}: spec {old.inputs.get('spec')} -> {new.inputs.get('spec')}: the API server refuses it "
+                    f"({typ.rsplit(':', 1)[-1]}.spec is immutable)"
+                )
     return out
 
 
@@ -388,15 +446,19 @@ def subnets_are_never_re_cut(before: Graph, after: Graph) -> list[str]:
     for o, n in _pairs(before, after, SUBNET):
         for key in ("cidrBlock", "availabilityZone"):
             if str(o.inputs.get(key)) != str(n.inputs.get(key)) and not _ignored(n, key):
-                out.append(f"{n.name}: {key} {o.inputs.get(key)} -> {n.inputs.get(key)} replaces the subnet, with its nodes' and "
-                           "the cache's network interfaces")
+                out.append(
+                    f"{n.name}: {key} {o.inputs.get(key)} -> {n.inputs.get(key)} replaces the subnet, with its nodes' and "
+                    "the cache's network interfaces"
+                )
     for n in after.of(SUBNET):
         if n.name in old:
             continue
         block = ipaddress.ip_network(str(n.inputs.get("cidrBlock")))
         clash = sorted(name for name, c in old.items() if ipaddress.ip_network(c).overlaps(block))
         if clash:
-            out.append(f"{n.name}: new subnet {block} overlaps {', '.join(f'{c} ({old[c]})' for c in clash)}: CreateSubnet refuses it")
+            out.append(
+                f"{n.name}: new subnet {block} overlaps {', '.join(f'{c} ({old[c]})' for c in clash)}: CreateSubnet refuses it"
+            )
     return out
 
 
@@ -412,8 +474,10 @@ def gpu_node_groups_keep_their_subnets(before: Graph, after: Graph) -> list[str]
     out = []
     for o, n in _pairs(before, after, NODEGROUP):
         if _gpu_group(n) and o.inputs.get("subnetIds") != n.inputs.get("subnetIds") and not _ignored(n, "subnetIds"):
-            out.append(f"{n.name}: subnetIds {o.inputs.get('subnetIds')} -> {n.inputs.get('subnetIds')} replaces the GPU node group, "
-                       "create-first: a second group of the same size runs beside it until the first is deleted")
+            out.append(
+                f"{n.name}: subnetIds {o.inputs.get('subnetIds')} -> {n.inputs.get('subnetIds')} replaces the GPU node group, "
+                "create-first: a second group of the same size runs beside it until the first is deleted"
+            )
     return out
 
 
@@ -427,9 +491,12 @@ def fsx_cache_stays_in_its_subnet(before: Graph, after: Graph) -> list[str]:
     out = []
     for o, n in _pairs(before, after, FSX):
         if o.inputs.get("subnetIds") != n.inputs.get("subnetIds") and not _ignored(n, "subnetIds"):
-            out.append(f"{n.name}: subnetIds {o.inputs.get('subnetIds')} -> {n.inputs.get('subnetIds')} replaces the file system: a "
-                       "new, empty cache; keep its zone with cacheAvailabilityZone")
+            out.append(
+                f"{n.name}: subnetIds {o.inputs.get('subnetIds')} -> {n.inputs.get('subnetIds')} replaces the file system: a "
+                "new, empty cache; keep its zone with cacheAvailabilityZone"
+            )
     return out
+
 
 # --------------------------------------------------------------------------- the front door's load balancer
 
@@ -447,12 +514,20 @@ def front_door_update_keeps_its_load_balancer(before: Graph, after: Graph) -> li
     door_stays = bool(after.of(HTTP_ROUTE))
     new_eps = {ep.name for ep, _ in _nlb_services(after)}
     for ep, _ in _nlb_services(before):
-        if door_stays and ep.name not in new_eps and not any(r.type == ENVOY_PROXY and r.name == ep.name for r in after.resources):
-            out.append(f"{ep.name}: the update deletes (or renames) the gateway's EnvoyProxy while the front door's routes stay: "
-                       "its NLB is deleted and a new one gets a new DNS name")
+        if (
+            door_stays
+            and ep.name not in new_eps
+            and not any(r.type == ENVOY_PROXY and r.name == ep.name for r in after.resources)
+        ):
+            out.append(
+                f"{ep.name}: the update deletes (or renames) the gateway's EnvoyProxy while the front door's routes stay: "
+                "its NLB is deleted and a new one gets a new DNS name"
+            )
     if _nlb_services(after):
         new_rels = {h.name for h in after.of(HELM) if h.inputs.get("chart") == LBC_CHART}
         for h in before.of(HELM):
             if h.inputs.get("chart") == LBC_CHART and h.name not in new_rels:
-                out.append(f"{h.name}: the AWS Load Balancer Controller release is deleted or renamed while the front door keeps its NLB")
+                out.append(
+                    f"{h.name}: the AWS Load Balancer Controller release is deleted or renamed while the front door keeps its NLB"
+                )
     return out
