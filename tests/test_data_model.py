@@ -3,7 +3,6 @@ registered in stacks.registry, selected by the config axes, rendered with its do
 GPU is one registry entry. Also: ``storage.existingClaim`` renames every reference to the model's own
 cache claim on every family, whatever the claim is called (a model whose claim was not called
 ``shared-model-cache`` once silently kept mounting its own claim)."""
-
 import json
 import os
 import subprocess
@@ -26,87 +25,29 @@ REPO = "Qwen/Qwen3-0.6B"
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.9.0"
 CACHE = Cache(claim="qwen3-model-cache", mount="/models", size="20Gi")
 HF_ENV = {"HF_HOME": "/models", "HF_HUB_OFFLINE": "1"}
-AGG = Recipe(
-    "vllm",
-    (
-        Component(
-            "Frontend",
-            "frontend",
-            "{image}",
-            args=("-m", "dynamo.frontend", "--router-mode", "{routing}"),
-            env=HF_ENV,
-            cache=CACHE,
-            startup_probe=k8s.http_probe("/health", 8000, 10, 60, 60),
-        ),
-        Component(
-            "VllmWorker",
-            "worker",
-            "{image}",
-            ("python3", "-m", "dynamo.vllm"),
-            (
-                "--model",
-                "{repo}",
-                "--served-model-name",
-                "{repo}",
-                "--tensor-parallel-size",
-                "{gpus}",
-                "--max-model-len",
-                "32768",
-            ),
-            HF_ENV,
-            replicas="{workers}",
-            gpus="{gpus}",
-            requests={"memory": "64Gi"},
-            shm="16Gi",
-            volumes=(shm("16Gi"),),
-            cache=CACHE,
-            affinity="{gpu}",
-            tolerations=(k8s.GPU_TOLERATION,),
-            startup_probe=k8s.http_probe("/live", 9090, 30, 20, 60),
-        ),
-    ),
-    vars={"repo": REPO},
-)
-DOWNLOAD = DownloadJob(
-    "qwen3-model-download",
-    IMAGE,
-    'hf download "$MODEL_NAME"',
-    CACHE,
-    ("sh", "-c"),
-    env={"MODEL_NAME": REPO, "HF_HOME": "/models"},
-    security={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-)
+AGG = Recipe("vllm", (
+    Component("Frontend", "frontend", "{image}", args=("-m", "dynamo.frontend", "--router-mode", "{routing}"), env=HF_ENV,
+              cache=CACHE, startup_probe=k8s.http_probe("/health", 8000, 10, 60, 60)),
+    Component("VllmWorker", "worker", "{image}", ("python3", "-m", "dynamo.vllm"),
+              ("--model", "{repo}", "--served-model-name", "{repo}", "--tensor-parallel-size", "{gpus}", "--max-model-len", "32768"),
+              HF_ENV, replicas="{workers}", gpus="{gpus}", requests={"memory": "64Gi"}, shm="16Gi", volumes=(shm("16Gi"),),
+              cache=CACHE, affinity="{gpu}", tolerations=(k8s.GPU_TOLERATION,),
+              startup_probe=k8s.http_probe("/live", 9090, 30, 20, 60)),
+), vars={"repo": REPO})
+DOWNLOAD = DownloadJob("qwen3-model-download", IMAGE, 'hf download "$MODEL_NAME"', CACHE, ("sh", "-c"),
+                       env={"MODEL_NAME": REPO, "HF_HOME": "/models"},
+                       security={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}})
 TARGETS = tuple(
-    Target(
-        id=f"example-qwen3-vllm-agg-{gpu}" + ("-kv" if routing == "kv" else ""),
-        upstream=None,
-        model=MODEL,
-        runtime="vllm",
-        gpu=gpu,
-        topology="agg",
-        spec="none",
-        routing=routing,
-        precision="bf16",
-        fabric="none",
-        family="vllm-agg",
-        dgd_name=f"qwen3-agg-{gpu}" + ("-kv" if routing == "kv" else ""),
-        image=IMAGE,
-        cache_jobs=(DOWNLOAD.name,),
-        params={"gpus": 1, "workers": 2 if routing == "kv" else 1},
-    )
+    Target(id=f"example-qwen3-vllm-agg-{gpu}" + ("-kv" if routing == "kv" else ""), upstream=None, model=MODEL, runtime="vllm", gpu=gpu,
+           topology="agg", spec="none", routing=routing, precision="bf16", fabric="none", family="vllm-agg",
+           dgd_name=f"qwen3-agg-{gpu}" + ("-kv" if routing == "kv" else ""), image=IMAGE, cache_jobs=(DOWNLOAD.name,),
+           params={"gpus": 1, "workers": 2 if routing == "kv" else 1})
     for gpu in registry.GPUS
     for routing in ("round-robin", "kv")
 )
-FAMILY = ModelFamily(
-    id=MODEL,
-    short="qwen3",
-    served_model=REPO,
-    cache=CACHE,
-    builders={"vllm-agg": AGG},
-    cache_job_builders={DOWNLOAD.name: DOWNLOAD},
-    targets=TARGETS,
-    defaults={"runtime": "vllm", "topology": "agg", "gpu": "h100", "routing": "round-robin"},
-)
+FAMILY = ModelFamily(id=MODEL, short="qwen3", served_model=REPO, cache=CACHE, builders={"vllm-agg": AGG},
+                     cache_job_builders={DOWNLOAD.name: DOWNLOAD}, targets=TARGETS,
+                     defaults={"runtime": "vllm", "topology": "agg", "gpu": "h100", "routing": "round-robin"})
 # ---- model data: end
 
 # One line in stacks/registry/__init__.py MODELS registers the model (its data module: this file).
@@ -119,7 +60,7 @@ def _data_block() -> list[str]:
     lines = Path(__file__).read_text().splitlines()
     start = next(i for i, l in enumerate(lines) if l.startswith("# ---- model data: begin"))
     end = next(i for i, l in enumerate(lines) if l.startswith("# ---- model data: end"))
-    return lines[start + 1 : end]
+    return lines[start + 1:end]
 
 
 def test_the_model_is_data_only_and_short():
@@ -153,10 +94,8 @@ def test_data_model_renders_its_targets_and_download_job(registered):
     (job,) = _objs(objs, "Job")
     assert job["metadata"]["name"] == "qwen3-model-download"
     pod = job["spec"]["template"]["spec"]
-    assert pod["volumes"] == [
-        {"name": "qwen3-model-cache", "persistentVolumeClaim": {"claimName": "qwen3-model-cache"}},
-        {"name": "tmp", "emptyDir": {}},
-    ]  # the hardened pod's /tmp (stacks/serving/hardening.py)
+    assert pod["volumes"] == [{"name": "qwen3-model-cache", "persistentVolumeClaim": {"claimName": "qwen3-model-cache"}},
+                              {"name": "tmp", "emptyDir": {}}]  # the hardened pod's /tmp (stacks/serving/hardening.py)
     assert pod["containers"][0]["envFrom"] == [{"secretRef": {"name": "hf-token-secret"}}]
     (dgd,) = _objs(objs, "DynamoGraphDeployment")
     fe, worker = dgd["spec"]["components"]
@@ -241,16 +180,13 @@ GPUS_ANCHOR = "    for g in ("
 
 def test_a_model_is_selected_by_the_config_axes_once_registered(tmp_path):
     root = _with_registry(tmp_path, (MODELS_ANCHOR, MODEL_ENTRY))
-    got = _run(
-        root,
-        f"""
+    got = _run(root, f"""
 import json
 from stacks.program.render import render_config
 objs = render_config({{"model": {MODEL!r}, "gpu": "h200", "routing": "kv"}})
 dgd = [o for o in objs if o["kind"] == "DynamoGraphDeployment"][0]
 print(json.dumps({{"dgd": dgd["metadata"]["name"], "kinds": [o["kind"] for o in objs]}}))
-""",
-    )
+""")
     assert got["dgd"] == "qwen3-agg-h200-kv"
     assert got["kinds"] == ["Namespace", "Secret", "PersistentVolumeClaim", "Job", "DynamoGraphDeployment"]
 
@@ -259,9 +195,7 @@ def test_adding_a_gpu_is_one_registry_entry(tmp_path):
     """One ``Gpu`` entry: the config accepts it (and suggests it), the catalog axes, the GPU catalog's default
     instance and the README rows list it, and a family whose targets range over the registry renders it."""
     root = _with_registry(tmp_path, (MODELS_ANCHOR, MODEL_ENTRY), (GPUS_ANCHOR, GPU_ENTRY))
-    got = _run(
-        root,
-        f"""
+    got = _run(root, f"""
 import json
 from stacks.registry import gpus
 from stacks import registry
@@ -284,8 +218,7 @@ except ValueError as e:
     eks = str(e)
 print(json.dumps({{"axes": list(AXES["gpu"]), "err": err, "label": label, "eks": eks,
                   "readme": [r for r in registry.readme_rows() if r.startswith("| `gpu`")][0]}}))
-""",
-    )
+""")
     assert "example-rtx-pro-6000" in got["axes"] and set(registry.GPUS) < set(got["axes"])
     assert "did you mean 'example-rtx-pro-6000'" in got["err"]
     assert got["label"] == "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
@@ -297,9 +230,7 @@ print(json.dumps({{"axes": list(AXES["gpu"]), "err": err, "label": label, "eks":
 SNIPPET_DOCS = ("docs/adding-a-model-or-gpu.md", "docs/development.md")
 
 
-@pytest.mark.parametrize(
-    "doc", [d for d in SNIPPET_DOCS if (ROOT / d).is_file() and "## Adding a model" in (ROOT / d).read_text()]
-)
+@pytest.mark.parametrize("doc", [d for d in SNIPPET_DOCS if (ROOT / d).is_file() and "## Adding a model" in (ROOT / d).read_text()])
 def test_docs_adding_a_model_example_builds(doc, monkeypatch):
     """The "Adding a model" snippet of each doc is valid data for the same builders, run as the module it would be
     (``stacks.catalog.qwen3``: its relative imports resolve) with its image key added to the versions manifest."""
@@ -310,21 +241,11 @@ def test_docs_adding_a_model_example_builds(doc, monkeypatch):
 
     monkeypatch.setitem(versions.versions()["images"], "qwen3-vllm", IMAGE)
     text = (ROOT / doc).read_text()
-    section = text[text.index("## Adding a model") :]
+    section = text[text.index("## Adding a model"):]
     code = textwrap.dedent(re.search(r"```python\n(.*?)```", section, re.S).group(1))  # indented in a list item
-    ns = {
-        "__name__": "stacks.catalog.qwen3",
-        "__package__": "stacks.catalog",
-        "Cache": Cache,
-        "Component": Component,
-        "DownloadJob": DownloadJob,
-        "Recipe": Recipe,
-        "Target": Target,
-        "ModelFamily": ModelFamily,
-        "k8s": k8s,
-        "registry": registry,
-        "IMAGE": IMAGE,
-    }
+    ns = {"__name__": "stacks.catalog.qwen3", "__package__": "stacks.catalog", "Cache": Cache, "Component": Component,
+          "DownloadJob": DownloadJob, "Recipe": Recipe, "Target": Target, "ModelFamily": ModelFamily, "k8s": k8s,
+          "registry": registry, "IMAGE": IMAGE}
     exec(compile(code, doc, "exec"), ns)
     fam = ns["FAMILY"]
     t = fam.targets[0]
@@ -332,6 +253,5 @@ def test_docs_adding_a_model_example_builds(doc, monkeypatch):
     dgd = cm_and_dgd[-1]
     assert dgd["metadata"]["name"] == "qwen3-agg-h100" and catalog.gpus_needed(dgd) == 1
     assert dgd["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["image"] == IMAGE
-    assert fam.cache_job_builders["qwen3-model-download"]()["spec"]["template"]["spec"]["volumes"][0][
-        "persistentVolumeClaim"
-    ] == {"claimName": "qwen3-model-cache"}
+    assert fam.cache_job_builders["qwen3-model-download"]()["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"] == \
+        {"claimName": "qwen3-model-cache"}
