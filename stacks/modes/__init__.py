@@ -160,3 +160,24 @@ class ClusterMode(ABC):
     @abstractmethod
     def retained_after_destroy(self, cluster_plan: Any) -> list[dict[str, str]]:
         """What ``pulumi destroy`` keeps of the cluster layer (stacks/program/retained.py items)."""
+
+
+class WithoutClusterPlan(ClusterMode):
+    """The answers of a mode that plans no cluster of its own (render, an existing cluster): no load balancer
+    controller to plan, no pools of its own to pause or to bound autoscaling with, nothing of a cluster layer for
+    ``destroy`` to keep. Such a mode subclasses this and implements the rest of ``ClusterMode``."""
+
+    def plan_load_balancer(self, cluster_plan: Any) -> Optional[str]:
+        return None
+
+    def pause_pools(self, cluster_plan: Any, entries: list["Entry"]) -> None:
+        return None
+
+    def autoscaling_pools(self, cluster: "ClusterConfig", cluster_plan: Any) -> Optional[dict[str, "PoolUse"]]:
+        return None
+
+    def autoscaling_shortfall(self, cluster: "ClusterConfig", entries: list["Entry"], node_pools: Any) -> Optional[str]:
+        return None
+
+    def retained_after_destroy(self, cluster_plan: Any) -> list[dict[str, str]]:
+        return []

@@ -5,21 +5,20 @@ have it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from stacks.cluster.platform import fabrics_objects
 from stacks.config.keys import NS, ConfigError
 from stacks.config.stack import KubeconfigCluster
-from stacks.modes import LIVE_CLUSTER_NOTE, ClusterMode, ClusterPart, EntryPlan, cluster_as, entry_fabrics
+from stacks.modes import LIVE_CLUSTER_NOTE, WithoutClusterPlan, ClusterPart, EntryPlan, cluster_as, entry_fabrics
 from stacks.serving import build_plan
 
 if TYPE_CHECKING:
     from stacks.config import ClusterConfig, ProgramSpec, ServeEntry
-    from stacks.serving.autoscaling import PoolUse
     from stacks.serving.serve import Entry
 
 
-class KubeconfigMode(ClusterMode):
+class KubeconfigMode(WithoutClusterPlan):
     name = "kubeconfig"
     installs_charts = True
     redacts_secrets = False
@@ -68,18 +67,3 @@ class KubeconfigMode(ClusterMode):
 
     def pod_security_version(self, cluster: "ClusterConfig") -> str:
         return "latest"  # the plan does not know the cluster's version
-
-    def plan_load_balancer(self, cluster_plan: Any) -> Optional[str]:
-        return None
-
-    def pause_pools(self, cluster_plan: Any, entries: list["Entry"]) -> None:
-        return None
-
-    def autoscaling_pools(self, cluster: "ClusterConfig", cluster_plan: Any) -> Optional[dict[str, "PoolUse"]]:
-        return None
-
-    def autoscaling_shortfall(self, cluster: "ClusterConfig", entries: list["Entry"], node_pools: Any) -> Optional[str]:
-        return None
-
-    def retained_after_destroy(self, cluster_plan: Any) -> list[dict[str, str]]:
-        return []

@@ -3,19 +3,18 @@ chart (the render provider writes YAML and installs nothing) and no Secret value
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from stacks.config.keys import NS, ConfigError
-from stacks.modes import ClusterMode, ClusterPart, EntryPlan, entry_fabrics
+from stacks.modes import WithoutClusterPlan, ClusterPart, EntryPlan, entry_fabrics
 from stacks.serving import build_plan
 
 if TYPE_CHECKING:
     from stacks.config import ClusterConfig, ProgramSpec, ServeEntry
-    from stacks.serving.autoscaling import PoolUse
     from stacks.serving.serve import Entry
 
 
-class RenderMode(ClusterMode):
+class RenderMode(WithoutClusterPlan):
     name = "render"
     installs_charts = False
     redacts_secrets = True
@@ -47,18 +46,3 @@ class RenderMode(ClusterMode):
 
     def pod_security_version(self, cluster: "ClusterConfig") -> str:
         return "latest"  # the cluster the manifests go to is not known
-
-    def plan_load_balancer(self, cluster_plan: Any) -> Optional[str]:
-        return None
-
-    def pause_pools(self, cluster_plan: Any, entries: list["Entry"]) -> None:
-        return None
-
-    def autoscaling_pools(self, cluster: "ClusterConfig", cluster_plan: Any) -> Optional[dict[str, "PoolUse"]]:
-        return None
-
-    def autoscaling_shortfall(self, cluster: "ClusterConfig", entries: list["Entry"], node_pools: Any) -> Optional[str]:
-        return None
-
-    def retained_after_destroy(self, cluster_plan: Any) -> list[dict[str, str]]:
-        return []
