@@ -71,8 +71,14 @@ up: python pulumi-toolchain
 	pulumi stack output --stack dev
 
 # The same program against the local kube-apiserver (stack `local`).
+# The local stack reads a namespace and an HF token Secret made outside it (Pulumi.local.yaml): made here, idempotently;
+# the token is HF_TOKEN from the environment, else a placeholder (the local control plane has no nodes: nothing pulls).
+LOCAL_KUBECTL = .tools/bin/kubectl --kubeconfig .tools/kube/kubeconfig
 local-up: python toolchain
 	tools/kube-local.sh start
+	$(LOCAL_KUBECTL) create namespace dynamo-local --dry-run=client -o yaml | $(LOCAL_KUBECTL) apply -f -
+	@$(LOCAL_KUBECTL) -n dynamo-local create secret generic hf-token-secret --from-literal=HF_TOKEN="$${HF_TOKEN:-unused-locally}" \
+	  --dry-run=client -o yaml | $(LOCAL_KUBECTL) apply -f -
 	mkdir -p .pulumi-state
 	pulumi stack select local --create --non-interactive
 	pulumi up --stack local --yes --non-interactive --skip-preview

@@ -747,6 +747,7 @@ def test_existing_cluster_checks_only_the_dgds_own_bounds(tmp_path, comp):
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     c = scaled_cfg(comp, cluster={"mode": "kubeconfig", "kubeconfigPath": str(kubeconfig)})
+    c["createNamespace"] = False  # the pull Secrets are the existing cluster's: in a namespace made beside them
     c["autoscaling"][comp]["maxReplicas"] = 100
     assert build_program(c, "k").entries[0].plan.autoscalers[0]["spec"]["maxReplicaCount"] == 100
     c["autoscaling"][comp]["maxReplicas"] = 101

@@ -730,6 +730,29 @@ CASES = [
     C("empty-gpu", {"gpu": ""}, "gpu", "empty"),
     C("empty-replicas", {"replicas": ""}, "replicas", "empty"),
     C("empty-paused", {"paused": ""}, "paused", "empty"),
+    # ---- a Secret the stack reads but does not make, in a namespace the same `up` creates: it cannot exist yet
+    C(
+        "own-secret-in-created-namespace",
+        {"hfTokenSecretName": "team-hf"},
+        "hfTokenSecretName",
+        "'team-hf'",
+        "createNamespace: false",
+        secrets={},
+    ),
+    C(
+        "pull-secrets-in-created-namespace",
+        {"imagePullSecrets": ["ngc-secret"]},
+        "imagePullSecrets",
+        "'ngc-secret'",
+        "createNamespace: false",
+    ),
+    C(
+        "alert-secret-in-created-namespace",
+        {"observability": {"enabled": True, "alerts": {"webhookUrlSecret": {"name": "slack", "key": "url"}}}},
+        "observability.alerts.webhookUrlSecret",
+        "'slack'",
+        "observability.createNamespace: false",
+    ),
 ]
 assert len(CASES) >= 120, len(CASES)
 assert len({c.id for c in CASES}) == len(CASES)
@@ -828,10 +851,14 @@ VALID = [
     ("replicas-zero", {**AGG, "replicas": {"agg": 0}}, {}),
     ("replicas-quoted", {**AGG, "replicas": {"agg": "2"}}, {}),
     ("target-and-matching-model", {**AGG, "model": "nemotron-3.5-lightning", "gpu": "h100"}, {}),
-    ("existing-secret-no-token", {**AGG, "hfTokenSecretName": "hf-token-secret"}, {"__no_token__": True}),
+    (
+        "existing-secret-no-token",
+        {**AGG, "hfTokenSecretName": "hf-token-secret", "createNamespace": False},
+        {"__no_token__": True},
+    ),
     ("existing-claim", {**AGG, "storage": {"existingClaim": "shared-cache"}}, {}),
     ("default-namespace-not-owned", {**AGG, "namespace": "default", "createNamespace": False}, {}),
-    ("pull-secrets", {**AGG, "imagePullSecrets": ["ngc-secret", "team.registry"]}, {}),
+    ("pull-secrets", {**AGG, "imagePullSecrets": ["ngc-secret", "team.registry"], "createNamespace": False}, {}),
     ("eks-six-zones", {**EKS, **eks(availabilityZones=[f"us-east-1{c}" for c in "abcdef"])}, {}),
     ("render-dir-set", {**AGG, "cluster": {"mode": "render", "renderDir": "out/x"}}, {}),
     # Values that look like the bad ones but are fine.

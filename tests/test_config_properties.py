@@ -401,6 +401,8 @@ def pull_secret_stacks(draw):
     base = dict(draw(st.sampled_from(EKS_BASES))) if mode == "eks" else {"target": draw(st.sampled_from(TARGET_IDS[::2]))}
     cluster = {"mode": mode, "region": "us-east-1"} if mode == "eks" else {"mode": mode}
     raw = {**base, "cluster": cluster, **({"imagePullSecrets": names} if names or draw(st.booleans()) else {})}
+    if names and mode != "eks":  # the user's own pull Secrets live in a namespace they made (not one the stack creates)
+        raw["createNamespace"] = False
     return raw
 
 

@@ -383,7 +383,7 @@ def test_a_throwaway_layer_follows_the_documented_steps(monkeypatch):
         )
 
     monkeypatch.setattr(prog, "LAYER_PLANNERS", [*prog.LAYER_PLANNERS, ("notes", plan_notes)])
-    cfg = {"gpu": "h100", "topology": "agg", "namespace": "llm", "hfTokenSecretName": "hf"}
+    cfg = {"gpu": "h100", "topology": "agg", "namespace": "llm", "hfTokenSecretName": "hf", "createNamespace": False}
     program = prog.build_program(cfg, "t")
     assert any(o["kind"] == "ConfigMap" and o["metadata"]["name"] == "notes" for o in program.objects())
     assert "throwaway notes: 1 objects" in program.other_layers

@@ -41,7 +41,15 @@ def _door(program):
 
 
 def _program(door: dict, secret_keys=KEYS, cluster=None, env=None, **raw):
-    base = {"gpu": "h100", "topology": "disagg", "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": door, **raw}
+    base = {
+        "gpu": "h100",
+        "topology": "disagg",
+        "namespace": "llm",
+        "hfTokenSecretName": "hf",
+        "createNamespace": False,
+        "frontDoor": door,
+        **raw,
+    }
     if cluster:
         base["cluster"] = cluster
         if cluster["mode"] == "eks":  # the stack's own cluster: the token comes from the secret dynamo:hfToken
@@ -170,7 +178,9 @@ def test_every_route_has_a_timeout_and_removes_the_dynamo_headers(target_id):
 
     for variant, door, keys in _door_variants():
         program = build_program(
-            {"target": target_id, "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": door}, "t", keys
+            {"target": target_id, "namespace": "llm", "hfTokenSecretName": "hf", "createNamespace": False, "frontDoor": door},
+            "t",
+            keys,
         )
         routes = _objects(program, "HTTPRoute")  # the model's route and, with TLS, the gateway's HTTPS redirect
         assert len([r for r in routes if r["metadata"]["namespace"] == "llm"]) == 1, variant
@@ -191,7 +201,14 @@ def test_long_context_targets_get_longer_timeouts_and_the_override_wins():
     by_context = {}
     for t in targets().values():
         program = build_program(
-            {"target": t.id, "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": {"enabled": True}}, "t"
+            {
+                "target": t.id,
+                "namespace": "llm",
+                "hfTokenSecretName": "hf",
+                "createNamespace": False,
+                "frontDoor": {"enabled": True},
+            },
+            "t",
         )
         by_context.setdefault(t.context, set()).add(_objects(program, "HTTPRoute")[0]["spec"]["rules"][0]["timeouts"]["request"])
     seconds = {ctx: max(int(v.rstrip("s")) for v in vals) for ctx, vals in by_context.items()}
@@ -324,6 +341,7 @@ def test_with_network_policy_only_the_gateway_namespace_reaches_the_frontend():
 def test_a_serve_stack_routes_each_entry_under_its_name():
     raw = {
         "hfTokenSecretName": "hf",
+        "createNamespace": False,
         "frontDoor": {"enabled": True},
         "serve": [
             {"name": "chat", "target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},

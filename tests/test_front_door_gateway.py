@@ -61,7 +61,11 @@ JWT = {
 
 def program(door: dict, target: str = DISAGG, **extra):
     keys = frozenset({"frontDoorApiKeys"}) if door.get("auth", {}).get("mode") == "apiKeys" else frozenset()
-    return build_program({"target": target, "namespace": "llm", "hfTokenSecretName": "hf", "frontDoor": door, **extra}, "t", keys)
+    return build_program(
+        {"target": target, "namespace": "llm", "hfTokenSecretName": "hf", "createNamespace": False, "frontDoor": door, **extra},
+        "t",
+        keys,
+    )
 
 
 def door_objects(prog) -> list[dict]:
@@ -283,6 +287,7 @@ def test_a_serve_stack_gets_one_prefix_per_entry_rewritten_to_the_frontend(egctl
     prog = build_program(
         {
             "hfTokenSecretName": "hf",
+            "createNamespace": False,
             "frontDoor": {"enabled": True},
             "serve": [{"name": "chat", "target": AGG, "namespace": "a"}, {"name": "long", "target": DISAGG, "namespace": "b"}],
         },

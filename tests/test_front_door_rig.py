@@ -33,7 +33,14 @@ REQUESTS = 12
 
 
 def _rig(tmp_path_factory, name: str, door: dict):
-    cfg = {"target": AGG, "namespace": "llm", "hfTokenSecretName": "hf", "replicas": {"agg": 2}, "frontDoor": door}
+    cfg = {
+        "target": AGG,
+        "namespace": "llm",
+        "hfTokenSecretName": "hf",
+        "createNamespace": False,
+        "replicas": {"agg": 2},
+        "frontDoor": door,
+    }
     program = build_program(cfg, "t")
     return program, start_rig(program.entries[0].plan.dgd, tmp_path_factory.mktemp(name))
 

@@ -265,7 +265,10 @@ def test_destroy_report_of_the_local_stack_and_of_an_unprotected_one(capsys):
 
     assert main(["destroy-report", "--stack", "local"]) == 0
     out = capsys.readouterr().out
-    assert "keeps" in out and "Namespace dynamo-local" in out and "kubectl delete pvc shared-model-cache -n dynamo-local" in out
+    assert "keeps" in out and "kubectl delete pvc shared-model-cache -n dynamo-local" in out
+    assert "Namespace dynamo-local" not in out  # the local stack's namespace is made by `make local-up`, not by the stack
+    own = build_program({"target": "lightning-vllm-agg-h100-dspark"}, "t", frozenset({"hfToken"}))
+    assert "Namespace dynamo" in retained_report(own)  # a namespace the stack creates is kept with its cache claim
     off = build_program({"target": "lightning-vllm-agg-h100-dspark", "storage": {"protect": False}}, "t", frozenset({"hfToken"}))
     assert "keeps nothing" in retained_report(off)
 

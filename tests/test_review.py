@@ -681,7 +681,7 @@ def _serve_stack(path: Path, serve: list, top: str = "") -> None:
 def test_serve_stacks_promote_release_keys_per_entry_by_name(tmp_path, capsys):
     """Promotion works on dynamo:serve (several-entry) stacks: per entry (matched by name) the release keys come from
     the source; namespace, replicas and other environment keys stay; an entry only the destination has stays."""
-    top = "  dynamo:hfTokenSecretName: hf-token-secret\n"
+    top = "  dynamo:hfTokenSecretName: hf-token-secret\n  dynamo:createNamespace: false\n"
     _serve_stack(
         tmp_path / "Pulumi.s-dev.yaml",
         [

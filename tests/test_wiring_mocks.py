@@ -76,7 +76,7 @@ def test_hf_token_never_in_stack_outputs(run):
 
 
 def test_existing_secret_name_creates_no_secret_and_is_referenced():
-    r = run_program({**BASE, "hfTokenSecretName": "team-hf"})
+    r = run_program({**BASE, "hfTokenSecretName": "team-hf", "createNamespace": False})
     assert r.by_type("kubernetes:core/v1:Secret") == []
     job = r.one("kubernetes:batch/v1:Job")
     assert job.inputs["spec"]["template"]["spec"]["containers"][0]["envFrom"] == [{"secretRef": {"name": "team-hf"}}]

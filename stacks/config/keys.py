@@ -448,6 +448,17 @@ class ObservabilityConfig(_Model):
         )
         if why:
             raise _key_error("namespace", why)
+        ref = self.alerts.webhook_url_secret if self.alerts.enabled else None
+        if self.enabled and self.prometheus == "install" and self.create_namespace and ref is not None:
+            # The webhook's Secret is the user's (mounted into Alertmanager: stacks/observe/observability.py), so it must
+            # exist before `up`: it cannot, in a namespace the same `up` creates.
+            raise _key_error(
+                "alerts.webhookUrlSecret",
+                f"Secret {ref.name!r} must exist in namespace {self.namespace!r} before `up`, but this stack creates that "
+                "namespace (observability.createNamespace: true), so it cannot exist yet. Create the namespace and the "
+                "Secret yourself and set observability.createNamespace: false, or remove webhookUrlSecret (alerts then "
+                "stay in Alertmanager)",
+            )
         if self.enabled and self.prometheus == "existing" and not self.prometheus_endpoint:
             raise _key_error(
                 "prometheusEndpoint",

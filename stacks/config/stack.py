@@ -410,6 +410,31 @@ def check_secrets(secret_keys: frozenset[str], cfg: StackConfig, require_present
         )
 
 
+def check_secrets_in_created_namespaces(cfg: StackConfig, creates_pull_secrets: bool) -> None:
+    """A Secret the stack reads but does not make must exist before ``up``; in a namespace the same ``up`` creates
+    (``createNamespace: true``) it cannot, so refuse the pair, naming both keys. A namespace that already exists is the
+    user's (it holds their Secret), and a stack that "creates" it adopts it: the Kubernetes provider's server-side apply
+    create upserts an existing object (pulumi-kubernetes 4.25 ``await.go``: "we always send a PATCH request during
+    creates with SSA enabled"), so its later destroy would delete the user's namespace with their Secret in it."""
+    if not cfg.create_namespace:
+        return
+    theirs = [(f"{NS}:hfTokenSecretName", f"{cfg.hf_token_secret_name!r} names a Secret")] if cfg.hf_token_secret_name else []
+    if cfg.image_pull_secrets and not creates_pull_secrets:
+        theirs.append((f"{NS}:imagePullSecrets", f"{list(cfg.image_pull_secrets)!r} names Secrets"))
+    for key, value in theirs:
+        raise ConfigError(
+            f"{key}: {value} that must exist in namespace {cfg.namespace!r} before `up`, but this stack creates that "
+            f"namespace ({NS}:createNamespace: true), so none can exist yet. Either create the namespace and the "
+            f"Secrets yourself and set {NS}:createNamespace: false (the namespace is then yours, and destroy "
+            f"leaves it), or let the stack make the Secret"
+            + (
+                f": remove {key} and run `pulumi config set --secret {NS}:hfToken <token>`"
+                if key.endswith("hfTokenSecretName")
+                else f" on a cluster it creates (cluster.mode eks or stack, from {NS}:ngcApiKey)"
+            )
+        )
+
+
 def check_unused_secrets(secret_keys: frozenset[str], mode: str) -> None:
     """A secret the stack never reads would be ignored silently, and two that fill the same Secret would leave one
     unused: refuse them (names only, never values). ``kubeconfig`` is read by ``cluster.mode: kubeconfig`` only;
@@ -572,7 +597,12 @@ def parse_spec(
         check_front_door_secrets(FrontDoorConfig(), secret_keys)  # a cluster-only stack has no door: its keys are unused
         check_unused_secrets(secret_keys, cluster.mode)
         return ProgramSpec(cluster=cluster, entries=[], **common)
-    entries = serve_entries(raw, lambda e: check_secrets(secret_keys, e.config, require_present=env is not None, single=single))
+
+    def check(entry: ServeEntry) -> None:
+        check_secrets(secret_keys, entry.config, require_present=env is not None, single=single)
+        check_secrets_in_created_namespaces(entry.config, cluster.CREATES_PULL_SECRETS)
+
+    entries = serve_entries(raw, check)
     if single:
         observability, benchmark = entries[0].config.observability, entries[0].config.benchmark
     else:
