@@ -26,8 +26,7 @@ import pulumi_kubernetes as k8s
 from pulumi.runtime import config as rc
 
 from components.credentials import cluster_storage_classes, credentials_problem, mocked, storage_class_warnings
-from components.platform import helm_release
-from stacks.cluster import ClusterPlan, ClusterStackPlan, capacity_shortfall, dra_driver_spec, node_pools
+from stacks.cluster import ClusterPlan, ClusterStackPlan, capacity_shortfall, node_pools
 from stacks.config.keys import NS
 from stacks.config.stack import EksCluster, KubeconfigCluster, RenderCluster, StackCluster
 from stacks.modes import cluster_as
@@ -249,15 +248,6 @@ class EksSource(ClusterSource):
         )  # Karpenter pools: their NodePools exist before the DGDs
         # the front door's Service becomes an NLB only once the controller (and its webhook) runs
         self.layers_ready = [eks.load_balancer_controller] if eks.load_balancer_controller else []
-        if plan.dra_driver:  # GB200: ComputeDomains (IMEX) through the NVIDIA DRA driver
-            assert eks.gpu_nodes is not None, "GB200 pools are node groups (UltraServers: Capacity Blocks, not Karpenter)"
-            self.gpu_ready.append(
-                helm_release(
-                    "nvidia-dra-driver-gpu",
-                    dra_driver_spec(),
-                    pulumi.ResourceOptions(provider=self.provider, depends_on=[eks.gpu_nodes]),
-                )
-            )
 
     def _pv_spec(self, csi: dict) -> dict:
         static_pv = _eks_plan(self.program).static_pv

@@ -1,5 +1,5 @@
 """One ComponentResource for every optional layer in the one layer shape (``stacks.layers.LayerPlan``): the device
-plugins and the Dynamo platform, KEDA, observability, the benchmark and the front door.
+plugins, the Dynamo platform and the NVIDIA DRA driver, KEDA, observability, the benchmark and the front door.
 
 Type token ``dynamo:<module>:<kind>`` (``dynamo:frontDoor:FrontDoor``, ``dynamo:platform:DevicePlugins``; the module
 defaults to the layer key), resource name the plan's ``component_name`` (default the key). Order (``LayerPlan``'s

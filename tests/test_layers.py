@@ -229,6 +229,29 @@ def test_keda_moves_under_its_layer_with_the_alias_of_its_top_level_urn():
     assert len(scaled) == 2 and all(keda.urn in so.dependencies for so in scaled)
 
 
+def test_dra_driver_moves_under_its_layer_with_the_alias_of_its_top_level_urn():
+    """The NVIDIA DRA driver's release was a top-level resource of the EKS cluster source; as the platform's
+    ``dynamo:platform:DraDriver`` layer it carries the alias of that URN (same type and name, parent the stack), waits
+    for the system nodes only (not the GPU nodes: its kubelet plugin starts on each GPU node as it joins), and every
+    DGD waits for it (the ComputeDomain claims need it)."""
+    from test_urns import CASES
+
+    run = run_program(CASES["eks-gb200"], {"hfToken": "hf_x"}, stack="golden")
+    layer = run.one("dynamo:platform:DraDriver")
+    (dra,) = [r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs.get("chart") == "dra-driver-nvidia-gpu"]
+    assert dra.parent == layer.urn and dra.name == "nvidia-dra-driver-gpu"
+    assert dra.aliases == [{"parentUrn": layer.parent}] and layer.parent.rsplit("::", 2)[1] == "pulumi:pulumi:Stack"
+    system = [r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-system")]
+    gpu = [r for r in run.by_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-gpu")]
+    assert len(system) == 1 and gpu
+    waits = set(dra.dependencies) | set(layer.dependencies)
+    assert system[0].urn in waits and not {g.urn for g in gpu} & waits
+    dgds = run.by_type("kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment") or run.by_type(
+        "kubernetes:nvidia.com/v1alpha1:DynamoGraphDeployment"
+    )
+    assert dgds and all(dra.urn in d.dependencies for d in dgds)
+
+
 def test_render_lists_the_platform_layers_objects():
     program = build_program(
         {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "region": "us-east-1"}}, "t", frozenset({"hfToken"})

@@ -9,7 +9,7 @@ creates exactly those objects.
 Adding a layer (docs/architecture.md "Adding an optional layer" has the steps): a config section in ``stacks/config``,
 a ``plan_<layer>(spec, entries, cluster)`` function here returning a ``LayerPlan`` (or None when off), one line in
 ``stacks.program.LAYER_PLANNERS``. The shell needs no new code. The layers in this shape, in the program's order: the
-platform layer (``platform.py``: the device plugins and the Dynamo platform, which the DGDs wait for) and KEDA
+platform layers (``platform.py``: the device plugins, the Dynamo platform and the DRA driver, which the DGDs wait for) and KEDA
 (``keda.py``: its chart, which the ScaledObjects wait for), created before the serving objects; observability
 (``observability.py``: kube-prometheus-stack, monitors, dashboards, alerts) and the benchmark (``benchmark.py``: the
 AIPerf Job), which the program plans with the serving plans because KEDA reads the first's Prometheus and the second

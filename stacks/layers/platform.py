@@ -1,6 +1,6 @@
 """The platform layer in the one layer shape: the device plugins (the NVIDIA stack, its RuntimeClass, the fabric
-device plugins) and the Dynamo platform (the operator chart in its namespace), two LayerPlans the DGDs wait for
-(``gates="graphs"``).
+device plugins), the Dynamo platform (the operator chart in its namespace) and, where a GPU pool spans an NVLink domain
+(GB200), the NVIDIA DRA driver for its ComputeDomains: LayerPlans the DGDs wait for (``gates="graphs"``).
 
 Each keeps the URNs its own component had: type ``dynamo:platform:DevicePlugins`` named ``device-plugins`` and
 ``dynamo:platform:DynamoPlatform`` named ``dynamo-platform``, every child's name as it was (``names``, ``chart_names``),
@@ -20,11 +20,13 @@ from stacks.cluster.platform import (
     nvidia_gpu_stack,
     nvidia_runtime_class,
 )
+from stacks.cluster.dra import dra_driver_spec
 from stacks.layers import LayerPlan
 from stacks.registry.charts import PLATFORM_NAMESPACE
 
 DEVICE_PLUGINS = "device-plugins"  # the component's resource name, the prefix of its children's
 DYNAMO_PLATFORM = "dynamo-platform"
+DRA_DRIVER = "nvidia-dra-driver-gpu"  # the release's Pulumi resource name (and Helm release name), unchanged since 25.x
 
 
 def plan_device_plugins(
@@ -107,4 +109,24 @@ def plan_dynamo_platform(install: bool = True, prometheus_endpoint: Optional[str
         wait_on_component=True,
         gates="graphs",
         registered=registered,
+    )
+
+
+def plan_dra_driver() -> LayerPlan:
+    """The NVIDIA DRA driver release (stacks/cluster/dra.py ``dra_driver_spec``: ComputeDomains only, its controller
+    on the system nodes, its kubelet plugin on the GPU nodes), which the DGDs' ComputeDomain claims need. Installed
+    beside the GPU nodes, after the system nodes (``after="nodes"``), like the device plugins: the kubelet plugin's
+    DaemonSet rolls out with no GPU node yet and starts on each as it joins. The release keeps its URN: named as before
+    (``chart_names``), and it was a top-level resource of the EKS cluster source, so it carries that URN as its alias
+    (``moved_from_top_level``)."""
+    return LayerPlan(
+        key="draDriver",
+        kind="DraDriver",
+        title="NVIDIA DRA driver (ComputeDomains)",
+        module="platform",
+        charts=[dra_driver_spec()],
+        chart_names={0: DRA_DRIVER},
+        after="nodes",
+        gates="graphs",
+        moved_from_top_level=True,
     )

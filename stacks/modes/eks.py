@@ -21,13 +21,12 @@ if TYPE_CHECKING:
 
 
 def eks_layers(plan: Any) -> list[str]:
-    """The layers of the EKS cluster: the cluster and its node groups, the model-cache storage, the DRA driver and
-    Karpenter where planned (the device plugins are a layer of the program: stacks/layers/platform.py)."""
+    """The layers of the EKS cluster: the cluster and its node groups, the model-cache storage and Karpenter where
+    planned (the device plugins and the DRA driver are layers of the program: stacks/layers/platform.py)."""
     storage = "StorageClass" if plan.storage_class else "PersistentVolume"
     return [
         "EKS cluster and node groups",
         f"model-cache file system and {storage}",
-        "NVIDIA DRA driver" if plan.dra_driver else "",
         _karpenter_layer(plan),
     ]
 

@@ -33,7 +33,7 @@ from stacks.modes.registry import cluster_mode
 from stacks.layers.benchmark import benchmark_layer
 from stacks.layers.front_door import needs_load_balancer, plan_front_door
 from stacks.layers.keda import plan_keda
-from stacks.layers.platform import plan_device_plugins, plan_dynamo_platform
+from stacks.layers.platform import plan_device_plugins, plan_dra_driver, plan_dynamo_platform
 from stacks.cluster.platform import GPU_PRESENT_LABELS
 from stacks.layers.observability import observability_layer
 from stacks.serving.serve import Entry, build_entries
@@ -256,7 +256,8 @@ def platform_layers(program: ProgramPlan, at: int) -> ProgramPlan:
     the RuntimeClass ``nvidia`` selects the GPU node groups' ``nvidia.com/gpu.present=true`` (``labels_gpu_nodes``)."""
     cluster, mode = program.cluster, program.mode
     plugins, platform = mode.installs_device_plugins(cluster), mode.installs_platform(cluster)
-    if not (plugins or platform):
+    dra = getattr(program.cluster_plan, "dra_driver", False)
+    if not (plugins or platform or dra):
         return program
     layers: list[LayerPlan] = []
     if plugins:
@@ -271,6 +272,8 @@ def platform_layers(program: ProgramPlan, at: int) -> ProgramPlan:
         )
     endpoint = program.observability.prometheus_endpoint if program.observability else None
     layers.append(plan_dynamo_platform(install=platform, prometheus_endpoint=endpoint))
+    if dra:  # an EKS plan whose GPU pools span NVLink domains (GB200)
+        layers.append(plan_dra_driver())
     program.layers[:0] = layers
     program.other_layers[at:at] = [p.describe() for p in layers if p.charts or p.objects]
     return program
