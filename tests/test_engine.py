@@ -20,6 +20,7 @@ import pytest
 from local_cluster import chart_repo, control_plane
 import lazy_results  # noqa: F401  (the Automation API's results, fetched when read)
 from stacks.cli import fidelity
+from stacks.config.keys import parse, select_target
 from stacks.program.render import render_config
 from stacks.registry import yaml_text
 
@@ -270,7 +271,7 @@ def comparable(obj: dict) -> dict:
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_engine_lifecycle(kube, workspace, target):
+def test_engine_lifecycle(kube, workspace, target, tmp_path):
     ns = "e-" + target.replace("lightning-", "l-").replace("motif3-vllm-disagg-b200-chat-", "m3-")[:50].rstrip("-")
     config = base_config(kube, target, ns)
     stack = make_stack(workspace, ns, config)
@@ -329,6 +330,25 @@ def test_engine_lifecycle(kube, workspace, target):
         assert next(c for c in live_dgd["spec"]["components"] if c["name"] == worker)["replicas"] == 3
         assert live_dgd["metadata"]["uid"] == before["metadata"]["uid"]
         assert (live_dgd["metadata"].get("annotations") or {}).get(OPERATOR_ORIGIN_VERSION) == "1.6.1", live_dgd["metadata"]
+
+        # The worker's replicas share one compile cache on the model-cache claim: started one after another from the live
+        # DGD (tests/compile_cache_starts.py: what is real, what stands in for vLLM's compiler), the first compiles and
+        # the second and third load its artifact; the scale-out did not move the cache (the directory is the one the
+        # DGD named before it), and the claim is ReadWriteMany, so replicas on other nodes see the same files.
+        if select_target(parse({"target": target})).runtime == "vllm":
+            from compile_cache_starts import start_replicas
+
+            starts = start_replicas(live_dgd, worker, 3, tmp_path)
+            assert [(s.compiled, s.loaded) for s in starts] == [(True, False), (False, True), (False, True)], starts
+            assert len({s.path for s in starts}) == 1
+            (before_start,) = start_replicas(before, worker, 1, tmp_path / "before")
+            assert before_start.path.relative_to(tmp_path / "before") == starts[0].path.relative_to(tmp_path)
+            pvc = json.loads(kubectl(kube, "get", "pvc", starts[0].claim, "-n", ns, "-o", "json").stdout)
+            assert "ReadWriteMany" in pvc["spec"]["accessModes"], pvc["spec"]
+            others = [c["name"] for c in live_dgd["spec"]["components"] if c["type"] != "frontend" and c["name"] != worker]
+            for other in others:  # another component compiles other graphs: its own entry, nothing loaded from ours
+                (first,) = start_replicas(live_dgd, other, 1, tmp_path)
+                assert first.path != starts[0].path and (first.compiled, first.loaded) == (True, False)
 
         # destroy removes everything but the protected model cache (and the namespace holding it), and says so.
         # The kept objects' after_delete hooks are in the state, so a destroy without the program is refused
