@@ -113,7 +113,8 @@ KUBE_PLATFORM_URNS = {
 }
 EKS_PLATFORM_URNS = {
     f"{STACK}dynamo:platform:DevicePlugins::device-plugins": ["cluster-system"],
-    f"{STACK}dynamo:platform:DynamoPlatform::dynamo-platform": ["cluster-system", "model-cache"],
+    # the operator waits for the system nodes it runs on, not the model cache (stacks/layers/platform.py)
+    f"{STACK}dynamo:platform:DynamoPlatform::dynamo-platform": ["cluster-system"],
     f"{PLUGINS}kubernetes:helm.sh/v3:Release::device-plugins-gpu-operator": [],
     f"{PLUGINS}kubernetes:apps/v1:DaemonSet::device-plugins-aws-efa-k8s-device-plugin-daemonset": [],
     f"{PLATFORM}kubernetes:core/v1:Namespace::dynamo-platform-namespace": [],

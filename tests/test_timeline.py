@@ -17,22 +17,22 @@ def test_every_duration_has_a_source_and_a_basis():
     assert durations()["download"]["source"]
 
 
-def test_h100_disagg_critical_path_runs_through_the_gpu_node_group():
+def test_h100_disagg_critical_path_is_the_longest_branch_into_the_dgd():
+    """The DGD waits for three branches that start from the control plane: the GPU nodes (and their plugins' pods), the
+    model download (after the storage), and the Dynamo platform (after the system nodes, not the storage). The critical
+    path runs through whichever ends last, then the image pull and the worker start."""
     tl = timeline_for_program(program_for_stack("h100-disagg"))
-    assert tl.critical == [
-        "vpc",
-        "eks-control-plane",
-        "gpu-node-group",
-        "device-plugin-pods",
-        "dgd",
-        "image-pull",
-        "worker-startup",
-    ]
-    # the plugins install from the system nodes, beside the GPU node group: only their pods on the new node are on the path
+    assert tl.steps["dgd"].after == ("model-download", "gpu-node-group", "device-plugin-pods", "dynamo-platform")
+    assert tl.steps["dynamo-platform"].after == ("system-node-group",)
+    last = max(tl.steps["dgd"].after, key=lambda n: tl.finish[n])
+    assert tl.critical[-3:] == ["dgd", "image-pull", "worker-startup"] and last in tl.critical
+    assert tl.critical[:2] == ["vpc", "eks-control-plane"]
+    # the plugins install from the system nodes, beside the GPU node group: only their pods on the new node wait for it
     assert tl.steps["device-plugins"].after == ("system-node-group",) and "device-plugins" not in tl.critical
-    assert "model-download" not in tl.critical and tl.slack("model-download") > 0
-    # the DGD waits for both: the download may take as long as the GPU branch still runs after it ends
-    assert tl.slack("model-download") == pytest.approx(tl.finish["device-plugin-pods"] - tl.finish["model-download"])
+    ends = [b for b in tl.steps["dgd"].after if all(b not in s.after for n, s in tl.steps.items() if n != "dgd")]
+    assert ends == ["model-download", "device-plugin-pods", "dynamo-platform"]
+    for branch in ends:  # every branch's last step has exactly the slack to the one that ends last
+        assert tl.slack(branch) == pytest.approx(tl.finish[last] - tl.finish[branch]), branch
     assert tl.total == pytest.approx(sum(tl.steps[n].minutes for n in tl.critical))
 
 
@@ -130,8 +130,11 @@ def test_karpenter_path_launches_gpu_nodes_when_the_nodepool_exists():
     objects and the DGD are created; the workers' image pull waits for both the DGD and the nodes."""
     from stacks.cli.timeline import gpu_launch
 
-    kw = dict(mode="eks", platform=True, **LIGHTNING)
-    ng, kp = build_steps(**kw), build_steps(capacity="karpenter", **kw)
+    # GPU nodes that take longer than the other branches, so that their path is the critical one on both
+    kw = dict(mode="eks", platform=True, overrides={"gpu-node-group": 20}, **LIGHTNING)
+    ng = build_steps(**kw)
+    kw["overrides"] = {"gpu-node-launch": 20}
+    kp = build_steps(capacity="karpenter", **kw)
     assert "gpu-node-group" not in kp and "karpenter" in kp and "gpu-node-launch" not in ng
     assert kp["karpenter"].after == ("system-node-group",)
     assert kp["gpu-node-launch"].after == ("karpenter",)
@@ -145,7 +148,7 @@ def test_karpenter_path_launches_gpu_nodes_when_the_nodepool_exists():
     assert start(kp, fk, "gpu-node-launch") == pytest.approx(fk["karpenter"]) and fk["karpenter"] < fk["dgd"]  # before the DGD
     assert start(kp, fk, "gpu-node-launch") > start(ng, fn, "gpu-node-group")  # the controller comes first
     # Launching with the NodePool instead of with the DGD's Pending pods saves what lies between them.
-    after_dgd = build_steps(capacity="karpenter", overrides=None, **kw)
+    after_dgd = build_steps(capacity="karpenter", **kw)
     after_dgd["gpu-node-launch"].after = ("dgd",)
     assert schedule(after_dgd)[0]["worker-startup"] - fk["worker-startup"] == pytest.approx(fk["dgd"] - fk["karpenter"])
     with pytest.raises(ValueError, match="capacity 'spot'"):
@@ -267,31 +270,82 @@ def test_pause_line_is_what_the_paused_plan_does(capsys):
 
 
 def test_five_paths_sum_their_steps_and_are_held_to_their_targets(capsys):
-    """Each path is the sum of its steps' durations (the registry's), warm differs from cold by the worker start only,
-    and the CLI prints every path with its target verdict."""
+    """Each path is the sum of its steps' durations (the registry's, the derived image pull and worker start), warm
+    differs from cold by the compile only, a resume and a same-node scale-out are held to their targets on the warm
+    start (the component ran with the same key), and the CLI prints every path with its target verdict."""
     program = program_for_stack("h100-disagg")
     ng, kp = timeline_for_program(program, capacity="node-group"), timeline_for_program(program, capacity="karpenter")
     paths = serving_paths(ng, ng, kp)
     table, targets = durations()["steps"], durations()["targets"]
     assert len(paths) == 5
     assert (paths[0].cold, paths[1].cold) == (ng.total, kp.total)
-    saved = table["worker-startup"]["minutes"] - table["worker-startup-warm"]["minutes"]
+    saved = ng.steps["worker-startup"].minutes - ng.warm_start.minutes
+    assert saved == pytest.approx(durations()["worker_start"]["compile_cold_minutes"], abs=0.01)
     for p in paths:
         assert p.warm == pytest.approx(p.cold - saved), p.name
         assert p.steps[-1] == "worker-startup"
+    own = {**{n: r["minutes"] for n, r in table.items()}, **{n: s.minutes for n, s in ng.steps.items()}}
     for p in paths[2:]:
-        assert p.cold == pytest.approx(sum(table[n]["minutes"] for n in p.steps)), p.name
+        assert p.cold == pytest.approx(sum(own[n] for n in p.steps)), p.name
     assert "image-pull" not in paths[3].steps and "gpu-node-group" in paths[4].steps  # same node: no pull, no launch
     assert (paths[0].target_cold, paths[0].target_warm) == (targets["empty-account"]["cold"], targets["empty-account"]["warm"])
+    assert (paths[2].target_cold, paths[2].target_warm) == (None, targets["resume"]["warm"])
     assert main(["timeline", "--stack", "h100-disagg"]) == 0
     out = capsys.readouterr().out
     for p in paths:
         assert p.name in out
     flat = " ".join(out.split())  # the report wraps at 100 columns
     row = flat.split("scale-out on a running node", 1)[1].split(" + worker-startup", 1)[0]
-    verdict = (
-        "met"
-        if paths[3].warm <= targets["scale-out-same-node"]["cold"]
-        else f"misses by {paths[3].warm - targets['scale-out-same-node']['cold']:.1f}"
+    bar = targets["scale-out-same-node"]["warm"]
+    verdict = "met" if paths[3].warm <= bar else f"misses by {paths[3].warm - bar:.1f}"
+    assert f"cold {paths[3].cold:.1f}, warm {paths[3].warm:.1f} (target {bar:g}: {verdict})" in row, row
+
+
+def test_image_pull_is_the_image_size_at_the_measured_parallel_pull_rate():
+    """The worker image's pull: its size at the rate of AWS's measured parallel pull (bytes over seconds), about half
+    the default pull's time; every GPU node pulls that way (FastImagePull in the node groups' NodeConfig)."""
+    from stacks.cli.timeline import image_pull_step
+
+    im = durations()["image"]
+    step = image_pull_step(("dgd",))
+    assert step.minutes * 60 == pytest.approx(im["gigabytes"] * 1e9 * im["measured_parallel_s"] / im["measured_bytes"], abs=1)
+    assert im["measured_parallel_s"] < im["measured_default_s"] and step.basis == "derived"
+
+
+def test_warm_worker_start_follows_the_checkpoint_the_storage_and_the_probe():
+    """The warm start grows with the checkpoint read from the cache (Ultra's is 18 times Lightning's), is faster from
+    a faster file system, and the probe adds one period: the fast startup probe's 5 s against upstream's 30 s."""
+    from stacks.cli.timeline import worker_steps
+
+    ws = durations()["worker_start"]
+    fixed = sum(r["seconds"] for r in ws["warm_seconds"].values())
+    _, light = worker_steps("nemotron-3.5-lightning", "nvfp4", None, None, 30)
+    _, ultra = worker_steps("nemotron-3-ultra", "nvfp4", None, None, 30)
+    per_b = durations()["checkpoints"]["bytes_per_param"]["nvfp4"]
+    assert light.minutes * 60 == pytest.approx(fixed + 30 + 30 * per_b / ws["cache_read_gb_per_s"], abs=1)
+    assert ultra.minutes * 60 == pytest.approx(fixed + 30 + 550 * per_b / ws["cache_read_gb_per_s"], abs=1)
+    _, fsx = worker_steps("nemotron-3-ultra", "nvfp4", None, (6.0, "FSx"), 30)
+    _, fast = worker_steps("nemotron-3-ultra", "nvfp4", None, None, 5)
+    assert fsx.minutes < ultra.minutes and ultra.minutes - fast.minutes == pytest.approx(25 / 60, abs=0.01)
+
+
+def test_probe_period_is_read_from_the_stacks_workers():
+    """The timeline reads the rendered DGD's GPU worker startupProbe period: the recipe's, or 5 s with the fast probe."""
+    from stacks.cli.timeline import probe_period
+    from stacks.program import build_program
+
+    recipe = build_program({"target": "lightning-vllm-agg-h100-dspark"}, "t", frozenset({"hfToken"})).entries[0].plan.dgd
+    fast = (
+        build_program(
+            {"target": "lightning-vllm-agg-h100-dspark", "fastStartupProbe": {"enabled": True}}, "t", frozenset({"hfToken"})
+        )
+        .entries[0]
+        .plan.dgd
     )
-    assert f"warm {paths[3].warm:.1f} (target {targets['scale-out-same-node']['cold']:g}: {verdict})" in row, row
+    periods = {
+        c["startupProbe"]["periodSeconds"]
+        for comp in recipe["spec"]["components"]
+        for c in comp["podTemplate"]["spec"]["containers"]
+        if c.get("startupProbe") and (c.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu")
+    }
+    assert probe_period(recipe) == max(periods) and probe_period(fast) == 5

@@ -26,8 +26,9 @@ EFA_LABEL = "vpc.amazonaws.com/efa.present"
 AMI_TYPE = {"x86_64": "AL2023_x86_64_NVIDIA", "arm64": "AL2023_ARM_64_NVIDIA"}
 GPU_UPDATE_CONFIG = {"max_unavailable": 1, "update_strategy": "MINIMAL"}
 # How long `up` waits for a GPU node group's update: MINIMAL replaces one node at a time (drain, terminate, launch a
-# p5/p6, its AMI's RAID0 and EFA set-up, Ready), about 30 min a node (an estimate: stacks/registry/durations.yaml
-# gpu-node-group is 20 min for a whole group's launch), never less than the provider's 60 min default.
+# p5/p6, its AMI's RAID0 and EFA set-up, Ready), budgeted 30 min a node (a wait's budget, not its expected time:
+# stacks/registry/durations.yaml estimates a GPU node's boot at 8 min, and Karpenter gives a node 15 min to register),
+# never less than the provider's 60 min default.
 GPU_NODE_REPLACE_MINUTES = 30
 
 

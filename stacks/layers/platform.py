@@ -82,8 +82,13 @@ def plan_device_plugins(
 
 
 def plan_dynamo_platform(install: bool = True, prometheus_endpoint: Optional[str] = None) -> LayerPlan:
-    """The ``dynamo-platform`` chart in ``dynamo-system`` (its Namespace first, then the release), after the model
-    cache's storage; the operator learns the Prometheus URL (Planner, autoscaling) when observability is on. Without
+    """The ``dynamo-platform`` chart in ``dynamo-system`` (its Namespace first, then the release), once the nodes it
+    runs on exist (on EKS the system nodes), not after the model cache's storage: the chart installs no etcd or NATS and
+    claims no volume (stacks/cluster/platform.py ``dynamo_platform``), and the operator's pods need only the cluster's
+    networking, which EKS bootstraps at cluster creation ("If you set this value to False when creating a cluster, the
+    default networking add-ons will not be installed. The default networking add-ons include vpc-cni, coredns, and
+    kube-proxy": EKS API CreateCluster ``bootstrapSelfManagedAddons``, left at its default here) and whose vpc-cni add-on
+    the program creates before the nodes (stacks/cluster/identity.py ``BEFORE_NODES``). The operator learns the Prometheus URL (Planner, autoscaling) when observability is on. Without
     ``install`` (the cluster runs its own operator, the stack installs only device plugins) the component stays, empty,
     with its outputs. Ready (what the DGDs wait for): the release."""
     spec = dynamo_platform(prometheus_endpoint=prometheus_endpoint)
@@ -105,7 +110,7 @@ def plan_dynamo_platform(install: bool = True, prometheus_endpoint: Optional[str
         chart_names={0: f"{DYNAMO_PLATFORM}-release"},
         before_charts=frozenset({"Namespace"}),
         chart_namespaces=False,
-        after="storage",
+        after="nodes",
         wait_on_component=True,
         gates="graphs",
         registered=registered,

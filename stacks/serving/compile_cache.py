@@ -25,9 +25,17 @@ What the sources say:
 - Concurrent first starts: vLLM takes no lock on the cache. Replicas starting together may each compile (the wasted
   work is the first start's only); vllm-project/vllm#24601 reported artifacts clobbered by concurrent writers, fixed by
   saving standalone_compile artifacts as single "binary" files written atomically (write + rename), the default since
-  vllm-project/vllm#27616 (merged); a write lock (vllm-project/vllm#26521) was proposed and closed unmerged. The
-  versions of vLLM inside the recipes' vllm-runtime images are not checked here. A later start reads the finished
-  entries; an entry is only read back when vLLM's own hash matches.
+  vllm-project/vllm#27616 (merged the week of 2025-11-07, so in vLLM 0.11.1 and later); a write lock
+  (vllm-project/vllm#26521) was proposed and closed unmerged. vLLM's ``VLLM_COMPILE_CACHE_SAVE_FORMAT`` defaults to
+  ``binary``, "Safe for multiple vllm serve processes accessing the same torch compile cache" (``unpacked`` is "NOT
+  multiprocess safe"; vllm/envs.py), and the AOT-compile artifacts (on by default from torch 2.10) are saved atomically
+  since vllm-project/vllm#35117. The recipes' images are far past that: Dynamo 1.4.x pins vLLM 0.26.0 and 1.5.0 pins
+  0.28.0 (ai-dynamo/dynamo docs/fern/components/releases.data.ts; NVIDIA's Dynamo v1.5.0 compatibility page), and 1.2.0
+  already pinned 0.20.1 (its pyproject.toml), so Ultra's 1.3.0 dev image is past it too. With vLLM 0.28.0, eight engines
+  started together on one emptied cache all compiled and wrote it, five times over, without a failure
+  (NovaSky-AI/SkyRL PR #2167). A later start reads the finished entries; an entry is only read back when vLLM's own
+  hash matches (env vars that enter it: ``vllm.envs.compile_factors``; a key that drifts between pods is never shared,
+  as ai-dynamo/dynamo#10695 reported).
 - The DGD's ``spec.env`` "is prepended to every component's environment. Component-specific env entries with the same
   name take precedence" (DynamoGraphDeployment CRD v1beta1, ``spec.env``: /work/shared/reference/crds/
   nvidia.com_dynamographdeployments.yaml), so the container-level entries set here win over a DGD-level value
