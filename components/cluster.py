@@ -97,6 +97,7 @@ class EksGpuCluster(pulumi.ComponentResource):
         self._api_access(name, plan)
         node_role, node_policies = self._node_role(name, plan)
         self.addons = [self._addon(name, plan, addon, []) for addon in plan.addons_before_nodes]
+        self.addons_before_nodes = list(self.addons)  # the CNI and the Pod Identity agent: what any pod needs first
         cache_sg, efa_sg = self._security_groups(name, plan)
         node_deps = pulumi.ResourceOptions(parent=self, depends_on=[*node_policies, *self.addons])
         self._system_nodes(name, plan, node_role, node_deps)
@@ -745,7 +746,12 @@ class EksGpuCluster(pulumi.ComponentResource):
     ) -> pulumi.Resource:
         """OCI charts: Helm pulls oci://<repo>/<chart> at the version (no repository index). The CRDs first, from
         karpenter-crd (templates, so a bump upgrades them); the controller's chart then skips its crds/. Returns the
-        controller's release."""
+        controller's release, which waits for the system nodes it runs on and the add-ons created before them (the CNI;
+        the Pod Identity agent its role needs), not for those created after them (the managed CoreDNS and kube-proxy, the
+        CSI driver): EKS bootstraps CoreDNS and kube-proxy at cluster creation ("If you set this value to False when
+        creating a cluster, the default networking add-ons will not be installed. The default networking add-ons
+        include vpc-cni, coredns, and kube-proxy": EKS API CreateCluster ``bootstrapSelfManagedAddons``, left at its
+        default), and the GPU nodes it launches wait for nothing more."""
         import pulumi_kubernetes as k8s
 
         crds, spec = kp.crd_helm, kp.helm
@@ -768,7 +774,7 @@ class EksGpuCluster(pulumi.ComponentResource):
             skip_crds=True,
             timeout=900,
             opts=pulumi.ResourceOptions(
-                parent=self, provider=provider, depends_on=[crd_release, self.system_nodes, *after, *self.addons]
+                parent=self, provider=provider, depends_on=[crd_release, self.system_nodes, *after, *self.addons_before_nodes]
             ),
         )
 

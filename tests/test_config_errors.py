@@ -1,5 +1,7 @@
 """Each class of bad config gets a clear error naming key, value and choices, and registers no resource."""
 
+import re
+
 import pytest
 
 from harness import run_program
@@ -109,8 +111,13 @@ def test_model_revision_only_where_the_download_supports_it(monkeypatch):
     fam = catalog.families()["nemotron-3.5-lightning"]
     for name, job in list(fam.cache_job_builders.items()):  # a Lightning download Job that took no revision
         monkeypatch.setitem(fam.cache_job_builders, name, replace(job, revision=None))
+    # the models whose download Jobs take a revision, from the catalog's data (Lightning's now take none)
+    supported = sorted(
+        f.id for f in catalog.families().values() if any(getattr(b, "revision", None) for b in f.cache_job_builders.values())
+    )
+    assert "nemotron-3.5-lightning" not in supported and supported
     with pytest.raises(
-        ConfigError, match=r"dynamo:modelRevision: 'v1' cannot be applied.*\(supported: motif-3, nemotron-3-ultra\)"
+        ConfigError, match=rf"dynamo:modelRevision: 'v1' cannot be applied.*\(supported: {re.escape(', '.join(supported))}\)"
     ):
         render_config({"modelRevision": "v1"})
     objs = render_config({"model": "nemotron-3-ultra", "gpu": "b200", "modelRevision": "a" * 40})

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -322,6 +322,7 @@ stack_docs = st.one_of(
 
 @settings(max_examples=150, **SETTINGS)
 @given(doc=stack_docs)
+@example(doc={"config": float("inf")})  # a refused number in place of the whole config: the message names the file
 def test_render_stack_file_raises_only_config_errors(doc, tmp_path_factory):
     root = tmp_path_factory.mktemp("prop")
     (root / "Pulumi.prop.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))

@@ -223,7 +223,15 @@ def test_karpenter_timeline_edges_are_the_programs_dependencies():
     waits = _closure(run, placeholder.urn)
     assert pool.urn in waits and not {job.urn, dgd.urn} & waits and placeholder.urn not in _closure(run, dgd.urn)
     assert not any("platform" in u for u in waits), sorted(waits)
+    # The controller's release waits for the system nodes and the add-ons made before them, none made after them (the
+    # timeline's karpenter step follows the system node group, not the add-ons).
+    (release,) = [r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.name.endswith("-karpenter")]
+    addons = {r.inputs["addonName"]: r.urn for r in run.by_type("aws:eks/addon:Addon")}
+    before = _closure(run, release.urn)
+    assert addons["vpc-cni"] in before and addons["eks-pod-identity-agent"] in before
+    assert not {addons[a] for a in ("coredns", "kube-proxy", "aws-efs-csi-driver")} & before, sorted(before)
     steps = build_steps(mode="eks", platform=True, capacity="karpenter", **LIGHTNING)
+    assert steps["karpenter"].after == ("system-node-group",)
     assert "karpenter" not in steps["serving-objects"].after and {"model-download", "karpenter"} <= set(steps["dgd"].after)
     assert steps["gpu-node-launch"].after == ("karpenter",)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from stacks.catalog import k8s
+from stacks.config.keys import ConfigError
 from stacks.serving import compile_cache, startup_probe
 from stacks.serving.hardening import without_hardening
 from stacks.registry import yaml_text
@@ -474,7 +475,10 @@ def check(
                 if owner is None:
                     continue
                 plain = next(o for o in render(owner.id) if obj_key(o) == k)
-                pinned = [o for o in render_pinned(owner.id) if obj_key(o) == k]
+                try:
+                    pinned = [o for o in render_pinned(owner.id) if obj_key(o) == k]
+                except ConfigError:  # the model's download Jobs take no revision: nothing pinned to compare
+                    pinned = []
                 if pinned and pinned[0] != plain:  # the Job takes the revision
                     diffs = compare_file([d], pinned, storage_class=storage_class, pull_secrets=pull_secrets)
                     if diffs:

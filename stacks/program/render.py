@@ -42,6 +42,8 @@ def stack_raw_config(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
         data = load_stack_yaml(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path.name} is not valid YAML: {e}") from None
+    except ConfigError as e:  # a value the Pulumi CLI refuses (NaN, infinity): say in which file
+        raise ConfigError(f"{path.name}: {e}") from None
     cfg = data.get("config") if isinstance(data, dict) else data
     if cfg is None:
         cfg = {}
