@@ -60,13 +60,13 @@ def _with_platform_part(user_data: str) -> str:
 def _boot(tools: tuple[str, str], user_data: str, tmp_path: Path, cpus_mem=P5) -> dict:
     f = tmp_path / f"user-data-{len(list(tmp_path.iterdir()))}"
     f.write_text(_with_platform_part(user_data))
-    check = subprocess.run([tools[0], "config", "check", "-c", f"file://{f}"], capture_output=True, text=True, timeout=60)
+    check = subprocess.run([tools[0], "config", "check", "-c", f"file://{f}"], capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stderr
     out = subprocess.run(
         [tools[1], "-c", f"file://{f}", "-cpus", cpus_mem[0], "-memory-gib", cpus_mem[1]],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
