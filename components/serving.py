@@ -511,6 +511,24 @@ class Serving(pulumi.ComponentResource):
             )
             for pname, np_ in policies.items()
         ]
+        # The image pre-pullers (stacks/serving/prepull.py): before the GPU nodes, so each pulls the workers' image as a
+        # node joins; after the pull Secrets they name.
+        self.image_prepullers = [
+            k8s.apps.v1.DaemonSet(
+                f"{name}-{suffix}-image-prepull",
+                metadata=_meta(p.image_prepuller),
+                spec=p.image_prepuller["spec"],
+                opts=_opts(
+                    self,
+                    [*base, *self.pull_secrets],
+                    # the graph's names in the stack's other form, as its DGD's
+                    aliases=[pulumi.Alias(name=f"{a}-image-prepull") for a in aliases] or None,
+                    **_guarded({}, f"{name}-{suffix}-image-prepull", "apps/v1", "DaemonSet", _meta(p.image_prepuller)),
+                ),
+            )
+            for suffix, p, aliases in graphs
+            if p.image_prepuller
+        ]
         ready = base + [r for r in (self.secret.resource, self.cache.resource) if r] + self.network_policies
         self.download = ModelDownload(
             f"{name}-model-download", plan.jobs, opts=child, depends_on=ready, waits=waits, probe=probe, announce=announce

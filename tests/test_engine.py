@@ -1359,3 +1359,55 @@ def test_chart_bump_in_the_manifest_is_an_in_place_release_upgrade(kube, tmp_pat
         stack.destroy(on_output=None, run_program=True)
         stack.workspace.remove_stack(stack.name, force=True)
         server.shutdown()
+
+
+@pytest.mark.engine
+def test_the_image_prepuller_lands_on_a_joining_gpu_node_before_its_gpus_are_advertised(simulator):
+    """On the real DaemonSet controller and scheduler, the h100-disagg stack's GPU nodes as they join, before their
+    device plugin advertises nvidia.com/gpu and vpc.amazonaws.com/efa (none in their allocatable yet): the DGD's GPU
+    workers stay Pending for the GPUs, while the image pre-puller (stacks/serving/prepull.py) gets one pod bound on
+    every GPU node - the pod whose init container has the kubelet pull the workers' image - and none on the system
+    nodes. So the image pull overlaps the device plugins' start (the timeline's pre-pull path)."""
+    import time
+    from urllib.parse import quote
+
+    from stacks.cli.simulate import RUN_LABEL, eks_groups, node_objects, operator_pod_intents
+    from stacks.program.render import program_for_stack
+    from stacks.serving.prepull import PREPULL_LABEL
+
+    run = "prepull"
+    program = program_for_stack("h100-disagg")
+    plan = program.entries[0].plan
+    ds = copy.deepcopy(plan.image_prepuller)
+    assert ds is not None, "the EKS stack's entry has no image pre-puller"
+    groups = eks_groups(program.cluster_plan)
+    gpu = next(g for g in groups if g.name == "gpu")
+    for resource in ("nvidia.com/gpu", "vpc.amazonaws.com/efa"):  # the plugins' pods have not run yet
+        gpu.allocatable.pop(resource, None)
+    simulator.ensure_namespace()
+    simulator.create_nodes(node_objects(groups, run), run)
+    gpu_nodes = {f"sim-gpu-{i}" for i in range(gpu.count)}
+    workers = [i for i in operator_pod_intents(plan.dgd) if "nvidia.com/gpu" in json.dumps(i.pod["spec"]["containers"])]
+    assert workers and not simulator.submit(workers, run)
+    ds["metadata"]["namespace"] = simulator.namespace
+    ds["spec"]["template"]["metadata"]["labels"][RUN_LABEL] = run  # the simulator's cleanup deletes its pods
+    path = f"/apis/apps/v1/namespaces/{simulator.namespace}/daemonsets"
+    simulator.request("POST", path, ds)
+    sel = quote(f"{PREPULL_LABEL}={ds['spec']['selector']['matchLabels'][PREPULL_LABEL]}")
+    seen: dict = {}
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pods = simulator.request("GET", f"/api/v1/namespaces/{simulator.namespace}/pods?labelSelector={sel}")["items"]
+            seen = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods}
+            if {n for n in seen.values() if n} >= gpu_nodes:
+                break
+            time.sleep(0.2)
+        assert set(seen.values()) == gpu_nodes and len(seen) == len(gpu_nodes), f"pre-puller pods after 60 s: {seen}"
+        pending = simulator.wait_decided(run, len(workers), sum(g.count for g in groups))
+        worker_pods = [p for p in pending if p["metadata"]["name"] in {w.pod["metadata"]["name"] for w in workers}]
+        assert worker_pods and not any(p["spec"].get("nodeName") for p in worker_pods), "a worker bound without GPUs"
+        reasons = [c.get("message", "") for p in worker_pods for c in p["status"].get("conditions") or []]
+        assert all("Insufficient nvidia.com/gpu" in r for r in reasons if r), reasons
+    finally:
+        simulator.request("DELETE", f"{path}/{ds['metadata']['name']}", ok_missing=True)

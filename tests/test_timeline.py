@@ -5,7 +5,7 @@ import pytest
 from harness import run_program
 from stacks.__main__ import main
 from stacks.program.render import program_for_stack
-from stacks.cli.timeline import build_steps, durations, schedule, serving_paths, timeline_for_program
+from stacks.cli.timeline import build_steps, durations, legs_minutes, schedule, serving_paths, timeline_for_program
 
 LIGHTNING = dict(model="nemotron-3.5-lightning", precision="nvfp4", cache_size="140Gi")
 
@@ -19,13 +19,18 @@ def test_every_duration_has_a_source_and_a_basis():
 
 def test_h100_disagg_critical_path_is_the_longest_branch_into_the_dgd():
     """The DGD waits for three branches that start from the control plane: the GPU nodes (and their plugins' pods), the
-    model download (after the storage), and the Dynamo platform (after the system nodes, not the storage). The critical
-    path runs through whichever ends last, then the image pull and the worker start."""
+    model download (after the storage), and the Dynamo platform (after the system nodes, not the storage). The worker
+    starts after the DGD and the image pull (pulled by the pre-puller from the GPU node's join); the critical path runs
+    through whichever ends last."""
     tl = timeline_for_program(program_for_stack("h100-disagg"))
     assert tl.steps["dgd"].after == ("model-download", "gpu-node-group", "device-plugin-pods", "dynamo-platform")
     assert tl.steps["dynamo-platform"].after == ("system-node-group",)
+    assert tl.steps["worker-startup"].after == ("image-pull", "dgd")
     last = max(tl.steps["dgd"].after, key=lambda n: tl.finish[n])
-    assert tl.critical[-3:] == ["dgd", "image-pull", "worker-startup"] and last in tl.critical
+    into_worker = max(tl.steps["worker-startup"].after, key=lambda n: tl.finish[n])
+    assert tl.critical[-2:] == [into_worker, "worker-startup"]
+    if into_worker == "dgd":  # the branch into the DGD that ends last is on the path
+        assert last in tl.critical
     assert tl.critical[:2] == ["vpc", "eks-control-plane"]
     # the plugins install from the system nodes, beside the GPU node group: only their pods on the new node wait for it
     assert tl.steps["device-plugins"].after == ("system-node-group",) and "device-plugins" not in tl.critical
@@ -127,7 +132,7 @@ def test_timeline_edges_are_the_programs_dependencies():
 def test_karpenter_path_launches_gpu_nodes_when_the_nodepool_exists():
     """On Karpenter there is no GPU node group: the controller comes after the system nodes, and the GPU nodes launch
     once the NodePool exists (for the pool's capacity placeholder Job, created with it), while the platform, the serving
-    objects and the DGD are created; the workers' image pull waits for both the DGD and the nodes."""
+    objects and the DGD are created; without a pre-puller the workers' image pull waits for both the DGD and the nodes."""
     from stacks.cli.timeline import gpu_launch
 
     # GPU nodes that take longer than the other branches, so that their path is the critical one on both
@@ -135,8 +140,9 @@ def test_karpenter_path_launches_gpu_nodes_when_the_nodepool_exists():
     ng = build_steps(**kw)
     kw["overrides"] = {"gpu-node-launch": 20}
     kp = build_steps(capacity="karpenter", **kw)
-    assert "gpu-node-group" not in kp and "karpenter" in kp and "gpu-node-launch" not in ng
-    assert kp["karpenter"].after == ("system-node-group",)
+    assert "gpu-node-group" not in kp and "karpenter" in kp and "gpu-node-launch" not in ng and "karpenter-aws" not in ng
+    assert kp["karpenter-aws"].after == ("eks-control-plane",)
+    assert kp["karpenter"].after == ("system-node-group", "karpenter-aws")
     assert kp["gpu-node-launch"].after == ("karpenter",)
     assert kp["device-plugin-pods"].after == ("gpu-node-launch", "device-plugins")
     assert kp["image-pull"].after == ("dgd", "device-plugin-pods")
@@ -206,7 +212,8 @@ def test_karpenter_timeline_of_a_stack_with_its_pool_on_karpenter():
 def test_karpenter_timeline_edges_are_the_programs_dependencies():
     """With the GPU pool on Karpenter the program has no GPU node group; the DGD waits for the download and the
     NodePool, the download does not wait for the NodePool, and the pool's capacity placeholder Job waits for the
-    NodePool only, not for the platform, the download or the DGD (the timeline's karpenter edges)."""
+    NodePool only, not for the platform, the download or the DGD; Karpenter's AWS resources wait for no node, its
+    release for them and the system nodes (the timeline's karpenter-aws and karpenter edges)."""
     run = run_program(
         {"gpu": "h100", "topology": "disagg", "cluster": {"mode": "eks", "capacity": "karpenter", "maxNodes": 2}},
         {"hfToken": "hf_x"},
@@ -230,8 +237,22 @@ def test_karpenter_timeline_edges_are_the_programs_dependencies():
     before = _closure(run, release.urn)
     assert addons["vpc-cni"] in before and addons["eks-pod-identity-agent"] in before
     assert not {addons[a] for a in ("coredns", "kube-proxy", "aws-efs-csi-driver")} & before, sorted(before)
+    # Karpenter's AWS side (roles, Pod Identity association, node access entry, queue, rules) waits for no node group:
+    # it is made beside the system nodes (karpenter-aws, after the control plane); the release waits for it too.
+    (system,) = run.by_type("aws:eks/nodeGroup:NodeGroup")
+    aws_side = [r for r in run.resources if r.type.startswith("aws:") and "-karpenter" in r.name]
+    kinds = {r.type.split(":")[-1] for r in aws_side}
+    assert {"Role", "Policy", "PodIdentityAssociation", "AccessEntry", "Queue", "EventRule", "EventTarget"} <= kinds, kinds
+    for r in aws_side:
+        assert system.urn not in _closure(run, r.urn), r.name
+    assert system.urn in before
+    assert {
+        r.urn for r in aws_side if r.type.split(":")[-1] in ("PodIdentityAssociation", "AccessEntry", "EventTarget")
+    } <= before
+    assert pool.urn not in before and release.urn in _closure(run, pool.urn)
     steps = build_steps(mode="eks", platform=True, capacity="karpenter", **LIGHTNING)
-    assert steps["karpenter"].after == ("system-node-group",)
+    assert steps["karpenter-aws"].after == ("eks-control-plane",)
+    assert steps["karpenter"].after == ("system-node-group", "karpenter-aws")
     assert "karpenter" not in steps["serving-objects"].after and {"model-download", "karpenter"} <= set(steps["dgd"].after)
     assert steps["gpu-node-launch"].after == ("karpenter",)
 
@@ -294,8 +315,14 @@ def test_five_paths_sum_their_steps_and_are_held_to_their_targets(capsys):
         assert p.steps[-1] == "worker-startup"
     own = {**{n: r["minutes"] for n, r in table.items()}, **{n: s.minutes for n, s in ng.steps.items()}}
     for p in paths[2:]:
-        assert p.cold == pytest.approx(sum(own[n] for n in p.steps)), p.name
+        assert p.cold == pytest.approx(legs_minutes(p.steps, own.__getitem__)), p.name
     assert "image-pull" not in paths[3].steps and "gpu-node-group" in paths[4].steps  # same node: no pull, no launch
+    # a new node (resume, scale-out) pulls the image beside the plugins' pods: the program pre-pulls it
+    assert ng.prepull and paths[2].steps == paths[4].steps == (
+        "gpu-node-group",
+        ("device-plugin-pods", "image-pull"),
+        "worker-startup",
+    )
     assert (paths[0].target_cold, paths[0].target_warm) == (targets["empty-account"]["cold"], targets["empty-account"]["warm"])
     assert (paths[2].target_cold, paths[2].target_warm) == (None, targets["resume"]["warm"])
     assert main(["timeline", "--stack", "h100-disagg"]) == 0
@@ -357,3 +384,111 @@ def test_probe_period_is_read_from_the_stacks_workers():
         if c.get("startupProbe") and (c.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu")
     }
     assert probe_period(recipe) == max(periods) and probe_period(fast) == 5
+
+
+# ---------------------------------------------------------------------------------------------- image pre-puller
+@pytest.mark.parametrize("capacity", ["node-group", "karpenter"])
+def test_prepull_starts_the_image_pull_when_the_gpu_node_joins(capacity):
+    """With the pre-puller (stacks/serving/prepull.py) the image pull follows the GPU node's join, beside the plugins'
+    pods, and the worker start waits for the pull, the DGD and (Karpenter; on a node group the DGD waits for them) the
+    plugins' pods; without it the pull follows the DGD (and on Karpenter the plugins' pods) and the worker the pull."""
+    kw = dict(mode="eks", platform=True, capacity=capacity, **LIGHTNING)
+    karpenter = capacity == "karpenter"
+    node = "gpu-node-launch" if karpenter else "gpu-node-group"
+    plugins = ("device-plugin-pods",) if karpenter else ()
+    pre = build_steps(prepull=True, **kw)
+    assert pre["image-pull"].after == (node,)
+    assert pre["worker-startup"].after == ("image-pull", "dgd", *plugins)
+    assert "stacks/serving/prepull.py" in pre["image-pull"].source and "node joins" in pre["image-pull"].source
+    if not karpenter:
+        assert "device-plugin-pods" in pre["dgd"].after  # the worker waits for the plugins' pods through the DGD
+    old = build_steps(**kw)
+    assert old["image-pull"].after == ("dgd", *plugins)
+    assert old["worker-startup"].after == ("image-pull",)
+    assert "prepull.py" not in old["image-pull"].source
+    assert {n: s.after for n, s in old.items()} == {n: s.after for n, s in build_steps(prepull=False, **kw).items()}
+    # the same durations: the pull moves earlier, never later, and the worker starts no later
+    (fp, _), (fo, _) = schedule(pre), schedule(old)
+    assert fp["image-pull"] < fo["image-pull"] and fp["worker-startup"] <= fo["worker-startup"]
+    start = fp["worker-startup"] - pre["worker-startup"].minutes
+    assert start == pytest.approx(max(fp[n] for n in pre["worker-startup"].after))
+    # the sequential runbook's graph pulls the same way
+    assert build_steps(prepull=True, sequential=True, **kw)["image-pull"].after == (node,)
+
+
+def test_prepull_needs_a_gpu_node_of_the_stack():
+    """A mode that does not create its cluster has no GPU node join to start from (and plans no pre-puller): the graph
+    is the one without."""
+    on = build_steps(mode="kubeconfig", device_plugins=True, prepull=True, **LIGHTNING)
+    off = build_steps(mode="kubeconfig", device_plugins=True, **LIGHTNING)
+    assert {n: s.after for n, s in on.items()} == {n: s.after for n, s in off.items()}
+    assert on["image-pull"].after == ("dgd",) and on["worker-startup"].after == ("image-pull",)
+
+
+def test_timeline_prepulls_where_the_programs_entries_carry_a_prepuller():
+    """The timeline reads the pre-puller from the program: an eks stack whose entries carry one pulls from the GPU
+    node's join; the same program without it, and a kubeconfig stack, keep the pull after the DGD."""
+    from stacks.cli.timeline import has_prepuller
+    from stacks.config.stack import KubeconfigCluster
+
+    program = program_for_stack("h100-disagg")
+    assert program.entries and all(e.plan.image_prepuller is not None for e in program.entries)
+    assert has_prepuller(program)
+    tl = timeline_for_program(program)
+    assert tl.prepull and tl.steps["image-pull"].after == ("gpu-node-group",)
+    assert tl.steps["worker-startup"].after == ("image-pull", "dgd")
+    assert tl.warm_start is not None and tl.warm_start.after == tl.steps["worker-startup"].after
+    kp = timeline_for_program(program, capacity="karpenter")
+    assert kp.prepull and kp.steps["image-pull"].after == ("gpu-node-launch",)
+
+    for e in program.entries:
+        e.plan.image_prepuller = None
+    assert not has_prepuller(program)
+    off = timeline_for_program(program)
+    assert not off.prepull and off.steps["image-pull"].after == ("dgd",)
+    assert off.steps["worker-startup"].after == ("image-pull",)
+
+    kube = next(
+        n for n in ("ultra-b200-agg", "motif3-b200-disagg") if isinstance(program_for_stack(n).cluster, KubeconfigCluster)
+    )
+    kprog = program_for_stack(kube)
+    assert kprog.cluster.mode == "kubeconfig" and not has_prepuller(kprog)
+    ktl = timeline_for_program(kprog)
+    assert not ktl.prepull and ktl.steps["image-pull"].after == ("dgd",)
+
+
+@pytest.mark.parametrize("capacity", ["node-group", "karpenter"])
+def test_h100_disagg_meets_the_time_to_serving_targets(capacity):
+    """Every path with a target in durations.yaml ``targets`` meets it, from the stack's own graph on either GPU
+    capacity path (a warm start is held to the cold target where the path has no warm one)."""
+    program = program_for_stack("h100-disagg")
+    ng, kp = timeline_for_program(program, capacity="node-group"), timeline_for_program(program, capacity="karpenter")
+    own = ng if capacity == "node-group" else kp
+    paths = serving_paths(own, ng, kp)
+    targets = durations()["targets"]
+    held = {p.name: (p.target_cold, p.target_warm) for p in paths if (p.target_cold, p.target_warm) != (None, None)}
+    assert len(held) == len(targets) + 1  # the empty account twice (node group, Karpenter), each other target once
+    for p in paths:
+        if p.target_cold is not None:
+            assert p.cold <= p.target_cold, (p.name, p.cold, p.target_cold)
+        warm_target = p.target_warm if p.target_warm is not None else p.target_cold
+        if warm_target is not None:
+            assert p.warm <= warm_target, (p.name, p.warm, warm_target)
+    # the resume on this capacity is a node, the plugins' pods beside the pre-pulled image, then the worker
+    launch = "karpenter-node-launch" if capacity == "karpenter" else "gpu-node-group"
+    assert paths[2].steps == (launch, ("device-plugin-pods", "image-pull"), "worker-startup")
+
+
+def test_karpenter_steps_come_from_durations():
+    """The Karpenter path's AWS side and controller carry the registry's durations and sources; the GPU nodes launch
+    after the controller, which waits for the system nodes and the AWS side."""
+    table = durations()["steps"]
+    steps = build_steps(mode="eks", platform=True, capacity="karpenter", **LIGHTNING)
+    for name in ("karpenter-aws", "karpenter"):
+        assert steps[name].minutes == table[name]["minutes"] and steps[name].source == table[name]["source"], name
+        assert steps[name].basis == table[name]["basis"]
+    finish, _ = schedule(steps)
+    assert finish["karpenter-aws"] - steps["karpenter-aws"].minutes == pytest.approx(finish["eks-control-plane"])
+    begin = max(finish["system-node-group"], finish["karpenter-aws"])
+    assert finish["karpenter"] == pytest.approx(begin + table["karpenter"]["minutes"])
+    assert finish["gpu-node-launch"] == pytest.approx(finish["karpenter"] + table["karpenter-node-launch"]["minutes"])

@@ -8,6 +8,13 @@ exist (``cache_deps``), *not* after the GPU nodes; the DGD after the download, t
 the device plugins and the platform (``graph_deps``); then image pull and worker start-up.
 ``tests/test_timeline.py`` checks these edges against the dependencies the program registers.
 
+Image pull: where the program pre-pulls the worker image (an entry's ``ServingPlan.image_prepuller``, the DaemonSet of
+stacks/serving/prepull.py, planned on ``cluster.mode: eks``), its pod goes onto each GPU node as soon as the node is
+Ready, beside the device plugins' pods, and the kubelet pulls the image then: the pull starts when the GPU node joins,
+and the worker starts once the pull, the DGD and the plugins' pods (the GPUs advertised) are all done; the workers find
+the image present (``IfNotPresent``). Without a pre-puller the pull starts when the worker is scheduled: after the DGD
+and the plugins' pods.
+
 Durations (minutes, each with its source) live in ``stacks/registry/durations.yaml``; the download is
 checkpoint size / throughput (+ pod start). The sequential recipe runbook (platform docs'
 install order: cluster and GPU nodes, GPU stack, platform, then secret, PVC, download Job, DGD)
@@ -15,11 +22,14 @@ is the same graph with the download after the GPU nodes, plugins and platform; t
 what running the download in parallel saves. All pure: no cloud, no cluster.
 
 GPU capacity: a pool on a managed node group (the default) launches its nodes beside the download; a pool on
-Karpenter (``capacity: karpenter``, stacks/cluster/karpenter.py) has no node group: the Karpenter controller is installed
-after the system nodes, and the GPU nodes launch as soon as the pool's NodePool exists, for the pool's capacity
-placeholder Job created with it (``capacity_placeholder``: pods that Karpenter launches the nodes the DGD's workers
-fill for, minutes before the DGD exists; the workers bind beside them), and a paused entry (no placeholder) has its
-nodes go ``consolidateAfter`` plus Karpenter's disruption polling and emptiness validation after its last GPU pod (measured with the real Karpenter by tests/test_karpenter_engine.py, figures in
+Karpenter (``capacity: karpenter``, stacks/cluster/karpenter.py) has no node group: Karpenter's AWS resources (roles,
+Pod Identity association, node access entry, interruption queue and rules) need only the cluster and are made beside the
+system nodes (``karpenter-aws``), its controller's release waits for the system nodes (``karpenter``: the controller
+Ready, then the EC2NodeClass, NodePool and placeholder), and the GPU nodes launch as soon as the pool's NodePool exists,
+for the pool's capacity placeholder Job created with it (``capacity_placeholder``: pods that Karpenter launches the
+nodes the DGD's workers fill for, minutes before the DGD exists; the workers bind beside them). A paused entry (no
+placeholder) has its nodes go ``consolidateAfter`` plus Karpenter's disruption polling and emptiness validation after
+its last GPU pod (measured with the real Karpenter by tests/test_karpenter_engine.py, figures in
 stacks/registry/durations.yaml ``karpenter``). The report shows both paths side by side.
 """
 
@@ -30,7 +40,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Union
 
 from stacks.cli.shell import wrap
 from stacks.cluster.karpenter import PLACEHOLDER_DEADLINE_S
@@ -66,6 +76,7 @@ class Timeline:
     capacity: str = "node-group"  # node-group | karpenter (the GPU pools' capacity; eks only)
     consolidate_after_s: Optional[float] = None  # the Karpenter pools' consolidateAfter (None: Never)
     warm_start: Optional[Step] = None  # the worker start with the compile-cache entry on the volume
+    prepull: bool = False  # the image pull starts when the GPU node joins (the program's pre-puller)
 
     @property
     def total(self) -> float:
@@ -147,9 +158,10 @@ def download_step(
     return Step("model-download", round(minutes, 2), src, after, d["basis"])
 
 
-def image_pull_step(after: tuple[str, ...]) -> Step:
+def image_pull_step(after: tuple[str, ...], prepull: bool = False) -> Step:
     """The worker image's pull on a GPU node: its size at the parallel-pull rate AWS measured (durations.yaml ``image``;
-    every GPU node pulls with FastImagePull, stacks/cluster/pools.py)."""
+    every GPU node pulls with FastImagePull, stacks/cluster/pools.py). ``prepull``: the pre-puller DaemonSet pulls it
+    as the node joins (the source says so)."""
     im = durations()["image"]
     rate = im["measured_bytes"] / im["measured_parallel_s"]  # bytes per second
     minutes = im["gigabytes"] * GB / rate / 60
@@ -157,6 +169,8 @@ def image_pull_step(after: tuple[str, ...]) -> Step:
         f"{im['gigabytes']} GB / {rate / GB:.2f} GB/s (parallel pull, FastImagePull) = {minutes * 60:.0f} s; "
         f"{im['size_source']}; {im['pull_source']}"
     )
+    if prepull:
+        src = f"{im['prepull_source']}; " + src
     return Step("image-pull", round(minutes, 2), src, after, "derived")
 
 
@@ -213,6 +227,7 @@ def build_steps(
     storage_gb_s: Optional[tuple[float, str]] = None,
     capacity: str = "node-group",
     probe_period_s: float = UPSTREAM_PROBE_PERIOD_S,
+    prepull: bool = False,
 ) -> dict[str, Step]:
     """The step graph of one ``up`` (see the module docstring). ``sequential``: the recipe runbook's
     order instead (download after the GPU nodes, plugins and platform). ``overrides``: minutes by step.
@@ -221,7 +236,10 @@ def build_steps(
     ``mode``: the cluster mode's name; where the mode creates its cluster (``ClusterMode.creates_cluster``) the graph
     starts with the EKS steps (VPC, control plane, node groups, add-ons, cache file system). ``probe_period_s``: the
     workers' startupProbe period (the kubelet sees a started worker within one). The warm worker start (compile-cache
-    entry on the volume) is ``worker_steps`` of the same inputs; the graph ends with the cold one."""
+    entry on the volume) is ``worker_steps`` of the same inputs; the graph ends with the cold one. ``prepull``: the
+    program pre-pulls the worker image (stacks/serving/prepull.py): the pull starts when the GPU node joins and the
+    worker start waits for it, the DGD and the plugins' pods (``pull_edges``); only where the mode creates its cluster
+    (the pre-puller goes onto the stack's own GPU nodes, whose join is a step here)."""
     if capacity not in CAPACITIES:
         raise ValueError(f"capacity {capacity!r}: choose one of {', '.join(CAPACITIES)}")
     table = durations()["steps"]
@@ -235,11 +253,19 @@ def build_steps(
     steps: list[Step] = []
     if creates:
         fs = "fsx-lustre" if cache_storage == "fsx-lustre" else "efs"
-        gpu = step("karpenter", ("system-node-group",)) if karpenter else step("gpu-node-group", ("eks-control-plane",))
+        # On Karpenter: the controller's roles, Pod Identity association, node access entry, interruption queue and rules
+        # need the cluster only; its Helm release waits for the system nodes it runs on (components/cluster.py).
+        aws_side = [step("karpenter-aws", ("eks-control-plane",))] if karpenter else []
+        gpu = (
+            step("karpenter", ("system-node-group", "karpenter-aws"))
+            if karpenter
+            else step("gpu-node-group", ("eks-control-plane",))
+        )
         steps += [
             step("vpc", ()),
             step("eks-control-plane", ("vpc",)),
             step("system-node-group", ("eks-control-plane",)),
+            *aws_side,
             gpu,
             step("eks-addons", ("system-node-group",)),
             step("cache-file-system", ("vpc",), fs),
@@ -275,16 +301,16 @@ def build_steps(
             "documented",
         )
     )
-    pull_after: tuple[str, ...] = ("dgd",)
     if karpenter:
         # The pool's capacity placeholder Job comes with its NodePool (components/cluster.py): Karpenter launches the
         # nodes from there, while the platform and the serving objects are created; the DGD's pods bind once the nodes
         # joined and the plugins' pods started on them.
         steps.append(step("gpu-node-launch", ("karpenter",), "karpenter-node-launch"))
         steps.append(step("device-plugin-pods", ("gpu-node-launch", "device-plugins")))
-        pull_after = ("dgd", "device-plugin-pods")
-    steps.append(image_pull_step(pull_after))
-    cold, _ = worker_steps(model, precision, cache_size, storage_gb_s, probe_period_s)
+    prepull = prepull and creates
+    pull_after, worker_after = pull_edges(karpenter, prepull)
+    steps.append(image_pull_step(pull_after, prepull))
+    cold, _ = worker_steps(model, precision, cache_size, storage_gb_s, probe_period_s, worker_after)
     steps.append(cold)
     out = {s.name: s for s in steps}
     for name, minutes in (overrides or {}).items():
@@ -294,15 +320,29 @@ def build_steps(
     return out
 
 
+def pull_edges(karpenter: bool, prepull: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(image pull after, worker start after). Without a pre-puller the kubelet pulls the image for the scheduled
+    worker: after the DGD and (Karpenter; on a node group the DGD waits for them) the plugins' pods, and the worker
+    starts after the pull. With one (stacks/serving/prepull.py, on the stack's own GPU nodes) the pull starts when the
+    GPU node joins (``gpu-node-group``, or ``gpu-node-launch`` on Karpenter), beside the plugins' pods, and the worker
+    starts once the pull, the DGD and the plugins' pods (the GPUs advertised) are done."""
+    plugins: tuple[str, ...] = ("device-plugin-pods",) if karpenter else ()
+    if not prepull:
+        return ("dgd",) + plugins, ("image-pull",)
+    return ("gpu-node-launch" if karpenter else "gpu-node-group",), ("image-pull", "dgd") + plugins
+
+
 def worker_steps(
     model: str,
     precision: Optional[str],
     cache_size: Optional[str],
     storage_gb_s: Optional[tuple[float, str]] = None,
     probe_period_s: float = UPSTREAM_PROBE_PERIOD_S,
+    after: tuple[str, ...] = ("image-pull",),
 ) -> tuple[Step, Step]:
-    """(cold, warm) worker start of a target's checkpoint, after the image pull (``worker_start_steps``)."""
-    return worker_start_steps(checkpoint_gb(model, precision, cache_size), storage_gb_s, probe_period_s, ("image-pull",))
+    """(cold, warm) worker start of a target's checkpoint, after ``after`` (the image pull, and with a pre-puller the
+    DGD and the plugins' pods: ``pull_edges``; ``worker_start_steps``)."""
+    return worker_start_steps(checkpoint_gb(model, precision, cache_size), storage_gb_s, probe_period_s, after)
 
 
 def probe_period(dgd: Optional[dict]) -> float:
@@ -348,10 +388,18 @@ def gpu_capacity(cluster: Any) -> tuple[str, Optional[float]]:
     return "karpenter", min(known) if known else None
 
 
+def has_prepuller(program: Any) -> bool:
+    """The program pre-pulls the worker image onto its GPU nodes: any entry's plan carries an image pre-puller
+    (stacks/serving/prepull.py; planned where the cluster mode owns the GPU nodes)."""
+    plans = [e.plan for e in program.entries] or [program.serving]
+    return any(p is not None and p.image_prepuller is not None for p in plans)
+
+
 def timeline_for_program(
     program: Any, *, sequential: bool = False, overrides: Optional[dict[str, float]] = None, capacity: Optional[str] = None
 ) -> Timeline:
-    """The timeline of a ``stacks.program.ProgramPlan`` (``capacity``: the stack's own unless named)."""
+    """The timeline of a ``stacks.program.ProgramPlan`` (``capacity``: the stack's own unless named; the image pull
+    starts at the GPU node's join where the program has a pre-puller, ``has_prepuller``)."""
     cluster, plan, mode = program.cluster, program.serving, program.mode
     t = plan.target
     size = (plan.cache_pvc or {}).get("spec", {}).get("resources", {}).get("requests", {}).get("storage")
@@ -366,6 +414,7 @@ def timeline_for_program(
     own, after_s = gpu_capacity(cluster) if mode.creates_cluster else ("node-group", None)
     probe = probe_period(plan.dgd)
     cap = capacity or own
+    prepull = mode.creates_cluster and has_prepuller(program)
     steps = build_steps(
         storage_gb_s=storage,
         mode=cluster.mode,
@@ -379,10 +428,11 @@ def timeline_for_program(
         overrides=overrides,
         capacity=cap,
         probe_period_s=probe,
+        prepull=prepull,
     )
-    _, warm = worker_steps(t.model, t.precision, size, storage, probe)
+    _, warm = worker_steps(t.model, t.precision, size, storage, probe, steps["worker-startup"].after)
     finish, critical = schedule(steps)
-    return Timeline(program.stack, t.id, cluster.mode, steps, finish, critical, cap, after_s, warm)
+    return Timeline(program.stack, t.id, cluster.mode, steps, finish, critical, cap, after_s, warm, prepull)
 
 
 def _oneline(text: str) -> str:
@@ -439,6 +489,27 @@ def pause_seconds(consolidate_after_s: Optional[float]) -> Optional[float]:
     return consolidate_after_s + k["disruption_polling_s"] + k["emptiness_validation_s"]
 
 
+# One leg of a path: a step, or steps that run side by side (the path waits for the longest).
+Leg = Union[str, tuple[str, ...]]
+
+
+def new_node_legs(launch: str, prepull: bool) -> tuple[Leg, ...]:
+    """A new GPU node up to its worker's start: the node (``launch``: its step or durations.yaml key), then the plugins'
+    pods and the image pull, one after the other, or side by side where the pre-puller pulls at the node's join."""
+    if prepull:
+        return (launch, ("device-plugin-pods", "image-pull"))
+    return (launch, "device-plugin-pods", "image-pull")
+
+
+def legs_minutes(legs: tuple[Leg, ...], minutes: Callable[[str], float]) -> float:
+    """Minutes along ``legs``: a step's own, the longest of steps side by side."""
+    return sum(minutes(leg) if isinstance(leg, str) else max(minutes(n) for n in leg) for leg in legs)
+
+
+def leg_text(leg: Leg) -> str:
+    return leg if isinstance(leg, str) else f"max({', '.join(leg)})"
+
+
 def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
     """The managed node group path and the Karpenter path of the same stack, side by side."""
     ng, kp = (tl, other) if tl.capacity == "node-group" else (other, tl)
@@ -446,16 +517,22 @@ def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
     m = k["measured"]
     ng_step, ng_from = gpu_launch(ng)
     kp_step, kp_from = gpu_launch(kp)
-    resume = sum(kp.steps[n].minutes for n in ("gpu-node-launch", "device-plugin-pods", "image-pull", "worker-startup"))
+    resume = legs_minutes((*new_node_legs("gpu-node-launch", kp.prepull), "worker-startup"), lambda n: kp.steps[n].minutes)
+    node_to_worker = (
+        "max(device plugins' pods, image pull from the node's join by the pre-puller)"
+        if kp.prepull
+        else "device plugins' pods + image pull"
+    )
     after = kp.consolidate_after_s
     pause = pause_seconds(after)
     mine = lambda t: " (this stack)" if t is tl else ""  # noqa: E731
     out = [
         "GPU capacity, managed node group vs Karpenter (minutes from the start of `up`):",
         f"  {'path':<24} {'Ready':>6} {'GPU nodes from':>15}  GPU nodes billed before Ready",
-        f"  {'node group' + mine(ng):<24} {ng.total:6.1f} {ng_from:15.1f}  {ng.total - ng_from:5.1f} min ({ng_step} runs beside the download)",
-        f"  {'karpenter' + mine(kp):<24} {kp.total:6.1f} {kp_from:15.1f}  {kp.total - kp_from:5.1f} min ({kp_step}: nodes launch when the "
-        f"NodePool exists, for its capacity placeholder)",
+        f"  {'node group' + mine(ng):<24} {ng.total:6.1f} {ng_from:15.1f}  {ng.total - ng_from:5.1f} min "
+        f"({ng_step} runs beside the download)",
+        f"  {'karpenter' + mine(kp):<24} {kp.total:6.1f} {kp_from:15.1f}  {kp.total - kp_from:5.1f} min "
+        f"({kp_step}: nodes launch when the NodePool exists, for its capacity placeholder)",
         f"  capacity placeholder: Karpenter's GPU nodes launch {kp.finish['dgd'] - kp_from:.1f} min before the DGD exists; "
         f"if no worker comes (the DGD fails or is never applied), they are held until the placeholder Job's "
         f"activeDeadlineSeconds ({PLACEHOLDER_DEADLINE_S / 60:.0f} min) and go consolidateAfter"
@@ -474,8 +551,8 @@ def capacity_report(tl: Timeline, other: Timeline) -> list[str]:
         + f"; measured with the real Karpenter in the simulated cluster: {max(m['pause_to_zero_nodes_s']):.1f} s at "
         f"consolidateAfter {m['consolidate_after_s']} s, pending pods bound within {max(m['pending_to_bound_s'])} s "
         f"(tests/test_karpenter_engine.py)",
-        f"  resume on Karpenter: node launch + device plugins' pods + image pull + worker start-up = {resume:.1f} min (the model cache stays; "
-        f"no download)",
+        f"  resume on Karpenter: node launch + {node_to_worker} + worker start-up = {resume:.1f} min (the model cache "
+        f"stays; no download)",
     ]
     return out
 
@@ -486,7 +563,7 @@ class ServingPath:
     volume (``worker-startup`` against ``worker-startup-warm``), and the target it is held to (None: no target)."""
 
     name: str
-    steps: tuple[str, ...]
+    steps: tuple[Leg, ...]
     cold: float
     warm: float
     target_cold: Optional[float] = None
@@ -496,16 +573,17 @@ class ServingPath:
 def serving_paths(own: Timeline, node_group: Timeline, karpenter: Timeline) -> list[ServingPath]:
     """The five paths to a serving replica: an empty account on a node group and on Karpenter (the whole ``up``), the
     resume of a paused entry (its nodes come back: the stack's own capacity), a scale-out onto free GPUs of a running
-    node (the image is there), and a scale-out that needs a new node. ``own``: the stack's timeline (its capacity)."""
+    node (the image is there), and a scale-out that needs a new node. ``own``: the stack's timeline (its capacity; with
+    its pre-puller a new node pulls the image beside the plugins' pods, ``new_node_legs``)."""
     table, targets = durations()["steps"], durations()["targets"]
     assert own.warm_start is not None, "a program's timeline carries its warm worker start"
     cold, warm = own.steps["worker-startup"].minutes, own.warm_start.minutes
     launch = "karpenter-node-launch" if own.capacity == "karpenter" else "gpu-node-group"
-    node = (launch, "device-plugin-pods", "image-pull")
+    node = new_node_legs(launch, own.prepull)
     pull = own.steps["image-pull"].minutes
 
-    def minutes(names) -> float:
-        return sum(pull if n == "image-pull" else float(table[n]["minutes"]) for n in names)
+    def minutes(legs: tuple[Leg, ...]) -> float:
+        return legs_minutes(legs, lambda n: pull if n == "image-pull" else float(table[n]["minutes"]))
 
     def up(tl: Timeline) -> tuple[float, float]:  # the worker start is the last step of the critical path
         return tl.total, tl.total - tl.steps["worker-startup"].minutes + warm
@@ -526,8 +604,8 @@ def serving_paths(own: Timeline, node_group: Timeline, karpenter: Timeline) -> l
         ServingPath(
             "scale-out on a running node",
             ("image-cached", "worker-startup"),
-            minutes(["image-cached"]) + cold,
-            minutes(["image-cached"]) + warm,
+            minutes(("image-cached",)) + cold,
+            minutes(("image-cached",)) + warm,
             t_same.get("cold"),
             t_same.get("warm"),
         ),
@@ -559,7 +637,7 @@ def paths_report(paths: list[ServingPath], warm: Step) -> list[str]:
             f"  {p.name:<36} cold {p.cold:5.1f}{_against(p.cold, p.target_cold)}, warm {p.warm:5.1f}"
             f"{_against(p.warm, warm_target)}"
         )
-        out.append(f"      {' + '.join(p.steps)}")
+        out.append(f"      {' + '.join(leg_text(leg) for leg in p.steps)}")
     return out
 
 

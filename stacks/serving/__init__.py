@@ -46,12 +46,16 @@ class ServingPlan:
     autoscalers: list[dict] = field(default_factory=list)
     # Optional NetworkPolicies of the namespace (dynamo:networkPolicy, stacks/serving/network_policy.py)
     network_policies: list[dict] = field(default_factory=list)
+    # The DaemonSet that pulls the GPU workers' image onto each of their nodes as it joins (stacks/serving/prepull.py;
+    # planned by the cluster mode that owns the GPU nodes, else None)
+    image_prepuller: Optional[dict] = None
     # What `preview` and `up` print about this plan (pulumi.log.warn in components/serving.py); never an object
     warnings: list[str] = field(default_factory=list)
 
     def objects(self) -> list[dict]:
         out = [o for o in (self.namespace, self.hf_secret, self.cache_pvc) if o]
-        return out + self.network_policies + self.jobs + self.configmaps + [self.dgd] + self.autoscalers
+        prepull = [self.image_prepuller] if self.image_prepuller else []
+        return out + self.network_policies + prepull + self.jobs + self.configmaps + [self.dgd] + self.autoscalers
 
 
 def _dicts(x: Any) -> list[dict]:
@@ -484,7 +488,7 @@ def pod_security_labels(enforce: Optional[str], version: str = "latest") -> dict
 
 def plan_pods(plan: ServingPlan) -> list[tuple[str, dict, dict]]:
     """``(name, pod spec, annotations)`` of every pod template of an entry's plan: the DGD's components, as the
-    operator runs them from ``podTemplate``, and the download Jobs'."""
+    operator runs them from ``podTemplate``, the download Jobs' and the image pre-puller's."""
     out = []
     for comp in plan.dgd["spec"]["components"]:
         tmpl = comp.get("podTemplate") or {}
@@ -492,4 +496,9 @@ def plan_pods(plan: ServingPlan) -> list[tuple[str, dict, dict]]:
     for job in plan.jobs:
         tmpl = job["spec"]["template"]
         out.append((job["metadata"]["name"], tmpl["spec"], (tmpl.get("metadata") or {}).get("annotations") or {}))
+    if plan.image_prepuller:
+        tmpl = plan.image_prepuller["spec"]["template"]
+        out.append(
+            (plan.image_prepuller["metadata"]["name"], tmpl["spec"], (tmpl.get("metadata") or {}).get("annotations") or {})
+        )
     return out

@@ -1,0 +1,76 @@
+"""The image pre-puller (stacks/serving/prepull.py): a DaemonSet per DGD on the stack's own GPU nodes, whose init
+containers are the GPU workers' images, placed exactly where the workers may run, with their pull Secrets, requesting
+no GPU and admitted at the restricted Pod Security level. Expected values are read from each stack's rendered DGD."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from stacks.program.render import program_for_stack
+from stacks.serving import plan_pods, pod_security_violations
+from stacks.serving.prepull import image_prepuller
+
+ROOT = Path(__file__).resolve().parent.parent
+STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
+
+
+def _gpu_specs(dgd: dict) -> list[dict]:
+    """The pod specs of the DGD's components with a container that asks for nvidia.com/gpu."""
+    return [
+        c["podTemplate"]["spec"]
+        for c in dgd["spec"]["components"]
+        if any(
+            "nvidia.com/gpu" in ((x.get("resources") or {}).get("limits") or {}) for x in c["podTemplate"]["spec"]["containers"]
+        )
+    ]
+
+
+def _entries(stack: str):
+    program = program_for_stack(stack)
+    return program, program.entries
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_eks_entry_pulls_its_workers_images_where_they_run_and_no_other_mode_does(stack):
+    program, entries = _entries(stack)
+    for e in entries:
+        ds = e.plan.image_prepuller
+        if not program.mode.creates_cluster:
+            assert ds is None, f"{stack}: a pre-puller on a cluster the stack does not own"
+            continue
+        assert ds is not None, f"{stack}: {e.plan.target.id} has no pre-puller"
+        specs = _gpu_specs(e.plan.dgd)
+        pod = ds["spec"]["template"]["spec"]
+        want = sorted({c["image"] for s in specs for c in s["containers"]})
+        assert sorted(c["image"] for c in pod["initContainers"]) == want
+        assert all(c["command"] == ["true"] and c["imagePullPolicy"] == "IfNotPresent" for c in pod["initContainers"])
+        for s in specs:  # exactly the workers' placement and pull Secrets
+            assert pod.get("nodeSelector") == s.get("nodeSelector")
+            assert pod.get("affinity", {}).get("nodeAffinity") == (s.get("affinity") or {}).get("nodeAffinity")
+            assert all(t in pod["tolerations"] for t in s.get("tolerations") or [])
+            assert pod.get("imagePullSecrets") == s.get("imagePullSecrets")
+        assert pod.get("nodeSelector") or pod.get("affinity"), "a pre-puller on every node"
+        limits = [c["resources"]["limits"] for c in pod["initContainers"] + pod["containers"]]
+        assert not any(k.startswith(("nvidia.com/", "vpc.amazonaws.com/")) for lim in limits for k in lim)
+        assert pod_security_violations(pod, "restricted") == []
+        assert ds["metadata"]["namespace"] == e.plan.dgd["metadata"]["namespace"]
+        assert ds in e.plan.objects() and any(name == ds["metadata"]["name"] for name, _, _ in plan_pods(e.plan))
+
+
+def test_no_pre_puller_for_workers_without_a_node_constraint_or_placed_apart():
+    program, entries = _entries("h100-disagg")
+    dgd = copy.deepcopy(entries[0].plan.dgd)
+    assert image_prepuller(dgd) is not None
+    specs = _gpu_specs(dgd)
+    assert len(specs) > 1
+    specs[0].setdefault("nodeSelector", {})["example.com/other"] = "x"  # the workers disagree: no single DaemonSet
+    assert image_prepuller(dgd) is None
+    for s in specs:
+        s.pop("nodeSelector", None)
+        s.pop("affinity", None)
+    assert image_prepuller(dgd) is None  # nothing bounds it: it would pull onto every node
+    dgd["spec"]["components"] = [c for c in dgd["spec"]["components"] if c["podTemplate"]["spec"] not in specs]
+    assert image_prepuller(dgd) is None  # no GPU worker
