@@ -511,8 +511,8 @@ class Serving(pulumi.ComponentResource):
             )
             for pname, np_ in policies.items()
         ]
-        # The image pre-pullers (stacks/serving/prepull.py): before the GPU nodes, so each pulls the workers' image as a
-        # node joins; after the pull Secrets they name.
+        # The image pre-pullers (stacks/serving/prepull.py): after the namespace and the pull Secrets they name only (not
+        # the storage, not the GPU nodes), so they exist before the GPU nodes join and each pulls the workers' image then.
         self.image_prepullers = [
             k8s.apps.v1.DaemonSet(
                 f"{name}-{suffix}-image-prepull",
@@ -520,7 +520,7 @@ class Serving(pulumi.ComponentResource):
                 spec=p.image_prepuller["spec"],
                 opts=_opts(
                     self,
-                    [*base, *self.pull_secrets],
+                    [*([self.ns.resource] if self.ns.resource else []), *self.pull_secrets],
                     # the graph's names in the stack's other form, as its DGD's
                     aliases=[pulumi.Alias(name=f"{a}-image-prepull") for a in aliases] or None,
                     **_guarded({}, f"{name}-{suffix}-image-prepull", "apps/v1", "DaemonSet", _meta(p.image_prepuller)),

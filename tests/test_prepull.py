@@ -74,3 +74,60 @@ def test_no_pre_puller_for_workers_without_a_node_constraint_or_placed_apart():
     assert image_prepuller(dgd) is None  # nothing bounds it: it would pull onto every node
     dgd["spec"]["components"] = [c for c in dgd["spec"]["components"] if c["podTemplate"]["spec"] not in specs]
     assert image_prepuller(dgd) is None  # no GPU worker
+
+
+def _pod(ds: dict) -> dict:
+    return ds["spec"]["template"]["spec"]
+
+
+def test_the_init_containers_hide_the_nodes_gpus_from_themselves():
+    """The GPU nodes' default runtime is NVIDIA's: a CUDA image's own NVIDIA_VISIBLE_DEVICES would hand the container
+    the node's GPUs; ``void`` makes the runtime behave as runc."""
+    _, entries = _entries("h100-disagg")
+    for c in _pod(entries[0].plan.image_prepuller)["initContainers"]:
+        assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in c["env"]
+
+
+def test_a_preferred_affinity_alone_or_a_paused_entry_gets_no_pre_puller():
+    _, entries = _entries("h100-disagg")
+    dgd = copy.deepcopy(entries[0].plan.dgd)
+    for s in _gpu_specs(dgd):
+        s.pop("nodeSelector", None)
+        required = s["affinity"]["nodeAffinity"].pop("requiredDuringSchedulingIgnoredDuringExecution")
+        s["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": 1, "preference": required["nodeSelectorTerms"][0]}
+        ]
+    assert image_prepuller(dgd) is None  # it would pull onto every node that tolerates it
+    paused = copy.deepcopy(entries[0].plan.dgd)
+    gpu = [c for c in paused["spec"]["components"] if c["podTemplate"]["spec"] in _gpu_specs(paused)]
+    gpu[0]["replicas"] = 0
+    left = image_prepuller(paused)
+    assert left is not None  # the other GPU component still runs
+    for c in gpu:
+        c["replicas"] = 0
+    assert image_prepuller(paused) is None
+
+
+def test_each_entry_of_a_two_pool_stack_pulls_where_its_final_workers_run():
+    """On an EKS serve stack with two GPU pools the pre-puller follows each entry's final DGD (the pools' GPU pins and
+    the entry's overrides included), not the DGD before the cluster plan placed it."""
+    from stacks.program import build_program
+
+    pools = [{"gpu": "h100", "nodes": 1}, {"gpu": "b200"}]
+    serve = [
+        {"target": "lightning-vllm-agg-h100-dspark", "namespace": "a"},
+        {"model": "motif-3", "topology": "agg", "namespace": "m"},
+    ]
+    program = build_program(
+        {"cluster": {"mode": "eks", "region": "us-east-1", "gpuPools": pools}, "serve": serve}, "t", frozenset({"hfToken"})
+    )
+    for e in program.entries:
+        ds = e.plan.image_prepuller
+        assert ds is not None, e.plan.target.id
+        for s in _gpu_specs(e.plan.dgd):
+            assert _pod(ds).get("nodeSelector") == s.get("nodeSelector")
+            assert _pod(ds).get("affinity", {}).get("nodeAffinity") == (s.get("affinity") or {}).get("nodeAffinity")
+    selectors = [
+        _pod(e.plan.image_prepuller).get("nodeSelector") or _pod(e.plan.image_prepuller).get("affinity") for e in program.entries
+    ]
+    assert selectors[0] != selectors[1]  # each on its own pool's nodes

@@ -126,6 +126,13 @@ def test_timeline_edges_are_the_programs_dependencies():
     steps = build_steps(mode="eks", platform=True, **LIGHTNING)
     assert "gpu-node-group" not in steps["serving-objects"].after and "system-node-group" in steps["serving-objects"].after
     assert {"model-download", "gpu-node-group"} <= set(steps["dgd"].after)
+    # The image pre-puller exists before any node group or storage, so its pull starts when a GPU node joins.
+    (prepuller,) = [r for r in run.by_type("kubernetes:apps/v1:DaemonSet") if r.name.endswith("-image-prepull")]
+    waits = _closure(run, prepuller.urn)
+    node_groups = {r.urn for r in run.by_type("aws:eks/nodeGroup:NodeGroup")}
+    storage = {r.urn for r in run.resources if "StorageClass" in r.type or "FileSystem" in r.type or "PersistentVolume" in r.type}
+    assert not (waits & node_groups) and not (waits & storage) and dgd.urn not in waits and job.urn not in waits
+    assert build_steps(mode="eks", platform=True, prepull=True, **LIGHTNING)["image-pull"].after == ("gpu-node-group",)
 
 
 # ---------------------------------------------------------------------------------------------- GPU capacity paths
@@ -412,8 +419,8 @@ def test_prepull_starts_the_image_pull_when_the_gpu_node_joins(capacity):
     assert fp["image-pull"] < fo["image-pull"] and fp["worker-startup"] <= fo["worker-startup"]
     start = fp["worker-startup"] - pre["worker-startup"].minutes
     assert start == pytest.approx(max(fp[n] for n in pre["worker-startup"].after))
-    # the sequential runbook's graph pulls the same way
-    assert build_steps(prepull=True, sequential=True, **kw)["image-pull"].after == (node,)
+    # the recipe runbook has no pre-puller: its graph pulls for the scheduled worker
+    assert build_steps(prepull=True, sequential=True, **kw)["image-pull"].after == ("dgd", *plugins)
 
 
 def test_prepull_needs_a_gpu_node_of_the_stack():

@@ -307,7 +307,7 @@ def build_steps(
         # joined and the plugins' pods started on them.
         steps.append(step("gpu-node-launch", ("karpenter",), "karpenter-node-launch"))
         steps.append(step("device-plugin-pods", ("gpu-node-launch", "device-plugins")))
-    prepull = prepull and creates
+    prepull = prepull and creates and not sequential  # the recipe runbook pulls for the scheduled worker
     pull_after, worker_after = pull_edges(karpenter, prepull)
     steps.append(image_pull_step(pull_after, prepull))
     cold, _ = worker_steps(model, precision, cache_size, storage_gb_s, probe_period_s, worker_after)
@@ -389,10 +389,9 @@ def gpu_capacity(cluster: Any) -> tuple[str, Optional[float]]:
 
 
 def has_prepuller(program: Any) -> bool:
-    """The program pre-pulls the worker image onto its GPU nodes: any entry's plan carries an image pre-puller
+    """The program pre-pulls the timed entry's worker image onto its GPU nodes: its plan carries an image pre-puller
     (stacks/serving/prepull.py; planned where the cluster mode owns the GPU nodes)."""
-    plans = [e.plan for e in program.entries] or [program.serving]
-    return any(p is not None and p.image_prepuller is not None for p in plans)
+    return program.serving is not None and program.serving.image_prepuller is not None
 
 
 def timeline_for_program(

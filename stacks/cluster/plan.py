@@ -385,7 +385,6 @@ def plan_eks(
     ``door``: the front door's ``behind_door``/``client_nvext``, as ``stacks.serving.build_plan`` takes them."""
     from stacks.serving import build_plan, select_target
     from stacks.serving.network_policy import eks_api_server_cidrs
-    from stacks.serving.prepull import image_prepuller
 
     cluster = resolve_region(cluster, (raw or {}).get("cluster") or {}, aws_region)
     target = select_target(cfg)
@@ -432,8 +431,6 @@ def plan_eks(
                     f"{cluster.fsx_storage_capacity_gib}); raise fsxStorageCapacityGib (1200, 2400 or a multiple of 2400)"
                 )
     cp.pull_secrets = [pull_secret(n, ns) for n in cfg.image_pull_secrets]
-    # The stack's own GPU nodes get the workers' image as they join, beside the device plugins' pods.
-    serving.image_prepuller = image_prepuller(serving.dgd)
     return cluster, cp, serving
 
 

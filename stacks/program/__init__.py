@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 from stacks.serving.autoscaling import check_bounds, keda_specs, scaled_object
 from stacks.serving.benchmark import BenchmarkPlan, build_benchmark, synthetic_speculative_dgd
+from stacks.serving.prepull import image_prepuller
 from stacks.config.keys import NS, ConfigError, StackConfig
 from stacks.config.stack import EksCluster, KubeconfigCluster
 from stacks.observe.observability import ObservabilityPlan, build_observability, dynamo_pod_monitors, prometheus_url
@@ -158,7 +159,17 @@ def plan_program(spec: ProgramSpec) -> ProgramPlan:
     )
     cluster_layers = len(program.other_layers)
     program = optional_layers(program)  # the platform reads observability's Prometheus URL
-    return pod_security(planned_layers(demand_layers(platform_layers(program, cluster_layers))))
+    return pod_security(image_prepullers(planned_layers(demand_layers(platform_layers(program, cluster_layers)))))
+
+
+def image_prepullers(program: ProgramPlan) -> ProgramPlan:
+    """Each entry's image pre-puller (stacks/serving/prepull.py), from its final DGD (overrides, the pools' GPU pins,
+    pause), where the stack's cluster mode creates the cluster and so owns its GPU nodes (``ClusterMode.creates_cluster``):
+    not on a cluster other teams' workloads may share."""
+    if program.mode.creates_cluster:
+        for e in program.entries:
+            e.plan.image_prepuller = image_prepuller(e.plan.dgd)
+    return program
 
 
 # The optional layers in the one layer shape, in the order up creates them: (config section, planner). A planner takes

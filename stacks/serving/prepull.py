@@ -11,13 +11,24 @@ Images). This is the continuous image puller of Zero to JupyterHub (jupyterhub/z
 jupyterhub/templates/image-puller/_helpers-daemonset.tpl @0790647d: one init container per image, ``echo "Pulling complete"``,
 then a ``pause`` container), for the worker image of one DGD.
 
-Its pods go exactly where the DGD's GPU workers may go and nowhere else: the workers' node selector, node affinity
-and tolerations, and their image pull Secrets (which live in the DGD's namespace, so the DaemonSet does too). Without
-any node constraint on the workers it is not planned (it would pull a 13 GB image onto every node). It is planned
-where the stack's cluster mode owns the GPU nodes (``cluster.mode: eks``: the stack's own pools, stacks/cluster/plan.py
-``plan_eks``), not on a shared cluster a ``kubeconfig`` stack serves on, whose GPU nodes other teams may use. A
-paused entry keeps it: a pool at 0 nodes runs none of its pods, and Karpenter does not count DaemonSet pods when it
-finds a node empty (sigs.k8s.io/karpenter@v1.13.0 pkg/utils/pod/scheduling.go: ``IsReschedulable`` excludes ``IsOwnedByDaemonSet``).
+Its pods go exactly where the DGD's running GPU workers may go and nowhere else: the workers' node selector, node
+affinity and tolerations, and their image pull Secrets (which live in the DGD's namespace, so the DaemonSet does too).
+Without a required node constraint on the workers (a ``nodeSelector`` or required node affinity terms) it is not
+planned: it would pull a 13 GB image onto every node. Nor for a paused entry (every GPU component at 0 replicas): a
+node that joins for the other entries of a shared pool does not need its image; the resume plans it again, in seconds,
+long before a node boots. Where several entries share a pool, a joining node pulls each running entry's image (each
+its own DaemonSet), the pulls sharing the node's bandwidth. It is planned from the final DGD (stacks/program
+``image_prepullers``) where the stack's cluster mode creates the cluster and so owns the GPU nodes (``cluster.mode:
+eks``), not on a shared cluster a ``kubeconfig`` stack serves on, whose GPU nodes other teams may use. Karpenter does
+not count DaemonSet pods when it finds a node empty (sigs.k8s.io/karpenter@v1.13.0 pkg/utils/pod/scheduling.go: ``IsReschedulable`` excludes ``IsOwnedByDaemonSet``).
+
+The init containers run ``true`` from the image's ``PATH``: every GPU worker image of the catalog is an Ubuntu-based
+NGC runtime image (``ai-dynamo/vllm-runtime``, ``tensorrtllm-runtime``); an image without a ``true`` (a distroless
+``dynamo:images`` override) is still pulled, but its pod then stays in Init:CrashLoopBackOff. They set
+``NVIDIA_VISIBLE_DEVICES=void``: the GPU nodes' default runtime is NVIDIA's, and a CUDA image's own
+``NVIDIA_VISIBLE_DEVICES=all`` would otherwise hand the node's GPUs to a container that asked for none ("void or empty
+or unset: nvidia-container-runtime will have the same behavior as runc", NVIDIA/nvidia-container-toolkit
+cmd/nvidia-container-runtime/README.md, "Environment variables (OCI spec)").
 
 Each pod requests a sliver of CPU and memory (the worker's requests are unchanged and Karpenter adds a DaemonSet's
 requests to every node it launches for the pool), runs as nobody with no token, no privilege and a read-only root, as
@@ -41,12 +52,18 @@ def prepuller_name(dgd_name: str) -> str:
 
 
 def gpu_worker_specs(dgd: dict) -> list[dict]:
-    """The pod specs of the DGD's components whose pods request a GPU (the workers)."""
+    """The pod specs of the DGD's running components whose pods request a GPU (the workers; a component at 0
+    replicas, paused, runs none)."""
     return [
         c["podTemplate"]["spec"]
         for c in (dgd.get("spec") or {}).get("components") or []
-        if pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu")
+        if pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu") and int(c.get("replicas", 1)) > 0
     ]
+
+
+def _required_terms(node_affinity: dict) -> list:
+    """The node selector terms a pod must match (``requiredDuringSchedulingIgnoredDuringExecution``)."""
+    return ((node_affinity or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
 
 
 def _unique(items: list) -> list:
@@ -69,8 +86,8 @@ def image_prepuller(dgd: dict, pause_image: Optional[str] = None) -> Optional[di
     if len(_unique(placement)) != 1:
         return None
     node_selector, node_affinity = placement[0]
-    if not node_selector and not node_affinity:
-        return None
+    if not node_selector and not _required_terms(node_affinity):
+        return None  # a preferred affinity alone bounds nothing
     if pause_image is None:
         from stacks.registry.versions import image as pinned
 
@@ -105,7 +122,10 @@ def image_prepuller(dgd: dict, pause_image: Optional[str] = None) -> Optional[di
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         # the kubelet pulls each image to start its init container, which exits at once
-        "initContainers": [{**container(f"pull-{i}", image), "command": ["true"]} for i, image in enumerate(images)],
+        "initContainers": [
+            {**container(f"pull-{i}", image), "command": ["true"], "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]}
+            for i, image in enumerate(images)
+        ],
         "containers": [container("pause", pause_image)],
     }
     if node_selector:
