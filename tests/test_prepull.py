@@ -88,7 +88,7 @@ def test_the_init_containers_hide_the_nodes_gpus_from_themselves():
         assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in c["env"]
 
 
-def test_a_preferred_affinity_alone_or_a_paused_entry_gets_no_pre_puller():
+def test_a_preferred_affinity_alone_gets_no_pre_puller_and_a_paused_entry_keeps_its_own():
     _, entries = _entries("h100-disagg")
     dgd = copy.deepcopy(entries[0].plan.dgd)
     for s in _gpu_specs(dgd):
@@ -99,13 +99,9 @@ def test_a_preferred_affinity_alone_or_a_paused_entry_gets_no_pre_puller():
         ]
     assert image_prepuller(dgd) is None  # it would pull onto every node that tolerates it
     paused = copy.deepcopy(entries[0].plan.dgd)
-    gpu = [c for c in paused["spec"]["components"] if c["podTemplate"]["spec"] in _gpu_specs(paused)]
-    gpu[0]["replicas"] = 0
-    left = image_prepuller(paused)
-    assert left is not None  # the other GPU component still runs
-    for c in gpu:
+    for c in paused["spec"]["components"]:
         c["replicas"] = 0
-    assert image_prepuller(paused) is None
+    assert image_prepuller(paused) == entries[0].plan.image_prepuller  # a pause changes only replicas
 
 
 def test_each_entry_of_a_two_pool_stack_pulls_where_its_final_workers_run():

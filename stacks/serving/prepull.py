@@ -11,13 +11,13 @@ Images). This is the continuous image puller of Zero to JupyterHub (jupyterhub/z
 jupyterhub/templates/image-puller/_helpers-daemonset.tpl @0790647d: one init container per image, ``echo "Pulling complete"``,
 then a ``pause`` container), for the worker image of one DGD.
 
-Its pods go exactly where the DGD's running GPU workers may go and nowhere else: the workers' node selector, node
+Its pods go exactly where the DGD's GPU workers may go and nowhere else: the workers' node selector, node
 affinity and tolerations, and their image pull Secrets (which live in the DGD's namespace, so the DaemonSet does too).
 Without a required node constraint on the workers (a ``nodeSelector`` or required node affinity terms) it is not
-planned: it would pull a 13 GB image onto every node. Nor for a paused entry (every GPU component at 0 replicas): a
-node that joins for the other entries of a shared pool does not need its image; the resume plans it again, in seconds,
-long before a node boots. Where several entries share a pool, a joining node pulls each running entry's image (each
-its own DaemonSet), the pulls sharing the node's bandwidth. It is planned from the final DGD (stacks/program
+planned: it would pull a 13 GB image onto every node. A paused entry keeps it, so that a pause changes only replicas
+and node counts (tests/test_pause.py): its pool at 0 nodes runs none of its pods, and on a pool shared with running
+entries a joining node pulls its image too, which its resume then finds there. Where several entries share a pool, a
+joining node pulls each entry's image (each its own DaemonSet), the pulls sharing the node's bandwidth. It is planned from the final DGD (stacks/program
 ``image_prepullers``) where the stack's cluster mode creates the cluster and so owns the GPU nodes (``cluster.mode:
 eks``), not on a shared cluster a ``kubeconfig`` stack serves on, whose GPU nodes other teams may use. Karpenter does
 not count DaemonSet pods when it finds a node empty (sigs.k8s.io/karpenter@v1.13.0 pkg/utils/pod/scheduling.go: ``IsReschedulable`` excludes ``IsOwnedByDaemonSet``).
@@ -52,12 +52,11 @@ def prepuller_name(dgd_name: str) -> str:
 
 
 def gpu_worker_specs(dgd: dict) -> list[dict]:
-    """The pod specs of the DGD's running components whose pods request a GPU (the workers; a component at 0
-    replicas, paused, runs none)."""
+    """The pod specs of the DGD's components whose pods request a GPU (the workers), paused ones included."""
     return [
         c["podTemplate"]["spec"]
         for c in (dgd.get("spec") or {}).get("components") or []
-        if pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu") and int(c.get("replicas", 1)) > 0
+        if pod_requests(c["podTemplate"]["spec"]).get("nvidia.com/gpu")
     ]
 
 
