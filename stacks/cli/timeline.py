@@ -413,7 +413,7 @@ def timeline_for_program(
     own, after_s = gpu_capacity(cluster) if mode.creates_cluster else ("node-group", None)
     probe = probe_period(plan.dgd)
     cap = capacity or own
-    prepull = mode.creates_cluster and has_prepuller(program)
+    prepull = has_prepuller(program)  # planned only where the mode creates the cluster (stacks/program)
     steps = build_steps(
         storage_gb_s=storage,
         mode=cluster.mode,

@@ -37,9 +37,11 @@ happens only when nodes join (pulumi-kubernetes pkg/metadata/overrides.go ``Skip
 
 from __future__ import annotations
 
+import copy
 from typing import Optional
 
 from stacks.catalog.fit import pod_requests
+from stacks.serving.hardening import CONTAINER_SECURITY_CONTEXT
 
 PREPULL_LABEL = "dynamo.nvidia.com/image-prepull"  # pod label: the DGD's name (the DaemonSet's selector)
 PREPULL_REQUESTS = {"cpu": "10m", "memory": "16Mi"}
@@ -103,11 +105,7 @@ def image_prepuller(dgd: dict, pause_image: Optional[str] = None) -> Optional[di
             "image": image,
             "imagePullPolicy": "IfNotPresent",
             "resources": {"requests": dict(PREPULL_REQUESTS), "limits": dict(PREPULL_REQUESTS)},
-            "securityContext": {
-                "allowPrivilegeEscalation": False,
-                "readOnlyRootFilesystem": True,
-                "capabilities": {"drop": ["ALL"]},
-            },
+            "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         }
 
     pod: dict = {
