@@ -72,6 +72,11 @@ def volume_path(pod_spec: dict, container: dict, path: str, volumes_root: Path) 
     mount = max(mounts, key=lambda m: len(PurePosixPath(m["mountPath"]).parts))
     assert not mount.get("readOnly"), f"{path} is under the read-only mount {mount['mountPath']}: nothing can be written there"
     volume = next(v for v in pod_spec.get("volumes") or [] if v["name"] == mount["name"])
+    # A read-only claim source "will force the ReadOnly setting in VolumeMounts" (PersistentVolumeClaimVolumeSource,
+    # Kubernetes API reference): every mount of the volume is read-only, whatever the mount says.
+    assert not (volume.get("persistentVolumeClaim") or {}).get("readOnly"), (
+        f"{path} is on volume {mount['name']}, whose claim source is read-only: the kubelet mounts it read-only"
+    )
     claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
     assert claim, f"{path} is on volume {mount['name']}, which is not a PersistentVolumeClaim: {sorted(volume)}"
     rel = p.relative_to(PurePosixPath(mount["mountPath"]))

@@ -232,3 +232,59 @@ def test_bad_config_names_the_key_the_value_and_the_choices(value, message):
     with pytest.raises(ConfigError) as e:
         render_config({"target": "lightning-vllm-agg-h100-dspark", "compileCache": value})
     assert message in str(e.value)
+
+
+def _kubelet_read_only(pod: dict, mount: dict) -> bool:
+    """The kubelet's rule: a mount is read-only when it says so or when its volume's claim source is read-only
+    (PersistentVolumeClaimVolumeSource.readOnly "will force the ReadOnly setting in VolumeMounts", Kubernetes API
+    reference)."""
+    source = next((v for v in pod.get("volumes") or [] if v["name"] == mount["name"]), {}).get("persistentVolumeClaim") or {}
+    return bool(mount.get("readOnly")) or source.get("readOnly") is True
+
+
+def _pods(dgd):
+    for comp in dgd["spec"]["components"]:
+        yield comp["name"], comp["podTemplate"]["spec"]
+
+
+def test_the_compile_cache_is_writable_where_the_kubelet_mounts_it():
+    """Every directory a vLLM worker's cache variables name is under a mount the kubelet makes writable, the claim
+    source included: upstream's Ultra recipes mark the model-cache claim itself read-only, which forces every mount of
+    it read-only, the compile-cache subPath too."""
+    read_only_sources = 0
+    for t in TARGETS:
+        if t.runtime != "vllm":
+            continue
+        dgd = RENDERED[t.id]
+        for comp, pod in _pods(dgd):
+            for c in pod["containers"]:
+                path = _effective(dgd, c, cc.VLLM_VAR)
+                if not _gpus(c) or path is None or "/compile-cache/" not in path:
+                    continue
+                deepest = max(
+                    (m for m in c["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/")),
+                    key=lambda m: len(m["mountPath"]),
+                )
+                assert not _kubelet_read_only(pod, deepest), (t.id, comp, c["name"], deepest)
+        recipe_pods = dict(_pods(RECIPE[t.id]))
+        read_only_sources += any(
+            (v.get("persistentVolumeClaim") or {}).get("readOnly") is True
+            for p in recipe_pods.values()
+            for v in p.get("volumes") or []
+        )
+    assert read_only_sources > 0  # the case exists in the catalog (Ultra)
+
+
+def test_every_model_mount_stays_as_read_only_as_upstream_made_it():
+    """Where the step releases a read-only claim source, every other mount of that volume stays read-only for the
+    kubelet: upstream's read-only model files remain read-only in every container (init containers included)."""
+    for t in TARGETS:
+        if t.runtime != "vllm":
+            continue
+        for (comp, pod), (_, rpod) in zip(_pods(RENDERED[t.id]), _pods(RECIPE[t.id]), strict=True):
+            for part in ("initContainers", "containers"):
+                for c, rc in zip(pod.get(part) or [], rpod.get(part) or [], strict=True):
+                    for rm in rc.get("volumeMounts") or []:
+                        m = next(m for m in c["volumeMounts"] if m["name"] == rm["name"] and m["mountPath"] == rm["mountPath"])
+                        if _kubelet_read_only(rpod, rm):
+                            assert _kubelet_read_only(pod, m), (t.id, comp, c["name"], m)

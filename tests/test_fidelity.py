@@ -233,7 +233,7 @@ def test_missing_upstream_file_of_a_target_fails_and_target_reports_only_that_ta
     assert out.splitlines() == [
         "compile caches on the model-cache volume: 1 vLLM worker container(s) in 1 upstream file(s) exact "
         "but for VLLM_CACHE_ROOT and TRITON_CACHE_DIR (and, where the cache is mounted read-only, its "
-        "compile-cache mount) of stacks.serving.compile_cache",
+        "compile-cache mount, and the read-only claim source it releases) of stacks.serving.compile_cache",
         "with dynamo:modelRevision: 1 download Job(s) exact but for the recorded revision pin "
         "(MODEL_REVISION and the script edits of builders.RevisionPin): "
         "nemotron-3.5-lightning/model-cache/model-download.yaml#Job/model-download",
@@ -388,16 +388,26 @@ def test_the_compile_cache_departure_is_taken_out_exactly_and_counted(monkeypatc
     with monkeypatch.context() as m:
         m.setattr(fidelity, "without_compile_cache", lambda rendered, upstream, objects: (rendered, 0))
         raw = fidelity.compare_file(up, got, storage_class=STORAGE_CLASS, pull_secrets=PULL)
-    fields = {re.search(r"\.containers\[\d+\]\.(env|volumeMounts)\b", d.split(":")[0]).group(1) for d in raw}
+    fields = {re.search(r"\.(?:containers\[\d+\]\.(env|volumeMounts)\b|(volumes)\[)", d.split(":")[0]).group(1, 2) for d in raw}
+    fields = {f for pair in fields for f in pair if f}
     read_only = any(m.get("readOnly") for _, c in workers for m in c["volumeMounts"])
-    assert raw and fields == ({"env", "volumeMounts"} if read_only else {"env"}), raw
+    # upstream's read-only claim source, dropped so that the compile-cache mount is writable (compile_cache.py)
+    released = any(
+        (v.get("persistentVolumeClaim") or {}).get("readOnly") is True
+        for d in up
+        if d.get("kind") == "DynamoGraphDeployment"
+        for comp in d["spec"]["components"]
+        for v in comp["podTemplate"]["spec"].get("volumes") or []
+    )
+    want = {"env"} | ({"volumeMounts"} if read_only else set()) | ({"volumes"} if released else set())
+    assert raw and fields == want, raw
     # a wrong path is not the step's: it stays a difference, and nothing is counted
     for _, c in workers[:1]:
         e = next(e for e in c["env"] if e["name"] == cc.VLLM_VAR)
         e["value"] = e["value"].replace("/compile-cache/", "/compile-cache/x-")
     compiled = {}
     diffs = fidelity.compare_file(up, got, storage_class=STORAGE_CLASS, pull_secrets=PULL, compiled=compiled)
-    assert diffs and all(".env" in d or ".volumeMounts" in d for d in diffs)
+    assert diffs and all(".env" in d or ".volumeMounts" in d or ".volumes[" in d for d in diffs)
     assert sum(compiled.values()) == len(workers) - 1  # the other workers' additions are still the step's
     # the step's exact additions beside another change: the change still fails, and only it
     got = _render(tid)

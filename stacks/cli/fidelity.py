@@ -360,7 +360,7 @@ class Report:
                 f"compile caches on the model-cache volume: {sum(self.compile_cache.values())} vLLM worker container(s) "
                 f"in {len(self.compile_cache)} upstream file(s) exact but for {compile_cache.VLLM_VAR} and "
                 f"{compile_cache.TRITON_VAR} (and, where the cache is mounted read-only, its {compile_cache.SUBDIR} "
-                f"mount) of stacks.serving.compile_cache"
+                f"mount, and the read-only claim source it releases) of stacks.serving.compile_cache"
             )
         if self.startup_probe:
             lines.append(

@@ -43,6 +43,15 @@ What the sources say:
 - Where a worker mounts the model cache read-only (Ultra: ``/opt/models``, ``readOnly: true``), the container also gets
   the same volume's ``compile-cache`` directory mounted writable at ``<mount>/compile-cache`` (``subPath``); the model
   stays read-only.
+- A read-only volume source makes every mount of it read-only: the kubelet mounts a ``persistentVolumeClaim`` with
+  ``readOnly: true`` read-only once per pod and bind-mounts every ``volumeMounts`` entry from it, whatever the entry says
+  ("readOnly: Will force the ReadOnly setting in VolumeMounts", PersistentVolumeClaimVolumeSource in the Kubernetes API
+  reference, https://kubernetes.io/docs/reference/kubernetes-api/config-and-storage-resources/volume/). Upstream's Ultra
+  recipes set it on the claim too, so the writable ``compile-cache`` mount above would be read-only (on a fresh cache
+  the kubelet cannot even create the subPath directory: CreateContainerConfigError). Where the step adds that mount to
+  a pod whose claim source is read-only, it drops ``readOnly`` from the source and sets ``readOnly: true`` on every other
+  mount of that volume in the pod, so that each of them stays exactly as read-only as upstream made it
+  (``release_claim_source``).
 - Where the recipe lets a worker read the model cache without writing to it, the step also mounts the model cache
   read-only in that container (``readOnly: true``), with the compile-cache directory writable as above, so that the
   worker (which runs model code, ``--trust-remote-code``) cannot change the model files every other replica and stack
@@ -148,6 +157,36 @@ def writable_mount(volume: str, mount: str) -> dict:
     return {"name": volume, "mountPath": f"{mount.rstrip('/')}/{SUBDIR}", "subPath": SUBDIR}
 
 
+def _pod_mounts(pod: dict, volume: str) -> Iterable[dict]:
+    """Every ``volumeMounts`` entry of ``volume`` in the pod's init containers and containers."""
+    for part in ("initContainers", "containers"):
+        for c in pod.get(part) or []:
+            for m in c.get("volumeMounts") or []:
+                if m.get("name") == volume:
+                    yield m
+
+
+def release_claim_source(pod: dict, volume: str, mount: str) -> bool:
+    """Make the pod's compile-cache mount of ``volume`` writable where the claim source forces every mount read-only:
+    drop ``readOnly`` from the ``persistentVolumeClaim`` source and mark every other mount of the volume
+    ``readOnly: true`` (module docstring). True when the source was changed."""
+    source = next((v for v in pod.get("volumes") or [] if v.get("name") == volume), {}).get("persistentVolumeClaim")
+    if not isinstance(source, dict) or source.get("readOnly") is not True:
+        return False
+    writable = writable_mount(volume, mount)
+    for m in _pod_mounts(pod, volume):
+        if m != writable:
+            m["readOnly"] = True
+    del source["readOnly"]
+    return True
+
+
+def effectively_read_only(pod: dict, m: dict) -> bool:
+    """Whether the kubelet mounts ``m`` read-only: its own flag, or a read-only claim source of its volume."""
+    source = next((v for v in pod.get("volumes") or [] if v.get("name") == m.get("name")), {}).get("persistentVolumeClaim")
+    return bool(m.get("readOnly")) or (isinstance(source, dict) and source.get("readOnly") is True)
+
+
 def worker_containers(dgd: dict, runtime: str, mount: str) -> Iterable[tuple[dict, dict, dict]]:
     """``(component, pod spec, container)`` of every vLLM GPU worker container that mounts the model cache."""
     if runtime not in RUNTIMES:
@@ -205,7 +244,7 @@ def expected(
         read_only = model_read_only(c, spec_env, mount)
         out[(comp["name"], c["name"])] = {
             "env": {VLLM_VAR: f"{base}/vllm", TRITON_VAR: f"{base}/triton"},
-            "mount": writable_mount(vol["name"], mount) if vol.get("readOnly") or read_only else None,
+            "mount": writable_mount(vol["name"], mount) if effectively_read_only(pod, vol) or read_only else None,
             "read_only": read_only,
         }
     return out
@@ -218,7 +257,7 @@ def apply_compile_cache(
     ``component/container`` names changed, in order."""
     plan = expected(dgd, target_id, runtime, gpu, mount, configmaps)
     changed = []
-    for comp, _pod, c in list(worker_containers(dgd, runtime, mount)):
+    for comp, pod, c in list(worker_containers(dgd, runtime, mount)):
         want = plan[(comp["name"], c["name"])]
         env = c.setdefault("env", [])
         for name, value in want["env"].items():
@@ -232,6 +271,7 @@ def apply_compile_cache(
             _mounted_cache(c, mount)["readOnly"] = True
         if want["mount"] and want["mount"] not in c["volumeMounts"]:
             c["volumeMounts"].append(copy.deepcopy(want["mount"]))
+            release_claim_source(pod, want["mount"]["name"], mount)
         changed.append(f"{comp['name']}/{c['name']}")
     return changed
 
@@ -245,6 +285,7 @@ def without_compile_cache(
     out. A replaced entry gets upstream's entry back; anything else stays and shows as a difference."""
     if rendered.get("kind") != "DynamoGraphDeployment" or upstream.get("kind") != "DynamoGraphDeployment":
         return rendered, 0
+    up_components = {comp.get("name"): comp for comp in (upstream.get("spec") or {}).get("components") or []}
     up_containers = {
         (comp.get("name"), c.get("name")): c
         for comp in (upstream.get("spec") or {}).get("components") or []
@@ -285,8 +326,37 @@ def without_compile_cache(
                     vol.pop("readOnly", None)
             count += 1
         if count:
+            for comp in out["spec"]["components"]:
+                _restore_claim_source(comp, up_components.get(comp.get("name"), {}))
             return out, count
     return rendered, 0
+
+
+def _restore_claim_source(comp: dict, upstream_comp: dict) -> None:
+    """Undo ``release_claim_source`` in one component (its compile-cache mounts already taken out): upstream's read-only
+    claim source back, and the mounts' ``readOnly`` as upstream has them, where every mount of the volume is read-only."""
+    pod = (comp.get("podTemplate") or {}).get("spec") or {}
+    up_pod = (upstream_comp.get("podTemplate") or {}).get("spec") or {}
+    up_sources = {v.get("name"): v.get("persistentVolumeClaim") or {} for v in up_pod.get("volumes") or []}
+    up_mounts = {
+        (c.get("name"), m.get("name"), m.get("mountPath")): m
+        for part in ("initContainers", "containers")
+        for c in up_pod.get(part) or []
+        for m in c.get("volumeMounts") or []
+    }
+    for v in pod.get("volumes") or []:
+        source = v.get("persistentVolumeClaim")
+        if not isinstance(source, dict) or "readOnly" in source or up_sources.get(v.get("name"), {}).get("readOnly") is not True:
+            continue
+        if not all(m.get("readOnly") is True for m in _pod_mounts(pod, v["name"])):
+            continue
+        source["readOnly"] = True
+        for part in ("initContainers", "containers"):
+            for c in pod.get(part) or []:
+                for m in c.get("volumeMounts") or []:
+                    um = up_mounts.get((c.get("name"), m.get("name"), m.get("mountPath")))
+                    if m.get("name") == v["name"] and um is not None and "readOnly" not in um:
+                        m.pop("readOnly", None)
 
 
 def recipe_values(container: dict) -> dict[str, Any]:
