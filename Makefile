@@ -16,7 +16,7 @@ export PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_CONFIG_PASSPHRASE ?= dynamo-local-dev
 export DYNAMO_TOOLCHAIN_CACHE ?= $(CACHE)
 
-.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain rig-toolchain prometheus-toolchain gateway-toolchain node-toolchain up local-up local-down test unit engine bench fidelity golden clean
+.PHONY: help setup python toolchain pulumi-toolchain kube-toolchain rig-toolchain prometheus-toolchain gateway-toolchain node-toolchain real-node-toolchain up local-up local-down test unit engine bench fidelity golden clean
 
 help:
 	@echo "make up    - set-up, then pulumi up --stack dev (renders manifests to ./rendered, no cloud account)"
@@ -56,7 +56,13 @@ gateway-toolchain:
 node-toolchain:
 	tools/nodeadm.sh
 
-toolchain: pulumi-toolchain kube-toolchain prometheus-toolchain gateway-toolchain node-toolchain
+# The real node of the local control plane (tools/kube-node.sh): kubelet and kube-proxy built from the pinned Kubernetes
+# module, containerd, runc, the CNI plugins and nft unpacked from pinned Debian packages, and the local images
+# (tools/node/images.py), for tests/test_node.py and `make local-up`.
+real-node-toolchain: python rig-toolchain kube-toolchain
+	PY=$(CURDIR)/$(PY) tools/kube-node.sh build
+
+toolchain: pulumi-toolchain kube-toolchain prometheus-toolchain gateway-toolchain node-toolchain real-node-toolchain
 
 # The GPU-free serving rig's own locked Python env (real Dynamo frontend + mocker, AIPerf) for tests/test_rig.py.
 rig-toolchain: $(UV)

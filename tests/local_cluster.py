@@ -28,12 +28,13 @@ TEST_CRDS = ("dynamographdeployments.nvidia.com", "dynamographdeploymentscalinga
 
 @contextlib.contextmanager
 def control_plane(
-    state: Path, *, apiserver_only: bool = False, crds: bool = True, timeout: float = 900, quiet: bool = True
+    state: Path, *, apiserver_only: bool = False, crds: bool = True, timeout: float = 900, quiet: bool = True, node: bool = False
 ) -> Iterator[dict]:
     """Start ``tools/kube-local.sh`` with its state (kubeconfig, certs, logs) in ``state``; stop it on exit. Yields
     the environment it ran with. ``apiserver_only``: etcd and kube-apiserver, no KWOK simulation or
-    controller manager; ``crds``: install the Dynamo CRDs of ``TEST_CRDS``."""
-    env = {**os.environ, "KUBE_LOCAL_DIR": str(state)}
+    controller manager; ``crds``: install the Dynamo CRDs of ``TEST_CRDS``; ``node``: also the real node
+    (tools/kube-node.sh)."""
+    env = {**os.environ, "KUBE_LOCAL_DIR": str(state), "KUBE_LOCAL_NODE": "1" if node else "0"}
     if apiserver_only:
         env.update(KUBE_LOCAL_NO_SIM="1", KUBE_LOCAL_NO_KCM="1")
     if crds:

@@ -40,6 +40,8 @@
 #                           operator is down
 #   KUBE_LOCAL_NO_KCM=1     do not run kube-controller-manager (then namespace deletion,
 #                           PVC deletion and foreground deletion never finish)
+#   KUBE_LOCAL_NODE=1       also start one real node (tools/kube-node.sh: containerd, runc, CNI, kubelet,
+#                           kube-proxy; Linux and root); `stop` stops it whenever one was started
 #   KUBE_LOCAL_NO_SIM=1     do not build or run kube-scheduler and kwok (the control plane of
 #                           before: nothing binds pods even when nodes exist)
 #   KUBE_LOCAL_PORT         apiserver port (default: a free port, kept across restarts)
@@ -461,6 +463,7 @@ cmd_start() {
   if pid_alive etcd && pid_alive kube-apiserver && readyz; then
     if { [[ "${KUBE_LOCAL_NO_KCM:-0}" == 1 ]] || pid_alive kube-controller-manager; } \
       && { ! sim_wanted || { pid_alive kube-scheduler && pid_alive kwok; }; }; then
+      if [[ "${KUBE_LOCAL_NODE:-0}" == 1 ]]; then KUBE_LOCAL_DIR="$STATE_DIR" "$SCRIPT_DIR/kube-node.sh" start; fi
       log "already running: KUBECONFIG=$STATE_DIR/kubeconfig"
       return 0
     fi
@@ -544,7 +547,11 @@ cmd_start() {
 
   # Started after the CRDs so it does not compete with their installation for CPU.
   if [[ "${KUBE_LOCAL_NO_KCM:-0}" != 1 ]]; then
-    # No scheduler/kubelet/cloud: the node and cloud controllers have nothing to do.
+    # No scheduler/kubelet/cloud: the node and cloud controllers have nothing to do. With the real node, the node
+    # lifecycle controller runs: it takes the node.kubernetes.io/not-ready taint the kubelet registers with off
+    # the node once it is Ready (and taints it again when it stops reporting).
+    local KCM_CONTROLLERS='*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-persistentvolume-attach-detach-controller,-taint-eviction-controller'
+    [[ "${KUBE_LOCAL_NODE:-0}" == 1 ]] || KCM_CONTROLLERS+=',-nodelifecycle'
     start_proc kube-controller-manager "$KCM_BIN" \
       --kubeconfig="$STATE_DIR/kubeconfig" \
       --authentication-kubeconfig="$STATE_DIR/kubeconfig" \
@@ -557,7 +564,7 @@ cmd_start() {
       --service-account-private-key-file="$pki/sa.key" \
       --cluster-signing-cert-file="$pki/ca.crt" \
       --cluster-signing-key-file="$pki/ca.key" \
-      --controllers='*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-persistentvolume-attach-detach-controller,-taint-eviction-controller' \
+      --controllers="$KCM_CONTROLLERS" \
       --concurrent-gc-syncs=5 \
       --v=1
     # Its serviceaccount controller creating default/default shows the controllers run
@@ -592,6 +599,9 @@ cmd_start() {
     wait_for "kwok running" 10 kwok_running || fail_with_log kwok "kwok exited"
   fi
 
+  if [[ "${KUBE_LOCAL_NODE:-0}" == 1 ]]; then
+    KUBE_LOCAL_DIR="$STATE_DIR" "$SCRIPT_DIR/kube-node.sh" start
+  fi
   log "ready in $(elapsed): export KUBECONFIG=$STATE_DIR/kubeconfig (logs: $STATE_DIR/logs)"
   trap - EXIT
 }
@@ -606,6 +616,8 @@ kwok_running() { # alive a moment after start (it exits at once on a bad flag or
 }
 
 cmd_stop() {
+  # The real node first (its kubelet and controller talk to the API server), whenever one was started here.
+  if [[ -d "$STATE_DIR/node" ]]; then KUBE_LOCAL_DIR="$STATE_DIR" "$SCRIPT_DIR/kube-node.sh" stop; fi
   stop_proc kwok
   stop_proc kube-scheduler
   stop_proc kube-controller-manager

@@ -1,0 +1,156 @@
+"""What the real-node tests do on the local node (tools/kube-node.sh): apply a target's rendered objects, wait for its
+download Job and its DGD, reach its frontend Service, and say what a pod that did not start saw.
+
+What the node runs as rendered and what stands in is listed in one place each: the images in tools/node/images.py,
+the operator's pods and the volume provisioner in tools/node/controller.py, the model hub in tools/node/hub.py, the
+node's extended resources in tools/node/resources.env, and the node labels the rendered placement asks for in
+``label_node_for`` below (a GPU node on EKS carries them from its node group or from NVIDIA's feature discovery).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterable, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+NODE_NAME = "local-node"  # tools/kube-node.sh
+
+
+class NodeError(AssertionError):
+    pass
+
+
+def kubectl(env: dict, *args: str, input: Optional[str] = None, check: bool = True, timeout: float = 60) -> str:
+    cmd = [str(ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", f"{env['KUBE_LOCAL_DIR']}/kubeconfig", *args]
+    res = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise NodeError(f"kubectl {' '.join(args)} failed: {res.stderr.strip()}")
+    return res.stdout
+
+
+def apply(env: dict, objs: Iterable[dict]) -> None:
+    kubectl(
+        env, "apply", "--server-side", "--field-manager=node-test", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objs)
+    )
+
+
+def _pod_specs(objs: Iterable[dict]) -> Iterable[dict]:
+    for o in objs:
+        if o.get("kind") == "DynamoGraphDeployment":
+            for comp in o["spec"]["components"]:
+                yield (comp.get("podTemplate") or {}).get("spec") or {}
+        elif o.get("kind") in ("Job", "DaemonSet", "Deployment"):
+            yield o["spec"]["template"]["spec"]
+
+
+def placement_labels(objs: Iterable[dict]) -> dict[str, str]:
+    """The node labels the rendered pods' placement requires: their nodeSelector and, for each required node-affinity
+    term, the first value of each ``In`` expression (the first term only, as one node satisfies one term)."""
+    labels: dict[str, str] = {}
+    for spec in _pod_specs(objs):
+        labels.update(spec.get("nodeSelector") or {})
+        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ) or {}
+        for term in (required.get("nodeSelectorTerms") or [])[:1]:
+            for e in term.get("matchExpressions") or []:
+                if e.get("operator") == "In" and e.get("values"):
+                    labels[e["key"]] = e["values"][0]
+    return labels
+
+
+def label_node_for(env: dict, objs: Iterable[dict]) -> dict[str, str]:
+    """Label the node as the rendered placement asks (module docstring); returns the labels set. Targets whose
+    placement asks for different values of one label (an H100 and a B200 target) run one after the other."""
+    labels = placement_labels(objs)
+    if labels:
+        kubectl(env, "label", "node", NODE_NAME, "--overwrite", *[f"{k}={v}" for k, v in labels.items()])
+    return labels
+
+
+def diagnose(env: dict, namespace: str, lines: int = 15) -> str:
+    """Every pod of the namespace: phase, container states, events, and each container's last log lines."""
+    out = [f"--- pods in {namespace}:", kubectl(env, "-n", namespace, "get", "pods", "-o", "wide", check=False)]
+    pods = json.loads(kubectl(env, "-n", namespace, "get", "pods", "-o", "json", check=False) or '{"items": []}')["items"]
+    for p in pods:
+        name = p["metadata"]["name"]
+        for st in [
+            *(p.get("status", {}).get("initContainerStatuses") or []),
+            *(p.get("status", {}).get("containerStatuses") or []),
+        ]:
+            out.append(
+                f"{name}/{st['name']}: ready={st.get('ready')} restarts={st.get('restartCount')} state={json.dumps(st.get('state'))}"
+                f" last={json.dumps(st.get('lastTerminationState') or {})}"
+            )
+            log = kubectl(env, "-n", namespace, "logs", name, "-c", st["name"], f"--tail={lines}", check=False, timeout=20)
+            if not log.strip():
+                log = kubectl(
+                    env, "-n", namespace, "logs", name, "-c", st["name"], "--previous", f"--tail={lines}", check=False, timeout=20
+                )
+            out.append("    " + "\n    ".join(log.strip().splitlines()[-lines:]))
+    out.append(f"--- events in {namespace}:")
+    out.append(kubectl(env, "-n", namespace, "get", "events", "--sort-by=.lastTimestamp", check=False)[-4000:])
+    return "\n".join(out)
+
+
+def wait_for(what: str, probe, timeout: float, env: dict, namespace: str, interval: float = 2) -> None:
+    """Poll ``probe()`` -> (done, last seen) until done; at the deadline fail with the last seen and the diagnosis."""
+    deadline = time.monotonic() + timeout
+    seen = ""
+    while time.monotonic() < deadline:
+        done, seen = probe()
+        if done:
+            return
+        time.sleep(interval)
+    raise NodeError(f"{what}: not done after {timeout:.0f}s; last seen: {seen}\n{diagnose(env, namespace)}")
+
+
+def job_complete(env: dict, namespace: str, name: str):
+    def probe():
+        job = json.loads(kubectl(env, "-n", namespace, "get", "job", name, "-o", "json", check=False) or "{}")
+        conds = {c["type"]: c["status"] for c in (job.get("status") or {}).get("conditions") or []}
+        if conds.get("Failed") == "True":
+            raise NodeError(f"Job {namespace}/{name} failed: {job['status']}\n{diagnose(env, namespace)}")
+        return conds.get("Complete") == "True", json.dumps(job.get("status"))
+
+    return probe
+
+
+def dgd_ready(env: dict, namespace: str, name: str):
+    def probe():
+        dgd = json.loads(kubectl(env, "-n", namespace, "get", "dynamographdeployment", name, "-o", "json", check=False) or "{}")
+        cond = next((c for c in (dgd.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+        return cond.get("status") == "True", json.dumps(cond)
+
+    return probe
+
+
+def service_url(env: dict, namespace: str, name: str, port_name: str = "http") -> str:
+    svc = json.loads(kubectl(env, "-n", namespace, "get", "service", name, "-o", "json"))
+    port = next(p["port"] for p in svc["spec"]["ports"] if p.get("name") == port_name)
+    return f"http://{svc['spec']['clusterIP']}:{port}"
+
+
+def chat(url: str, model: str, timeout: float = 60) -> dict:
+    body = json.dumps(
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": "Say hello from the local node."}],
+            "max_tokens": 16,
+            "stream": False,
+        }
+    ).encode()
+    req = urllib.request.Request(f"{url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def hub_requests(env: dict) -> list[str]:
+    """The requests the node's model hub answered (tools/node/hub.py logs one line each)."""
+    log = Path(env["KUBE_LOCAL_DIR"]) / "node" / "logs" / "model-hub.log"
+    return [line.strip() for line in log.read_text().splitlines() if line[:4] in ("GET ", "HEAD")]
