@@ -222,6 +222,7 @@ nodeStatusUpdateFrequency: 4s
 syncFrequency: 5s
 fileCheckFrequency: 5s
 localStorageCapacityIsolation: false
+podLogsDir: $NODE_DIR/pod-logs
 EOF
 }
 

@@ -9,7 +9,8 @@ stand-ins, each in ``node_pod`` and nowhere else:
   the Kubernetes API the operator's pods use (``kubernetes``), which would need the operator's own CRDs and RBAC;
 - CPU, memory and ephemeral-storage requests and limits scaled to what a 2-core node holds (``SCALED``); GPUs, EFA
   and RDMA devices are requested as rendered (the node advertises them: tools/node/resources.env);
-- an image named by digest, which cannot be reproduced, runs the local runtime image (tools/node/images.py).
+- an image named by digest, which cannot be reproduced, runs the local runtime image (tools/node/images.py);
+- a capability this sandbox's processes lack (``UNAVAILABLE_CAPABILITIES``: SYS_RESOURCE) is not added.
 The DGD gets ``status.conditions[Ready]`` once every pod of it is Ready (what ``pulumi up`` waits for: waitFor
 ``condition=Ready``), and False with the pods that are not, otherwise. Pods carry an owner reference to their DGD,
 so deleting the DGD deletes them (the garbage collector).
@@ -47,6 +48,8 @@ DISCOVERY_MOUNT = "/run/dynamo-discovery"
 RUNTIME_IMAGE = "docker.io/dynamo-local/runtime:1.6.1"  # tools/node/images.py RUNTIME_REF
 SCALED = {"cpu": "10m", "memory": "32Mi", "ephemeral-storage": "1Mi"}  # requests; the same limits are dropped
 SPEC_HASH = "dynamo.local/pod-spec-hash"
+# Not in this sandbox's capability bounding set (grep CapBnd /proc/self/status: bit 24, CAP_SYS_RESOURCE, is clear).
+UNAVAILABLE_CAPABILITIES = ("SYS_RESOURCE",)
 DGD_API = "/apis/nvidia.com/v1beta1"
 
 
@@ -75,6 +78,14 @@ def scale_resources(container: dict) -> None:
             del res[part]
 
 
+def drop_unavailable_capabilities(container: dict) -> None:
+    """Capabilities this sandbox's own processes lack cannot be given to a container (runc: "unable to apply caps:
+    operation not permitted"): ``UNAVAILABLE_CAPABILITIES`` are taken out of ``securityContext.capabilities.add``."""
+    caps = ((container.get("securityContext") or {}).get("capabilities") or {})
+    if caps.get("add"):
+        caps["add"] = [c for c in caps["add"] if c not in UNAVAILABLE_CAPABILITIES]
+
+
 def node_pod(dgd: dict, op) -> dict:
     """The pod the operator runs for one replica of a component (module docstring: what stands in)."""
     comp = next(c for c in dgd["spec"]["components"] if c["name"] == op.component)
@@ -99,6 +110,7 @@ def node_pod(dgd: dict, op) -> dict:
         if "@" in str(c.get("image", "")):
             c["image"] = RUNTIME_IMAGE
         scale_resources(c)
+        drop_unavailable_capabilities(c)
     spec.setdefault("restartPolicy", "Always")
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
     meta = {

@@ -360,9 +360,12 @@ def build_runtime(busybox: Path) -> Path:
         layer.file(f"{site}/pip/__init__.py", b"")
         layer.file(f"{site}/pip/__main__.py", (HERE / "offline_pip.py").read_bytes())
     layer.file("opt/dynamo-local/vllm-flags.json", json.dumps(vllm_args.from_sdist(sdist)).encode())
+    # Wrappers, not symlinks: Python finds a virtual environment's pyvenv.cfg beside the path it was started by, not
+    # beside a symlink's target, so `python3` must run as /opt/dynamo/bin/python3 to see the environment's packages.
+    wrapper = b'#!/bin/sh\nexec /opt/dynamo/bin/python3 "$@"\n'
     for name in ("python3", "python"):
-        layer.link(f"usr/local/bin/{name}", "/opt/dynamo/bin/python3")
-        layer.link(f"usr/bin/{name}", "/opt/dynamo/bin/python3")
+        layer.file(f"usr/local/bin/{name}", wrapper, 0o755)
+        layer.file(f"usr/bin/{name}", wrapper, 0o755)
     elves = [python_home / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}", Path("/bin/bash")]
     for tree in (python_home / stdlib / "lib-dynload", env / stdlib / "site-packages"):
         elves += [p for p in tree.rglob("*.so*") if p.is_file()]
