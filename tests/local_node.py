@@ -33,6 +33,21 @@ def kubectl(env: dict, *args: str, input: Optional[str] = None, check: bool = Tr
     return res.stdout
 
 
+def apply_in_order(env: dict, objs: list[dict], job_timeout: float) -> None:
+    """Apply the rendered objects in their order, as ``up`` does with waits on: each Job is waited for (Complete)
+    before the objects after it (Ultra's model-validate Job reads what the download Job wrote)."""
+    batch: list[dict] = []
+    for o in objs:
+        batch.append(o)
+        if o["kind"] == "Job":
+            apply(env, batch)
+            batch = []
+            ns, name = o["metadata"]["namespace"], o["metadata"]["name"]
+            wait_for(f"Job {ns}/{name} Complete", job_complete(env, ns, name), job_timeout, env, ns)
+    if batch:
+        apply(env, batch)
+
+
 def apply(env: dict, objs: Iterable[dict]) -> None:
     kubectl(
         env, "apply", "--server-side", "--field-manager=node-test", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objs)

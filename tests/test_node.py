@@ -27,11 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from local_cluster import control_plane  # noqa: E402
 from local_node import (  # noqa: E402
     NodeError,
-    apply,
+    apply_in_order,
     chat,
     dgd_ready,
     diagnose,
-    job_complete,
     hub_requests,
     kubectl,
     label_node_for,
@@ -105,15 +104,7 @@ def served(node):
         ns, objs = f"node-{i}", rendered[tid]
         try:
             label_node_for(env, objs)
-            apply(env, objs)
-            for job in (o for o in objs if o["kind"] == "Job"):
-                wait_for(
-                    f"{tid}: Job {job['metadata']['name']} Complete",
-                    job_complete(env, ns, job["metadata"]["name"]),
-                    JOB_TIMEOUT,
-                    env,
-                    ns,
-                )
+            apply_in_order(env, objs, JOB_TIMEOUT)
             wait_for(f"{tid}: the DGD's pods bound", _scheduled(env, ns, _dgd(objs)), 120, env, ns)
         except NodeError as e:
             results[tid] = e
@@ -179,13 +170,13 @@ def test_a_read_only_claim_source_makes_the_compile_cache_read_only(node):
             released += 1
     assert released
     label_node_for(env, objs)
-    apply(env, [o for o in objs if o["kind"] != "DynamoGraphDeployment"] + [before])
-    job = next(o for o in objs if o["kind"] == "Job")
-    wait_for(f"{tid}: Job Complete", job_complete(env, ns, job["metadata"]["name"]), JOB_TIMEOUT, env, ns)
+    apply_in_order(env, [before if o["kind"] == "DynamoGraphDeployment" else o for o in objs], JOB_TIMEOUT)
 
     def crashed():
         pods = json.loads(kubectl(env, "-n", ns, "get", "pods", "-o", "json"))["items"]
         for p in pods:
+            if "job-name" in p["metadata"].get("labels", {}):
+                continue  # the model-cache Jobs' pods
             for st in (p.get("status") or {}).get("containerStatuses") or []:
                 term = (st.get("lastState") or {}).get("terminated") or (st.get("state") or {}).get("terminated")
                 if term:

@@ -221,7 +221,6 @@ registerNode: true
 nodeStatusUpdateFrequency: 4s
 syncFrequency: 5s
 fileCheckFrequency: 5s
-localStorageCapacityIsolation: false
 podLogsDir: $NODE_DIR/pod-logs
 EOF
 }
@@ -335,6 +334,17 @@ cmd_start() {
   # config: a ServiceAccount token and the CA at the standard path), here in a mount namespace of its own, so
   # that path is private to it; its ServiceAccount has the ClusterRole of its install.yaml.
   start_netpol
+  # Dynamo's discovery store for the pods (tools/node/controller.py): an etcd of the control plane's pinned release on
+  # the bridge address, as the dynamo-platform chart runs one for the operator's pods.
+  local etcd_version peer
+  peer="$(free_port)"
+  etcd_version="$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2; exit }' "$SCRIPT_DIR/kube/etcd/go.mod")"
+  mkdir -p "$NODE_DIR/dynamo-etcd"
+  start_proc dynamo-etcd "$CACHE_DIR/etcd-$etcd_version/etcd" --name=dynamo-discovery --data-dir="$NODE_DIR/dynamo-etcd" \
+    --listen-client-urls="http://$POD_GATEWAY:2379" --advertise-client-urls="http://$POD_GATEWAY:2379" \
+    --listen-peer-urls="http://127.0.0.1:$peer" --initial-advertise-peer-urls="http://127.0.0.1:$peer" \
+    --initial-cluster="dynamo-discovery=http://127.0.0.1:$peer" --initial-cluster-state=new --unsafe-no-fsync --log-level=warn
+  wait_for "Dynamo's etcd" 30 curl -fs -o /dev/null "http://$POD_GATEWAY:2379/health" || fail_with_log dynamo-etcd "etcd did not start"
   # The model hub the runtime image's HF_ENDPOINT names (tools/node/hub.py), on the bridge address the pods reach.
   start_proc model-hub "${PY:-$REPO_ROOT/.venv/bin/python}" "$REPO_ROOT/tools/node/hub.py" --host "$POD_GATEWAY" --port 18080
   wait_for "the model hub" 60 curl -fs -o /dev/null "http://$POD_GATEWAY:18080/api/models/a/b/revision/main" \
@@ -376,6 +386,8 @@ start_netpol() {
 cmd_stop() {
   stop_proc node-controller
   stop_proc model-hub
+  stop_proc dynamo-etcd
+  rm -rf "$NODE_DIR/dynamo-etcd"
   stop_proc kube-network-policies
   stop_proc kube-proxy
   stop_proc kubelet
@@ -405,7 +417,7 @@ cmd_stop() {
     "$BIN_DIR/nft" delete table ip6 kube-proxy 2>/dev/null || true
     "$BIN_DIR/nft" delete table inet kube-network-policies 2>/dev/null || true
   fi
-  rm -rf "$NODE_DIR/cni/state" /run/dynamo-local/discovery
+  rm -rf "$NODE_DIR/cni/state"
   [[ "$(cat "$OWNER" 2>/dev/null)" == "$NODE_DIR" ]] && rm -f "$OWNER"
   if [[ -s "$STATE_DIR/kubeconfig" ]] && [[ -x "$KUBECTL_BIN" ]]; then
     kctl delete node "$NODE_NAME" --wait=false --request-timeout=5s >/dev/null 2>&1 || true
@@ -415,7 +427,7 @@ cmd_stop() {
 
 cmd_status() {
   local n
-  for n in containerd kubelet kube-proxy kube-network-policies model-hub node-controller; do
+  for n in containerd kubelet kube-proxy kube-network-policies dynamo-etcd model-hub node-controller; do
     if pid_alive "$n"; then echo "$n: running (pid $(cat "$NODE_DIR/$n.pid"))"; else echo "$n: stopped"; fi
   done
 }

@@ -5,8 +5,9 @@ Operator: for every v1beta1 DynamoGraphDeployment, the pods and Services the ope
 model of the operator says (``stacks.serving.operator``: names, labels, container ports, Services; the env of
 tests/rig.py ``operator_env``), each pod being the component's ``podTemplate`` exactly as rendered, with these
 stand-ins, each in ``node_pod`` and nowhere else:
-- discovery through a shared directory (``DYN_DISCOVERY_BACKEND=file``, a hostPath at ``DYN_FILE_KV``) instead of
-  the Kubernetes API the operator's pods use (``kubernetes``), which would need the operator's own CRDs and RBAC;
+- discovery through etcd (``DYN_DISCOVERY_BACKEND=etcd``, ``ETCD_ENDPOINTS``: an etcd on the node's bridge, as the
+  dynamo-platform chart's own etcd) instead of the Kubernetes API the operator's pods use (``kubernetes``), which
+  would need the operator's own CRDs and RBAC;
 - CPU, memory and ephemeral-storage requests and limits scaled to what a 2-core node holds (``SCALED``); GPUs, EFA
   and RDMA devices are requested as rendered (the node advertises them: tools/node/resources.env);
 - an image named by digest, which cannot be reproduced, runs the local runtime image (tools/node/images.py);
@@ -43,8 +44,7 @@ from stacks.serving.operator import operator_pods, operator_services  # noqa: E4
 
 STORAGE_CLASS = "local-node"
 PROVISIONER = "dynamo.local/hostpath"
-DISCOVERY_ROOT = "/run/dynamo-local/discovery"
-DISCOVERY_MOUNT = "/run/dynamo-discovery"
+DISCOVERY_ETCD = "http://10.88.0.1:2379"  # tools/kube-node.sh starts this etcd on the node's bridge address
 RUNTIME_IMAGE = "docker.io/dynamo-local/runtime:1.6.1"  # tools/node/images.py RUNTIME_REF
 SCALED = {"cpu": "10m", "memory": "32Mi", "ephemeral-storage": "1Mi"}  # requests; the same limits are dropped
 SPEC_HASH = "dynamo.local/pod-spec-hash"
@@ -81,7 +81,7 @@ def scale_resources(container: dict) -> None:
 def drop_unavailable_capabilities(container: dict) -> None:
     """Capabilities this sandbox's own processes lack cannot be given to a container (runc: "unable to apply caps:
     operation not permitted"): ``UNAVAILABLE_CAPABILITIES`` are taken out of ``securityContext.capabilities.add``."""
-    caps = ((container.get("securityContext") or {}).get("capabilities") or {})
+    caps = (container.get("securityContext") or {}).get("capabilities") or {}
     if caps.get("add"):
         caps["add"] = [c for c in caps["add"] if c not in UNAVAILABLE_CAPABILITIES]
 
@@ -95,17 +95,10 @@ def node_pod(dgd: dict, op) -> dict:
     dgd_env = dgd["spec"].get("env") or []
     own = {e["name"] for e in main.get("env") or []}
     operator = {k: v for k, v in operator_env(dgd, op).items() if k not in own}
-    operator.update({"DYN_DISCOVERY_BACKEND": "file", "DYN_FILE_KV": DISCOVERY_MOUNT})
+    operator.update({"DYN_DISCOVERY_BACKEND": "etcd", "ETCD_ENDPOINTS": DISCOVERY_ETCD})
     spec_env = [e for e in dgd_env if e["name"] not in own and e["name"] not in operator]
     main["env"] = [*spec_env, *_env_list(operator), *[e for e in main.get("env") or [] if e["name"] not in operator]]
     main["ports"] = [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in op.ports.items()]
-    main.setdefault("volumeMounts", []).append({"name": "dynamo-local-discovery", "mountPath": DISCOVERY_MOUNT})
-    spec.setdefault("volumes", []).append(
-        {
-            "name": "dynamo-local-discovery",
-            "hostPath": {"path": f"{DISCOVERY_ROOT}/{ns}/{dgd['metadata']['name']}", "type": "DirectoryOrCreate"},
-        }
-    )
     for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
         if "@" in str(c.get("image", "")):
             c["image"] = RUNTIME_IMAGE

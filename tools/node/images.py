@@ -276,8 +276,8 @@ def rig_env() -> Path:
 
 
 def catalog_image_names() -> list[str]:
-    """Every runtime image name (vllm-runtime, tensorrtllm-runtime, ...; without a digest) that a catalog target's
-    containers render, from the catalog itself."""
+    """Every runtime image name (vllm-runtime, tensorrtllm-runtime, ...) and model-cache Job image name (without a
+    digest) that a catalog target's containers render, from the catalog itself."""
     sys.path.insert(0, str(REPO))
     from stacks import catalog
     from stacks.program.render import render_target
@@ -287,7 +287,9 @@ def catalog_image_names() -> list[str]:
         for obj in render_target(t.id):
             for c in _containers(obj):
                 image = str(c.get("image") or "")
-                if image and "@" not in image and "-runtime:" in image:  # the engines' runtime images only
+                # the engines' runtime images, and the images of the model-cache Jobs (Ultra's: python:3.10-slim)
+                wanted = "-runtime:" in image or (obj.get("kind") == "Job" and "aiperf" not in image)
+                if image and "@" not in image and wanted:
                     names.add(image if "/" in image.split(":")[0] else f"docker.io/library/{image}")
     return sorted(names)
 
