@@ -102,15 +102,20 @@ def diagnose(env: dict, namespace: str, lines: int = 15) -> str:
                 f"{name}/{st['name']}: ready={st.get('ready')} restarts={st.get('restartCount')} state={json.dumps(st.get('state'))}"
                 f" last={json.dumps(st.get('lastTerminationState') or {})}"
             )
-            log = kubectl(env, "-n", namespace, "logs", name, "-c", st["name"], f"--tail={lines}", check=False, timeout=20)
-            if not log.strip():
-                log = kubectl(
-                    env, "-n", namespace, "logs", name, "-c", st["name"], "--previous", f"--tail={lines}", check=False, timeout=20
-                )
+            log = node_log(env, namespace, name, p["metadata"]["uid"], st["name"])
             out.append("    " + "\n    ".join(log.strip().splitlines()[-lines:]))
     out.append(f"--- events in {namespace}:")
     out.append(kubectl(env, "-n", namespace, "get", "events", "--sort-by=.lastTimestamp", check=False)[-4000:])
     return "\n".join(out)
+
+
+def node_log(env: dict, namespace: str, pod: str, uid: str, container: str) -> str:
+    """A container's log as the kubelet wrote it on the node (podLogsDir: <ns>_<pod>_<uid>/<container>/<restart>.log),
+    every restart's, oldest first: what ``kubectl logs`` and ``--previous`` read, without a round trip."""
+    d = Path(env["KUBE_LOCAL_DIR"]) / "node" / "pod-logs" / f"{namespace}_{pod}_{uid}" / container
+    files = sorted(d.glob("*.log"), key=lambda f: int(f.stem) if f.stem.isdigit() else 0) if d.is_dir() else []
+    # CRI log lines: "<time> <stream> <P|F> <text>"
+    return "\n".join(line.split(" ", 3)[-1] for f in files for line in f.read_text(errors="replace").splitlines())
 
 
 def wait_for(what: str, probe, timeout: float, env: dict, namespace: str, interval: float = 2) -> None:

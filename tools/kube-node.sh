@@ -192,6 +192,14 @@ state = "$NODE_DIR/containerd/state"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "$BIN_DIR/runc"
         SystemdCgroup = false
+    # The handler of RuntimeClass "nvidia" (tools/node/runtime-class.yaml), which GPU pods name. On a GPU node the
+    # NVIDIA Container Toolkit registers it (nvidia-container-runtime, which wraps runc and injects the devices);
+    # here it is runc itself: there are no devices to inject.
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+        BinaryName = "$BIN_DIR/runc"
+        SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$ROOTFS/usr/lib/cni"
     conf_dir = "$NODE_DIR/cni/net.d"
@@ -313,6 +321,7 @@ cmd_start() {
     --v=1
   wait_for "node $NODE_NAME Ready" "$TIMEOUT" node_ready || { pid_alive kubelet || fail_with_log kubelet "the kubelet exited"; fail_with_log kubelet "node $NODE_NAME not Ready"; }
   advertise_resources
+  kctl apply -f "$REPO_ROOT/tools/node/runtime-class.yaml" >/dev/null
   wait_for "extended resources on $NODE_NAME" 30 resources_advertised || fail_with_log kubelet "the node does not advertise tools/node/resources.env"
 
   # nftables mode (GA in Kubernetes 1.33); --masquerade-all: a pod reaching a Service backed by a pod on the same

@@ -234,6 +234,7 @@ class Controller:
             if (pod_name not in want or outdated) and not pod["metadata"].get("deletionTimestamp"):
                 self.api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod_name}", ok_missing=True)
                 log(f"{ns}/{name}: deleted pod {pod_name} ({'changed' if outdated else 'no longer wanted'})")
+        refused: dict[str, str] = {}
         for pod_name, pod in want.items():
             if pod_name not in have:
                 try:
@@ -242,6 +243,7 @@ class Controller:
                 except KubeError as e:
                     if e.status != 409:
                         log(f"{ns}/{name}: pod {pod_name} refused: {e}")
+                        refused[pod_name] = str(e)
         for svc in node_services(dgd):
             try:
                 self.api.request("POST", f"/api/v1/namespaces/{ns}/services", svc)
@@ -253,6 +255,8 @@ class Controller:
         ready = "False" if not_ready else "True"
         old = next((c for c in (dgd.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
         message = f"pods not Ready: {', '.join(not_ready)}" if not_ready else f"all {len(want)} pods Ready"
+        if refused:
+            message += "; refused by the API server: " + "; ".join(f"{n}: {m}" for n, m in sorted(refused.items()))
         if old.get("status") != ready or old.get("message") != message:
             status = {
                 "state": "successful" if ready == "True" else "pending",
