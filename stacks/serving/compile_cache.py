@@ -166,12 +166,21 @@ def _pod_mounts(pod: dict, volume: str) -> Iterable[dict]:
                     yield m
 
 
+def _claim_source(pod: dict, volume: str) -> Optional[dict]:
+    """The ``persistentVolumeClaim`` source of the pod's volume ``volume`` (None: no such volume, or not a claim)."""
+    for v in pod.get("volumes") or []:
+        if v.get("name") == volume:
+            source = v.get("persistentVolumeClaim")
+            return source if isinstance(source, dict) else None
+    return None
+
+
 def release_claim_source(pod: dict, volume: str, mount: str) -> bool:
     """Make the pod's compile-cache mount of ``volume`` writable where the claim source forces every mount read-only:
     drop ``readOnly`` from the ``persistentVolumeClaim`` source and mark every other mount of the volume
     ``readOnly: true`` (module docstring). True when the source was changed."""
-    source = next((v for v in pod.get("volumes") or [] if v.get("name") == volume), {}).get("persistentVolumeClaim")
-    if not isinstance(source, dict) or source.get("readOnly") is not True:
+    source = _claim_source(pod, volume)
+    if source is None or source.get("readOnly") is not True:
         return False
     writable = writable_mount(volume, mount)
     for m in _pod_mounts(pod, volume):
@@ -183,8 +192,8 @@ def release_claim_source(pod: dict, volume: str, mount: str) -> bool:
 
 def effectively_read_only(pod: dict, m: dict) -> bool:
     """Whether the kubelet mounts ``m`` read-only: its own flag, or a read-only claim source of its volume."""
-    source = next((v for v in pod.get("volumes") or [] if v.get("name") == m.get("name")), {}).get("persistentVolumeClaim")
-    return bool(m.get("readOnly")) or (isinstance(source, dict) and source.get("readOnly") is True)
+    source = _claim_source(pod, str(m.get("name")))
+    return bool(m.get("readOnly")) or (source is not None and source.get("readOnly") is True)
 
 
 def worker_containers(dgd: dict, runtime: str, mount: str) -> Iterable[tuple[dict, dict, dict]]:
