@@ -111,16 +111,7 @@ def node_pod(dgd: dict, op) -> dict:
         "namespace": ns,
         "labels": dict(op.labels),
         "annotations": {SPEC_HASH: digest, **((comp.get("podTemplate") or {}).get("metadata") or {}).get("annotations", {})},
-        "ownerReferences": [
-            {
-                "apiVersion": "nvidia.com/v1beta1",
-                "kind": "DynamoGraphDeployment",
-                "name": dgd["metadata"]["name"],
-                "uid": dgd["metadata"]["uid"],
-                "controller": True,
-                "blockOwnerDeletion": False,
-            }
-        ],
+        "ownerReferences": dgd_owner(dgd),
     }
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
@@ -129,12 +120,13 @@ def node_services(dgd: dict) -> list[dict]:
     out = []
     for svc in operator_services(dgd):
         svc = copy.deepcopy(svc)
-        svc["metadata"]["ownerReferences"] = node_pod_owner(dgd)
+        svc["metadata"]["ownerReferences"] = dgd_owner(dgd)
         out.append(svc)
     return out
 
 
-def node_pod_owner(dgd: dict) -> list[dict]:
+def dgd_owner(dgd: dict) -> list[dict]:
+    """The owner reference that makes the garbage collector delete an object with its DGD."""
     return [
         {
             "apiVersion": "nvidia.com/v1beta1",
@@ -156,6 +148,16 @@ class Controller:
         self.api = Simulator(kubeconfig)
         self.volumes = volumes
 
+    def create(self, path: str, obj: dict) -> bool:
+        """POST ``obj``; False when it exists already (409), any other refusal raised."""
+        try:
+            self.api.request("POST", path, obj)
+            return True
+        except KubeError as e:
+            if e.status != 409:
+                raise
+            return False
+
     # ---- provisioner
     def ensure_storage_class(self) -> None:
         sc = {
@@ -166,12 +168,8 @@ class Controller:
             "reclaimPolicy": "Retain",
             "volumeBindingMode": "Immediate",
         }
-        try:
-            self.api.request("POST", "/apis/storage.k8s.io/v1/storageclasses", sc)
+        if self.create("/apis/storage.k8s.io/v1/storageclasses", sc):
             log(f"StorageClass {STORAGE_CLASS} (default) created")
-        except KubeError as e:
-            if e.status != 409:
-                raise
 
     def provision(self) -> None:
         for pvc in self.api.request("GET", "/api/v1/persistentvolumeclaims").get("items", []):
@@ -198,12 +196,8 @@ class Controller:
                     "claimRef": {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]},
                 },
             }
-            try:
-                self.api.request("POST", "/api/v1/persistentvolumes", pv)
+            if self.create("/api/v1/persistentvolumes", pv):
                 log(f"PersistentVolume {name} at {path} for claim {meta['namespace']}/{meta['name']}")
-            except KubeError as e:
-                if e.status != 409:
-                    raise
 
     # ---- operator
     def reconcile(self) -> None:
@@ -238,19 +232,17 @@ class Controller:
         for pod_name, pod in want.items():
             if pod_name not in have:
                 try:
-                    self.api.request("POST", f"/api/v1/namespaces/{ns}/pods", pod)
-                    log(f"{ns}/{name}: created pod {pod_name}")
+                    if self.create(f"/api/v1/namespaces/{ns}/pods", pod):
+                        log(f"{ns}/{name}: created pod {pod_name}")
                 except KubeError as e:
-                    if e.status != 409:
-                        log(f"{ns}/{name}: pod {pod_name} refused: {e}")
-                        refused[pod_name] = str(e)
+                    log(f"{ns}/{name}: pod {pod_name} refused: {e}")
+                    refused[pod_name] = str(e)
         for svc in node_services(dgd):
             try:
-                self.api.request("POST", f"/api/v1/namespaces/{ns}/services", svc)
-                log(f"{ns}/{name}: created Service {svc['metadata']['name']}")
+                if self.create(f"/api/v1/namespaces/{ns}/services", svc):
+                    log(f"{ns}/{name}: created Service {svc['metadata']['name']}")
             except KubeError as e:
-                if e.status != 409:
-                    log(f"{ns}/{name}: Service {svc['metadata']['name']} refused: {e}")
+                log(f"{ns}/{name}: Service {svc['metadata']['name']} refused: {e}")
         not_ready = sorted(n for n in want if n not in have or not _ready(have[n]))
         ready = "False" if not_ready else "True"
         old = next((c for c in (dgd.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
