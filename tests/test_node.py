@@ -42,15 +42,18 @@ from stacks.serving.operator import FRONTEND, component_type, service_name  # no
 
 pytestmark = [pytest.mark.engine]
 
-# vLLM aggregated and disaggregated (Lightning, H100), and Ultra's KV-router aggregated target on B200, whose claim is
-# read-only upstream (the compile cache must still be writable: tools/node/worker.py writes it as the engine does).
-# Not yet here: Ultra's disaggregated H200 target (its prefill and decode workers crash-loop on this node; see
-# docs/development.md), TensorRT-LLM (dynamo.trtllm imports tensorrt_llm to parse its flags) and Motif-3 (its
-# frontend's --dyn-chat-processor vllm imports vLLM).
+# One target of each kind: vLLM aggregated and disaggregated and TensorRT-LLM aggregated (Lightning, H100), Ultra's
+# KV-router aggregated target on B200, whose claim is read-only upstream (the compile cache must still be writable:
+# tools/node/worker.py writes it as the engine does), and Ultra's disaggregated H200 target (its start script counts
+# the GPUs with nvidia-smi and the InfiniBand devices: tools/kube/node/deviceplugin). Motif-3 is not here: its
+# frontend runs vLLM's chat processor with the tool-call and reasoning parsers named "motif", which vLLM's release
+# does not have (they come with Motif's image, pinned by a digest that cannot be reproduced here).
 TARGETS = (
     "lightning-vllm-agg-h100-dspark",
     "lightning-vllm-disagg-h100-dspark",
+    "lightning-trtllm-agg-h100-mtp",
     "ultra-vllm-agg-b200-agentic-256K-kv-router",
+    "ultra-vllm-disagg-h200-agentic-256K",
 )
 JOB_TIMEOUT, READY_TIMEOUT = 300, 420
 

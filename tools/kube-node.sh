@@ -10,8 +10,8 @@
 #   build   fetch and unpack the pinned Debian packages (tools/kube/node/debs.lock), build kubelet and kube-proxy
 #           (tools/kube/node/go.mod), build the local images (tools/node/images.py); all cached in the toolchain cache
 #   start   start containerd, import the images, start the kubelet (node "local-node") and kube-proxy against the
-#           running control plane ($KUBE_LOCAL_DIR/kubeconfig); wait until the node is Ready and advertises the
-#           extended resources of tools/node/resources.env; start tools/node/controller.py (the stand-ins for the
+#           running control plane ($KUBE_LOCAL_DIR/kubeconfig), and the stand-in device plugin; wait until the node
+#           is Ready and advertises the GPU and fabric resources of tools/node/resources.env; start tools/node/controller.py (the stand-ins for the
 #           Dynamo operator and a volume provisioner). A failed start stops what it started.
 #   stop    stop kube-proxy, the kubelet, every container and containerd; unmount what they mounted, delete the pods'
 #           network namespaces, the bridge and the nftables tables: nothing is left behind
@@ -31,6 +31,7 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
 # One node per machine: the owner file names the state dir of the node that runs.
 OWNER=/run/dynamo-local-node.owner
+MADE_VAR_LIB_KUBELET=/run/dynamo-local-node.made-var-lib-kubelet
 NODE_NAME=local-node
 BRIDGE=dynlocal0
 POD_SUBNET=10.88.0.0/16
@@ -48,6 +49,11 @@ KUBELET_BIN="$CACHE_DIR/kubelet-$K8S_VERSION/kubelet"
 PROXY_BIN="$CACHE_DIR/kube-proxy-$K8S_VERSION/kube-proxy"
 NETPOL_VERSION="$(awk '$1 == "sigs.k8s.io/kube-network-policies" { print $2; exit }' "$SCRIPT_DIR/kube/netpol/go.mod")"
 NETPOL_BIN="$CACHE_DIR/kube-network-policies-$NETPOL_VERSION/kube-network-policies"
+# The stand-in device plugin (tools/kube/node/deviceplugin), built in the node's module: cached by its source and go.sum.
+DP_HASH="$(cat "$MOD_DIR/deviceplugin/main.go" "$MOD_DIR/go.sum" | sha256sum | cut -c1-12)"
+DP_BIN="$CACHE_DIR/local-device-plugin-$DP_HASH/deviceplugin"
+# The kubelet serves its device plugin registry at this fixed path, whatever its --root-dir.
+DP_DIR=/var/lib/kubelet/device-plugins
 BIN_DIR="$NODE_DIR/bin" # containerd, its shims, runc, nft and ctr, on PATH for the processes started here
 KUBECTL_BIN="$CACHE_DIR/kubectl-$K8S_VERSION/kubectl"
 SOCK="$NODE_DIR/containerd/containerd.sock"
@@ -103,6 +109,7 @@ cmd_build() {
       || die "go build kube-network-policies failed"
     mv -f "$NETPOL_BIN.tmp" "$NETPOL_BIN"
   fi
+  [[ -x "$DP_BIN" ]] || go_build ./deviceplugin "$DP_BIN"
   flock -u 9
   "${PY:-$REPO_ROOT/.venv/bin/python}" "$REPO_ROOT/tools/node/images.py" build --busybox "$ROOTFS/bin/busybox" >/dev/null
   log "kubelet, kube-proxy $K8S_VERSION; containerd, runc, CNI plugins, nft from $DEBS_DIR"
@@ -239,18 +246,6 @@ node_ready() {
   [[ "$(kctl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
 }
 
-advertise_resources() { # the extended resources a GPU node's device plugins advertise, as the node's capacity
-  local patch="[" first=1 k v
-  while IFS='=' read -r k v; do
-    [[ -z "$k" || "$k" == \#* ]] && continue
-    ((first)) || patch+=","
-    first=0
-    patch+="{\"op\":\"add\",\"path\":\"/status/capacity/${k//\//~1}\",\"value\":\"$v\"}"
-  done <"$REPO_ROOT/tools/node/resources.env"
-  patch+="]"
-  kctl patch node "$NODE_NAME" --subresource=status --type=json -p "$patch" >/dev/null
-}
-
 resources_advertised() {
   local k v got
   while IFS='=' read -r k v; do
@@ -276,7 +271,7 @@ cmd_start() {
   fi
   cmd_stop >/dev/null 2>&1 || true
   trap 'rc=$?; if ((rc != 0)); then cmd_stop >/dev/null 2>&1 || true; fi' EXIT
-  [[ -f "$DEBS_DIR/.complete" && -x "$KUBELET_BIN" && -x "$PROXY_BIN" && -x "$NETPOL_BIN" ]] || cmd_build
+  [[ -f "$DEBS_DIR/.complete" && -x "$KUBELET_BIN" && -x "$PROXY_BIN" && -x "$NETPOL_BIN" && -x "$DP_BIN" ]] || cmd_build
   echo "$NODE_DIR" >"$OWNER"
   mkdir -p "$NODE_DIR/logs"
   link_bins
@@ -310,6 +305,8 @@ cmd_start() {
     done
   done <<<"$images"
 
+  # The kubelet makes /var/lib/kubelet (its device plugin registry); one made for this node goes at stop.
+  [[ -d /var/lib/kubelet && ! -f "$MADE_VAR_LIB_KUBELET" ]] || echo "$NODE_DIR" >"$MADE_VAR_LIB_KUBELET"
   PATH="$BIN_DIR:$PATH" start_proc kubelet "$KUBELET_BIN" \
     --config="$NODE_DIR/kubelet/config.yaml" \
     --kubeconfig="$STATE_DIR/kubeconfig" \
@@ -320,7 +317,11 @@ cmd_start() {
     --node-labels="dynamo.local/real-node=true" \
     --v=1
   wait_for "node $NODE_NAME Ready" "$TIMEOUT" node_ready || { pid_alive kubelet || fail_with_log kubelet "the kubelet exited"; fail_with_log kubelet "node $NODE_NAME not Ready"; }
-  advertise_resources
+  # The GPU and fabric resources, through the kubelet's device plugin API (tools/kube/node/deviceplugin/main.go says
+  # what each container gets). /var/lib/kubelet is the host's: removed at stop when this start made it.
+  mkdir -p "$DP_DIR"
+  start_proc device-plugin "$DP_BIN" --dir "$DP_DIR" --resources "$REPO_ROOT/tools/node/resources.env" \
+    --nvidia-smi "$REPO_ROOT/tools/node/nvidia-smi"
   kctl apply -f "$REPO_ROOT/tools/node/runtime-class.yaml" >/dev/null
   wait_for "extended resources on $NODE_NAME" 30 resources_advertised || fail_with_log kubelet "the node does not advertise tools/node/resources.env"
 
@@ -369,6 +370,15 @@ cmd_start() {
 }
 
 start_netpol() {
+  # kube-network-policies sends each new connection of a pod to user space with nftables' queue expression
+  # (nft_queue). A kernel without it refuses every rule set the controller writes; a throwaway network namespace
+  # shows that in a second, and the node then runs without NetworkPolicy enforcement and says why.
+  if ! unshare --net sh -c "'$BIN_DIR/nft' add table inet probe && '$BIN_DIR/nft' add chain inet probe c '{ type filter hook forward priority 0; }' && '$BIN_DIR/nft' add rule inet probe c queue num 1 bypass" \
+    >"$NODE_DIR/logs/nft-queue-probe.log" 2>&1; then
+    log "WARNING: NetworkPolicies are NOT enforced on this node: this kernel has no nftables queue expression, which kube-network-policies needs: $(head -n 1 "$NODE_DIR/logs/nft-queue-probe.log")"
+    echo "this kernel has no nftables queue expression (nft_queue): $(head -n 1 "$NODE_DIR/logs/nft-queue-probe.log")" >"$NODE_DIR/netpol-disabled"
+    return 0
+  fi
   local sa="$NODE_DIR/netpol-sa" port
   mkdir -p "$sa"
   kctl apply -f "$REPO_ROOT/tools/node/network-policies-rbac.yaml" >/dev/null
@@ -380,8 +390,7 @@ start_netpol() {
   KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT="$port" start_proc kube-network-policies \
     unshare --mount --propagation private sh -c \
     "mount -t tmpfs tmpfs /run/secrets && mkdir -p /run/secrets/kubernetes.io && ln -s '$sa' /run/secrets/kubernetes.io/serviceaccount && exec '$NETPOL_BIN' --hostname-override='$NODE_NAME' --disable-nri --netfilter-bug-1766-fix=false --metrics-bind-address=127.0.0.1:$(free_port) --v=2"
-  # On this machine's kernel its rule sync fails ("syncing nftables rules" error="conn.Receive: netlink receive: no
-  # such file or directory"): then the node runs without NetworkPolicy enforcement, and says so.
+  # Any other failure to program its table: the node runs without enforcement, and says so.
   if ! wait_for "kube-network-policies' nftables table" 20 bash -c "'$BIN_DIR/nft' list table inet kube-network-policies >/dev/null 2>&1"; then
     log "WARNING: NetworkPolicies are NOT enforced on this node: kube-network-policies programmed no nftables table; last lines:"
     grep -m1 -A1 'syncing nftables rules' "$NODE_DIR/logs/kube-network-policies.log" >&2 || tail -n 5 "$NODE_DIR/logs/kube-network-policies.log" >&2
@@ -400,6 +409,12 @@ cmd_stop() {
   stop_proc kube-network-policies
   stop_proc kube-proxy
   stop_proc kubelet
+  stop_proc device-plugin
+  rm -f "$DP_DIR"/*.sock
+  if [[ -f "$MADE_VAR_LIB_KUBELET" ]]; then
+    rm -rf /var/lib/kubelet
+    rm -f "$MADE_VAR_LIB_KUBELET"
+  fi
   # Every container and sandbox task, then containerd; the shims outlive containerd otherwise.
   if pid_alive containerd; then
     local t
@@ -436,7 +451,7 @@ cmd_stop() {
 
 cmd_status() {
   local n
-  for n in containerd kubelet kube-proxy kube-network-policies dynamo-etcd model-hub node-controller; do
+  for n in containerd kubelet device-plugin kube-proxy kube-network-policies dynamo-etcd model-hub node-controller; do
     if pid_alive "$n"; then echo "$n: running (pid $(cat "$NODE_DIR/$n.pid"))"; else echo "$n: stopped"; fi
   done
 }

@@ -8,7 +8,8 @@ tar archives that ``ctr images import`` takes (tools/kube-node.sh imports them i
   from PyPI, huggingface_hub, the tokenizer wheel) with this host's CPython 3.11 at its own path, bash and busybox's
   tools, and the shared libraries they link (read with ldd). ``python3 -m dynamo.frontend`` is Dynamo's real frontend;
   ``python3 -m dynamo.vllm`` is tools/node/worker.py, which checks the recipe's command line against vLLM 0.31.0's flag
-  table (tools/node/vllm_args.py) and runs Dynamo's mocker. It answers to every image name the catalog's targets
+  table (tools/node/vllm_args.py) and runs Dynamo's mocker; ``python3 -m dynamo.trtllm`` is tools/node/trtllm_worker.py,
+  which parses it with the wheel's own TensorRT-LLM worker parser and runs the mocker too. It answers to every image name the catalog's targets
   render without a digest, so those pods run exactly as rendered; a name with a digest cannot be reproduced and is
   substituted by the tests (tests/local_node.py).
 
@@ -326,7 +327,10 @@ def build_pause(busybox: Path) -> Path:
 def build_runtime(busybox: Path) -> Path:
     env = rig_env()
     sdist = fetch("vllm-sdist")
-    own = b"".join((HERE / n).read_bytes() for n in ("images.py", "worker.py", "vllm_args.py", "offline_pip.py", "images.lock"))
+    own = b"".join(
+        (HERE / n).read_bytes()
+        for n in ("images.py", "worker.py", "trtllm_worker.py", "vllm_args.py", "offline_pip.py", "images.lock")
+    )
     key = _inputs_hash(own, str(env).encode(), busybox.read_bytes(), sys.version.encode())
     out = CACHE / "node-images" / f"runtime-{key}.tar"
     if out.is_file():
@@ -358,6 +362,8 @@ def build_runtime(busybox: Path) -> Path:
                 layer.file(f"opt/dynamo/bin/{p.name}", first.replace(str(env).encode(), b"/opt/dynamo") + b"\n" + rest, 0o755)
     site = f"opt/dynamo/{stdlib}/site-packages"
     layer.file(f"{site}/dynamo/vllm/__main__.py", (HERE / "worker.py").read_bytes())
+    layer.file(f"{site}/dynamo_local_worker.py", (HERE / "worker.py").read_bytes())
+    layer.file(f"{site}/dynamo/trtllm/__main__.py", (HERE / "trtllm_worker.py").read_bytes())
     if not (env / stdlib / "site-packages" / "pip").exists():
         layer.file(f"{site}/pip/__init__.py", b"")
         layer.file(f"{site}/pip/__main__.py", (HERE / "offline_pip.py").read_bytes())

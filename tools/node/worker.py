@@ -34,8 +34,8 @@ SPEEDUP_RATIO = "100"  # the mocker's simulated step times divided by this (test
 MODES = {"agg": "agg", "prefill": "prefill", "decode": "decode"}
 
 
-def fail(message: str, code: int = 1) -> None:
-    print(f"dynamo.vllm (local node): {message}", file=sys.stderr, flush=True)
+def fail(message: str, code: int = 1, engine: str = "dynamo.vllm") -> None:
+    print(f"{engine} (local node): {message}", file=sys.stderr, flush=True)
     sys.exit(code)
 
 
@@ -61,17 +61,54 @@ def vllm_parser(table: list[dict]) -> argparse.ArgumentParser:
 
 
 def _normalise(argv: list[str]) -> list[str]:
-    """vLLM's FlexibleArgumentParser takes ``--flag_name`` for ``--flag-name``."""
-    out = []
-    for a in argv:
-        if a.startswith("--") and "_" in a.split("=", 1)[0]:
+    """What vLLM's FlexibleArgumentParser does to argv before argparse sees it (``parse_args`` of
+    ``vllm/utils/argparse_utils.py``, vLLM 0.31.0): ``--flag_name`` is ``--flag-name`` (up to the first dot); ``-O3`` is
+    ``--optimization-level 3``; a dotted key (``-cc.pass_config.fuse_norm_quant=True``,
+    ``--compilation-config.mode 3``) is one field of a JSON-valued flag, and all of a flag's fields are merged into
+    one JSON argument (``-cc {"pass_config": {...}}``), whose flag argparse then checks like any other."""
+    out: list[str] = []
+    for i, a in enumerate(argv):
+        if a.startswith("--"):
             head, eq, tail = a.partition("=")
-            a = head.replace("_", "-") + eq + tail
-        out.append(a)
-    return out
+            dot = head.find(".")
+            name, rest = (head, "") if dot < 0 else (head[:dot], head[dot:])
+            out.append(name.replace("_", "-") + rest + eq + tail)
+        elif a.startswith("-O") and a != "-O":
+            out += ["--optimization-level", a[3:] if a[2] == "=" else a[2:]]
+        elif a == "-O" and i + 1 < len(argv) and argv[i + 1] in {"0", "1", "2", "3"}:
+            out.append("--optimization-level")
+        else:
+            out.append(a)
+    merged: dict[str, dict] = {}
+    kept: list[str] = []
+    skip = False
+    for i, a in enumerate(out):
+        if skip:
+            skip = False
+            continue
+        if a.startswith("-") and "." in a.partition("=")[0]:
+            key, eq, value = a.partition("=")
+            if not eq:
+                value, skip = (out[i + 1] if i + 1 < len(out) else ""), True
+            if key.endswith("+"):
+                key, value = key[:-1], json.dumps(value.split(","))
+            flag, *path = key.split(".")
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError:
+                parsed = value
+            node = merged.setdefault(flag, {})
+            for k in path[:-1]:
+                node = node.setdefault(k, {})
+            node[path[-1]] = parsed
+            continue
+        kept.append(a)
+    for flag, value in merged.items():
+        kept += [flag, json.dumps(value)]
+    return kept
 
 
-def _model_ok(model: str) -> bool:
+def model_ok(model: str) -> bool:
     if Path(model).is_dir():
         return (Path(model) / "config.json").is_file()
     hub = Path(os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface"))) / "hub"
@@ -94,20 +131,12 @@ def main(argv: list[str]) -> None:
 
     if not engine.model:
         fail("no --model")
-    if not _model_ok(engine.model):
+    if not model_ok(engine.model):
         fail(f"model {engine.model!r}: no config.json (not a model directory, nor in the offline Hugging Face cache)")
     plugin = getattr(engine, "reasoning_parser_plugin", None)
     if plugin and not os.access(plugin, os.R_OK):
         fail(f"--reasoning-parser-plugin {plugin}: not readable")
-    devices = os.environ.get("NVIDIA_VISIBLE_DEVICES", "")
-    if devices and devices not in ("all", "void", "none"):
-        n = len([d for d in devices.split(",") if d])
-        want = (engine.tensor_parallel_size or 1) * (engine.pipeline_parallel_size or 1) * (engine.data_parallel_size or 1)
-        if want != n:
-            fail(
-                f"tensor x pipeline x data parallel size = {want}, but the container has {n} GPU(s) "
-                f"(NVIDIA_VISIBLE_DEVICES={devices})"
-            )
+    check_gpus((engine.tensor_parallel_size or 1) * (engine.pipeline_parallel_size or 1) * (engine.data_parallel_size or 1))
     # vLLM writes its torch.compile cache under VLLM_CACHE_ROOT (default ~/.cache/vllm) and Triton its kernels under
     # TRITON_CACHE_DIR as the engine starts: a cache directory that cannot be written fails the start, as it does there.
     for var, default in (("VLLM_CACHE_ROOT", "~/.cache/vllm"), ("TRITON_CACHE_DIR", "~/.triton/cache")):
@@ -115,17 +144,34 @@ def main(argv: list[str]) -> None:
         sub = root / "torch_compile_cache" if var == "VLLM_CACHE_ROOT" else root
         sub.mkdir(parents=True, exist_ok=True)
         (sub / f".local-node-{os.getpid()}").write_text("written at start\n")
-    mode = str(getattr(dyn_args, "disaggregation_mode", "agg") or "agg")
-    mode = MODES.get(mode.split(".")[-1].lower(), "agg")
+    mode = MODES.get(str(getattr(dyn_args, "disaggregation_mode", "agg") or "agg").split(".")[-1].lower(), "agg")
     names = engine.served_model_name or [engine.model]
+    shared = {f: getattr(engine, f, None) for f in ("max_num_seqs", "max_num_batched_tokens", "block_size")}
+    exec_mocker("dynamo.vllm", engine.model, names[0], mode, dyn_args, shared)
+
+
+def check_gpus(want: int, what: str = "tensor x pipeline x data parallel size") -> None:
+    """With NVIDIA_VISIBLE_DEVICES set by the device plugin (a list of device ids), the engine's world size must equal
+    the GPUs the container got: the engine fails to start its workers otherwise."""
+    devices = os.environ.get("NVIDIA_VISIBLE_DEVICES", "")
+    if devices and devices not in ("all", "void", "none"):
+        n = len([d for d in devices.split(",") if d])
+        if want != n:
+            fail(f"{what} = {want}, but the container has {n} GPU(s) (NVIDIA_VISIBLE_DEVICES={devices})")
+
+
+def exec_mocker(engine: str, model: str, name: str, mode: str, dyn_args, shared: dict) -> None:
+    """Exec Dynamo's mocker in the worker's disaggregation mode on the same model, with the engine settings the mocker
+    shares (``--max-num-seqs``, ``--max-num-batched-tokens``, ``--block-size``) and the Dynamo runtime settings parsed
+    from the command line (discovery backend, request plane)."""
     mocker = [
         sys.executable,
         "-m",
         "dynamo.mocker",
         "--model-path",
-        engine.model,
+        model,
         "--model-name",
-        names[0],
+        name,
         "--disaggregation-mode",
         mode,
         "--speedup-ratio",
@@ -135,11 +181,10 @@ def main(argv: list[str]) -> None:
         "--request-plane",
         str(dyn_args.request_plane),
     ]
-    for flag in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
-        value = getattr(engine, flag, None)
+    for flag, value in shared.items():
         if value is not None:
             mocker += [f"--{flag.replace('_', '-')}", str(value)]
-    print(f"dynamo.vllm (local node): command line accepted; serving {names[0]} with the mocker ({mode})", flush=True)
+    print(f"{engine} (local node): command line accepted; serving {name} with the mocker ({mode})", flush=True)
     os.execv(sys.executable, mocker)
 
 
