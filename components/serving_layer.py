@@ -19,7 +19,7 @@ from components.cluster_source import ClusterSource
 from components.serving import Serving, ServingArgs, kubectl_probe
 from stacks.cluster import dockerconfigjson
 from stacks.config.keys import NS, deprecation_warnings
-from stacks.serving.outputs import follow_commands, next_steps
+from stacks.serving.outputs import follow_commands, kubectl_for, next_steps
 from stacks.program import ProgramPlan
 from stacks.program.names import pull_secret_name, serving_names
 from components.hooks import program_hooks
@@ -80,7 +80,10 @@ class ServingLayer:
             for warning in deprecation_warnings(entry.cfg):
                 pulumi.log.warn(f"{entry.key}: {warning}" if multi else warning)
         plan = program.serving
-        self.follow = follow_commands(plan, cp if program.mode.creates_cluster else None, program.benchmark) if plan else {}
+        self.kubectl = kubectl_for(program.cluster)
+        self.follow = (
+            follow_commands(plan, cp if program.mode.creates_cluster else None, program.benchmark, self.kubectl) if plan else {}
+        )
         for key, value in self.follow.items():
             pulumi.log.info(f"{key}: {value}")
 
@@ -89,7 +92,7 @@ class ServingLayer:
         commands to follow the ``up``."""
         program = self.program
         if program.multi:
-            out = {"entries": {e.name: next_steps(e.plan) for e in program.entries}}
+            out = {"entries": {e.name: next_steps(e.plan, self.kubectl) for e in program.entries}}
         else:
-            out = next_steps(program.serving) if program.serving is not None else {}
+            out = next_steps(program.serving, self.kubectl) if program.serving is not None else {}
         return {**out, **self.follow}

@@ -148,3 +148,22 @@ def test_each_namespace_creates_its_pull_secrets_and_its_dgds_wait_for_them():
     for ns, dgd in dgds.items():
         other = "second" if ns == "first" else "first"
         assert pulls[ns].urn in dgd.dependencies and pulls[other].urn not in dgd.dependencies
+
+
+def test_printed_commands_reach_the_stack_own_cluster(tmp_path):
+    """The local stack names its own kubeconfig (cluster.kubeconfigPath in Pulumi.local.yaml), which is not the user's:
+    every kubectl command the program prints and exports carries it, so each works as printed."""
+    from pathlib import Path
+
+    import yaml
+
+    raw = yaml.safe_load((Path(__file__).resolve().parent.parent / "Pulumi.local.yaml").read_text())["config"]
+    config = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("dynamo:")}
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    config["cluster"] = {**config["cluster"], "kubeconfigPath": str(kubeconfig)}
+    r = run_program(config)
+    commands = {k: v for k, v in r.outputs.items() if isinstance(v, str) and v.startswith("kubectl")}
+    assert {"portForward", "followDownload", "watchDgd"} <= set(commands), r.outputs
+    for key, command in commands.items():
+        assert command.startswith(f"kubectl --kubeconfig {kubeconfig} "), (key, command)

@@ -7,7 +7,23 @@ from stacks.serving.benchmark import local_command, served_model
 from stacks.serving import ServingPlan
 
 
-def next_steps(plan: ServingPlan) -> dict:
+def kubectl_for(cluster) -> str:
+    """``kubectl`` as the printed commands must run it to reach the stack's cluster: with the stack's own kubeconfig
+    file and context where the stack names them (``cluster.kubeconfigPath``, ``cluster.context``; the local stack's
+    kubeconfig is not the user's), else plain (KUBECONFIG, the user's current context, or EKS's
+    ``aws eks update-kubeconfig`` that ``followKubeconfig`` prints)."""
+    from stacks.config.stack import KubeconfigCluster
+
+    words = ["kubectl"]
+    if isinstance(cluster, KubeconfigCluster):
+        if cluster.kubeconfig_path:
+            words += ["--kubeconfig", cluster.kubeconfig_path]
+        if cluster.context:
+            words += ["--context", cluster.context]
+    return " ".join(words)
+
+
+def next_steps(plan: ServingPlan, kubectl: str = "kubectl") -> dict:
     t, dgd = plan.target, plan.dgd
     ns, name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
     svc = f"{name}-frontend"
@@ -19,7 +35,7 @@ def next_steps(plan: ServingPlan) -> dict:
         "namespace": ns,
         "dgdName": name,
         "frontendService": f"{svc}.{ns}.svc.cluster.local:8000",
-        "portForward": f"kubectl -n {ns} port-forward svc/{svc} 8000:8000",
+        "portForward": f"{kubectl} -n {ns} port-forward svc/{svc} 8000:8000",
         "smokeTest": (
             "curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' "
             f'-d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}], "max_tokens": 64}}\''
@@ -40,7 +56,7 @@ def next_steps(plan: ServingPlan) -> dict:
     return out
 
 
-def follow_commands(plan: ServingPlan, cluster_plan=None, benchmark=None) -> dict:
+def follow_commands(plan: ServingPlan, cluster_plan=None, benchmark=None, kubectl: str = "kubectl") -> dict:
     """Commands to follow a long ``up`` (a download or a DGD can take many minutes). ``__main__.py`` logs them as soon as the program is
     evaluated (before any resource is created) and exports them: the download Job's log, the DGD's
     Ready column, and the benchmark Job's log when there is one. On EKS, the first command writes the
@@ -50,8 +66,8 @@ def follow_commands(plan: ServingPlan, cluster_plan=None, benchmark=None) -> dic
     if cluster_plan is not None:
         out["followKubeconfig"] = f"aws eks update-kubeconfig --region {cluster_plan.region} --name {cluster_plan.name}"
     if plan.jobs:
-        out["followDownload"] = f"kubectl -n {ns} logs -f job/{plan.jobs[0]['metadata']['name']}"
-    out["watchDgd"] = f"kubectl -n {ns} get dgd {plan.dgd['metadata']['name']} -w"
+        out["followDownload"] = f"{kubectl} -n {ns} logs -f job/{plan.jobs[0]['metadata']['name']}"
+    out["watchDgd"] = f"{kubectl} -n {ns} get dgd {plan.dgd['metadata']['name']} -w"
     if benchmark is not None:
-        out["followBenchmark"] = f"kubectl -n {benchmark.namespace} logs -f job/{benchmark.job_name}"
+        out["followBenchmark"] = f"{kubectl} -n {benchmark.namespace} logs -f job/{benchmark.job_name}"
     return out
