@@ -3,14 +3,16 @@ download Job and its DGD, reach its frontend Service, and say what a pod that di
 
 What the node runs as rendered and what stands in is listed in one place each: the images in tools/node/images.py,
 the operator's pods and the volume provisioner in tools/node/controller.py, the model hub in tools/node/hub.py, the
-node's extended resources in tools/node/resources.env, and the node labels the rendered placement asks for in
-``label_node_for`` below (a GPU node on EKS carries them from its node group or from NVIDIA's feature discovery).
+device plugins in tools/kube/node/deviceplugin (counts in tools/node/resources.env), and the node labels the rendered
+placement asks for in tools/node/placement.py (a GPU node on EKS carries them from its node group or from NVIDIA's
+feature discovery).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +20,9 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
-NODE_NAME = "local-node"  # tools/kube-node.sh
+sys.path.insert(0, str(ROOT / "tools" / "node"))
+
+from placement import label_args, placement_labels  # noqa: E402
 
 
 class NodeError(AssertionError):
@@ -54,37 +58,12 @@ def apply(env: dict, objs: Iterable[dict]) -> None:
     )
 
 
-def _pod_specs(objs: Iterable[dict]) -> Iterable[dict]:
-    for o in objs:
-        if o.get("kind") == "DynamoGraphDeployment":
-            for comp in o["spec"]["components"]:
-                yield (comp.get("podTemplate") or {}).get("spec") or {}
-        elif o.get("kind") in ("Job", "DaemonSet", "Deployment"):
-            yield o["spec"]["template"]["spec"]
-
-
-def placement_labels(objs: Iterable[dict]) -> dict[str, str]:
-    """The node labels the rendered pods' placement requires: their nodeSelector and, for each required node-affinity
-    term, the first value of each ``In`` expression (the first term only, as one node satisfies one term)."""
-    labels: dict[str, str] = {}
-    for spec in _pod_specs(objs):
-        labels.update(spec.get("nodeSelector") or {})
-        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        ) or {}
-        for term in (required.get("nodeSelectorTerms") or [])[:1]:
-            for e in term.get("matchExpressions") or []:
-                if e.get("operator") == "In" and e.get("values"):
-                    labels[e["key"]] = e["values"][0]
-    return labels
-
-
 def label_node_for(env: dict, objs: Iterable[dict]) -> dict[str, str]:
-    """Label the node as the rendered placement asks (module docstring); returns the labels set. Targets whose
+    """Label the node as the rendered placement asks (tools/node/placement.py); returns the labels set. Targets whose
     placement asks for different values of one label (an H100 and a B200 target) run one after the other."""
     labels = placement_labels(objs)
     if labels:
-        kubectl(env, "label", "node", NODE_NAME, "--overwrite", *[f"{k}={v}" for k, v in labels.items()])
+        kubectl(env, *label_args(labels))
     return labels
 
 

@@ -8,6 +8,8 @@
 #   engine-day2       tests/test_transitions.py: the day-2 changes a team makes, each as a transition (its own control plane)
 #   engine-other      the other engine-marked files, each on its own small control plane (selection, DRA, Karpenter,
 #                     autoscaling admission, upgrade path), then `stacks diff --base` on git worktrees (test_review)
+#   engine-node       tests/test_node.py: targets as rendered on the real node (tools/kube-node.sh; its own control
+#                     plane and node: one per machine, so only this group starts one)
 #   unit-heavy        the unit files that run real processes (the serving rig, Prometheus, nodeadm) or the whole EKS
 #                     program under mocks many times (the AWS rules, the cluster mocks): half the unit tests' time
 #   unit              everything else: unit, mocks, fidelity, config properties, preflight
@@ -75,14 +77,13 @@ start engine-lifecycle pytest -m engine -k "$FIRST" tests/test_engine.py "$@"
 start engine-main pytest -m engine -k "not ($FIRST)" tests/test_engine.py "$@"
 start engine-day2 pytest -m engine tests/test_transitions.py "$@"
 start engine-other engine_other "$@"
-# The real node (tools/kube-node.sh, tests/test_node.py) is not a group yet: run beside the others (398 s, 5 passed,
-# measured here) two rig tests of unit-heavy failed in the same run; `pytest -m engine tests/test_node.py` runs it.
+start engine-node pytest -m engine tests/test_node.py "$@"
 # One pytest process for all unit tests ran 10 min alone on this machine after the engine groups had ended (measured
 # 605 s, against 465 s for the longest engine group); split in two, each half ends with the engine groups.
 HEAVY=(tests/test_rig.py tests/test_prometheus.py tests/test_nodeadm.py tests/test_aws_rules.py tests/test_cluster_mocks.py)
 start unit-heavy pytest -m "not engine" "${HEAVY[@]}" "$@"
 start unit pytest -m "not engine" --ignore=tests/test_review.py "${HEAVY[@]/#/--ignore=}" "$@"
-TEST_GROUPS=(engine-lifecycle engine-main engine-day2 engine-other unit-heavy unit)
+TEST_GROUPS=(engine-lifecycle engine-main engine-day2 engine-other engine-node unit-heavy unit)
 
 rc=0
 declare -A status
