@@ -27,11 +27,11 @@ $(UV):
 	python3 -m venv $(CACHE)/uv-$(UV_VERSION)
 	$(CACHE)/uv-$(UV_VERSION)/bin/pip install --quiet uv==$(UV_VERSION)
 
-# --compile-bytecode: every test process and every Pulumi program run imports pulumi, pulumi-kubernetes, pydantic
-# and grpc; without bytecode written at install (uv writes none by default, and PYTHONDONTWRITEBYTECODE stops Python
-# from writing it on import) each of them compiles those packages from source again.
+# Bytecode for what the program imports, written once (tools/warm_bytecode.py says why not --compile-bytecode); a
+# second run finds every .pyc and takes about a second.
 python: $(UV)
-	$(UV) sync --locked --compile-bytecode
+	$(UV) sync --locked
+	$(PY) tools/warm_bytecode.py
 
 # Pulumi CLI, language host and Kubernetes provider: all the dev stack (render mode) needs.
 pulumi-toolchain:
@@ -76,18 +76,22 @@ up: python pulumi-toolchain
 	pulumi up --stack dev --yes --non-interactive --skip-preview
 	pulumi stack output --stack dev
 
-# The same program against the local kube-apiserver (stack `local`).
-# The local stack reads a namespace and an HF token Secret made outside it (Pulumi.local.yaml): made here, idempotently;
-# the token is HF_TOKEN from the environment, else a placeholder (the local control plane has no nodes: nothing pulls).
+# The same program against the local control plane with its real node (stack `local`; tools/kube-node.sh: Linux and
+# root). The local stack reads a namespace and an HF token Secret made outside it (Pulumi.local.yaml): made here,
+# idempotently; the token is HF_TOKEN from the environment, else a placeholder (the node's model hub needs none). The
+# node is labelled as the stack's render asks (tools/node/placement.py), `up` waits for the download Job and the DGD,
+# and the last step sends a chat completion to the real frontend (tools/node/smoke.py).
 LOCAL_KUBECTL = .tools/bin/kubectl --kubeconfig .tools/kube/kubeconfig
 local-up: python toolchain
-	tools/kube-local.sh start
+	KUBE_LOCAL_NODE=1 tools/kube-local.sh start
 	$(LOCAL_KUBECTL) create namespace dynamo-local --dry-run=client -o yaml | $(LOCAL_KUBECTL) apply -f -
 	@$(LOCAL_KUBECTL) -n dynamo-local create secret generic hf-token-secret --from-literal=HF_TOKEN="$${HF_TOKEN:-unused-locally}" \
 	  --dry-run=client -o yaml | $(LOCAL_KUBECTL) apply -f -
+	.venv/bin/dynamo-stacks render --stack local | $(PY) tools/node/placement.py --kubeconfig .tools/kube/kubeconfig --kubectl .tools/bin/kubectl
 	mkdir -p .pulumi-state
 	pulumi stack select local --create --non-interactive
 	pulumi up --stack local --yes --non-interactive --skip-preview
+	.venv/bin/dynamo-stacks render --stack local | $(PY) tools/node/smoke.py --kubeconfig .tools/kube/kubeconfig --kubectl .tools/bin/kubectl
 
 # --run-program: the program's after_delete hooks print what destroy keeps (the cache claim and its namespace), why,
 # and how to delete or re-adopt each; the engine refuses a destroy without it once the state records those hooks.

@@ -85,6 +85,13 @@ def diagnose(env: dict, namespace: str, lines: int = 15) -> str:
             out.append("    " + "\n    ".join(log.strip().splitlines()[-lines:]))
     out.append(f"--- events in {namespace}:")
     out.append(kubectl(env, "-n", namespace, "get", "events", "--sort-by=.lastTimestamp", check=False)[-4000:])
+    out.append(f"--- claims in {namespace} and volumes:")
+    out.append(kubectl(env, "-n", namespace, "get", "pvc", "-o", "wide", check=False))
+    out.append(kubectl(env, "get", "pv", "-o", "wide", check=False))
+    controller = Path(env["KUBE_LOCAL_DIR"]) / "node" / "logs" / "node-controller.log"
+    if controller.is_file():  # the stand-in operator and provisioner (tools/node/controller.py)
+        out.append("--- node-controller.log (last lines):")
+        out.append("\n".join(controller.read_text(errors="replace").splitlines()[-20:]))
     return "\n".join(out)
 
 

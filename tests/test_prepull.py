@@ -127,3 +127,25 @@ def test_each_entry_of_a_two_pool_stack_pulls_where_its_final_workers_run():
         _pod(e.plan.image_prepuller).get("nodeSelector") or _pod(e.plan.image_prepuller).get("affinity") for e in program.entries
     ]
     assert selectors[0] != selectors[1]  # each on its own pool's nodes
+
+
+def test_the_pre_puller_pulls_the_workers_image_not_the_frontends():
+    """With a worker-only ``images`` override the workers' image differs from the frontend's: the pre-puller pulls the
+    workers' (the image the GPU pods would otherwise pull after the node joins), never the frontend's, which runs on
+    no GPU node and would cost the node a second multi-GB pull that saves the workers nothing."""
+    from stacks.program import build_program
+
+    base = {"target": "lightning-vllm-disagg-h100-dspark", "cluster": {"mode": "eks", "region": "us-east-1"}}
+    plain = build_program(base, "t", frozenset({"hfToken"})).entries[0].plan.dgd
+    gpu = [c["name"] for c in plain["spec"]["components"] if c["podTemplate"]["spec"] in _gpu_specs(plain)]
+    others = [c["name"] for c in plain["spec"]["components"] if c["name"] not in gpu]
+    assert gpu and others, "the target has GPU workers and a frontend"
+    worker_image = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:9.9.9-workers-only"
+    program = build_program({**base, "images": {name: worker_image for name in gpu}}, "t", frozenset({"hfToken"}))
+    plan = program.entries[0].plan
+    frontend_images = {
+        x["image"] for c in plan.dgd["spec"]["components"] if c["name"] in others for x in c["podTemplate"]["spec"]["containers"]
+    }
+    assert worker_image not in frontend_images
+    pulled = [c["image"] for c in _pod(plan.image_prepuller)["initContainers"]]
+    assert pulled == [worker_image], pulled

@@ -57,6 +57,10 @@ DP_DIR=/var/lib/kubelet/device-plugins
 BIN_DIR="$NODE_DIR/bin" # containerd, its shims, runc, nft and ctr, on PATH for the processes started here
 KUBECTL_BIN="$CACHE_DIR/kubectl-$K8S_VERSION/kubectl"
 SOCK="$NODE_DIR/containerd/containerd.sock"
+# containerd's root (its image content and unpacked snapshots) is kept in the toolchain cache, so that the 1.5 GB
+# runtime image is imported and unpacked once per machine, not at every start (one node per machine: see OWNER).
+# Containers never outlive a node there: start and stop remove every container and its snapshot.
+CTRD_ROOT="$CACHE_DIR/node-containerd"
 
 # ---------------------------------------------------------------- build
 fetch_debs() {
@@ -168,7 +172,7 @@ link_bins() {
 
 write_configs() {
   local pause="$1" kubelet_port="$2"
-  mkdir -p "$NODE_DIR/cni/net.d" "$NODE_DIR/cni/state" "$NODE_DIR/containerd" "$NODE_DIR/kubelet" "$NODE_DIR/logs"
+  mkdir -p "$NODE_DIR/cni/net.d" "$NODE_DIR/cni/state" "$NODE_DIR/containerd" "$NODE_DIR/kubelet" "$NODE_DIR/logs" "$CTRD_ROOT"
   # bridge + host-local + loopback: each pod gets a veth on the bridge and an address of the pod subnet; the bridge
   # is the pods' gateway. No ipMasq and no portmap: both program iptables, which this host does not have, and no pod
   # of the program uses a hostPort.
@@ -183,7 +187,7 @@ EOF
   # child's PID from pipe"); the sandbox image is the local pause image, never pulled.
   cat >"$NODE_DIR/containerd/config.toml" <<EOF
 version = 2
-root = "$NODE_DIR/containerd/root"
+root = "$CTRD_ROOT/root"
 state = "$NODE_DIR/containerd/state"
 [grpc]
   address = "$SOCK"
@@ -233,8 +237,8 @@ serializeImagePulls: false
 resolvConf: /etc/resolv.conf
 clusterDomain: cluster.local
 registerNode: true
-nodeStatusUpdateFrequency: 4s
-syncFrequency: 5s
+nodeStatusUpdateFrequency: 10s
+syncFrequency: 20s
 fileCheckFrequency: 5s
 podLogsDir: $NODE_DIR/pod-logs
 EOF
@@ -291,14 +295,15 @@ cmd_start() {
 
   PATH="$BIN_DIR:$PATH" start_proc containerd "$BIN_DIR/containerd" --config "$NODE_DIR/containerd/config.toml"
   wait_for "containerd" 30 ctr_ version >/dev/null || fail_with_log containerd "containerd did not start"
+  remove_containers # an earlier node's, had it been killed before its stop
   # Each archive once per containerd store (its name records the hash of its inputs), then its other names.
   local name ref tar aliases alias
   while read -r name ref tar aliases; do
     [[ -n "$tar" ]] || continue
-    if [[ "$(cat "$NODE_DIR/containerd/$name.imported" 2>/dev/null)" != "$tar" ]] || ! ctr_ images ls -q | grep -qxF "$ref"; then
+    if [[ "$(cat "$CTRD_ROOT/$name.imported" 2>/dev/null)" != "$tar" ]] || ! ctr_ images ls -q | grep -qxF "$ref"; then
       log "importing image $ref ($(du -h "$tar" | cut -f1))"
       ctr_ images import "$tar" >>"$NODE_DIR/logs/images.log" 2>&1 || fail_with_log images "importing $tar failed"
-      echo "$tar" >"$NODE_DIR/containerd/$name.imported"
+      echo "$tar" >"$CTRD_ROOT/$name.imported"
     fi
     for alias in $aliases; do
       ctr_ images tag --force "$ref" "$alias" >>"$NODE_DIR/logs/images.log" 2>&1 || fail_with_log images "tagging $ref as $alias failed"
@@ -401,6 +406,14 @@ start_netpol() {
   fi
 }
 
+remove_containers() { # every container and sandbox of the kept root, with its task and snapshot
+  local c
+  for c in $(ctr_ containers ls -q 2>/dev/null); do
+    ctr_ tasks rm -f "$c" >/dev/null 2>&1 || true
+    ctr_ containers rm "$c" >/dev/null 2>&1 || true
+  done
+}
+
 cmd_stop() {
   stop_proc node-controller
   stop_proc model-hub
@@ -420,18 +433,20 @@ cmd_stop() {
     local t
     for t in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true; done
     sleep 0.5
+    remove_containers
   fi
   stop_proc containerd
   local pid
   for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" 2>/dev/null || true); do kill -9 "$pid" 2>/dev/null || true; done
   # runc's leftovers: containers still in runc's state (a crash between kill and delete)
   # Mounts under the node's directories (the kubelet's volumes and subPaths, containerd's snapshots and shm), deepest first.
-  if [[ -d "$NODE_DIR" ]]; then
-    local m
-    for m in $(awk -v d="$NODE_DIR/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r); do
+  local m d
+  for d in "$NODE_DIR" "$CTRD_ROOT"; do
+    [[ -d "$d" ]] || continue
+    for m in $(awk -v d="$d/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r); do
       umount -l "$m" 2>/dev/null || true
     done
-  fi
+  done
   # The pods' network namespaces (CNI names them cni-<uuid>), the bridge and kube-proxy's tables.
   local ns
   for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^cni-/ { print $1 }'); do ip netns delete "$ns" 2>/dev/null || true; done
