@@ -521,6 +521,8 @@ cmd_start() {
     --log-level=warn
   wait_for "etcd healthy" 30 etcd_healthy || fail_with_log etcd "etcd did not become healthy"
 
+  # --kubelet-preferred-address-types: `kubectl logs`, `exec` and `port-forward` reach the real node's kubelet at its
+  # InternalIP (tools/kube-node.sh's bridge address); its hostname, the default's first choice, resolves nowhere.
   start_proc kube-apiserver "$APISERVER_BIN" \
     --bind-address=127.0.0.1 \
     --advertise-address=127.0.0.1 \
@@ -536,6 +538,7 @@ cmd_start() {
     --authorization-mode=RBAC \
     --allow-privileged=true \
     --endpoint-reconciler-type=none \
+    --kubelet-preferred-address-types=InternalIP,Hostname \
     --watch-cache=false \
     --profiling=false \
     --v=1
