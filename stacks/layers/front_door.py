@@ -43,6 +43,8 @@ set by the AWS Load Balancer Controller's ``aws-load-balancer-listener-attribute
 
 from __future__ import annotations
 
+import json
+import shlex
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from stacks.registry.charts import helm_spec as _helm
@@ -491,17 +493,22 @@ def smoke_test(door: FrontDoorConfig, urls: dict[str, str], plans: Sequence[Any]
 
     url, plan = next(iter(urls.values())), plans[0]
     model = served_model(plan.dgd)
-    nvext = ', "nvext": {"extra_fields": ["worker_id"]}' if door.client_nvext else ""
     # ignore_eos (root level; the frontend refuses it inside nvext) makes the answer exactly max_tokens long, so the
     # stream outlives 60 s at any decode speed below ~270 tokens/s per request.
-    body = (
-        '{"model": "%s", "messages": [{"role": "user", "content": "Count slowly to 20000."}], "max_tokens": %d, '
-        '"ignore_eos": true, "stream": true%s}' % (model, SMOKE_TEST_TOKENS, nvext)
+    body = json.dumps(
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": "Count slowly to 20000."}],
+            "max_tokens": SMOKE_TEST_TOKENS,
+            "ignore_eos": True,
+            "stream": True,
+            **({"nvext": {"extra_fields": ["worker_id"]}} if door.client_nvext else {}),
+        }
     )
     auth = ""
     if door.auth.mode == "apiKeys":
         auth = (
-            f"KEY=$(pulumi config get --stack {stack} --path '{NS}:{API_KEYS_SECRET}' | python3 -c "
+            f"KEY=$(pulumi config get --stack {shlex.quote(stack)} --path '{NS}:{API_KEYS_SECRET}' | python3 -c "
             f"'import json,sys; print(next(iter(json.load(sys.stdin).values())))'); "
         )
         header = '-H "Authorization: Bearer $KEY"'
@@ -514,7 +521,7 @@ def smoke_test(door: FrontDoorConfig, urls: dict[str, str], plans: Sequence[Any]
     if door.auth.mode != "none":
         steps.append("curl -s -o /dev/null -w 'without a key: %{http_code} (want 401)\\n' $URL/models")
     steps.append(f"curl -s -o /dev/null -w 'with the key: %{{http_code}} (want 200)\\n' {header} $URL/models".replace("  ", " "))
-    stream = f"time curl -sN {header} $URL/chat/completions -H 'Content-Type: application/json' -d '{body}' "
+    stream = f"time curl -sN {header} $URL/chat/completions -H 'Content-Type: application/json' -d {shlex.quote(body)} "
     if door.client_nvext:
         steps.append((stream + "| grep -o '\"worker_id\":[^}]*}' | sort | uniq -c").replace("  ", " "))
     else:

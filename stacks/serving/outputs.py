@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+from typing import Sequence
+
 from stacks import catalog
 from stacks.serving.benchmark import local_command, served_model
 from stacks.serving import ServingPlan
 
 
-def kubectl_for(cluster) -> str:
+def kubectl_for(cluster) -> tuple[str, ...]:
     """``kubectl`` as the printed commands must run it to reach the stack's cluster: with the stack's own kubeconfig
     file and context where the stack names them (``cluster.kubeconfigPath``, ``cluster.context``; the local stack's
     kubeconfig is not the user's), else plain (KUBECONFIG, the user's current context, or EKS's
-    ``aws eks update-kubeconfig`` that ``followKubeconfig`` prints)."""
+    ``aws eks update-kubeconfig`` that ``followKubeconfig`` prints). Words, quoted where they are joined."""
     from stacks.config.stack import KubeconfigCluster
 
     words = ["kubectl"]
@@ -20,10 +24,20 @@ def kubectl_for(cluster) -> str:
             words += ["--kubeconfig", cluster.kubeconfig_path]
         if cluster.context:
             words += ["--context", cluster.context]
-    return " ".join(words)
+    return tuple(words)
 
 
-def next_steps(plan: ServingPlan, kubectl: str = "kubectl") -> dict:
+def command(*words: str) -> str:
+    """A command a user pastes into a shell, quoted from its parts: a value with shell metacharacters (a served model
+    name, a path with a space) stays one word and runs nothing."""
+    return shlex.join(words)
+
+
+def smoke_test_body(model: str, max_tokens: int = 64) -> str:
+    return json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": max_tokens})
+
+
+def next_steps(plan: ServingPlan, kubectl: Sequence[str] = ("kubectl",)) -> dict:
     t, dgd = plan.target, plan.dgd
     ns, name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
     svc = f"{name}-frontend"
@@ -35,10 +49,15 @@ def next_steps(plan: ServingPlan, kubectl: str = "kubectl") -> dict:
         "namespace": ns,
         "dgdName": name,
         "frontendService": f"{svc}.{ns}.svc.cluster.local:8000",
-        "portForward": f"{kubectl} -n {ns} port-forward svc/{svc} 8000:8000",
-        "smokeTest": (
-            "curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' "
-            f'-d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}], "max_tokens": 64}}\''
+        "portForward": command(*kubectl, "-n", ns, "port-forward", f"svc/{svc}", "8000:8000"),
+        "smokeTest": command(
+            "curl",
+            "-s",
+            "localhost:8000/v1/chat/completions",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            smoke_test_body(model),
         ),
         # The benchmark Job's own steps (stacks/serving/benchmark.py builds both from the same functions), against the
         # port-forward: fetch the published trace if absent, warm up, replay it at the published concurrency.
@@ -56,7 +75,7 @@ def next_steps(plan: ServingPlan, kubectl: str = "kubectl") -> dict:
     return out
 
 
-def follow_commands(plan: ServingPlan, cluster_plan=None, benchmark=None, kubectl: str = "kubectl") -> dict:
+def follow_commands(plan: ServingPlan, cluster_plan=None, benchmark=None, kubectl: Sequence[str] = ("kubectl",)) -> dict:
     """Commands to follow a long ``up`` (a download or a DGD can take many minutes). ``__main__.py`` logs them as soon as the program is
     evaluated (before any resource is created) and exports them: the download Job's log, the DGD's
     Ready column, and the benchmark Job's log when there is one. On EKS, the first command writes the
@@ -64,10 +83,12 @@ def follow_commands(plan: ServingPlan, cluster_plan=None, benchmark=None, kubect
     ns = plan.dgd["metadata"]["namespace"]
     out: dict = {}
     if cluster_plan is not None:
-        out["followKubeconfig"] = f"aws eks update-kubeconfig --region {cluster_plan.region} --name {cluster_plan.name}"
+        out["followKubeconfig"] = command(
+            "aws", "eks", "update-kubeconfig", "--region", cluster_plan.region, "--name", cluster_plan.name
+        )
     if plan.jobs:
-        out["followDownload"] = f"{kubectl} -n {ns} logs -f job/{plan.jobs[0]['metadata']['name']}"
-    out["watchDgd"] = f"{kubectl} -n {ns} get dgd {plan.dgd['metadata']['name']} -w"
+        out["followDownload"] = command(*kubectl, "-n", ns, "logs", "-f", f"job/{plan.jobs[0]['metadata']['name']}")
+    out["watchDgd"] = command(*kubectl, "-n", ns, "get", "dgd", plan.dgd["metadata"]["name"], "-w")
     if benchmark is not None:
-        out["followBenchmark"] = f"{kubectl} -n {benchmark.namespace} logs -f job/{benchmark.job_name}"
+        out["followBenchmark"] = command(*kubectl, "-n", benchmark.namespace, "logs", "-f", f"job/{benchmark.job_name}")
     return out
