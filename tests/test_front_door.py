@@ -145,7 +145,11 @@ def test_bad_api_key_secrets_are_named_without_their_value(value, why):
 
 
 def test_vpc_exposure_needs_eks():
-    msg = _refused({"enabled": True, "exposure": "vpc"}, frozenset(), cluster={"mode": "kubeconfig", "kubeconfigPath": __file__})
+    msg = _refused(
+        {"enabled": True, "exposure": "vpc", "allowUnauthenticated": True},
+        frozenset(),
+        cluster={"mode": "kubeconfig", "kubeconfigPath": __file__},
+    )
     assert "dynamo:frontDoor.exposure: 'vpc'" in msg and "cluster.mode eks" in msg
 
 
@@ -591,3 +595,33 @@ def test_opening_the_door_on_a_running_eks_stack_only_adds_resources():
             "aws:eks/podIdentityAssociation:PodIdentityAssociation",
         )
     }
+
+
+# ---------------------------------------------------------------------------- who may pass a door outside the cluster
+JWT = {"mode": "jwt", "jwt": {"issuer": "https://accounts.google.com", "jwksUri": "https://www.googleapis.com/oauth2/v3/certs"}}
+
+
+@pytest.mark.parametrize("exposure", ["vpc", "internet"])
+def test_a_jwt_door_outside_the_cluster_needs_audiences(exposure):
+    """Envoy Gateway checks no audience when none is given (the JWTProvider API of the pinned release says so), so a
+    door on a public issuer would let every account of that issuer use the GPUs."""
+    door = {**INTERNET, "exposure": exposure, "auth": JWT}
+    if exposure == "vpc":
+        door.pop("sourceRanges")
+    msg = _refused(door, frozenset(), cluster={"mode": "eks", "region": "us-east-1"})
+    assert "dynamo:frontDoor.auth.jwt.audiences" in msg and "https://accounts.google.com" in msg, msg
+    with_audience = {**door, "auth": {**JWT, "jwt": {**JWT["jwt"], "audiences": ["models-api"]}}}
+    policy = next(
+        o
+        for o in _objects(_program(with_audience, frozenset(), cluster={"mode": "eks", "region": "us-east-1"}), "SecurityPolicy")
+    )
+    assert policy["spec"]["jwt"]["providers"][0]["audiences"] == ["models-api"]
+
+
+def test_an_unauthenticated_vpc_door_is_said_in_one_key():
+    door = {"enabled": True, "exposure": "vpc"}
+    msg = _refused(door, frozenset(), cluster={"mode": "eks", "region": "us-east-1"})
+    assert "dynamo:frontDoor.auth.mode" in msg and "allowUnauthenticated: true" in msg and "apiKeys" in msg, msg
+    assert _program({**door, "allowUnauthenticated": True}, frozenset(), cluster={"mode": "eks", "region": "us-east-1"})
+    msg = _refused({**INTERNET, "allowUnauthenticated": True}, cluster={"mode": "eks", "region": "us-east-1"})
+    assert "dynamo:frontDoor.allowUnauthenticated" in msg and "exposure 'internet'" in msg, msg

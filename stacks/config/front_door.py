@@ -88,7 +88,10 @@ class JwtConfig(_Model):
 
     issuer: str
     jwks_uri: str
-    audiences: tuple[str, ...] = ()
+    # The ``aud`` values a token must carry (any one). Envoy Gateway checks none when the list is empty ("If not
+    # provided, JWT audiences are not checked", api/v1alpha1/jwt_types.go JWTProvider.Audiences, v1.9.1; at most 8),
+    # so a door outside the cluster requires it (FrontDoorConfig._check).
+    audiences: tuple[str, ...] = Field(default=(), max_length=8)
     tenant_claim: str = "sub"
 
     @field_validator("issuer", "jwks_uri")
@@ -146,6 +149,9 @@ class FrontDoorConfig(_Model):
     # stacks/serving/__init__.py), so no client picks its worker through a field in the request body; true: clients
     # behind the door may send nvext (worker choice, cache_salt, agent_hints, extra_fields) as upstream allows.
     client_nvext: bool = False
+    # true: a door with exposure vpc serves without authentication, said in so many words (every pod and host of the
+    # VPC and its peered networks may then use the GPUs).
+    allow_unauthenticated: bool = False
 
     _ns = field_validator("namespace")(classmethod(lambda cls, v: namespace_name(v)))
 
@@ -244,6 +250,27 @@ class FrontDoorConfig(_Model):
                         f"may try); or keep exposure: cluster (default) or vpc"
                     ),
                 )
+        if self.exposure == "vpc" and self.auth.mode == "none" and not self.allow_unauthenticated:
+            raise _key_error(
+                "auth.mode",
+                "'none' with exposure 'vpc': every pod and host of the VPC (and of its peered networks) could use the "
+                f"GPUs without a key; set auth.mode: apiKeys (keys in the secret {NS}:{API_KEYS_SECRET}) or jwt, or "
+                "set allowUnauthenticated: true to serve the VPC without authentication",
+            )
+        if self.allow_unauthenticated and not (self.exposure == "vpc" and self.auth.mode == "none"):
+            raise _key_error(
+                "allowUnauthenticated",
+                f"has no effect with exposure {self.exposure!r} and auth.mode {self.auth.mode!r}; it allows only a "
+                "door with exposure: vpc and auth.mode: none (exposure internet always needs authentication)",
+            )
+        jwt = self.auth.jwt
+        if self.exposure != "cluster" and jwt is not None and not jwt.audiences:
+            raise _key_error(
+                "auth.jwt.audiences",
+                f"required with exposure {self.exposure!r}: without it no audience is checked (Envoy Gateway), so "
+                f"every token {_short(jwt.issuer)} signs for any client passes the door (for a public issuer, any of "
+                "its accounts); set audiences: [<the aud value your issuer puts in this API's tokens>]",
+            )
         if self.exposure != "cluster" and self.auth.mode != "none" and self.tls.mode == "none":
             raise _key_error(
                 "tls.mode",
