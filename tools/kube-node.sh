@@ -11,8 +11,9 @@
 #           (tools/kube/node/go.mod), build the local images (tools/node/images.py); all cached in the toolchain cache
 #   start   start containerd, import the images, start the kubelet (node "local-node") and kube-proxy against the
 #           running control plane ($KUBE_LOCAL_DIR/kubeconfig), and the stand-in device plugin; wait until the node
-#           is Ready and advertises the GPU and fabric resources of tools/node/resources.env; start tools/node/controller.py (the stand-ins for the
-#           Dynamo operator and a volume provisioner). A failed start stops what it started.
+#           is Ready and advertises the GPU and fabric resources of tools/node/resources.env; start
+#           tools/node/controller.py (the stand-ins for the Dynamo operator and a volume provisioner). A failed start
+#           stops what it started.
 #   stop    stop kube-proxy, the kubelet, every container and containerd; unmount what they mounted, delete the pods'
 #           network namespaces, the bridge and the nftables tables: nothing is left behind
 #   status  print what runs

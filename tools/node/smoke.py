@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
     from stacks.serving.benchmark import served_model
     from stacks.serving.operator import FRONTEND, component_type, service_name
+    from stacks.serving.outputs import command, smoke_test_body
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kubeconfig", required=True)
@@ -43,7 +43,7 @@ def main() -> None:
         frontend = next(c for c in dgd["spec"]["components"] if component_type(c) == FRONTEND)
         svc_name = service_name(dgd, frontend)
         model = served_model(dgd)
-        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 32})
+        body = smoke_test_body(model, max_tokens=32)
         deadline, seen = time.monotonic() + args.timeout, ""
         while True:
             got = subprocess.run(
@@ -63,7 +63,8 @@ def main() -> None:
                         answer = json.loads(resp.read())
                     content = answer["choices"][0]["message"]["content"]
                     print(f"{ns}/{svc_name}: the Dynamo frontend answers at {url} (the Service's cluster IP, through kube-proxy)")
-                    print(f"  curl -s {url}/chat/completions -H 'Content-Type: application/json' -d {shlex.quote(body)}")
+                    curl = command("curl", "-s", f"{url}/chat/completions", "-H", "Content-Type: application/json", "-d", body)
+                    print(f"  {curl}")
                     print(f"  answer from {answer.get('model')}: {content!r}")
                     break
                 except (urllib.error.URLError, OSError, KeyError, ValueError) as e:

@@ -66,7 +66,7 @@ def main(argv: list[str]) -> None:
             fail(f"--extra-engine-args {path}: not a YAML mapping", engine=ENGINE)
     tp = int(extra.get("tensor_parallel_size", config.tensor_parallel_size) or 1)
     pp = int(extra.get("pipeline_parallel_size", config.pipeline_parallel_size) or 1)
-    check_gpus(tp * pp, "tensor x pipeline parallel size")
+    check_gpus(tp * pp, "tensor x pipeline parallel size", engine=ENGINE)
     mode = MODES.get(getattr(config.disaggregation_mode, "value", str(config.disaggregation_mode)))
     if mode is None:
         fail(f"--disaggregation-mode {config.disaggregation_mode}: the local node serves {sorted(MODES)}", engine=ENGINE)

@@ -150,14 +150,14 @@ def main(argv: list[str]) -> None:
     exec_mocker("dynamo.vllm", engine.model, names[0], mode, dyn_args, shared)
 
 
-def check_gpus(want: int, what: str = "tensor x pipeline x data parallel size") -> None:
+def check_gpus(want: int, what: str = "tensor x pipeline x data parallel size", engine: str = "dynamo.vllm") -> None:
     """With NVIDIA_VISIBLE_DEVICES set by the device plugin (a list of device ids), the engine's world size must equal
     the GPUs the container got: the engine fails to start its workers otherwise."""
     devices = os.environ.get("NVIDIA_VISIBLE_DEVICES", "")
     if devices and devices not in ("all", "void", "none"):
         n = len([d for d in devices.split(",") if d])
         if want != n:
-            fail(f"{what} = {want}, but the container has {n} GPU(s) (NVIDIA_VISIBLE_DEVICES={devices})")
+            fail(f"{what} = {want}, but the container has {n} GPU(s) (NVIDIA_VISIBLE_DEVICES={devices})", engine=engine)
 
 
 def exec_mocker(engine: str, model: str, name: str, mode: str, dyn_args, shared: dict) -> None:
