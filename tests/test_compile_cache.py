@@ -73,7 +73,11 @@ def test_every_vllm_worker_container_has_both_caches_under_the_cache_mount():
                 m["name"] for m in rc["volumeMounts"] if m["mountPath"] == mount
             )
             if any(m.get("readOnly") for m in rc["volumeMounts"] if m["mountPath"] == mount):
-                assert deepest == {"name": deepest["name"], "mountPath": f"{mount}/compile-cache", "subPath": "compile-cache"}
+                # only the container's own entry is writable: the mount is that directory, nothing above it
+                entry = vllm[: -len("/vllm")]
+                assert deepest == {"name": deepest["name"], "mountPath": entry, "subPath": entry[len(mount) + 1 :]}, t.id
+                others = [m for m in c["volumeMounts"] if m is not deepest and m["name"] == deepest["name"]]
+                assert others and all(m.get("readOnly") is True for m in others), (t.id, comp, others)
     vllm_workers = sum(1 for t in TARGETS if t.runtime == "vllm" for _ in _workers(RECIPE[t.id]))
     assert seen == vllm_workers and seen > len([t for t in TARGETS if t.runtime == "vllm"])
 
@@ -117,9 +121,8 @@ def test_workers_that_only_read_the_model_mount_it_read_only():
             elif _effective(up, uc, cc.OFFLINE_VAR) == "1":
                 offline += 1
                 assert m.get("readOnly") is True, (t.id, comp, m)
-                assert {"name": m["name"], "mountPath": f"{mount}/compile-cache", "subPath": "compile-cache"} in c[
-                    "volumeMounts"
-                ], t.id
+                entry = _effective(RENDERED[t.id], c, cc.VLLM_VAR)[: -len("/vllm")]
+                assert {"name": m["name"], "mountPath": entry, "subPath": entry[len(mount) + 1 :]} in c["volumeMounts"], t.id
             else:
                 assert m.get("readOnly") == up_mount.get("readOnly"), (t.id, comp, m, up_mount)
     # Lightning's workers only read; Motif-3's read offline but write remote code under HF_HOME on the volume, so they

@@ -41,8 +41,11 @@ What the sources say:
   nvidia.com_dynamographdeployments.yaml), so the container-level entries set here win over a DGD-level value
   (Ultra's ``SCRATCH_ENV``); an entry the container already has is replaced in place (one entry per name).
 - Where a worker mounts the model cache read-only (Ultra: ``/opt/models``, ``readOnly: true``), the container also gets
-  the same volume's ``compile-cache`` directory mounted writable at ``<mount>/compile-cache`` (``subPath``); the model
-  stays read-only.
+  its own entry's directory of the same volume mounted writable at the same path
+  (``subPath: compile-cache/<target id>/<component>/<key>``); the model and every other target's and component's
+  compile caches stay read-only to it, so a worker that runs remote model code cannot plant compiled artifacts that
+  another component loads. The kubelet creates a missing ``subPath`` directory, intermediate ones included, before it
+  starts the container (Kubernetes documentation, "Volumes", "Using subPath").
 - A read-only volume source makes every mount of it read-only: the kubelet mounts a ``persistentVolumeClaim`` with
   ``readOnly: true`` read-only once per pod and bind-mounts every ``volumeMounts`` entry from it, whatever the entry says
   ("readOnly: Will force the ReadOnly setting in VolumeMounts", PersistentVolumeClaimVolumeSource in the Kubernetes API
@@ -152,9 +155,17 @@ def _mounted_cache(container: dict, mount: str) -> dict:
     return vol
 
 
-def writable_mount(volume: str, mount: str) -> dict:
-    """The mount added where the model cache is read-only: the volume's compile-cache directory, writable."""
-    return {"name": volume, "mountPath": f"{mount.rstrip('/')}/{SUBDIR}", "subPath": SUBDIR}
+def writable_mount(volume: str, mount: str, entry_dir: str) -> dict:
+    """The mount added where the model cache is read-only: the container's own compile-cache entry ``entry_dir``
+    (``cache_dir``, under ``mount``), writable, at the path its two variables point under."""
+    sub = entry_dir[len(mount.rstrip("/")) + 1 :]
+    assert entry_dir.startswith(mount.rstrip("/") + "/") and sub.startswith(SUBDIR + "/"), (entry_dir, mount)
+    return {"name": volume, "mountPath": entry_dir, "subPath": sub}
+
+
+def is_writable_mount(m: dict) -> bool:
+    """Whether ``m`` is a compile-cache entry mount ``writable_mount`` made."""
+    return str(m.get("subPath", "")).startswith(SUBDIR + "/")
 
 
 def _pod_mounts(pod: dict, volume: str) -> Iterable[dict]:
@@ -175,16 +186,15 @@ def _claim_source(pod: dict, volume: str) -> Optional[dict]:
     return None
 
 
-def release_claim_source(pod: dict, volume: str, mount: str) -> bool:
-    """Make the pod's compile-cache mount of ``volume`` writable where the claim source forces every mount read-only:
-    drop ``readOnly`` from the ``persistentVolumeClaim`` source and mark every other mount of the volume
+def release_claim_source(pod: dict, volume: str) -> bool:
+    """Make the pod's compile-cache entry mounts of ``volume`` writable where the claim source forces every mount
+    read-only: drop ``readOnly`` from the ``persistentVolumeClaim`` source and mark every other mount of the volume
     ``readOnly: true`` (module docstring). True when the source was changed."""
     source = _claim_source(pod, volume)
     if source is None or source.get("readOnly") is not True:
         return False
-    writable = writable_mount(volume, mount)
     for m in _pod_mounts(pod, volume):
-        if m != writable:
+        if not is_writable_mount(m):
             m["readOnly"] = True
     del source["readOnly"]
     return True
@@ -253,7 +263,7 @@ def expected(
         read_only = model_read_only(c, spec_env, mount)
         out[(comp["name"], c["name"])] = {
             "env": {VLLM_VAR: f"{base}/vllm", TRITON_VAR: f"{base}/triton"},
-            "mount": writable_mount(vol["name"], mount) if effectively_read_only(pod, vol) or read_only else None,
+            "mount": writable_mount(vol["name"], mount, base) if effectively_read_only(pod, vol) or read_only else None,
             "read_only": read_only,
         }
     return out
@@ -280,7 +290,7 @@ def apply_compile_cache(
             _mounted_cache(c, mount)["readOnly"] = True
         if want["mount"] and want["mount"] not in c["volumeMounts"]:
             c["volumeMounts"].append(copy.deepcopy(want["mount"]))
-            release_claim_source(pod, want["mount"]["name"], mount)
+            release_claim_source(pod, want["mount"]["name"])
         changed.append(f"{comp['name']}/{c['name']}")
     return changed
 
