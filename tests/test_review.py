@@ -221,7 +221,20 @@ def test_one_flag_change_shows_only_that_flag_for_the_affected_target_and_stack(
             (w, v) for w in ("VllmPrefillWorker", "VllmDecodeWorker") for v in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR")
         ), r.stdout
         assert all(m.group(4) != m.group(6) for m in moved)
-        assert [line for line in block if not cache.match(line)] == [
+        # This target's workers mount the model cache read-only, so each one's writable mount is its own entry
+        # directory: its mount path and subPath move to the same new key as the variables, and nothing else of it.
+        mount = re.compile(
+            r"  - `spec\.components\[(\w+)\]\.podTemplate\.spec\.containers\[main\]\.volumeMounts\[\d+\]\.(mountPath|subPath)"
+            r": ((?:/model-cache/)?)(compile-cache/lightning-vllm-disagg-h200-dspark/\1/)(\w+) -> \3\4(\w+)`$"
+        )
+        keys = {(m.group(1), m.group(4), m.group(6)) for m in moved}
+        mounts = [m for m in map(mount.match, block) if m]
+        assert {(m.group(1), m.group(5), m.group(6)) for m in mounts} <= keys, r.stdout
+        assert sorted((m.group(1), m.group(2)) for m in mounts) == sorted(
+            (w, f) for w in ("VllmPrefillWorker", "VllmDecodeWorker") for f in ("mountPath", "subPath")
+        ), r.stdout
+        rest = [line for line in block if not cache.match(line) and not mount.match(line)]
+        assert rest == [
             "- **changed** `DynamoGraphDeployment/vllm-disagg-h200-dspark`",
             "  - `spec.components[VllmPrefillWorker].podTemplate.spec.containers[main].args: - --max-num-seqs 32 + --max-num-seqs 16`",
             "  - `spec.components[VllmDecodeWorker].podTemplate.spec.containers[main].args: - --max-num-seqs 32 + --max-num-seqs 16`",
