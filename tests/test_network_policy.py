@@ -78,7 +78,7 @@ def test_selectors_match_the_operator_exact_pods(tid):
     assert not worker_ports & fe_ports
     assert worker_ports <= {x["port"] for r in pols["monitoring"]["spec"]["ingress"] for x in r["ports"]}
     ns_from = pols["frontend-ingress"]["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"]
-    assert ns_from == ["dynamo", "gateway"]
+    assert ns_from == ["gateway"]  # not the serving namespace as a whole: its own pods only by the benchmark Job's label
     # Platform: NATS and etcd in dynamo-system.
     platform = [r for r in pols["graph"]["spec"]["egress"] if r.get("to") and "namespaceSelector" in r["to"][0]]
     assert platform[0]["to"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "dynamo-system"}
@@ -123,9 +123,9 @@ def _from_namespaces(names) -> dict:
     return {"namespaceSelector": {"matchExpressions": [{"key": NS_LABEL, "operator": "In", "values": sorted(set(names))}]}}
 
 
-def _expected_specs(dgd: dict, job_names: list[str], facts: dict) -> dict[str, dict]:
+def _expected_specs(dgd: dict, job_names: list[str], clients: list[str], facts: dict) -> dict[str, dict]:
     """policy name -> spec, for the serving namespace's policies and the front door's one."""
-    ns, name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
+    name = dgd["metadata"]["name"]
     keys, ports, platform = facts["labels"], facts["ports"], facts["platform"]
     graph = {keys["dgd_name"]: name}
     frontend = {keys["dgd_name"]: name, keys["component_type"]: "frontend"}
@@ -169,7 +169,19 @@ def _expected_specs(dgd: dict, job_names: list[str], facts: dict) -> dict[str, d
         f"{name}-frontend-ingress": {
             "podSelector": {"matchLabels": frontend},
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [_from_namespaces([ns, *NP["ingressNamespaces"]])], "ports": _tcp_ports(http)}],
+            # The ingress namespaces, and of the serving namespace only the benchmark Job's pods (by the Job
+            # controller's label), when there is one.
+            "ingress": [
+                {
+                    "from": [_from_namespaces(NP["ingressNamespaces"])]
+                    + (
+                        [{"podSelector": {"matchExpressions": [{"key": JOB_LABEL, "operator": "In", "values": clients}]}}]
+                        if clients
+                        else []
+                    ),
+                    "ports": _tcp_ports(http),
+                }
+            ],
         },
         f"{name}-monitoring": {
             "podSelector": {"matchLabels": graph},
@@ -179,11 +191,19 @@ def _expected_specs(dgd: dict, job_names: list[str], facts: dict) -> dict[str, d
         f"{name}-jobs-egress": {
             "podSelector": {"matchExpressions": [{"key": JOB_LABEL, "operator": "In", "values": sorted(job_names)}]},
             "policyTypes": ["Egress"],
-            "egress": [
-                {"ports": _tcp_ports(443)},
-                {"to": [{"podSelector": {"matchLabels": frontend}}], "ports": _tcp_ports(http)},
-            ],
+            "egress": [{"ports": _tcp_ports(443)}],
         },
+        **(
+            {
+                f"{name}-frontend-clients-egress": {
+                    "podSelector": {"matchExpressions": [{"key": JOB_LABEL, "operator": "In", "values": clients}]},
+                    "policyTypes": ["Egress"],
+                    "egress": [{"to": [{"podSelector": {"matchLabels": frontend}}], "ports": _tcp_ports(http)}],
+                }
+            }
+            if clients
+            else {}
+        ),
         f"{name}-front-door-ingress": {
             "podSelector": {"matchLabels": frontend},
             "policyTypes": ["Ingress"],
@@ -198,14 +218,14 @@ def test_every_policy_spec_is_exactly_what_dynamo_needs(tid, benchmark, facts):
     or any port, a wrong selector, a missing or extra port fails here."""
     plan = _plan(tid, benchmark={"enabled": benchmark})
     jobs = [j["metadata"]["name"] for j in plan.jobs]
-    if benchmark:
-        jobs.append(build_benchmark(plan, BenchmarkConfig.model_validate({"enabled": True})).job_name)
+    clients = [build_benchmark(plan, BenchmarkConfig.model_validate({"enabled": True})).job_name] if benchmark else []
+    jobs += clients
     policies = plan.network_policies + [front_door_ingress(plan.dgd, FRONT_DOOR_NAMESPACES)]
     for p in policies:
         assert (p["apiVersion"], p["kind"], p["metadata"]["namespace"]) == ("networking.k8s.io/v1", "NetworkPolicy", "dynamo")
     got = {p["metadata"]["name"]: p["spec"] for p in policies}
     assert len(got) == len(policies)
-    want = _expected_specs(plan.dgd, jobs, facts)
+    want = _expected_specs(plan.dgd, jobs, clients, facts)
     assert sorted(got) == sorted(want)
     for name in want:
         assert got[name] == want[name], name

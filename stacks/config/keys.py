@@ -493,8 +493,9 @@ class BenchmarkConfig(_Model):
 
 class NetworkPolicyConfig(_Model):
     """Optional NetworkPolicies in the serving namespace (stacks/serving/network_policy.py): deny by default, allow what Dynamo
-    needs. ``ingressNamespaces``: namespaces whose pods may reach the frontend's HTTP port (the serving namespace
-    always may); ``monitoringNamespaces``: namespaces whose pods may scrape every component's ports (Prometheus);
+    needs. ``ingressNamespaces``: namespaces whose pods may reach the frontend's HTTP port (of the serving
+    namespace's own pods only the benchmark Job's may); ``monitoringNamespaces``: namespaces whose pods may scrape
+    every component's ports (Prometheus);
     ``apiServerCidrs``: the networks the Kubernetes API server is reached at (its ``kubernetes`` Service's ClusterIP
     and endpoints), the only addresses Dynamo's pods may reach on 443/6443; on the EKS cluster this stack builds the
     program knows them (stacks/serving/network_policy.eks_api_server_cidrs), elsewhere unset means any address."""

@@ -284,10 +284,16 @@ def build_plan(
     if cfg.network_policy.enabled:
         from stacks.serving.network_policy import benchmark_job_name, network_policies
 
-        job_names = [j["metadata"]["name"] for j in jobs] + ([benchmark_job_name(dgd)] if cfg.benchmark.enabled else [])
+        clients = [benchmark_job_name(dgd)] if cfg.benchmark.enabled else []
+        job_names = [j["metadata"]["name"] for j in jobs] + clients
         api_cidrs = cfg.network_policy.api_server_cidrs or api_server_cidrs
         policies = network_policies(
-            dgd, job_names, cfg.network_policy.ingress_namespaces, cfg.network_policy.monitoring_namespaces, api_cidrs
+            dgd,
+            job_names,
+            cfg.network_policy.ingress_namespaces,
+            cfg.network_policy.monitoring_namespaces,
+            api_cidrs,
+            frontend_clients=clients,
         )
         if not api_cidrs:
             warnings.append(

@@ -6,7 +6,10 @@ NetworkPolicies add up):
 - every pod: DNS to kube-system's kube-dns/CoreDNS pods (``k8s-app: kube-dns``, UDP/TCP 53);
 - the DGD's pods among themselves, any port (frontend <-> workers: request plane, KV events, NIXL KV transfer);
 - the frontend's HTTP port (operator default 8000, stacks/operator.container_ports) from the namespaces named in
-  ``ingressNamespaces`` and the serving namespace itself (the benchmark Job, port-forwards through the API server);
+  ``ingressNamespaces`` and, of the serving namespace's own pods, only those of the Jobs that are the frontend's
+  clients (the benchmark Job, by the Job controller's label): any other pod there (a download Job running remote
+  code, a pod someone starts) is refused. ``kubectl port-forward`` is not affected: the kubelet forwards inside the
+  pod's own network namespace, which NetworkPolicies do not filter;
 - every component's ports from ``monitoringNamespaces`` (Prometheus scraping the ``system`` / ``http`` ports);
 - the DGD's pods to the platform in ``dynamo-system``: NATS client port 4222 (dynamo-platform values.yaml
   ``nats.port: 4222``) and etcd 2379 (dynamo-platform.md: ``etcdAddr`` format ``http://host:2379``), and to the
@@ -20,7 +23,8 @@ NetworkPolicies add up):
   Where the program does not know them (a cluster it did not build) and ``networkPolicy.apiServerCidrs`` is unset,
   these ports stay open to any address, and the serving layer warns, naming the key;
 - the download / validate Jobs (and the benchmark Job): egress TCP 443 to any address (Hugging Face Hub, PyPI for
-  the ``pip install`` of the python:3.10-slim Jobs); the benchmark Job also reaches the frontend (ingress above).
+  the ``pip install`` of the python:3.10-slim Jobs); the frontend's clients among them (the benchmark Job) also
+  reach the frontend's HTTP port, and no other Job does.
 
 Pods are selected by the labels the Dynamo operator puts on them (stacks/operator.pod_labels:
 ``nvidia.com/dynamo-graph-deployment-name``, ``nvidia.com/dynamo-component-type``) and Job pods by the label the
@@ -90,9 +94,11 @@ def network_policies(
     ingress_namespaces: Iterable[str] = (),
     monitoring_namespaces: Iterable[str] = (),
     api_server_cidrs: Iterable[str] = (),
+    frontend_clients: Iterable[str] = (),
 ) -> list[dict]:
     """The NetworkPolicies of one serving namespace holding ``dgd`` and the Jobs ``job_names``; ``api_server_cidrs``:
-    the networks the API server is reached at (empty: any address)."""
+    the networks the API server is reached at (empty: any address); ``frontend_clients``: the Jobs among
+    ``job_names`` whose pods send requests to the frontend (the benchmark Job)."""
     ns = dgd["metadata"]["namespace"]
     name = dgd["metadata"]["name"]  # every policy carries the DGD's name: entries sharing a namespace never collide
     graph = {LABEL_DGD_NAME: dgd["metadata"]["name"]}
@@ -100,6 +106,12 @@ def network_policies(
     fe_ports = sorted({p for c in frontends for p in container_ports(c).values()})
     all_ports = sorted({p for c in dgd["spec"]["components"] for p in container_ports(c).values()})
     jobs = sorted(set(job_names))
+    clients = sorted(set(frontend_clients))
+    assert set(clients) <= set(jobs), (clients, jobs)
+    client_pods = {"matchExpressions": [{"key": JOB_NAME_LABEL, "operator": "In", "values": clients}]}
+    frontend_peers = ([_namespaces(ingress_namespaces)] if list(ingress_namespaces) else []) + (
+        [{"podSelector": client_pods}] if clients else []
+    )
     out = [
         _policy(f"{name}-default-deny", ns, {}, ["Ingress", "Egress"]),
         _policy(
@@ -135,14 +147,14 @@ def network_policies(
             ],
         ),
     ]
-    if fe_ports:
+    if fe_ports and frontend_peers:
         out.append(
             _policy(
                 f"{name}-frontend-ingress",
                 ns,
                 {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}},
                 ["Ingress"],
-                ingress=[{"from": [_namespaces([ns, *ingress_namespaces])], "ports": _tcp(*fe_ports)}],
+                ingress=[{"from": frontend_peers, "ports": _tcp(*fe_ports)}],
             )
         )
     if list(monitoring_namespaces):
@@ -162,12 +174,21 @@ def network_policies(
                 ns,
                 {"matchExpressions": [{"key": JOB_NAME_LABEL, "operator": "In", "values": jobs}]},
                 ["Egress"],
+                egress=[{"ports": _tcp(HTTPS)}],
+            )
+        )
+    if clients and fe_ports:
+        out.append(
+            _policy(
+                f"{name}-frontend-clients-egress",
+                ns,
+                client_pods,
+                ["Egress"],
                 egress=[
-                    {"ports": _tcp(HTTPS)},
                     {
                         "to": [{"podSelector": {"matchLabels": {**graph, LABEL_COMPONENT_TYPE: "frontend"}}}],
                         "ports": _tcp(*fe_ports),
-                    },
+                    }
                 ],
             )
         )
