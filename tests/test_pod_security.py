@@ -142,9 +142,7 @@ def test_the_version_is_the_eks_minor_when_the_plan_knows_it_else_latest():
     assert pod_security_version(eks.cluster) == minor
     for ns, labels in _namespaces(eks).items():
         versions = {v for k, v in labels.items() if k.startswith(PSS_PREFIX) and k.endswith("-version")}
-        # The Dynamo platform's namespace (a layer: stacks/layers/platform.py) has the labels it always had, none of
-        # Pod Security's: the cluster's default admission applies to the operator.
-        assert versions == (set() if ns == PLATFORM_NAMESPACE else {minor}), ns
+        assert versions == {minor}, ns  # the Dynamo platform's namespace (a layer) too
     for mode in ({"mode": "render"}, {"mode": "kubeconfig"}):
         labels = _namespaces(_program({"target": BASELINE_ONLY, "cluster": mode}))["dynamo"]
         assert labels[ENFORCE + "-version"] == labels[WARN + "-version"] == labels[AUDIT + "-version"] == "latest"
@@ -379,3 +377,21 @@ def test_api_server_admits_each_pod_at_the_computed_level_and_refuses_it_one_str
                 refused_one_stricter |= own == ns_level
         # One stricter than the namespace's level refuses at least one of its pods: the level is the least it can be.
         assert refused_one_stricter or ns_level == "restricted", (tid, ns_level)
+
+
+def test_platform_namespace_enforces_a_level_the_operators_pod_fits():
+    """dynamo-system, which the platform layer creates, enforces the strictest level the operator's pod fits, as the
+    dynamo-operator chart's values configure its manager container (the reference values file, not the program's
+    constants), and warns and audits at restricted."""
+    import yaml
+
+    from conftest import reference_file
+
+    values = yaml.safe_load(reference_file("platform/dynamo-operator-values.yaml").read_text())
+    manager = values["controllerManager"]["manager"]
+    pod = {"containers": [{"name": "manager", "securityContext": manager["containerSecurityContext"]}]}
+    level = pod_security_level(pod)
+    program = _program({"target": BASELINE_ONLY, "cluster": {"mode": "eks", "region": "us-east-1"}})
+    labels = _namespaces(program)[PLATFORM_NAMESPACE]
+    assert labels[ENFORCE] == level == "baseline", pod_security_violations(pod, "restricted")
+    assert labels[WARN] == labels[AUDIT] == "restricted"

@@ -128,12 +128,14 @@ def test_a_version_bump_previews_as_in_place_updates(monkeypatch, tmp_path):
         ("kubernetes:helm.sh/v3:Release", "dynamo-platform-release"): {"version"},
         # the Pod Security admission labels name the cluster's minor: an in-place label update
         ("kubernetes:core/v1:Namespace", "serving-dynamo-namespace"): {"metadata"},
+        ("kubernetes:core/v1:Namespace", "dynamo-platform-namespace"): {"metadata"},
     }, changed
-    ns_urn = next(u for u, r in after.items() if (r.type, r.name) == ("kubernetes:core/v1:Namespace", "serving-dynamo-namespace"))
-    labels = (before[ns_urn].inputs["metadata"].get("labels") or {}, after[ns_urn].inputs["metadata"].get("labels") or {})
-    moved = {k for k in set(labels[0]) | set(labels[1]) if labels[0].get(k) != labels[1].get(k)}
-    assert moved and all(k.startswith("pod-security.kubernetes.io/") and k.endswith("-version") for k in moved), moved
-    assert {labels[1][k] for k in moved} == {"v1.36"}, labels[1]
+    for name in ("serving-dynamo-namespace", "dynamo-platform-namespace"):
+        ns_urn = next(u for u, r in after.items() if (r.type, r.name) == ("kubernetes:core/v1:Namespace", name))
+        labels = (before[ns_urn].inputs["metadata"].get("labels") or {}, after[ns_urn].inputs["metadata"].get("labels") or {})
+        moved = {k for k in set(labels[0]) | set(labels[1]) if labels[0].get(k) != labels[1].get(k)}
+        assert moved and all(k.startswith("pod-security.kubernetes.io/") and k.endswith("-version") for k in moved), moved
+        assert {labels[1][k] for k in moved} == {"v1.36"}, labels[1]
     assert after[next(u for u in after if u.endswith("::cluster-kube-proxy"))].inputs["addonVersion"] == "v1.36.0-eksbuild.1"
 
 

@@ -23,6 +23,9 @@ from stacks.cluster.platform import (
 from stacks.cluster.dra import dra_driver_spec
 from stacks.layers import LayerPlan
 from stacks.registry.charts import PLATFORM_NAMESPACE
+from stacks.serving import pod_security_labels
+
+PLATFORM_POD_SECURITY = "baseline"  # the level dynamo-system enforces (plan_dynamo_platform says why)
 
 DEVICE_PLUGINS = "device-plugins"  # the component's resource name, the prefix of its children's
 DYNAMO_PLATFORM = "dynamo-platform"
@@ -92,10 +95,17 @@ def plan_dynamo_platform(install: bool = True, prometheus_endpoint: Optional[str
     ``install`` (the cluster runs its own operator, the stack installs only device plugins) the component stays, empty,
     with its outputs. Ready (what the DGDs wait for): the release."""
     spec = dynamo_platform(prometheus_endpoint=prometheus_endpoint)
+    # Pod Security (stacks.serving.pod_security_labels): the operator's pod fits baseline (the dynamo-operator chart's
+    # values: controllerManager.manager.containerSecurityContext allowPrivilegeEscalation false, capabilities drop
+    # ALL; no host namespace, host path or privileged container: shared/reference/platform/dynamo-operator-values.yaml),
+    # so baseline is enforced and restricted warned and audited; the version is the program's (stacks.program).
     namespace = {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": spec.namespace, "labels": {"app.kubernetes.io/part-of": "dynamo-platform"}},
+        "metadata": {
+            "name": spec.namespace,
+            "labels": {"app.kubernetes.io/part-of": "dynamo-platform", **pod_security_labels(PLATFORM_POD_SECURITY)},
+        },
     }
     registered = {"namespace": spec.namespace or PLATFORM_NAMESPACE, "releaseName": spec.name, "version": spec.version}
     return LayerPlan(
