@@ -3,19 +3,22 @@
 #
 # containerd + runc run the pods' containers, the CNI bridge/host-local/loopback plugins give each pod its network
 # namespace and address, the kubelet and kube-proxy are built from the Kubernetes release the control plane runs, and
-# kube-proxy programs Services with nftables. Everything runs on this host as root (Linux only: namespaces, cgroups,
-# mounts); one real node per machine at a time (the bridge, the nftables tables and /run/netns are the host's).
+# kube-proxy programs Services with nftables; a real NetworkPolicy agent enforces policies (kube-network-policies, or
+# kube-router's firewall where the kernel lacks nftables' queue expression). Everything runs on this host as root
+# (Linux only: namespaces, cgroups, mounts); one real node per machine at a time (the bridge, the nftables and
+# iptables tables, the ipsets and /run/netns are the host's).
 #
 # Usage: tools/kube-node.sh build|start|stop|status
 #   build   fetch and unpack the pinned Debian packages (tools/kube/node/debs.lock), build kubelet and kube-proxy
-#           (tools/kube/node/go.mod), build the local images (tools/node/images.py); all cached in the toolchain cache
+#           (tools/kube/node/go.mod), the NetworkPolicy agent (tools/kube/netpol, tools/kube/router), the local
+#           images (tools/node/images.py); all cached in the toolchain cache
 #   start   start containerd, import the images, start the kubelet (node "local-node") and kube-proxy against the
 #           running control plane ($KUBE_LOCAL_DIR/kubeconfig), and the stand-in device plugin; wait until the node
 #           is Ready and advertises the GPU and fabric resources of tools/node/resources.env; start
 #           tools/node/controller.py (the stand-ins for the Dynamo operator and a volume provisioner). A failed start
 #           stops what it started.
 #   stop    stop kube-proxy, the kubelet, every container and containerd; unmount what they mounted, delete the pods'
-#           network namespaces, the bridge and the nftables tables: nothing is left behind
+#           network namespaces, the bridge, the nftables tables, kube-router's chains and ipsets: nothing is left behind
 #   status  print what runs
 #
 # Environment: DYNAMO_TOOLCHAIN_CACHE, KUBE_LOCAL_DIR (as tools/kube-local.sh); KUBE_NODE_TIMEOUT (seconds, default 120).
@@ -50,6 +53,10 @@ KUBELET_BIN="$CACHE_DIR/kubelet-$K8S_VERSION/kubelet"
 PROXY_BIN="$CACHE_DIR/kube-proxy-$K8S_VERSION/kube-proxy"
 NETPOL_VERSION="$(awk '$1 == "sigs.k8s.io/kube-network-policies" { print $2; exit }' "$SCRIPT_DIR/kube/netpol/go.mod")"
 NETPOL_BIN="$CACHE_DIR/kube-network-policies-$NETPOL_VERSION/kube-network-policies"
+ROUTER_VERSION="$(awk '$1 == "github.com/cloudnativelabs/kube-router/v2" { print $2; exit }' "$SCRIPT_DIR/kube/router/go.mod")"
+ROUTER_BIN="$CACHE_DIR/kube-router-$ROUTER_VERSION/kube-router"
+# The control plane's Service range (tools/kube-local.sh, kube-apiserver --service-cluster-ip-range).
+SERVICE_CIDR=10.0.0.0/24
 # The stand-in device plugin (tools/kube/node/deviceplugin), built in the node's module: cached by its source and go.sum.
 DP_HASH="$(cat "$MOD_DIR/deviceplugin/main.go" "$MOD_DIR/go.sum" | sha256sum | cut -c1-12)"
 DP_BIN="$CACHE_DIR/local-device-plugin-$DP_HASH/deviceplugin"
@@ -114,6 +121,15 @@ cmd_build() {
       || die "go build kube-network-policies failed"
     mv -f "$NETPOL_BIN.tmp" "$NETPOL_BIN"
   fi
+  # kube-router's firewall enforces NetworkPolicies where kube-network-policies cannot (start_netpol): built only
+  # where the kernel lacks the nftables queue expression (or where this build cannot tell: not root).
+  if [[ ! -x "$ROUTER_BIN" ]] && ! nft_queue_works; then
+    log "building kube-router $ROUTER_VERSION (its firewall: this kernel has no nftables queue expression)"
+    mkdir -p "$(dirname "$ROUTER_BIN")"
+    (cd "$SCRIPT_DIR/kube/router" && go build -mod=readonly -trimpath -ldflags="-s -w" -o "$ROUTER_BIN.tmp" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router) \
+      || { rm -f "$ROUTER_BIN.tmp"; die "go build kube-router failed"; }
+    mv -f "$ROUTER_BIN.tmp" "$ROUTER_BIN"
+  fi
   [[ -x "$DP_BIN" ]] || go_build ./deviceplugin "$DP_BIN"
   flock -u 9
   "${PY:-$REPO_ROOT/.venv/bin/python}" "$REPO_ROOT/tools/node/images.py" build --busybox "$ROOTFS/bin/busybox" >/dev/null
@@ -169,6 +185,15 @@ link_bins() {
   # nft from the unpacked packages, with their libraries (libnftables, libnftnl)
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$ROOTFS/usr/lib/x86_64-linux-gnu" "$ROOTFS/usr/sbin/nft" >"$BIN_DIR/nft"
   chmod +x "$BIN_DIR/nft"
+  # kube-router's iptables and ipset: the legacy (x_tables) commands, which need no nftables queue expression, with
+  # their extensions and libraries from the unpacked packages. kube-router finds them on PATH under these names.
+  local lib="$ROOTFS/usr/lib/x86_64-linux-gnu"
+  for b in iptables iptables-save iptables-restore; do
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s XTABLES_LIBDIR=%s exec %s %s "$@"\n' "$lib" "$lib/xtables" "$ROOTFS/usr/sbin/xtables-legacy-multi" "$b" >"$BIN_DIR/$b"
+    chmod +x "$BIN_DIR/$b"
+  done
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$lib" "$ROOTFS/usr/sbin/ipset" >"$BIN_DIR/ipset"
+  chmod +x "$BIN_DIR/ipset"
 }
 
 write_configs() {
@@ -345,10 +370,7 @@ cmd_start() {
     --v=1
   wait_for "kube-proxy's nftables table" 30 bash -c "'$BIN_DIR/nft' list table ip kube-proxy >/dev/null 2>&1" \
     || fail_with_log kube-proxy "kube-proxy programmed no nftables table"
-  # NetworkPolicy enforcement: kube-network-policies queues each new connection of a pod (nftables, NFQUEUE) and
-  # accepts or drops it by the cluster's NetworkPolicies. It reads the API the way it does in a pod (in-cluster
-  # config: a ServiceAccount token and the CA at the standard path), here in a mount namespace of its own, so
-  # that path is private to it; its ServiceAccount has the ClusterRole of its install.yaml.
+  # NetworkPolicy enforcement by a real agent (start_netpol says which).
   start_netpol
   # Dynamo's discovery store for the pods (tools/node/controller.py): an etcd of the control plane's pinned release on
   # the bridge address, as the dynamo-platform chart runs one for the operator's pods.
@@ -375,22 +397,96 @@ cmd_start() {
   log "node $NODE_NAME Ready (logs: $NODE_DIR/logs)"
 }
 
-start_netpol() {
+nft_queue_works() {
   # kube-network-policies sends each new connection of a pod to user space with nftables' queue expression
-  # (nft_queue). A kernel without it refuses every rule set the controller writes; a throwaway network namespace
-  # shows that in a second, and the node then runs without NetworkPolicy enforcement and says why.
-  if ! unshare --net sh -c "'$BIN_DIR/nft' add table inet probe && '$BIN_DIR/nft' add chain inet probe c '{ type filter hook forward priority 0; }' && '$BIN_DIR/nft' add rule inet probe c queue num 1 bypass" \
-    >"$NODE_DIR/logs/nft-queue-probe.log" 2>&1; then
-    log "WARNING: NetworkPolicies are NOT enforced on this node: this kernel has no nftables queue expression, which kube-network-policies needs: $(head -n 1 "$NODE_DIR/logs/nft-queue-probe.log")"
-    echo "this kernel has no nftables queue expression (nft_queue): $(head -n 1 "$NODE_DIR/logs/nft-queue-probe.log")" >"$NODE_DIR/netpol-disabled"
+  # (nft_queue). A kernel without it refuses every rule set that controller writes; a throwaway network namespace
+  # shows that in a second.
+  mkdir -p "$NODE_DIR/logs"
+  [[ -x "$BIN_DIR/nft" ]] || link_bins
+  unshare --net sh -c "'$BIN_DIR/nft' add table inet probe && '$BIN_DIR/nft' add chain inet probe c '{ type filter hook forward priority 0; }' && '$BIN_DIR/nft' add rule inet probe c queue num 1 bypass" \
+    >"$NODE_DIR/logs/nft-queue-probe.log" 2>&1
+}
+
+service_account_dir() { # <service account> <dir>: its token, the CA and the namespace, as a pod's token volume holds
+  local dir="$2"
+  mkdir -p "$dir"
+  kctl -n kube-system create token "$1" --duration=48h >"$dir/token"
+  kctl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$dir/ca.crt"
+  echo kube-system >"$dir/namespace"
+}
+
+start_netpol() {
+  # NetworkPolicy enforcement by a real agent: kube-network-policies (nftables, NFQUEUE) where the kernel has
+  # nftables' queue expression, kube-router's firewall (iptables and ipsets) where it does not. netpol-agent names
+  # the agent that runs; a node that runs neither says why in netpol-disabled, and the tests that need enforcement
+  # fail with that reason.
+  rm -f "$NODE_DIR/netpol-disabled" "$NODE_DIR/netpol-agent"
+  if nft_queue_works; then
+    start_kube_network_policies
+  elif [[ -x "$ROUTER_BIN" ]]; then
+    log "this kernel has no nftables queue expression ($(head -n 1 "$NODE_DIR/logs/nft-queue-probe.log")): kube-router's firewall enforces NetworkPolicies"
+    start_kube_router
+  else
+    log "WARNING: NetworkPolicies are NOT enforced on this node: no nftables queue expression and no kube-router build ($ROUTER_BIN; run: tools/kube-node.sh build)"
+    echo "no nftables queue expression (nft_queue) and no kube-router build at $ROUTER_BIN" >"$NODE_DIR/netpol-disabled"
+  fi
+}
+
+start_kube_router() {
+  local sa="$NODE_DIR/kube-router-sa" port
+  kctl apply -f "$REPO_ROOT/tools/node/kube-router-rbac.yaml" >/dev/null
+  service_account_dir kube-router "$sa"
+  port="$(awk -F= '$1 == "APISERVER_PORT" { print $2 }' "$STATE_DIR/ports.env")"
+  # Its own kubeconfig: the ServiceAccount's token, not the control plane's admin credentials.
+  cat >"$sa/kubeconfig" <<KCFG
+apiVersion: v1
+kind: Config
+clusters: [{name: local, cluster: {server: "https://127.0.0.1:$port", certificate-authority: "$sa/ca.crt"}}]
+users: [{name: kube-router, user: {tokenFile: "$sa/token"}}]
+contexts: [{name: local, context: {cluster: local, user: kube-router}}]
+current-context: local
+KCFG
+  # --run-firewall alone: no routes, no BGP, no service proxy (kube-proxy programs Services); no metrics.
+  PATH="$BIN_DIR:$PATH" start_proc kube-router "$ROUTER_BIN" --run-firewall=true --run-router=false --run-service-proxy=false \
+    --enable-cni=false --kubeconfig="$sa/kubeconfig" --hostname-override="$NODE_NAME" \
+    --service-cluster-ip-range="$SERVICE_CIDR" --health-port="$(free_port)" --metrics-port=0 --v=1
+  if ! wait_for "kube-router's firewall chains" 30 bash -c "'$BIN_DIR/iptables' -t filter -S KUBE-ROUTER-FORWARD >/dev/null 2>&1"; then
+    log "WARNING: NetworkPolicies are NOT enforced on this node: kube-router programmed no firewall chain; last lines:"
+    tail -n 5 "$NODE_DIR/logs/kube-router.log" >&2
+    stop_proc kube-router
+    clean_kube_router
+    echo "kube-router programmed no firewall chain: $(tail -n 1 "$NODE_DIR/logs/kube-router.log")" >"$NODE_DIR/netpol-disabled"
     return 0
   fi
+  echo kube-router >"$NODE_DIR/netpol-agent"
+}
+
+clean_kube_router() {
+  # The node's chains in the legacy (x_tables) tables, which nothing else on this host uses: kube-router's
+  # (KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*, ...) and the kubelet's (KUBE-FIREWALL, KUBE-KUBELET-CANARY,
+  # KUBE-IPTABLES-HINT), with every rule that jumps to them; each table is written back whole (iptables-restore
+  # replaces it), then kube-router's ipsets, no longer referenced, are destroyed.
+  [[ -x "$BIN_DIR/iptables-save" ]] || return 0
+  local t set rules
+  for t in filter nat mangle; do
+    # the table read whole first: `grep -q` on the pipe would end iptables-save early (SIGPIPE, a failed pipeline)
+    rules="$("$BIN_DIR/iptables-save" -t "$t" 2>/dev/null)" || continue
+    [[ "$rules" == *$'\n:KUBE-'* ]] || continue
+    grep -v -E '^:KUBE-|^-A KUBE-|-j KUBE-' <<<"$rules" | "$BIN_DIR/iptables-restore" -w 5 \
+      || log "WARNING: could not remove the KUBE-* chains of the legacy $t table"
+  done
+  for set in $("$BIN_DIR/ipset" list -n 2>/dev/null | grep -E '^(KUBE-|kube-router)' || true); do
+    "$BIN_DIR/ipset" destroy "$set" 2>/dev/null || true
+  done
+}
+
+start_kube_network_policies() {
+  # It reads the API the way it does in a pod (in-cluster config: a ServiceAccount token and the CA at the standard
+  # path), here in a mount namespace of its own, so that path is private to it; its ServiceAccount has the
+  # ClusterRole of its install.yaml.
   local sa="$NODE_DIR/netpol-sa" port
-  mkdir -p "$sa"
   kctl apply -f "$REPO_ROOT/tools/node/network-policies-rbac.yaml" >/dev/null
-  kctl -n kube-system create token kube-network-policies --duration=48h >"$sa/token"
-  kctl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$sa/ca.crt"
-  echo kube-system >"$sa/namespace"
+  service_account_dir kube-network-policies "$sa"
   port="$(awk -F= '$1 == "APISERVER_PORT" { print $2 }' "$STATE_DIR/ports.env")"
   mkdir -p /run/secrets
   KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT="$port" start_proc kube-network-policies \
@@ -403,7 +499,7 @@ start_netpol() {
     stop_proc kube-network-policies
     echo "kube-network-policies programmed no nftables table" >"$NODE_DIR/netpol-disabled"
   else
-    rm -f "$NODE_DIR/netpol-disabled"
+    echo kube-network-policies >"$NODE_DIR/netpol-agent"
   fi
 }
 
@@ -421,6 +517,8 @@ cmd_stop() {
   stop_proc dynamo-etcd
   rm -rf "$NODE_DIR/dynamo-etcd"
   stop_proc kube-network-policies
+  stop_proc kube-router
+  clean_kube_router
   stop_proc kube-proxy
   stop_proc kubelet
   stop_proc device-plugin
@@ -467,7 +565,7 @@ cmd_stop() {
 
 cmd_status() {
   local n
-  for n in containerd kubelet device-plugin kube-proxy kube-network-policies dynamo-etcd model-hub node-controller; do
+  for n in containerd kubelet device-plugin kube-proxy kube-network-policies kube-router dynamo-etcd model-hub node-controller; do
     if pid_alive "$n"; then echo "$n: running (pid $(cat "$NODE_DIR/$n.pid"))"; else echo "$n: stopped"; fi
   done
 }
