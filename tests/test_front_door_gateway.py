@@ -306,6 +306,32 @@ def test_a_serve_stack_gets_one_prefix_per_entry_rewritten_to_the_frontend(egctl
         assert set(DYNAMO_CLIENT_HEADERS) <= set(r["requestHeadersToRemove"])  # no identity here: the tenant header goes too
 
 
+def test_auth_and_the_rate_limit_hold_on_every_route_of_every_entry(egctl, certificate, tmp_path):
+    """Auth is attached per route: in Envoy's own configuration for a stack of three entries behind one door, every
+    route that reaches a frontend (one per entry) checks the API keys of every client and applies the per-caller rate
+    limit; a door that protected only the first entry's route would fail here."""
+    entries = [
+        {"name": "chat", "target": AGG, "namespace": "a"},
+        {"name": "long", "target": DISAGG, "namespace": "b"},
+        {"name": "more", "target": AGG, "namespace": "c"},
+    ]
+    prog = build_program(
+        {"hfTokenSecretName": "hf", "createNamespace": False, "frontDoor": DOOR, "serve": entries},
+        "t",
+        frozenset({"frontDoorApiKeys"}),
+    )
+    xds = translate(egctl, translator_input(prog, certificate), tmp_path, "xds")
+    model = [r for r in routes(xds) if "route" in r]
+    prefixes = {r["match"].get("prefix") or r["match"].get("pathSeparatedPrefix") for r in model}
+    assert prefixes == {f"/{e['name']}/v1" for e in entries}, sorted(map(str, prefixes))
+    for r in model:
+        per = r.get("typedPerFilterConfig") or {}
+        auth = per.get("envoy.filters.http.api_key_auth")
+        assert auth, f"route {r['name']} reaches a frontend without API key auth"
+        assert {c["client"] for c in auth["credentials"]} == set(KEYS), r["name"]
+        assert "envoy.filters.http.local_ratelimit" in per, f"route {r['name']} has no rate limit"
+
+
 # ---------------------------------------------------------------------------- admission
 
 
