@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from local_cluster import control_plane  # noqa: E402
 from local_node import (  # noqa: E402
     NodeError,
+    apply,
     apply_in_order,
     chat,
     dgd_ready,
@@ -34,6 +35,7 @@ from local_node import (  # noqa: E402
     hub_requests,
     kubectl,
     label_node_for,
+    node_log,
     service_url,
     wait_for,
 )
@@ -278,8 +280,6 @@ def _probe_pod_spec(image: str, targets: list) -> dict:
 def _probe(env, namespace: str, name: str, image: str, targets: list, job: bool = False) -> dict:
     """Run the probe in ``namespace`` as a Pod ``name`` (or a Job ``name``: its pod carries the Job controller's
     ``batch.kubernetes.io/job-name`` label); its result, read from the pod's log on the node."""
-    from local_node import apply, node_log
-
     spec = _probe_pod_spec(image, targets)
     if job:
         obj = {
@@ -317,8 +317,6 @@ def test_network_policies_are_enforced_on_the_node(served, node):
     not the benchmark Job's; the ingress namespace (the front door's gateway) reaches the frontend's HTTP port only,
     the monitoring namespace (Prometheus) the frontend and the worker's system port, and the benchmark Job the
     frontend, through its Service too."""
-    from pathlib import Path
-
     from stacks.config.keys import parse
     from stacks.serving import build_plan
     from stacks.serving.network_policy import benchmark_job_name
@@ -370,8 +368,6 @@ def test_network_policies_are_enforced_on_the_node(served, node):
         kubectl(env, "create", "namespace", n, check=False)
     everything = {t[0]: True for t in targets}
     assert _probe(env, other, "before", image, targets) == everything
-    from local_node import apply
-
     # What stands in: Dynamo's discovery store runs on the node's bridge address (tools/node/controller.py
     # DISCOVERY_ETCD), not as a pod of dynamo-system, which the graph policy admits; without this one policy the
     # frontend and workers lose etcd (their leases lapse and the frontend stops serving) once the policies apply.

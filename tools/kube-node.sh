@@ -18,7 +18,7 @@
 #           tools/node/controller.py (the stand-ins for the Dynamo operator and a volume provisioner). A failed start
 #           stops what it started.
 #   stop    stop kube-proxy, the kubelet, every container and containerd; unmount what they mounted, delete the pods'
-#           network namespaces, the bridge, the nftables tables, kube-router's chains and ipsets: nothing is left behind
+#           network namespaces, the bridge, the nftables tables, the legacy iptables chains and ipsets: nothing is left behind
 #   status  print what runs
 #
 # Environment: DYNAMO_TOOLCHAIN_CACHE, KUBE_LOCAL_DIR (as tools/kube-local.sh); KUBE_NODE_TIMEOUT (seconds, default 120).
@@ -454,14 +454,14 @@ KCFG
     log "WARNING: NetworkPolicies are NOT enforced on this node: kube-router programmed no firewall chain; last lines:"
     tail -n 5 "$NODE_DIR/logs/kube-router.log" >&2
     stop_proc kube-router
-    clean_kube_router
+    clean_legacy_iptables
     echo "kube-router programmed no firewall chain: $(tail -n 1 "$NODE_DIR/logs/kube-router.log")" >"$NODE_DIR/netpol-disabled"
     return 0
   fi
   echo kube-router >"$NODE_DIR/netpol-agent"
 }
 
-clean_kube_router() {
+clean_legacy_iptables() {
   # The node's chains in the legacy (x_tables) tables, which nothing else on this host uses: kube-router's
   # (KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*, ...) and the kubelet's (KUBE-FIREWALL, KUBE-KUBELET-CANARY,
   # KUBE-IPTABLES-HINT), with every rule that jumps to them; each table is written back whole (iptables-restore
@@ -518,7 +518,7 @@ cmd_stop() {
   rm -rf "$NODE_DIR/dynamo-etcd"
   stop_proc kube-network-policies
   stop_proc kube-router
-  clean_kube_router
+  clean_legacy_iptables
   stop_proc kube-proxy
   stop_proc kubelet
   stop_proc device-plugin
